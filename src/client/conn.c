@@ -1,0 +1,483 @@
+/*
+ * The client's one connection to its flyt-server.
+ *
+ * Any application thread may send (under send_lock, so frames never
+ * interleave). One receiver thread reads every frame the server sends:
+ * replies go to the thread waiting on that seq, callback frames go to the
+ * callback thread, which runs the application's host functions in order.
+ * Invariant: a waiter is registered before its request is sent, so a reply
+ * always finds it.
+ */
+#include "client.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "flyt_transport.h"
+
+struct waiter {
+    uint32_t seq;
+    uint16_t op;
+    struct flyt_reply_sink *sink;
+    struct flyt_reply reply;
+    uint64_t callbacks_seen; /* callbacks received before this reply */
+    atomic_int done;
+    sem_t sem;
+    struct waiter *next;
+};
+
+struct callback {
+    uint64_t id;
+    void (*host_fn)(void *);
+    void (*stream_cb)(cudaStream_t, cudaError_t, void *);
+    cudaStream_t stream;
+    void *user;
+    struct callback *next;
+};
+
+static struct {
+    pthread_mutex_t init_lock;
+    int initialized; /* 1 connected, -1 failed */
+    int fd;
+    atomic_int broken;
+    pthread_mutex_t send_lock;
+    uint32_t next_seq;
+    pthread_mutex_t wait_lock;
+    struct waiter *waiters;
+    pthread_t receiver;
+    int device_count;
+    struct cudaDeviceProp props;
+
+    /* callbacks: registered (by id) -> queued (received) -> run */
+    pthread_mutex_t cb_lock;
+    pthread_cond_t cb_cond;
+    struct callback *cb_registered;
+    struct callback *cb_queue_head, *cb_queue_tail;
+    uint64_t cb_next_id;
+    uint64_t cb_received;
+    uint64_t cb_done;
+    pthread_t cb_thread;
+} conn = {
+    .init_lock = PTHREAD_MUTEX_INITIALIZER,
+    .send_lock = PTHREAD_MUTEX_INITIALIZER,
+    .wait_lock = PTHREAD_MUTEX_INITIALIZER,
+    .cb_lock = PTHREAD_MUTEX_INITIALIZER,
+    .cb_cond = PTHREAD_COND_INITIALIZER,
+    .fd = -1,
+    .next_seq = 1,
+    .cb_next_id = 1,
+};
+
+/* How long a waiting caller spins before sleeping: replies on a local
+ * server usually arrive within this, and a futex sleep/wake costs more. */
+#define SPIN_NS 30000
+
+static void report_once(const char *fmt, const char *a, const char *b)
+{
+    static atomic_int reported;
+    if (atomic_exchange(&reported, 1) == 0) {
+        fprintf(stderr, "flyt: ");
+        fprintf(stderr, fmt, a, b);
+        fputc('\n', stderr);
+    }
+}
+
+/* ---- waiters ---- */
+
+static void waiter_add(struct waiter *w)
+{
+    pthread_mutex_lock(&conn.wait_lock);
+    w->next = conn.waiters;
+    conn.waiters = w;
+    pthread_mutex_unlock(&conn.wait_lock);
+}
+
+static struct waiter *waiter_take(uint32_t seq)
+{
+    pthread_mutex_lock(&conn.wait_lock);
+    struct waiter **pp = &conn.waiters, *w = NULL;
+    for (; *pp; pp = &(*pp)->next)
+        if ((*pp)->seq == seq) {
+            w = *pp;
+            *pp = w->next;
+            break;
+        }
+    pthread_mutex_unlock(&conn.wait_lock);
+    return w;
+}
+
+static void waiter_finish(struct waiter *w)
+{
+    atomic_store_explicit(&w->done, 1, memory_order_release);
+    sem_post(&w->sem);
+}
+
+/* The connection is gone: fail every waiting call. */
+static void fail_all(const char *why)
+{
+    if (atomic_exchange(&conn.broken, 1) == 0)
+        report_once("lost the connection to the server: %s%s", why, "");
+    pthread_mutex_lock(&conn.wait_lock);
+    struct waiter *w = conn.waiters;
+    conn.waiters = NULL;
+    pthread_mutex_unlock(&conn.wait_lock);
+    while (w) {
+        struct waiter *next = w->next;
+        w->reply.result = -1;
+        waiter_finish(w);
+        w = next;
+    }
+    pthread_mutex_lock(&conn.cb_lock);
+    pthread_cond_broadcast(&conn.cb_cond);
+    pthread_mutex_unlock(&conn.cb_lock);
+}
+
+/* ---- callbacks ---- */
+
+uint64_t flyt_callback_register(void (*host_fn)(void *),
+                                void (*stream_cb)(cudaStream_t, cudaError_t, void *),
+                                cudaStream_t stream, void *user)
+{
+    struct callback *cb = calloc(1, sizeof *cb);
+    if (cb == NULL)
+        return 0;
+    cb->host_fn = host_fn;
+    cb->stream_cb = stream_cb;
+    cb->stream = stream;
+    cb->user = user;
+    pthread_mutex_lock(&conn.cb_lock);
+    cb->id = conn.cb_next_id++;
+    cb->next = conn.cb_registered;
+    conn.cb_registered = cb;
+    pthread_mutex_unlock(&conn.cb_lock);
+    return cb->id;
+}
+
+static void callback_arrived(uint64_t id)
+{
+    pthread_mutex_lock(&conn.cb_lock);
+    struct callback **pp = &conn.cb_registered, *cb = NULL;
+    for (; *pp; pp = &(*pp)->next)
+        if ((*pp)->id == id) {
+            cb = *pp;
+            *pp = cb->next;
+            break;
+        }
+    conn.cb_received++;
+    if (cb == NULL) {
+        conn.cb_done++; /* unknown id: nothing to run */
+    } else {
+        cb->next = NULL;
+        if (conn.cb_queue_tail)
+            conn.cb_queue_tail->next = cb;
+        else
+            conn.cb_queue_head = cb;
+        conn.cb_queue_tail = cb;
+    }
+    pthread_cond_broadcast(&conn.cb_cond);
+    pthread_mutex_unlock(&conn.cb_lock);
+}
+
+static void *callback_thread(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&conn.cb_lock);
+    for (;;) {
+        while (conn.cb_queue_head == NULL)
+            pthread_cond_wait(&conn.cb_cond, &conn.cb_lock);
+        struct callback *cb = conn.cb_queue_head;
+        conn.cb_queue_head = cb->next;
+        if (conn.cb_queue_head == NULL)
+            conn.cb_queue_tail = NULL;
+        pthread_mutex_unlock(&conn.cb_lock);
+        if (cb->host_fn)
+            cb->host_fn(cb->user);
+        else if (cb->stream_cb)
+            cb->stream_cb(cb->stream, cudaSuccess, cb->user);
+        free(cb);
+        pthread_mutex_lock(&conn.cb_lock);
+        conn.cb_done++;
+        pthread_cond_broadcast(&conn.cb_cond);
+    }
+    return NULL;
+}
+
+/* A synchronizing call returns only after the host functions that the
+ * server reported before its reply have run. */
+static void wait_callbacks(uint64_t seen)
+{
+    pthread_mutex_lock(&conn.cb_lock);
+    while (conn.cb_done < seen && !atomic_load(&conn.broken))
+        pthread_cond_wait(&conn.cb_cond, &conn.cb_lock);
+    pthread_mutex_unlock(&conn.cb_lock);
+}
+
+/* ---- receiver ---- */
+
+static int read_reply_body(struct waiter *w, uint32_t length)
+{
+    struct flyt_reply_sink *sink = w->sink;
+    size_t rep_size = sink ? sink->rep_size : 0;
+    if (length < sizeof(struct flyt_reply))
+        return -1;
+    if (flyt_read_full(conn.fd, &w->reply, sizeof w->reply) != 0)
+        return -1;
+    size_t left = length - sizeof(struct flyt_reply);
+    if (left == 0)
+        return 0;
+    if (left < rep_size)
+        return -1;
+    if (rep_size && flyt_read_full(conn.fd, sink->rep, rep_size) != 0)
+        return -1;
+    left -= rep_size;
+    if (left == 0 || sink == NULL)
+        return left == 0 ? 0 : flyt_skip(conn.fd, left);
+    size_t trailer = sink->streamed ? sizeof(struct flyt_reply) : 0;
+    if (left < trailer || left - trailer > sink->data_max)
+        return -1;
+    size_t data = left - trailer;
+    if (data && flyt_read_full(conn.fd, sink->data, data) != 0)
+        return -1;
+    sink->data_got = data;
+    if (trailer) {
+        struct flyt_reply t;
+        if (flyt_read_full(conn.fd, &t, sizeof t) != 0)
+            return -1;
+        if (t.result != 0)
+            w->reply.result = t.result;
+        if (t.deferred != 0 && w->reply.deferred == 0)
+            w->reply.deferred = t.deferred;
+    }
+    return 0;
+}
+
+static void *receiver_thread(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct flyt_frame_hdr h;
+        if (flyt_read_full(conn.fd, &h, sizeof h) != 0) {
+            fail_all(errno ? strerror(errno) : "server closed the connection");
+            return NULL;
+        }
+        if (h.op == FLYT_OP_CALLBACK && !(h.flags & FLYT_F_REPLY)) {
+            struct flyt_msg_callback m;
+            if (h.length != sizeof m || flyt_read_full(conn.fd, &m, sizeof m) != 0) {
+                fail_all("malformed callback frame");
+                return NULL;
+            }
+            callback_arrived(m.callback_id);
+            continue;
+        }
+        struct waiter *w = (h.flags & FLYT_F_REPLY) ? waiter_take(h.seq) : NULL;
+        if (w == NULL || w->op != h.op) {
+            fail_all("reply to no pending call");
+            return NULL;
+        }
+        if (read_reply_body(w, h.length) != 0) {
+            w->reply.result = -1;
+            waiter_finish(w);
+            fail_all("malformed reply");
+            return NULL;
+        }
+        pthread_mutex_lock(&conn.cb_lock);
+        w->callbacks_seen = conn.cb_received;
+        pthread_mutex_unlock(&conn.cb_lock);
+        waiter_finish(w);
+    }
+}
+
+/* ---- connecting ---- */
+
+static int hello(void)
+{
+    flyt_req_hello req = {.magic = FLYT_PROTO_MAGIC,
+                          .major = FLYT_PROTO_MAJOR,
+                          .minor = FLYT_PROTO_MINOR,
+                          .client_pid = (uint32_t)getpid()};
+    gethostname(req.client_host, sizeof req.client_host - 1);
+    flyt_rep_hello rep;
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    if (flyt_call(FLYT_OP_HELLO, &req, sizeof req, NULL, 0, &sink) != cudaSuccess)
+        return -1;
+    if (rep.major != FLYT_PROTO_MAJOR)
+        return -1;
+    conn.device_count = (int)rep.device_count;
+    return 0;
+}
+
+static int fetch_props(void)
+{
+    flyt_req_device req = {.device = 0};
+    flyt_rep_props rep;
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    if (flyt_call(FLYT_OP_DEVICE_PROPS, &req, sizeof req, NULL, 0, &sink) != cudaSuccess)
+        return -1;
+    _Static_assert(sizeof(struct cudaDeviceProp) == FLYT_DEVICE_PROP_SIZE, "cudaDeviceProp size");
+    memcpy(&conn.props, rep.bytes, sizeof conn.props);
+    return 0;
+}
+
+static int start_threads(void)
+{
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&conn.receiver, &attr, receiver_thread, NULL);
+    if (rc == 0)
+        rc = pthread_create(&conn.cb_thread, &attr, callback_thread, NULL);
+    pthread_attr_destroy(&attr);
+    return rc;
+}
+
+static int connect_server(void)
+{
+    const char *where = getenv("FLYT_SERVER");
+    if (where == NULL || *where == '\0') {
+        report_once("FLYT_SERVER is not set (e.g. FLYT_SERVER=tcp://host:port or unix:/path); "
+                    "the client manager is not available yet, so there is no GPU%s%s", "", "");
+        return -1;
+    }
+    flyt_addr addr;
+    char err[256];
+    if (flyt_addr_parse(where, &addr, err, sizeof err) != 0) {
+        report_once("bad FLYT_SERVER: %s%s", err, "");
+        return -1;
+    }
+    conn.fd = flyt_connect(&addr, err, sizeof err);
+    if (conn.fd < 0) {
+        report_once("no GPU server reachable: %s%s", err, "");
+        return -1;
+    }
+    if (start_threads() != 0) {
+        report_once("cannot start the client threads%s%s", "", "");
+        return -1;
+    }
+    if (hello() != 0 || fetch_props() != 0) {
+        report_once("server at %s refused the session (protocol %s)", where,
+                    FLYT_PROTO_MAJOR == 1 ? "1" : "?");
+        return -1;
+    }
+    return 0;
+}
+
+cudaError_t flyt_connect_once(void)
+{
+    int state = __atomic_load_n(&conn.initialized, __ATOMIC_ACQUIRE);
+    if (state == 0) {
+        pthread_mutex_lock(&conn.init_lock);
+        if (conn.initialized == 0) {
+            int ok = connect_server() == 0;
+            if (!ok)
+                atomic_store(&conn.broken, 1);
+            __atomic_store_n(&conn.initialized, ok ? 1 : -1, __ATOMIC_RELEASE);
+        }
+        state = conn.initialized;
+        pthread_mutex_unlock(&conn.init_lock);
+    }
+    return state == 1 ? cudaSuccess : cudaErrorNoDevice;
+}
+
+int flyt_device_count(void) { return flyt_connect_once() == cudaSuccess ? conn.device_count : 0; }
+
+const struct cudaDeviceProp *flyt_device_props(void) { return &conn.props; }
+
+/* ---- calls ---- */
+
+static int send_frame(uint16_t op, uint16_t flags, uint32_t seq, const void *req, size_t req_size,
+                      const struct iovec *data, int data_count)
+{
+    struct iovec iov[8];
+    if (data_count > 6)
+        return -1;
+    uint64_t length = req_size;
+    for (int i = 0; i < data_count; i++)
+        length += data[i].iov_len;
+    if (length > FLYT_MAX_PAYLOAD)
+        return -1;
+    struct flyt_frame_hdr h = {.length = (uint32_t)length, .op = op, .flags = flags, .seq = seq};
+    iov[0].iov_base = &h;
+    iov[0].iov_len = sizeof h;
+    iov[1].iov_base = (void *)req;
+    iov[1].iov_len = req_size;
+    for (int i = 0; i < data_count; i++)
+        iov[2 + i] = data[i];
+    return flyt_writev_full(conn.fd, iov, 2 + data_count);
+}
+
+static cudaError_t lost(void)
+{
+    return conn.initialized == 1 ? cudaErrorDevicesUnavailable : cudaErrorNoDevice;
+}
+
+static void wait_reply(struct waiter *w)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (atomic_load_explicit(&w->done, memory_order_acquire))
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > SPIN_NS)
+            break;
+    }
+    while (sem_wait(&w->sem) != 0 && errno == EINTR)
+        ;
+}
+
+cudaError_t flyt_call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
+                      int data_count, struct flyt_reply_sink *sink)
+{
+    if (op != FLYT_OP_HELLO && op != FLYT_OP_DEVICE_PROPS && flyt_connect_once() != cudaSuccess)
+        return cudaErrorNoDevice;
+    if (atomic_load(&conn.broken))
+        return lost();
+    struct waiter w = {.op = op, .sink = sink};
+    sem_init(&w.sem, 0, 0);
+    pthread_mutex_lock(&conn.send_lock);
+    w.seq = conn.next_seq++;
+    waiter_add(&w);
+    int rc = send_frame(op, 0, w.seq, req, req_size, data, data_count);
+    pthread_mutex_unlock(&conn.send_lock);
+    if (rc != 0) {
+        if (waiter_take(w.seq) != NULL) {
+            sem_destroy(&w.sem);
+            fail_all(strerror(errno));
+            return lost();
+        }
+        /* the receiver already failed it */
+    }
+    wait_reply(&w);
+    sem_destroy(&w.sem);
+    if (w.reply.result == -1 && atomic_load(&conn.broken))
+        return lost();
+    if (w.callbacks_seen)
+        wait_callbacks(w.callbacks_seen);
+    if (w.reply.deferred != 0)
+        flyt_set_error(flyt_map_result(w.reply.deferred));
+    return flyt_map_result(w.reply.result);
+}
+
+cudaError_t flyt_send_async(uint16_t op, const void *req, size_t req_size,
+                            const struct iovec *data, int data_count)
+{
+    cudaError_t err = flyt_connect_once();
+    if (err != cudaSuccess)
+        return err;
+    if (atomic_load(&conn.broken))
+        return lost();
+    pthread_mutex_lock(&conn.send_lock);
+    int rc = send_frame(op, FLYT_F_NOREPLY, conn.next_seq++, req, req_size, data, data_count);
+    pthread_mutex_unlock(&conn.send_lock);
+    if (rc != 0) {
+        fail_all(strerror(errno));
+        return lost();
+    }
+    return cudaSuccess;
+}

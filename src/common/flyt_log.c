@@ -1,0 +1,54 @@
+#include "flyt_log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *log_program = "flyt";
+static enum flyt_log_level log_level = FLYT_LOG_INFO;
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+void flyt_log_init(const char *program, enum flyt_log_level level)
+{
+    log_program = program;
+    log_level = level;
+}
+
+int flyt_log_level_parse(const char *name)
+{
+    for (int i = 0; i <= FLYT_LOG_DEBUG; i++)
+        if (strcasecmp(name, level_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+enum flyt_log_level flyt_log_get_level(void) { return log_level; }
+
+void flyt_log(enum flyt_log_level level, const char *fmt, ...)
+{
+    if (level > log_level)
+        return;
+    char line[1024];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, ts.tv_nsec / 1000000, log_program, (int)getpid(),
+                     level_names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < sizeof line)
+        vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    /* one write per line so lines of concurrent processes do not interleave */
+    size_t len = strnlen(line, sizeof line - 2);
+    line[len++] = '\n';
+    if (write(STDERR_FILENO, line, len) < 0) {
+        /* nowhere left to report it */
+    }
+}

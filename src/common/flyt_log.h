@@ -1,0 +1,19 @@
+/* Leveled logging to stderr, with the program name and pid on every line. */
+#ifndef FLYT_LOG_H
+#define FLYT_LOG_H
+
+enum flyt_log_level { FLYT_LOG_ERROR = 0, FLYT_LOG_WARN, FLYT_LOG_INFO, FLYT_LOG_DEBUG };
+
+void flyt_log_init(const char *program, enum flyt_log_level level);
+/* Parses "error", "warn", "info", "debug"; -1 when unknown. */
+int flyt_log_level_parse(const char *name);
+enum flyt_log_level flyt_log_get_level(void);
+void flyt_log(enum flyt_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define flyt_error(...) flyt_log(FLYT_LOG_ERROR, __VA_ARGS__)
+#define flyt_warn(...)  flyt_log(FLYT_LOG_WARN, __VA_ARGS__)
+#define flyt_info(...)  flyt_log(FLYT_LOG_INFO, __VA_ARGS__)
+#define flyt_debug(...) do { if (flyt_log_get_level() >= FLYT_LOG_DEBUG) flyt_log(FLYT_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+#endif

@@ -1,0 +1,202 @@
+/*
+ * Flyt wire protocol: frames, limits and the fixed part of every message.
+ * docs/protocol.md is the prose version of this file; keep them together.
+ *
+ * A frame is a 16-byte header followed by `length` payload bytes. A request's
+ * payload is the op's request struct, then (FLYT_OPF_DATA ops only) trailing
+ * bytes. A reply's payload is struct flyt_reply, the op's reply struct, then
+ * (FLYT_OPF_RDATA ops only) trailing bytes. All integers are little-endian,
+ * structs have explicit padding, and sizes are checked with static asserts.
+ */
+#ifndef FLYT_PROTO_H
+#define FLYT_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FLYT_PROTO_MAGIC 0x54594c46u /* "FLYT" little-endian */
+#define FLYT_PROTO_MAJOR 1           /* incompatible changes bump this */
+#define FLYT_PROTO_MINOR 0           /* compatible additions bump this */
+
+/* Limits. A frame over a limit ends the session. */
+#define FLYT_MAX_PAYLOAD    (1u << 30)      /* bulk data streams through in chunks */
+#define FLYT_MAX_SMALL      (64u * 1024u)   /* payload of any op without FLYT_OPF_DATA data */
+#define FLYT_MAX_NAME       1024u           /* kernel / variable names incl. NUL */
+#define FLYT_MAX_PARAM_BYTES 32764u         /* CUDA 13 kernel parameter block limit */
+#define FLYT_MAX_PARAMS     4096u           /* kernel parameters per function */
+#define FLYT_MAX_LAUNCH_ATTRS 16u
+#define FLYT_MAX_FATBIN     (512u << 20)    /* one fatbinary */
+
+/* frame flags */
+#define FLYT_F_NOREPLY 0x1u /* request: do not answer; errors are deferred */
+#define FLYT_F_REPLY   0x2u /* this frame is a reply to request `seq` */
+
+/* op table flags (flyt_ops.def) */
+#define FLYT_OPF_DATA  0x1u
+#define FLYT_OPF_ASYNC 0x2u
+#define FLYT_OPF_RDATA 0x4u
+
+/* Server-to-client frames that answer no request. */
+#define FLYT_OP_CALLBACK 200 /* payload: struct flyt_msg_callback */
+
+/* Stream ids with fixed meaning; other ids come from STREAM_CREATE. */
+#define FLYT_STREAM_DEFAULT    0u
+#define FLYT_STREAM_LEGACY     1u
+#define FLYT_STREAM_PER_THREAD 2u
+
+/* Error codes of the wire are CUDA driver API codes (CUresult). */
+#define FLYT_ERR_PROTOCOL 999 /* CUDA_ERROR_UNKNOWN */
+
+struct flyt_frame_hdr {
+    uint32_t length; /* payload bytes after this header */
+    uint16_t op;
+    uint16_t flags;
+    uint32_t seq;    /* chosen by the client, echoed in the reply */
+    uint32_t reserved;
+};
+
+/* Leads every reply payload. */
+struct flyt_reply {
+    int32_t result;   /* CUresult of this call */
+    int32_t deferred; /* first error of earlier NOREPLY calls, then cleared */
+};
+
+enum flyt_op {
+#define FLYT_OP(name, num, req, rep, flags) FLYT_OP_##name = num,
+#include "flyt_ops.def"
+#undef FLYT_OP
+    FLYT_OP_MAX = 256
+};
+
+/* ---- request and reply structs ---- */
+typedef struct { uint8_t unused; uint8_t pad[7]; } flyt_req_none;
+typedef struct { uint8_t unused; uint8_t pad[7]; } flyt_rep_none;
+
+typedef struct {
+    uint32_t magic;
+    uint16_t major, minor;
+    uint32_t client_pid;
+    uint32_t flags;
+    char     client_host[64];
+} flyt_req_hello;
+
+typedef struct {
+    uint16_t major, minor;
+    uint32_t server_pid;
+    uint32_t device_count;
+    uint32_t reserved;
+    char     backend[32]; /* "cuda" or "host" */
+} flyt_rep_hello;
+
+typedef struct { int32_t value; int32_t pad; } flyt_req_i32;
+typedef struct { int32_t value; int32_t pad; } flyt_rep_i32;
+typedef struct { int32_t a, b; } flyt_rep_i32_pair;
+typedef struct { uint64_t value; } flyt_rep_u64;
+typedef struct { uint64_t a, b; } flyt_rep_u64_pair;
+typedef struct { float value; int32_t pad; } flyt_rep_f32;
+typedef struct { uint64_t handle; } flyt_req_handle;
+typedef struct { uint64_t a, b; } flyt_req_handle_pair;
+typedef struct { int32_t device; int32_t pad; } flyt_req_device;
+typedef struct { int32_t attr; int32_t device; } flyt_req_device_attr;
+typedef struct { int32_t limit; int32_t pad; uint64_t value; } flyt_req_limit;
+typedef struct { uint64_t free_bytes, total_bytes; } flyt_rep_mem_info;
+typedef struct { char bus_id[64]; } flyt_rep_pci_bus_id;
+
+/* struct cudaDeviceProp of CUDA 13 as bytes (1008); checked where the type is known */
+#define FLYT_DEVICE_PROP_SIZE 1008u
+typedef struct { uint8_t bytes[FLYT_DEVICE_PROP_SIZE]; } flyt_rep_props;
+
+typedef struct { uint64_t size; uint64_t stream; uint64_t pool; } flyt_req_mem_alloc;
+typedef struct { uint64_t width_bytes, height; } flyt_req_mem_pitch;
+typedef struct { uint64_t dptr; uint64_t stream; } flyt_req_mem_free_async;
+typedef struct {
+    int32_t  type;    /* cudaMemoryType */
+    int32_t  device;
+    uint64_t device_pointer;
+    uint64_t base;    /* allocation base and size, 0 when unknown */
+    uint64_t size;
+} flyt_rep_pointer_attrs;
+typedef struct { uint64_t max_size; int32_t device; int32_t pad; } flyt_req_pool_create;
+typedef struct { uint64_t pool; int32_t attr; int32_t pad; uint64_t value; } flyt_req_pool_attr;
+
+/* HTOD: `size` data bytes follow. DTOH: reply carries `size` bytes. DTOD: no data. */
+typedef struct { uint64_t dst; uint64_t src; uint64_t size; uint64_t stream; } flyt_req_memcpy;
+
+/* One side of a 3D copy. Host sides are packed by the client (pitch = width,
+ * height = copy height, position 0) and their ptr is ignored. */
+typedef struct { uint64_t ptr, pitch, height, x, y, z; } flyt_pitched;
+enum { FLYT_DIR_HTOD = 1, FLYT_DIR_DTOH = 2, FLYT_DIR_DTOD = 3 };
+typedef struct {
+    uint32_t     dir;
+    uint32_t     pad;
+    uint64_t     stream;
+    flyt_pitched dst, src;
+    uint64_t     width_bytes, height, depth;
+} flyt_req_memcpy_3d;
+
+/* 3D memset: depth slices of height rows of width bytes. 1D: height = depth = 1. */
+typedef struct {
+    uint64_t dst, pitch, slice_pitch, width_bytes, height, depth, stream;
+    int32_t  value;
+    int32_t  pad;
+} flyt_req_memset;
+
+typedef struct { uint32_t flags; int32_t priority; } flyt_req_stream_create;
+typedef struct { uint64_t stream, event; uint32_t flags; uint32_t pad; } flyt_req_stream_wait;
+typedef struct { uint64_t stream; uint64_t callback_id; } flyt_req_host_func;
+typedef struct { uint64_t event, stream; uint32_t flags; uint32_t pad; } flyt_req_event_record;
+
+/* MODULE_LOAD: first with has_data = 0; if the server does not hold the
+ * fatbinary under this hash it answers need_data = 1 and the client sends it
+ * again with has_data = 1 and `size` bytes following. */
+typedef struct { uint8_t sha256[32]; uint64_t size; uint32_t has_data; uint32_t pad; } flyt_req_module_load;
+typedef struct { uint64_t module; uint32_t need_data; uint32_t pad; } flyt_rep_module_load;
+
+/* FUNC_GET / GLOBAL_GET: name_len bytes (NUL included) follow. */
+typedef struct { uint64_t module; uint32_t name_len; uint32_t pad; } flyt_req_named;
+/* FUNC_GET reply: param_count flyt_param entries follow. */
+typedef struct { uint64_t func; uint32_t param_count; uint32_t param_bytes; } flyt_rep_func;
+typedef struct { uint32_t offset, size; } flyt_param;
+
+typedef struct { uint64_t func; int32_t attr; int32_t value; } flyt_req_func_attr;
+
+/* LAUNCH: attr_count flyt_launch_attr, then param_bytes of the parameter
+ * buffer laid out as FUNC_GET's offsets say. */
+typedef struct {
+    uint32_t id;
+    uint32_t pad;
+    uint8_t  value[64]; /* cudaLaunchAttributeValue / CUlaunchAttributeValue */
+} flyt_launch_attr;
+typedef struct {
+    uint64_t func;
+    uint64_t stream;
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint32_t shared_mem;
+    uint32_t attr_count;
+    uint32_t param_bytes;
+    uint32_t pad;
+} flyt_req_launch;
+
+typedef struct { uint64_t func; int32_t block_size; int32_t num_blocks; uint64_t dyn_smem; uint32_t flags; uint32_t pad; } flyt_req_occupancy;
+
+/* server -> client, op FLYT_OP_CALLBACK, seq 0 */
+struct flyt_msg_callback { uint64_t callback_id; int32_t status; int32_t pad; };
+
+/* ---- the op table ---- */
+struct flyt_op_info {
+    const char *name;
+    uint32_t    req_size;
+    uint32_t    rep_size;
+    uint32_t    flags;
+};
+
+/* NULL entry (name == NULL) for numbers no op uses. */
+const struct flyt_op_info *flyt_op_info(unsigned op);
+const char *flyt_op_name(unsigned op);
+
+/* Checks a request header against the op table. Returns NULL when valid,
+ * else a static string saying what is wrong. */
+const char *flyt_check_request(const struct flyt_frame_hdr *h);
+
+#endif

@@ -1,0 +1,149 @@
+/*
+ * The server's view of a GPU: a table of driver-level operations. Two
+ * implementations: "cuda" (backend_cuda.c, the real GPU through the CUDA
+ * driver API, loaded with dlopen so the server starts without libcuda) and
+ * "host" (backend_host.c, host memory, for tests only: it runs no kernels).
+ *
+ * Conventions:
+ * - Every operation returns a CUresult (CUDA_SUCCESS on success).
+ * - Device pointers are uint64_t. Other objects are opaque flyt_bhandle
+ *   values; the server's handle tables hand out ids for them and never pass
+ *   a handle the backend did not create, except the three stream values
+ *   FLYT_BSTREAM_DEFAULT / _LEGACY / _PER_THREAD below.
+ * - Operations run on the session's one thread, except that host functions
+ *   (stream_host_func) may be called back from any thread.
+ * - Copies: "2D" everywhere; a 1D copy is width = n, rows = 1. Host-side
+ *   buffers are always packed (pitch = width).
+ */
+#ifndef FLYT_BACKEND_H
+#define FLYT_BACKEND_H
+
+#include <cuda.h>
+#include <driver_types.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flyt_proto.h"
+
+typedef void *flyt_bhandle;
+
+#define FLYT_BSTREAM_DEFAULT    ((flyt_bhandle)(uintptr_t)0) /* the context's NULL stream */
+#define FLYT_BSTREAM_LEGACY     ((flyt_bhandle)(uintptr_t)1) /* == CU_STREAM_LEGACY */
+#define FLYT_BSTREAM_PER_THREAD ((flyt_bhandle)(uintptr_t)2) /* == CU_STREAM_PER_THREAD */
+
+typedef void (*flyt_host_func_cb)(void *arg);
+
+typedef struct flyt_backend flyt_backend;
+
+struct flyt_backend_ops {
+    const char *name;
+    void (*close)(flyt_backend *b); /* frees everything the session holds */
+
+    /* device */
+    CUresult (*device_count)(flyt_backend *b, int *count);
+    CUresult (*device_props)(flyt_backend *b, struct cudaDeviceProp *out);
+    CUresult (*device_attr)(flyt_backend *b, int attr /* CUdevice_attribute */, int *value);
+    CUresult (*device_sync)(flyt_backend *b);
+    CUresult (*device_reset)(flyt_backend *b); /* drops every object; stays usable */
+    CUresult (*get_limit)(flyt_backend *b, int limit /* CUlimit */, uint64_t *value);
+    CUresult (*set_limit)(flyt_backend *b, int limit, uint64_t value);
+    CUresult (*mem_info)(flyt_backend *b, uint64_t *free_bytes, uint64_t *total_bytes);
+    CUresult (*pci_bus_id)(flyt_backend *b, char *buf, int len);
+    CUresult (*prio_range)(flyt_backend *b, int *least, int *greatest);
+    CUresult (*get_cache_config)(flyt_backend *b, int *config /* CUfunc_cache */);
+    CUresult (*set_cache_config)(flyt_backend *b, int config);
+    CUresult (*get_ctx_flags)(flyt_backend *b, unsigned *flags);
+    CUresult (*set_ctx_flags)(flyt_backend *b, unsigned flags);
+    CUresult (*driver_version)(flyt_backend *b, int *version);
+
+    /* memory */
+    CUresult (*mem_alloc)(flyt_backend *b, uint64_t size, uint64_t *dptr);
+    CUresult (*mem_free)(flyt_backend *b, uint64_t dptr);
+    CUresult (*mem_alloc_pitch)(flyt_backend *b, uint64_t width, uint64_t height,
+                                uint64_t *dptr, uint64_t *pitch);
+    /* pool NULL: the device's current pool */
+    CUresult (*mem_alloc_async)(flyt_backend *b, uint64_t size, flyt_bhandle pool,
+                                flyt_bhandle stream, uint64_t *dptr);
+    CUresult (*mem_free_async)(flyt_backend *b, uint64_t dptr, flyt_bhandle stream);
+    CUresult (*pointer_attrs)(flyt_backend *b, uint64_t ptr, flyt_rep_pointer_attrs *out);
+    CUresult (*pool_default)(flyt_backend *b, flyt_bhandle *pool);
+    CUresult (*pool_create)(flyt_backend *b, uint64_t max_size, flyt_bhandle *pool);
+    CUresult (*pool_destroy)(flyt_backend *b, flyt_bhandle pool);
+    CUresult (*pool_trim)(flyt_backend *b, flyt_bhandle pool, uint64_t keep_bytes);
+    CUresult (*pool_set_attr)(flyt_backend *b, flyt_bhandle pool, int attr /* CUmemPool_attribute */,
+                              uint64_t value);
+    CUresult (*pool_get_attr)(flyt_backend *b, flyt_bhandle pool, int attr, uint64_t *value);
+
+    /* copies. Incoming data is read from the socket straight into a staging
+     * buffer (pinned on the GPU backend), then handed to htod_2d, which owns
+     * it from then on and recycles it once the copy has consumed it. */
+    void *(*staging_get)(flyt_backend *b, size_t want, size_t *got); /* got >= 1, <= want */
+    void (*staging_put)(flyt_backend *b, void *staging);              /* unused buffer back */
+    CUresult (*htod_2d)(flyt_backend *b, uint64_t dst, uint64_t dst_pitch, void *staging,
+                        uint64_t width, uint64_t rows, flyt_bhandle stream);
+    /* Returns when dst holds the data (dst may be a staging buffer). */
+    CUresult (*dtoh_2d)(flyt_backend *b, void *dst, uint64_t src, uint64_t src_pitch,
+                        uint64_t width, uint64_t rows, flyt_bhandle stream);
+    CUresult (*dtod_2d)(flyt_backend *b, uint64_t dst, uint64_t dst_pitch, uint64_t src,
+                        uint64_t src_pitch, uint64_t width, uint64_t rows, flyt_bhandle stream);
+    CUresult (*memset_2d)(flyt_backend *b, uint64_t dst, uint64_t pitch, unsigned char value,
+                          uint64_t width, uint64_t rows, flyt_bhandle stream);
+
+    /* streams; flags are CU_STREAM_* */
+    CUresult (*stream_create)(flyt_backend *b, unsigned flags, int priority, flyt_bhandle *stream);
+    CUresult (*stream_destroy)(flyt_backend *b, flyt_bhandle stream);
+    CUresult (*stream_sync)(flyt_backend *b, flyt_bhandle stream);
+    CUresult (*stream_query)(flyt_backend *b, flyt_bhandle stream); /* CUDA_ERROR_NOT_READY */
+    CUresult (*stream_wait_event)(flyt_backend *b, flyt_bhandle stream, flyt_bhandle event,
+                                  unsigned flags);
+    CUresult (*stream_get_flags)(flyt_backend *b, flyt_bhandle stream, unsigned *flags);
+    CUresult (*stream_get_priority)(flyt_backend *b, flyt_bhandle stream, int *priority);
+    CUresult (*stream_host_func)(flyt_backend *b, flyt_bhandle stream, flyt_host_func_cb fn,
+                                 void *arg);
+
+    /* events; flags are CU_EVENT_* */
+    CUresult (*event_create)(flyt_backend *b, unsigned flags, flyt_bhandle *event);
+    CUresult (*event_destroy)(flyt_backend *b, flyt_bhandle event);
+    CUresult (*event_record)(flyt_backend *b, flyt_bhandle event, flyt_bhandle stream,
+                             unsigned flags);
+    CUresult (*event_query)(flyt_backend *b, flyt_bhandle event);
+    CUresult (*event_sync)(flyt_backend *b, flyt_bhandle event);
+    CUresult (*event_elapsed)(flyt_backend *b, flyt_bhandle start, flyt_bhandle end, float *ms);
+
+    /* modules and kernels. image is a fatbinary (or cubin/PTX) the client sent. */
+    CUresult (*module_load)(flyt_backend *b, const void *image, size_t size, flyt_bhandle *module);
+    CUresult (*module_unload)(flyt_backend *b, flyt_bhandle module);
+    CUresult (*func_get)(flyt_backend *b, flyt_bhandle module, const char *name, flyt_bhandle *func);
+    /* CUDA_ERROR_INVALID_VALUE once index is past the last parameter */
+    CUresult (*func_param_info)(flyt_backend *b, flyt_bhandle func, uint32_t index,
+                                uint32_t *offset, uint32_t *size);
+    CUresult (*global_get)(flyt_backend *b, flyt_bhandle module, const char *name, uint64_t *dptr,
+                           uint64_t *size);
+    CUresult (*func_get_attr)(flyt_backend *b, flyt_bhandle func, int attr /* CUfunction_attribute */,
+                              int *value);
+    CUresult (*func_set_attr)(flyt_backend *b, flyt_bhandle func, int attr, int value);
+    CUresult (*func_set_cache)(flyt_backend *b, flyt_bhandle func, int config);
+    /* params: the packed parameter buffer (offsets from func_param_info).
+     * attrs: CUlaunchAttribute-compatible entries (id, pad, 64-byte value). */
+    CUresult (*launch)(flyt_backend *b, flyt_bhandle func, const uint32_t grid[3],
+                       const uint32_t block[3], uint32_t shared_mem, flyt_bhandle stream,
+                       const void *params, uint32_t param_bytes, const flyt_launch_attr *attrs,
+                       uint32_t attr_count);
+    CUresult (*occupancy)(flyt_backend *b, flyt_bhandle func, int block_size, uint64_t dyn_smem,
+                          unsigned flags, int *num_blocks);
+    CUresult (*occupancy_smem)(flyt_backend *b, flyt_bhandle func, int num_blocks, int block_size,
+                               uint64_t *smem);
+};
+
+/* Every backend's state starts with this. */
+struct flyt_backend {
+    const struct flyt_backend_ops *ops;
+};
+
+/* kind: "cuda" or "host". gpu: device index. NULL with a reason in err. */
+flyt_backend *flyt_backend_open(const char *kind, int gpu, char *err, size_t errlen);
+
+flyt_backend *flyt_backend_cuda_open(int gpu, char *err, size_t errlen);
+flyt_backend *flyt_backend_host_open(int gpu, char *err, size_t errlen);
+
+#endif

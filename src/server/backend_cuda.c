@@ -1,0 +1,1247 @@
+/*
+ * The "cuda" backend: the real GPU through the CUDA driver API.
+ *
+ * libcuda.so.1 is opened with dlopen at run time (never linked), so the
+ * server starts on machines without an NVIDIA driver and uses the host
+ * backend there. The backend retains the device's primary context and makes
+ * it current on the session thread; driver results are returned unchanged.
+ *
+ * Handles given to the server: streams, events and memory pools are the
+ * driver's own CUstream / CUevent / CUmemoryPool values (so launch attributes
+ * that carry an event need no translation); modules and functions are small
+ * structs of this file (a function caches its parameter layout). Streams,
+ * events, pools and modules this backend created are tracked, so that
+ * device_reset and close can destroy them.
+ *
+ * The copies and the staging buffers are in backend_cuda_copy.c, the device
+ * properties in backend_cuda_props.c.
+ */
+#include <assert.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_cuda_int.h"
+#include "flyt_log.h"
+
+/* ---- the driver's function table ---- */
+
+#define FLYT_CU_SYM(fn) { FLYT_CU_STR(fn), offsetof(struct flyt_cu_api, fn) },
+const struct flyt_cu_sym flyt_cu_syms[] = { FLYT_CU_FUNCS(FLYT_CU_SYM) };
+const size_t flyt_cu_nsyms = sizeof flyt_cu_syms / sizeof flyt_cu_syms[0];
+
+/* Resolves every entry; on failure err names the missing symbols. */
+static int cu_resolve(struct flyt_cu_api *cu, char *err, size_t errlen)
+{
+    size_t used = 0;
+    int missing = 0;
+    for (size_t i = 0; i < flyt_cu_nsyms; i++) {
+        void *p = dlsym(cu->lib, flyt_cu_syms[i].name);
+        if (!p) {
+            if (missing++ == 0)
+                used = (size_t)snprintf(err, errlen, "libcuda.so.1 lacks");
+            if (used < errlen)
+                used += (size_t)snprintf(err + used, errlen - used, " %s", flyt_cu_syms[i].name);
+            continue;
+        }
+        memcpy((char *)cu + flyt_cu_syms[i].offset, &p, sizeof p);
+    }
+    if (missing && used < errlen)
+        snprintf(err + used, errlen - used, " (NVIDIA driver older than CUDA 13 needs)");
+    return missing ? -1 : 0;
+}
+
+static const char *cu_errname(struct flyt_cu_api *cu, CUresult r)
+{
+    const char *s = NULL;
+    if (cu->cuGetErrorName && cu->cuGetErrorName(r, &s) == CUDA_SUCCESS && s)
+        return s;
+    return "CUDA_ERROR_?";
+}
+
+/* "CUDA_ERROR_X (code N: description)" for the messages of open */
+static const char *cu_errdesc(struct flyt_cu_api *cu, CUresult r, char *buf, size_t len)
+{
+    const char *s = NULL;
+    if (!cu->cuGetErrorString || cu->cuGetErrorString(r, &s) != CUDA_SUCCESS || !s)
+        s = r == CUDA_ERROR_STUB_LIBRARY ? "the CUDA stub library, not a driver" : "no description";
+    snprintf(buf, len, "%s (code %d: %s)", cu_errname(cu, r), (int)r, s);
+    return buf;
+}
+
+/* ---- pointer set: open addressing, linear probing, backward-shift delete ---- */
+
+static size_t pset_hash(const void *p, size_t mask)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (size_t)x & mask;
+}
+
+static int pset_grow(struct flyt_pset *s)
+{
+    size_t ncap = s->cap ? s->cap * 2 : 16;
+    void **n = calloc(ncap, sizeof *n);
+    if (!n)
+        return -1;
+    for (size_t i = 0; i < s->cap; i++) {
+        if (!s->slot[i])
+            continue;
+        size_t j = pset_hash(s->slot[i], ncap - 1);
+        while (n[j])
+            j = (j + 1) & (ncap - 1);
+        n[j] = s->slot[i];
+    }
+    free(s->slot);
+    s->slot = n;
+    s->cap = ncap;
+    return 0;
+}
+
+int flyt_pset_add(struct flyt_pset *s, void *p)
+{
+    if (!p)
+        return -1;
+    if ((s->count + 1) * 4 > s->cap * 3 && pset_grow(s) != 0)
+        return -1;
+    size_t mask = s->cap - 1, i = pset_hash(p, mask);
+    while (s->slot[i]) {
+        if (s->slot[i] == p)
+            return 0;
+        i = (i + 1) & mask;
+    }
+    s->slot[i] = p;
+    s->count++;
+    return 0;
+}
+
+static size_t pset_find(const struct flyt_pset *s, void *p)
+{
+    if (!p || !s->cap)
+        return (size_t)-1;
+    size_t mask = s->cap - 1, i = pset_hash(p, mask);
+    while (s->slot[i]) {
+        if (s->slot[i] == p)
+            return i;
+        i = (i + 1) & mask;
+    }
+    return (size_t)-1;
+}
+
+int flyt_pset_has(const struct flyt_pset *s, void *p) { return pset_find(s, p) != (size_t)-1; }
+
+int flyt_pset_del(struct flyt_pset *s, void *p)
+{
+    size_t i = pset_find(s, p);
+    if (i == (size_t)-1)
+        return 0;
+    size_t mask = s->cap - 1;
+    s->slot[i] = NULL;
+    s->count--;
+    /* shift back the entries of the cluster that follows */
+    for (size_t j = (i + 1) & mask; s->slot[j]; j = (j + 1) & mask) {
+        size_t home = pset_hash(s->slot[j], mask);
+        /* move slot j to the hole i unless its home lies cyclically in (i, j] */
+        int stays = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
+        if (!stays) {
+            s->slot[i] = s->slot[j];
+            s->slot[j] = NULL;
+            i = j;
+        }
+    }
+    return 1;
+}
+
+void flyt_pset_free(struct flyt_pset *s)
+{
+    free(s->slot);
+    s->slot = NULL;
+    s->cap = s->count = 0;
+}
+
+/* ---- context ---- */
+
+/* The context this thread last made current through the backend. */
+static _Thread_local CUcontext tls_ctx;
+
+CUresult flyt_cuda_ctx(struct flyt_cuda_backend *b)
+{
+    if (!b->ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (tls_ctx == b->ctx)
+        return CUDA_SUCCESS;
+    CUresult r = b->cu.cuCtxSetCurrent(b->ctx);
+    if (r == CUDA_SUCCESS)
+        tls_ctx = b->ctx;
+    return r;
+}
+
+static struct flyt_cuda_backend *cb(flyt_backend *base) { return (struct flyt_cuda_backend *)base; }
+
+/* Common prologue: a backend, its context current. */
+#define ENTER(b, base)                                   \
+    struct flyt_cuda_backend *b = cb(base);              \
+    if (!b)                                              \
+        return CUDA_ERROR_INVALID_VALUE;                 \
+    do {                                                 \
+        CUresult enter_r_ = flyt_cuda_ctx(b);            \
+        if (enter_r_ != CUDA_SUCCESS)                    \
+            return enter_r_;                             \
+    } while (0)
+
+static CUresult ctx_acquire(struct flyt_cuda_backend *b)
+{
+    CUcontext ctx = NULL;
+    CUresult r = b->cu.cuDevicePrimaryCtxRetain(&ctx, b->dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    b->ctx = ctx;
+    tls_ctx = NULL;
+    r = flyt_cuda_ctx(b);
+    if (r != CUDA_SUCCESS) {
+        b->cu.cuDevicePrimaryCtxRelease(b->dev);
+        b->ctx = NULL;
+    }
+    return r;
+}
+
+static void ctx_drop(struct flyt_cuda_backend *b)
+{
+    if (!b->ctx)
+        return;
+    b->cu.cuCtxSetCurrent(NULL);
+    tls_ctx = NULL;
+    b->cu.cuDevicePrimaryCtxRelease(b->dev);
+    b->ctx = NULL;
+}
+
+/* ---- tracked objects ---- */
+
+static void func_free_all(struct flyt_cuda_module *m)
+{
+    struct flyt_cuda_func *f = m->funcs;
+    while (f) {
+        struct flyt_cuda_func *n = f->next;
+        free(f->poff);
+        free(f->psize);
+        free(f);
+        f = n;
+    }
+    m->funcs = NULL;
+}
+
+static void module_unlink(struct flyt_cuda_backend *b, struct flyt_cuda_module *m)
+{
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        b->modules = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    m->prev = m->next = NULL;
+}
+
+/* Destroys every stream, event, pool and module this backend created, with
+ * the driver when the context is usable (it should be idle), else only
+ * forgets them (the context that held them is gone). */
+static void destroy_tracked(struct flyt_cuda_backend *b)
+{
+    int drv = b->ctx != NULL && flyt_cuda_ctx(b) == CUDA_SUCCESS;
+    for (size_t i = 0; drv && i < b->streams.cap; i++)
+        if (b->streams.slot[i])
+            b->cu.cuStreamDestroy((CUstream)b->streams.slot[i]);
+    flyt_pset_free(&b->streams);
+    for (size_t i = 0; drv && i < b->events.cap; i++)
+        if (b->events.slot[i])
+            b->cu.cuEventDestroy((CUevent)b->events.slot[i]);
+    flyt_pset_free(&b->events);
+    for (size_t i = 0; drv && i < b->pools.cap; i++)
+        if (b->pools.slot[i])
+            b->cu.cuMemPoolDestroy((CUmemoryPool)b->pools.slot[i]);
+    flyt_pset_free(&b->pools);
+    while (b->modules) {
+        struct flyt_cuda_module *m = b->modules;
+        module_unlink(b, m);
+        func_free_all(m);
+        if (drv)
+            b->cu.cuModuleUnload(m->mod);
+        free(m);
+    }
+}
+
+/* ---- session ---- */
+
+static void cuda_close(flyt_backend *base)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (!b)
+        return;
+    if (b->ctx && flyt_cuda_ctx(b) == CUDA_SUCCESS) {
+        CUresult r = b->cu.cuCtxSynchronize();
+        if (r != CUDA_SUCCESS)
+            flyt_debug("cuda backend: synchronize at close: %s", cu_errname(&b->cu, r));
+    }
+    flyt_cuda_staging_release(b, 1); /* also unmaps the host memory */
+    destroy_tracked(b);
+    ctx_drop(b);
+    free(b->kparams);
+    /* libcuda stays loaded: unloading an initialized driver is not safe */
+    free(b);
+}
+
+/* ---- device ---- */
+
+static CUresult cuda_device_count(flyt_backend *base, int *count)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (!b || !count)
+        return CUDA_ERROR_INVALID_VALUE;
+    return b->cu.cuDeviceGetCount(count);
+}
+
+static CUresult cuda_device_attr(flyt_backend *base, int attr, int *value)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (!b || !value)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* cudaDeviceAttr values are the CUdevice_attribute values */
+    return b->cu.cuDeviceGetAttribute(value, (CUdevice_attribute)attr, b->dev);
+}
+
+static CUresult cuda_device_sync(flyt_backend *base)
+{
+    ENTER(b, base);
+    return b->cu.cuCtxSynchronize();
+}
+
+static CUresult cuda_device_reset(flyt_backend *base)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (!b)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (b->ctx && flyt_cuda_ctx(b) == CUDA_SUCCESS)
+        b->cu.cuCtxSynchronize(); /* an error here is what the reset clears */
+    flyt_cuda_staging_release(b, 0); /* buffers stay mapped: the server may hold one */
+    destroy_tracked(b);
+    CUresult r = b->cu.cuDevicePrimaryCtxReset(b->dev);
+    if (r != CUDA_SUCCESS)
+        flyt_warn("cuda backend: primary context reset: %s", cu_errname(&b->cu, r));
+    ctx_drop(b);
+    CUresult r2 = ctx_acquire(b);
+    if (r2 != CUDA_SUCCESS)
+        flyt_error("cuda backend: cannot retain the primary context after reset: %s",
+                   cu_errname(&b->cu, r2));
+    return r != CUDA_SUCCESS ? r : r2;
+}
+
+static CUresult cuda_get_limit(flyt_backend *base, int limit, uint64_t *value)
+{
+    ENTER(b, base);
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t v = 0;
+    CUresult r = b->cu.cuCtxGetLimit(&v, (CUlimit)limit);
+    if (r == CUDA_SUCCESS)
+        *value = v;
+    return r;
+}
+
+static CUresult cuda_set_limit(flyt_backend *base, int limit, uint64_t value)
+{
+    ENTER(b, base);
+    return b->cu.cuCtxSetLimit((CUlimit)limit, (size_t)value);
+}
+
+static CUresult cuda_mem_info(flyt_backend *base, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    ENTER(b, base);
+    size_t f = 0, t = 0;
+    CUresult r = b->cu.cuMemGetInfo(&f, &t);
+    if (r == CUDA_SUCCESS) {
+        if (free_bytes)
+            *free_bytes = f;
+        if (total_bytes)
+            *total_bytes = t;
+    }
+    return r;
+}
+
+static CUresult cuda_pci_bus_id(flyt_backend *base, char *buf, int len)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (!b || !buf || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return b->cu.cuDeviceGetPCIBusId(buf, len, b->dev);
+}
+
+static CUresult cuda_prio_range(flyt_backend *base, int *least, int *greatest)
+{
+    ENTER(b, base);
+    return b->cu.cuCtxGetStreamPriorityRange(least, greatest);
+}
+
+static CUresult cuda_get_cache_config(flyt_backend *base, int *config)
+{
+    ENTER(b, base);
+    if (!config)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUfunc_cache c = CU_FUNC_CACHE_PREFER_NONE;
+    CUresult r = b->cu.cuCtxGetCacheConfig(&c);
+    if (r == CUDA_SUCCESS)
+        *config = (int)c;
+    return r;
+}
+
+static CUresult cuda_set_cache_config(flyt_backend *base, int config)
+{
+    ENTER(b, base);
+    return b->cu.cuCtxSetCacheConfig((CUfunc_cache)config);
+}
+
+static CUresult cuda_get_ctx_flags(flyt_backend *base, unsigned *flags)
+{
+    ENTER(b, base);
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    return b->cu.cuCtxGetFlags(flags);
+}
+
+static CUresult cuda_set_ctx_flags(flyt_backend *base, unsigned flags)
+{
+    ENTER(b, base);
+    return b->cu.cuCtxSetFlags(flags);
+}
+
+static CUresult cuda_driver_version(flyt_backend *base, int *version)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (!b || !version)
+        return CUDA_ERROR_INVALID_VALUE;
+    return b->cu.cuDriverGetVersion(version);
+}
+
+/* ---- memory ---- */
+
+static CUresult cuda_mem_alloc(flyt_backend *base, uint64_t size, uint64_t *dptr)
+{
+    ENTER(b, base);
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (size == 0) { /* cudaMalloc(&p, 0) succeeds with p = NULL */
+        *dptr = 0;
+        return CUDA_SUCCESS;
+    }
+    CUdeviceptr p = 0;
+    CUresult r = b->cu.cuMemAlloc(&p, (size_t)size);
+    if (r == CUDA_SUCCESS)
+        *dptr = p;
+    return r;
+}
+
+static CUresult cuda_mem_free(flyt_backend *base, uint64_t dptr)
+{
+    ENTER(b, base);
+    if (dptr == 0) /* cudaFree(NULL) is a no-op */
+        return CUDA_SUCCESS;
+    return b->cu.cuMemFree((CUdeviceptr)dptr);
+}
+
+/* The element size passed to cuMemAllocPitch (4, 8 or 16). Measured on an
+ * H100 (driver 580): for widths 1..70000 all three give the pitch that
+ * cudaMallocPitch returns (512-byte multiples); 16, the largest alignment,
+ * is kept. */
+#define FLYT_PITCH_ELEMENT_BYTES 16u
+
+static CUresult cuda_mem_alloc_pitch(flyt_backend *base, uint64_t width, uint64_t height,
+                                     uint64_t *dptr, uint64_t *pitch)
+{
+    ENTER(b, base);
+    if (!dptr || !pitch)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (width == 0 || height == 0) { /* cudaMallocPitch: success, NULL, pitch 0 */
+        *dptr = 0;
+        *pitch = 0;
+        return CUDA_SUCCESS;
+    }
+    CUdeviceptr p = 0;
+    size_t pp = 0;
+    CUresult r = b->cu.cuMemAllocPitch(&p, &pp, (size_t)width, (size_t)height,
+                                       FLYT_PITCH_ELEMENT_BYTES);
+    if (r == CUDA_SUCCESS) {
+        *dptr = p;
+        *pitch = pp;
+    }
+    return r;
+}
+
+static CUresult cuda_mem_alloc_async(flyt_backend *base, uint64_t size, flyt_bhandle pool,
+                                     flyt_bhandle stream, uint64_t *dptr)
+{
+    ENTER(b, base);
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr p = 0;
+    CUresult r;
+    if (pool)
+        r = b->cu.cuMemAllocFromPoolAsync(&p, (size_t)size, (CUmemoryPool)pool,
+                                          flyt_cuda_stream(stream));
+    else
+        r = b->cu.cuMemAllocAsync(&p, (size_t)size, flyt_cuda_stream(stream));
+    if (r == CUDA_SUCCESS)
+        *dptr = p;
+    return r;
+}
+
+static CUresult cuda_mem_free_async(flyt_backend *base, uint64_t dptr, flyt_bhandle stream)
+{
+    ENTER(b, base);
+    return b->cu.cuMemFreeAsync((CUdeviceptr)dptr, flyt_cuda_stream(stream));
+}
+
+static CUresult cuda_pointer_attrs(flyt_backend *base, uint64_t ptr, flyt_rep_pointer_attrs *out)
+{
+    ENTER(b, base);
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned int type = 0, managed = 0;
+    int ordinal = -2; /* CU_DEVICE_INVALID unless the driver knows the pointer */
+    CUdeviceptr devptr = 0, start = 0;
+    size_t range = 0;
+    CUpointer_attribute attrs[] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,   CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    };
+    void *data[] = {&type, &managed, &ordinal, &devptr, &start, &range};
+    static_assert(sizeof attrs / sizeof attrs[0] == sizeof data / sizeof data[0], "attr table");
+    CUresult r = b->cu.cuPointerGetAttributes((unsigned)(sizeof attrs / sizeof attrs[0]), attrs,
+                                              data, (CUdeviceptr)ptr);
+    if (r != CUDA_SUCCESS)
+        return r;
+    memset(out, 0, sizeof *out);
+    /* CUmemorytype -> cudaMemoryType */
+    if (managed)
+        out->type = 3; /* cudaMemoryTypeManaged */
+    else if (type == CU_MEMORYTYPE_HOST)
+        out->type = 1; /* cudaMemoryTypeHost */
+    else if (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_ARRAY)
+        out->type = 2; /* cudaMemoryTypeDevice */
+    else if (type == CU_MEMORYTYPE_UNIFIED)
+        out->type = 3;
+    else
+        out->type = 0; /* cudaMemoryTypeUnregistered */
+    out->device = ordinal;
+    out->device_pointer = devptr;
+    out->base = start;
+    out->size = range;
+    return CUDA_SUCCESS;
+}
+
+static CUresult cuda_pool_default(flyt_backend *base, flyt_bhandle *pool)
+{
+    ENTER(b, base);
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUmemoryPool p = NULL;
+    CUresult r = b->cu.cuDeviceGetDefaultMemPool(&p, b->dev);
+    if (r == CUDA_SUCCESS)
+        *pool = (flyt_bhandle)p;
+    return r;
+}
+
+static CUresult cuda_pool_create(flyt_backend *base, uint64_t max_size, flyt_bhandle *pool)
+{
+    ENTER(b, base);
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = b->dev;
+    props.maxSize = (size_t)max_size;
+    CUmemoryPool p = NULL;
+    CUresult r = b->cu.cuMemPoolCreate(&p, &props);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (flyt_pset_add(&b->pools, p) != 0) {
+        b->cu.cuMemPoolDestroy(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pool = (flyt_bhandle)p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult cuda_pool_destroy(flyt_backend *base, flyt_bhandle pool)
+{
+    ENTER(b, base);
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* a pool not created here is the default pool: the driver refuses it */
+    CUresult r = b->cu.cuMemPoolDestroy((CUmemoryPool)pool);
+    if (r == CUDA_SUCCESS)
+        flyt_pset_del(&b->pools, pool);
+    return r;
+}
+
+static CUresult cuda_pool_trim(flyt_backend *base, flyt_bhandle pool, uint64_t keep_bytes)
+{
+    ENTER(b, base);
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    return b->cu.cuMemPoolTrimTo((CUmemoryPool)pool, (size_t)keep_bytes);
+}
+
+/* The reuse policies are int; the thresholds and counters cuuint64_t. */
+static int pool_attr_is_int(int attr)
+{
+    return attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES ||
+           attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+           attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
+}
+
+static CUresult cuda_pool_set_attr(flyt_backend *base, flyt_bhandle pool, int attr, uint64_t value)
+{
+    ENTER(b, base);
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (pool_attr_is_int(attr)) {
+        int v = (int)value;
+        return b->cu.cuMemPoolSetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, &v);
+    }
+    cuuint64_t v = value;
+    return b->cu.cuMemPoolSetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, &v);
+}
+
+static CUresult cuda_pool_get_attr(flyt_backend *base, flyt_bhandle pool, int attr, uint64_t *value)
+{
+    ENTER(b, base);
+    if (!pool || !value)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r;
+    if (pool_attr_is_int(attr)) {
+        int v = 0;
+        r = b->cu.cuMemPoolGetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, &v);
+        if (r == CUDA_SUCCESS)
+            *value = (uint64_t)(int64_t)v;
+    } else {
+        cuuint64_t v = 0;
+        r = b->cu.cuMemPoolGetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, &v);
+        if (r == CUDA_SUCCESS)
+            *value = v;
+    }
+    return r;
+}
+
+/* ---- streams ---- */
+
+static CUresult cuda_stream_create(flyt_backend *base, unsigned flags, int priority,
+                                   flyt_bhandle *stream)
+{
+    ENTER(b, base);
+    if (!stream)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstream s = NULL;
+    CUresult r = b->cu.cuStreamCreateWithPriority(&s, flags, priority);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (flyt_pset_add(&b->streams, s) != 0) {
+        b->cu.cuStreamDestroy(s);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *stream = (flyt_bhandle)s;
+    return CUDA_SUCCESS;
+}
+
+static CUresult cuda_stream_destroy(flyt_backend *base, flyt_bhandle stream)
+{
+    ENTER(b, base);
+    /* only streams created here; the NULL / legacy / per-thread streams are not */
+    if (!flyt_pset_del(&b->streams, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return b->cu.cuStreamDestroy((CUstream)stream);
+}
+
+static CUresult cuda_stream_sync(flyt_backend *base, flyt_bhandle stream)
+{
+    ENTER(b, base);
+    return b->cu.cuStreamSynchronize(flyt_cuda_stream(stream));
+}
+
+static CUresult cuda_stream_query(flyt_backend *base, flyt_bhandle stream)
+{
+    ENTER(b, base);
+    return b->cu.cuStreamQuery(flyt_cuda_stream(stream));
+}
+
+static CUresult cuda_stream_wait_event(flyt_backend *base, flyt_bhandle stream, flyt_bhandle event,
+                                       unsigned flags)
+{
+    ENTER(b, base);
+    if (!event)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return b->cu.cuStreamWaitEvent(flyt_cuda_stream(stream), (CUevent)event, flags);
+}
+
+static CUresult cuda_stream_get_flags(flyt_backend *base, flyt_bhandle stream, unsigned *flags)
+{
+    ENTER(b, base);
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    return b->cu.cuStreamGetFlags(flyt_cuda_stream(stream), flags);
+}
+
+static CUresult cuda_stream_get_priority(flyt_backend *base, flyt_bhandle stream, int *priority)
+{
+    ENTER(b, base);
+    if (!priority)
+        return CUDA_ERROR_INVALID_VALUE;
+    return b->cu.cuStreamGetPriority(flyt_cuda_stream(stream), priority);
+}
+
+static CUresult cuda_stream_host_func(flyt_backend *base, flyt_bhandle stream, flyt_host_func_cb fn,
+                                      void *arg)
+{
+    ENTER(b, base);
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* the driver calls fn(arg) on its own thread, in stream order */
+    return b->cu.cuLaunchHostFunc(flyt_cuda_stream(stream), (CUhostFn)fn, arg);
+}
+
+/* ---- events ---- */
+
+static CUresult cuda_event_create(flyt_backend *base, unsigned flags, flyt_bhandle *event)
+{
+    ENTER(b, base);
+    if (!event)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUevent e = NULL;
+    CUresult r = b->cu.cuEventCreate(&e, flags);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (flyt_pset_add(&b->events, e) != 0) {
+        b->cu.cuEventDestroy(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *event = (flyt_bhandle)e;
+    return CUDA_SUCCESS;
+}
+
+static CUresult cuda_event_destroy(flyt_backend *base, flyt_bhandle event)
+{
+    ENTER(b, base);
+    if (!flyt_pset_del(&b->events, event))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return b->cu.cuEventDestroy((CUevent)event);
+}
+
+static CUresult cuda_event_record(flyt_backend *base, flyt_bhandle event, flyt_bhandle stream,
+                                  unsigned flags)
+{
+    ENTER(b, base);
+    if (!event)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return b->cu.cuEventRecordWithFlags((CUevent)event, flyt_cuda_stream(stream), flags);
+}
+
+static CUresult cuda_event_query(flyt_backend *base, flyt_bhandle event)
+{
+    ENTER(b, base);
+    if (!event)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return b->cu.cuEventQuery((CUevent)event);
+}
+
+static CUresult cuda_event_sync(flyt_backend *base, flyt_bhandle event)
+{
+    ENTER(b, base);
+    if (!event)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return b->cu.cuEventSynchronize((CUevent)event);
+}
+
+static CUresult cuda_event_elapsed(flyt_backend *base, flyt_bhandle start, flyt_bhandle end, float *ms)
+{
+    ENTER(b, base);
+    if (!start || !end)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    return b->cu.cuEventElapsedTime(ms, (CUevent)start, (CUevent)end);
+}
+
+/* ---- modules and kernels ---- */
+
+#define FATBIN_MAGIC 0xBA55ED50u
+
+/* cuModuleLoadData takes no size: make sure the driver's own size fields
+ * stay inside what the client sent, so a bad image cannot make it read past
+ * the buffer. Returns 0 when the image may be passed as is. */
+static int image_check(const void *image, size_t size)
+{
+    const unsigned char *p = image;
+    if (size >= 16) {
+        uint32_t magic;
+        memcpy(&magic, p, 4);
+        if (magic == FATBIN_MAGIC) { /* u32 magic, u16 version, u16 header size, u64 body size */
+            uint16_t hdr;
+            uint64_t body;
+            memcpy(&hdr, p + 6, 2);
+            memcpy(&body, p + 8, 8);
+            return (hdr >= 16 && hdr <= size && body <= size - hdr) ? 0 : -1;
+        }
+    }
+    if (size >= 4 && memcmp(p, ELFMAG, SELFMAG) == 0) {
+        if (size < sizeof(Elf64_Ehdr) || p[EI_CLASS] != ELFCLASS64)
+            return -1;
+        Elf64_Ehdr eh;
+        memcpy(&eh, p, sizeof eh);
+        if (eh.e_shnum && (eh.e_shoff > size ||
+                           (uint64_t)eh.e_shnum * eh.e_shentsize > size - eh.e_shoff))
+            return -1;
+        if (eh.e_phnum && (eh.e_phoff > size ||
+                           (uint64_t)eh.e_phnum * eh.e_phentsize > size - eh.e_phoff))
+            return -1;
+        return 0;
+    }
+    /* anything else is PTX text: it must end within the buffer */
+    return memchr(p, 0, size) ? 0 : 1;
+}
+
+static CUresult cuda_module_load(flyt_backend *base, const void *image, size_t size,
+                                 flyt_bhandle *module)
+{
+    ENTER(b, base);
+    if (!image || size == 0 || !module)
+        return CUDA_ERROR_INVALID_VALUE;
+    int chk = image_check(image, size);
+    if (chk < 0)
+        return CUDA_ERROR_INVALID_IMAGE;
+    char *text = NULL;
+    if (chk > 0) { /* PTX without its NUL: load a terminated copy */
+        text = malloc(size + 1);
+        if (!text)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        memcpy(text, image, size);
+        text[size] = '\0';
+        image = text;
+    }
+    struct flyt_cuda_module *m = calloc(1, sizeof *m);
+    if (!m) {
+        free(text);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult r = b->cu.cuModuleLoadData(&m->mod, image);
+    free(text);
+    if (r != CUDA_SUCCESS) {
+        free(m);
+        return r;
+    }
+    m->next = b->modules;
+    if (b->modules)
+        b->modules->prev = m;
+    b->modules = m;
+    *module = m;
+    return CUDA_SUCCESS;
+}
+
+static CUresult cuda_module_unload(flyt_backend *base, flyt_bhandle module)
+{
+    ENTER(b, base);
+    struct flyt_cuda_module *m = module;
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = b->cu.cuModuleUnload(m->mod);
+    module_unlink(b, m);
+    func_free_all(m);
+    free(m);
+    return r;
+}
+
+/* Reads a function's parameter layout. nparams = -1 when the driver cannot
+ * say; launches then pass the buffer whole (CU_LAUNCH_PARAM_BUFFER_POINTER). */
+static void func_read_params(struct flyt_cuda_backend *b, struct flyt_cuda_func *f)
+{
+    size_t cap = 0;
+    f->nparams = 0;
+    for (uint32_t i = 0; i < FLYT_MAX_PARAMS; i++) {
+        size_t off = 0, sz = 0;
+        CUresult r = b->cu.cuFuncGetParamInfo(f->fn, i, &off, &sz);
+        if (r == CUDA_ERROR_INVALID_VALUE)
+            return; /* past the last parameter */
+        if (r != CUDA_SUCCESS || off > UINT32_MAX || sz > UINT32_MAX)
+            goto unknown;
+        if (i == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            uint32_t *no = realloc(f->poff, ncap * sizeof *no);
+            if (!no)
+                goto unknown;
+            f->poff = no;
+            uint32_t *ns = realloc(f->psize, ncap * sizeof *ns);
+            if (!ns)
+                goto unknown;
+            f->psize = ns;
+            cap = ncap;
+        }
+        f->poff[i] = (uint32_t)off;
+        f->psize[i] = (uint32_t)sz;
+        f->nparams = (int)i + 1;
+    }
+unknown:
+    free(f->poff);
+    free(f->psize);
+    f->poff = f->psize = NULL;
+    f->nparams = -1;
+}
+
+static CUresult cuda_func_get(flyt_backend *base, flyt_bhandle module, const char *name,
+                              flyt_bhandle *func)
+{
+    ENTER(b, base);
+    struct flyt_cuda_module *m = module;
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!name || !func)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUfunction fn = NULL;
+    CUresult r = b->cu.cuModuleGetFunction(&fn, m->mod, name);
+    if (r != CUDA_SUCCESS)
+        return r;
+    for (struct flyt_cuda_func *f = m->funcs; f; f = f->next)
+        if (f->fn == fn) {
+            *func = f;
+            return CUDA_SUCCESS;
+        }
+    struct flyt_cuda_func *f = calloc(1, sizeof *f);
+    if (!f)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    f->fn = fn;
+    func_read_params(b, f);
+    f->next = m->funcs;
+    m->funcs = f;
+    *func = f;
+    return CUDA_SUCCESS;
+}
+
+static CUresult cuda_func_param_info(flyt_backend *base, flyt_bhandle func, uint32_t index,
+                                     uint32_t *offset, uint32_t *size)
+{
+    ENTER(b, base);
+    struct flyt_cuda_func *f = func;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!offset || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (f->nparams >= 0) {
+        if (index >= (uint32_t)f->nparams)
+            return CUDA_ERROR_INVALID_VALUE;
+        *offset = f->poff[index];
+        *size = f->psize[index];
+        return CUDA_SUCCESS;
+    }
+    size_t off = 0, sz = 0;
+    CUresult r = b->cu.cuFuncGetParamInfo(f->fn, index, &off, &sz);
+    if (r == CUDA_SUCCESS) {
+        *offset = (uint32_t)off;
+        *size = (uint32_t)sz;
+    }
+    return r;
+}
+
+static CUresult cuda_global_get(flyt_backend *base, flyt_bhandle module, const char *name,
+                                uint64_t *dptr, uint64_t *size)
+{
+    ENTER(b, base);
+    struct flyt_cuda_module *m = module;
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr p = 0;
+    size_t sz = 0;
+    CUresult r = b->cu.cuModuleGetGlobal(&p, &sz, m->mod, name);
+    if (r == CUDA_SUCCESS) {
+        if (dptr)
+            *dptr = p;
+        if (size)
+            *size = sz;
+    }
+    return r;
+}
+
+static CUresult cuda_func_get_attr(flyt_backend *base, flyt_bhandle func, int attr, int *value)
+{
+    ENTER(b, base);
+    struct flyt_cuda_func *f = func;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    return b->cu.cuFuncGetAttribute(value, (CUfunction_attribute)attr, f->fn);
+}
+
+static CUresult cuda_func_set_attr(flyt_backend *base, flyt_bhandle func, int attr, int value)
+{
+    ENTER(b, base);
+    struct flyt_cuda_func *f = func;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return b->cu.cuFuncSetAttribute(f->fn, (CUfunction_attribute)attr, value);
+}
+
+static CUresult cuda_func_set_cache(flyt_backend *base, flyt_bhandle func, int config)
+{
+    ENTER(b, base);
+    struct flyt_cuda_func *f = func;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return b->cu.cuFuncSetCacheConfig(f->fn, (CUfunc_cache)config);
+}
+
+/* The wire's launch attribute is the driver's, byte for byte. */
+static_assert(sizeof(flyt_launch_attr) == sizeof(CUlaunchAttribute), "launch attr size");
+static_assert(offsetof(flyt_launch_attr, id) == offsetof(CUlaunchAttribute, id), "launch attr id");
+static_assert(offsetof(flyt_launch_attr, value) == offsetof(CUlaunchAttribute, value),
+              "launch attr value");
+static_assert(sizeof(((flyt_launch_attr *)0)->value) == sizeof(CUlaunchAttributeValue),
+              "launch attr value size");
+static_assert(sizeof(CUlaunchAttributeID) == sizeof(uint32_t), "launch attr id size");
+
+/*
+ * Parameters go to cuLaunchKernelEx as kernelParams, an array of pointers
+ * into the packed buffer at the offsets cuFuncGetParamInfo gave, as the
+ * runtime's own cudaLaunchKernel passes them. The other form, the whole
+ * buffer through `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER), is documented
+ * for cuLaunchKernel but not for cooperative launches, which
+ * cuLaunchKernelEx does through an attribute; kernelParams works for every
+ * launch. `extra` remains the fallback for a function whose layout the
+ * driver could not report.
+ */
+static CUresult cuda_launch(flyt_backend *base, flyt_bhandle func, const uint32_t grid[3],
+                            const uint32_t block[3], uint32_t shared_mem, flyt_bhandle stream,
+                            const void *params, uint32_t param_bytes, const flyt_launch_attr *attrs,
+                            uint32_t attr_count)
+{
+    ENTER(b, base);
+    struct flyt_cuda_func *f = func;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!grid || !block || attr_count > FLYT_MAX_LAUNCH_ATTRS || (attr_count && !attrs) ||
+        (param_bytes && !params))
+        return CUDA_ERROR_INVALID_VALUE;
+
+    /* a copy: the driver may write results back into attributes */
+    CUlaunchAttribute la[FLYT_MAX_LAUNCH_ATTRS];
+    if (attr_count)
+        memcpy(la, attrs, attr_count * sizeof la[0]);
+
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = grid[0];
+    cfg.gridDimY = grid[1];
+    cfg.gridDimZ = grid[2];
+    cfg.blockDimX = block[0];
+    cfg.blockDimY = block[1];
+    cfg.blockDimZ = block[2];
+    cfg.sharedMemBytes = shared_mem;
+    cfg.hStream = flyt_cuda_stream(stream);
+    cfg.attrs = attr_count ? la : NULL;
+    cfg.numAttrs = attr_count;
+
+    void **kp = NULL, **extra = NULL;
+    size_t buf_size = param_bytes;
+    void *ex[5];
+    if (f->nparams > 0) {
+        if ((size_t)f->nparams > b->kparams_cap) {
+            void **n = realloc(b->kparams, (size_t)f->nparams * sizeof *n);
+            if (!n)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            b->kparams = n;
+            b->kparams_cap = (size_t)f->nparams;
+        }
+        for (int i = 0; i < f->nparams; i++) {
+            if ((uint64_t)f->poff[i] + f->psize[i] > param_bytes)
+                return CUDA_ERROR_INVALID_VALUE; /* buffer shorter than the layout */
+            b->kparams[i] = (char *)params + f->poff[i];
+        }
+        kp = b->kparams;
+    } else if (f->nparams < 0 && param_bytes) {
+        ex[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+        ex[1] = (void *)params;
+        ex[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+        ex[3] = &buf_size;
+        ex[4] = CU_LAUNCH_PARAM_END;
+        extra = ex;
+    }
+    return b->cu.cuLaunchKernelEx(&cfg, f->fn, kp, extra);
+}
+
+static CUresult cuda_occupancy(flyt_backend *base, flyt_bhandle func, int block_size, uint64_t dyn_smem,
+                               unsigned flags, int *num_blocks)
+{
+    ENTER(b, base);
+    struct flyt_cuda_func *f = func;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!num_blocks)
+        return CUDA_ERROR_INVALID_VALUE;
+    return b->cu.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num_blocks, f->fn, block_size,
+                                                                      (size_t)dyn_smem, flags);
+}
+
+static CUresult cuda_occupancy_smem(flyt_backend *base, flyt_bhandle func, int num_blocks,
+                                    int block_size, uint64_t *smem)
+{
+    ENTER(b, base);
+    struct flyt_cuda_func *f = func;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!smem)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t s = 0;
+    CUresult r = b->cu.cuOccupancyAvailableDynamicSMemPerBlock(&s, f->fn, num_blocks, block_size);
+    if (r == CUDA_SUCCESS)
+        *smem = s;
+    return r;
+}
+
+static const struct flyt_backend_ops cuda_ops = {
+    .name = "cuda",
+    .close = cuda_close,
+    .device_count = cuda_device_count,
+    .device_props = flyt_cuda_device_props,
+    .device_attr = cuda_device_attr,
+    .device_sync = cuda_device_sync,
+    .device_reset = cuda_device_reset,
+    .get_limit = cuda_get_limit,
+    .set_limit = cuda_set_limit,
+    .mem_info = cuda_mem_info,
+    .pci_bus_id = cuda_pci_bus_id,
+    .prio_range = cuda_prio_range,
+    .get_cache_config = cuda_get_cache_config,
+    .set_cache_config = cuda_set_cache_config,
+    .get_ctx_flags = cuda_get_ctx_flags,
+    .set_ctx_flags = cuda_set_ctx_flags,
+    .driver_version = cuda_driver_version,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .mem_alloc_pitch = cuda_mem_alloc_pitch,
+    .mem_alloc_async = cuda_mem_alloc_async,
+    .mem_free_async = cuda_mem_free_async,
+    .pointer_attrs = cuda_pointer_attrs,
+    .pool_default = cuda_pool_default,
+    .pool_create = cuda_pool_create,
+    .pool_destroy = cuda_pool_destroy,
+    .pool_trim = cuda_pool_trim,
+    .pool_set_attr = cuda_pool_set_attr,
+    .pool_get_attr = cuda_pool_get_attr,
+    .staging_get = flyt_cuda_staging_get,
+    .staging_put = flyt_cuda_staging_put,
+    .htod_2d = flyt_cuda_htod_2d,
+    .dtoh_2d = flyt_cuda_dtoh_2d,
+    .dtod_2d = flyt_cuda_dtod_2d,
+    .memset_2d = flyt_cuda_memset_2d,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_sync = cuda_stream_sync,
+    .stream_query = cuda_stream_query,
+    .stream_wait_event = cuda_stream_wait_event,
+    .stream_get_flags = cuda_stream_get_flags,
+    .stream_get_priority = cuda_stream_get_priority,
+    .stream_host_func = cuda_stream_host_func,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_sync = cuda_event_sync,
+    .event_elapsed = cuda_event_elapsed,
+    .module_load = cuda_module_load,
+    .module_unload = cuda_module_unload,
+    .func_get = cuda_func_get,
+    .func_param_info = cuda_func_param_info,
+    .global_get = cuda_global_get,
+    .func_get_attr = cuda_func_get_attr,
+    .func_set_attr = cuda_func_set_attr,
+    .func_set_cache = cuda_func_set_cache,
+    .launch = cuda_launch,
+    .occupancy = cuda_occupancy,
+    .occupancy_smem = cuda_occupancy_smem,
+};
+
+/* ---- open ---- */
+
+flyt_backend *flyt_backend_cuda_open(int gpu, char *err, size_t errlen)
+{
+    char dummy[8], eb[256];
+    if (!err || errlen == 0) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    err[0] = '\0';
+    struct flyt_cuda_backend *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    b->base.ops = &cuda_ops;
+    b->ordinal = gpu;
+
+    dlerror();
+    b->cu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!b->cu.lib) {
+        const char *why = dlerror();
+        snprintf(err, errlen, "libcuda.so.1 not found: no NVIDIA driver on this machine (%s)",
+                 why ? why : "dlopen failed");
+        free(b);
+        return NULL;
+    }
+    if (cu_resolve(&b->cu, err, errlen) != 0) {
+        dlclose(b->cu.lib); /* nothing of it ran yet */
+        free(b);
+        return NULL;
+    }
+
+    /* From here on the driver may have started threads: never dlclose it. */
+    CUresult r = b->cu.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        snprintf(err, errlen, "cuInit failed: %s", cu_errdesc(&b->cu, r, eb, sizeof eb));
+        free(b);
+        return NULL;
+    }
+    int count = 0;
+    r = b->cu.cuDeviceGetCount(&count);
+    if (r != CUDA_SUCCESS) {
+        snprintf(err, errlen, "cuDeviceGetCount failed: %s", cu_errdesc(&b->cu, r, eb, sizeof eb));
+        free(b);
+        return NULL;
+    }
+    if (gpu < 0 || gpu >= count) {
+        snprintf(err, errlen, "no GPU %d: the driver sees %d device%s", gpu, count,
+                 count == 1 ? "" : "s");
+        free(b);
+        return NULL;
+    }
+    r = b->cu.cuDeviceGet(&b->dev, gpu);
+    if (r != CUDA_SUCCESS) {
+        snprintf(err, errlen, "cuDeviceGet(%d) failed: %s", gpu, cu_errdesc(&b->cu, r, eb, sizeof eb));
+        free(b);
+        return NULL;
+    }
+    r = ctx_acquire(b);
+    if (r != CUDA_SUCCESS) {
+        snprintf(err, errlen, "cannot retain the primary context of GPU %d: %s", gpu,
+                 cu_errdesc(&b->cu, r, eb, sizeof eb));
+        free(b);
+        return NULL;
+    }
+    char name[256] = "";
+    b->cu.cuDeviceGetName(name, (int)sizeof name, b->dev);
+    flyt_info("cuda backend: GPU %d (%s)", gpu, name);
+    return &b->base;
+}

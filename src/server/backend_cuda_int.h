@@ -1,0 +1,206 @@
+/*
+ * Internals of the "cuda" backend, shared by backend_cuda*.c.
+ *
+ * The driver (libcuda.so.1) is loaded at run time; every driver function the
+ * backend calls is listed once in FLYT_CU_FUNCS below, and the table of
+ * function pointers, the dlsym names and the loader are all generated from
+ * that list. Code calls the driver as `b->cu.cuMemAlloc(...)`: cuda.h
+ * #defines many names to their current ABI version (cuMemAlloc ->
+ * cuMemAlloc_v2), and since those macros are object-like they rename the
+ * struct member and every use of it alike, while FLYT_CU_STR stringizes the
+ * name after expansion, so dlsym asks for the versioned symbol
+ * ("cuMemAlloc_v2"), exactly the one a program compiled against cuda.h
+ * would bind to.
+ */
+#ifndef FLYT_BACKEND_CUDA_INT_H
+#define FLYT_BACKEND_CUDA_INT_H
+
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM) || defined(__CUDA_API_PER_THREAD_DEFAULT_STREAM)
+#error "the cuda backend must see the legacy-stream driver API names (no per-thread default stream)"
+#endif
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+/* Every driver function the backend uses, by its cuda.h name. */
+#define FLYT_CU_FUNCS(X)                                  \
+    X(cuGetErrorName)                                     \
+    X(cuGetErrorString)                                   \
+    X(cuInit)                                             \
+    X(cuDriverGetVersion)                                 \
+    X(cuDeviceGet)                                        \
+    X(cuDeviceGetCount)                                   \
+    X(cuDeviceGetName)                                    \
+    X(cuDeviceTotalMem)                                   \
+    X(cuDeviceGetUuid)                                    \
+    X(cuDeviceGetLuid)                                    \
+    X(cuDeviceGetAttribute)                               \
+    X(cuDeviceGetPCIBusId)                                \
+    X(cuDeviceGetDefaultMemPool)                          \
+    X(cuDevicePrimaryCtxRetain)                           \
+    X(cuDevicePrimaryCtxRelease)                          \
+    X(cuDevicePrimaryCtxReset)                            \
+    X(cuCtxSetCurrent)                                    \
+    X(cuCtxSynchronize)                                   \
+    X(cuCtxGetLimit)                                      \
+    X(cuCtxSetLimit)                                      \
+    X(cuCtxGetCacheConfig)                                \
+    X(cuCtxSetCacheConfig)                                \
+    X(cuCtxGetFlags)                                      \
+    X(cuCtxSetFlags)                                      \
+    X(cuCtxGetStreamPriorityRange)                        \
+    X(cuMemGetInfo)                                       \
+    X(cuMemAlloc)                                         \
+    X(cuMemFree)                                          \
+    X(cuMemAllocPitch)                                    \
+    X(cuMemAllocAsync)                                    \
+    X(cuMemAllocFromPoolAsync)                            \
+    X(cuMemFreeAsync)                                     \
+    X(cuMemPoolCreate)                                    \
+    X(cuMemPoolDestroy)                                   \
+    X(cuMemPoolTrimTo)                                    \
+    X(cuMemPoolSetAttribute)                              \
+    X(cuMemPoolGetAttribute)                              \
+    X(cuPointerGetAttributes)                             \
+    X(cuMemHostRegister)                                  \
+    X(cuMemHostUnregister)                                \
+    X(cuMemcpyHtoDAsync)                                  \
+    X(cuMemcpyDtoHAsync)                                  \
+    X(cuMemcpyDtoDAsync)                                  \
+    X(cuMemcpy2DAsync)                                    \
+    X(cuMemsetD8Async)                                    \
+    X(cuMemsetD2D8Async)                                  \
+    X(cuStreamCreateWithPriority)                         \
+    X(cuStreamDestroy)                                    \
+    X(cuStreamSynchronize)                                \
+    X(cuStreamQuery)                                      \
+    X(cuStreamWaitEvent)                                  \
+    X(cuStreamGetFlags)                                   \
+    X(cuStreamGetPriority)                                \
+    X(cuLaunchHostFunc)                                   \
+    X(cuEventCreate)                                      \
+    X(cuEventDestroy)                                     \
+    X(cuEventRecord)                                      \
+    X(cuEventRecordWithFlags)                             \
+    X(cuEventQuery)                                       \
+    X(cuEventSynchronize)                                 \
+    X(cuEventElapsedTime)                                 \
+    X(cuModuleLoadData)                                   \
+    X(cuModuleUnload)                                     \
+    X(cuModuleGetFunction)                                \
+    X(cuModuleGetGlobal)                                  \
+    X(cuFuncGetParamInfo)                                 \
+    X(cuFuncGetAttribute)                                 \
+    X(cuFuncSetAttribute)                                 \
+    X(cuFuncSetCacheConfig)                               \
+    X(cuLaunchKernelEx)                                   \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
+    X(cuOccupancyAvailableDynamicSMemPerBlock)
+
+#define FLYT_CU_STR2(x) #x
+#define FLYT_CU_STR(x)  FLYT_CU_STR2(x) /* stringize after macro expansion */
+
+/* One typed pointer per function; the member takes the versioned name. */
+#define FLYT_CU_MEMBER(fn) __typeof__(&fn) fn;
+struct flyt_cu_api {
+    void *lib;
+    FLYT_CU_FUNCS(FLYT_CU_MEMBER)
+};
+
+/* dlsym name and member offset of every entry, in list order. */
+struct flyt_cu_sym {
+    const char *name;
+    size_t      offset;
+};
+extern const struct flyt_cu_sym flyt_cu_syms[];
+extern const size_t flyt_cu_nsyms;
+
+/* ---- a set of pointers (the backend's live streams, events, pools) ---- */
+struct flyt_pset {
+    void  **slot; /* NULL = empty */
+    size_t  cap;  /* power of two, or 0 */
+    size_t  count;
+};
+int  flyt_pset_add(struct flyt_pset *s, void *p); /* 0, or -1 on ENOMEM */
+int  flyt_pset_del(struct flyt_pset *s, void *p); /* 1 when it was there */
+int  flyt_pset_has(const struct flyt_pset *s, void *p);
+void flyt_pset_free(struct flyt_pset *s);
+
+/* ---- modules and functions ---- */
+struct flyt_cuda_func {
+    struct flyt_cuda_func *next; /* in its module */
+    CUfunction             fn;
+    /* parameter layout from cuFuncGetParamInfo; nparams < 0: unknown */
+    int                    nparams;
+    uint32_t              *poff, *psize;
+};
+
+struct flyt_cuda_module {
+    struct flyt_cuda_module *prev, *next;
+    CUmodule                 mod;
+    struct flyt_cuda_func   *funcs;
+};
+
+/* ---- pinned staging buffers for host-to-device copies ---- */
+#define FLYT_STAGING_BYTES ((size_t)8 << 20) /* one buffer */
+#define FLYT_STAGING_SLOTS 8                 /* kept; more only if all are out */
+
+enum { STG_FREE = 0, STG_OUT, STG_BUSY };
+
+struct flyt_staging {
+    void    *mem;
+    size_t   cap;
+    CUevent  ev;       /* recorded after the copy that reads the buffer */
+    uint64_t seq;      /* order the copies were enqueued, for waiting oldest first */
+    uint8_t  state;    /* STG_* */
+    uint8_t  pinned;   /* registered with the driver (page-locked) */
+};
+
+/* ---- the backend ---- */
+struct flyt_cuda_backend {
+    struct flyt_backend base;
+    struct flyt_cu_api  cu;
+    int                 ordinal;
+    CUdevice            dev;
+    CUcontext           ctx; /* the retained primary context, NULL when not held */
+
+    struct flyt_pset streams, events, pools;
+    struct flyt_cuda_module *modules;
+
+    struct flyt_staging *stg;
+    int                  nstg, stg_cap;
+    uint64_t             stg_seq;
+    int                  stg_pin_warned;
+
+    void   **kparams;     /* scratch for launches: pointers into the param buffer */
+    size_t   kparams_cap;
+};
+
+/* Makes the primary context current on the calling thread (cheap when it is). */
+CUresult flyt_cuda_ctx(struct flyt_cuda_backend *b);
+/* Maps a stream handle (including the three special values) to a CUstream. */
+static inline CUstream flyt_cuda_stream(flyt_bhandle s) { return (CUstream)s; }
+
+/* backend_cuda_props.c */
+CUresult flyt_cuda_device_props(flyt_backend *base, struct cudaDeviceProp *out);
+
+/* backend_cuda_copy.c */
+void    *flyt_cuda_staging_get(flyt_backend *base, size_t want, size_t *got);
+void     flyt_cuda_staging_put(flyt_backend *base, void *staging);
+CUresult flyt_cuda_htod_2d(flyt_backend *base, uint64_t dst, uint64_t dst_pitch, void *staging,
+                           uint64_t width, uint64_t rows, flyt_bhandle stream);
+CUresult flyt_cuda_dtoh_2d(flyt_backend *base, void *dst, uint64_t src, uint64_t src_pitch,
+                           uint64_t width, uint64_t rows, flyt_bhandle stream);
+CUresult flyt_cuda_dtod_2d(flyt_backend *base, uint64_t dst, uint64_t dst_pitch, uint64_t src,
+                           uint64_t src_pitch, uint64_t width, uint64_t rows, flyt_bhandle stream);
+CUresult flyt_cuda_memset_2d(flyt_backend *base, uint64_t dst, uint64_t pitch, unsigned char value,
+                             uint64_t width, uint64_t rows, flyt_bhandle stream);
+/* Before a context reset or close: waits for every staging copy and drops
+ * the driver state (events, registrations); the host memory stays, so a
+ * buffer the server still holds remains valid. free_mem also frees it. */
+void     flyt_cuda_staging_release(struct flyt_cuda_backend *b, int free_mem);
+
+#endif

@@ -1,0 +1,1369 @@
+/*
+ * The "host" backend: a fake GPU in host memory, for tests only.
+ *
+ * Memory, stream, event and pool calls work; everything runs synchronously
+ * on the calling thread, so streams and events are plain records. Modules are
+ * checked for a plausible image and kept, but no kernel ever runs: function
+ * lookups, launches and occupancy queries answer CUDA_ERROR_NOT_SUPPORTED.
+ *
+ * Safety: device pointers are the host addresses of real mappings, so every
+ * device range a request names is checked to lie entirely inside one live
+ * allocation before a byte is touched; a client cannot make the server read
+ * or write anything else through this backend.
+ */
+#include "backend.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+static_assert(sizeof(struct cudaDeviceProp) == FLYT_DEVICE_PROP_SIZE, "cudaDeviceProp size");
+
+#define HOST_DEFAULT_MEM   (1ull << 30)
+#define HOST_STAGING_MAX   ((size_t)8 << 20)
+#define HOST_STAGING_CACHE 4
+#define HOST_PITCH_ALIGN   512u
+#define HOST_PRIO_LEAST    0
+#define HOST_PRIO_GREATEST (-5)
+#define HOST_ATTR_MAX      160
+#define HOST_LIMIT_COUNT   10 /* CU_LIMIT_STACK_SIZE .. CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED */
+/* Staging buffers carry a header holding their capacity, so that a returned
+ * buffer can serve a later request that fits. */
+#define STAGING_HDR        64
+
+/* ---- small pointer sets: the objects this backend created ---- */
+
+typedef struct {
+    void **items;
+    size_t n, cap;
+} ptrset;
+
+static int set_add(ptrset *s, void *p)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        void **items = realloc(s->items, cap * sizeof *items);
+        if (items == NULL)
+            return -1;
+        s->items = items;
+        s->cap = cap;
+    }
+    s->items[s->n++] = p;
+    return 0;
+}
+
+static int set_has(const ptrset *s, const void *p)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->items[i] == p)
+            return 1;
+    return 0;
+}
+
+static int set_del(ptrset *s, const void *p)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->items[i] == p) {
+            s->items[i] = s->items[--s->n];
+            return 1;
+        }
+    return 0;
+}
+
+/* ---- objects ---- */
+
+struct hpool {
+    uint64_t max_size; /* 0: no limit */
+    uint64_t reuse[3]; /* CU_MEMPOOL_ATTR_REUSE_* (attrs 1..3) */
+    uint64_t release_threshold;
+    uint64_t used, used_high;
+};
+
+struct halloc {
+    uint64_t addr, size; /* an anonymous mapping; [addr, addr + size) is the client's */
+    struct hpool *pool;  /* NULL unless from an async allocation */
+};
+
+struct hstream {
+    unsigned flags;
+    int priority;
+};
+
+struct hevent {
+    unsigned flags;
+    int recorded;
+    struct timespec when;
+};
+
+struct hmodule {
+    void *image;
+    size_t size;
+};
+
+struct host_backend {
+    flyt_backend base;
+    struct cudaDeviceProp props;
+    int attr[HOST_ATTR_MAX];
+    unsigned char attr_known[HOST_ATTR_MAX];
+    uint64_t total, used;
+
+    struct halloc *allocs; /* sorted by addr */
+    size_t nallocs, cap_allocs;
+
+    ptrset streams, events, modules, pools;
+    struct hpool *default_pool;
+
+    uint64_t limits[HOST_LIMIT_COUNT];
+    int cache_config;
+    unsigned ctx_flags;
+
+    void *staging_cache[HOST_STAGING_CACHE];
+    size_t nstaging;
+};
+
+#define HB(b) ((struct host_backend *)(b))
+
+/* ---- the fake device ---- */
+
+static void fill_props(struct host_backend *h)
+{
+    struct cudaDeviceProp *p = &h->props;
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "Flyt host test device");
+    for (int i = 0; i < 16; i++)
+        p->uuid.bytes[i] = (char)(0xF0 + i);
+    p->totalGlobalMem = h->total;
+    p->sharedMemPerBlock = 48 << 10;
+    p->regsPerBlock = 65536;
+    p->warpSize = 32;
+    p->memPitch = 2147483647;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = 1024;
+    p->maxThreadsDim[1] = 1024;
+    p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647;
+    p->maxGridSize[1] = 65535;
+    p->maxGridSize[2] = 65535;
+    p->totalConstMem = 64 << 10;
+    p->major = 9;
+    p->minor = 0;
+    p->textureAlignment = 512;
+    p->texturePitchAlignment = 32;
+    p->multiProcessorCount = 132;
+    p->integrated = 0;
+    p->canMapHostMemory = 1;
+    p->maxTexture1D = 131072;
+    p->maxTexture1DMipmap = 32768;
+    p->maxTexture2D[0] = 131072;
+    p->maxTexture2D[1] = 65536;
+    p->maxTexture2DMipmap[0] = 32768;
+    p->maxTexture2DMipmap[1] = 32768;
+    p->maxTexture2DLinear[0] = 131072;
+    p->maxTexture2DLinear[1] = 65000;
+    p->maxTexture2DLinear[2] = 2097120;
+    p->maxTexture2DGather[0] = 32768;
+    p->maxTexture2DGather[1] = 32768;
+    p->maxTexture3D[0] = p->maxTexture3D[1] = p->maxTexture3D[2] = 16384;
+    p->maxTexture3DAlt[0] = p->maxTexture3DAlt[1] = 8192;
+    p->maxTexture3DAlt[2] = 32768;
+    p->maxTextureCubemap = 32768;
+    p->maxTexture1DLayered[0] = 32768;
+    p->maxTexture1DLayered[1] = 2048;
+    p->maxTexture2DLayered[0] = p->maxTexture2DLayered[1] = 32768;
+    p->maxTexture2DLayered[2] = 2048;
+    p->maxTextureCubemapLayered[0] = 32768;
+    p->maxTextureCubemapLayered[1] = 2046;
+    p->maxSurface1D = 32768;
+    p->maxSurface2D[0] = 131072;
+    p->maxSurface2D[1] = 65536;
+    p->maxSurface3D[0] = p->maxSurface3D[1] = p->maxSurface3D[2] = 16384;
+    p->maxSurface1DLayered[0] = 32768;
+    p->maxSurface1DLayered[1] = 2048;
+    p->maxSurface2DLayered[0] = p->maxSurface2DLayered[1] = 32768;
+    p->maxSurface2DLayered[2] = 2048;
+    p->maxSurfaceCubemap = 32768;
+    p->maxSurfaceCubemapLayered[0] = 32768;
+    p->maxSurfaceCubemapLayered[1] = 2046;
+    p->surfaceAlignment = 512;
+    p->concurrentKernels = 1;
+    p->ECCEnabled = 0;
+    p->pciBusID = 0;
+    p->pciDeviceID = 0;
+    p->pciDomainID = 0;
+    p->tccDriver = 0;
+    p->asyncEngineCount = 2;
+    p->unifiedAddressing = 1;
+    p->memoryBusWidth = 5120;
+    p->l2CacheSize = 50 << 20;
+    p->persistingL2CacheMaxSize = 32 << 20;
+    p->maxThreadsPerMultiProcessor = 2048;
+    p->streamPrioritiesSupported = 1;
+    p->globalL1CacheSupported = 1;
+    p->localL1CacheSupported = 1;
+    p->sharedMemPerMultiprocessor = 228 << 10;
+    p->regsPerMultiprocessor = 65536;
+    p->managedMemory = 0; /* no managed memory over Flyt */
+    p->isMultiGpuBoard = 0;
+    p->multiGpuBoardGroupID = 0;
+    p->hostNativeAtomicSupported = 0;
+    p->pageableMemoryAccess = 0;
+    p->concurrentManagedAccess = 0;
+    p->computePreemptionSupported = 1;
+    p->canUseHostPointerForRegisteredMem = 0;
+    p->cooperativeLaunch = 1;
+    p->sharedMemPerBlockOptin = 227 << 10;
+    p->pageableMemoryAccessUsesHostPageTables = 0;
+    p->directManagedMemAccessFromHost = 0;
+    p->maxBlocksPerMultiProcessor = 32;
+    p->accessPolicyMaxWindowSize = 134213632;
+    p->reservedSharedMemPerBlock = 1024;
+    p->hostRegisterSupported = 0;
+    p->sparseCudaArraySupported = 0;
+    p->hostRegisterReadOnlySupported = 0;
+    p->timelineSemaphoreInteropSupported = 0;
+    p->memoryPoolsSupported = 1;
+    p->gpuDirectRDMASupported = 0;
+    p->gpuDirectRDMAFlushWritesOptions = 0;
+    p->gpuDirectRDMAWritesOrdering = 0;
+    p->memoryPoolSupportedHandleTypes = 0;
+    p->deferredMappingCudaArraySupported = 0;
+    p->ipcEventSupported = 0;
+    p->clusterLaunch = 1;
+    p->unifiedFunctionPointers = 1;
+    p->deviceNumaConfig = 0;
+    p->deviceNumaId = -1;
+    p->mpsEnabled = 0;
+    p->hostNumaId = -1;
+    p->gpuPciDeviceID = 0;
+    p->gpuPciSubsystemID = 0;
+    p->hostNumaMultinodeIpcSupported = 0;
+}
+
+static void set_attr(struct host_backend *h, int attr, long long v)
+{
+    if (attr > 0 && attr < HOST_ATTR_MAX) {
+        h->attr[attr] = v > 2147483647 ? 2147483647 : (int)v;
+        h->attr_known[attr] = 1;
+    }
+}
+
+/* The CU_DEVICE_ATTRIBUTE_* answers, derived from the props. */
+static void fill_attrs(struct host_backend *h)
+{
+    const struct cudaDeviceProp *p = &h->props;
+    memset(h->attr, 0, sizeof h->attr);
+    memset(h->attr_known, 0, sizeof h->attr_known);
+#define A(name, v) set_attr(h, CU_DEVICE_ATTRIBUTE_##name, (long long)(v))
+    A(MAX_THREADS_PER_BLOCK, p->maxThreadsPerBlock);
+    A(MAX_BLOCK_DIM_X, p->maxThreadsDim[0]);
+    A(MAX_BLOCK_DIM_Y, p->maxThreadsDim[1]);
+    A(MAX_BLOCK_DIM_Z, p->maxThreadsDim[2]);
+    A(MAX_GRID_DIM_X, p->maxGridSize[0]);
+    A(MAX_GRID_DIM_Y, p->maxGridSize[1]);
+    A(MAX_GRID_DIM_Z, p->maxGridSize[2]);
+    A(MAX_SHARED_MEMORY_PER_BLOCK, p->sharedMemPerBlock);
+    A(TOTAL_CONSTANT_MEMORY, p->totalConstMem);
+    A(WARP_SIZE, p->warpSize);
+    A(MAX_PITCH, p->memPitch);
+    A(MAX_REGISTERS_PER_BLOCK, p->regsPerBlock);
+    A(CLOCK_RATE, 1980000);
+    A(TEXTURE_ALIGNMENT, p->textureAlignment);
+    A(GPU_OVERLAP, 1);
+    A(MULTIPROCESSOR_COUNT, p->multiProcessorCount);
+    A(KERNEL_EXEC_TIMEOUT, 0);
+    A(INTEGRATED, p->integrated);
+    A(CAN_MAP_HOST_MEMORY, p->canMapHostMemory);
+    A(COMPUTE_MODE, 0);
+    A(MAXIMUM_TEXTURE1D_WIDTH, p->maxTexture1D);
+    A(MAXIMUM_TEXTURE2D_WIDTH, p->maxTexture2D[0]);
+    A(MAXIMUM_TEXTURE2D_HEIGHT, p->maxTexture2D[1]);
+    A(MAXIMUM_TEXTURE3D_WIDTH, p->maxTexture3D[0]);
+    A(MAXIMUM_TEXTURE3D_HEIGHT, p->maxTexture3D[1]);
+    A(MAXIMUM_TEXTURE3D_DEPTH, p->maxTexture3D[2]);
+    A(MAXIMUM_TEXTURE2D_LAYERED_WIDTH, p->maxTexture2DLayered[0]);
+    A(MAXIMUM_TEXTURE2D_LAYERED_HEIGHT, p->maxTexture2DLayered[1]);
+    A(MAXIMUM_TEXTURE2D_LAYERED_LAYERS, p->maxTexture2DLayered[2]);
+    A(SURFACE_ALIGNMENT, p->surfaceAlignment);
+    A(CONCURRENT_KERNELS, p->concurrentKernels);
+    A(ECC_ENABLED, p->ECCEnabled);
+    A(PCI_BUS_ID, p->pciBusID);
+    A(PCI_DEVICE_ID, p->pciDeviceID);
+    A(TCC_DRIVER, p->tccDriver);
+    A(MEMORY_CLOCK_RATE, 2619000);
+    A(GLOBAL_MEMORY_BUS_WIDTH, p->memoryBusWidth);
+    A(L2_CACHE_SIZE, p->l2CacheSize);
+    A(MAX_THREADS_PER_MULTIPROCESSOR, p->maxThreadsPerMultiProcessor);
+    A(ASYNC_ENGINE_COUNT, p->asyncEngineCount);
+    A(UNIFIED_ADDRESSING, p->unifiedAddressing);
+    A(MAXIMUM_TEXTURE1D_LAYERED_WIDTH, p->maxTexture1DLayered[0]);
+    A(MAXIMUM_TEXTURE1D_LAYERED_LAYERS, p->maxTexture1DLayered[1]);
+    A(CAN_TEX2D_GATHER, 1);
+    A(MAXIMUM_TEXTURE2D_GATHER_WIDTH, p->maxTexture2DGather[0]);
+    A(MAXIMUM_TEXTURE2D_GATHER_HEIGHT, p->maxTexture2DGather[1]);
+    A(MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE, p->maxTexture3DAlt[0]);
+    A(MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE, p->maxTexture3DAlt[1]);
+    A(MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE, p->maxTexture3DAlt[2]);
+    A(PCI_DOMAIN_ID, p->pciDomainID);
+    A(TEXTURE_PITCH_ALIGNMENT, p->texturePitchAlignment);
+    A(MAXIMUM_TEXTURECUBEMAP_WIDTH, p->maxTextureCubemap);
+    A(MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH, p->maxTextureCubemapLayered[0]);
+    A(MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS, p->maxTextureCubemapLayered[1]);
+    A(MAXIMUM_SURFACE1D_WIDTH, p->maxSurface1D);
+    A(MAXIMUM_SURFACE2D_WIDTH, p->maxSurface2D[0]);
+    A(MAXIMUM_SURFACE2D_HEIGHT, p->maxSurface2D[1]);
+    A(MAXIMUM_SURFACE3D_WIDTH, p->maxSurface3D[0]);
+    A(MAXIMUM_SURFACE3D_HEIGHT, p->maxSurface3D[1]);
+    A(MAXIMUM_SURFACE3D_DEPTH, p->maxSurface3D[2]);
+    A(MAXIMUM_SURFACE1D_LAYERED_WIDTH, p->maxSurface1DLayered[0]);
+    A(MAXIMUM_SURFACE1D_LAYERED_LAYERS, p->maxSurface1DLayered[1]);
+    A(MAXIMUM_SURFACE2D_LAYERED_WIDTH, p->maxSurface2DLayered[0]);
+    A(MAXIMUM_SURFACE2D_LAYERED_HEIGHT, p->maxSurface2DLayered[1]);
+    A(MAXIMUM_SURFACE2D_LAYERED_LAYERS, p->maxSurface2DLayered[2]);
+    A(MAXIMUM_SURFACECUBEMAP_WIDTH, p->maxSurfaceCubemap);
+    A(MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH, p->maxSurfaceCubemapLayered[0]);
+    A(MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS, p->maxSurfaceCubemapLayered[1]);
+    A(MAXIMUM_TEXTURE1D_LINEAR_WIDTH, 268435456);
+    A(MAXIMUM_TEXTURE2D_LINEAR_WIDTH, p->maxTexture2DLinear[0]);
+    A(MAXIMUM_TEXTURE2D_LINEAR_HEIGHT, p->maxTexture2DLinear[1]);
+    A(MAXIMUM_TEXTURE2D_LINEAR_PITCH, p->maxTexture2DLinear[2]);
+    A(MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH, p->maxTexture2DMipmap[0]);
+    A(MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT, p->maxTexture2DMipmap[1]);
+    A(COMPUTE_CAPABILITY_MAJOR, p->major);
+    A(COMPUTE_CAPABILITY_MINOR, p->minor);
+    A(MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH, p->maxTexture1DMipmap);
+    A(STREAM_PRIORITIES_SUPPORTED, p->streamPrioritiesSupported);
+    A(GLOBAL_L1_CACHE_SUPPORTED, p->globalL1CacheSupported);
+    A(LOCAL_L1_CACHE_SUPPORTED, p->localL1CacheSupported);
+    A(MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, p->sharedMemPerMultiprocessor);
+    A(MAX_REGISTERS_PER_MULTIPROCESSOR, p->regsPerMultiprocessor);
+    A(MANAGED_MEMORY, p->managedMemory);
+    A(MULTI_GPU_BOARD, p->isMultiGpuBoard);
+    A(MULTI_GPU_BOARD_GROUP_ID, p->multiGpuBoardGroupID);
+    A(HOST_NATIVE_ATOMIC_SUPPORTED, p->hostNativeAtomicSupported);
+    A(SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 2);
+    A(PAGEABLE_MEMORY_ACCESS, p->pageableMemoryAccess);
+    A(CONCURRENT_MANAGED_ACCESS, p->concurrentManagedAccess);
+    A(COMPUTE_PREEMPTION_SUPPORTED, p->computePreemptionSupported);
+    A(CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, p->canUseHostPointerForRegisteredMem);
+    A(CAN_USE_STREAM_MEM_OPS_V1, 0);
+    A(CAN_USE_64_BIT_STREAM_MEM_OPS_V1, 0);
+    A(CAN_USE_STREAM_WAIT_VALUE_NOR_V1, 0);
+    A(COOPERATIVE_LAUNCH, p->cooperativeLaunch);
+    A(COOPERATIVE_MULTI_DEVICE_LAUNCH, 0);
+    A(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, p->sharedMemPerBlockOptin);
+    A(CAN_FLUSH_REMOTE_WRITES, 0);
+    A(HOST_REGISTER_SUPPORTED, p->hostRegisterSupported);
+    A(PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, p->pageableMemoryAccessUsesHostPageTables);
+    A(DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, p->directManagedMemAccessFromHost);
+    A(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
+    A(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0);
+    A(HANDLE_TYPE_WIN32_HANDLE_SUPPORTED, 0);
+    A(HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED, 0);
+    A(MAX_BLOCKS_PER_MULTIPROCESSOR, p->maxBlocksPerMultiProcessor);
+    A(GENERIC_COMPRESSION_SUPPORTED, 0);
+    A(MAX_PERSISTING_L2_CACHE_SIZE, p->persistingL2CacheMaxSize);
+    A(MAX_ACCESS_POLICY_WINDOW_SIZE, p->accessPolicyMaxWindowSize);
+    A(GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, 0);
+    A(RESERVED_SHARED_MEMORY_PER_BLOCK, p->reservedSharedMemPerBlock);
+    A(SPARSE_CUDA_ARRAY_SUPPORTED, p->sparseCudaArraySupported);
+    A(READ_ONLY_HOST_REGISTER_SUPPORTED, p->hostRegisterReadOnlySupported);
+    A(TIMELINE_SEMAPHORE_INTEROP_SUPPORTED, p->timelineSemaphoreInteropSupported);
+    A(MEMORY_POOLS_SUPPORTED, p->memoryPoolsSupported);
+    A(GPU_DIRECT_RDMA_SUPPORTED, p->gpuDirectRDMASupported);
+    A(GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS, p->gpuDirectRDMAFlushWritesOptions);
+    A(GPU_DIRECT_RDMA_WRITES_ORDERING, p->gpuDirectRDMAWritesOrdering);
+    A(MEMPOOL_SUPPORTED_HANDLE_TYPES, p->memoryPoolSupportedHandleTypes);
+    A(CLUSTER_LAUNCH, p->clusterLaunch);
+    A(DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED, p->deferredMappingCudaArraySupported);
+    A(CAN_USE_64_BIT_STREAM_MEM_OPS, 0);
+    A(CAN_USE_STREAM_WAIT_VALUE_NOR, 0);
+    A(DMA_BUF_SUPPORTED, 0);
+    A(IPC_EVENT_SUPPORTED, p->ipcEventSupported);
+    A(MEM_SYNC_DOMAIN_COUNT, 4);
+    A(TENSOR_MAP_ACCESS_SUPPORTED, 1);
+    A(HANDLE_TYPE_FABRIC_SUPPORTED, 0);
+    A(UNIFIED_FUNCTION_POINTERS, p->unifiedFunctionPointers);
+    A(NUMA_CONFIG, p->deviceNumaConfig);
+    A(NUMA_ID, p->deviceNumaId);
+    A(MULTICAST_SUPPORTED, 0);
+    A(MPS_ENABLED, p->mpsEnabled);
+    A(HOST_NUMA_ID, p->hostNumaId);
+    A(D3D12_CIG_SUPPORTED, 0);
+    A(MEM_DECOMPRESS_ALGORITHM_MASK, 0);
+    A(MEM_DECOMPRESS_MAXIMUM_LENGTH, 0);
+    A(VULKAN_CIG_SUPPORTED, 0);
+    A(GPU_PCI_DEVICE_ID, p->gpuPciDeviceID);
+    A(GPU_PCI_SUBSYSTEM_ID, p->gpuPciSubsystemID);
+    A(HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
+    A(HOST_NUMA_MEMORY_POOLS_SUPPORTED, 0);
+    A(HOST_NUMA_MULTINODE_IPC_SUPPORTED, p->hostNumaMultinodeIpcSupported);
+    A(HOST_MEMORY_POOLS_SUPPORTED, 0);
+    A(HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
+    A(HOST_ALLOC_DMA_BUF_SUPPORTED, 0);
+    A(ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED, 0);
+#undef A
+}
+
+static void reset_context_state(struct host_backend *h)
+{
+    static const uint64_t defaults[HOST_LIMIT_COUNT] = {
+        1024,      /* CU_LIMIT_STACK_SIZE */
+        1 << 20,   /* CU_LIMIT_PRINTF_FIFO_SIZE */
+        8 << 20,   /* CU_LIMIT_MALLOC_HEAP_SIZE */
+        2,         /* CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH */
+        2048,      /* CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT */
+        64,        /* CU_LIMIT_MAX_L2_FETCH_GRANULARITY */
+        0,         /* CU_LIMIT_PERSISTING_L2_CACHE_SIZE */
+        228 << 10, /* CU_LIMIT_SHMEM_SIZE (query only) */
+        0,         /* CU_LIMIT_CIG_ENABLED (query only) */
+        0,         /* CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED */
+    };
+    memcpy(h->limits, defaults, sizeof defaults);
+    h->cache_config = CU_FUNC_CACHE_PREFER_NONE;
+    h->ctx_flags = 0;
+}
+
+/* ---- allocation table ---- */
+
+/* Index of the allocation containing ptr, or -1. */
+static long find_alloc(const struct host_backend *h, uint64_t ptr)
+{
+    size_t lo = 0, hi = h->nallocs; /* first index with addr > ptr */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (h->allocs[mid].addr <= ptr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return -1;
+    const struct halloc *a = &h->allocs[lo - 1];
+    return ptr - a->addr < a->size ? (long)(lo - 1) : -1;
+}
+
+/* Bytes spanned by a pitched region, 0 when empty; -1 when malformed. */
+static int extent_2d(uint64_t pitch, uint64_t width, uint64_t rows, uint64_t *extent)
+{
+    *extent = 0;
+    if (width == 0 || rows == 0)
+        return 0;
+    if (rows > 1 && pitch < width)
+        return -1;
+    uint64_t span;
+    if (__builtin_mul_overflow(rows - 1, pitch, &span) || __builtin_add_overflow(span, width, &span))
+        return -1;
+    *extent = span;
+    return 0;
+}
+
+/* CUDA_SUCCESS when [ptr, ptr + len) lies inside one live allocation. */
+static CUresult check_range(const struct host_backend *h, uint64_t ptr, uint64_t len)
+{
+    long i = find_alloc(h, ptr);
+    if (i < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct halloc *a = &h->allocs[i];
+    return len <= a->size - (ptr - a->addr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult check_2d(const struct host_backend *h, uint64_t ptr, uint64_t pitch, uint64_t width,
+                         uint64_t rows)
+{
+    uint64_t extent;
+    if (extent_2d(pitch, width, rows, &extent) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return extent ? check_range(h, ptr, extent) : CUDA_SUCCESS;
+}
+
+static CUresult alloc_insert(struct host_backend *h, uint64_t size, struct hpool *pool, uint64_t *dptr)
+{
+    if (size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (size > h->total - h->used)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (pool && pool->max_size && (pool->used > pool->max_size || size > pool->max_size - pool->used))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (h->nallocs == h->cap_allocs) {
+        size_t cap = h->cap_allocs ? h->cap_allocs * 2 : 64;
+        struct halloc *n = realloc(h->allocs, cap * sizeof *n);
+        if (n == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        h->allocs = n;
+        h->cap_allocs = cap;
+    }
+    /* Page-aligned (so 256-aligned) and zero-filled, so that no earlier
+     * contents of the server's heap can leak to the client. */
+    void *mem = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t addr = (uint64_t)(uintptr_t)mem;
+    size_t pos = h->nallocs;
+    while (pos > 0 && h->allocs[pos - 1].addr > addr)
+        pos--;
+    memmove(&h->allocs[pos + 1], &h->allocs[pos], (h->nallocs - pos) * sizeof *h->allocs);
+    h->allocs[pos] = (struct halloc){addr, size, pool};
+    h->nallocs++;
+    h->used += size;
+    if (pool) {
+        pool->used += size;
+        if (pool->used > pool->used_high)
+            pool->used_high = pool->used;
+    }
+    *dptr = addr;
+    return CUDA_SUCCESS;
+}
+
+static void alloc_remove(struct host_backend *h, size_t i)
+{
+    struct halloc a = h->allocs[i];
+    munmap((void *)(uintptr_t)a.addr, (size_t)a.size);
+    h->used -= a.size;
+    if (a.pool)
+        a.pool->used -= a.size;
+    memmove(&h->allocs[i], &h->allocs[i + 1], (h->nallocs - i - 1) * sizeof *h->allocs);
+    h->nallocs--;
+}
+
+static CUresult alloc_free(struct host_backend *h, uint64_t dptr)
+{
+    long i = find_alloc(h, dptr);
+    if (i < 0 || h->allocs[i].addr != dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    alloc_remove(h, (size_t)i);
+    return CUDA_SUCCESS;
+}
+
+/* ---- object validation ---- */
+
+static int stream_ok(const struct host_backend *h, flyt_bhandle s)
+{
+    return s == FLYT_BSTREAM_DEFAULT || s == FLYT_BSTREAM_LEGACY || s == FLYT_BSTREAM_PER_THREAD ||
+           set_has(&h->streams, s);
+}
+
+static struct hpool *new_pool(uint64_t max_size)
+{
+    struct hpool *p = calloc(1, sizeof *p);
+    if (p) {
+        p->max_size = max_size;
+        p->reuse[0] = p->reuse[1] = p->reuse[2] = 1;
+    }
+    return p;
+}
+
+/* Drops every object; the default pool is made afresh. */
+static void drop_all(struct host_backend *h)
+{
+    while (h->nallocs > 0)
+        alloc_remove(h, h->nallocs - 1);
+    for (size_t i = 0; i < h->streams.n; i++)
+        free(h->streams.items[i]);
+    for (size_t i = 0; i < h->events.n; i++)
+        free(h->events.items[i]);
+    for (size_t i = 0; i < h->modules.n; i++) {
+        struct hmodule *m = h->modules.items[i];
+        free(m->image);
+        free(m);
+    }
+    for (size_t i = 0; i < h->pools.n; i++)
+        free(h->pools.items[i]);
+    h->streams.n = h->events.n = h->modules.n = h->pools.n = 0;
+    h->default_pool = NULL;
+}
+
+static int make_default_pool(struct host_backend *h)
+{
+    struct hpool *p = new_pool(0);
+    if (p == NULL || set_add(&h->pools, p) != 0) {
+        free(p);
+        return -1;
+    }
+    h->default_pool = p;
+    return 0;
+}
+
+/* ---- device ---- */
+
+static void host_close(flyt_backend *b)
+{
+    struct host_backend *h = HB(b);
+    drop_all(h);
+    free(h->allocs);
+    free(h->streams.items);
+    free(h->events.items);
+    free(h->modules.items);
+    free(h->pools.items);
+    for (size_t i = 0; i < h->nstaging; i++)
+        free((char *)h->staging_cache[i] - STAGING_HDR);
+    free(h);
+}
+
+static CUresult host_device_count(flyt_backend *b, int *count)
+{
+    (void)b;
+    *count = 1;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_device_props(flyt_backend *b, struct cudaDeviceProp *out)
+{
+    *out = HB(b)->props;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_device_attr(flyt_backend *b, int attr, int *value)
+{
+    struct host_backend *h = HB(b);
+    if (attr <= 0 || attr >= HOST_ATTR_MAX || !h->attr_known[attr])
+        return CUDA_ERROR_INVALID_VALUE;
+    *value = h->attr[attr];
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_device_sync(flyt_backend *b)
+{
+    (void)b;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_device_reset(flyt_backend *b)
+{
+    struct host_backend *h = HB(b);
+    drop_all(h);
+    reset_context_state(h);
+    return make_default_pool(h) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult host_get_limit(flyt_backend *b, int limit, uint64_t *value)
+{
+    if (limit < 0 || limit >= HOST_LIMIT_COUNT)
+        return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    *value = HB(b)->limits[limit];
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_set_limit(flyt_backend *b, int limit, uint64_t value)
+{
+    struct host_backend *h = HB(b);
+    if (limit < 0 || limit >= HOST_LIMIT_COUNT || limit == CU_LIMIT_SHMEM_SIZE ||
+        limit == CU_LIMIT_CIG_ENABLED)
+        return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    if (limit == CU_LIMIT_MAX_L2_FETCH_GRANULARITY && value > 128)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (limit == CU_LIMIT_PERSISTING_L2_CACHE_SIZE &&
+        value > (uint64_t)h->props.persistingL2CacheMaxSize)
+        return CUDA_ERROR_INVALID_VALUE;
+    h->limits[limit] = value;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_mem_info(flyt_backend *b, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    struct host_backend *h = HB(b);
+    *free_bytes = h->total - h->used;
+    *total_bytes = h->total;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_pci_bus_id(flyt_backend *b, char *buf, int len)
+{
+    (void)b;
+    if (buf == NULL || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(buf, (size_t)len, "0000:00:00.0");
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_prio_range(flyt_backend *b, int *least, int *greatest)
+{
+    (void)b;
+    *least = HOST_PRIO_LEAST;
+    *greatest = HOST_PRIO_GREATEST;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_get_cache_config(flyt_backend *b, int *config)
+{
+    *config = HB(b)->cache_config;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_set_cache_config(flyt_backend *b, int config)
+{
+    if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    HB(b)->cache_config = config;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_get_ctx_flags(flyt_backend *b, unsigned *flags)
+{
+    *flags = HB(b)->ctx_flags;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_set_ctx_flags(flyt_backend *b, unsigned flags)
+{
+    if ((flags & ~(unsigned)CU_CTX_FLAGS_MASK) || (flags & CU_CTX_SCHED_MASK) > CU_CTX_SCHED_BLOCKING_SYNC)
+        return CUDA_ERROR_INVALID_VALUE;
+    HB(b)->ctx_flags = flags;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_driver_version(flyt_backend *b, int *version)
+{
+    (void)b;
+    *version = 13000;
+    return CUDA_SUCCESS;
+}
+
+/* ---- memory ---- */
+
+static CUresult host_mem_alloc(flyt_backend *b, uint64_t size, uint64_t *dptr)
+{
+    return alloc_insert(HB(b), size, NULL, dptr);
+}
+
+static CUresult host_mem_free(flyt_backend *b, uint64_t dptr)
+{
+    return alloc_free(HB(b), dptr);
+}
+
+static CUresult host_mem_alloc_pitch(flyt_backend *b, uint64_t width, uint64_t height, uint64_t *dptr,
+                                     uint64_t *pitch)
+{
+    if (width == 0 || height == 0 || width > UINT64_MAX - HOST_PITCH_ALIGN)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t p = (width + HOST_PITCH_ALIGN - 1) / HOST_PITCH_ALIGN * HOST_PITCH_ALIGN, size;
+    if (__builtin_mul_overflow(p, height, &size))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = alloc_insert(HB(b), size, NULL, dptr);
+    if (r == CUDA_SUCCESS)
+        *pitch = p;
+    return r;
+}
+
+static CUresult host_mem_alloc_async(flyt_backend *b, uint64_t size, flyt_bhandle pool,
+                                     flyt_bhandle stream, uint64_t *dptr)
+{
+    struct host_backend *h = HB(b);
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (pool == NULL)
+        pool = h->default_pool;
+    else if (!set_has(&h->pools, pool))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return alloc_insert(h, size, pool, dptr);
+}
+
+static CUresult host_mem_free_async(flyt_backend *b, uint64_t dptr, flyt_bhandle stream)
+{
+    struct host_backend *h = HB(b);
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return alloc_free(h, dptr);
+}
+
+static CUresult host_pointer_attrs(flyt_backend *b, uint64_t ptr, flyt_rep_pointer_attrs *out)
+{
+    struct host_backend *h = HB(b);
+    memset(out, 0, sizeof *out);
+    long i = find_alloc(h, ptr);
+    if (i < 0) {
+        out->type = cudaMemoryTypeUnregistered;
+        out->device = cudaInvalidDeviceId;
+        return CUDA_SUCCESS;
+    }
+    out->type = cudaMemoryTypeDevice;
+    out->device = 0;
+    out->device_pointer = ptr;
+    out->base = h->allocs[i].addr;
+    out->size = h->allocs[i].size;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_pool_default(flyt_backend *b, flyt_bhandle *pool)
+{
+    struct host_backend *h = HB(b);
+    if (h->default_pool == NULL && make_default_pool(h) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pool = h->default_pool;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_pool_create(flyt_backend *b, uint64_t max_size, flyt_bhandle *pool)
+{
+    struct host_backend *h = HB(b);
+    struct hpool *p = new_pool(max_size);
+    if (p == NULL || set_add(&h->pools, p) != 0) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pool = p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_pool_destroy(flyt_backend *b, flyt_bhandle pool)
+{
+    struct host_backend *h = HB(b);
+    if (pool == NULL || !set_has(&h->pools, pool))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (pool == h->default_pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* As in CUDA, outstanding allocations stay valid; they just leave the pool. */
+    for (size_t i = 0; i < h->nallocs; i++)
+        if (h->allocs[i].pool == pool)
+            h->allocs[i].pool = NULL;
+    set_del(&h->pools, pool);
+    free(pool);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_pool_trim(flyt_backend *b, flyt_bhandle pool, uint64_t keep_bytes)
+{
+    (void)keep_bytes;
+    return pool && set_has(&HB(b)->pools, pool) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult host_pool_set_attr(flyt_backend *b, flyt_bhandle pool, int attr, uint64_t value)
+{
+    if (pool == NULL || !set_has(&HB(b)->pools, pool))
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct hpool *p = pool;
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] = value ? 1 : 0;
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        p->release_threshold = value;
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: /* may only be reset to zero */
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        if (value != 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        p->used_high = p->used;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static CUresult host_pool_get_attr(flyt_backend *b, flyt_bhandle pool, int attr, uint64_t *value)
+{
+    if (pool == NULL || !set_has(&HB(b)->pools, pool))
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct hpool *p = pool;
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        *value = p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        *value = p->release_threshold;
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: /* nothing is kept in reserve */
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+        *value = p->used;
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        *value = p->used_high;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+/* ---- copies ---- */
+
+static void *host_staging_get(flyt_backend *b, size_t want, size_t *got)
+{
+    struct host_backend *h = HB(b);
+    size_t n = want == 0 ? 1 : want < HOST_STAGING_MAX ? want : HOST_STAGING_MAX;
+    for (size_t i = 0; i < h->nstaging; i++) {
+        void *buf = h->staging_cache[i];
+        size_t cap;
+        memcpy(&cap, (char *)buf - STAGING_HDR, sizeof cap);
+        if (cap >= n) {
+            h->staging_cache[i] = h->staging_cache[--h->nstaging];
+            *got = n;
+            return buf;
+        }
+    }
+    char *raw = malloc(STAGING_HDR + n);
+    if (raw == NULL)
+        return NULL;
+    memcpy(raw, &n, sizeof n);
+    *got = n;
+    return raw + STAGING_HDR;
+}
+
+static void host_staging_put(flyt_backend *b, void *staging)
+{
+    struct host_backend *h = HB(b);
+    if (staging == NULL)
+        return;
+    if (h->nstaging < HOST_STAGING_CACHE) {
+        h->staging_cache[h->nstaging++] = staging;
+        return;
+    }
+    free((char *)staging - STAGING_HDR);
+}
+
+static CUresult host_htod_2d(flyt_backend *b, uint64_t dst, uint64_t dst_pitch, void *staging,
+                             uint64_t width, uint64_t rows, flyt_bhandle stream)
+{
+    struct host_backend *h = HB(b);
+    CUresult r = stream_ok(h, stream) ? check_2d(h, dst, dst_pitch, width, rows) : CUDA_ERROR_INVALID_HANDLE;
+    if (r == CUDA_SUCCESS && width && rows)
+        for (uint64_t i = 0; i < rows; i++)
+            memcpy((char *)(uintptr_t)(dst + i * dst_pitch), (char *)staging + i * width, width);
+    host_staging_put(b, staging); /* ours now, whatever happened */
+    return r;
+}
+
+static CUresult host_dtoh_2d(flyt_backend *b, void *dst, uint64_t src, uint64_t src_pitch,
+                             uint64_t width, uint64_t rows, flyt_bhandle stream)
+{
+    struct host_backend *h = HB(b);
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = check_2d(h, src, src_pitch, width, rows);
+    if (r != CUDA_SUCCESS || !width || !rows)
+        return r;
+    for (uint64_t i = 0; i < rows; i++)
+        memcpy((char *)dst + i * width, (const char *)(uintptr_t)(src + i * src_pitch), width);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_dtod_2d(flyt_backend *b, uint64_t dst, uint64_t dst_pitch, uint64_t src,
+                             uint64_t src_pitch, uint64_t width, uint64_t rows, flyt_bhandle stream)
+{
+    struct host_backend *h = HB(b);
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = check_2d(h, dst, dst_pitch, width, rows);
+    if (r == CUDA_SUCCESS)
+        r = check_2d(h, src, src_pitch, width, rows);
+    if (r != CUDA_SUCCESS || !width || !rows)
+        return r;
+    for (uint64_t i = 0; i < rows; i++)
+        memmove((char *)(uintptr_t)(dst + i * dst_pitch), (const char *)(uintptr_t)(src + i * src_pitch),
+                width);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_memset_2d(flyt_backend *b, uint64_t dst, uint64_t pitch, unsigned char value,
+                               uint64_t width, uint64_t rows, flyt_bhandle stream)
+{
+    struct host_backend *h = HB(b);
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = check_2d(h, dst, pitch, width, rows);
+    if (r != CUDA_SUCCESS || !width || !rows)
+        return r;
+    for (uint64_t i = 0; i < rows; i++)
+        memset((char *)(uintptr_t)(dst + i * pitch), value, width);
+    return CUDA_SUCCESS;
+}
+
+/* ---- streams ---- */
+
+static CUresult host_stream_create(flyt_backend *b, unsigned flags, int priority, flyt_bhandle *stream)
+{
+    struct host_backend *h = HB(b);
+    if (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct hstream *s = malloc(sizeof *s);
+    if (s == NULL || set_add(&h->streams, s) != 0) {
+        free(s);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* CUDA clamps priorities into the device's range. */
+    if (priority > HOST_PRIO_LEAST)
+        priority = HOST_PRIO_LEAST;
+    if (priority < HOST_PRIO_GREATEST)
+        priority = HOST_PRIO_GREATEST;
+    s->flags = flags;
+    s->priority = priority;
+    *stream = s;
+    return CUDA_SUCCESS;
+}
+
+static int is_created_stream(const struct host_backend *h, flyt_bhandle s)
+{
+    return s != FLYT_BSTREAM_DEFAULT && s != FLYT_BSTREAM_LEGACY && s != FLYT_BSTREAM_PER_THREAD &&
+           set_has(&h->streams, s);
+}
+
+static CUresult host_stream_destroy(flyt_backend *b, flyt_bhandle stream)
+{
+    struct host_backend *h = HB(b);
+    if (!is_created_stream(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    set_del(&h->streams, stream);
+    free(stream);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_stream_sync(flyt_backend *b, flyt_bhandle stream)
+{
+    return stream_ok(HB(b), stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult host_stream_query(flyt_backend *b, flyt_bhandle stream)
+{
+    return stream_ok(HB(b), stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult host_stream_wait_event(flyt_backend *b, flyt_bhandle stream, flyt_bhandle event,
+                                       unsigned flags)
+{
+    struct host_backend *h = HB(b);
+    if (!stream_ok(h, stream) || event == NULL || !set_has(&h->events, event))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_stream_get_flags(flyt_backend *b, flyt_bhandle stream, unsigned *flags)
+{
+    struct host_backend *h = HB(b);
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *flags = is_created_stream(h, stream) ? ((struct hstream *)stream)->flags : 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_stream_get_priority(flyt_backend *b, flyt_bhandle stream, int *priority)
+{
+    struct host_backend *h = HB(b);
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *priority = is_created_stream(h, stream) ? ((struct hstream *)stream)->priority : 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_stream_host_func(flyt_backend *b, flyt_bhandle stream, flyt_host_func_cb fn,
+                                      void *arg)
+{
+    if (!stream_ok(HB(b), stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (fn == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    fn(arg); /* all earlier work is done: everything is synchronous */
+    return CUDA_SUCCESS;
+}
+
+/* ---- events ---- */
+
+#define EVENT_FLAGS (CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS)
+
+static CUresult host_event_create(flyt_backend *b, unsigned flags, flyt_bhandle *event)
+{
+    struct host_backend *h = HB(b);
+    if ((flags & ~(unsigned)EVENT_FLAGS) ||
+        ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING)))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct hevent *e = calloc(1, sizeof *e);
+    if (e == NULL || set_add(&h->events, e) != 0) {
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    e->flags = flags;
+    *event = e;
+    return CUDA_SUCCESS;
+}
+
+static int event_ok(const struct host_backend *h, flyt_bhandle e)
+{
+    return e != NULL && set_has(&h->events, e);
+}
+
+static CUresult host_event_destroy(flyt_backend *b, flyt_bhandle event)
+{
+    struct host_backend *h = HB(b);
+    if (!event_ok(h, event))
+        return CUDA_ERROR_INVALID_HANDLE;
+    set_del(&h->events, event);
+    free(event);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_event_record(flyt_backend *b, flyt_bhandle event, flyt_bhandle stream,
+                                  unsigned flags)
+{
+    struct host_backend *h = HB(b);
+    if (!event_ok(h, event) || !stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct hevent *e = event;
+    clock_gettime(CLOCK_MONOTONIC, &e->when);
+    e->recorded = 1;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_event_query(flyt_backend *b, flyt_bhandle event)
+{
+    return event_ok(HB(b), event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult host_event_sync(flyt_backend *b, flyt_bhandle event)
+{
+    return event_ok(HB(b), event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult host_event_elapsed(flyt_backend *b, flyt_bhandle start, flyt_bhandle end, float *ms)
+{
+    struct host_backend *h = HB(b);
+    if (!event_ok(h, start) || !event_ok(h, end))
+        return CUDA_ERROR_INVALID_HANDLE;
+    const struct hevent *s = start, *e = end;
+    /* As the driver does: no timing data, or never recorded. */
+    if ((s->flags | e->flags) & CU_EVENT_DISABLE_TIMING || !s->recorded || !e->recorded)
+        return CUDA_ERROR_INVALID_HANDLE;
+    double d = (double)(e->when.tv_sec - s->when.tv_sec) * 1e3 +
+               (double)(e->when.tv_nsec - s->when.tv_nsec) / 1e6;
+    *ms = (float)d;
+    return CUDA_SUCCESS;
+}
+
+/* ---- modules and kernels ---- */
+
+#define FATBIN_MAGIC 0xBA55ED50u
+
+/* A fatbinary (its header's sizes fit in `size`) or an ELF image. */
+static int image_plausible(const unsigned char *img, size_t size)
+{
+    if (size >= 16) {
+        uint32_t magic;
+        uint16_t hdr_size;
+        uint64_t fat_size;
+        memcpy(&magic, img, 4);
+        memcpy(&hdr_size, img + 6, 2);
+        memcpy(&fat_size, img + 8, 8);
+        if (magic == FATBIN_MAGIC)
+            return hdr_size >= 16 && hdr_size <= size && fat_size <= size - hdr_size;
+    }
+    return size >= 64 && memcmp(img, "\x7f" "ELF", 4) == 0;
+}
+
+static CUresult host_module_load(flyt_backend *b, const void *image, size_t size, flyt_bhandle *module)
+{
+    struct host_backend *h = HB(b);
+    if (image == NULL || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!image_plausible(image, size))
+        return CUDA_ERROR_INVALID_IMAGE;
+    struct hmodule *m = malloc(sizeof *m);
+    void *copy = malloc(size);
+    if (m == NULL || copy == NULL || set_add(&h->modules, m) != 0) {
+        free(m);
+        free(copy);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memcpy(copy, image, size);
+    m->image = copy;
+    m->size = size;
+    *module = m;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_module_unload(flyt_backend *b, flyt_bhandle module)
+{
+    struct host_backend *h = HB(b);
+    if (module == NULL || !set_del(&h->modules, module))
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct hmodule *m = module;
+    free(m->image);
+    free(m);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_func_get(flyt_backend *b, flyt_bhandle module, const char *name, flyt_bhandle *func)
+{
+    (void)name;
+    (void)func;
+    if (module == NULL || !set_has(&HB(b)->modules, module))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_ERROR_NOT_SUPPORTED; /* this backend runs no kernels */
+}
+
+static CUresult host_global_get(flyt_backend *b, flyt_bhandle module, const char *name, uint64_t *dptr,
+                                uint64_t *size)
+{
+    (void)name;
+    (void)dptr;
+    (void)size;
+    if (module == NULL || !set_has(&HB(b)->modules, module))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* No function handle can exist, so every function operation is refused. */
+static CUresult host_func_param_info(flyt_backend *b, flyt_bhandle func, uint32_t index,
+                                     uint32_t *offset, uint32_t *size)
+{
+    (void)b, (void)func, (void)index, (void)offset, (void)size;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult host_func_get_attr(flyt_backend *b, flyt_bhandle func, int attr, int *value)
+{
+    (void)b, (void)func, (void)attr, (void)value;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult host_func_set_attr(flyt_backend *b, flyt_bhandle func, int attr, int value)
+{
+    (void)b, (void)func, (void)attr, (void)value;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult host_func_set_cache(flyt_backend *b, flyt_bhandle func, int config)
+{
+    (void)b, (void)func, (void)config;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult host_launch(flyt_backend *b, flyt_bhandle func, const uint32_t grid[3],
+                            const uint32_t block[3], uint32_t shared_mem, flyt_bhandle stream,
+                            const void *params, uint32_t param_bytes, const flyt_launch_attr *attrs,
+                            uint32_t attr_count)
+{
+    (void)b, (void)func, (void)grid, (void)block, (void)shared_mem, (void)stream;
+    (void)params, (void)param_bytes, (void)attrs, (void)attr_count;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult host_occupancy(flyt_backend *b, flyt_bhandle func, int block_size, uint64_t dyn_smem,
+                               unsigned flags, int *num_blocks)
+{
+    (void)b, (void)func, (void)block_size, (void)dyn_smem, (void)flags, (void)num_blocks;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult host_occupancy_smem(flyt_backend *b, flyt_bhandle func, int num_blocks, int block_size,
+                                    uint64_t *smem)
+{
+    (void)b, (void)func, (void)num_blocks, (void)block_size, (void)smem;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static const struct flyt_backend_ops host_ops = {
+    .name = "host",
+    .close = host_close,
+    .device_count = host_device_count,
+    .device_props = host_device_props,
+    .device_attr = host_device_attr,
+    .device_sync = host_device_sync,
+    .device_reset = host_device_reset,
+    .get_limit = host_get_limit,
+    .set_limit = host_set_limit,
+    .mem_info = host_mem_info,
+    .pci_bus_id = host_pci_bus_id,
+    .prio_range = host_prio_range,
+    .get_cache_config = host_get_cache_config,
+    .set_cache_config = host_set_cache_config,
+    .get_ctx_flags = host_get_ctx_flags,
+    .set_ctx_flags = host_set_ctx_flags,
+    .driver_version = host_driver_version,
+    .mem_alloc = host_mem_alloc,
+    .mem_free = host_mem_free,
+    .mem_alloc_pitch = host_mem_alloc_pitch,
+    .mem_alloc_async = host_mem_alloc_async,
+    .mem_free_async = host_mem_free_async,
+    .pointer_attrs = host_pointer_attrs,
+    .pool_default = host_pool_default,
+    .pool_create = host_pool_create,
+    .pool_destroy = host_pool_destroy,
+    .pool_trim = host_pool_trim,
+    .pool_set_attr = host_pool_set_attr,
+    .pool_get_attr = host_pool_get_attr,
+    .staging_get = host_staging_get,
+    .staging_put = host_staging_put,
+    .htod_2d = host_htod_2d,
+    .dtoh_2d = host_dtoh_2d,
+    .dtod_2d = host_dtod_2d,
+    .memset_2d = host_memset_2d,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .stream_sync = host_stream_sync,
+    .stream_query = host_stream_query,
+    .stream_wait_event = host_stream_wait_event,
+    .stream_get_flags = host_stream_get_flags,
+    .stream_get_priority = host_stream_get_priority,
+    .stream_host_func = host_stream_host_func,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .event_query = host_event_query,
+    .event_sync = host_event_sync,
+    .event_elapsed = host_event_elapsed,
+    .module_load = host_module_load,
+    .module_unload = host_module_unload,
+    .func_get = host_func_get,
+    .func_param_info = host_func_param_info,
+    .global_get = host_global_get,
+    .func_get_attr = host_func_get_attr,
+    .func_set_attr = host_func_set_attr,
+    .func_set_cache = host_func_set_cache,
+    .launch = host_launch,
+    .occupancy = host_occupancy,
+    .occupancy_smem = host_occupancy_smem,
+};
+
+/* FLYT_HOST_BACKEND_MEM: total fake device memory in bytes (default 1 GiB). */
+static int parse_total(uint64_t *total, char *err, size_t errlen)
+{
+    const char *s = getenv("FLYT_HOST_BACKEND_MEM");
+    *total = HOST_DEFAULT_MEM;
+    if (s == NULL || *s == '\0')
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end != '\0' || v == 0 || *s < '0' || *s > '9') {
+        snprintf(err, errlen, "FLYT_HOST_BACKEND_MEM must be a positive number of bytes: %s", s);
+        return -1;
+    }
+    *total = v;
+    return 0;
+}
+
+flyt_backend *flyt_backend_host_open(int gpu, char *err, size_t errlen)
+{
+    if (gpu != 0) {
+        snprintf(err, errlen, "the host test backend has one device (0), not %d", gpu);
+        return NULL;
+    }
+    uint64_t total;
+    if (parse_total(&total, err, errlen) != 0)
+        return NULL;
+    struct host_backend *h = calloc(1, sizeof *h);
+    if (h == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    h->base.ops = &host_ops;
+    h->total = total;
+    fill_props(h);
+    fill_attrs(h);
+    reset_context_state(h);
+    if (make_default_pool(h) != 0) {
+        snprintf(err, errlen, "out of memory");
+        host_close(&h->base);
+        return NULL;
+    }
+    return &h->base;
+}

@@ -1,0 +1,394 @@
+/*
+ * Modules, functions, globals, launches and occupancy. Fatbinaries are known
+ * by their SHA-256: shipped once per session (or never, if the cache dir
+ * has them), verified against their hash before the driver sees them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "flyt_log.h"
+#include "module_cache.h"
+#include "session.h"
+
+/* ---- modules ---- */
+
+struct find_hash {
+    const uint8_t      *sha;
+    struct flyt_hentry *found;
+};
+
+static int match_hash(struct flyt_hentry *e, void *arg)
+{
+    struct find_hash *f = arg;
+    if (e->type != FLYT_H_MODULE || memcmp(e->u.module.sha256, f->sha, 32) != 0)
+        return 0;
+    f->found = e;
+    return 1;
+}
+
+/* A module this session already loaded from the same image is shared: the
+ * same id comes back and MODULE_UNLOAD counts the loads down. */
+static int reuse_loaded(flyt_session *s, const uint8_t sha[32], flyt_rep_module_load *rep)
+{
+    struct find_hash f = {sha, NULL};
+    if (!flyt_handles_foreach(&s->handles, match_hash, &f))
+        return 0;
+    f.found->u.module.refs++;
+    rep->module = f.found->id;
+    return 1;
+}
+
+static CUresult load_image(flyt_session *s, const void *image, uint64_t size,
+                           const uint8_t sha[32], flyt_rep_module_load *rep)
+{
+    flyt_bhandle mod = NULL;
+    CUresult e = FLYT_BCALL(s, module_load, image, (size_t)size, &mod);
+    if (e != CUDA_SUCCESS)
+        return e;
+    struct flyt_hentry *h = flyt_handles_add(&s->handles, FLYT_H_MODULE, mod);
+    if (h == NULL) {
+        FLYT_BCALL(s, module_unload, mod);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memcpy(h->u.module.sha256, sha, 32);
+    h->u.module.refs = 1;
+    rep->module = h->id;
+    return CUDA_SUCCESS;
+}
+
+/* has_data = 0: load from what the session or the cache dir holds, or ask
+ * the client for the image. */
+static void load_known(flyt_session *s, flyt_call *c, const flyt_req_module_load *r,
+                       flyt_rep_module_load *rep)
+{
+    if (reuse_loaded(s, r->sha256, rep))
+        return;
+    void *image = flyt_cache_load(s->cfg->cache_dir, r->sha256, r->size);
+    if (image == NULL) {
+        rep->need_data = 1;
+        return;
+    }
+    c->result = load_image(s, image, r->size, r->sha256, rep);
+    free(image);
+}
+
+/* has_data = 1: the image follows; it must hash to what the request says. */
+static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *r,
+                     flyt_rep_module_load *rep)
+{
+    if (r->size == 0) {
+        c->result = CUDA_ERROR_INVALID_IMAGE;
+        return FLYT_CONT;
+    }
+    void *image = malloc(r->size);
+    if (image == NULL) {
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        return flyt_skip_data(s, c) == 0 ? FLYT_CONT : FLYT_END_IO;
+    }
+    if (flyt_recv_data(s, c, image, r->size) != 0) {
+        free(image);
+        return FLYT_END_IO;
+    }
+    uint8_t sha[32];
+    flyt_sha256(image, r->size, sha);
+    if (memcmp(sha, r->sha256, 32) != 0) {
+        char want[65], got[65];
+        flyt_sha256_hex(r->sha256, want);
+        flyt_sha256_hex(sha, got);
+        flyt_error("MODULE_LOAD from %s: image of %llu bytes hashes to %s, request says %s; refused",
+                   s->peer, (unsigned long long)r->size, got, want);
+        c->result = CUDA_ERROR_INVALID_VALUE;
+    } else if (!reuse_loaded(s, sha, rep)) {
+        flyt_cache_store(s->cfg->cache_dir, sha, image, r->size);
+        c->result = load_image(s, image, r->size, sha, rep);
+    }
+    free(image);
+    return FLYT_CONT;
+}
+
+int handle_MODULE_LOAD(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_module_load *r = c->req;
+    if (r->has_data > 1)
+        return flyt_violation(s, c, "has_data is %u", r->has_data);
+    if (r->size > FLYT_MAX_FATBIN)
+        return flyt_violation(s, c, "fatbinary of %llu bytes is over the %u-byte limit",
+                              (unsigned long long)r->size, FLYT_MAX_FATBIN);
+    int rc = flyt_expect_data(s, c, r->has_data ? r->size : 0);
+    if (rc != FLYT_CONT)
+        return rc;
+    if (r->has_data)
+        return load_sent(s, c, r, c->rep);
+    load_known(s, c, r, c->rep);
+    return FLYT_CONT;
+}
+
+static int func_of_module(const struct flyt_hentry *e, void *arg)
+{
+    return e->type == FLYT_H_FUNC && e->u.func.module == *(const uint64_t *)arg;
+}
+
+int handle_MODULE_UNLOAD(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    struct flyt_hentry *e = flyt_handles_get(&s->handles, r->handle, FLYT_H_MODULE);
+    if (e == NULL) {
+        c->result = CUDA_ERROR_INVALID_HANDLE;
+        return FLYT_CONT;
+    }
+    if (e->u.module.refs > 1) {
+        e->u.module.refs--;
+        return FLYT_CONT;
+    }
+    c->result = FLYT_BCALL(s, module_unload, e->bh);
+    if (c->result != CUDA_SUCCESS)
+        return FLYT_CONT;
+    /* its functions die with it: their ids must not reach the backend again */
+    uint64_t id = r->handle;
+    flyt_handles_remove_if(&s->handles, func_of_module, &id);
+    flyt_handles_remove(&s->handles, id);
+    return FLYT_CONT;
+}
+
+/* ---- functions and globals ---- */
+
+/* Reads FUNC_GET's / GLOBAL_GET's trailing name. FLYT_CONT with c->result
+ * set when the name itself is malformed (it was still read in full). */
+static int read_name(flyt_session *s, flyt_call *c, char name[FLYT_MAX_NAME])
+{
+    const flyt_req_named *r = c->req;
+    if (r->name_len == 0 || r->name_len > FLYT_MAX_NAME)
+        return flyt_violation(s, c, "name_len %u not in 1..%u", r->name_len, FLYT_MAX_NAME);
+    int rc = flyt_expect_data(s, c, r->name_len);
+    if (rc != FLYT_CONT)
+        return rc;
+    if (flyt_recv_data(s, c, name, r->name_len) != 0)
+        return FLYT_END_IO;
+    /* exactly one NUL, at the end */
+    if (name[r->name_len - 1] != '\0' || memchr(name, '\0', r->name_len - 1) != NULL)
+        c->result = CUDA_ERROR_INVALID_VALUE;
+    return FLYT_CONT;
+}
+
+/* Asks the backend for each parameter until it says there are no more. */
+static CUresult param_layout(flyt_session *s, flyt_bhandle func, struct flyt_func_info *fi)
+{
+    uint32_t cap = 0;
+    for (uint32_t i = 0;; i++) {
+        uint32_t off = 0, size = 0;
+        CUresult e = FLYT_BCALL(s, func_param_info, func, i, &off, &size);
+        if (e == CUDA_ERROR_INVALID_VALUE)
+            return CUDA_SUCCESS;
+        if (e != CUDA_SUCCESS)
+            return e;
+        uint32_t end;
+        if (i >= FLYT_MAX_PARAMS || __builtin_add_overflow(off, size, &end) ||
+            end > FLYT_MAX_PARAM_BYTES) {
+            flyt_warn("kernel parameter %u (offset %u, size %u) is past Flyt's limits", i, off,
+                      size);
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        if (i == cap) {
+            cap = cap ? cap * 2 : 8;
+            flyt_param *p = realloc(fi->params, cap * sizeof *p);
+            if (p == NULL)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            fi->params = p;
+        }
+        fi->params[i] = (flyt_param){off, size};
+        fi->param_count = i + 1;
+        if (end > fi->param_bytes)
+            fi->param_bytes = end;
+    }
+}
+
+int handle_FUNC_GET(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_named *r = c->req;
+    flyt_rep_func *rep = c->rep;
+    char name[FLYT_MAX_NAME];
+    int rc = read_name(s, c, name);
+    if (rc != FLYT_CONT || c->result != CUDA_SUCCESS)
+        return rc;
+    flyt_bhandle mod, func = NULL;
+    c->result = flyt_lookup(s, r->module, FLYT_H_MODULE, &mod);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, func_get, mod, name, &func);
+    if (c->result != CUDA_SUCCESS)
+        return FLYT_CONT;
+    struct flyt_func_info fi = {.module = r->module};
+    c->result = param_layout(s, func, &fi);
+    struct flyt_hentry *e = NULL;
+    if (c->result == CUDA_SUCCESS) {
+        e = flyt_handles_add(&s->handles, FLYT_H_FUNC, func);
+        if (e == NULL)
+            c->result = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (e == NULL) {
+        free(fi.params);
+        return FLYT_CONT;
+    }
+    e->u.func = fi; /* the entry owns the layout now */
+    rep->func = e->id;
+    rep->param_count = fi.param_count;
+    rep->param_bytes = fi.param_bytes;
+    if (flyt_reply(s, c, CUDA_SUCCESS, fi.params, fi.param_count * sizeof(flyt_param)) != 0)
+        return FLYT_END_IO;
+    return FLYT_CONT;
+}
+
+int handle_GLOBAL_GET(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_named *r = c->req;
+    flyt_rep_u64_pair *rep = c->rep;
+    char name[FLYT_MAX_NAME];
+    int rc = read_name(s, c, name);
+    if (rc != FLYT_CONT || c->result != CUDA_SUCCESS)
+        return rc;
+    flyt_bhandle mod;
+    uint64_t dptr = 0, size = 0;
+    c->result = flyt_lookup(s, r->module, FLYT_H_MODULE, &mod);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, global_get, mod, name, &dptr, &size);
+    rep->a = dptr;
+    rep->b = size;
+    return FLYT_CONT;
+}
+
+int handle_FUNC_GET_ATTR(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_func_attr *r = c->req;
+    flyt_rep_i32 *rep = c->rep;
+    flyt_bhandle f;
+    int v = 0;
+    c->result = flyt_lookup(s, r->func, FLYT_H_FUNC, &f);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, func_get_attr, f, r->attr, &v);
+    rep->value = v;
+    return FLYT_CONT;
+}
+
+int handle_FUNC_SET_ATTR(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_func_attr *r = c->req;
+    flyt_bhandle f;
+    c->result = flyt_lookup(s, r->func, FLYT_H_FUNC, &f);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, func_set_attr, f, r->attr, r->value);
+    return FLYT_CONT;
+}
+
+int handle_FUNC_SET_CACHE(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_func_attr *r = c->req;
+    flyt_bhandle f;
+    c->result = flyt_lookup(s, r->func, FLYT_H_FUNC, &f);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, func_set_cache, f, r->value);
+    return FLYT_CONT;
+}
+
+/* ---- launch ---- */
+
+/* Launch attributes reach the driver, so only known ones pass, and those
+ * that name an event carry a session event id, swapped for the backend's
+ * event here (never a raw client value). */
+static CUresult translate_attrs(flyt_session *s, flyt_launch_attr *attrs, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        switch (attrs[i].id) {
+        case CU_LAUNCH_ATTRIBUTE_IGNORE:
+        case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+        case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+        case CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING:
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+        case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT: {
+            uint64_t id;
+            flyt_bhandle ev;
+            memcpy(&id, attrs[i].value, sizeof id); /* the event comes first in both */
+            CUresult e = flyt_lookup(s, id, FLYT_H_EVENT, &ev);
+            if (e != CUDA_SUCCESS)
+                return e;
+            memcpy(attrs[i].value, &ev, sizeof ev);
+            break;
+        }
+        case CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE:
+            return CUDA_ERROR_NOT_SUPPORTED; /* graphs only */
+        default:
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+int handle_LAUNCH(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_launch *r = c->req;
+    if (r->attr_count > FLYT_MAX_LAUNCH_ATTRS)
+        return flyt_violation(s, c, "%u launch attributes, limit %u", r->attr_count,
+                              FLYT_MAX_LAUNCH_ATTRS);
+    if (r->param_bytes > FLYT_MAX_PARAM_BYTES)
+        return flyt_violation(s, c, "%u parameter bytes, limit %u", r->param_bytes,
+                              FLYT_MAX_PARAM_BYTES);
+    int rc = flyt_expect_data(s, c, (uint64_t)r->attr_count * sizeof(flyt_launch_attr) +
+                                        r->param_bytes);
+    if (rc != FLYT_CONT)
+        return rc;
+    flyt_launch_attr attrs[FLYT_MAX_LAUNCH_ATTRS];
+    uint64_t params[(FLYT_MAX_PARAM_BYTES + 7) / 8]; /* 8-byte aligned */
+    if (flyt_recv_data(s, c, attrs, r->attr_count * sizeof(flyt_launch_attr)) != 0 ||
+        flyt_recv_data(s, c, params, r->param_bytes) != 0)
+        return FLYT_END_IO;
+
+    struct flyt_hentry *f = flyt_handles_get(&s->handles, r->func, FLYT_H_FUNC);
+    flyt_bhandle stream;
+    c->result = f ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (c->result == CUDA_SUCCESS && r->param_bytes != f->u.func.param_bytes)
+        c->result = CUDA_ERROR_INVALID_VALUE; /* the kernel would read past the buffer */
+    if (c->result == CUDA_SUCCESS)
+        c->result = flyt_lookup_stream(s, r->stream, &stream);
+    if (c->result == CUDA_SUCCESS)
+        c->result = translate_attrs(s, attrs, r->attr_count);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, launch, f->bh, r->grid, r->block, r->shared_mem, stream,
+                               params, r->param_bytes, attrs, r->attr_count);
+    return FLYT_CONT;
+}
+
+/* ---- occupancy ---- */
+
+int handle_OCCUPANCY(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_occupancy *r = c->req;
+    flyt_rep_u64 *rep = c->rep;
+    flyt_bhandle f;
+    int n = 0;
+    c->result = flyt_lookup(s, r->func, FLYT_H_FUNC, &f);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, occupancy, f, r->block_size, r->dyn_smem, r->flags, &n);
+    rep->value = n > 0 ? (uint64_t)n : 0;
+    return FLYT_CONT;
+}
+
+int handle_OCCUPANCY_SMEM(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_occupancy *r = c->req;
+    flyt_rep_u64 *rep = c->rep;
+    flyt_bhandle f;
+    uint64_t smem = 0;
+    c->result = flyt_lookup(s, r->func, FLYT_H_FUNC, &f);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, occupancy_smem, f, r->num_blocks, r->block_size, &smem);
+    rep->value = smem;
+    return FLYT_CONT;
+}

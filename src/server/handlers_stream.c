@@ -1,0 +1,205 @@
+/* STREAM_* and EVENT_*: backend streams and events behind session ids. */
+#include <stdlib.h>
+
+#include "session.h"
+
+/* Publishes a new backend object; if the table cannot take it the object
+ * is destroyed again so nothing leaks. */
+static void publish(flyt_session *s, flyt_call *c, enum flyt_htype type, flyt_bhandle bh,
+                    uint64_t *id)
+{
+    struct flyt_hentry *e = flyt_handles_add(&s->handles, type, bh);
+    if (e) {
+        *id = e->id;
+        return;
+    }
+    if (type == FLYT_H_STREAM)
+        FLYT_BCALL(s, stream_destroy, bh);
+    else
+        FLYT_BCALL(s, event_destroy, bh);
+    c->result = CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* ---- streams ---- */
+
+int handle_STREAM_CREATE(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_stream_create *r = c->req;
+    flyt_rep_u64 *rep = c->rep;
+    flyt_bhandle st = NULL;
+    c->result = FLYT_BCALL(s, stream_create, r->flags, r->priority, &st);
+    if (c->result == CUDA_SUCCESS)
+        publish(s, c, FLYT_H_STREAM, st, &rep->value);
+    return FLYT_CONT;
+}
+
+int handle_STREAM_DESTROY(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    flyt_bhandle st;
+    /* the fixed streams 0/1/2 are not in the table, so they cannot be destroyed */
+    c->result = flyt_lookup(s, r->handle, FLYT_H_STREAM, &st);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, stream_destroy, st);
+    if (c->result == CUDA_SUCCESS)
+        flyt_handles_remove(&s->handles, r->handle);
+    return FLYT_CONT;
+}
+
+int handle_STREAM_SYNC(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    flyt_bhandle st;
+    c->result = flyt_lookup_stream(s, r->handle, &st);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, stream_sync, st);
+    return FLYT_CONT;
+}
+
+int handle_STREAM_QUERY(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    flyt_bhandle st;
+    c->result = flyt_lookup_stream(s, r->handle, &st);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, stream_query, st);
+    return FLYT_CONT;
+}
+
+int handle_STREAM_WAIT_EVENT(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_stream_wait *r = c->req;
+    flyt_bhandle st, ev;
+    c->result = flyt_lookup_stream(s, r->stream, &st);
+    if (c->result == CUDA_SUCCESS)
+        c->result = flyt_lookup(s, r->event, FLYT_H_EVENT, &ev);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, stream_wait_event, st, ev, r->flags);
+    return FLYT_CONT;
+}
+
+int handle_STREAM_GET_FLAGS(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    flyt_rep_i32 *rep = c->rep;
+    flyt_bhandle st;
+    unsigned flags = 0;
+    c->result = flyt_lookup_stream(s, r->handle, &st);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, stream_get_flags, st, &flags);
+    rep->value = (int32_t)flags;
+    return FLYT_CONT;
+}
+
+int handle_STREAM_GET_PRIO(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    flyt_rep_i32 *rep = c->rep;
+    flyt_bhandle st;
+    int prio = 0;
+    c->result = flyt_lookup_stream(s, r->handle, &st);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, stream_get_priority, st, &prio);
+    rep->value = prio;
+    return FLYT_CONT;
+}
+
+/* Runs on a driver thread when the stream reaches the host function: tell
+ * the client which of its functions to run. The server does not wait for
+ * the client to run it. */
+static void host_func_trampoline(void *arg)
+{
+    flyt_post_callback(arg);
+}
+
+int handle_STREAM_HOST_FUNC(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_host_func *r = c->req;
+    flyt_bhandle st;
+    c->result = flyt_lookup_stream(s, r->stream, &st);
+    if (c->result != CUDA_SUCCESS)
+        return FLYT_CONT;
+    struct flyt_cb_msg *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        return FLYT_CONT;
+    }
+    m->s = s;
+    m->callback_id = r->callback_id;
+    c->result = FLYT_BCALL(s, stream_host_func, st, host_func_trampoline, m);
+    if (c->result != CUDA_SUCCESS)
+        free(m); /* never enqueued, so never called */
+    return FLYT_CONT;
+}
+
+/* ---- events ---- */
+
+int handle_EVENT_CREATE(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_i32 *r = c->req;
+    flyt_rep_u64 *rep = c->rep;
+    flyt_bhandle ev = NULL;
+    c->result = FLYT_BCALL(s, event_create, (unsigned)r->value, &ev);
+    if (c->result == CUDA_SUCCESS)
+        publish(s, c, FLYT_H_EVENT, ev, &rep->value);
+    return FLYT_CONT;
+}
+
+int handle_EVENT_DESTROY(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    flyt_bhandle ev;
+    c->result = flyt_lookup(s, r->handle, FLYT_H_EVENT, &ev);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, event_destroy, ev);
+    if (c->result == CUDA_SUCCESS)
+        flyt_handles_remove(&s->handles, r->handle);
+    return FLYT_CONT;
+}
+
+int handle_EVENT_RECORD(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_event_record *r = c->req;
+    flyt_bhandle ev, st;
+    c->result = flyt_lookup(s, r->event, FLYT_H_EVENT, &ev);
+    if (c->result == CUDA_SUCCESS)
+        c->result = flyt_lookup_stream(s, r->stream, &st);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, event_record, ev, st, r->flags);
+    return FLYT_CONT;
+}
+
+int handle_EVENT_QUERY(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    flyt_bhandle ev;
+    c->result = flyt_lookup(s, r->handle, FLYT_H_EVENT, &ev);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, event_query, ev);
+    return FLYT_CONT;
+}
+
+int handle_EVENT_SYNC(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    flyt_bhandle ev;
+    c->result = flyt_lookup(s, r->handle, FLYT_H_EVENT, &ev);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, event_sync, ev);
+    return FLYT_CONT;
+}
+
+int handle_EVENT_ELAPSED(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle_pair *r = c->req;
+    flyt_rep_f32 *rep = c->rep;
+    flyt_bhandle start, end;
+    float ms = 0;
+    c->result = flyt_lookup(s, r->a, FLYT_H_EVENT, &start);
+    if (c->result == CUDA_SUCCESS)
+        c->result = flyt_lookup(s, r->b, FLYT_H_EVENT, &end);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, event_elapsed, start, end, &ms);
+    rep->value = ms;
+    return FLYT_CONT;
+}

@@ -1,0 +1,76 @@
+/*
+ * Typed id tables: the ids a session hands to its client for the backend's
+ * streams, events, modules, functions and memory pools. The client never sees
+ * a backend handle, and a backend never receives a handle it did not create:
+ * every id the client sends is looked up here, by type, first.
+ *
+ * Ids are 64-bit, unique within a session and never reused (a counter), and
+ * never 0, 1 or 2 (those stream ids have fixed meanings). One hash map holds
+ * every type, so an id of the wrong type is simply "not found".
+ */
+#ifndef FLYT_HANDLES_H
+#define FLYT_HANDLES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "flyt_proto.h"
+
+enum flyt_htype {
+    FLYT_H_STREAM = 1,
+    FLYT_H_EVENT,
+    FLYT_H_MODULE,
+    FLYT_H_FUNC,
+    FLYT_H_POOL,
+};
+
+struct flyt_module_info {
+    uint8_t  sha256[32]; /* content hash of the image it was loaded from */
+    uint32_t refs;       /* MODULE_LOADs of this hash not yet unloaded */
+};
+
+struct flyt_func_info {
+    uint64_t    module;      /* id of the module it came from */
+    uint32_t    param_count;
+    uint32_t    param_bytes; /* max(offset + size), 0 without parameters */
+    flyt_param *params;      /* param_count entries, owned by the entry */
+};
+
+struct flyt_hentry {
+    uint64_t        id;
+    enum flyt_htype type;
+    flyt_bhandle    bh;
+    union {
+        struct flyt_module_info module;
+        struct flyt_func_info   func;
+    } u;
+};
+
+typedef struct {
+    struct flyt_hentry **slots; /* open addressing, linear probing */
+    size_t               cap;   /* power of two, or 0 before the first add */
+    size_t               count;
+    uint64_t             next_id;
+} flyt_handles;
+
+void flyt_handles_init(flyt_handles *t);
+/* Drops every entry (backend objects are the caller's business). */
+void flyt_handles_clear(flyt_handles *t);
+
+/* A new entry with a fresh id and zeroed payload; NULL when out of memory.
+ * Entry pointers stay valid until the entry is removed. */
+struct flyt_hentry *flyt_handles_add(flyt_handles *t, enum flyt_htype type, flyt_bhandle bh);
+/* NULL when the id is unknown or names an object of another type. */
+struct flyt_hentry *flyt_handles_get(flyt_handles *t, uint64_t id, enum flyt_htype type);
+/* 0 when removed, -1 when not there. */
+int flyt_handles_remove(flyt_handles *t, uint64_t id);
+
+/* Calls fn on every entry until it returns non-zero; that value is returned.
+ * fn must not add or remove entries. */
+int flyt_handles_foreach(flyt_handles *t, int (*fn)(struct flyt_hentry *e, void *arg), void *arg);
+/* Removes every entry pred accepts; returns how many. */
+size_t flyt_handles_remove_if(flyt_handles *t, int (*pred)(const struct flyt_hentry *e, void *arg),
+                              void *arg);
+
+#endif

@@ -1,0 +1,128 @@
+/* SHA-256 through OpenSSL's EVP API, and the fatbinary cache directory. */
+#include "module_cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "flyt_log.h"
+
+void flyt_sha256(const void *data, size_t len, uint8_t out[32])
+{
+    unsigned int n = 0;
+    if (EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) != 1 || n != 32)
+        memset(out, 0, 32); /* cannot match a real client hash of real data */
+}
+
+void flyt_sha256_hex(const uint8_t sha[32], char out[65])
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = digits[sha[i] >> 4];
+        out[2 * i + 1] = digits[sha[i] & 15];
+    }
+    out[64] = '\0';
+}
+
+static int cache_path(const char *dir, const uint8_t sha[32], char *buf, size_t len)
+{
+    char hex[65];
+    flyt_sha256_hex(sha, hex);
+    int n = snprintf(buf, len, "%s/%s.fatbin", dir, hex);
+    return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+static int read_all(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+void *flyt_cache_load(const char *dir, const uint8_t sha[32], uint64_t size)
+{
+    char path[4096];
+    if (dir == NULL || size == 0 || cache_path(dir, sha, path, sizeof path) != 0)
+        return NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    void *data = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
+        flyt_warn("cache file %s is not a regular file of %llu bytes; ignoring it", path,
+                  (unsigned long long)size);
+        goto out;
+    }
+    data = malloc(size);
+    if (data == NULL || read_all(fd, data, size) != 0) {
+        flyt_warn("cannot read cache file %s", path);
+        goto fail;
+    }
+    uint8_t got[32];
+    flyt_sha256(data, size, got);
+    if (memcmp(got, sha, 32) != 0) {
+        flyt_warn("cache file %s does not match its hash; ignoring it", path);
+        goto fail;
+    }
+    goto out;
+fail:
+    free(data);
+    data = NULL;
+out:
+    close(fd);
+    return data;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+void flyt_cache_store(const char *dir, const uint8_t sha[32], const void *data, uint64_t size)
+{
+    char path[4096], tmp[4096 + 32];
+    if (dir == NULL || cache_path(dir, sha, path, sizeof path) != 0)
+        return;
+    if (access(path, F_OK) == 0)
+        return; /* another session stored it already */
+    /* pid-unique temporary name, so concurrent sessions never share one */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        flyt_warn("cannot create %s: %s", tmp, strerror(errno));
+        return;
+    }
+    int ok = write_all(fd, data, size) == 0;
+    ok = (close(fd) == 0) && ok;
+    if (ok && rename(tmp, path) == 0) {
+        flyt_debug("cached fatbinary %s (%llu bytes)", path, (unsigned long long)size);
+        return;
+    }
+    flyt_warn("cannot store %s: %s", path, strerror(errno));
+    unlink(tmp);
+}

@@ -1,0 +1,23 @@
+/*
+ * Fatbinaries by content: SHA-256 and the optional on-disk cache
+ * (--cache-dir), where an image lives as <hex sha256>.fatbin. The server
+ * reads no other file: names come only from the hash, and a file is used
+ * only if its size and hash match what the client asked for.
+ */
+#ifndef FLYT_MODULE_CACHE_H
+#define FLYT_MODULE_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void flyt_sha256(const void *data, size_t len, uint8_t out[32]);
+void flyt_sha256_hex(const uint8_t sha[32], char out[65]);
+
+/* The cached image of this hash and size, malloc'd; NULL when dir is NULL,
+ * the file is absent, or it does not match (a mismatching file is logged). */
+void *flyt_cache_load(const char *dir, const uint8_t sha[32], uint64_t size);
+/* Stores an image atomically (temporary file, then rename). Failures are
+ * logged and otherwise ignored: the cache only saves transfers. */
+void flyt_cache_store(const char *dir, const uint8_t sha[32], const void *data, uint64_t size);
+
+#endif

@@ -1,0 +1,406 @@
+/*
+ * The per-connection loop run in a forked child: HELLO, then read a frame,
+ * validate it, dispatch it through the table generated from flyt_ops.def,
+ * answer it. Also the one path every outgoing frame takes.
+ */
+#include "session.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "flyt_log.h"
+#include "flyt_transport.h"
+
+/* Room for any op's request and reply struct. */
+union flyt_req_any {
+#define FLYT_OP(name, num, req, rep, flags) req r_##name;
+#include "flyt_ops.def"
+#undef FLYT_OP
+};
+union flyt_rep_any {
+#define FLYT_OP(name, num, req, rep, flags) rep r_##name;
+#include "flyt_ops.def"
+#undef FLYT_OP
+};
+
+static const flyt_handler handlers[FLYT_OP_MAX] = {
+#define FLYT_OP(name, num, req, rep, flags) [num] = handle_##name,
+#include "flyt_ops.def"
+#undef FLYT_OP
+};
+
+/* ---- sending ---------------------------------------------------------
+ * One thread at a time holds the sender role (send_busy). The session thread
+ * waits for it; a driver thread posting a callback never waits: if the role
+ * is taken it queues its frame, and the holder sends the queue on release.
+ * This matters because the session thread keeps the role for a whole
+ * streamed DTOH reply while the copy may wait on a host function. */
+
+static void send_acquire(flyt_session *s)
+{
+    pthread_mutex_lock(&s->send_mu);
+    while (s->send_busy)
+        pthread_cond_wait(&s->send_cv, &s->send_mu);
+    s->send_busy = 1;
+    pthread_mutex_unlock(&s->send_mu);
+}
+
+/* Only the role holder calls this. After one failure nothing more is sent:
+ * the frame stream would be broken anyway. */
+static int send_iov(flyt_session *s, struct iovec *iov, int n)
+{
+    if (s->send_failed)
+        return -1;
+    if (flyt_writev_full(s->fd, iov, n) != 0) {
+        s->send_failed = 1;
+        flyt_debug("send to %s failed: %s", s->peer, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void send_callback_frame(flyt_session *s, const struct flyt_cb_msg *m)
+{
+    struct flyt_frame_hdr h = {sizeof(struct flyt_msg_callback), FLYT_OP_CALLBACK, 0, 0, 0};
+    struct flyt_msg_callback msg = {m->callback_id, 0, 0};
+    struct iovec iov[2] = {{&h, sizeof h}, {&msg, sizeof msg}};
+    send_iov(s, iov, 2);
+}
+
+static void send_release(flyt_session *s)
+{
+    pthread_mutex_lock(&s->send_mu);
+    while (s->cbq_head) {
+        struct flyt_cb_msg *m = s->cbq_head;
+        s->cbq_head = s->cbq_tail = NULL;
+        pthread_mutex_unlock(&s->send_mu);
+        while (m) {
+            struct flyt_cb_msg *next = m->next;
+            send_callback_frame(s, m);
+            free(m);
+            m = next;
+        }
+        pthread_mutex_lock(&s->send_mu);
+    }
+    s->send_busy = 0;
+    pthread_cond_signal(&s->send_cv);
+    pthread_mutex_unlock(&s->send_mu);
+}
+
+void flyt_post_callback(struct flyt_cb_msg *m)
+{
+    flyt_session *s = m->s;
+    m->next = NULL;
+    pthread_mutex_lock(&s->send_mu);
+    if (s->send_busy) {
+        if (s->cbq_tail)
+            s->cbq_tail->next = m;
+        else
+            s->cbq_head = m;
+        s->cbq_tail = m;
+        pthread_mutex_unlock(&s->send_mu);
+        return;
+    }
+    s->send_busy = 1;
+    pthread_mutex_unlock(&s->send_mu);
+    send_callback_frame(s, m);
+    free(m);
+    send_release(s);
+}
+
+static int32_t take_deferred(flyt_session *s)
+{
+    int32_t d = s->deferred;
+    s->deferred = 0;
+    return d;
+}
+
+static void note_failure(flyt_session *s, const flyt_call *c, int32_t result)
+{
+    if (result == CUDA_SUCCESS)
+        return;
+    if (c->hdr->flags & FLYT_F_NOREPLY) {
+        flyt_debug("%s (seq %u, no reply) failed: %d; deferred", flyt_op_name(c->hdr->op),
+                   c->hdr->seq, result);
+        if (s->deferred == CUDA_SUCCESS)
+            s->deferred = result;
+    } else {
+        flyt_debug("%s (seq %u) failed: %d", flyt_op_name(c->hdr->op), c->hdr->seq, result);
+    }
+}
+
+/* Header, {result, deferred} and the reply struct, for a reply whose payload
+ * also carries data_len more bytes. The caller holds the sender role. */
+static int send_reply_head(flyt_session *s, flyt_call *c, int32_t result, uint64_t data_len)
+{
+    uint64_t length = sizeof(struct flyt_reply) + c->rep_size + data_len;
+    if (length > UINT32_MAX)
+        return -1; /* callers bound data_len far below this */
+    struct flyt_frame_hdr h = {(uint32_t)length, c->hdr->op, FLYT_F_REPLY, c->hdr->seq, 0};
+    struct flyt_reply r = {result, take_deferred(s)};
+    struct iovec iov[3] = {{&h, sizeof h}, {&r, sizeof r}, {c->rep, c->rep_size}};
+    return send_iov(s, iov, 3);
+}
+
+int flyt_reply(flyt_session *s, flyt_call *c, int32_t result, const void *data, size_t data_len)
+{
+    c->replied = 1;
+    note_failure(s, c, result);
+    if (c->hdr->flags & FLYT_F_NOREPLY)
+        return 0;
+    send_acquire(s);
+    int rc = send_reply_head(s, c, result, data_len);
+    if (rc == 0 && data_len > 0) {
+        struct iovec iov = {(void *)data, data_len};
+        rc = send_iov(s, &iov, 1);
+    }
+    send_release(s);
+    return rc;
+}
+
+int flyt_reply_begin(flyt_session *s, flyt_call *c, int32_t result, uint64_t data_len)
+{
+    c->replied = 1;
+    note_failure(s, c, result);
+    send_acquire(s);
+    return send_reply_head(s, c, result, data_len);
+}
+
+int flyt_reply_data(flyt_session *s, const void *buf, size_t len)
+{
+    struct iovec iov = {(void *)buf, len};
+    return send_iov(s, &iov, 1);
+}
+
+void flyt_reply_end(flyt_session *s) { send_release(s); }
+
+/* ---- receiving ------------------------------------------------------- */
+
+int flyt_recv_data(flyt_session *s, flyt_call *c, void *buf, size_t len)
+{
+    if (len > c->data_len)
+        return -1; /* a handler bug: never read into the next frame */
+    if (flyt_read_full(s->fd, buf, len) != 0)
+        return -1;
+    c->data_len -= (uint32_t)len;
+    return 0;
+}
+
+int flyt_skip_data(flyt_session *s, flyt_call *c)
+{
+    if (flyt_skip(s->fd, c->data_len) != 0)
+        return -1;
+    c->data_len = 0;
+    return 0;
+}
+
+int flyt_violation(flyt_session *s, const flyt_call *c, const char *fmt, ...)
+{
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    flyt_error("protocol violation by %s: op %u (%s) seq %u length %u: %s; ending session",
+               s->peer, c->hdr->op, flyt_op_name(c->hdr->op), c->hdr->seq, c->hdr->length, why);
+    return FLYT_END_PROTO;
+}
+
+int flyt_expect_data(flyt_session *s, flyt_call *c, uint64_t extra)
+{
+    if (c->data_len != extra)
+        return flyt_violation(s, c, "payload carries %u bytes after the request, expected %llu",
+                              c->data_len, (unsigned long long)extra);
+    return FLYT_CONT;
+}
+
+/* ---- lookups --------------------------------------------------------- */
+
+CUresult flyt_lookup_stream(flyt_session *s, uint64_t id, flyt_bhandle *out)
+{
+    switch (id) {
+    case FLYT_STREAM_DEFAULT: *out = FLYT_BSTREAM_DEFAULT; return CUDA_SUCCESS;
+    case FLYT_STREAM_LEGACY: *out = FLYT_BSTREAM_LEGACY; return CUDA_SUCCESS;
+    case FLYT_STREAM_PER_THREAD: *out = FLYT_BSTREAM_PER_THREAD; return CUDA_SUCCESS;
+    default: return flyt_lookup(s, id, FLYT_H_STREAM, out);
+    }
+}
+
+CUresult flyt_lookup(flyt_session *s, uint64_t id, enum flyt_htype type, flyt_bhandle *out)
+{
+    struct flyt_hentry *e = flyt_handles_get(&s->handles, id, type);
+    if (e == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *out = e->bh;
+    return CUDA_SUCCESS;
+}
+
+/* ---- session ops handled here ----------------------------------------- */
+
+int handle_HELLO(flyt_session *s, flyt_call *c)
+{
+    return flyt_violation(s, c, "HELLO after the session started");
+}
+
+int handle_GOODBYE(flyt_session *s, flyt_call *c)
+{
+    if (flyt_reply(s, c, CUDA_SUCCESS, NULL, 0) != 0)
+        return FLYT_END_IO;
+    return FLYT_END_BYE;
+}
+
+/* ---- the loop -------------------------------------------------------- */
+
+static int read_header(flyt_session *s, struct flyt_frame_hdr *h, const char *when)
+{
+    if (flyt_read_full(s->fd, h, sizeof *h) == 0)
+        return 0;
+    if (errno == 0)
+        flyt_info("%s closed the connection%s", s->peer, when);
+    else
+        flyt_info("reading from %s failed%s: %s", s->peer, when, strerror(errno));
+    return -1;
+}
+
+/* A minimal error answer to a frame we refuse before the session starts:
+ * the client learns why if it is a Flyt client at all. */
+static void refuse(flyt_session *s, const struct flyt_frame_hdr *req, const void *rep,
+                   uint32_t rep_size)
+{
+    struct flyt_frame_hdr h = {(uint32_t)sizeof(struct flyt_reply) + rep_size, req->op,
+                               FLYT_F_REPLY, req->seq, 0};
+    struct flyt_reply r = {FLYT_ERR_PROTOCOL, 0};
+    struct iovec iov[3] = {{&h, sizeof h}, {&r, sizeof r}, {(void *)rep, rep_size}};
+    send_acquire(s);
+    send_iov(s, iov, rep_size ? 3 : 2);
+    send_release(s);
+}
+
+static int hello(flyt_session *s)
+{
+    struct flyt_frame_hdr h;
+    if (read_header(s, &h, " before HELLO") != 0)
+        return FLYT_END_IO;
+    flyt_call c = {.hdr = &h};
+    flyt_rep_hello rep = {.major = FLYT_PROTO_MAJOR, .minor = FLYT_PROTO_MINOR,
+                          .server_pid = (uint32_t)getpid()};
+    if (h.op != FLYT_OP_HELLO) {
+        refuse(s, &h, NULL, 0);
+        return flyt_violation(s, &c, "first frame is not HELLO");
+    }
+    const char *why = flyt_check_request(&h);
+    if (why) {
+        refuse(s, &h, &rep, sizeof rep);
+        return flyt_violation(s, &c, "%s", why);
+    }
+    flyt_req_hello req;
+    if (flyt_read_full(s->fd, &req, sizeof req) != 0)
+        return FLYT_END_IO;
+    if (req.magic != FLYT_PROTO_MAGIC || req.major != FLYT_PROTO_MAJOR) {
+        refuse(s, &h, &rep, sizeof rep);
+        return flyt_violation(s, &c, "client speaks magic 0x%08x protocol %u.%u, server 0x%08x %u.%u",
+                              req.magic, req.major, req.minor, FLYT_PROTO_MAGIC,
+                              FLYT_PROTO_MAJOR, FLYT_PROTO_MINOR);
+    }
+    req.client_host[sizeof req.client_host - 1] = '\0';
+    flyt_info("session for %s: client pid %u on '%s', protocol %u.%u", s->peer, req.client_pid,
+              req.client_host, req.major, req.minor);
+
+    /* The backend opens only now, so a stray connection never touches the GPU. */
+    char err[256] = "";
+    s->b = flyt_backend_open(s->cfg->backend_kind, s->cfg->gpu, err, sizeof err);
+    int32_t result = CUDA_SUCCESS;
+    if (s->b == NULL) {
+        flyt_error("cannot open backend %s on gpu %d: %s", s->cfg->backend_kind, s->cfg->gpu, err);
+        result = CUDA_ERROR_NO_DEVICE;
+    } else {
+        int count = 0;
+        result = FLYT_BCALL(s, device_count, &count);
+        rep.device_count = count > 0 ? (uint32_t)count : 0;
+        snprintf(rep.backend, sizeof rep.backend, "%s", s->b->ops->name ? s->b->ops->name : "?");
+    }
+    union flyt_rep_any rep_buf;
+    memcpy(&rep_buf, &rep, sizeof rep);
+    c.rep = &rep_buf;
+    c.rep_size = sizeof rep;
+    if (flyt_reply(s, &c, result, NULL, 0) != 0)
+        return FLYT_END_IO;
+    return s->b ? FLYT_CONT : FLYT_END_BACKEND;
+}
+
+static int dispatch(flyt_session *s, const struct flyt_frame_hdr *h)
+{
+    const struct flyt_op_info *info = flyt_op_info(h->op);
+    union flyt_req_any req;
+    union flyt_rep_any rep;
+    if (flyt_read_full(s->fd, &req, info->req_size) != 0) {
+        flyt_info("connection to %s lost inside a %s request", s->peer, flyt_op_name(h->op));
+        return FLYT_END_IO;
+    }
+    memset(&rep, 0, info->rep_size);
+    flyt_call c = {.hdr = h, .req = &req, .rep = &rep, .rep_size = info->rep_size,
+                   .data_len = h->length - info->req_size};
+    int rc = handlers[h->op](s, &c);
+    if (rc != FLYT_CONT)
+        return rc;
+    if (c.data_len != 0) {
+        /* handlers consume their data; this only guards the frame stream */
+        flyt_warn("%s left %u request bytes unread; skipping them", flyt_op_name(h->op), c.data_len);
+        if (flyt_skip_data(s, &c) != 0)
+            return FLYT_END_IO;
+    }
+    if (!c.replied && flyt_reply(s, &c, c.result, NULL, 0) != 0)
+        return FLYT_END_IO;
+    return FLYT_CONT;
+}
+
+static int serve(flyt_session *s)
+{
+    for (;;) {
+        struct flyt_frame_hdr h;
+        if (read_header(s, &h, "") != 0)
+            return FLYT_END_IO;
+        const char *why = flyt_check_request(&h);
+        if (why) {
+            flyt_call c = {.hdr = &h};
+            return flyt_violation(s, &c, "%s", why);
+        }
+        int rc = dispatch(s, &h);
+        if (rc != FLYT_CONT)
+            return rc;
+    }
+}
+
+int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *cfg)
+{
+    flyt_session s;
+    memset(&s, 0, sizeof s);
+    s.fd = fd;
+    s.peer = peer;
+    s.cfg = cfg;
+    flyt_handles_init(&s.handles);
+    pthread_mutex_init(&s.send_mu, NULL);
+    pthread_cond_init(&s.send_cv, NULL);
+
+    int rc = hello(&s);
+    if (rc == FLYT_CONT)
+        rc = serve(&s);
+
+    /* Closing the backend frees the session's GPU objects; host functions
+     * still pending may run now and send (or fail to) on the socket. */
+    if (s.b)
+        s.b->ops->close(s.b);
+    s.b = NULL;
+    flyt_handles_clear(&s.handles);
+    close(fd);
+
+    switch (rc) {
+    case FLYT_END_PROTO: return FLYT_EXIT_PROTOCOL;
+    case FLYT_END_BACKEND: return FLYT_EXIT_BACKEND;
+    default: return FLYT_EXIT_OK;
+    }
+}

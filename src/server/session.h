@@ -1,0 +1,135 @@
+/*
+ * One client session: the loop a forked child runs on its connection, and
+ * the helpers op handlers use to read trailing data and send replies.
+ *
+ * Every handler has the shape  int handle_NAME(flyt_session *s, flyt_call *c)
+ * and returns FLYT_CONT to go on with the next frame or one of the FLYT_END_*
+ * codes to end the session. A handler that does not send its reply itself
+ * (flyt_reply*) leaves c->result and c->rep for the loop, which sends the
+ * standard reply, or, for FLYT_F_NOREPLY frames, keeps a failure as the
+ * session's deferred error.
+ */
+#ifndef FLYT_SESSION_H
+#define FLYT_SESSION_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "flyt_proto.h"
+#include "handles.h"
+
+/* Chunk size of bulk copies through staging buffers. */
+#define FLYT_STAGING_CHUNK ((size_t)8 << 20)
+
+/* Child exit statuses. */
+#define FLYT_EXIT_OK       0 /* goodbye, disconnect or a read/write error */
+#define FLYT_EXIT_BACKEND  1 /* the backend could not be opened */
+#define FLYT_EXIT_PROTOCOL 3 /* the client broke the protocol */
+
+enum flyt_hstatus {
+    FLYT_CONT = 0,  /* next frame */
+    FLYT_END_BYE,   /* client said goodbye */
+    FLYT_END_IO,    /* connection lost or closed */
+    FLYT_END_PROTO, /* protocol violation (already logged) */
+    FLYT_END_BACKEND, /* the backend could not be opened */
+};
+
+struct flyt_server_config {
+    const char *backend_kind; /* "cuda" or "host" */
+    int         gpu;
+    const char *cache_dir;    /* NULL: no fatbinary cache on disk */
+};
+
+/* A host-function notification: made when the host function is enqueued
+ * (so the driver thread that runs it never allocates), sent and freed by
+ * flyt_post_callback. */
+struct flyt_cb_msg {
+    struct flyt_cb_msg    *next;
+    struct flyt_session   *s;
+    uint64_t               callback_id;
+};
+
+typedef struct flyt_session {
+    int                              fd;
+    const char                      *peer;
+    const struct flyt_server_config *cfg;
+    flyt_backend                    *b;
+    flyt_handles                     handles;
+    int32_t                          deferred;        /* first failed NOREPLY result */
+    uint64_t                         default_pool_id; /* 0 until POOL_DEFAULT */
+
+    /* Sending: one frame at a time. Driver threads (host functions) never
+     * wait for the session thread: when a send is in progress they queue
+     * their frame and whoever holds the sender role sends it on release. */
+    pthread_mutex_t     send_mu;
+    pthread_cond_t      send_cv;
+    int                 send_busy;
+    int                 send_failed;
+    struct flyt_cb_msg *cbq_head, *cbq_tail;
+} flyt_session;
+
+typedef struct {
+    const struct flyt_frame_hdr *hdr;
+    const void                  *req;      /* the op's request struct, already read */
+    void                        *rep;      /* the op's reply struct, zeroed */
+    uint32_t                     rep_size;
+    uint32_t                     data_len; /* trailing request bytes still unread */
+    int32_t                      result;   /* CUresult for the standard reply */
+    int                          replied;  /* the handler sent the reply itself */
+} flyt_call;
+
+typedef int (*flyt_handler)(flyt_session *s, flyt_call *c);
+
+#define FLYT_OP(name, num, req, rep, flags) int handle_##name(flyt_session *s, flyt_call *c);
+#include "flyt_ops.def"
+#undef FLYT_OP
+
+/* Runs a session on a connected socket until it ends; returns the child's
+ * exit status. */
+int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *cfg);
+
+/* ---- helpers for handlers ---- */
+
+/* Logs a protocol violation (op, reason, peer) and returns FLYT_END_PROTO. */
+int flyt_violation(flyt_session *s, const flyt_call *c, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Reads exactly len trailing bytes (counted against c->data_len). 0 or -1. */
+int flyt_recv_data(flyt_session *s, flyt_call *c, void *buf, size_t len);
+/* Reads and drops whatever trailing bytes are left. 0 or -1. */
+int flyt_skip_data(flyt_session *s, flyt_call *c);
+
+/* The whole standard reply: {result, deferred}, the reply struct c->rep,
+ * then data_len bytes of data. Nothing is sent for NOREPLY frames (a failure
+ * becomes the deferred error). 0, or -1 when the connection failed. */
+int flyt_reply(flyt_session *s, flyt_call *c, int32_t result, const void *data, size_t data_len);
+
+/* A reply whose data is streamed: begin sends the header (length counts
+ * data_len), {result, deferred} and c->rep and keeps the sender role; send
+ * data with flyt_reply_data; end gives the role back. Never for NOREPLY. */
+int  flyt_reply_begin(flyt_session *s, flyt_call *c, int32_t result, uint64_t data_len);
+int  flyt_reply_data(flyt_session *s, const void *buf, size_t len);
+void flyt_reply_end(flyt_session *s);
+
+/* Sends an unsolicited CALLBACK frame for m and frees m. Safe from any
+ * thread; never waits for a send in progress (it queues m instead). */
+void flyt_post_callback(struct flyt_cb_msg *m);
+
+/* Stream ids 0/1/2 map to the backend's fixed streams; others must be
+ * STREAM_CREATE ids. CUDA_SUCCESS or CUDA_ERROR_INVALID_HANDLE. */
+CUresult flyt_lookup_stream(flyt_session *s, uint64_t id, flyt_bhandle *out);
+/* Any other typed id. */
+CUresult flyt_lookup(flyt_session *s, uint64_t id, enum flyt_htype type, flyt_bhandle *out);
+
+/* Checks the frame's payload length is exactly the request struct plus
+ * extra trailing bytes; logs and returns FLYT_END_PROTO if not, else FLYT_CONT. */
+int flyt_expect_data(flyt_session *s, flyt_call *c, uint64_t extra);
+
+/* Backend calls; an operation a backend leaves NULL is "not supported". */
+#define FLYT_BCALL(s, fn, ...) \
+    ((s)->b->ops->fn ? (s)->b->ops->fn((s)->b, __VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
+#define FLYT_BCALL0(s, fn) ((s)->b->ops->fn ? (s)->b->ops->fn((s)->b) : CUDA_ERROR_NOT_SUPPORTED)
+
+#endif

@@ -1,0 +1,268 @@
+/* TCP and Unix-socket plumbing shared by the client library and the server. */
+#include "flyt_transport.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* Large socket buffers keep bulk copies streaming; the kernel caps them. */
+#define FLYT_SOCK_BUF (8 << 20)
+
+static int fail(char *err, size_t errlen, const char *fmt, const char *a)
+{
+    if (err && errlen)
+        snprintf(err, errlen, fmt, a, strerror(errno));
+    return -1;
+}
+
+int flyt_addr_parse(const char *text, flyt_addr *addr, char *err, size_t errlen)
+{
+    memset(addr, 0, sizeof *addr);
+    if (text == NULL || *text == '\0') {
+        snprintf(err, errlen, "empty address");
+        return -1;
+    }
+    if (strncmp(text, "unix:", 5) == 0) {
+        const char *path = text + 5;
+        if (strncmp(path, "//", 2) == 0)
+            path += 2;
+        size_t n = strlen(path);
+        if (n == 0 || n >= sizeof addr->path) {
+            snprintf(err, errlen, "unix socket path empty or longer than %zu bytes: %s",
+                     sizeof addr->path - 1, text);
+            return -1;
+        }
+        addr->kind = FLYT_ADDR_UNIX;
+        memcpy(addr->path, path, n + 1);
+        return 0;
+    }
+    const char *hp = text;
+    if (strncmp(hp, "tcp://", 6) == 0)
+        hp += 6;
+    else if (strstr(hp, "://") != NULL) {
+        snprintf(err, errlen, "unknown address scheme (want tcp:// or unix:): %s", text);
+        return -1;
+    }
+    const char *colon = strrchr(hp, ':');
+    if (colon == NULL || colon == hp || colon[1] == '\0') {
+        snprintf(err, errlen, "address needs HOST:PORT: %s", text);
+        return -1;
+    }
+    const char *h = hp, *hend = colon;
+    if (*h == '[' && hend[-1] == ']') {
+        h++;
+        hend--;
+    }
+    size_t hl = (size_t)(hend - h), pl = strlen(colon + 1);
+    if (hl == 0 || hl >= sizeof addr->host || pl >= sizeof addr->port) {
+        snprintf(err, errlen, "host or port too long: %s", text);
+        return -1;
+    }
+    for (const char *p = colon + 1; *p; p++)
+        if (*p < '0' || *p > '9') {
+            snprintf(err, errlen, "port is not a number: %s", text);
+            return -1;
+        }
+    long port = strtol(colon + 1, NULL, 10);
+    if (port < 0 || port > 65535) {
+        snprintf(err, errlen, "port out of range: %s", text);
+        return -1;
+    }
+    addr->kind = FLYT_ADDR_TCP;
+    memcpy(addr->host, h, hl);
+    memcpy(addr->port, colon + 1, pl + 1);
+    return 0;
+}
+
+void flyt_addr_format(const flyt_addr *addr, char *out, size_t outlen)
+{
+    if (addr->kind == FLYT_ADDR_UNIX)
+        snprintf(out, outlen, "unix:%s", addr->path);
+    else if (strchr(addr->host, ':'))
+        snprintf(out, outlen, "tcp://[%s]:%s", addr->host, addr->port);
+    else
+        snprintf(out, outlen, "tcp://%s:%s", addr->host, addr->port);
+}
+
+static void tune_tcp(int fd)
+{
+    int one = 1, buf = FLYT_SOCK_BUF;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+}
+
+static void tune_unix(int fd)
+{
+    int buf = FLYT_SOCK_BUF;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+}
+
+static int unix_sockaddr(const flyt_addr *addr, struct sockaddr_un *sa)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    memcpy(sa->sun_path, addr->path, strlen(addr->path) + 1);
+    return 0;
+}
+
+static int tcp_open(const flyt_addr *addr, int passive, char *err, size_t errlen)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    int rc = getaddrinfo(addr->host, addr->port, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve %s: %s", addr->host, gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        if (passive) {
+            int one = 1;
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+            if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
+                break;
+        } else if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            break;
+        }
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return fail(err, errlen, passive ? "cannot listen on %s: %s" : "cannot connect to %s: %s",
+                    addr->host);
+    tune_tcp(fd);
+    return fd;
+}
+
+int flyt_listen(const flyt_addr *addr, char *err, size_t errlen)
+{
+    if (addr->kind == FLYT_ADDR_TCP)
+        return tcp_open(addr, 1, err, errlen);
+    struct sockaddr_un sa;
+    unix_sockaddr(addr, &sa);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return fail(err, errlen, "socket %s: %s", addr->path);
+    unlink(addr->path); /* a stale socket file from an earlier run */
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 128) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return fail(err, errlen, "cannot listen on %s: %s", addr->path);
+    }
+    return fd;
+}
+
+int flyt_connect(const flyt_addr *addr, char *err, size_t errlen)
+{
+    if (addr->kind == FLYT_ADDR_TCP)
+        return tcp_open(addr, 0, err, errlen);
+    struct sockaddr_un sa;
+    unix_sockaddr(addr, &sa);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return fail(err, errlen, "socket %s: %s", addr->path);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return fail(err, errlen, "cannot connect to %s: %s", addr->path);
+    }
+    tune_unix(fd);
+    return fd;
+}
+
+int flyt_accept(int listen_fd)
+{
+    int fd;
+    do {
+        fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family != AF_UNIX)
+        tune_tcp(fd);
+    else
+        tune_unix(fd);
+    return fd;
+}
+
+int flyt_read_full(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, MSG_WAITALL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0)
+                errno = 0;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int flyt_write_full(int fd, const void *buf, size_t len)
+{
+    struct iovec iov = {(void *)buf, len};
+    return flyt_writev_full(fd, &iov, 1);
+}
+
+int flyt_writev_full(int fd, struct iovec *iov, int iovcnt)
+{
+    struct msghdr msg = {0};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = (size_t)iovcnt;
+    while (msg.msg_iovlen > 0) {
+        ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        size_t left = (size_t)n;
+        while (msg.msg_iovlen > 0 && left >= msg.msg_iov[0].iov_len) {
+            left -= msg.msg_iov[0].iov_len;
+            msg.msg_iov++;
+            msg.msg_iovlen--;
+        }
+        if (msg.msg_iovlen > 0) {
+            msg.msg_iov[0].iov_base = (char *)msg.msg_iov[0].iov_base + left;
+            msg.msg_iov[0].iov_len -= left;
+        }
+    }
+    return 0;
+}
+
+int flyt_skip(int fd, size_t len)
+{
+    char tmp[16384];
+    while (len > 0) {
+        size_t n = len < sizeof tmp ? len : sizeof tmp;
+        if (flyt_read_full(fd, tmp, n) != 0)
+            return -1;
+        len -= n;
+    }
+    return 0;
+}

@@ -1,0 +1,40 @@
+/*
+ * Byte-stream transport: address parsing, listen/connect over TCP or Unix
+ * sockets, and whole-buffer reads and writes that retry on EINTR and short
+ * transfers. Frames and their meaning live in src/protocol.
+ */
+#ifndef FLYT_TRANSPORT_H
+#define FLYT_TRANSPORT_H
+
+#include <stddef.h>
+#include <sys/uio.h>
+
+enum flyt_addr_kind { FLYT_ADDR_TCP = 1, FLYT_ADDR_UNIX = 2 };
+
+typedef struct {
+    enum flyt_addr_kind kind;
+    char host[256]; /* TCP: name or address; [v6] brackets stripped */
+    char port[16];
+    char path[108]; /* Unix socket path */
+} flyt_addr;
+
+/* "tcp://HOST:PORT", "HOST:PORT" (TCP) or "unix:/path". 0 on success, else -1
+ * with a reason in err. */
+int flyt_addr_parse(const char *text, flyt_addr *addr, char *err, size_t errlen);
+/* Writes the address back in its canonical text form. */
+void flyt_addr_format(const flyt_addr *addr, char *out, size_t outlen);
+
+/* Return a file descriptor, or -1 with a reason in err. */
+int flyt_listen(const flyt_addr *addr, char *err, size_t errlen);
+int flyt_connect(const flyt_addr *addr, char *err, size_t errlen);
+int flyt_accept(int listen_fd);
+
+/* 0 when every byte moved, -1 on error or end of stream (errno set; 0 at EOF). */
+int flyt_read_full(int fd, void *buf, size_t len);
+int flyt_write_full(int fd, const void *buf, size_t len);
+/* iov is consumed: its entries are advanced as bytes go out. */
+int flyt_writev_full(int fd, struct iovec *iov, int iovcnt);
+/* Reads and drops len bytes. */
+int flyt_skip(int fd, size_t len);
+
+#endif

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Starts a flyt-server with the host-memory test backend on a private Unix
+# socket and TCP port, runs the client test over both, stops the server.
+# usage: run_with_server.sh SERVER_BIN LIB_DIR TEST_BIN NOSERVER_BIN
+set -u
+server=$1 libdir=$2 test=$3 noserver=$4
+tmp=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+wait_listening() { # $1 = unix path or tcp port
+  for _ in $(seq 100); do
+    if [[ $1 == /* ]]; then [ -S "$1" ] && return 0
+    elif (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "FAIL: server did not start"; cat "$tmp"/*.log; return 1
+}
+
+port=$(( 20000 + RANDOM % 20000 ))
+"$server" --backend host --listen "unix:$tmp/s.sock" > "$tmp/unix.log" 2>&1 & pids+=($!)
+"$server" --backend host --listen "tcp://127.0.0.1:$port" > "$tmp/tcp.log" 2>&1 & pids+=($!)
+wait_listening "$tmp/s.sock" || exit 1
+wait_listening "$port" || exit 1
+
+rc=0
+for addr in "unix:$tmp/s.sock" "tcp://127.0.0.1:$port"; do
+  echo "== client test over $addr"
+  FLYT_SERVER=$addr LD_LIBRARY_PATH=$libdir timeout 120 "$test" || rc=1
+done
+
+echo "== no server configured"
+env -u FLYT_SERVER LD_LIBRARY_PATH=$libdir timeout 20 "$noserver" || rc=1
+echo "== server address with nobody listening"
+FLYT_SERVER=unix:$tmp/nobody.sock LD_LIBRARY_PATH=$libdir timeout 20 "$noserver" || rc=1
+echo "== server dies mid-run"
+"$server" --backend host --listen "unix:$tmp/dies.sock" > "$tmp/dies.log" 2>&1 & dies=$!
+wait_listening "$tmp/dies.sock" || exit 1
+# the session is a child of the server: kill the child, found after connect
+( sleep 1; pkill -KILL -P $dies ) &
+FLYT_SERVER=unix:$tmp/dies.sock LD_LIBRARY_PATH=$libdir timeout 20 "$noserver" --server-dies || rc=1
+kill $dies 2>/dev/null; wait $dies 2>/dev/null
+grep -q "session" "$tmp/unix.log" || { echo "FAIL: server log has no session lines"; rc=1; }
+exit $rc

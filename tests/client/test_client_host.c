@@ -1,0 +1,409 @@
+/*
+ * The whole client-to-server path without a GPU: an ordinary program calls
+ * the CUDA runtime API through Flyt's libcudart.so.13, against a flyt-server
+ * running the host-memory test backend. Run by run_with_server.sh.
+ */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        if (cond) {                                                             \
+            printf("ok: " __VA_ARGS__);                                         \
+        } else {                                                                \
+            printf("FAIL (%s:%d): ", __FILE__, __LINE__);                       \
+            printf(__VA_ARGS__);                                                \
+            failures++;                                                         \
+        }                                                                       \
+        printf("\n");                                                           \
+    } while (0)
+
+#define CUDA_OK(call) CHECK((call) == cudaSuccess, "%s", #call)
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)((i * 2654435761u + seed) >> 7);
+}
+
+static void test_device(void)
+{
+    int count = -1, dev = -1;
+    CUDA_OK(cudaGetDeviceCount(&count));
+    CHECK(count == 1, "one device (got %d)", count);
+    CUDA_OK(cudaSetDevice(0));
+    CHECK(cudaSetDevice(3) == cudaErrorInvalidDevice, "cudaSetDevice(3) is cudaErrorInvalidDevice");
+    CHECK(cudaGetLastError() == cudaErrorInvalidDevice, "last error records it");
+    CHECK(cudaGetLastError() == cudaSuccess, "and cudaGetLastError cleared it");
+    CUDA_OK(cudaGetDevice(&dev));
+    struct cudaDeviceProp prop;
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    CHECK(strcmp(prop.name, "Flyt host test device") == 0, "device name '%s'", prop.name);
+    CHECK(prop.major == 9 && prop.multiProcessorCount == 132, "cc %d.%d, %d SMs", prop.major,
+          prop.minor, prop.multiProcessorCount);
+    int v = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0));
+    CHECK(v == 132, "attribute SM count %d", v);
+    CUDA_OK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxThreadsPerBlock, 0));
+    CHECK(v == 1024, "attribute max threads per block %d", v);
+    size_t free_b = 0, total_b = 0;
+    CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
+    CHECK(total_b > 0 && free_b <= total_b, "mem info %zu / %zu", free_b, total_b);
+    int least = 1, greatest = 1;
+    CUDA_OK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    char bus[32];
+    CUDA_OK(cudaDeviceGetPCIBusId(bus, sizeof bus, 0));
+    CHECK(strlen(bus) > 0, "pci bus id %s", bus);
+    int bydev = -1;
+    CUDA_OK(cudaDeviceGetByPCIBusId(&bydev, bus));
+    CHECK(bydev == 0, "device by bus id");
+    int drv = 0, rt = 0;
+    CUDA_OK(cudaDriverGetVersion(&drv));
+    CUDA_OK(cudaRuntimeGetVersion(&rt));
+    CHECK(drv > 0 && rt == CUDART_VERSION, "versions driver %d runtime %d", drv, rt);
+    size_t limit = 0;
+    CUDA_OK(cudaDeviceSetLimit(cudaLimitStackSize, 4096));
+    CUDA_OK(cudaDeviceGetLimit(&limit, cudaLimitStackSize));
+    CHECK(limit == 4096, "stack limit round trip %zu", limit);
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(strcmp(cudaGetErrorName(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation") == 0,
+          "error names come from the headers");
+    CHECK(strcmp(cudaGetErrorString(cudaErrorInvalidValue), "invalid argument") == 0,
+          "error strings");
+}
+
+static void test_memcpy_1d(void)
+{
+    const size_t n = 20u << 20;
+    unsigned char *h = malloc(n), *back = malloc(n);
+    fill(h, n, 1);
+    void *d = NULL, *d2 = NULL;
+    CUDA_OK(cudaMalloc(&d, n));
+    CUDA_OK(cudaMalloc(&d2, n));
+    CUDA_OK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    memset(back, 0, n);
+    CUDA_OK(cudaMemcpy(back, d, n, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(h, back, n) == 0, "20 MiB H2D then D2H round trip");
+    CUDA_OK(cudaMemcpy(d2, d, n, cudaMemcpyDeviceToDevice));
+    memset(back, 0, n);
+    CUDA_OK(cudaMemcpy(back, d2, n, cudaMemcpyDefault));
+    CHECK(memcmp(h, back, n) == 0, "D2D then cudaMemcpyDefault D2H");
+    fill(h, 4096, 9);
+    CUDA_OK(cudaMemcpy((char *)d + 100, h, 4096, cudaMemcpyDefault));
+    CUDA_OK(cudaMemcpy(back, (char *)d + 100, 4096, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(h, back, 4096) == 0, "cudaMemcpyDefault H2D at an offset");
+    CUDA_OK(cudaMemcpy(back, h, 100, cudaMemcpyHostToHost));
+    CHECK(memcmp(h, back, 100) == 0, "H2H");
+
+    CUDA_OK(cudaMemset(d, 0x5a, 1000));
+    CUDA_OK(cudaMemcpy(back, d, 1000, cudaMemcpyDeviceToHost));
+    int all = 1;
+    for (int i = 0; i < 1000; i++)
+        all &= back[i] == 0x5a;
+    CHECK(all, "cudaMemset");
+
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    fill(h, n, 3);
+    CUDA_OK(cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, s));
+    CUDA_OK(cudaMemsetAsync(d2, 7, 64, s));
+    memset(back, 0, n);
+    CUDA_OK(cudaMemcpyAsync(back, d, n, cudaMemcpyDeviceToHost, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CHECK(memcmp(h, back, n) == 0, "async H2D / D2H on a stream");
+    CUDA_OK(cudaStreamDestroy(s));
+
+    CUDA_OK(cudaFree(d));
+    CUDA_OK(cudaFree(d2));
+    free(h);
+    free(back);
+}
+
+static void test_memcpy_2d_3d(void)
+{
+    size_t pitch = 0;
+    void *d = NULL;
+    const size_t w = 300, hgt = 50;
+    CUDA_OK(cudaMallocPitch(&d, &pitch, w, hgt));
+    CHECK(pitch >= w, "pitch %zu >= width", pitch);
+    unsigned char *h = malloc(400 * hgt), *back = calloc(400 * hgt, 1);
+    fill(h, 400 * hgt, 5);
+    CUDA_OK(cudaMemcpy2D(d, pitch, h, 400, w, hgt, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy2D(back, 400, d, pitch, w, hgt, cudaMemcpyDeviceToHost));
+    int same = 1;
+    for (size_t y = 0; y < hgt; y++)
+        same &= memcmp(h + y * 400, back + y * 400, w) == 0;
+    CHECK(same, "cudaMemcpy2D with pitched host rows");
+    CHECK(cudaMemcpy2D(d, pitch, h, 10, w, hgt, cudaMemcpyHostToDevice) ==
+              cudaErrorInvalidPitchValue,
+          "width over pitch is cudaErrorInvalidPitchValue");
+    CUDA_OK(cudaMemset2D(d, pitch, 0x11, w, hgt));
+    CUDA_OK(cudaMemcpy2D(back, w, d, pitch, w, hgt, cudaMemcpyDeviceToHost));
+    same = 1;
+    for (size_t i = 0; i < w * hgt; i++)
+        same &= back[i] == 0x11;
+    CHECK(same, "cudaMemset2D");
+    CUDA_OK(cudaFree(d));
+
+    struct cudaExtent ext = {64, 16, 8};
+    struct cudaPitchedPtr pp;
+    CUDA_OK(cudaMalloc3D(&pp, ext));
+    size_t bytes = ext.width * ext.height * ext.depth;
+    unsigned char *h3 = malloc(bytes), *b3 = calloc(bytes, 1);
+    fill(h3, bytes, 11);
+    struct cudaMemcpy3DParms p = {0};
+    p.srcPtr = (struct cudaPitchedPtr){h3, ext.width, ext.width, ext.height};
+    p.dstPtr = pp;
+    p.extent = ext;
+    p.kind = cudaMemcpyHostToDevice;
+    CUDA_OK(cudaMemcpy3D(&p));
+    struct cudaMemcpy3DParms q = {0};
+    q.srcPtr = pp;
+    q.dstPtr = (struct cudaPitchedPtr){b3, ext.width, ext.width, ext.height};
+    q.extent = ext;
+    q.kind = cudaMemcpyDeviceToHost;
+    CUDA_OK(cudaMemcpy3D(&q));
+    CHECK(memcmp(h3, b3, bytes) == 0, "cudaMemcpy3D H2D then D2H");
+    /* an interior box at an offset */
+    struct cudaMemcpy3DParms r = {0};
+    r.srcPtr = pp;
+    r.srcPos = (struct cudaPos){8, 2, 3};
+    r.dstPtr = (struct cudaPitchedPtr){b3, 16, 16, 4};
+    r.extent = (struct cudaExtent){16, 4, 2};
+    r.kind = cudaMemcpyDeviceToHost;
+    memset(b3, 0, bytes);
+    CUDA_OK(cudaMemcpy3D(&r));
+    same = 1;
+    for (size_t z = 0; z < 2; z++)
+        for (size_t y = 0; y < 4; y++)
+            same &= memcmp(b3 + (z * 4 + y) * 16,
+                           h3 + ((3 + z) * ext.height + 2 + y) * ext.width + 8, 16) == 0;
+    CHECK(same, "cudaMemcpy3D of an interior box");
+    CUDA_OK(cudaMemset3D(pp, 0x22, ext));
+    CUDA_OK(cudaMemcpy3D(&q));
+    same = 1;
+    for (size_t i = 0; i < bytes; i++)
+        same &= b3[i] == 0x22;
+    CHECK(same, "cudaMemset3D");
+    CUDA_OK(cudaFree(pp.ptr));
+    free(h);
+    free(back);
+    free(h3);
+    free(b3);
+}
+
+static void test_host_memory(void)
+{
+    void *pinned = NULL, *d = NULL;
+    CUDA_OK(cudaMallocHost(&pinned, 1 << 20));
+    CUDA_OK(cudaMalloc(&d, 1 << 20));
+    struct cudaPointerAttributes a;
+    CUDA_OK(cudaPointerGetAttributes(&a, pinned));
+    CHECK(a.type == cudaMemoryTypeHost, "pinned memory is cudaMemoryTypeHost (%d)", a.type);
+    CUDA_OK(cudaPointerGetAttributes(&a, (char *)d + 10));
+    CHECK(a.type == cudaMemoryTypeDevice, "device memory is cudaMemoryTypeDevice (%d)", a.type);
+    int local = 0;
+    CUDA_OK(cudaPointerGetAttributes(&a, &local));
+    CHECK(a.type == cudaMemoryTypeUnregistered, "stack memory is unregistered (%d)", a.type);
+    unsigned flags = 99;
+    CUDA_OK(cudaHostGetFlags(&flags, pinned));
+    char *buf = malloc(8192);
+    CUDA_OK(cudaHostRegister(buf, 8192, cudaHostRegisterDefault));
+    CUDA_OK(cudaPointerGetAttributes(&a, buf + 100));
+    CHECK(a.type == cudaMemoryTypeHost, "registered memory is cudaMemoryTypeHost");
+    CUDA_OK(cudaHostUnregister(buf));
+    CHECK(cudaHostUnregister(buf) == cudaErrorHostMemoryNotRegistered, "double unregister fails");
+    cudaGetLastError();
+    CUDA_OK(cudaFreeHost(pinned));
+    CUDA_OK(cudaFree(d));
+    free(buf);
+}
+
+static void test_pools(void)
+{
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *p = NULL;
+    CUDA_OK(cudaMallocAsync(&p, 1 << 16, s));
+    CHECK(p != NULL, "cudaMallocAsync gave a pointer");
+    CUDA_OK(cudaMemsetAsync(p, 1, 1 << 16, s));
+    CUDA_OK(cudaFreeAsync(p, s));
+    cudaMemPool_t pool, dflt;
+    CUDA_OK(cudaDeviceGetDefaultMemPool(&dflt, 0));
+    struct cudaMemPoolProps props = {0};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 0;
+    CUDA_OK(cudaMemPoolCreate(&pool, &props));
+    uint64_t threshold = 1 << 20, got = 0;
+    CUDA_OK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    CUDA_OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &got));
+    CHECK(got == threshold, "pool release threshold round trip");
+    CUDA_OK(cudaMallocFromPoolAsync(&p, 4096, pool, s));
+    CUDA_OK(cudaFreeAsync(p, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemPoolTrimTo(pool, 0));
+    CUDA_OK(cudaMemPoolDestroy(pool));
+    CUDA_OK(cudaStreamDestroy(s));
+}
+
+static atomic_int callback_order[8];
+static atomic_int callback_count;
+
+static void host_fn(void *arg)
+{
+    int i = atomic_fetch_add(&callback_count, 1);
+    if (i < 8)
+        callback_order[i] = (int)(intptr_t)arg;
+}
+
+static void stream_cb(cudaStream_t s, cudaError_t status, void *arg)
+{
+    (void)s;
+    if (status == cudaSuccess)
+        host_fn(arg);
+}
+
+static void test_streams_events(void)
+{
+    cudaStream_t s;
+    int lo = 0, hi = 0;
+    CUDA_OK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    CUDA_OK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, hi));
+    unsigned flags = 0;
+    int prio = 99;
+    CUDA_OK(cudaStreamGetFlags(s, &flags));
+    CHECK(flags == cudaStreamNonBlocking, "stream flags %u", flags);
+    CUDA_OK(cudaStreamGetPriority(s, &prio));
+    CHECK(prio == hi, "stream priority %d", prio);
+    cudaEvent_t a, b;
+    CUDA_OK(cudaEventCreate(&a));
+    CUDA_OK(cudaEventCreateWithFlags(&b, cudaEventBlockingSync));
+    CUDA_OK(cudaEventRecord(a, s));
+    for (int i = 0; i < 4; i++)
+        CUDA_OK(cudaLaunchHostFunc(s, host_fn, (void *)(intptr_t)i));
+    CUDA_OK(cudaStreamAddCallback(s, stream_cb, (void *)(intptr_t)4, 0));
+    CUDA_OK(cudaEventRecord(b, s));
+    CUDA_OK(cudaStreamWaitEvent(cudaStreamLegacy, b, 0));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CHECK(atomic_load(&callback_count) == 5, "all 5 host functions ran before the sync returned");
+    int ordered = 1;
+    for (int i = 0; i < 5; i++)
+        ordered &= callback_order[i] == i;
+    CHECK(ordered, "host functions ran in stream order");
+    CUDA_OK(cudaEventSynchronize(b));
+    CUDA_OK(cudaEventQuery(b));
+    CUDA_OK(cudaStreamQuery(s));
+    float ms = -1;
+    CUDA_OK(cudaEventElapsedTime(&ms, a, b));
+    CHECK(ms >= 0, "elapsed time %.3f ms", ms);
+    CUDA_OK(cudaEventDestroy(a));
+    CUDA_OK(cudaEventDestroy(b));
+    CUDA_OK(cudaStreamDestroy(s));
+    CHECK(cudaStreamSynchronize(s) == cudaErrorInvalidResourceHandle,
+          "a destroyed stream is an invalid handle");
+    cudaGetLastError();
+
+    /* a callback whose flag the host polls without calling CUDA */
+    atomic_store(&callback_count, 0);
+    CUDA_OK(cudaLaunchHostFunc(0, host_fn, (void *)(intptr_t)7));
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (atomic_load(&callback_count) == 0 && t.tv_sec - t0.tv_sec < 5);
+    CHECK(atomic_load(&callback_count) == 1, "a host function runs with no CUDA call waiting");
+}
+
+static void test_errors(void)
+{
+    CHECK(cudaFree((void *)0x1234) != cudaSuccess, "cudaFree of a bogus pointer fails");
+    cudaGetLastError();
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, (size_t)1 << 50) == cudaErrorMemoryAllocation, "huge cudaMalloc is OOM");
+    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation, "and is the last error");
+    CHECK(cudaGetLastError() == cudaSuccess, "which is not sticky");
+    char h[16];
+    CHECK(cudaMemcpy(h, (void *)0x10, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess,
+          "copy from a bogus device pointer fails");
+    CHECK(cudaMemcpy((void *)0x10, h, 0, cudaMemcpyHostToDevice) == cudaSuccess,
+          "a zero-byte copy succeeds");
+    cudaGetLastError();
+    CHECK(cudaMemcpy(h, h, 4, (enum cudaMemcpyKind)42) == cudaErrorInvalidMemcpyDirection,
+          "a bad copy kind is cudaErrorInvalidMemcpyDirection");
+    /* the host backend runs no kernels: a launch of an unknown function */
+    CHECK(cudaLaunchKernel((const void *)test_errors, (dim3){1, 1, 1}, (dim3){1, 1, 1}, NULL, 0,
+                           0) == cudaErrorInvalidDeviceFunction,
+          "launch of an unregistered function is cudaErrorInvalidDeviceFunction");
+    cudaGetLastError();
+    /* an unimplemented API says so instead of crashing */
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0) == cudaErrorNotSupported, "unsupported API -> cudaErrorNotSupported");
+    cudaGetLastError();
+}
+
+struct worker {
+    int id;
+    int ok;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    const size_t n = 1 << 20;
+    unsigned char *h = malloc(n), *back = malloc(n);
+    cudaStream_t s;
+    void *d = NULL;
+    w->ok = cudaStreamCreate(&s) == cudaSuccess && cudaMalloc(&d, n) == cudaSuccess;
+    for (int round = 0; round < 20 && w->ok; round++) {
+        fill(h, n, (unsigned)(w->id * 100 + round));
+        w->ok &= cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, s) == cudaSuccess;
+        w->ok &= cudaMemcpyAsync(back, d, n, cudaMemcpyDeviceToHost, s) == cudaSuccess;
+        w->ok &= cudaStreamSynchronize(s) == cudaSuccess;
+        w->ok &= memcmp(h, back, n) == 0;
+    }
+    w->ok &= cudaFree(d) == cudaSuccess && cudaStreamDestroy(s) == cudaSuccess;
+    free(h);
+    free(back);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    pthread_t t[8];
+    struct worker w[8];
+    for (int i = 0; i < 8; i++) {
+        w[i] = (struct worker){i, 0};
+        pthread_create(&t[i], NULL, worker_main, &w[i]);
+    }
+    int all = 1;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(t[i], NULL);
+        all &= w[i].ok;
+    }
+    CHECK(all, "8 threads copying concurrently on their own streams");
+}
+
+int main(void)
+{
+    test_device();
+    test_memcpy_1d();
+    test_memcpy_2d_3d();
+    test_host_memory();
+    test_pools();
+    test_streams_events();
+    test_errors();
+    test_threads();
+    CUDA_OK(cudaDeviceReset());
+    printf("%s: %d failed\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,51 @@
+/*
+ * Without a reachable server, CUDA calls fail the way CUDA fails without a
+ * usable device, at once; and when the server dies mid-run, calls fail
+ * instead of hanging. usage: test_client_noserver [--server-dies]
+ * (with --server-dies the caller kills the session within a second of start)
+ */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures;
+#define CHECK(cond, msg)                                                     \
+    do {                                                                     \
+        printf("%s: %s\n", (cond) ? "ok" : "FAIL", msg);                     \
+        failures += !(cond);                                                 \
+    } while (0)
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "--server-dies") == 0) {
+        void *d = NULL;
+        CHECK(cudaMalloc(&d, 4096) == cudaSuccess, "allocation while the server lives");
+        sleep(2); /* the session is killed meanwhile */
+        double t0 = now();
+        char h[64];
+        cudaError_t err = cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+        CHECK(err == cudaErrorDevicesUnavailable, "a call after the server died fails");
+        CHECK(cudaMalloc(&d, 64) == cudaErrorDevicesUnavailable, "and so do later calls");
+        CHECK(now() - t0 < 5, "without hanging");
+    } else {
+        double t0 = now();
+        int count = -1;
+        CHECK(cudaGetDeviceCount(&count) == cudaErrorNoDevice, "cudaGetDeviceCount is cudaErrorNoDevice");
+        CHECK(count == 0, "and reports 0 devices");
+        void *d = NULL;
+        CHECK(cudaMalloc(&d, 16) == cudaErrorNoDevice, "cudaMalloc is cudaErrorNoDevice");
+        CHECK(now() - t0 < 5, "at once, without hanging");
+    }
+    printf("%d passed, %d failed\n", failures ? 0 : 1, failures);
+    return failures ? 1 : 0;
+}

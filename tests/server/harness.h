@@ -1,0 +1,98 @@
+/*
+ * Shared helpers of the server tests: a CHECK macro, starting and stopping a
+ * flyt-server on a Unix socket in a temporary directory, and raw frames over
+ * a plain socket (flyt_proto.h structs, no client library).
+ */
+#ifndef FLYT_TEST_HARNESS_H
+#define FLYT_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "check.h"
+#include "flyt_proto.h"
+
+/* CUresult values the tests look for (the wire carries driver codes). */
+#define T_SUCCESS           0
+#define T_INVALID_VALUE     1
+#define T_OUT_OF_MEMORY     2
+#define T_INVALID_IMAGE     200
+#define T_INVALID_HANDLE    400
+#define T_NOT_SUPPORTED     801
+
+/* Heading of a group of checks. */
+void th_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Arms alarm(seconds): on expiry the server is killed, the temporary
+ * directory removed and the test exits 2. Child processes call it with 0 to
+ * get the default (just die) behaviour back. */
+void th_watchdog(unsigned seconds);
+
+/* Starts `bin --backend host --listen unix:DIR/s.sock` with env_assign
+ * ("NAME=value", or NULL) added to its environment, in a fresh temp dir,
+ * and waits until it accepts connections. Cleanup is registered atexit. */
+void th_server_start(const char *bin, const char *env_assign);
+void th_server_stop(void);
+int th_server_alive(void);
+const char *th_socket_path(void);
+
+/* A connected socket with 10 s send/receive timeouts, or -1. */
+int th_connect(void);
+
+/* One frame. payload2 (may be NULL) is sent right after payload. */
+int th_send(int fd, uint16_t op, uint16_t flags, uint32_t seq, const void *payload, size_t len,
+            const void *payload2, size_t len2);
+/* Sends a frame whose header length is `length` but with only the given
+ * bytes following (for malformed frames). */
+int th_send_raw_hdr(int fd, uint32_t length, uint16_t op, uint16_t flags, uint32_t seq);
+
+/* A reply as read from the socket. */
+struct th_reply {
+    struct flyt_frame_hdr hdr;
+    int32_t result, deferred;
+    unsigned char *body; /* after struct flyt_reply; malloc'd */
+    size_t body_len;
+};
+void th_reply_free(struct th_reply *r);
+
+/* Reads one whole frame. 0 on success; -1 on EOF or reset (the server ended
+ * the session); -2 on timeout or another error. */
+int th_read_frame(int fd, struct th_reply *r);
+
+/* Request with the next sequence number, then its reply, checked for op,
+ * seq and reply flag. Returns the reply's result, or -1000 when no proper
+ * reply came (the connection then is closed or out of step). */
+int th_call(int fd, uint16_t op, const void *req, size_t req_len, const void *data, size_t data_len,
+            struct th_reply *out);
+/* Like th_call but also copies the op's reply struct into rep (rep_len bytes). */
+int th_call_rep(int fd, uint16_t op, const void *req, size_t req_len, const void *data,
+                size_t data_len, void *rep, size_t rep_len);
+/* Sends a NOREPLY request. 0 on success. */
+int th_post(int fd, uint16_t op, const void *req, size_t req_len, const void *data, size_t data_len);
+uint32_t th_next_seq(void);
+
+/* HELLO with the right magic and version; returns 0 when accepted. */
+int th_hello(int fd);
+/* A fresh connection, HELLO and DEVICE_COUNT == 1: the server works. */
+int th_server_works(void);
+
+/* The deferred field of the last reply th_call read. */
+extern int32_t th_last_deferred;
+
+/* MEMCPY_DTOH of size bytes into buf. Returns the final copy result
+ * (-1000 when the reply was malformed or missing). *had_data says whether
+ * the reply carried data. */
+int th_dtoh(int fd, uint64_t src, uint64_t size, void *buf, int *had_data);
+
+/* MEM_ALLOC / MEM_FREE / MEMCPY_HTOD conveniences. */
+int th_alloc(int fd, uint64_t size, uint64_t *ptr);
+int th_free(int fd, uint64_t ptr);
+int th_htod(int fd, uint64_t dst, const void *data, uint64_t size);
+
+/* A minimal well-formed fatbinary image for MODULE_LOAD (malloc'd). */
+unsigned char *th_fake_fatbin(size_t *size);
+/* MODULE_LOAD with the hash handshake; returns the result, module in *module. */
+int th_module_load(int fd, const void *image, size_t size, uint64_t *module);
+
+#endif

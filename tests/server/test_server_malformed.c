@@ -1,0 +1,462 @@
+/*
+ * flyt-server against hostile and broken clients, over raw frames:
+ * a proper session works; each malformed request either ends the session or
+ * is answered with an error, as fits; after every case a new connection
+ * still works (the server survived); clients dying mid-frame; 20 sessions at
+ * once.
+ *
+ * usage: test_server_malformed PATH-TO-flyt-server
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+enum outcome { CLOSED, ERROR_REPLY, OTHER };
+
+static const char *outcome_name(enum outcome o)
+{
+    return o == CLOSED ? "session ended" : o == ERROR_REPLY ? "error reply" : "unexpected answer";
+}
+
+/* After a bad request: either the session ends (EOF or reset, possibly after
+ * one error reply) or an error reply comes. A success reply, silence or a
+ * malformed frame are failures (OTHER). */
+static enum outcome refused(int fd, int32_t *result)
+{
+    struct th_reply r;
+    int rc = th_read_frame(fd, &r);
+    if (rc == -1)
+        return CLOSED;
+    if (rc != 0) {
+        printf("        (no answer within the timeout)\n");
+        return OTHER;
+    }
+    enum outcome o = OTHER;
+    if (r.hdr.flags == FLYT_F_REPLY && r.hdr.length >= sizeof(struct flyt_reply) && r.result != 0) {
+        o = ERROR_REPLY;
+        if (result)
+            *result = r.result;
+    } else {
+        printf("        (answer: op %u flags %u length %u result %d)\n", r.hdr.op, r.hdr.flags, r.hdr.length,
+               r.result);
+    }
+    th_reply_free(&r);
+    return o;
+}
+
+/* After a protocol violation the session must end: at most one error reply,
+ * then end of stream. */
+static int ended(int fd)
+{
+    struct th_reply r;
+    for (int frames = 0; frames < 2; frames++) {
+        int rc = th_read_frame(fd, &r);
+        if (rc == -1)
+            return 1;
+        if (rc != 0) {
+            printf("        (the connection stayed open)\n");
+            return 0;
+        }
+        int bad = r.hdr.length >= sizeof(struct flyt_reply) && r.result == 0;
+        printf("        (answered first: op %u result %d)\n", r.hdr.op, r.result);
+        th_reply_free(&r);
+        if (bad)
+            return 0;
+    }
+    printf("        (more than one frame after the violation)\n");
+    return 0;
+}
+
+static void survived(const char *after)
+{
+    CHECK(th_server_works(), "server still serves a new session after %s", after);
+}
+
+static int session(void)
+{
+    int fd = th_connect();
+    CHECK(fd >= 0, "connect");
+    CHECK(th_hello(fd) == 0, "HELLO accepted");
+    return fd;
+}
+
+static void hello_cases(void)
+{
+    th_say("HELLO required and checked");
+    int fd = th_connect();
+    flyt_req_none none = {0};
+    CHECK(th_send(fd, FLYT_OP_DEVICE_COUNT, 0, 1, &none, sizeof none, NULL, 0) == 0, "DEVICE_COUNT before HELLO sent");
+    enum outcome o = refused(fd, NULL);
+    CHECK(o != OTHER, "no HELLO first: %s", outcome_name(o));
+    close(fd);
+    survived("a request before HELLO");
+
+    flyt_req_hello h;
+    memset(&h, 0, sizeof h);
+    h.magic = 0x12345678;
+    h.major = FLYT_PROTO_MAJOR;
+    fd = th_connect();
+    th_send(fd, FLYT_OP_HELLO, 0, 1, &h, sizeof h, NULL, 0);
+    o = refused(fd, NULL);
+    CHECK(o != OTHER, "HELLO with a wrong magic: %s", outcome_name(o));
+    close(fd);
+    survived("a wrong magic");
+
+    h.magic = FLYT_PROTO_MAGIC;
+    h.major = FLYT_PROTO_MAJOR + 1;
+    fd = th_connect();
+    th_send(fd, FLYT_OP_HELLO, 0, 1, &h, sizeof h, NULL, 0);
+    o = refused(fd, NULL);
+    CHECK(o != OTHER, "HELLO with major version %d: %s", FLYT_PROTO_MAJOR + 1, outcome_name(o));
+    close(fd);
+    survived("a wrong major version");
+
+    fd = session();
+    h.major = FLYT_PROTO_MAJOR;
+    th_send(fd, FLYT_OP_HELLO, 0, 9, &h, sizeof h, NULL, 0);
+    o = refused(fd, NULL);
+    CHECK(o != OTHER, "a second HELLO in a session: %s", outcome_name(o));
+    close(fd);
+    survived("a second HELLO");
+}
+
+/* Header-level violations: flyt_check_request rejects them; the session ends. */
+static void header_cases(void)
+{
+    th_say("frame header violations end the session");
+    static const struct {
+        const char *what;
+        uint32_t length;
+        uint16_t op, flags;
+        uint32_t send; /* payload bytes actually sent */
+    } cases[] = {
+        {"unknown op 7", 8, 7, 0, 8},
+        {"unknown op 199", 8, 199, 0, 8},
+        {"op 200 (CALLBACK) as a request", 16, 200, 0, 16},
+        {"unknown op 65535", 8, 65535, 0, 8},
+        {"MEM_ALLOC with length 8, too short for its 24-byte request", 8, FLYT_OP_MEM_ALLOC, 0, 8},
+        {"MEM_FREE with length 0", 0, FLYT_OP_MEM_FREE, 0, 0},
+        {"DEVICE_COUNT with 8 bytes of trailing data", 16, FLYT_OP_DEVICE_COUNT, 0, 16},
+        {"MEMCPY_DTOH with trailing data", 40, FLYT_OP_MEMCPY_DTOH, 0, 40},
+        {"NOREPLY on DEVICE_COUNT (synchronous)", 8, FLYT_OP_DEVICE_COUNT, FLYT_F_NOREPLY, 8},
+        {"NOREPLY on MEM_ALLOC (synchronous)", 24, FLYT_OP_MEM_ALLOC, FLYT_F_NOREPLY, 24},
+        {"the REPLY flag on a request", 8, FLYT_OP_DEVICE_COUNT, FLYT_F_REPLY, 8},
+        {"an unknown frame flag", 8, FLYT_OP_DEVICE_COUNT, 0x100, 8},
+        {"MEMCPY_HTOD with length over FLYT_MAX_PAYLOAD", FLYT_MAX_PAYLOAD + 1u, FLYT_OP_MEMCPY_HTOD, 0, 32},
+        {"LAUNCH with length 0xFFFFFFFF", 0xFFFFFFFFu, FLYT_OP_LAUNCH, 0, 56},
+    };
+    unsigned char zeros[64] = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int fd = session();
+        CHECK(th_send_raw_hdr(fd, cases[i].length, cases[i].op, cases[i].flags, 77) == 0 &&
+                  (cases[i].send == 0 || write(fd, zeros, cases[i].send) == (ssize_t)cases[i].send),
+              "sent %s", cases[i].what);
+        CHECK(ended(fd), "%s: session ended", cases[i].what);
+        close(fd);
+        survived(cases[i].what);
+    }
+}
+
+static void data_cases(void)
+{
+    th_say("bulk data cut short, and request fields that disagree with the frame");
+    int fd = session();
+    uint64_t ptr;
+    CHECK(th_alloc(fd, 1 << 20, &ptr) == 0, "MEM_ALLOC 1 MiB");
+    flyt_req_memcpy req = {ptr, 0, 1 << 20, FLYT_STREAM_DEFAULT};
+    static unsigned char data[4096];
+    memset(data, 0x5C, sizeof data);
+    CHECK(th_send_raw_hdr(fd, sizeof req + (1u << 20), FLYT_OP_MEMCPY_HTOD, 0, 5) == 0 &&
+              write(fd, &req, sizeof req) == sizeof req && write(fd, data, 1000) == 1000,
+          "MEMCPY_HTOD declaring 1 MiB, 1000 bytes sent");
+    close(fd);
+    survived("an HTOD whose data stopped short and whose socket closed");
+
+    fd = session();
+    CHECK(th_alloc(fd, 1 << 20, &ptr) == 0, "MEM_ALLOC 1 MiB");
+    req.dst = ptr;
+    req.size = 1 << 20; /* but only 4096 bytes in the frame */
+    int32_t result = 0;
+    CHECK(th_send(fd, FLYT_OP_MEMCPY_HTOD, 0, 6, &req, sizeof req, data, 4096) == 0,
+          "MEMCPY_HTOD whose size field (1 MiB) exceeds its 4096 data bytes");
+    enum outcome o = refused(fd, &result);
+    CHECK(o != OTHER, "size/length mismatch: %s (%d)", outcome_name(o), result);
+    close(fd);
+    survived("an HTOD size/length mismatch");
+
+    fd = session();
+    req.size = 100; /* 4096 bytes follow */
+    CHECK(th_alloc(fd, 1 << 20, &ptr) == 0, "MEM_ALLOC 1 MiB");
+    req.dst = ptr;
+    CHECK(th_send(fd, FLYT_OP_MEMCPY_HTOD, 0, 7, &req, sizeof req, data, 4096) == 0,
+          "MEMCPY_HTOD whose size field (100) is below its 4096 data bytes");
+    o = refused(fd, &result);
+    CHECK(o != OTHER, "size/length mismatch: %s (%d)", outcome_name(o), result);
+    close(fd);
+    survived("an HTOD with extra data");
+
+    fd = session();
+    uint64_t module = 0;
+    size_t fsize;
+    unsigned char *fat = th_fake_fatbin(&fsize);
+    CHECK(th_module_load(fd, fat, fsize, &module) == 0, "MODULE_LOAD of a fake fatbinary");
+    free(fat);
+    flyt_req_named nreq = {module, 6, 0};
+    CHECK(th_send(fd, FLYT_OP_FUNC_GET, 0, 8, &nreq, sizeof nreq, "kernel", 6) == 0,
+          "FUNC_GET with a 6-byte name lacking its NUL");
+    o = refused(fd, &result);
+    CHECK(o != OTHER, "name without NUL: %s (%d)", outcome_name(o), result);
+    close(fd);
+    survived("a name without NUL");
+
+    fd = session();
+    nreq.name_len = 100;
+    CHECK(th_send(fd, FLYT_OP_FUNC_GET, 0, 9, &nreq, sizeof nreq, "kernel", 7) == 0,
+          "FUNC_GET with name_len 100 and 7 bytes of name");
+    o = refused(fd, &result);
+    CHECK(o != OTHER, "name_len/length mismatch: %s (%d)", outcome_name(o), result);
+    close(fd);
+    survived("a name_len mismatch");
+
+    fd = session();
+    nreq.name_len = 0;
+    CHECK(th_send(fd, FLYT_OP_FUNC_GET, 0, 10, &nreq, sizeof nreq, NULL, 0) == 0, "FUNC_GET with an empty name");
+    o = refused(fd, &result);
+    CHECK(o != OTHER, "empty name: %s (%d)", outcome_name(o), result);
+    close(fd);
+    survived("an empty name");
+
+    fd = session();
+    flyt_req_launch l;
+    memset(&l, 0, sizeof l);
+    l.func = 0xdeadbeef;
+    l.grid[0] = l.grid[1] = l.grid[2] = 1;
+    l.block[0] = l.block[1] = l.block[2] = 1;
+    CHECK(th_send(fd, FLYT_OP_LAUNCH, 0, 11, &l, sizeof l, NULL, 0) == 0, "LAUNCH of unknown function id 0xdeadbeef");
+    o = refused(fd, &result);
+    CHECK(o != OTHER, "unknown function: %s (%d)", outcome_name(o), result);
+    close(fd);
+    survived("a LAUNCH of an unknown function");
+
+    fd = session();
+    l.attr_count = FLYT_MAX_LAUNCH_ATTRS + 1;
+    CHECK(th_send(fd, FLYT_OP_LAUNCH, 0, 12, &l, sizeof l, NULL, 0) == 0, "LAUNCH claiming 17 attributes, sending none");
+    o = refused(fd, &result);
+    CHECK(o != OTHER, "attribute count mismatch: %s (%d)", outcome_name(o), result);
+    close(fd);
+    survived("a LAUNCH attribute count mismatch");
+}
+
+/* Errors the backend reports: answered, and the session goes on. */
+static void error_reply_cases(void)
+{
+    th_say("bad addresses and ids get error replies; the session goes on");
+    int fd = session();
+    static unsigned char buf[8192];
+    int had_data = 0;
+    int rc = th_dtoh(fd, 0x1000, 4096, buf, &had_data);
+    CHECK(rc != 0 && rc != -1000, "MEMCPY_DTOH from 0x1000 (no allocation): error %d (%s)", rc,
+          had_data ? "after data" : "refused up front");
+    rc = th_dtoh(fd, (uint64_t)(uintptr_t)buf, 64, buf, &had_data);
+    CHECK(rc != 0 && rc != -1000, "MEMCPY_DTOH from an address of this test process: error %d", rc);
+    uint64_t ptr;
+    CHECK(th_alloc(fd, 4096, &ptr) == 0, "MEM_ALLOC 4096");
+    rc = th_dtoh(fd, ptr + 4000, 200, buf, &had_data);
+    CHECK(rc != 0 && rc != -1000, "MEMCPY_DTOH running 104 bytes past an allocation: error %d", rc);
+    rc = th_dtoh(fd, ptr, 4096, buf, &had_data);
+    CHECK(rc == 0, "MEMCPY_DTOH of the allocation itself works");
+    rc = th_htod(fd, 0x2000, buf, 4096);
+    CHECK(rc != 0 && rc != -1000, "MEMCPY_HTOD to 0x2000: error %d", rc);
+    rc = th_htod(fd, ptr + 1, buf, 4096);
+    CHECK(rc != 0 && rc != -1000, "MEMCPY_HTOD one byte past the end: error %d", rc);
+    flyt_req_memset ms = {ptr, 4097, 4097, 4097, 1, 1, FLYT_STREAM_DEFAULT, 0, 0};
+    rc = th_call(fd, FLYT_OP_MEMSET, &ms, sizeof ms, NULL, 0, NULL);
+    CHECK(rc != 0 && rc != -1000, "MEMSET of 4097 bytes on 4096: error %d", rc);
+    flyt_req_memcpy dd = {ptr, 0x3000, 16, FLYT_STREAM_DEFAULT};
+    rc = th_call(fd, FLYT_OP_MEMCPY_DTOD, &dd, sizeof dd, NULL, 0, NULL);
+    CHECK(rc != 0 && rc != -1000, "MEMCPY_DTOD from 0x3000: error %d", rc);
+    rc = th_free(fd, 0xbad0000);
+    CHECK(rc != 0 && rc != -1000, "MEM_FREE of a bogus pointer: error %d", rc);
+    rc = th_free(fd, ptr + 8);
+    CHECK(rc != 0 && rc != -1000, "MEM_FREE of an interior pointer: error %d", rc);
+    flyt_req_handle sh = {0x7777};
+    rc = th_call(fd, FLYT_OP_STREAM_SYNC, &sh, sizeof sh, NULL, 0, NULL);
+    CHECK(rc == T_INVALID_HANDLE, "STREAM_SYNC of unknown stream id 0x7777: %d (CUDA_ERROR_INVALID_HANDLE)", rc);
+    flyt_req_handle eh = {0x8888};
+    rc = th_call(fd, FLYT_OP_EVENT_QUERY, &eh, sizeof eh, NULL, 0, NULL);
+    CHECK(rc == T_INVALID_HANDLE, "EVENT_QUERY of unknown event id: %d", rc);
+    flyt_req_handle mh = {0x9999};
+    rc = th_call(fd, FLYT_OP_MODULE_UNLOAD, &mh, sizeof mh, NULL, 0, NULL);
+    CHECK(rc != 0 && rc != -1000, "MODULE_UNLOAD of unknown module id: error %d", rc);
+    flyt_req_named nreq = {0x9999, 7, 0};
+    rc = th_call(fd, FLYT_OP_FUNC_GET, &nreq, sizeof nreq, "kernel", 7, NULL);
+    CHECK(rc != 0 && rc != -1000, "FUNC_GET in unknown module id: error %d", rc);
+
+    th_say("errors of pipelined requests come back deferred");
+    flyt_req_memset bad = {0x4000, 16, 16, 16, 1, 1, FLYT_STREAM_DEFAULT, 0, 0};
+    CHECK(th_post(fd, FLYT_OP_MEMSET, &bad, sizeof bad, NULL, 0) == 0, "NOREPLY MEMSET to 0x4000 sent");
+    flyt_req_memcpy hd = {0x5000, 0, 2048, FLYT_STREAM_DEFAULT};
+    CHECK(th_post(fd, FLYT_OP_MEMCPY_HTOD, &hd, sizeof hd, buf, 2048) == 0, "NOREPLY MEMCPY_HTOD to 0x5000 sent");
+    flyt_req_launch l;
+    memset(&l, 0, sizeof l);
+    l.func = 0xdeadbeef;
+    l.grid[0] = l.grid[1] = l.grid[2] = l.block[0] = l.block[1] = l.block[2] = 1;
+    CHECK(th_post(fd, FLYT_OP_LAUNCH, &l, sizeof l, NULL, 0) == 0, "NOREPLY LAUNCH of an unknown function sent");
+    flyt_req_none none = {0};
+    rc = th_call(fd, FLYT_OP_DEVICE_SYNC, &none, sizeof none, NULL, 0, NULL);
+    CHECK(rc != -1000, "DEVICE_SYNC answered (result %d)", rc);
+    CHECK(th_last_deferred == T_INVALID_VALUE, "its deferred field holds the first error: %d (CUDA_ERROR_INVALID_VALUE)",
+          th_last_deferred);
+    rc = th_call(fd, FLYT_OP_DEVICE_SYNC, &none, sizeof none, NULL, 0, NULL);
+    CHECK(rc == 0 && th_last_deferred == 0, "the next reply's deferred field is clear");
+    CHECK(th_free(fd, ptr) == 0, "MEM_FREE of the allocation");
+    CHECK(th_free(fd, ptr) != 0, "MEM_FREE again: error");
+    flyt_rep_i32 cnt;
+    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &cnt, sizeof cnt) == 0 && cnt.value == 1,
+          "the session still works");
+    close(fd);
+    survived("the error replies");
+}
+
+static void dying_clients(void)
+{
+    th_say("clients that die mid-frame");
+    for (int variant = 0; variant < 4; variant++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            th_watchdog(0);
+            int fd = th_connect();
+            if (fd < 0)
+                _exit(3);
+            struct flyt_frame_hdr h = {sizeof(flyt_req_hello), FLYT_OP_HELLO, 0, 1, 0};
+            if (variant == 0) { /* half a header, no HELLO */
+                if (write(fd, &h, 7) != 7)
+                    _exit(4);
+            } else {
+                if (th_hello(fd) != 0)
+                    _exit(5);
+                if (variant == 1) { /* half a header */
+                    h.op = FLYT_OP_MEM_ALLOC;
+                    h.length = sizeof(flyt_req_mem_alloc);
+                    if (write(fd, &h, 9) != 9)
+                        _exit(4);
+                } else if (variant == 2) { /* header and part of a request */
+                    h.op = FLYT_OP_MEM_ALLOC;
+                    h.length = sizeof(flyt_req_mem_alloc);
+                    uint64_t part = 4096;
+                    if (write(fd, &h, sizeof h) != sizeof h || write(fd, &part, sizeof part) != sizeof part)
+                        _exit(4);
+                } else { /* a DTOH it never reads */
+                    uint64_t ptr;
+                    if (th_alloc(fd, 8 << 20, &ptr) != 0)
+                        _exit(5);
+                    flyt_req_memcpy req = {0, ptr, 8 << 20, FLYT_STREAM_DEFAULT};
+                    th_send(fd, FLYT_OP_MEMCPY_DTOH, 0, 50, &req, sizeof req, NULL, 0);
+                }
+            }
+            _exit(0); /* dies with the frame unfinished */
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client variant %d connected, sent part of a frame, died",
+              variant);
+        survived("a client dying mid-frame");
+    }
+}
+
+/* One concurrent session: alloc, copy in, copy out, compare, free. */
+static int worker(int id)
+{
+    int fd = th_connect();
+    if (fd < 0 || th_hello(fd) != 0)
+        return 10;
+    const size_t n = (1 << 20) + id * 4099;
+    unsigned char *out = malloc(n), *in = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        out[i] = (unsigned char)(i * (id + 3) + id);
+    for (int round = 0; round < 3; round++) {
+        uint64_t ptr;
+        int had;
+        if (th_alloc(fd, n, &ptr) != 0)
+            return 11;
+        if (th_htod(fd, ptr, out, n) != 0)
+            return 12;
+        memset(in, 0, n);
+        if (th_dtoh(fd, ptr, n, in, &had) != 0 || memcmp(in, out, n) != 0)
+            return 13;
+        if (th_free(fd, ptr) != 0)
+            return 14;
+    }
+    free(in);
+    free(out);
+    close(fd);
+    return 0;
+}
+
+static void concurrent_sessions(void)
+{
+    enum { N = 20 };
+    th_say("%d concurrent sessions each allocating, copying and freeing", N);
+    pid_t pids[N];
+    fflush(stdout);
+    for (int i = 0; i < N; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            th_watchdog(0);
+            alarm(90);
+            _exit(worker(i));
+        }
+    }
+    int ok = 0;
+    for (int i = 0; i < N; i++) {
+        int st;
+        waitpid(pids[i], &st, 0);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+            ok++;
+        else
+            printf("        (session %d: %s %d)\n", i, WIFEXITED(st) ? "exit" : "signal",
+                   WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    }
+    CHECK(ok == N, "%d of %d sessions copied their data intact", ok, N);
+    survived("the concurrent sessions");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH-TO-flyt-server\n", argv[0]);
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGPIPE, SIG_IGN);
+    th_watchdog(240);
+    th_server_start(argv[1], NULL);
+
+    th_say("a proper session");
+    int fd = session();
+    flyt_req_none none = {0};
+    flyt_rep_i32 cnt;
+    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &cnt, sizeof cnt) == 0 && cnt.value == 1,
+          "DEVICE_COUNT = 1");
+    CHECK(th_call(fd, FLYT_OP_GOODBYE, &none, sizeof none, NULL, 0, NULL) == 0, "GOODBYE answered");
+    close(fd);
+
+    hello_cases();
+    header_cases();
+    data_cases();
+    error_reply_cases();
+    dying_clients();
+    concurrent_sessions();
+
+    CHECK(th_server_alive(), "the server is still running at the end");
+    th_server_stop();
+    printf("all malformed-client checks passed\n");
+    return 0;
+}
