@@ -241,12 +241,38 @@ inline void report(const std::string &name, double value, const char *unit)
     fflush(stdout);
 }
 
-// Selects the device, creates its context, and prints what it is. The
-// property query is informational only: a failure there is not fatal.
+__global__ void warm_up_spin_kernel(long long cycles)
+{
+    long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+
+// Keeps the GPU busy for about `ms` milliseconds (short spinning kernels, each
+// followed by a synchronization) so that its clocks have ramped up before the
+// first measurement. Allocates nothing.
+inline void warm_up_gpu(int ms)
+{
+    int64_t end = now_ns() + (int64_t)ms * 1000000;
+    do {
+        warm_up_spin_kernel<<<1, 1>>>(500000);  // about 0.3 ms
+        CHECK(cudaGetLastError());
+        CHECK(cudaDeviceSynchronize());
+    } while (now_ns() < end);
+}
+
+// Selects the device, creates its context, warms the GPU up (FLYT_BENCH_WARMUP_MS,
+// default 300, 100 with --quick) and prints what it is. The property query is
+// informational only: a failure there is not fatal.
 inline void init_device(const Options &o, const char *program)
 {
     CHECK(cudaSetDevice(o.device));
     CHECK(cudaFree(nullptr));
+    int warm_ms = o.quick ? 100 : 300;
+    if (const char *v = getenv("FLYT_BENCH_WARMUP_MS"); v && *v)
+        warm_ms = parse_int("FLYT_BENCH_WARMUP_MS", v, 0);
+    if (warm_ms > 0)
+        warm_up_gpu(warm_ms);
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, o.device) == cudaSuccess)
         printf("# %s: device %d: %s (cc %d.%d)\n", program, o.device, prop.name, prop.major,

@@ -11,7 +11,12 @@
 //   sync_latency_memcpy4B_d2h         cudaMemcpy 4 B, device -> pageable host
 //   sync_latency_memcpy4B_h2d_pinned  same from cudaMallocHost memory
 //   sync_latency_memcpy4B_d2h_pinned  same into cudaMallocHost memory
-//   sync_latency_malloc_free_1MiB     cudaMalloc(1 MiB) + cudaFree, per pair
+//   sync_latency_malloc_free_1MiB     cudaMalloc(1 MiB) + cudaFree, per pair, with
+//                                     no other allocation live: each pair maps
+//                                     and unmaps device memory (measured first)
+//   sync_latency_malloc_free_1MiB_suballoc  the same while a 256 B allocation
+//                                     is live: the driver then serves 1 MiB
+//                                     from its already mapped chunk
 //   sync_latency_launch_sync          empty kernel <<<1,1>>> + cudaDeviceSynchronize
 #include "bench_common.h"
 
@@ -64,6 +69,15 @@ int main(int argc, char **argv)
     CHECK(cudaEventRecord(event, stream));
     CHECK(cudaDeviceSynchronize());
 
+    Runner r{opts, batches(opts, 15, 5)};
+    auto malloc_free_1MiB = [&](int) {
+        void *p = nullptr;
+        CHECK(cudaMalloc(&p, 1 << 20));
+        CHECK(cudaFree(p));
+    };
+    // Before any other device allocation exists (see the header comment).
+    r.run("sync_latency_malloc_free_1MiB", 200, 20, malloc_free_1MiB);
+
     uint32_t *dev = nullptr;
     CHECK(cudaMalloc(&dev, 256));
     uint32_t *pinned = nullptr;
@@ -78,7 +92,7 @@ int main(int argc, char **argv)
         CHECK(cudaMemcpy(dev, &init, sizeof init, cudaMemcpyHostToDevice));
     }
 
-    Runner r{opts, batches(opts, 15, 5)};
+    r.run("sync_latency_malloc_free_1MiB_suballoc", 1000, 100, malloc_free_1MiB);
 
     r.run("sync_latency_get_device", 2000, 200, [&](int) {
         int d = -1;
@@ -126,12 +140,6 @@ int main(int argc, char **argv)
     r.run("sync_latency_memcpy4B_h2d_pinned", 2000, 200, h2d(pinned));
     check_device_value("sync_latency_memcpy4B_h2d_pinned");
     r.run("sync_latency_memcpy4B_d2h_pinned", 2000, 200, d2h(pinned));
-
-    r.run("sync_latency_malloc_free_1MiB", 200, 20, [&](int) {
-        void *p = nullptr;
-        CHECK(cudaMalloc(&p, 1 << 20));
-        CHECK(cudaFree(p));
-    });
 
     r.run("sync_latency_launch_sync", 1000, 100, [&](int) {
         empty_kernel<<<1, 1>>>();

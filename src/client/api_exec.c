@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-cudaError_t flyt_kernel_ready(cudaKernel_t kernel, struct flyt_function **out);
-
 /* ---- <<<grid, block, shmem, stream>>> ---- */
 
 struct call_config {
@@ -46,19 +44,23 @@ FLYT_EXPORT cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size
 /* ---- launches ---- */
 
 /* The checks CUDA makes before a launch reaches the GPU, made here so that a
- * pipelined launch still reports them at once, as CUDA does. */
-static cudaError_t check_config(dim3 grid, dim3 block)
+ * pipelined launch still reports them at once, as CUDA does. CUDA 13 reports
+ * every one of them as cudaErrorInvalidValue (measured against native). */
+static cudaError_t check_config(const struct flyt_function *f, dim3 grid, dim3 block,
+                                size_t shared_mem)
 {
     const struct cudaDeviceProp *p = flyt_device_props();
     uint64_t threads = (uint64_t)block.x * block.y * block.z;
     if (threads == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0)
-        return cudaErrorInvalidConfiguration;
+        return cudaErrorInvalidValue;
     if (threads > (uint64_t)p->maxThreadsPerBlock || block.x > (unsigned)p->maxThreadsDim[0] ||
         block.y > (unsigned)p->maxThreadsDim[1] || block.z > (unsigned)p->maxThreadsDim[2])
-        return cudaErrorInvalidConfiguration;
+        return cudaErrorInvalidValue;
     if (grid.x > (unsigned)p->maxGridSize[0] || grid.y > (unsigned)p->maxGridSize[1] ||
         grid.z > (unsigned)p->maxGridSize[2])
-        return cudaErrorInvalidConfiguration;
+        return cudaErrorInvalidValue;
+    if (shared_mem > f->max_dynamic_smem)
+        return cudaErrorInvalidValue;
     return cudaSuccess;
 }
 
@@ -69,7 +71,7 @@ static cudaError_t launch(struct flyt_function *f, dim3 grid, dim3 block, void *
     cudaError_t err = flyt_sticky_error();
     if (err != cudaSuccess)
         return err;
-    err = check_config(grid, block);
+    err = check_config(f, grid, block, shared_mem);
     if (err != cudaSuccess)
         return flyt_set_error(err);
     if (attr_count > FLYT_MAX_LAUNCH_ATTRS || shared_mem > UINT32_MAX)
@@ -236,7 +238,11 @@ static cudaError_t func_set(const void *func, uint16_t op, int attr, int value)
     if (err != cudaSuccess)
         return flyt_set_error(err);
     flyt_req_func_attr req = {.func = f->server_id, .attr = attr, .value = value};
-    return flyt_set_error(flyt_call(op, &req, sizeof req, NULL, 0, NULL));
+    err = flyt_call(op, &req, sizeof req, NULL, 0, NULL);
+    if (err == cudaSuccess && op == FLYT_OP_FUNC_SET_ATTR &&
+        attr == cudaFuncAttributeMaxDynamicSharedMemorySize)
+        f->max_dynamic_smem = (uint32_t)value;
+    return flyt_set_error(err);
 }
 
 FLYT_EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)

@@ -79,6 +79,7 @@ struct flyt_function {
     uint32_t    param_count;
     uint32_t    param_bytes;
     flyt_param *params;
+    uint32_t    max_dynamic_smem; /* launches asking for more fail at once */
     uint32_t    magic;
 };
 struct flyt_variable {
@@ -93,6 +94,9 @@ struct flyt_variable {
  * first use. */
 cudaError_t flyt_function_resolve(const void *func, struct flyt_function **out);
 cudaError_t flyt_variable_resolve(const void *symbol, struct flyt_variable **out);
+/* The launch path's lookup: a cudaKernel_t handed out by __cudaGetKernel is
+ * used without a map lookup once resolved. */
+cudaError_t flyt_kernel_ready(cudaKernel_t kernel, struct flyt_function **out);
 /* Forget every server-side id (after cudaDeviceReset). */
 void flyt_registry_reset_server_ids(void);
 

@@ -66,21 +66,16 @@ cudaError_t flyt_unsupported(const char *name)
     return flyt_set_error(cudaErrorNotSupported);
 }
 
+/* Even a sticky error is cleared from the last error: CUDA keeps it only in
+ * the broken context, whose later calls keep failing (measured on CUDA 13). */
 FLYT_EXPORT cudaError_t cudaGetLastError(void)
 {
-    cudaError_t sticky = flyt_sticky_error();
-    if (sticky != cudaSuccess)
-        return sticky;
     cudaError_t err = last_error;
     last_error = cudaSuccess;
     return err;
 }
 
-FLYT_EXPORT cudaError_t cudaPeekAtLastError(void)
-{
-    cudaError_t sticky = flyt_sticky_error();
-    return sticky != cudaSuccess ? sticky : last_error;
-}
+FLYT_EXPORT cudaError_t cudaPeekAtLastError(void) { return last_error; }
 
 struct error_name {
     int code;
@@ -134,7 +129,7 @@ static const char *lookup(const struct error_name *table, size_t n, int code)
 FLYT_EXPORT const char *cudaGetErrorName(cudaError_t error)
 {
     const char *name = lookup(error_names, sizeof error_names / sizeof *error_names, error);
-    return name ? name : "cudaErrorUnknown";
+    return name ? name : "unrecognized error code";
 }
 
 FLYT_EXPORT const char *cudaGetErrorString(cudaError_t error)

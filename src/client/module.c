@@ -233,6 +233,16 @@ static cudaError_t function_fetch_locked(struct flyt_function *f)
         free(params);
         return err;
     }
+    /* The dynamic shared memory limit, checked at each launch as CUDA does. */
+    flyt_req_func_attr areq = {.func = rep.func, .attr = 8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */};
+    flyt_rep_i32 arep = {0};
+    struct flyt_reply_sink asink = {.rep = &arep, .rep_size = sizeof arep};
+    err = flyt_call(FLYT_OP_FUNC_GET_ATTR, &areq, sizeof areq, NULL, 0, &asink);
+    if (err != cudaSuccess) {
+        free(params);
+        return err;
+    }
+    f->max_dynamic_smem = (uint32_t)arep.value;
     /* shrink to what the kernel has; keeping the big buffer is also fine */
     flyt_param *fitted = realloc(params, rep.param_count ? rep.param_count * sizeof *params : 1);
     free(f->params);
@@ -332,9 +342,6 @@ FLYT_EXPORT char __cudaInitModule(void **handle)
     return err == cudaSuccess;
 }
 
-/* For the launch path: a cudaKernel_t from __cudaGetKernel is resolved with
- * no lookup once its layout is known. */
-cudaError_t flyt_kernel_ready(cudaKernel_t kernel, struct flyt_function **out);
 cudaError_t flyt_kernel_ready(cudaKernel_t kernel, struct flyt_function **out)
 {
     struct flyt_function *f = (struct flyt_function *)kernel;

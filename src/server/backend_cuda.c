@@ -171,7 +171,7 @@ static _Thread_local CUcontext tls_ctx;
 CUresult flyt_cuda_ctx(struct flyt_cuda_backend *b)
 {
     if (!b->ctx)
-        return CUDA_ERROR_INVALID_CONTEXT;
+        return b->ctx_err != CUDA_SUCCESS ? b->ctx_err : CUDA_ERROR_INVALID_CONTEXT;
     if (tls_ctx == b->ctx)
         return CUDA_SUCCESS;
     CUresult r = b->cu.cuCtxSetCurrent(b->ctx);
@@ -197,14 +197,19 @@ static CUresult ctx_acquire(struct flyt_cuda_backend *b)
 {
     CUcontext ctx = NULL;
     CUresult r = b->cu.cuDevicePrimaryCtxRetain(&ctx, b->dev);
-    if (r != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS) {
+        b->ctx_err = r;
         return r;
+    }
     b->ctx = ctx;
     tls_ctx = NULL;
     r = flyt_cuda_ctx(b);
     if (r != CUDA_SUCCESS) {
         b->cu.cuDevicePrimaryCtxRelease(b->dev);
         b->ctx = NULL;
+        b->ctx_err = r;
+    } else {
+        b->ctx_err = CUDA_SUCCESS;
     }
     return r;
 }
@@ -332,7 +337,7 @@ static CUresult cuda_device_reset(flyt_backend *base)
         flyt_warn("cuda backend: primary context reset: %s", cu_errname(&b->cu, r));
     ctx_drop(b);
     CUresult r2 = ctx_acquire(b);
-    if (r2 != CUDA_SUCCESS)
+    if (r2 != CUDA_SUCCESS) /* e.g. after an illegal address: CUDA is done in this process */
         flyt_error("cuda backend: cannot retain the primary context after reset: %s",
                    cu_errname(&b->cu, r2));
     return r != CUDA_SUCCESS ? r : r2;

@@ -77,7 +77,7 @@ void *flyt_cuda_staging_get(flyt_backend *base, size_t want, size_t *got)
     struct flyt_cuda_backend *b = cb(base);
     if (!b)
         return NULL;
-    flyt_cuda_ctx(b);
+    int live = flyt_cuda_ctx(b) == CUDA_SUCCESS;
     struct flyt_staging *pick = NULL;
     int oldest = -1; /* an index: stg_new may move the array */
 
@@ -113,7 +113,8 @@ void *flyt_cuda_staging_get(flyt_backend *base, size_t want, size_t *got)
         flyt_error("cuda backend: out of memory for a staging buffer");
         return NULL;
     }
-    stg_pin(b, pick);
+    if (live)
+        stg_pin(b, pick);
     pick->state = STG_OUT;
     if (want == 0)
         want = 1;

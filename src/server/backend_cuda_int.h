@@ -166,6 +166,7 @@ struct flyt_cuda_backend {
     int                 ordinal;
     CUdevice            dev;
     CUcontext           ctx; /* the retained primary context, NULL when not held */
+    CUresult            ctx_err; /* why ctx is NULL: what every call then returns */
 
     struct flyt_pset streams, events, pools;
     struct flyt_cuda_module *modules;

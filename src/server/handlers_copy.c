@@ -3,9 +3,10 @@
  * client declares: it streams through the backend's staging buffers, at most
  * FLYT_STAGING_CHUNK at a time, straight between the socket and the GPU.
  *
- * Every copy is a list of "row runs" (rows of width bytes, pitch apart on
- * the device side); a 1D copy is one row. A row wider than a staging buffer
- * is moved in column pieces.
+ * Every copy is a "box" on the device side: depth slices of height rows of
+ * width bytes, rows pitch apart (a 1D copy is one row). Host data is packed.
+ * Rows that fit a staging buffer move together; a row wider than one moves
+ * in pieces.
  */
 #include <string.h>
 
@@ -18,6 +19,16 @@
 #define MAX_DTOH_DATA ((uint64_t)FLYT_MAX_PAYLOAD - 32)
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* A copy to the device that the client waits for (cudaMemcpy) is complete
+ * when answered, as CUDA's is for pinned memory: work the application then
+ * queues on another stream must see the data. */
+static int finish_sync_htod(flyt_session *s, flyt_call *c, flyt_bhandle stream)
+{
+    if (!(c->hdr->flags & FLYT_F_NOREPLY) && c->result == CUDA_SUCCESS)
+        c->result = s->b->ops->stream_sync(s->b, stream);
+    return FLYT_CONT;
+}
 
 /* ---- host to device ---- */
 
@@ -81,14 +92,96 @@ static int recv_rows(flyt_session *s, flyt_call *c, uint64_t dst, uint64_t pitch
     return FLYT_CONT;
 }
 
-/* ---- device to host ---- */
+/* ---- boxes: a device-side region of rows, slices apart ---- */
 
 typedef struct {
-    void    *buf; /* staging buffer, reused for every chunk */
-    size_t   cap;
-    uint64_t sent;  /* data bytes sent so far */
-    int32_t  error; /* first failed chunk */
-} dtoh_state;
+    flyt_pitched dev; /* the device side: address, pitch, slice height, position */
+    uint64_t     width, height, depth;
+} box;
+
+/* A 1D copy is one row of size bytes. */
+static box box_1d(uint64_t ptr, uint64_t size)
+{
+    box b = {{ptr, size, 1, 0, 0, 0}, size, 1, 1};
+    return b;
+}
+
+/* The box must lie in its pitch (x + width <= pitch) and every address
+ * box_addr computes must fit in 64 bits. */
+static CUresult check_box(const box *b)
+{
+    const flyt_pitched *p = &b->dev;
+    uint64_t row_end, slice, zoff, yoff, addr;
+    if (__builtin_add_overflow(p->x, b->width, &row_end) || row_end > p->pitch)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (__builtin_mul_overflow(p->pitch, p->height, &slice) ||
+        __builtin_add_overflow(p->z, b->depth - 1, &zoff) ||
+        __builtin_mul_overflow(zoff, slice, &zoff) ||
+        __builtin_add_overflow(p->y, b->height - 1, &yoff) ||
+        __builtin_mul_overflow(yoff, p->pitch, &yoff) ||
+        __builtin_add_overflow(p->ptr, zoff, &addr) ||
+        __builtin_add_overflow(addr, yoff, &addr) ||
+        __builtin_add_overflow(addr, row_end, &addr))
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* Device address of row y of slice z; check_box proved it fits. */
+static uint64_t box_addr(const box *b, uint64_t z, uint64_t y)
+{
+    const flyt_pitched *p = &b->dev;
+    return p->ptr + (p->z + z) * p->pitch * p->height + (p->y + y) * p->pitch + p->x;
+}
+
+/* ---- host to device ---- */
+
+static int recv_box(flyt_session *s, flyt_call *c, const box *b, flyt_bhandle stream)
+{
+    for (uint64_t z = 0; z < b->depth && c->result == CUDA_SUCCESS; z++) {
+        int rc = recv_rows(s, c, box_addr(b, z, 0), b->dev.pitch, b->width, b->height, stream);
+        if (rc != FLYT_CONT)
+            return rc;
+    }
+    return FLYT_CONT;
+}
+
+/* ---- device to host ---- */
+
+/* A piece of a box that fits the staging buffer: whole rows of one slice,
+ * or part of a row wider than the buffer. */
+typedef struct {
+    uint64_t src, pitch, width, rows;
+} piece;
+
+typedef struct {
+    const box *b;
+    uint64_t   z, y, off; /* where the next piece starts */
+} cursor;
+
+static int next_piece(cursor *k, uint64_t cap, piece *p)
+{
+    const box *b = k->b;
+    if (k->z >= b->depth)
+        return 0;
+    uint64_t row = box_addr(b, k->z, k->y);
+    if (b->width <= cap) {
+        *p = (piece){row, b->dev.pitch, b->width, min_u64(b->height - k->y, cap / b->width)};
+        k->y += p->rows;
+    } else {
+        uint64_t g = min_u64(b->width - k->off, cap);
+        *p = (piece){row + k->off, g, g, 1};
+        k->off += g;
+        if (k->off == b->width) {
+            k->off = 0;
+            k->y++;
+        }
+    }
+    if (k->y == b->height) {
+        k->y = 0;
+        k->z++;
+    }
+    return 1;
+}
 
 static int send_zeros(flyt_session *s, uint64_t len)
 {
@@ -102,79 +195,69 @@ static int send_zeros(flyt_session *s, uint64_t len)
     return 0;
 }
 
-/* Copies n rows into the staging buffer and sends them; stops at the first
- * backend failure (the caller pads the rest with zeros). */
-static int send_chunk(flyt_session *s, dtoh_state *st, uint64_t src, uint64_t pitch,
-                      uint64_t width, uint64_t n, flyt_bhandle stream)
+/* Streams the rest of the box after the first piece (already in buf),
+ * then pads after a failure and sends the trailer. The caller holds the
+ * sender role. 0, or -1 when the connection failed. */
+static int send_pieces(flyt_session *s, cursor *k, void *buf, size_t cap, piece p, uint64_t total,
+                       flyt_bhandle stream)
 {
-    CUresult e = s->b->ops->dtoh_2d(s->b, st->buf, src, pitch, width, n, stream);
-    if (e != CUDA_SUCCESS) {
-        st->error = e;
-        return 0;
+    uint64_t sent = 0;
+    CUresult err = CUDA_SUCCESS;
+    for (;;) {
+        if (flyt_reply_data(s, buf, (size_t)(p.width * p.rows)) != 0)
+            return -1;
+        sent += p.width * p.rows;
+        if (!next_piece(k, cap, &p))
+            break;
+        err = s->b->ops->dtoh_2d(s->b, buf, p.src, p.pitch, p.width, p.rows, stream);
+        if (err != CUDA_SUCCESS)
+            break;
     }
-    if (flyt_reply_data(s, st->buf, (size_t)(width * n)) != 0)
+    if (err != CUDA_SUCCESS)
+        flyt_debug("device-to-host copy failed after %llu of %llu bytes: %d",
+                   (unsigned long long)sent, (unsigned long long)total, err);
+    struct flyt_reply trailer = {err, 0};
+    if (send_zeros(s, total - sent) != 0 || flyt_reply_data(s, &trailer, sizeof trailer) != 0)
         return -1;
-    st->sent += width * n;
     return 0;
 }
 
-static int send_rows(flyt_session *s, dtoh_state *st, uint64_t src, uint64_t pitch, uint64_t width,
-                     uint64_t rows, flyt_bhandle stream)
+/* The streamed reply of a device-to-host copy: {0, deferred}, the empty
+ * reply struct, the box's bytes packed, then a trailing flyt_reply with the
+ * copy's final result. The first piece is copied before the reply starts:
+ * that copy waits for all earlier work of its stream, host functions
+ * included, whose CALLBACK frames thus go out before this reply. A failure
+ * of that first piece (or of getting a buffer) is a plain error reply. */
+static int send_box(flyt_session *s, flyt_call *c, const box *b, uint64_t total,
+                    flyt_bhandle stream)
 {
-    while (rows > 0 && st->error == CUDA_SUCCESS) {
-        if (width <= st->cap) {
-            uint64_t n = min_u64(rows, st->cap / width);
-            if (send_chunk(s, st, src, pitch, width, n, stream) != 0)
-                return -1;
-            src += n * pitch;
-            rows -= n;
-            continue;
-        }
-        for (uint64_t off = 0; off < width && st->error == CUDA_SUCCESS;) {
-            uint64_t g = min_u64(width - off, st->cap);
-            if (send_chunk(s, st, src + off, g, g, 1, stream) != 0)
-                return -1;
-            off += g;
-        }
-        src += pitch;
-        rows--;
+    if (total == 0) {
+        struct flyt_reply trailer = {CUDA_SUCCESS, 0};
+        int rc = flyt_reply_begin(s, c, CUDA_SUCCESS, sizeof trailer);
+        if (rc == 0)
+            rc = flyt_reply_data(s, &trailer, sizeof trailer);
+        flyt_reply_end(s);
+        return rc == 0 ? FLYT_CONT : FLYT_END_IO;
     }
-    return 0;
-}
-
-/* Starts a streamed DTOH reply of total data bytes: a staging buffer first
- * (so a failure there is still a plain error reply, result in c->result),
- * then the reply head, keeping the sender role until dtoh_end.
- * 0: nothing sent; 1: head sent; -1: head started but the connection failed. */
-static int dtoh_begin(flyt_session *s, flyt_call *c, dtoh_state *st, uint64_t total)
-{
-    memset(st, 0, sizeof *st);
-    if (total > 0) {
-        st->buf = s->b->ops->staging_get(s->b, (size_t)min_u64(total, CHUNK), &st->cap);
-        if (st->buf == NULL || st->cap == 0) {
-            c->result = CUDA_ERROR_OUT_OF_MEMORY;
-            return 0;
-        }
+    size_t cap = 0;
+    void *buf = s->b->ops->staging_get(s->b, (size_t)min_u64(total, CHUNK), &cap);
+    if (buf == NULL || cap == 0) {
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        return FLYT_CONT;
     }
-    return flyt_reply_begin(s, c, CUDA_SUCCESS, total + sizeof(struct flyt_reply)) == 0 ? 1 : -1;
-}
-
-/* Pads after a failure, sends the trailer with the copy's final result,
- * gives the sender role and the staging buffer back. */
-static int dtoh_end(flyt_session *s, flyt_call *c, dtoh_state *st, uint64_t total, int io_failed)
-{
-    int rc = io_failed ? -1 : 0;
+    cursor k = {b, 0, 0, 0};
+    piece p;
+    next_piece(&k, cap, &p);
+    c->result = s->b->ops->dtoh_2d(s->b, buf, p.src, p.pitch, p.width, p.rows, stream);
+    if (c->result != CUDA_SUCCESS) {
+        s->b->ops->staging_put(s->b, buf);
+        return FLYT_CONT;
+    }
+    int rc = flyt_reply_begin(s, c, CUDA_SUCCESS, total + sizeof(struct flyt_reply));
     if (rc == 0)
-        rc = send_zeros(s, total - st->sent);
-    struct flyt_reply trailer = {st->error, 0};
-    if (rc == 0)
-        rc = flyt_reply_data(s, &trailer, sizeof trailer);
+        rc = send_pieces(s, &k, buf, cap, p, total, stream);
     flyt_reply_end(s);
-    if (st->buf)
-        s->b->ops->staging_put(s->b, st->buf);
-    if (st->error != CUDA_SUCCESS)
-        flyt_debug("%s (seq %u) failed during the copy: %d", flyt_op_name(c->hdr->op),
-                   c->hdr->seq, st->error);
+    s->b->ops->staging_put(s->b, buf);
     return rc == 0 ? FLYT_CONT : FLYT_END_IO;
 }
 
@@ -187,92 +270,74 @@ int handle_MEMCPY_HTOD(flyt_session *s, flyt_call *c)
     if (rc != FLYT_CONT)
         return rc;
     flyt_bhandle stream;
-    uint64_t end;
+    box b = box_1d(r->dst, r->size);
     c->result = flyt_lookup_stream(s, r->stream, &stream);
-    if (c->result == CUDA_SUCCESS && __builtin_add_overflow(r->dst, r->size, &end))
-        c->result = CUDA_ERROR_INVALID_VALUE;
     if (c->result == CUDA_SUCCESS && r->size > 0)
-        rc = recv_rows(s, c, r->dst, r->size, r->size, 1, stream);
+        c->result = check_box(&b);
+    if (c->result == CUDA_SUCCESS && r->size > 0)
+        rc = recv_box(s, c, &b, stream);
     if (rc != FLYT_CONT)
         return rc;
     /* after a failure the rest of the data still has to leave the socket */
-    return flyt_skip_data(s, c) == 0 ? FLYT_CONT : FLYT_END_IO;
+    if (flyt_skip_data(s, c) != 0)
+        return FLYT_END_IO;
+    return finish_sync_htod(s, c, stream);
 }
 
 int handle_MEMCPY_DTOH(flyt_session *s, flyt_call *c)
 {
     const flyt_req_memcpy *r = c->req;
     flyt_bhandle stream;
-    uint64_t end;
+    box b = box_1d(r->src, r->size);
     c->result = flyt_lookup_stream(s, r->stream, &stream);
-    if (c->result == CUDA_SUCCESS &&
-        (r->size > MAX_DTOH_DATA || __builtin_add_overflow(r->src, r->size, &end)))
+    if (c->result == CUDA_SUCCESS && r->size > MAX_DTOH_DATA)
         c->result = CUDA_ERROR_INVALID_VALUE;
+    if (c->result == CUDA_SUCCESS && r->size > 0)
+        c->result = check_box(&b);
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT; /* plain error reply, no data */
-    dtoh_state st;
-    int begun = dtoh_begin(s, c, &st, r->size);
-    if (begun == 0)
-        return FLYT_CONT;
-    int failed = begun < 0;
-    if (!failed && r->size > 0)
-        failed = send_rows(s, &st, r->src, r->size, r->size, 1, stream) != 0;
-    return dtoh_end(s, c, &st, r->size, failed);
+    return send_box(s, c, &b, r->size, stream);
 }
 
 int handle_MEMCPY_DTOD(flyt_session *s, flyt_call *c)
 {
     const flyt_req_memcpy *r = c->req;
     flyt_bhandle stream;
-    uint64_t end;
+    box src = box_1d(r->src, r->size), dst = box_1d(r->dst, r->size);
     c->result = flyt_lookup_stream(s, r->stream, &stream);
-    if (c->result == CUDA_SUCCESS && (__builtin_add_overflow(r->src, r->size, &end) ||
-                                      __builtin_add_overflow(r->dst, r->size, &end)))
-        c->result = CUDA_ERROR_INVALID_VALUE;
-    if (c->result == CUDA_SUCCESS && r->size > 0)
+    if (c->result != CUDA_SUCCESS || r->size == 0)
+        return FLYT_CONT;
+    c->result = check_box(&src);
+    if (c->result == CUDA_SUCCESS)
+        c->result = check_box(&dst);
+    if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, dtod_2d, r->dst, r->size, r->src, r->size, r->size, 1, stream);
     return FLYT_CONT;
 }
 
-/* ---- 3D copies ---- */
+/* ---- 3D copies ----
+ * Host sides are packed by the client and ignored here; each device side is
+ * a box of the copy's extent. */
 
-/* A device side must hold the whole box: x + width within the pitch, and
- * every address computed below without overflow. */
-static CUresult check_device_side(const flyt_pitched *p, uint64_t width, uint64_t height,
-                                  uint64_t depth)
+static box side_box(const flyt_pitched *side, const flyt_req_memcpy_3d *r)
 {
-    uint64_t row_end, slice, zoff, yoff, addr;
-    if (__builtin_add_overflow(p->x, width, &row_end) || row_end > p->pitch)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (__builtin_mul_overflow(p->pitch, p->height, &slice) ||
-        __builtin_add_overflow(p->z, depth - 1, &zoff) ||
-        __builtin_mul_overflow(zoff, slice, &zoff) ||
-        __builtin_add_overflow(p->y, height - 1, &yoff) ||
-        __builtin_mul_overflow(yoff, p->pitch, &yoff) ||
-        __builtin_add_overflow(p->ptr, zoff, &addr) ||
-        __builtin_add_overflow(addr, yoff, &addr) ||
-        __builtin_add_overflow(addr, row_end, &addr))
-        return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_SUCCESS;
-}
-
-/* Address of row y of slice z; check_device_side proved it fits. */
-static uint64_t side_addr(const flyt_pitched *p, uint64_t z, uint64_t y)
-{
-    return p->ptr + (p->z + z) * p->pitch * p->height + (p->y + y) * p->pitch + p->x;
+    box b = {*side, r->width_bytes, r->height, r->depth};
+    return b;
 }
 
 static int copy3d_htod(flyt_session *s, flyt_call *c, const flyt_req_memcpy_3d *r,
                        flyt_bhandle stream)
 {
-    c->result = check_device_side(&r->dst, r->width_bytes, r->height, r->depth);
-    for (uint64_t z = 0; z < r->depth && c->result == CUDA_SUCCESS; z++) {
-        int rc = recv_rows(s, c, side_addr(&r->dst, z, 0), r->dst.pitch, r->width_bytes,
-                           r->height, stream);
+    box dst = side_box(&r->dst, r);
+    c->result = check_box(&dst);
+    if (c->result == CUDA_SUCCESS) {
+        int rc = recv_box(s, c, &dst, stream);
         if (rc != FLYT_CONT)
             return rc;
     }
-    return flyt_skip_data(s, c) == 0 ? FLYT_CONT : FLYT_END_IO;
+    if (flyt_skip_data(s, c) != 0)
+        return FLYT_END_IO;
+    return finish_sync_htod(s, c, stream);
 }
 
 static int copy3d_dtoh(flyt_session *s, flyt_call *c, const flyt_req_memcpy_3d *r,
@@ -282,35 +347,27 @@ static int copy3d_dtoh(flyt_session *s, flyt_call *c, const flyt_req_memcpy_3d *
         c->result = CUDA_ERROR_INVALID_VALUE; /* the data would have nowhere to go */
         return FLYT_CONT;
     }
-    /* An empty box copies nothing, as in CUDA, but still answers in the
-     * streamed shape (no data, then the trailer). */
-    if (total > 0)
-        c->result = check_device_side(&r->src, r->width_bytes, r->height, r->depth);
-    if (c->result == CUDA_SUCCESS && total > MAX_DTOH_DATA)
+    box src = side_box(&r->src, r);
+    if (total > MAX_DTOH_DATA)
         c->result = CUDA_ERROR_INVALID_VALUE;
+    else if (total > 0)
+        c->result = check_box(&src);
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
-    dtoh_state st;
-    int begun = dtoh_begin(s, c, &st, total);
-    if (begun == 0)
-        return FLYT_CONT;
-    int failed = begun < 0;
-    for (uint64_t z = 0; total > 0 && z < r->depth && !failed && st.error == CUDA_SUCCESS; z++)
-        failed = send_rows(s, &st, side_addr(&r->src, z, 0), r->src.pitch, r->width_bytes,
-                           r->height, stream) != 0;
-    return dtoh_end(s, c, &st, total, failed);
+    /* an empty box copies nothing, as in CUDA, but answers in the streamed shape */
+    return send_box(s, c, &src, total, stream);
 }
 
 static void copy3d_dtod(flyt_session *s, flyt_call *c, const flyt_req_memcpy_3d *r,
                         flyt_bhandle stream)
 {
-    c->result = check_device_side(&r->dst, r->width_bytes, r->height, r->depth);
+    box dst = side_box(&r->dst, r), src = side_box(&r->src, r);
+    c->result = check_box(&dst);
     if (c->result == CUDA_SUCCESS)
-        c->result = check_device_side(&r->src, r->width_bytes, r->height, r->depth);
+        c->result = check_box(&src);
     for (uint64_t z = 0; z < r->depth && c->result == CUDA_SUCCESS; z++)
-        c->result = FLYT_BCALL(s, dtod_2d, side_addr(&r->dst, z, 0), r->dst.pitch,
-                               side_addr(&r->src, z, 0), r->src.pitch, r->width_bytes, r->height,
-                               stream);
+        c->result = FLYT_BCALL(s, dtod_2d, box_addr(&dst, z, 0), r->dst.pitch, box_addr(&src, z, 0),
+                               r->src.pitch, r->width_bytes, r->height, stream);
 }
 
 int handle_MEMCPY_3D(flyt_session *s, flyt_call *c)
@@ -323,6 +380,10 @@ int handle_MEMCPY_3D(flyt_session *s, flyt_call *c)
     int rc = flyt_expect_data(s, c, r->dir == FLYT_DIR_HTOD ? (overflow ? UINT64_MAX : total) : 0);
     if (rc != FLYT_CONT)
         return rc;
+    if (overflow) { /* only reachable without data: DTOH or DTOD */
+        c->result = CUDA_ERROR_INVALID_VALUE;
+        return FLYT_CONT;
+    }
     flyt_bhandle stream;
     c->result = flyt_lookup_stream(s, r->stream, &stream);
     if (c->result == CUDA_SUCCESS && r->dir != FLYT_DIR_HTOD && r->dir != FLYT_DIR_DTOH &&

@@ -150,9 +150,13 @@ static void forget_child(pid_t pid)
         }
 }
 
+static int stopping; /* our own SIGTERM is an expected end */
+
 static void log_exit(pid_t pid, int status)
 {
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    if (stopping && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM)
+        flyt_info("session %d stopped", (int)pid);
+    else if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         flyt_info("session %d ended (exit status 0)", (int)pid);
     else if (WIFEXITED(status))
         flyt_warn("session %d ended with exit status %d", (int)pid, WEXITSTATUS(status));
@@ -174,6 +178,7 @@ static void reap(void)
 /* SIGTERM to every session, then wait; SIGKILL whoever outlasts the grace. */
 static void stop_children(void)
 {
+    stopping = 1;
     for (size_t i = 0; i < n_children; i++)
         kill(children[i], SIGTERM);
     if (n_children)
@@ -342,12 +347,13 @@ int main(int argc, char **argv)
     while (!got_stop) {
         struct pollfd p = {lfd, POLLIN, 0};
         int n = ppoll(&p, 1, NULL, &wait_mask);
+        int poll_errno = errno; /* reaping below sets errno too */
         if (got_chld) {
             got_chld = 0;
             reap();
         }
-        if (n < 0 && errno != EINTR) {
-            flyt_error("poll: %s", strerror(errno));
+        if (n < 0 && poll_errno != EINTR) {
+            flyt_error("poll: %s", strerror(poll_errno));
             status = 1;
             break;
         }

@@ -323,9 +323,7 @@ static int hello(flyt_session *s)
         rep.device_count = count > 0 ? (uint32_t)count : 0;
         snprintf(rep.backend, sizeof rep.backend, "%s", s->b->ops->name ? s->b->ops->name : "?");
     }
-    union flyt_rep_any rep_buf;
-    memcpy(&rep_buf, &rep, sizeof rep);
-    c.rep = &rep_buf;
+    c.rep = &rep;
     c.rep_size = sizeof rep;
     if (flyt_reply(s, &c, result, NULL, 0) != 0)
         return FLYT_END_IO;
@@ -345,6 +343,8 @@ static int dispatch(flyt_session *s, const struct flyt_frame_hdr *h)
     flyt_call c = {.hdr = h, .req = &req, .rep = &rep, .rep_size = info->rep_size,
                    .data_len = h->length - info->req_size};
     int rc = handlers[h->op](s, &c);
+    if (rc == FLYT_END_IO)
+        flyt_info("connection to %s lost during %s", s->peer, flyt_op_name(h->op));
     if (rc != FLYT_CONT)
         return rc;
     if (c.data_len != 0) {
@@ -377,7 +377,9 @@ static int serve(flyt_session *s)
 
 int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *cfg)
 {
-    flyt_session s;
+    /* static: a driver thread may still post a callback while the process
+     * exits, and must not find a dead stack frame (one session per process) */
+    static flyt_session s;
     memset(&s, 0, sizeof s);
     s.fd = fd;
     s.peer = peer;

@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,13 +21,19 @@ static pid_t server_pid = -1;
 static pid_t owner_pid = -1;
 static char tmp_dir[64];
 static char sock_path[128];
+static char log_path[128];
+static int passed;
 static uint32_t seq_counter = 1;
 int32_t th_last_deferred;
+uint64_t th_callbacks[64];
+int th_ncallbacks;
 
 static void cleanup_files(void)
 {
     if (sock_path[0])
         unlink(sock_path);
+    if (log_path[0])
+        unlink(log_path);
     if (tmp_dir[0])
         rmdir(tmp_dir);
 }
@@ -66,10 +73,53 @@ void th_watchdog(unsigned seconds)
     alarm(seconds);
 }
 
+static void dump_log(void)
+{
+    FILE *f = log_path[0] ? fopen(log_path, "r") : NULL;
+    if (f == NULL)
+        return;
+    printf("---- server log ----\n");
+    char line[1024];
+    while (fgets(line, sizeof line, f))
+        fputs(line, stdout);
+    printf("---- end of server log ----\n");
+    fclose(f);
+}
+
 static void at_exit(void)
 {
-    if (getpid() == owner_pid)
-        th_server_stop();
+    if (getpid() != owner_pid)
+        return;
+    if (!passed)
+        dump_log();
+    th_server_stop();
+}
+
+void th_passed(void)
+{
+    passed = 1;
+}
+
+int th_server_log_clean(void)
+{
+    return !th_server_log_has("by signal") && !th_server_log_has("Sanitizer") &&
+           !th_server_log_has("runtime error");
+}
+
+int th_server_log_has(const char *needle)
+{
+    FILE *f = log_path[0] ? fopen(log_path, "r") : NULL;
+    if (f == NULL)
+        return 0;
+    char line[1024];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        if (strstr(line, needle)) {
+            printf("        (server log: %s)\n", strtok(line, "\n"));
+            found = 1;
+        }
+    fclose(f);
+    return found;
 }
 
 const char *th_socket_path(void)
@@ -105,6 +155,7 @@ void th_server_start(const char *bin, const char *env_assign)
         exit(1);
     }
     snprintf(sock_path, sizeof sock_path, "%s/s.sock", tmp_dir);
+    snprintf(log_path, sizeof log_path, "%s/server.log", tmp_dir);
     atexit(at_exit);
     char listen_arg[160];
     snprintf(listen_arg, sizeof listen_arg, "unix:%s", sock_path);
@@ -118,6 +169,9 @@ void th_server_start(const char *bin, const char *env_assign)
     }
     if (pid == 0) {
         setpgid(0, 0); /* its own group: stopping it reaches its sessions too */
+        int log = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+        if (log >= 0)
+            dup2(log, STDERR_FILENO);
         if (env_assign)
             putenv((char *)env_assign);
         execl(bin, bin, "--backend", "host", "--listen", listen_arg, (char *)NULL);
@@ -164,7 +218,7 @@ void th_server_stop(void)
         server_pid = -1;
     }
     cleanup_files();
-    sock_path[0] = tmp_dir[0] = '\0';
+    sock_path[0] = log_path[0] = tmp_dir[0] = '\0';
 }
 
 int th_connect(void)
@@ -175,7 +229,11 @@ int th_connect(void)
     struct sockaddr_un sa;
     memset(&sa, 0, sizeof sa);
     sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
+    if (strlen(sock_path) >= sizeof sa.sun_path) {
+        close(fd);
+        return -1;
+    }
+    memcpy(sa.sun_path, sock_path, strlen(sock_path) + 1);
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
         close(fd);
         return -1;
@@ -259,7 +317,20 @@ int th_call(int fd, uint16_t op, const void *req, size_t req_len, const void *da
             printf("  (%s: %s)\n", flyt_op_name(op), rc == -1 ? "connection closed" : "no reply");
             return -1000;
         }
-        if (r.hdr.op == FLYT_OP_CALLBACK) { /* not a reply; none expected here */
+        if (r.hdr.op == FLYT_OP_CALLBACK) { /* not a reply: note it, read on */
+            struct flyt_msg_callback m;
+            if (r.hdr.length == sizeof m && r.hdr.seq == 0 && r.hdr.flags == 0 &&
+                th_ncallbacks < (int)(sizeof th_callbacks / sizeof th_callbacks[0])) {
+                /* th_read_frame split the payload as if it were a reply */
+                memcpy(&m.callback_id, &r.result, 4);
+                memcpy((char *)&m.callback_id + 4, &r.deferred, 4);
+                memcpy(&m.status, r.body, 4);
+                th_callbacks[th_ncallbacks++] = m.status == 0 ? m.callback_id : ~0ull;
+            } else {
+                printf("  (malformed CALLBACK frame: length %u seq %u flags %u)\n", r.hdr.length, r.hdr.seq,
+                       r.hdr.flags);
+                th_callbacks[0] = ~0ull;
+            }
             th_reply_free(&r);
             continue;
         }

@@ -34,6 +34,13 @@ void th_watchdog(unsigned seconds);
  * and waits until it accepts connections. Cleanup is registered atexit. */
 void th_server_start(const char *bin, const char *env_assign);
 void th_server_stop(void);
+/* The server's stderr goes to a log in the temp dir, printed if the test
+ * fails. th_server_log_has: whether a line contains needle (printed). */
+int th_server_log_has(const char *needle);
+/* No session died of a signal and no sanitizer spoke (server log). */
+int th_server_log_clean(void);
+/* Call before a successful exit (else the log is printed at exit). */
+void th_passed(void);
 int th_server_alive(void);
 const char *th_socket_path(void);
 
@@ -79,6 +86,10 @@ int th_server_works(void);
 
 /* The deferred field of the last reply th_call read. */
 extern int32_t th_last_deferred;
+/* callback_ids of the CALLBACK frames th_call met while waiting for replies
+ * (~0 for one whose status was not 0). */
+extern uint64_t th_callbacks[64];
+extern int th_ncallbacks;
 
 /* MEMCPY_DTOH of size bytes into buf. Returns the final copy result
  * (-1000 when the reply was malformed or missing). *had_data says whether

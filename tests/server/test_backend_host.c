@@ -5,6 +5,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "backend.h"
@@ -201,7 +202,9 @@ static void test_memory(void)
     uint64_t p, pitch;
     CHECK(OPS->mem_alloc_pitch(b, 1000, 30, &p, &pitch) == CUDA_SUCCESS && pitch == 1024, "alloc_pitch 1000x30: pitch 1024");
     uint64_t q, pitch2;
-    CHECK(OPS->mem_alloc_pitch(b, 512, 1, &q, &pitch2) == CUDA_SUCCESS && pitch2 == 512, "alloc_pitch 512x1: pitch 512");
+    CHECK(OPS->mem_alloc_pitch(b, 512, 1, &q, &pitch2) == CUDA_SUCCESS && pitch2 == 512 &&
+              OPS->mem_free(b, q) == CUDA_SUCCESS,
+          "alloc_pitch 512x1: pitch 512");
     CHECK(OPS->mem_alloc_pitch(b, 0, 1, &q, &pitch2) == CUDA_ERROR_INVALID_VALUE, "alloc_pitch of width 0: INVALID_VALUE");
     CHECK(OPS->mem_alloc_pitch(b, 1u << 20, 1u << 30, &q, &pitch2) == CUDA_ERROR_OUT_OF_MEMORY, "huge alloc_pitch: OUT_OF_MEMORY");
     CHECK(OPS->memset_2d(b, p, pitch, 0xEE, pitch, 30, FLYT_BSTREAM_DEFAULT) == CUDA_SUCCESS, "memset all of it to 0xEE");
@@ -415,6 +418,7 @@ static void test_reset(void)
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    alarm(60); /* nothing here may hang */
     test_open();
     test_device();
     test_memory();
