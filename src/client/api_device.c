@@ -130,6 +130,7 @@ FLYT_EXPORT cudaError_t cudaDeviceReset(void)
     if (err == cudaSuccess) {
         flyt_registry_reset_server_ids();
         flyt_range_clear_device();
+        flyt_range_forget_regions(); /* the server unpinned them: copy through the socket */
         flyt_reset_errors();
     }
     return err;

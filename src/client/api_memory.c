@@ -12,6 +12,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Largest data one copy message carries; bigger copies are split. */
 #define COPY_PIECE ((uint64_t)FLYT_MAX_PAYLOAD - 4096)
@@ -257,6 +259,36 @@ FLYT_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMem
 
 /* ---- host memory ---- */
 
+/* On a Unix-socket session pinned memory is a memfd the server maps and pins
+ * too, so copies to and from it are DMA by the server with no bytes on the
+ * socket. Elsewhere (TCP) it is ordinary page-aligned memory. */
+static void *shared_alloc(size_t size)
+{
+    size_t len = (size + 4095) & ~(size_t)4095;
+    int fd = memfd_create("flyt-pinned", MFD_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)len) == 0)
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return NULL;
+    }
+    flyt_req_host_map req = {.size = len};
+    flyt_rep_u64 rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    cudaError_t err = flyt_call_fd(FLYT_OP_HOST_MAP, &req, sizeof req, fd, &sink);
+    close(fd);
+    if (err != cudaSuccess || rep.value == 0) {
+        munmap(p, len);
+        return NULL;
+    }
+    flyt_range_add(FLYT_RANGE_PINNED, (uint64_t)(uintptr_t)p, size, 0);
+    flyt_range_set_region((uint64_t)(uintptr_t)p, rep.value);
+    return p;
+}
+
 FLYT_EXPORT cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags)
 {
     if (ptr == NULL)
@@ -266,6 +298,8 @@ FLYT_EXPORT cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flag
     if (err != cudaSuccess)
         return flyt_set_error(err);
     if (size == 0)
+        return cudaSuccess;
+    if (flyt_conn_shares_memory() && (*ptr = shared_alloc(size)) != NULL)
         return cudaSuccess;
     if (posix_memalign(ptr, 4096, size) != 0) {
         *ptr = NULL;
@@ -284,10 +318,19 @@ FLYT_EXPORT cudaError_t cudaFreeHost(void *ptr)
 {
     if (ptr == NULL)
         return cudaSuccess;
-    if (flyt_range_remove(FLYT_RANGE_PINNED, (uint64_t)(uintptr_t)ptr) != 0)
+    uint64_t addr = (uint64_t)(uintptr_t)ptr, base = 0, size = 0, offset = 0;
+    if (flyt_range_find(addr, &base, &size, NULL) != FLYT_RANGE_PINNED || base != addr)
         return flyt_set_error(cudaErrorInvalidValue);
-    free(ptr);
-    return cudaSuccess;
+    uint64_t region = flyt_range_region(addr, 1, &offset);
+    flyt_range_remove(FLYT_RANGE_PINNED, addr);
+    if (region == 0) {
+        free(ptr);
+        return cudaSuccess;
+    }
+    flyt_req_handle req = {.handle = region};
+    cudaError_t err = flyt_call(FLYT_OP_HOST_UNMAP, &req, sizeof req, NULL, 0, NULL);
+    munmap(ptr, (size + 4095) & ~(uint64_t)4095);
+    return flyt_set_error(err);
 }
 
 FLYT_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
@@ -354,8 +397,23 @@ FLYT_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a
 
 /* ---- 1D copies ---- */
 
+/* A copy between the device and shared pinned memory: no data on the socket,
+ * and an asynchronous one is truly asynchronous, as with CUDA's pinned memory. */
+static cudaError_t copy_mapped(uint16_t op, uint64_t device, uint64_t region, uint64_t offset,
+                               size_t n, cudaStream_t stream, int async)
+{
+    flyt_req_memcpy_mapped req = {.device = device, .region = region, .offset = offset, .size = n,
+                                  .stream = flyt_stream_id(stream)};
+    if (async)
+        return flyt_send_async(op, &req, sizeof req, NULL, 0);
+    return flyt_call(op, &req, sizeof req, NULL, 0, NULL);
+}
+
 static cudaError_t copy_htod(uint64_t dst, const void *src, size_t n, cudaStream_t stream, int async)
 {
+    uint64_t offset = 0, region = flyt_range_region((uint64_t)(uintptr_t)src, n, &offset);
+    if (region)
+        return copy_mapped(FLYT_OP_MEMCPY_HTOD_MAPPED, dst, region, offset, n, stream, async);
     cudaError_t err = cudaSuccess;
     for (uint64_t off = 0; off < n && err == cudaSuccess;) {
         uint64_t piece = n - off < COPY_PIECE ? n - off : COPY_PIECE;
@@ -371,9 +429,13 @@ static cudaError_t copy_htod(uint64_t dst, const void *src, size_t n, cudaStream
     return err;
 }
 
-/* Always waits for the data: the bytes must land in this process. */
-static cudaError_t copy_dtoh(void *dst, uint64_t src, size_t n, cudaStream_t stream)
+/* Through the socket it always waits for the data: the bytes must land in
+ * this process. Into shared pinned memory an asynchronous copy returns at once. */
+static cudaError_t copy_dtoh(void *dst, uint64_t src, size_t n, cudaStream_t stream, int async)
 {
+    uint64_t offset = 0, region = flyt_range_region((uint64_t)(uintptr_t)dst, n, &offset);
+    if (region)
+        return copy_mapped(FLYT_OP_MEMCPY_DTOH_MAPPED, src, region, offset, n, stream, async);
     cudaError_t err = cudaSuccess;
     for (uint64_t off = 0; off < n && err == cudaSuccess;) {
         uint64_t piece = n - off < COPY_PIECE ? n - off : COPY_PIECE;
@@ -416,7 +478,7 @@ static cudaError_t copy_1d(void *dst, const void *src, size_t n, enum cudaMemcpy
         err = copy_htod((uint64_t)(uintptr_t)dst, src, n, stream, async);
         break;
     case cudaMemcpyDeviceToHost:
-        err = copy_dtoh(dst, (uint64_t)(uintptr_t)src, n, stream);
+        err = copy_dtoh(dst, (uint64_t)(uintptr_t)src, n, stream, async);
         break;
     default:
         err = copy_dtod((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, n, stream, async);

@@ -46,6 +46,12 @@ const struct cudaDeviceProp *flyt_device_props(void);
  * error of earlier pipelined calls as the last error. */
 cudaError_t flyt_call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
                       int data_count, struct flyt_reply_sink *sink);
+/* flyt_call that passes a file descriptor along (Unix sockets only). */
+cudaError_t flyt_call_fd(uint16_t op, const void *req, size_t req_size, int fd,
+                         struct flyt_reply_sink *sink);
+/* Whether host memory can be shared with the server: a Unix-socket session
+ * and FLYT_SHM not set to 0. */
+int flyt_conn_shares_memory(void);
 /* A pipelined call: sends op without waiting (FLYT_F_NOREPLY). */
 cudaError_t flyt_send_async(uint16_t op, const void *req, size_t req_size,
                             const struct iovec *data, int data_count);
@@ -69,6 +75,11 @@ int  flyt_range_remove(enum flyt_range_kind kind, uint64_t base); /* 0 when foun
 /* Finds the range holding addr: returns its kind (0 if none) and base/size/flags. */
 int  flyt_range_find(uint64_t addr, uint64_t *base, uint64_t *size, unsigned *flags);
 void flyt_range_clear_device(void);
+/* Shared pinned memory (HOST_MAP): the server's region id of a pinned range. */
+int flyt_range_set_region(uint64_t base, uint64_t region);
+/* The region holding all of [addr, addr + n), with addr's offset in it; 0 if none. */
+uint64_t flyt_range_region(uint64_t addr, uint64_t n, uint64_t *offset);
+void flyt_range_forget_regions(void);
 
 struct flyt_module;
 struct flyt_function {

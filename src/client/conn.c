@@ -52,6 +52,7 @@ static struct {
     struct waiter *waiters;
     pthread_t receiver;
     int device_count;
+    int shares_memory;
     struct cudaDeviceProp props;
 
     /* callbacks: registered (by id) -> queued (received) -> run */
@@ -355,6 +356,8 @@ static int connect_server(void)
         report_once("no GPU server reachable: %s%s", err, "");
         return -1;
     }
+    const char *shm = getenv("FLYT_SHM");
+    conn.shares_memory = addr.kind == FLYT_ADDR_UNIX && !(shm && strcmp(shm, "0") == 0);
     if (start_threads() != 0) {
         report_once("cannot start the client threads%s%s", "", "");
         return -1;
@@ -390,8 +393,13 @@ const struct cudaDeviceProp *flyt_device_props(void) { return &conn.props; }
 
 /* ---- calls ---- */
 
-static int send_frame(uint16_t op, uint16_t flags, uint32_t seq, const void *req, size_t req_size,
-                      const struct iovec *data, int data_count)
+int flyt_conn_shares_memory(void)
+{
+    return flyt_connect_once() == cudaSuccess && conn.shares_memory;
+}
+
+static int send_frame_fd(uint16_t op, uint16_t flags, uint32_t seq, const void *req,
+                         size_t req_size, const struct iovec *data, int data_count, int pass_fd)
 {
     struct iovec iov[8];
     if (data_count > 6)
@@ -408,7 +416,15 @@ static int send_frame(uint16_t op, uint16_t flags, uint32_t seq, const void *req
     iov[1].iov_len = req_size;
     for (int i = 0; i < data_count; i++)
         iov[2 + i] = data[i];
+    if (pass_fd >= 0)
+        return flyt_writev_full_fd(conn.fd, iov, 2 + data_count, pass_fd);
     return flyt_writev_full(conn.fd, iov, 2 + data_count);
+}
+
+static int send_frame(uint16_t op, uint16_t flags, uint32_t seq, const void *req, size_t req_size,
+                      const struct iovec *data, int data_count)
+{
+    return send_frame_fd(op, flags, seq, req, req_size, data, data_count, -1);
 }
 
 static cudaError_t lost(void)
@@ -431,8 +447,8 @@ static void wait_reply(struct waiter *w)
         ;
 }
 
-cudaError_t flyt_call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
-                      int data_count, struct flyt_reply_sink *sink)
+static cudaError_t call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
+                        int data_count, int pass_fd, struct flyt_reply_sink *sink)
 {
     if (op != FLYT_OP_HELLO && op != FLYT_OP_DEVICE_PROPS && flyt_connect_once() != cudaSuccess)
         return cudaErrorNoDevice;
@@ -443,7 +459,7 @@ cudaError_t flyt_call(uint16_t op, const void *req, size_t req_size, const struc
     pthread_mutex_lock(&conn.send_lock);
     w.seq = conn.next_seq++;
     waiter_add(&w);
-    int rc = send_frame(op, 0, w.seq, req, req_size, data, data_count);
+    int rc = send_frame_fd(op, 0, w.seq, req, req_size, data, data_count, pass_fd);
     pthread_mutex_unlock(&conn.send_lock);
     if (rc != 0) {
         if (waiter_take(w.seq) != NULL) {
@@ -462,6 +478,18 @@ cudaError_t flyt_call(uint16_t op, const void *req, size_t req_size, const struc
     if (w.reply.deferred != 0)
         flyt_set_error(flyt_map_result(w.reply.deferred));
     return flyt_map_result(w.reply.result);
+}
+
+cudaError_t flyt_call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
+                      int data_count, struct flyt_reply_sink *sink)
+{
+    return call(op, req, req_size, data, data_count, -1, sink);
+}
+
+cudaError_t flyt_call_fd(uint16_t op, const void *req, size_t req_size, int fd,
+                         struct flyt_reply_sink *sink)
+{
+    return call(op, req, req_size, NULL, 0, fd, sink);
 }
 
 cudaError_t flyt_send_async(uint16_t op, const void *req, size_t req_size,

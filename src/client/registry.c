@@ -16,6 +16,7 @@ struct range {
     uint64_t base, size;
     unsigned flags;
     int kind;
+    uint64_t region; /* server region id of shared pinned memory, else 0 */
 };
 
 static struct {
@@ -53,7 +54,7 @@ void flyt_range_add(enum flyt_range_kind kind, uint64_t base, uint64_t size, uns
     }
     size_t at = upper_bound(base);
     memmove(&ranges.items[at + 1], &ranges.items[at], (ranges.count - at) * sizeof *ranges.items);
-    ranges.items[at] = (struct range){base, size ? size : 1, flags, (int)kind};
+    ranges.items[at] = (struct range){base, size ? size : 1, flags, (int)kind, 0};
     ranges.count++;
     pthread_rwlock_unlock(&ranges.lock);
 }
@@ -110,5 +111,42 @@ void flyt_range_clear_device(void)
         if (ranges.items[i].kind != FLYT_RANGE_DEVICE)
             ranges.items[out++] = ranges.items[i];
     ranges.count = out;
+    pthread_rwlock_unlock(&ranges.lock);
+}
+
+int flyt_range_set_region(uint64_t base, uint64_t region)
+{
+    int rc = -1;
+    pthread_rwlock_wrlock(&ranges.lock);
+    size_t at = upper_bound(base);
+    if (at > 0 && ranges.items[at - 1].base == base && ranges.items[at - 1].kind == FLYT_RANGE_PINNED) {
+        ranges.items[at - 1].region = region;
+        rc = 0;
+    }
+    pthread_rwlock_unlock(&ranges.lock);
+    return rc;
+}
+
+uint64_t flyt_range_region(uint64_t addr, uint64_t n, uint64_t *offset)
+{
+    uint64_t region = 0;
+    pthread_rwlock_rdlock(&ranges.lock);
+    size_t at = upper_bound(addr);
+    if (at > 0) {
+        const struct range *r = &ranges.items[at - 1];
+        if (r->region && addr - r->base < r->size && n <= r->size - (addr - r->base)) {
+            region = r->region;
+            *offset = addr - r->base;
+        }
+    }
+    pthread_rwlock_unlock(&ranges.lock);
+    return region;
+}
+
+void flyt_range_forget_regions(void)
+{
+    pthread_rwlock_wrlock(&ranges.lock);
+    for (size_t i = 0; i < ranges.count; i++)
+        ranges.items[i].region = 0;
     pthread_rwlock_unlock(&ranges.lock);
 }

@@ -180,6 +180,13 @@ typedef struct {
 
 typedef struct { uint64_t func; int32_t block_size; int32_t num_blocks; uint64_t dyn_smem; uint32_t flags; uint32_t pad; } flyt_req_occupancy;
 
+/* HOST_MAP: a memfd of at least `size` bytes comes with the frame
+ * (SCM_RIGHTS); the server maps it, pins it for DMA and answers a region id.
+ * The *_MAPPED copies then move bytes between the GPU and that shared memory
+ * directly: no bytes cross the socket. Answered only when complete. */
+typedef struct { uint64_t size; } flyt_req_host_map;
+typedef struct { uint64_t device; uint64_t region; uint64_t offset; uint64_t size; uint64_t stream; } flyt_req_memcpy_mapped;
+
 /* server -> client, op FLYT_OP_CALLBACK, seq 0 */
 struct flyt_msg_callback { uint64_t callback_id; int32_t status; int32_t pad; };
 

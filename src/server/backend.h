@@ -89,6 +89,17 @@ struct flyt_backend_ops {
     CUresult (*memset_2d)(flyt_backend *b, uint64_t dst, uint64_t pitch, unsigned char value,
                           uint64_t width, uint64_t rows, flyt_bhandle stream);
 
+    /* Host memory shared with the client (HOST_MAP): pinned for DMA while
+     * registered; copies between it and the device are queued on the stream
+     * and read or write it when they execute, as CUDA's do with pinned memory.
+     * NULL ops: the backend cannot (the server then refuses HOST_MAP). */
+    CUresult (*host_register)(flyt_backend *b, void *ptr, uint64_t size);
+    CUresult (*host_unregister)(flyt_backend *b, void *ptr);
+    CUresult (*htod_host)(flyt_backend *b, uint64_t dst, const void *src, uint64_t n,
+                          flyt_bhandle stream);
+    CUresult (*dtoh_host)(flyt_backend *b, void *dst, uint64_t src, uint64_t n,
+                          flyt_bhandle stream);
+
     /* streams; flags are CU_STREAM_* */
     CUresult (*stream_create)(flyt_backend *b, unsigned flags, int priority, flyt_bhandle *stream);
     CUresult (*stream_destroy)(flyt_backend *b, flyt_bhandle stream);

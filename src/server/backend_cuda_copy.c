@@ -309,3 +309,51 @@ CUresult flyt_cuda_memset_2d(flyt_backend *base, uint64_t dst, uint64_t pitch, u
     return b->cu.cuMemsetD2D8Async((CUdeviceptr)dst, (size_t)pitch, value, (size_t)width,
                                    (size_t)rows, st);
 }
+
+/* ---- host memory shared with the client ---- */
+
+CUresult flyt_cuda_host_register(flyt_backend *base, void *ptr, uint64_t size)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (!b || !ptr || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = flyt_cuda_ctx(b);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return b->cu.cuMemHostRegister(ptr, (size_t)size, CU_MEMHOSTREGISTER_PORTABLE);
+}
+
+CUresult flyt_cuda_host_unregister(flyt_backend *base, void *ptr)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (!b || !ptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = flyt_cuda_ctx(b);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return b->cu.cuMemHostUnregister(ptr);
+}
+
+CUresult flyt_cuda_htod_host(flyt_backend *base, uint64_t dst, const void *src, uint64_t n,
+                             flyt_bhandle stream)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (!b || !src)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = flyt_cuda_ctx(b);
+    if (r != CUDA_SUCCESS || n == 0)
+        return r;
+    return b->cu.cuMemcpyHtoDAsync((CUdeviceptr)dst, src, (size_t)n, flyt_cuda_stream(stream));
+}
+
+CUresult flyt_cuda_dtoh_host(flyt_backend *base, void *dst, uint64_t src, uint64_t n,
+                             flyt_bhandle stream)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (!b || !dst)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = flyt_cuda_ctx(b);
+    if (r != CUDA_SUCCESS || n == 0)
+        return r;
+    return b->cu.cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, (size_t)n, flyt_cuda_stream(stream));
+}

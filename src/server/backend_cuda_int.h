@@ -197,6 +197,12 @@ CUresult flyt_cuda_dtoh_2d(flyt_backend *base, void *dst, uint64_t src, uint64_t
                            uint64_t width, uint64_t rows, flyt_bhandle stream);
 CUresult flyt_cuda_dtod_2d(flyt_backend *base, uint64_t dst, uint64_t dst_pitch, uint64_t src,
                            uint64_t src_pitch, uint64_t width, uint64_t rows, flyt_bhandle stream);
+CUresult flyt_cuda_host_register(flyt_backend *base, void *ptr, uint64_t size);
+CUresult flyt_cuda_host_unregister(flyt_backend *base, void *ptr);
+CUresult flyt_cuda_htod_host(flyt_backend *base, uint64_t dst, const void *src, uint64_t n,
+                             flyt_bhandle stream);
+CUresult flyt_cuda_dtoh_host(flyt_backend *base, void *dst, uint64_t src, uint64_t n,
+                             flyt_bhandle stream);
 CUresult flyt_cuda_memset_2d(flyt_backend *base, uint64_t dst, uint64_t pitch, unsigned char value,
                              uint64_t width, uint64_t rows, flyt_bhandle stream);
 /* Before a context reset or close: waits for every staging copy and drops

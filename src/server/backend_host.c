@@ -944,6 +944,37 @@ static CUresult host_dtoh_2d(flyt_backend *b, void *dst, uint64_t src, uint64_t 
     return CUDA_SUCCESS;
 }
 
+/* Shared client memory needs no pinning here; copies run at once. */
+static CUresult host_host_register(flyt_backend *b, void *ptr, uint64_t size)
+{
+    (void)b;
+    return ptr && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult host_host_unregister(flyt_backend *b, void *ptr)
+{
+    (void)b;
+    return ptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult host_htod_host(flyt_backend *b, uint64_t dst, const void *src, uint64_t n,
+                               flyt_bhandle stream)
+{
+    struct host_backend *h = HB(b);
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = check_2d(h, dst, n, n, 1);
+    if (r == CUDA_SUCCESS && n)
+        memcpy((char *)(uintptr_t)dst, src, n);
+    return r;
+}
+
+static CUresult host_dtoh_host(flyt_backend *b, void *dst, uint64_t src, uint64_t n,
+                               flyt_bhandle stream)
+{
+    return host_dtoh_2d(b, dst, src, n, n, 1, stream);
+}
+
 static CUresult host_dtod_2d(flyt_backend *b, uint64_t dst, uint64_t dst_pitch, uint64_t src,
                              uint64_t src_pitch, uint64_t width, uint64_t rows, flyt_bhandle stream)
 {
@@ -1296,6 +1327,10 @@ static const struct flyt_backend_ops host_ops = {
     .dtoh_2d = host_dtoh_2d,
     .dtod_2d = host_dtod_2d,
     .memset_2d = host_memset_2d,
+    .host_register = host_host_register,
+    .host_unregister = host_host_unregister,
+    .htod_host = host_htod_host,
+    .dtoh_host = host_dtoh_host,
     .stream_create = host_stream_create,
     .stream_destroy = host_stream_destroy,
     .stream_sync = host_stream_sync,

@@ -62,6 +62,7 @@ int handle_DEVICE_RESET(flyt_session *s, flyt_call *c)
     c->result = FLYT_BCALL0(s, device_reset);
     /* Even a failed reset may have dropped objects: forget every id rather
      * than risk handing the backend a dangling handle. */
+    flyt_regions_forget(s);
     flyt_handles_clear(&s->handles);
     s->default_pool_id = 0;
     return FLYT_CONT;

@@ -23,6 +23,7 @@ enum flyt_htype {
     FLYT_H_MODULE,
     FLYT_H_FUNC,
     FLYT_H_POOL,
+    FLYT_H_REGION, /* client memory shared through HOST_MAP */
 };
 
 struct flyt_module_info {
@@ -37,6 +38,11 @@ struct flyt_func_info {
     flyt_param *params;      /* param_count entries, owned by the entry */
 };
 
+struct flyt_region_info {
+    void    *base; /* where the server mapped it */
+    uint64_t size;
+};
+
 struct flyt_hentry {
     uint64_t        id;
     enum flyt_htype type;
@@ -44,6 +50,7 @@ struct flyt_hentry {
     union {
         struct flyt_module_info module;
         struct flyt_func_info   func;
+        struct flyt_region_info region;
     } u;
 };
 

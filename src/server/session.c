@@ -257,7 +257,8 @@ int handle_GOODBYE(flyt_session *s, flyt_call *c)
 
 static int read_header(flyt_session *s, struct flyt_frame_hdr *h, const char *when)
 {
-    if (flyt_read_full(s->fd, h, sizeof *h) == 0)
+    /* a descriptor (HOST_MAP) travels with the first bytes of its frame */
+    if (flyt_read_full_fd(s->fd, h, sizeof *h, &s->passed_fd) == 0)
         return 0;
     if (errno == 0)
         flyt_info("%s closed the connection%s", s->peer, when);
@@ -370,6 +371,10 @@ static int serve(flyt_session *s)
             return flyt_violation(s, &c, "%s", why);
         }
         int rc = dispatch(s, &h);
+        if (s->passed_fd >= 0) { /* a descriptor no op took: drop it */
+            close(s->passed_fd);
+            s->passed_fd = -1;
+        }
         if (rc != FLYT_CONT)
             return rc;
     }
@@ -382,6 +387,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     static flyt_session s;
     memset(&s, 0, sizeof s);
     s.fd = fd;
+    s.passed_fd = -1;
     s.peer = peer;
     s.cfg = cfg;
     flyt_handles_init(&s.handles);

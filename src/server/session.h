@@ -53,6 +53,7 @@ struct flyt_cb_msg {
 
 typedef struct flyt_session {
     int                              fd;
+    int                              passed_fd; /* a descriptor that came with a frame, or -1 */
     const char                      *peer;
     const struct flyt_server_config *cfg;
     flyt_backend                    *b;
@@ -126,6 +127,9 @@ CUresult flyt_lookup(flyt_session *s, uint64_t id, enum flyt_htype type, flyt_bh
 /* Checks the frame's payload length is exactly the request struct plus
  * extra trailing bytes; logs and returns FLYT_END_PROTO if not, else FLYT_CONT. */
 int flyt_expect_data(flyt_session *s, flyt_call *c, uint64_t extra);
+
+/* Unmaps the shared host-memory regions (device reset). */
+void flyt_regions_forget(flyt_session *s);
 
 /* Backend calls; an operation a backend leaves NULL is "not supported". */
 #define FLYT_BCALL(s, fn, ...) \

@@ -224,6 +224,74 @@ int flyt_read_full(int fd, void *buf, size_t len)
     return 0;
 }
 
+int flyt_read_full_fd(int fd, void *buf, size_t len, int *passed_fd)
+{
+    char *p = buf;
+    while (len > 0) {
+        union {
+            struct cmsghdr align;
+            char bytes[CMSG_SPACE(sizeof(int))];
+        } control;
+        struct iovec iov = {p, len};
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+                             .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
+        ssize_t n = recvmsg(fd, &msg, MSG_WAITALL | MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0)
+                errno = 0;
+            return -1;
+        }
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+                c->cmsg_len == CMSG_LEN(sizeof(int))) {
+                int got;
+                memcpy(&got, CMSG_DATA(c), sizeof got);
+                if (*passed_fd >= 0)
+                    close(*passed_fd);
+                *passed_fd = got;
+            }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int flyt_writev_full_fd(int fd, struct iovec *iov, int iovcnt, int pass_fd)
+{
+    union {
+        struct cmsghdr align;
+        char bytes[CMSG_SPACE(sizeof(int))];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt,
+                         .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &pass_fd, sizeof pass_fd);
+    ssize_t n;
+    do {
+        n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -1;
+    /* the descriptor went with the first bytes; the rest goes plainly */
+    size_t left = (size_t)n;
+    while (iovcnt > 0 && left >= iov[0].iov_len) {
+        left -= iov[0].iov_len;
+        iov++;
+        iovcnt--;
+    }
+    if (iovcnt == 0)
+        return 0;
+    iov[0].iov_base = (char *)iov[0].iov_base + left;
+    iov[0].iov_len -= left;
+    return flyt_writev_full(fd, iov, iovcnt);
+}
+
 int flyt_write_full(int fd, const void *buf, size_t len)
 {
     struct iovec iov = {(void *)buf, len};

@@ -34,6 +34,12 @@ int flyt_read_full(int fd, void *buf, size_t len);
 int flyt_write_full(int fd, const void *buf, size_t len);
 /* iov is consumed: its entries are advanced as bytes go out. */
 int flyt_writev_full(int fd, struct iovec *iov, int iovcnt);
+/* Unix sockets only: like flyt_read_full, and a file descriptor passed with
+ * the bytes (SCM_RIGHTS) is stored in *passed_fd (an earlier one there is
+ * closed first). */
+int flyt_read_full_fd(int fd, void *buf, size_t len, int *passed_fd);
+/* Like flyt_writev_full, passing pass_fd along with the first byte. */
+int flyt_writev_full_fd(int fd, struct iovec *iov, int iovcnt, int pass_fd);
 /* Reads and drops len bytes. */
 int flyt_skip(int fd, size_t len);
 

@@ -30,6 +30,10 @@ for addr in "unix:$tmp/s.sock" "tcp://127.0.0.1:$port"; do
   FLYT_SERVER=$addr LD_LIBRARY_PATH=$libdir timeout 120 "$test" || rc=1
 done
 
+echo "== client test over the Unix socket without shared memory (FLYT_SHM=0)"
+FLYT_SHM=0 FLYT_SERVER="unix:$tmp/s.sock" LD_LIBRARY_PATH=$libdir timeout 120 "$test" > "$tmp/noshm.out" 2>&1 \
+  && tail -1 "$tmp/noshm.out" || { cat "$tmp/noshm.out"; rc=1; }
+
 echo "== no server configured"
 env -u FLYT_SERVER LD_LIBRARY_PATH=$libdir timeout 20 "$noserver" || rc=1
 echo "== server address with nobody listening"

@@ -228,6 +228,39 @@ static void test_host_memory(void)
     free(buf);
 }
 
+/* Pinned memory (shared with the server on a Unix socket): copies both ways,
+ * synchronous and asynchronous, whole and at offsets. */
+static void test_pinned_copies(void)
+{
+    const size_t n = 6u << 20;
+    unsigned char *a = NULL, *b = NULL;
+    void *d = NULL;
+    CUDA_OK(cudaMallocHost((void **)&a, n));
+    CUDA_OK(cudaHostAlloc((void **)&b, n, cudaHostAllocDefault));
+    CUDA_OK(cudaMalloc(&d, n));
+    fill(a, n, 21);
+    memset(b, 0, n);
+    CUDA_OK(cudaMemcpy(d, a, n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(b, d, n, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(a, b, n) == 0, "pinned H2D then D2H");
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    fill(a, n, 22);
+    memset(b, 0, n);
+    CUDA_OK(cudaMemcpyAsync(d, a + 4096, n - 8192, cudaMemcpyHostToDevice, s));
+    CUDA_OK(cudaMemcpyAsync(b + 100, d, n - 8192, cudaMemcpyDeviceToHost, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CHECK(memcmp(a + 4096, b + 100, n - 8192) == 0, "pinned async copies at offsets");
+    CUDA_OK(cudaMemcpy(b, a, 4096, cudaMemcpyDefault));
+    CHECK(memcmp(a, b, 4096) == 0, "pinned to pinned is a host copy");
+    CUDA_OK(cudaStreamDestroy(s));
+    CUDA_OK(cudaFreeHost(a));
+    CUDA_OK(cudaFreeHost(b));
+    CHECK(cudaFreeHost(a) == cudaErrorInvalidValue, "double cudaFreeHost fails");
+    cudaGetLastError();
+    CUDA_OK(cudaFree(d));
+}
+
 static void test_pools(void)
 {
     cudaStream_t s;
@@ -399,6 +432,7 @@ int main(void)
     test_memcpy_1d();
     test_memcpy_2d_3d();
     test_host_memory();
+    test_pinned_copies();
     test_pools();
     test_streams_events();
     test_errors();

@@ -1,0 +1,93 @@
+/* HTTP/JSON for the control-plane daemons: a server over libmicrohttpd with a route table,
+ * and a client call over libcurl. Bodies are JSON (jansson); errors use the body of
+ * docs/api.md: {"error": {"code": "<slug>", "message": "<text>"}}. */
+#ifndef FLYT_HTTP_H
+#define FLYT_HTTP_H
+
+#include "flyt_buf.h"
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define FLYT_HTTP_BODY_LIMIT (1u << 20)   /* request bodies larger than this: 413 */
+#define FLYT_HTTP_MAX_PARAMS 4            /* {name} captures per route */
+
+/* ---- server ---- */
+
+struct flyt_http_request {
+    const char *method;                          /* "GET", "POST", ... */
+    const char *path;                            /* decoded, without the query string */
+    const char *params[FLYT_HTTP_MAX_PARAMS];    /* the {name} captures, in pattern order */
+    int nparams;
+    const char *token;     /* the token of "Authorization: Bearer <token>", or NULL */
+    json_t *body;          /* the parsed body (borrowed), NULL when the body was empty */
+    const char *route;     /* the matched route, "METHOD /pattern" */
+    void *conn_;           /* private */
+};
+
+struct flyt_http_response {
+    int status;                /* 0: the handler answered nothing (-> 500) */
+    char *body;                /* malloc'd; NULL: no body */
+    size_t len;
+    const char *content_type;
+};
+
+/* A handler fills res through the reply helpers below. It runs on one of the server's
+ * threads (one per connection): handlers must be thread-safe. */
+typedef void (*flyt_http_handler_fn)(void *ctx, const struct flyt_http_request *req,
+                                     struct flyt_http_response *res);
+
+struct flyt_http_route {
+    const char *method;     /* "GET", "POST", "PATCH", "DELETE", "PUT" */
+    const char *pattern;    /* "/v1/vms/{id}": literal segments, {name} captures one segment */
+    flyt_http_handler_fn fn;
+};
+/* A route table ends with an entry whose method is NULL. Routes are tried in order, the
+ * first match wins (put "/v1/vms/import" before "/v1/vms/{id}"). A path that matches no
+ * route: 404 not_found; that matches only with other methods: 405 bad_request. A body
+ * that is not JSON: 400 bad_request before the handler runs; over the limit: 413. */
+
+struct flyt_http_server;
+
+/* Starts serving on listen = "HOST:PORT" (IPv4 literal, [IPv6] literal or a host name;
+ * PORT 0 takes a free port). routes must outlive the server. NULL with err on failure. */
+struct flyt_http_server *flyt_http_start(const char *listen, const struct flyt_http_route *routes,
+                                         void *ctx, char *err, size_t errlen);
+int flyt_http_port(const struct flyt_http_server *srv);
+/* Stops accepting, finishes or closes connections, joins the threads, frees. */
+void flyt_http_stop(struct flyt_http_server *srv);
+
+/* Query-string argument (decoded) or request header; NULL when absent. */
+const char *flyt_http_query(const struct flyt_http_request *req, const char *name);
+const char *flyt_http_header(const struct flyt_http_request *req, const char *name);
+
+/* Reply helpers. json: takes the reference (NULL: no body). text: takes the string. */
+void flyt_http_reply_json(struct flyt_http_response *res, int status, json_t *json);
+void flyt_http_reply_text(struct flyt_http_response *res, int status, const char *content_type,
+                          char *text);
+void flyt_http_reply_status(struct flyt_http_response *res, int status);  /* no body: 204 */
+void flyt_http_reply_error(struct flyt_http_response *res, int status, const char *code,
+                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Per-route counters (requests by status class, errors, latency histogram) in Prometheus
+ * text format, metric names flyt_http_requests_total, flyt_http_request_errors_total,
+ * flyt_http_request_duration_seconds. Requests that matched no route count as route
+ * "unmatched". */
+void flyt_http_metrics(struct flyt_http_server *srv, struct flyt_buf *out);
+
+/* ---- client ---- */
+
+/* One call: method, url ("http://host:port/v1/..."), token (NULL: no Authorization),
+ * body (NULL: none; not consumed). Timeouts: flyt_http_call 10 s overall, 3 s to connect;
+ * flyt_http_call_timeout takes the overall limit in ms. Environment proxies are not used.
+ * Returns 0 when an HTTP answer came back (any status): *status is set, *answer (if
+ * answer is not NULL) gets the parsed JSON body or NULL when it was empty; for a non-2xx
+ * status err gets "HTTP <status> <code>: <message>". Returns -1 with err when no answer
+ * came (connection refused, timeout, ...) or a 2xx body is not JSON. */
+int flyt_http_call(const char *method, const char *url, const char *token, json_t *body,
+                   long *status, json_t **answer, char *err, size_t errlen);
+int flyt_http_call_timeout(const char *method, const char *url, const char *token, json_t *body,
+                           long timeout_ms, long *status, json_t **answer, char *err,
+                           size_t errlen);
+
+#endif

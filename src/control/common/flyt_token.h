@@ -1,0 +1,38 @@
+/* Tokens: random API tokens, SHA-256 hashes of them, and session tokens (docs/api.md).
+ * Depends only on OpenSSL's libcrypto, so flyt-server can link it too. */
+#ifndef FLYT_TOKEN_H
+#define FLYT_TOKEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define FLYT_TOKEN_BYTES 32                        /* API tokens and session keys */
+#define FLYT_TOKEN_HEX_LEN (2 * FLYT_TOKEN_BYTES)  /* 64 hex characters */
+#define FLYT_SHA256_HEX_LEN 64
+
+/* nbytes random bytes (RAND_bytes) as lowercase hex into out (needs 2*nbytes+1).
+ * 0 on success, -1 when the RNG fails or out is too small. */
+int flyt_random_hex(size_t nbytes, char *out, size_t outlen);
+/* A new API token: FLYT_TOKEN_HEX_LEN hex characters. out needs 65 bytes. */
+int flyt_token_new(char *out, size_t outlen);
+/* SHA-256 of data as lowercase hex; out needs 65 bytes. */
+int flyt_sha256_hex(const void *data, size_t len, char *out, size_t outlen);
+/* Constant-time equality of two strings (time depends only on their lengths). */
+bool flyt_token_equal(const char *a, const char *b);
+
+/* Hex <-> bytes. decode: 0 on success, -1 on odd length, a non-hex char or overflow. */
+void flyt_hex_encode(const unsigned char *in, size_t len, char *out);  /* out: 2*len+1 */
+int flyt_hex_decode(const char *hex, unsigned char *out, size_t outcap, size_t *outlen);
+
+/* Session tokens: hex(HMAC-SHA256(key, session_id "\n" expiry)) "." session_id "." expiry.
+ * key is the raw session key (the bytes of the hex "session_key" of docs/api.md).
+ * make: 0 on success, -1 when out is too small. */
+int flyt_session_token_make(const unsigned char *key, size_t keylen, const char *session_id,
+                            long long expiry_unix, char *out, size_t outlen);
+/* verify: 0 when the token is for session_id, not expired at now_unix and its HMAC
+ * verifies; -1 with a reason in err otherwise. */
+int flyt_session_token_verify(const unsigned char *key, size_t keylen, const char *token,
+                              const char *session_id, long long now_unix, char *err,
+                              size_t errlen);
+
+#endif

@@ -1,0 +1,121 @@
+/*
+ * HOST_MAP / HOST_UNMAP and the *_MAPPED copies: the client's pinned host
+ * memory, shared with this process through a memfd passed over the Unix
+ * socket, so bulk copies go between the GPU and the application's buffer by
+ * DMA with no byte crossing the socket (the same-machine fast path).
+ */
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "flyt_log.h"
+#include "session.h"
+
+static void region_drop(flyt_session *s, struct flyt_hentry *e)
+{
+    FLYT_BCALL(s, host_unregister, e->u.region.base);
+    munmap(e->u.region.base, (size_t)e->u.region.size);
+}
+
+int handle_HOST_MAP(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_host_map *r = c->req;
+    flyt_rep_u64 *rep = c->rep;
+    int fd = s->passed_fd;
+    s->passed_fd = -1;
+    struct stat st;
+    if (fd < 0 || r->size == 0 || !s->b->ops->host_register) {
+        c->result = fd < 0 || r->size == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
+    } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < r->size) {
+        /* only a memory file at least as large as claimed: never a device or a short file */
+        c->result = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        void *base = mmap(NULL, (size_t)r->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (base == MAP_FAILED) {
+            c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            c->result = s->b->ops->host_register(s->b, base, r->size);
+            struct flyt_hentry *e =
+                c->result == CUDA_SUCCESS ? flyt_handles_add(&s->handles, FLYT_H_REGION, NULL) : NULL;
+            if (e == NULL) {
+                if (c->result == CUDA_SUCCESS) {
+                    s->b->ops->host_unregister(s->b, base);
+                    c->result = CUDA_ERROR_OUT_OF_MEMORY;
+                }
+                munmap(base, (size_t)r->size);
+            } else {
+                e->u.region.base = base;
+                e->u.region.size = r->size;
+                rep->value = e->id;
+            }
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    return FLYT_CONT;
+}
+
+int handle_HOST_UNMAP(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    struct flyt_hentry *e = flyt_handles_get(&s->handles, r->handle, FLYT_H_REGION);
+    if (e == NULL) {
+        c->result = CUDA_ERROR_INVALID_HANDLE;
+        return FLYT_CONT;
+    }
+    /* copies still queued may read or write it: let them finish first */
+    c->result = FLYT_BCALL0(s, device_sync);
+    region_drop(s, e);
+    flyt_handles_remove(&s->handles, r->handle);
+    return FLYT_CONT;
+}
+
+/* The shared bytes [offset, offset + size) of the request's region. */
+static CUresult region_range(flyt_session *s, const flyt_req_memcpy_mapped *r, char **host)
+{
+    struct flyt_hentry *e = flyt_handles_get(&s->handles, r->region, FLYT_H_REGION);
+    if (e == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (r->offset > e->u.region.size || r->size > e->u.region.size - r->offset)
+        return CUDA_ERROR_INVALID_VALUE;
+    *host = (char *)e->u.region.base + r->offset;
+    return CUDA_SUCCESS;
+}
+
+static int mapped_copy(flyt_session *s, flyt_call *c, int to_device)
+{
+    const flyt_req_memcpy_mapped *r = c->req;
+    flyt_bhandle stream;
+    char *host = NULL;
+    c->result = flyt_lookup_stream(s, r->stream, &stream);
+    if (c->result == CUDA_SUCCESS)
+        c->result = region_range(s, r, &host);
+    if (c->result == CUDA_SUCCESS && r->size > 0)
+        c->result = to_device ? FLYT_BCALL(s, htod_host, r->device, host, r->size, stream)
+                              : FLYT_BCALL(s, dtoh_host, host, r->device, r->size, stream);
+    /* a copy the client waits for is complete when answered */
+    if (c->result == CUDA_SUCCESS && !(c->hdr->flags & FLYT_F_NOREPLY))
+        c->result = FLYT_BCALL(s, stream_sync, stream);
+    return FLYT_CONT;
+}
+
+int handle_MEMCPY_HTOD_MAPPED(flyt_session *s, flyt_call *c) { return mapped_copy(s, c, 1); }
+int handle_MEMCPY_DTOH_MAPPED(flyt_session *s, flyt_call *c) { return mapped_copy(s, c, 0); }
+
+static int is_region(const struct flyt_hentry *e, void *arg)
+{
+    flyt_session *s = arg;
+    if (e->type != FLYT_H_REGION)
+        return 0;
+    munmap(e->u.region.base, (size_t)e->u.region.size);
+    (void)s;
+    return 1;
+}
+
+void flyt_regions_forget(flyt_session *s)
+{
+    /* after a device reset the pinning is gone with the context; the
+     * client falls back to copying through the socket */
+    flyt_handles_remove_if(&s->handles, is_region, s);
+}
