@@ -262,7 +262,7 @@ FLYT_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMem
 /* On a Unix-socket session pinned memory is a memfd the server maps and pins
  * too, so copies to and from it are DMA by the server with no bytes on the
  * socket. Elsewhere (TCP) it is ordinary page-aligned memory. */
-static void *shared_alloc(size_t size)
+static void *shared_alloc(size_t size, unsigned flags)
 {
     size_t len = (size + 4095) & ~(size_t)4095;
     int fd = memfd_create("flyt-pinned", MFD_CLOEXEC);
@@ -284,7 +284,7 @@ static void *shared_alloc(size_t size)
         munmap(p, len);
         return NULL;
     }
-    flyt_range_add(FLYT_RANGE_PINNED, (uint64_t)(uintptr_t)p, size, 0);
+    flyt_range_add(FLYT_RANGE_PINNED, (uint64_t)(uintptr_t)p, size, flags);
     flyt_range_set_region((uint64_t)(uintptr_t)p, rep.value);
     return p;
 }
@@ -299,7 +299,7 @@ FLYT_EXPORT cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flag
         return flyt_set_error(err);
     if (size == 0)
         return cudaSuccess;
-    if (flyt_conn_shares_memory() && (*ptr = shared_alloc(size)) != NULL)
+    if (flyt_conn_shares_memory() && (*ptr = shared_alloc(size, flags)) != NULL)
         return cudaSuccess;
     if (posix_memalign(ptr, 4096, size) != 0) {
         *ptr = NULL;

@@ -258,11 +258,16 @@ static int read_reply_body(struct waiter *w, uint32_t length)
     return 0;
 }
 
+/* How long the receiver busy-polls for a reply while a caller waits. */
+#define RECEIVER_SPIN_US 200
+
 static void *receiver_thread(void *arg)
 {
     (void)arg;
     for (;;) {
         struct flyt_frame_hdr h;
+        if (__atomic_load_n(&conn.waiters, __ATOMIC_RELAXED) != NULL)
+            flyt_spin_readable(conn.fd, RECEIVER_SPIN_US);
         if (flyt_read_full(conn.fd, &h, sizeof h) != 0) {
             fail_all(errno ? strerror(errno) : "server closed the connection");
             return NULL;

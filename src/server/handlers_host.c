@@ -22,8 +22,7 @@ int handle_HOST_MAP(flyt_session *s, flyt_call *c)
 {
     const flyt_req_host_map *r = c->req;
     flyt_rep_u64 *rep = c->rep;
-    int fd = s->passed_fd;
-    s->passed_fd = -1;
+    int fd = flyt_take_passed_fd(s);
     struct stat st;
     if (fd < 0 || r->size == 0 || !s->b->ops->host_register) {
         c->result = fd < 0 || r->size == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;

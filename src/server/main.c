@@ -49,6 +49,8 @@ static void usage(FILE *f)
             "  --gpu N             GPU index to use (default 0)\n"
             "  --backend KIND      cuda (default) or host (host memory, for tests only)\n"
             "  --cache-dir DIR     keep fatbinaries here by content hash across sessions\n"
+            "  --poll-us N         busy-poll N microseconds for a client's next call before\n"
+            "                      sleeping (default 100; 0 = never; lower latency, more CPU)\n"
             "  --log-level LEVEL   error, warn, info (default) or debug\n"
             "  --help              this text\n"
             "  --version           version and protocol\n");
@@ -69,10 +71,12 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"listen", required_argument, NULL, 'l'},    {"gpu", required_argument, NULL, 'g'},
         {"backend", required_argument, NULL, 'b'},   {"cache-dir", required_argument, NULL, 'c'},
         {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
+        {"poll-us", required_argument, NULL, 'P'},
         {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
     o->cfg.backend_kind = "cuda";
+    o->cfg.poll_us = 100;
     o->log_level = FLYT_LOG_INFO;
     opterr = 0; /* our own messages */
     int ch;
@@ -94,6 +98,13 @@ static int parse_args(int argc, char **argv, struct options *o)
             o->cfg.backend_kind = optarg;
             break;
         case 'c': o->cfg.cache_dir = optarg; break;
+        case 'P':
+            errno = 0;
+            v = strtol(optarg, &end, 10);
+            if (errno || *optarg == '\0' || *end != '\0' || v < 0 || v > 1000000)
+                return bad_arg("--poll-us wants microseconds (0 to 1000000), got '%s'", optarg);
+            o->cfg.poll_us = (unsigned)v;
+            break;
         case 'L':
             o->log_level = flyt_log_level_parse(optarg);
             if (o->log_level < 0)

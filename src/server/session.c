@@ -180,11 +180,87 @@ void flyt_reply_end(flyt_session *s) { send_release(s); }
 
 /* ---- receiving ------------------------------------------------------- */
 
+#define IN_BUF (64 * 1024)
+
+static void note_fd(flyt_session *s, int before)
+{
+    if (s->passed_fd != before)
+        s->fd_end = s->in_total;
+}
+
+/* Exactly len bytes: from the buffer first; bulk data straight into buf. */
+static int sess_read(flyt_session *s, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len > 0) {
+        size_t avail = s->in_len - s->in_pos;
+        if (avail > 0) {
+            size_t n = avail < len ? avail : len;
+            memcpy(p, s->in + s->in_pos, n);
+            s->in_pos += n;
+            p += n;
+            len -= n;
+            continue;
+        }
+        int before = s->passed_fd;
+        if (len >= IN_BUF / 2) {
+            if (flyt_read_full_fd(s->fd, p, len, &s->passed_fd) != 0)
+                return -1;
+            s->in_total += len;
+            note_fd(s, before);
+            return 0;
+        }
+        long n = flyt_recv_some(s->fd, s->in, IN_BUF, &s->passed_fd);
+        if (n <= 0) {
+            if (n == 0)
+                errno = 0;
+            return -1;
+        }
+        s->in_pos = 0;
+        s->in_len = (size_t)n;
+        s->in_total += (uint64_t)n;
+        note_fd(s, before);
+    }
+    return 0;
+}
+
+static int sess_skip(flyt_session *s, uint64_t len)
+{
+    char tmp[16384];
+    while (len > 0) {
+        size_t n = len < sizeof tmp ? (size_t)len : sizeof tmp;
+        if (sess_read(s, tmp, n) != 0)
+            return -1;
+        len -= n;
+    }
+    return 0;
+}
+
+int flyt_take_passed_fd(flyt_session *s)
+{
+    int fd = -1;
+    if (s->passed_fd >= 0 && s->fd_end == s->frame_end) {
+        fd = s->passed_fd;
+        s->passed_fd = -1;
+    }
+    return fd;
+}
+
+/* A descriptor that arrived with this frame or an earlier one and that no
+ * handler took is closed; one for a later frame stays. */
+static void drop_stray_fd(flyt_session *s)
+{
+    if (s->passed_fd >= 0 && s->fd_end <= s->frame_end) {
+        close(s->passed_fd);
+        s->passed_fd = -1;
+    }
+}
+
 int flyt_recv_data(flyt_session *s, flyt_call *c, void *buf, size_t len)
 {
     if (len > c->data_len)
         return -1; /* a handler bug: never read into the next frame */
-    if (flyt_read_full(s->fd, buf, len) != 0)
+    if (sess_read(s, buf, len) != 0)
         return -1;
     c->data_len -= (uint32_t)len;
     return 0;
@@ -192,7 +268,7 @@ int flyt_recv_data(flyt_session *s, flyt_call *c, void *buf, size_t len)
 
 int flyt_skip_data(flyt_session *s, flyt_call *c)
 {
-    if (flyt_skip(s->fd, c->data_len) != 0)
+    if (sess_skip(s, c->data_len) != 0)
         return -1;
     c->data_len = 0;
     return 0;
@@ -257,9 +333,11 @@ int handle_GOODBYE(flyt_session *s, flyt_call *c)
 
 static int read_header(flyt_session *s, struct flyt_frame_hdr *h, const char *when)
 {
-    /* a descriptor (HOST_MAP) travels with the first bytes of its frame */
-    if (flyt_read_full_fd(s->fd, h, sizeof *h, &s->passed_fd) == 0)
+    s->frame_start = s->in_total - (s->in_len - s->in_pos);
+    if (sess_read(s, h, sizeof *h) == 0) {
+        s->frame_end = s->frame_start + sizeof *h + h->length;
         return 0;
+    }
     if (errno == 0)
         flyt_info("%s closed the connection%s", s->peer, when);
     else
@@ -299,7 +377,7 @@ static int hello(flyt_session *s)
         return flyt_violation(s, &c, "%s", why);
     }
     flyt_req_hello req;
-    if (flyt_read_full(s->fd, &req, sizeof req) != 0)
+    if (sess_read(s, &req, sizeof req) != 0)
         return FLYT_END_IO;
     if (req.magic != FLYT_PROTO_MAGIC || req.major != FLYT_PROTO_MAJOR) {
         refuse(s, &h, &rep, sizeof rep);
@@ -336,7 +414,7 @@ static int dispatch(flyt_session *s, const struct flyt_frame_hdr *h)
     const struct flyt_op_info *info = flyt_op_info(h->op);
     union flyt_req_any req;
     union flyt_rep_any rep;
-    if (flyt_read_full(s->fd, &req, info->req_size) != 0) {
+    if (sess_read(s, &req, info->req_size) != 0) {
         flyt_info("connection to %s lost inside a %s request", s->peer, flyt_op_name(h->op));
         return FLYT_END_IO;
     }
@@ -363,6 +441,8 @@ static int serve(flyt_session *s)
 {
     for (;;) {
         struct flyt_frame_hdr h;
+        if (s->cfg->poll_us && s->in_pos == s->in_len)
+            flyt_spin_readable(s->fd, s->cfg->poll_us);
         if (read_header(s, &h, "") != 0)
             return FLYT_END_IO;
         const char *why = flyt_check_request(&h);
@@ -371,10 +451,7 @@ static int serve(flyt_session *s)
             return flyt_violation(s, &c, "%s", why);
         }
         int rc = dispatch(s, &h);
-        if (s->passed_fd >= 0) { /* a descriptor no op took: drop it */
-            close(s->passed_fd);
-            s->passed_fd = -1;
-        }
+        drop_stray_fd(s);
         if (rc != FLYT_CONT)
             return rc;
     }
@@ -388,6 +465,11 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     memset(&s, 0, sizeof s);
     s.fd = fd;
     s.passed_fd = -1;
+    s.in = malloc(IN_BUF);
+    if (s.in == NULL) {
+        flyt_error("out of memory for session %s", peer);
+        return FLYT_EXIT_BACKEND;
+    }
     s.peer = peer;
     s.cfg = cfg;
     flyt_handles_init(&s.handles);

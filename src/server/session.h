@@ -40,6 +40,7 @@ struct flyt_server_config {
     const char *backend_kind; /* "cuda" or "host" */
     int         gpu;
     const char *cache_dir;    /* NULL: no fatbinary cache on disk */
+    unsigned    poll_us;      /* busy-poll this long for the next frame before sleeping */
 };
 
 /* A host-function notification: made when the host function is enqueued
@@ -54,6 +55,18 @@ struct flyt_cb_msg {
 typedef struct flyt_session {
     int                              fd;
     int                              passed_fd; /* a descriptor that came with a frame, or -1 */
+
+    /* Input buffer: one recv brings in as many pipelined frames as have
+     * arrived (a launch costs no syscall of its own). Offsets count bytes
+     * since the session began; a passed descriptor belongs to the frame
+     * whose last byte is the last byte of the read that brought it (the
+     * kernel ends a read after the message carrying descriptors). */
+    char                            *in;
+    size_t                           in_pos, in_len;
+    uint64_t                         in_total;    /* bytes received so far */
+    uint64_t                         fd_end;      /* in_total when passed_fd arrived */
+    uint64_t                         frame_start; /* offset of the current frame */
+    uint64_t                         frame_end;
     const char                      *peer;
     const struct flyt_server_config *cfg;
     flyt_backend                    *b;
@@ -127,6 +140,9 @@ CUresult flyt_lookup(flyt_session *s, uint64_t id, enum flyt_htype type, flyt_bh
 /* Checks the frame's payload length is exactly the request struct plus
  * extra trailing bytes; logs and returns FLYT_END_PROTO if not, else FLYT_CONT. */
 int flyt_expect_data(flyt_session *s, flyt_call *c, uint64_t extra);
+
+/* The descriptor passed with the current frame, or -1; the caller owns it. */
+int flyt_take_passed_fd(flyt_session *s);
 
 /* Unmaps the shared host-memory regions (device reset). */
 void flyt_regions_forget(flyt_session *s);

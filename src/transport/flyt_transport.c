@@ -5,6 +5,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,34 +226,56 @@ int flyt_read_full(int fd, void *buf, size_t len)
     return 0;
 }
 
+static ssize_t recv_with_fd(int fd, void *buf, size_t len, int flags, int *passed_fd)
+{
+    union {
+        struct cmsghdr align;
+        char bytes[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec iov = {buf, len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
+    ssize_t n;
+    do {
+        n = recvmsg(fd, &msg, flags | MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        /* keep the first descriptor, close any others: one is all a frame may pass */
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int got;
+            memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+            if (i == 0) {
+                if (*passed_fd >= 0)
+                    close(*passed_fd);
+                *passed_fd = got;
+            } else {
+                close(got);
+            }
+        }
+    }
+    return n;
+}
+
+long flyt_recv_some(int fd, void *buf, size_t cap, int *passed_fd)
+{
+    return (long)recv_with_fd(fd, buf, cap, 0, passed_fd);
+}
+
 int flyt_read_full_fd(int fd, void *buf, size_t len, int *passed_fd)
 {
     char *p = buf;
     while (len > 0) {
-        union {
-            struct cmsghdr align;
-            char bytes[CMSG_SPACE(sizeof(int))];
-        } control;
-        struct iovec iov = {p, len};
-        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
-                             .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
-        ssize_t n = recvmsg(fd, &msg, MSG_WAITALL | MSG_CMSG_CLOEXEC);
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = recv_with_fd(fd, p, len, MSG_WAITALL, passed_fd);
         if (n <= 0) {
             if (n == 0)
                 errno = 0;
             return -1;
         }
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-                c->cmsg_len == CMSG_LEN(sizeof(int))) {
-                int got;
-                memcpy(&got, CMSG_DATA(c), sizeof got);
-                if (*passed_fd >= 0)
-                    close(*passed_fd);
-                *passed_fd = got;
-            }
         p += n;
         len -= (size_t)n;
     }
@@ -333,4 +357,19 @@ int flyt_skip(int fd, size_t len)
         len -= n;
     }
     return 0;
+}
+
+int flyt_spin_readable(int fd, unsigned spin_us)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    for (;;) {
+        if (poll(&p, 1, 0) > 0)
+            return 1;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long us = (t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000;
+        if (us >= (long)spin_us)
+            return 0;
+    }
 }

@@ -38,8 +38,16 @@ int flyt_writev_full(int fd, struct iovec *iov, int iovcnt);
  * the bytes (SCM_RIGHTS) is stored in *passed_fd (an earlier one there is
  * closed first). */
 int flyt_read_full_fd(int fd, void *buf, size_t len, int *passed_fd);
+/* One recvmsg of up to cap bytes (blocking until at least one): the byte
+ * count, 0 at end of stream, -1 on error. A passed descriptor goes to
+ * *passed_fd as with flyt_read_full_fd. */
+long flyt_recv_some(int fd, void *buf, size_t cap, int *passed_fd);
 /* Like flyt_writev_full, passing pass_fd along with the first byte. */
 int flyt_writev_full_fd(int fd, struct iovec *iov, int iovcnt, int pass_fd);
+/* Polls fd for up to spin_us microseconds without sleeping; 1 when it became
+ * readable, 0 otherwise (the caller then blocks as usual). A reply that comes
+ * within the spin costs no thread wake-up, which is most of a local round trip. */
+int flyt_spin_readable(int fd, unsigned spin_us);
 /* Reads and drops len bytes. */
 int flyt_skip(int fd, size_t len);
 

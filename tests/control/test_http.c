@@ -148,7 +148,7 @@ int main(void)
     /* client timeout and connection errors */
     snprintf(url, sizeof url, "%s/v1/slow", base);
     CHECK(flyt_http_call_timeout("DELETE", url, "t", NULL, 300, &status, NULL, err, sizeof err) == -1
-              && strstr(err, "imeout"), "client timeout: %s", err);
+              && strstr(err, "timed out"), "client timeout: %s", err);
     CHECK(flyt_http_call("GET", "http://127.0.0.1:1/v1/x", "t", NULL, &status, NULL, err,
                          sizeof err) == -1 && status == 0, "connection refused: %s", err);
 

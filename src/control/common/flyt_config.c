@@ -466,6 +466,12 @@ bool flyt_config_is_set(const struct flyt_config *cfg, const char *name)
     return i >= 0 && cfg->values[i].set;
 }
 
+int flyt_config_line(const struct flyt_config *cfg, const char *name)
+{
+    int i = find_key(cfg, name);
+    return i >= 0 && cfg->values[i].set ? cfg->values[i].line : 0;
+}
+
 void flyt_config_print_help(const struct flyt_cfg_key *keys, FILE *out)
 {
     for (const struct flyt_cfg_key *k = keys; k->name; k++) {

@@ -60,6 +60,9 @@ uint64_t flyt_config_size(const struct flyt_config *cfg, const char *name);     
 uint64_t flyt_config_duration_ms(const struct flyt_config *cfg, const char *name);
 /* Whether the file set the key (rather than its default). */
 bool flyt_config_is_set(const struct flyt_config *cfg, const char *name);
+/* The line that set the key, 0 when it has its default: for the daemon's own checks,
+ * e.g. "%s:%d: placement_policy: must be spread or pack". */
+int flyt_config_line(const struct flyt_config *cfg, const char *name);
 
 /* Writes every key with its type, default and help (for --help). */
 void flyt_config_print_help(const struct flyt_cfg_key *keys, FILE *out);

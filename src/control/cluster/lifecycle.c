@@ -1,0 +1,231 @@
+/* Session and node lifecycle: ending sessions, losing nodes, calling node managers, and the
+ * timer thread that finds nodes past node_timeout. */
+#include "cm.h"
+
+#include "flyt_log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void stop_list_add(struct stop_list *l, const struct node_rec *node, const char *session_id)
+{
+    if (!node->address[0] || !node->manager_token[0])
+        return;   /* never registered: nothing can run there */
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 8;
+        struct stop_item *it = realloc(l->items, sizeof *it * (size_t)cap);
+        if (!it)
+            return;
+        l->items = it;
+        l->cap = cap;
+    }
+    struct stop_item *it = &l->items[l->n++];
+    snprintf(it->address, sizeof it->address, "%s", node->address);
+    snprintf(it->token, sizeof it->token, "%s", node->manager_token);
+    snprintf(it->session_id, sizeof it->session_id, "%s", session_id);
+}
+
+void stop_list_run(struct stop_list *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        const struct stop_item *it = &l->items[i];
+        char url[ADDR_MAX + 128], err[512];
+        long status;
+        snprintf(url, sizeof url, "%s/v1/servers/%s", it->address, it->session_id);
+        if (flyt_http_call_timeout("DELETE", url, it->token, NULL, 5000, &status, NULL, err,
+                                   sizeof err) < 0)
+            flyt_warn("stopping server of session %s: %s (the node is told again at its next "
+                      "heartbeat)", it->session_id, err);
+        else if (status != 204 && status != 404)
+            flyt_warn("stopping server of session %s: %s", it->session_id, err);
+    }
+    free(l->items);
+    memset(l, 0, sizeof *l);
+}
+
+int session_end(struct cm *cm, struct session_rec *s, const char *state, const char *reason,
+                char *err, size_t errlen)
+{
+    if (!session_is_live(s))
+        return 0;
+    snprintf(s->state, sizeof s->state, "%s", state);
+    snprintf(s->end_reason, sizeof s->end_reason, "%s", reason);
+    s->ended_at = now_ms();
+    if (store_session_update(cm->store, s, err, errlen) < 0)
+        return -1;
+    char kind[48], msg[512];
+    snprintf(kind, sizeof kind, "session.%s", state);
+    snprintf(msg, sizeof msg, "session of VM %s (pid %lld) on %s/%d ended: %s", s->vm_id, s->pid,
+             s->node_id, s->gpu_index, reason);
+    flyt_info("%s %s: %s", kind, s->id, msg);
+    return store_event_add(cm->store, kind, s->id, msg, err, errlen) < 0 ? -1 : 0;
+}
+
+int node_mark_lost(struct cm *cm, struct node_rec *n, const char *reason, char *err, size_t errlen)
+{
+    struct session_filter f = {NULL, n->id, NULL, 1};
+    struct session_rec *ss;
+    int nss;
+    if (store_session_list(cm->store, &f, &ss, &nss, err, errlen) < 0)
+        return -1;
+    for (int i = 0; i < nss; i++)
+        if (session_end(cm, &ss[i], "lost", "node lost", err, errlen) < 0) {
+            free(ss);
+            return -1;
+        }
+    free(ss);
+    snprintf(n->state, sizeof n->state, "lost");
+    if (store_node_update(cm->store, n, err, errlen) < 0)
+        return -1;
+    char msg[512];
+    snprintf(msg, sizeof msg, "node %s lost (%s); %d session(s) ended, its capacity withdrawn",
+             n->id, reason, nss);
+    flyt_warn("%s", msg);
+    return store_event_add(cm->store, "node.lost", n->id, msg, err, errlen) < 0 ? -1 : 0;
+}
+
+int node_start_server(struct cm *cm, const struct node_rec *node, const struct session_rec *s,
+                      char *endpoint, size_t eplen, long long *server_pid, char *err,
+                      size_t errlen)
+{
+    char url[ADDR_MAX + 32];
+    snprintf(url, sizeof url, "%s/v1/servers", node->address);
+    json_t *groups = json_array();
+    for (int i = 0; i < s->ngroups; i++)
+        json_array_append_new(groups, json_integer(s->groups[i]));
+    json_t *body = json_pack("{s:s,s:i,s:o,s:i,s:I}", "session_id", s->id, "gpu_index",
+                             s->gpu_index, "sm_groups", groups, "sm_count", s->sm_count,
+                             "memory_quota", (json_int_t)s->memory_quota);
+    long status;
+    json_t *ans = NULL;
+    int rc = flyt_http_call_timeout("POST", url, node->manager_token, body,
+                                    cm->set.server_start_timeout_ms, &status, &ans, err, errlen);
+    json_decref(body);
+    if (rc < 0)
+        return -1;
+    if (status != 200 && status != 201) {
+        json_decref(ans);
+        return -1;   /* err says "HTTP <status> <code>: <message>" */
+    }
+    const char *ep = json_string_value(json_object_get(ans, "endpoint"));
+    json_t *pid = json_object_get(ans, "pid");
+    if (!ep || !*ep || strlen(ep) >= eplen) {
+        snprintf(err, errlen, "node %s answered without a valid \"endpoint\"", node->id);
+        json_decref(ans);
+        return -1;
+    }
+    snprintf(endpoint, eplen, "%s", ep);
+    *server_pid = json_is_integer(pid) ? json_integer_value(pid) : 0;
+    json_decref(ans);
+    return 0;
+}
+
+int lifecycle_recover(struct cm *cm, char *err, size_t errlen)
+{
+    struct session_filter f = {NULL, NULL, "starting", 0};
+    struct session_rec *ss;
+    int n;
+    if (store_begin(cm->store, err, errlen) < 0)
+        return -1;
+    if (store_session_list(cm->store, &f, &ss, &n, err, errlen) < 0) {
+        store_rollback(cm->store);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (session_end(cm, &ss[i], "failed",
+                        "the cluster manager restarted while its server was starting", err,
+                        errlen) < 0) {
+            free(ss);
+            store_rollback(cm->store);
+            return -1;
+        }
+    free(ss);
+    if (n)
+        flyt_info("%d session(s) left starting by the previous run failed; their nodes stop "
+                  "them at their next heartbeat", n);
+    return store_commit(cm->store, err, errlen);
+}
+
+void lifecycle_tick(struct cm *cm)
+{
+    char err[512];
+    struct node_rec *nodes;
+    int n;
+    long long now = now_ms();
+    pthread_mutex_lock(&cm->lock);
+    if (store_begin(cm->store, err, sizeof err) < 0) {
+        flyt_error("timer: %s", err);
+        pthread_mutex_unlock(&cm->lock);
+        return;
+    }
+    int ok = store_node_list(cm->store, &nodes, &n, err, sizeof err) >= 0;
+    for (int i = 0; ok && i < n; i++) {
+        if (strcmp(nodes[i].state, "ready") != 0)
+            continue;
+        /* after a restart every node gets a full node_timeout from the start */
+        long long seen = nodes[i].last_heartbeat > cm->started_ms ? nodes[i].last_heartbeat
+                                                                  : cm->started_ms;
+        if (now - seen > cm->set.node_timeout_ms) {
+            char why[128];
+            snprintf(why, sizeof why, "no heartbeat for %lld ms", now - seen);
+            ok = node_mark_lost(cm, &nodes[i], why, err, sizeof err) >= 0;
+        }
+    }
+    free(nodes);
+    if (!ok) {
+        flyt_error("timer: %s", err);
+        store_rollback(cm->store);
+    } else if (store_commit(cm->store, err, sizeof err) < 0) {
+        flyt_error("timer: %s", err);
+    }
+    pthread_mutex_unlock(&cm->lock);
+}
+
+static void *timer_main(void *arg)
+{
+    struct cm *cm = arg;
+    long long period = cm->set.heartbeat_interval_ms / 2;
+    if (period > 1000)
+        period = 1000;
+    if (period < 50)
+        period = 50;
+    pthread_mutex_lock(&cm->timer_lock);
+    while (!cm->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += period / 1000;
+        ts.tv_nsec += (period % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        int rc = pthread_cond_timedwait(&cm->timer_cond, &cm->timer_lock, &ts);
+        if (cm->stopping)
+            break;
+        if (rc == ETIMEDOUT) {
+            pthread_mutex_unlock(&cm->timer_lock);
+            lifecycle_tick(cm);
+            pthread_mutex_lock(&cm->timer_lock);
+        }
+    }
+    pthread_mutex_unlock(&cm->timer_lock);
+    return NULL;
+}
+
+int lifecycle_start(struct cm *cm)
+{
+    cm->stopping = 0;
+    return pthread_create(&cm->timer, NULL, timer_main, cm) == 0 ? 0 : -1;
+}
+
+void lifecycle_stop(struct cm *cm)
+{
+    pthread_mutex_lock(&cm->timer_lock);
+    cm->stopping = 1;
+    pthread_cond_signal(&cm->timer_cond);
+    pthread_mutex_unlock(&cm->timer_lock);
+    pthread_join(cm->timer, NULL);
+}
