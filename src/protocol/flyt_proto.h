@@ -84,9 +84,18 @@ typedef struct {
     uint16_t major, minor;
     uint32_t server_pid;
     uint32_t device_count;
-    uint32_t reserved;
+    uint32_t flags;       /* FLYT_HELLO_* */
     char     backend[32]; /* "cuda" or "host" */
 } flyt_rep_hello;
+
+/* HELLO flags in the reply: the server admits only with a session token. */
+#define FLYT_HELLO_AUTH_REQUIRED 0x1u
+
+/* AUTH: token_len bytes of session token follow (docs/api.md gives the
+ * format). Sent right after HELLO when the server asks for it; any other
+ * op before a successful AUTH ends the session. */
+#define FLYT_MAX_TOKEN 512u
+typedef struct { uint32_t token_len; uint32_t pad; } flyt_req_auth;
 
 typedef struct { int32_t value; int32_t pad; } flyt_req_i32;
 typedef struct { int32_t value; int32_t pad; } flyt_rep_i32;
