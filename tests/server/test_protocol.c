@@ -164,8 +164,8 @@ static void test_check_request(void)
     struct flyt_frame_hdr h;
     h = hdr(8, 0, 0);
     CHECK(flyt_check_request(&h) != NULL, "op 0 rejected");
-    h = hdr(8, 3, 0);
-    CHECK(flyt_check_request(&h) != NULL, "unused op 3 rejected");
+    h = hdr(8, 4, 0);
+    CHECK(flyt_check_request(&h) != NULL, "unused op 4 rejected");
     h = hdr(16, FLYT_OP_CALLBACK, 0);
     CHECK(flyt_check_request(&h) != NULL, "CALLBACK (200) rejected as a request");
     h = hdr(8, 255, 0);
