@@ -196,6 +196,16 @@ typedef struct { uint64_t func; int32_t block_size; int32_t num_blocks; uint64_t
 typedef struct { uint64_t size; } flyt_req_host_map;
 typedef struct { uint64_t device; uint64_t region; uint64_t offset; uint64_t size; uint64_t stream; } flyt_req_memcpy_mapped;
 
+/* MEMCPY_HTOD_PEER / MEMCPY_DTOH_PEER: src resp. dst is an address in the
+ * client process. HTOD is answered once complete, or with FLYT_PEER_ASYNC
+ * once the server has read the whole buffer (the DMA may still run, as with
+ * CUDA's asynchronous pageable copies); DTOH once the data is in the client's
+ * buffer. CUDA_ERROR_NOT_PERMITTED: the server cannot reach the client's
+ * memory (another machine, or no permission); the client then copies
+ * through the socket. */
+#define FLYT_PEER_ASYNC 0x1u
+typedef struct { uint64_t dst, src, size, stream; uint32_t flags; uint32_t pad; } flyt_req_memcpy_peer;
+
 /* server -> client, op FLYT_OP_CALLBACK, seq 0 */
 struct flyt_msg_callback { uint64_t callback_id; int32_t status; int32_t pad; };
 

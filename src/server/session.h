@@ -13,6 +13,7 @@
 #define FLYT_SESSION_H
 
 #include <pthread.h>
+#include <sys/types.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,6 +56,7 @@ struct flyt_cb_msg {
 typedef struct flyt_session {
     int                              fd;
     int                              passed_fd; /* a descriptor that came with a frame, or -1 */
+    pid_t                            peer_pid;  /* SO_PEERCRED pid; 0 unknown yet, -1 none (TCP) */
 
     /* Input buffer: one recv brings in as many pipelined frames as have
      * arrived (a launch costs no syscall of its own). Offsets count bytes
