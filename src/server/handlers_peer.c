@@ -83,6 +83,45 @@ int handle_MEMCPY_HTOD_PEER(flyt_session *s, flyt_call *c)
     return FLYT_CONT;
 }
 
+/* Two staging buffers: while one chunk is written into the client, the DMA
+ * of the next fills the other. */
+struct dtoh_pipe {
+    void        *buf[2];
+    size_t       cap;
+    flyt_bhandle done[2]; /* events marking each buffer's DMA */
+};
+
+static CUresult pipe_open(flyt_session *s, struct dtoh_pipe *p, uint64_t size)
+{
+    size_t want = size < CHUNK ? (size_t)size : CHUNK, got[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        p->buf[i] = s->b->ops->staging_get(s->b, want, &got[i]);
+        if (p->buf[i] == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (FLYT_BCALL(s, event_create, CU_EVENT_DISABLE_TIMING, &p->done[i]) != CUDA_SUCCESS)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    p->cap = got[0] < got[1] ? got[0] : got[1];
+    return CUDA_SUCCESS;
+}
+
+static void pipe_close(flyt_session *s, struct dtoh_pipe *p)
+{
+    for (int i = 0; i < 2; i++) {
+        if (p->buf[i])
+            s->b->ops->staging_put(s->b, p->buf[i]);
+        if (p->done[i])
+            FLYT_BCALL(s, event_destroy, p->done[i]);
+    }
+}
+
+static CUresult pipe_fill(flyt_session *s, struct dtoh_pipe *p, int i, uint64_t src, size_t n,
+                          flyt_bhandle stream)
+{
+    CUresult e = FLYT_BCALL(s, dtoh_host, p->buf[i], src, n, stream);
+    return e == CUDA_SUCCESS ? FLYT_BCALL(s, event_record, p->done[i], stream, 0) : e;
+}
+
 int handle_MEMCPY_DTOH_PEER(flyt_session *s, flyt_call *c)
 {
     const flyt_req_memcpy_peer *r = c->req;
@@ -90,19 +129,31 @@ int handle_MEMCPY_DTOH_PEER(flyt_session *s, flyt_call *c)
     c->result = peer_ready(s, r, &stream);
     if (c->result != CUDA_SUCCESS || r->size == 0)
         return FLYT_CONT;
-    size_t got = 0;
-    void *buf = s->b->ops->staging_get(s->b, r->size < CHUNK ? (size_t)r->size : CHUNK, &got);
-    if (buf == NULL || got == 0) {
-        c->result = CUDA_ERROR_OUT_OF_MEMORY;
-        return FLYT_CONT;
+    struct dtoh_pipe p = {{NULL, NULL}, 0, {NULL, NULL}};
+    c->result = pipe_open(s, &p, r->size);
+    uint64_t next = 0; /* first byte not yet queued */
+    int cur = 0;
+    if (c->result == CUDA_SUCCESS) {
+        size_t n = r->size < p.cap ? (size_t)r->size : p.cap;
+        c->result = pipe_fill(s, &p, cur, r->src, n, stream);
+        next = n;
     }
     for (uint64_t off = 0; c->result == CUDA_SUCCESS && off < r->size;) {
-        size_t n = r->size - off < got ? (size_t)(r->size - off) : got;
-        c->result = s->b->ops->dtoh_2d(s->b, buf, r->src + off, n, n, 1, stream);
+        size_t n = r->size - off < p.cap ? (size_t)(r->size - off) : p.cap;
+        if (next < r->size) { /* queue the next chunk before waiting on this one */
+            size_t m = r->size - next < p.cap ? (size_t)(r->size - next) : p.cap;
+            c->result = pipe_fill(s, &p, !cur, r->src + next, m, stream);
+            next += m;
+        }
         if (c->result == CUDA_SUCCESS)
-            c->result = peer_io(s->peer_pid, buf, r->dst + off, n, 1);
+            c->result = FLYT_BCALL(s, event_sync, p.done[cur]);
+        if (c->result == CUDA_SUCCESS)
+            c->result = peer_io(s->peer_pid, p.buf[cur], r->dst + off, n, 1);
         off += n;
+        cur = !cur;
     }
-    s->b->ops->staging_put(s->b, buf);
+    if (c->result != CUDA_SUCCESS)
+        FLYT_BCALL(s, stream_sync, stream); /* nothing may still write a buffer we return */
+    pipe_close(s, &p);
     return FLYT_CONT;
 }
