@@ -7,13 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "test_util.h"
 
 static void show(const char *step, cudaError_t e)
 {

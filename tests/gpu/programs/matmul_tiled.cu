@@ -12,25 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define CHECK(call)                                                          \
-    do {                                                                     \
-        cudaError_t err_ = (call);                                           \
-        if (err_ != cudaSuccess) {                                           \
-            printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
-                   cudaGetErrorName(err_));                                  \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
+#include "test_util.h"
 
 #define TILE 16
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static unsigned int rng_state = 777u;
 static float rand_small(void)

@@ -10,16 +10,10 @@
 #include <thread>
 #include <time.h>
 #include <vector>
+#include "test_util.h"
 
 #define NTHREADS 8
 #define ITERS 6
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 // y[i] = x[i] * a + b (integer arithmetic: exact)
 __global__ void axpb(const int *x, int *y, int n, int a, int b)

@@ -6,16 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-#define CHECK(call)                                                          \
-    do {                                                                     \
-        cudaError_t err_ = (call);                                           \
-        if (err_ != cudaSuccess) {                                           \
-            printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
-                   cudaGetErrorName(err_));                                  \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
+#include "test_util.h"
 
 extern __device__ int lib_counter;
 extern __device__ float lib_scale;
@@ -32,13 +23,6 @@ __global__ void main_kernel(const float *in, float *out, int n)
         out[i] = lib_transform(in[i], i);
     if (i == 0)
         main_calls += 1;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 int main(void)

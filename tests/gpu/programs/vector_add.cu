@@ -8,23 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define CHECK(call)                                                          \
-    do {                                                                     \
-        cudaError_t err_ = (call);                                           \
-        if (err_ != cudaSuccess) {                                           \
-            printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
-                   cudaGetErrorName(err_));                                  \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "test_util.h"
 
 static unsigned int rng_state = 12345u;
 static float rand_float(void)
