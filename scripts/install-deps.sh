@@ -3,7 +3,9 @@
 # The CUDA 13 toolkit (headers, nvcc) is expected at /usr/local/cuda and is
 # not installed here.
 set -euo pipefail
-packages=(build-essential cmake pkg-config libssl-dev iproute2 procps)
+packages=(build-essential cmake pkg-config libssl-dev iproute2 procps
+          libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libsqlite3-dev libpq-dev
+          postgresql)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

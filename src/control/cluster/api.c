@@ -52,6 +52,20 @@ int api_store_fail(struct api_error *e, const char *what, const char *dberr)
     return api_fail(e, 500, "internal", "store error while %s: %s", what, dberr);
 }
 
+int api_event(struct cm *cm, const char *kind, const char *subject, struct api_error *e,
+              const char *fmt, ...)
+{
+    char msg[512], err[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    flyt_info("%s %s: %s", kind, subject, msg);
+    if (store_event_add(cm->store, kind, subject, msg, err, sizeof err) < 0)
+        return api_store_fail(e, "logging", err);
+    return 0;
+}
+
 void api_reply_error(struct flyt_http_response *res, const struct api_error *e)
 {
     flyt_http_reply_error(res, e->status ? e->status : 500, e->code ? e->code : "internal", "%s",

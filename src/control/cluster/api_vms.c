@@ -21,10 +21,11 @@ static int parse_memory(json_t *v, int mib_numbers, const char *where, long long
         uint64_t b;
         char why[256];
         const char *s = json_string_value(v);
-        if (flyt_parse_size(s, &b, why, sizeof why) < 0 || !strpbrk(s, "BKMGT"))
-            return api_fail(e, 400, "bad_request", "%smemory: %s", where,
-                            strpbrk(s, "BKMGT") ? why
-                                                : "a string needs a unit, e.g. \"20GiB\" or \"512MiB\"");
+        if (flyt_parse_size(s, &b, why, sizeof why) < 0)
+            return api_fail(e, 400, "bad_request", "%smemory: %s", where, why);
+        if (strspn(s, "0123456789 ") == strlen(s))
+            return api_fail(e, 400, "bad_request", "%smemory: a string needs a unit, e.g. "
+                            "\"20GiB\" or \"512MiB\"", where);
         if (b == 0 || b > (1ULL << 60))
             return api_fail(e, 400, "bad_request", "%smemory: must be between 1 byte and 1 EiB",
                             where);
@@ -98,7 +99,7 @@ static int vm_create(struct cm *cm, struct vm_rec *vm, char *token, const char *
 {
     char err[512], hash[65];
     if (!vm->id[0]) {
-        snprintf(vm->id, sizeof vm->id, "vm-%s", vm->vm_ip);
+        snprintf(vm->id, sizeof vm->id, "vm-%.50s", vm->vm_ip);   /* an IP has at most 45 chars */
         for (char *p = vm->id; *p; p++)
             if (*p == ':')
                 *p = '-';

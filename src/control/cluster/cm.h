@@ -2,7 +2,8 @@
  *   main.c        command line, start, signals, stop
  *   settings.c    the config keys and their checks
  *   api.c         route table, auth, errors, health, events
- *   api_vms.c     /v1/vms (operator)            api_nodes.c   /v1/nodes (operator, node)
+ *   api_vms.c     /v1/vms (operator)            api_nodes.c   /v1/nodes (operator)
+ *   api_node_calls.c  register, heartbeat, ended (node managers, with reconciliation)
  *   api_sessions.c /v1/sessions (operator, VM)  metrics.c     /metrics
  *   lifecycle.c   ending sessions, node loss, calls to node managers, the timer thread
  *   capacity.c    GPU capacity derived from live sessions (store.h INVARIANT)
@@ -72,6 +73,13 @@ int auth_check(struct cm *cm, const struct flyt_http_request *req, unsigned allo
 int cm_begin(struct cm *cm, struct api_error *e);
 /* Commits when ok (returns 0, or -1 with e on a failed commit), else rolls back (-1). */
 int cm_end(struct cm *cm, int ok, struct api_error *e);
+
+/* ---- shared by the handlers ---- */
+/* Loads a node; 404 not_found when there is none. Lock held. */
+int node_load(struct cm *cm, const char *id, struct node_rec *n, struct api_error *e);
+/* Logs an event (and the log line); -1 with e on a store failure. In a transaction. */
+int api_event(struct cm *cm, const char *kind, const char *subject, struct api_error *e,
+              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* ---- input checks (api.c) ---- */
 int valid_id(const char *s);

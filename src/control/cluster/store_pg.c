@@ -73,13 +73,14 @@ static int pg_exec(struct db *db, const char *sql, const struct db_arg *args, in
     ExecStatusType st = PQresultStatus(res);
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        /* class 23: integrity constraint violation */
+        int constraint = state && strncmp(state, "23", 2) == 0;
         snprintf(err, errlen, "postgresql: %s", PQerrorMessage(d->conn));
         trim_nl(err);
         PQclear(res);
         if (PQstatus(d->conn) == CONNECTION_BAD)
             PQreset(d->conn);   /* this request fails; the next one gets a new connection */
-        /* class 23: integrity constraint violation */
-        return state && strncmp(state, "23", 2) == 0 ? DB_CONSTRAINT : DB_ERR;
+        return constraint ? DB_CONSTRAINT : DB_ERR;
     }
     int changed = 0;
     const char *ct = PQcmdTuples(res);
@@ -87,7 +88,8 @@ static int pg_exec(struct db *db, const char *sql, const struct db_arg *args, in
         changed = atoi(ct);
     if (out && st == PGRES_TUPLES_OK) {
         int nr = PQntuples(res), nc = PQnfields(res);
-        out->cells = calloc((size_t)(nr * nc ? nr * nc : 1), sizeof *out->cells);
+        size_t cells = (size_t)nr * (size_t)nc;
+        out->cells = calloc(cells ? cells : 1, sizeof *out->cells);
         if (!out->cells) {
             PQclear(res);
             snprintf(err, errlen, "out of memory");
