@@ -407,6 +407,9 @@ static void test_offline(void)
               "8", "--memory", "20XB") == 2 && has(R.err, "unknown unit \"XB\"")
               && has(R.err, "a bare number is MiB"), "bad size: %s", R.err);
     CHECK(CTL("vm", "add", "--vm-ip", "10.0.0.5", "--host-ip", "10.0.1.1", "--compute-units",
+              "8", "--memory", "1.5GiB") == 2 && has(R.err, "whole number with a unit"),
+          "fractional size: %s", R.err);
+    CHECK(CTL("vm", "add", "--vm-ip", "10.0.0.5", "--host-ip", "10.0.1.1", "--compute-units",
               "8", "--memory", "0") == 2 && has(R.err, "out of range"), "zero memory refused");
     CHECK(CTL("vm", "add", "--vm-ip", "10.0.0", "--host-ip", "10.0.1.1", "--compute-units", "8",
               "--memory", "1GiB") == 2 && has(R.err, "--vm-ip: expected an IPv4 or IPv6 address"),
@@ -1011,7 +1014,7 @@ int main(int argc, char **argv)
     snprintf(base, sizeof base, "http://127.0.0.1:%d", free_port());
 
     test_offline();
-    if (argc < 3) {
+    if (argc < 3 || !argv[2][0]) {
         printf("no flyt-cluster-manager given: the tests against it did not run\n");
         return 0;
     }
