@@ -11,12 +11,18 @@
 #include "client.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "flyt_transport.h"
@@ -79,13 +85,17 @@ static struct {
  * server usually arrive within this, and a futex sleep/wake costs more. */
 #define SPIN_NS 30000
 
-static void report_once(const char *fmt, const char *a, const char *b)
+static void report_once(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void report_once(const char *fmt, ...)
 {
     static atomic_int reported;
     if (atomic_exchange(&reported, 1) == 0) {
+        va_list ap;
+        va_start(ap, fmt);
         fprintf(stderr, "flyt: ");
-        fprintf(stderr, fmt, a, b);
+        vfprintf(stderr, fmt, ap);
         fputc('\n', stderr);
+        va_end(ap);
     }
 }
 
@@ -123,7 +133,7 @@ static void waiter_finish(struct waiter *w)
 static void fail_all(const char *why)
 {
     if (atomic_exchange(&conn.broken, 1) == 0)
-        report_once("lost the connection to the server: %s%s", why, "");
+        report_once("lost the connection to the server: %s", why);
     pthread_mutex_lock(&conn.wait_lock);
     struct waiter *w = conn.waiters;
     conn.waiters = NULL;
@@ -299,9 +309,207 @@ static void *receiver_thread(void *arg)
     }
 }
 
+/* ---- finding the server ----
+ *
+ * FLYT_SERVER (with FLYT_SESSION_TOKEN when the server asks for one) is the
+ * standalone way. Without it, the local flyt-client-manager is asked over its
+ * Unix socket (FLYT_CLIENT_MANAGER, default /run/flyt/client.sock) for this
+ * process's endpoint and session token; docs/api.md describes that line
+ * protocol. Every step is bounded in time: a missing or silent manager or
+ * server means "no GPU", never a hang. */
+
+#define DEFAULT_CLIENT_MANAGER "/run/flyt/client.sock"
+#define MANAGER_LINE_MAX 4096
+
+struct target {
+    char endpoint[512];
+    char token[FLYT_MAX_TOKEN + 1];
+    char origin[160]; /* where the endpoint came from, for messages */
+};
+
+/* A whole number of seconds from the environment, else def. */
+static int env_seconds(const char *name, int def)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0')
+        return def;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return (*end == '\0' && n > 0 && n <= 86400) ? (int)n : def;
+}
+
+static long ms_left(const struct timespec *deadline)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (deadline->tv_sec - t.tv_sec) * 1000L + (deadline->tv_nsec - t.tv_nsec) / 1000000L;
+}
+
+/* Copies the value of "key=" out of a reply line ("message" runs to the end
+ * of the line; other values end at a space). 1 when present and it fits. */
+static int line_field(const char *line, const char *key, char *out, size_t outlen)
+{
+    size_t kl = strlen(key);
+    for (const char *p = line; *p;) {
+        while (*p == ' ')
+            p++;
+        if (strncmp(p, key, kl) == 0 && p[kl] == '=') {
+            const char *v = p + kl + 1;
+            size_t n = strcmp(key, "message") == 0 ? strlen(v) : strcspn(v, " ");
+            if (n >= outlen)
+                return 0;
+            memcpy(out, v, n);
+            out[n] = '\0';
+            return 1;
+        }
+        p += strcspn(p, " ");
+    }
+    return 0;
+}
+
+/* Asks the client manager for this process's server. 0 with t filled, or -1
+ * with the reason in why. */
+static int ask_client_manager(struct target *t, char *why, size_t whylen)
+{
+    const char *path = getenv("FLYT_CLIENT_MANAGER");
+    if (path == NULL || *path == '\0')
+        path = DEFAULT_CLIENT_MANAGER;
+    if (strncmp(path, "unix:", 5) == 0)
+        path += 5;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) {
+        snprintf(why, whylen, "the client manager socket path is too long: %s", path);
+        return -1;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int timeout_s = env_seconds("FLYT_CLIENT_MANAGER_TIMEOUT", 90);
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += timeout_s;
+
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(why, whylen, "cannot make a socket: %s", strerror(errno));
+        return -1;
+    }
+    struct timeval tv = {timeout_s, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        snprintf(why, whylen, "no client manager at %s (%s)", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    char line[MANAGER_LINE_MAX];
+    int n = snprintf(line, sizeof line, "op=acquire pid=%ld\n", (long)getpid());
+    if (send(fd, line, (size_t)n, MSG_NOSIGNAL) != n) {
+        snprintf(why, whylen, "the client manager at %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    size_t got = 0;
+    char *nl = NULL;
+    while (nl == NULL) {
+        long left = ms_left(&deadline);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int pr = left > 0 ? poll(&pfd, 1, (int)left) : 0;
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr == 0) {
+            snprintf(why, whylen, "the client manager at %s did not answer within %d s "
+                     "(FLYT_CLIENT_MANAGER_TIMEOUT)", path, timeout_s);
+            close(fd);
+            return -1;
+        }
+        ssize_t r = pr > 0 ? recv(fd, line + got, sizeof line - 1 - got, 0) : -1;
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            snprintf(why, whylen, "the client manager at %s closed the connection without "
+                     "an answer%s%s", path, r < 0 ? ": " : "", r < 0 ? strerror(errno) : "");
+            close(fd);
+            return -1;
+        }
+        got += (size_t)r;
+        line[got] = '\0';
+        nl = strchr(line, '\n');
+        if (nl == NULL && got == sizeof line - 1) {
+            snprintf(why, whylen, "the client manager at %s sent an over-long line", path);
+            close(fd);
+            return -1;
+        }
+    }
+    close(fd);
+    *nl = '\0';
+    char status[16], msg[512];
+    if (!line_field(line, "status", status, sizeof status)) {
+        snprintf(why, whylen, "the client manager at %s sent a malformed answer", path);
+        return -1;
+    }
+    if (strcmp(status, "ok") != 0) {
+        if (!line_field(line, "message", msg, sizeof msg))
+            snprintf(msg, sizeof msg, "no reason given");
+        snprintf(why, whylen, "the client manager at %s could not get a GPU: %s", path, msg);
+        return -1;
+    }
+    if (!line_field(line, "endpoint", t->endpoint, sizeof t->endpoint)) {
+        snprintf(why, whylen, "the client manager at %s answered without an endpoint", path);
+        return -1;
+    }
+    if (!line_field(line, "token", t->token, sizeof t->token))
+        t->token[0] = '\0';
+    char session[96];
+    if (line_field(line, "session", session, sizeof session))
+        snprintf(t->origin, sizeof t->origin, "session %s from the client manager", session);
+    else
+        snprintf(t->origin, sizeof t->origin, "the client manager");
+    return 0;
+}
+
 /* ---- connecting ---- */
 
-static int hello(void)
+/* Handshake I/O happens before the receiver thread exists, on a socket with
+ * send and receive timeouts, so a silent server cannot hang the caller. */
+static void set_io_timeout(int fd, int seconds)
+{
+    struct timeval tv = {seconds, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+/* Sends one request and reads its reply: result and up to rep_size bytes of
+ * the reply struct. 0, or -1 when the connection failed (errno: 0 at EOF). */
+static int handshake_call(uint16_t op, const void *req, size_t req_size, const void *data,
+                          size_t data_size, int32_t *result, void *rep, size_t rep_size)
+{
+    uint32_t seq = conn.next_seq++;
+    struct flyt_frame_hdr h = {.length = (uint32_t)(req_size + data_size), .op = op, .seq = seq};
+    struct iovec iov[3] = {{&h, sizeof h}, {(void *)req, req_size}, {(void *)data, data_size}};
+    if (flyt_writev_full(conn.fd, iov, data_size ? 3 : 2) != 0)
+        return -1;
+    struct flyt_frame_hdr rh;
+    struct flyt_reply r;
+    if (flyt_read_full(conn.fd, &rh, sizeof rh) != 0)
+        return -1;
+    if (!(rh.flags & FLYT_F_REPLY) || rh.op != op || rh.seq != seq ||
+        rh.length < sizeof r || rh.length > 65536) {
+        errno = EPROTO;
+        return -1;
+    }
+    if (flyt_read_full(conn.fd, &r, sizeof r) != 0)
+        return -1;
+    size_t left = rh.length - sizeof r, take = left < rep_size ? left : rep_size;
+    memset(rep, 0, rep_size);
+    if (take && flyt_read_full(conn.fd, rep, take) != 0)
+        return -1;
+    if (left > take && flyt_skip(conn.fd, left - take) != 0)
+        return -1;
+    *result = r.result;
+    return 0;
+}
+
+/* HELLO, then AUTH when the server asks for a session token. 0, or -1 after
+ * reporting why. */
+static int handshake(const char *where, const struct target *t)
 {
     flyt_req_hello req = {.magic = FLYT_PROTO_MAGIC,
                           .major = FLYT_PROTO_MAJOR,
@@ -309,12 +517,46 @@ static int hello(void)
                           .client_pid = (uint32_t)getpid()};
     gethostname(req.client_host, sizeof req.client_host - 1);
     flyt_rep_hello rep;
-    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
-    if (flyt_call(FLYT_OP_HELLO, &req, sizeof req, NULL, 0, &sink) != cudaSuccess)
+    int32_t result = 0;
+    if (handshake_call(FLYT_OP_HELLO, &req, sizeof req, NULL, 0, &result, &rep, sizeof rep) != 0) {
+        report_once("server at %s did not complete HELLO: %s", where,
+                    errno == EAGAIN ? "no answer in time (FLYT_CONNECT_TIMEOUT)"
+                    : errno ? strerror(errno) : "it closed the connection");
         return -1;
-    if (rep.major != FLYT_PROTO_MAJOR)
+    }
+    if (result != 0 || rep.major != FLYT_PROTO_MAJOR) {
+        report_once("server at %s refused the session (protocol %u.%u, ours %d.%d)", where,
+                    rep.major, rep.minor, FLYT_PROTO_MAJOR, FLYT_PROTO_MINOR);
         return -1;
+    }
     conn.device_count = (int)rep.device_count;
+    if (!(rep.flags & FLYT_HELLO_AUTH_REQUIRED))
+        return 0;
+    size_t len = strlen(t->token);
+    if (len == 0) {
+        report_once("server at %s requires a session token and none is known (%s)", where,
+                    getenv("FLYT_SERVER") && *getenv("FLYT_SERVER")
+                        ? "set FLYT_SESSION_TOKEN, or leave FLYT_SERVER unset to use the "
+                          "client manager"
+                        : "the client manager gave none");
+        return -1;
+    }
+    if (len > FLYT_MAX_TOKEN) {
+        report_once("the session token for %s is longer than %u bytes", where, FLYT_MAX_TOKEN);
+        return -1;
+    }
+    flyt_req_auth auth = {.token_len = (uint32_t)len};
+    flyt_rep_none none;
+    if (handshake_call(FLYT_OP_AUTH, &auth, sizeof auth, t->token, len, &result, &none,
+                       sizeof none) != 0) {
+        report_once("server at %s refused the session token (it closed the connection: %s)",
+                    where, errno == EAGAIN ? "no answer in time" : errno ? strerror(errno) : "");
+        return -1;
+    }
+    if (result != 0) {
+        report_once("server at %s refused the session token (error %d)", where, (int)result);
+        return -1;
+    }
     return 0;
 }
 
@@ -344,32 +586,52 @@ static int start_threads(void)
 
 static int connect_server(void)
 {
-    const char *where = getenv("FLYT_SERVER");
-    if (where == NULL || *where == '\0') {
-        report_once("FLYT_SERVER is not set (e.g. FLYT_SERVER=tcp://host:port or unix:/path); "
-                    "the client manager is not available yet, so there is no GPU%s%s", "", "");
-        return -1;
+    struct target t;
+    memset(&t, 0, sizeof t);
+    const char *env = getenv("FLYT_SERVER");
+    if (env != NULL && *env != '\0') {
+        snprintf(t.endpoint, sizeof t.endpoint, "%s", env);
+        const char *tok = getenv("FLYT_SESSION_TOKEN");
+        snprintf(t.token, sizeof t.token, "%s", tok ? tok : "");
+        snprintf(t.origin, sizeof t.origin, "FLYT_SERVER");
+    } else {
+        char why[768];
+        if (ask_client_manager(&t, why, sizeof why) != 0) {
+            report_once("FLYT_SERVER is not set and %s, so there is no GPU (standalone use: "
+                        "FLYT_SERVER=tcp://host:port or unix:/path)", why);
+            return -1;
+        }
     }
+    const char *where = t.endpoint;
     flyt_addr addr;
     char err[256];
     if (flyt_addr_parse(where, &addr, err, sizeof err) != 0) {
-        report_once("bad FLYT_SERVER: %s%s", err, "");
+        report_once("bad server address from %s: %s", t.origin, err);
         return -1;
     }
-    conn.fd = flyt_connect(&addr, err, sizeof err);
+    int timeout_s = env_seconds("FLYT_CONNECT_TIMEOUT", 20);
+    conn.fd = flyt_connect_timeout(&addr, timeout_s * 1000, err, sizeof err);
     if (conn.fd < 0) {
-        report_once("no GPU server reachable: %s%s", err, "");
+        report_once("no GPU server reachable at %s (from %s): %s", where, t.origin, err);
         return -1;
     }
     const char *shm = getenv("FLYT_SHM");
     conn.shares_memory = addr.kind == FLYT_ADDR_UNIX && !(shm && strcmp(shm, "0") == 0);
-    if (start_threads() != 0) {
-        report_once("cannot start the client threads%s%s", "", "");
+    set_io_timeout(conn.fd, timeout_s);
+    int ok = handshake(where, &t) == 0;
+    set_io_timeout(conn.fd, 0); /* before the receiver blocks in recv */
+    explicit_bzero(t.token, sizeof t.token);
+    if (!ok) {
+        close(conn.fd);
+        conn.fd = -1;
         return -1;
     }
-    if (hello() != 0 || fetch_props() != 0) {
-        report_once("server at %s refused the session (protocol %s)", where,
-                    FLYT_PROTO_MAJOR == 1 ? "1" : "?");
+    if (start_threads() != 0) {
+        report_once("cannot start the client threads");
+        return -1;
+    }
+    if (fetch_props() != 0) {
+        report_once("server at %s failed to describe its device", where);
         return -1;
     }
     return 0;

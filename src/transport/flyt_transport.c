@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -116,7 +117,26 @@ static int unix_sockaddr(const flyt_addr *addr, struct sockaddr_un *sa)
     return 0;
 }
 
-static int tcp_open(const flyt_addr *addr, int passive, char *err, size_t errlen)
+/* connect() bounded by timeout_ms (0: the system's own limit): a blocking
+ * connect waits at most SO_SNDTIMEO on Linux, for TCP and Unix sockets. */
+static int connect_bounded(int fd, const struct sockaddr *sa, socklen_t len, int timeout_ms)
+{
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    if (timeout_ms > 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int rc = connect(fd, sa, len);
+    if (rc != 0 && timeout_ms > 0 && (errno == EINPROGRESS || errno == EAGAIN))
+        errno = ETIMEDOUT;
+    int saved = errno;
+    if (timeout_ms > 0) {
+        struct timeval zero = {0, 0};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &zero, sizeof zero);
+    }
+    errno = saved;
+    return rc;
+}
+
+static int tcp_open(const flyt_addr *addr, int passive, int timeout_ms, char *err, size_t errlen)
 {
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_family = AF_UNSPEC;
@@ -137,7 +157,7 @@ static int tcp_open(const flyt_addr *addr, int passive, char *err, size_t errlen
             setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
             if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
                 break;
-        } else if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+        } else if (connect_bounded(fd, ai->ai_addr, ai->ai_addrlen, timeout_ms) == 0) {
             break;
         }
         int saved = errno;
@@ -156,7 +176,7 @@ static int tcp_open(const flyt_addr *addr, int passive, char *err, size_t errlen
 int flyt_listen(const flyt_addr *addr, char *err, size_t errlen)
 {
     if (addr->kind == FLYT_ADDR_TCP)
-        return tcp_open(addr, 1, err, errlen);
+        return tcp_open(addr, 1, 0, err, errlen);
     struct sockaddr_un sa;
     unix_sockaddr(addr, &sa);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -174,14 +194,19 @@ int flyt_listen(const flyt_addr *addr, char *err, size_t errlen)
 
 int flyt_connect(const flyt_addr *addr, char *err, size_t errlen)
 {
+    return flyt_connect_timeout(addr, 0, err, errlen);
+}
+
+int flyt_connect_timeout(const flyt_addr *addr, int timeout_ms, char *err, size_t errlen)
+{
     if (addr->kind == FLYT_ADDR_TCP)
-        return tcp_open(addr, 0, err, errlen);
+        return tcp_open(addr, 0, timeout_ms, err, errlen);
     struct sockaddr_un sa;
     unix_sockaddr(addr, &sa);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return fail(err, errlen, "socket %s: %s", addr->path);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    if (connect_bounded(fd, (struct sockaddr *)&sa, sizeof sa, timeout_ms) != 0) {
         int saved = errno;
         close(fd);
         errno = saved;

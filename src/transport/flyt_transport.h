@@ -27,6 +27,8 @@ void flyt_addr_format(const flyt_addr *addr, char *out, size_t outlen);
 /* Return a file descriptor, or -1 with a reason in err. */
 int flyt_listen(const flyt_addr *addr, char *err, size_t errlen);
 int flyt_connect(const flyt_addr *addr, char *err, size_t errlen);
+/* flyt_connect giving up after timeout_ms (0: no limit of its own). */
+int flyt_connect_timeout(const flyt_addr *addr, int timeout_ms, char *err, size_t errlen);
 int flyt_accept(int listen_fd);
 
 /* 0 when every byte moved, -1 on error or end of stream (errno set; 0 at EOF). */

@@ -1,0 +1,707 @@
+/*
+ * VM-wide installation of Flyt's libcudart.so.13, without touching NVIDIA's files.
+ *
+ * --install copies the library to PREFIX (default /usr/local/lib/flyt) and writes
+ * /etc/ld.so.conf.d/00-flyt.conf naming PREFIX, then runs ldconfig. ldconfig keeps
+ * every directory's libcudart.so.13 in the cache in the order the directories appear
+ * in its configuration (ld.so.conf includes the .conf files of ld.so.conf.d in name order, so
+ * 00-flyt.conf comes before NVIDIA's cuda-*.conf), and the loader takes the first
+ * match: every program that finds libcudart.so.13 through the cache gets Flyt's.
+ * Programs with an RPATH/RUNPATH to NVIDIA's copy, or run with LD_LIBRARY_PATH
+ * naming it, still get NVIDIA's; --preload adds PREFIX/libcudart.so.13 to
+ * /etc/ld.so.preload as well, which wins over those too, at the cost of loading the
+ * library into every process of the VM (docs/client-manager.md weighs the two).
+ *
+ * What it created is recorded, with SHA-256 of each file, in
+ * /var/lib/flyt/client-install.manifest; --uninstall removes exactly that, and
+ * refuses (removing nothing) when a recorded file was changed since. --root DIR
+ * prefixes every path (for tests and image builds); ldconfig then runs only with
+ * --ldconfig (as ldconfig -r DIR, which needs root).
+ */
+#include "cmgr.h"
+
+#include "flyt_token.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LIBNAME "libcudart.so.13"
+#define CONF_REL "/etc/ld.so.conf.d/00-flyt.conf"
+#define PRELOAD_REL "/etc/ld.so.preload"
+#define MANIFEST_REL "/var/lib/flyt/client-install.manifest"
+#define MAX_DIRS 32
+#define MAX_FILES 4
+#define MAX_LIB (512u << 20)
+
+#if defined(__x86_64__)
+#define CACHE_ARCH "x86-64"
+#elif defined(__aarch64__)
+#define CACHE_ARCH "AArch64"
+#else
+#define CACHE_ARCH "libc6"
+#endif
+
+struct manifest {
+    char prefix[PATH_MAX];
+    int preload;          /* the preload line was added */
+    int preload_created;  /* and /etc/ld.so.preload did not exist before */
+    int ndirs, nfiles;
+    char dirs[MAX_DIRS][PATH_MAX]; /* made by --install, in the order made */
+    struct {
+        char path[PATH_MAX];
+        char sha[65];
+    } files[MAX_FILES];
+};
+
+static void say_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say_err(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "flyt-client-manager: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static const char *root_of(const struct install_opts *o)
+{
+    return (o->root == NULL || strcmp(o->root, "/") == 0) ? "" : o->root;
+}
+
+/* root + rel */
+static void rooted(const struct install_opts *o, const char *rel, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s%s", root_of(o), rel);
+}
+
+static int read_all(const char *path, char **data, size_t *len, size_t max)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
+    char *buf = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (buf && got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (buf == NULL || got != (size_t)st.st_size) {
+        free(buf);
+        errno = EIO;
+        return -1;
+    }
+    buf[got] = '\0';
+    *data = buf;
+    *len = got;
+    return 0;
+}
+
+/* 1 and the hash when the file exists, 0 when it does not, -1 on error. */
+static int file_sha(const char *path, char hex[65])
+{
+    char *d;
+    size_t n;
+    if (read_all(path, &d, &n, MAX_LIB) < 0)
+        return errno == ENOENT ? 0 : -1;
+    flyt_sha256_hex(d, n, hex, 65);
+    free(d);
+    return 1;
+}
+
+static int write_atomic(const char *path, const void *data, size_t len, mode_t mode)
+{
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s.flyt-tmp.%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -1;
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t n = write(fd, p, left);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int saved = errno;
+            close(fd);
+            unlink(tmp);
+            errno = saved;
+            return -1;
+        }
+        p += n;
+        left -= (size_t)n;
+    }
+    if (fchmod(fd, mode) != 0 || fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
+        int saved = errno;
+        unlink(tmp);
+        errno = saved;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the manifest ---- */
+
+static int manifest_load(const struct install_opts *o, struct manifest *m, char *err,
+                         size_t errlen)
+{
+    char path[PATH_MAX];
+    rooted(o, MANIFEST_REL, path, sizeof path);
+    memset(m, 0, sizeof *m);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[PATH_MAX + 128];
+    int ln = 0, ok = 1, version = 0;
+    while (ok && fgets(line, sizeof line, f)) {
+        ln++;
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0] == '#' || line[0] == '\0')
+            continue;
+        char *sp = strchr(line, ' ');
+        if (sp == NULL) {
+            ok = 0;
+            break;
+        }
+        *sp = '\0';
+        const char *key = line, *val = sp + 1;
+        if (strcmp(key, "version") == 0)
+            version = atoi(val);
+        else if (strcmp(key, "prefix") == 0)
+            snprintf(m->prefix, sizeof m->prefix, "%s", val);
+        else if (strcmp(key, "preload") == 0)
+            m->preload = atoi(val);
+        else if (strcmp(key, "preload-file-created") == 0)
+            m->preload_created = atoi(val);
+        else if (strcmp(key, "dir") == 0 && m->ndirs < MAX_DIRS && val[0] == '/')
+            snprintf(m->dirs[m->ndirs++], PATH_MAX, "%s", val);
+        else if (strcmp(key, "file") == 0 && m->nfiles < MAX_FILES && strlen(val) > 66 &&
+                 val[64] == ' ' && val[65] == '/') {
+            memcpy(m->files[m->nfiles].sha, val, 64);
+            m->files[m->nfiles].sha[64] = '\0';
+            snprintf(m->files[m->nfiles].path, PATH_MAX, "%s", val + 65);
+            m->nfiles++;
+        } else
+            ok = 0;
+    }
+    fclose(f);
+    if (!ok || version != 1 || m->prefix[0] != '/') {
+        snprintf(err, errlen, "%s:%d: not an install record this version understands; nothing "
+                 "changed", path, ln);
+        return -1;
+    }
+    return 1;
+}
+
+static int manifest_save(const struct install_opts *o, const struct manifest *m, char *err,
+                         size_t errlen)
+{
+    struct flyt_buf b = {0};
+    flyt_buf_printf(&b, "# flyt-client-manager --install: what it created (paths under the "
+                        "root). --uninstall removes\n# exactly these, and nothing if a file "
+                        "changed since. Do not edit.\nversion 1\nprefix %s\npreload %d\n"
+                        "preload-file-created %d\n", m->prefix, m->preload, m->preload_created);
+    for (int i = 0; i < m->ndirs; i++)
+        flyt_buf_printf(&b, "dir %s\n", m->dirs[i]);
+    for (int i = 0; i < m->nfiles; i++)
+        flyt_buf_printf(&b, "file %s %s\n", m->files[i].sha, m->files[i].path);
+    char path[PATH_MAX];
+    rooted(o, MANIFEST_REL, path, sizeof path);
+    char *text = flyt_buf_take(&b);
+    int rc = text ? write_atomic(path, text, strlen(text), 0644) : -1;
+    if (rc < 0)
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    free(text);
+    return rc;
+}
+
+static void manifest_set_file(struct manifest *m, const char *rel, const char *sha)
+{
+    int i = 0;
+    while (i < m->nfiles && strcmp(m->files[i].path, rel) != 0)
+        i++;
+    if (i == m->nfiles) {
+        if (m->nfiles == MAX_FILES)
+            return;
+        m->nfiles++;
+    }
+    snprintf(m->files[i].path, PATH_MAX, "%s", rel);
+    snprintf(m->files[i].sha, sizeof m->files[i].sha, "%s", sha);
+}
+
+/* mkdir -p root+rel, recording every folder it makes. */
+static int make_dirs(const struct install_opts *o, struct manifest *m, const char *rel,
+                     char *err, size_t errlen)
+{
+    char part[PATH_MAX];
+    snprintf(part, sizeof part, "%s", rel);
+    for (char *p = part + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        char full[PATH_MAX];
+        rooted(o, part, full, sizeof full);
+        struct stat st;
+        if (stat(full, &st) != 0) {
+            if (mkdir(full, 0755) != 0) {
+                snprintf(err, errlen, "cannot make %s: %s", full, strerror(errno));
+                return -1;
+            }
+            if (m->ndirs < MAX_DIRS)
+                snprintf(m->dirs[m->ndirs++], PATH_MAX, "%s", part);
+        } else if (!S_ISDIR(st.st_mode)) {
+            snprintf(err, errlen, "%s is not a folder", full);
+            return -1;
+        }
+        *p = c;
+        if (c == '\0')
+            return 0;
+    }
+}
+
+/* ---- /etc/ld.so.preload ---- */
+
+/* Adds (add=1) or removes (add=0) our line. *created: the file was made now (add) / the
+ * file may be removed when it ends up empty (remove). 1 when the line was added or
+ * removed, 0 when there was nothing to do (already there / not there), -1 with err. */
+static int preload_edit(const struct install_opts *o, const char *line, int add, int *created,
+                        char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    rooted(o, PRELOAD_REL, path, sizeof path);
+    char *old = NULL;
+    size_t n = 0;
+    int exists = read_all(path, &old, &n, 1 << 20) == 0;
+    if (!exists && errno != ENOENT) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct flyt_buf b = {0};
+    int found = 0, other = 0;
+    for (char *p = old, *next; p && *p; p = next) {
+        next = strchr(p, '\n');
+        size_t l = next ? (size_t)(next - p) : strlen(p);
+        if (next)
+            next++;
+        int ours = l == strlen(line) && strncmp(p, line, l) == 0;
+        found |= ours;
+        if (ours && !add)
+            continue;
+        flyt_buf_printf(&b, "%.*s\n", (int)l, p);
+        for (size_t i = 0; i < l; i++)
+            other |= p[i] != ' ' && p[i] != '\t';
+    }
+    free(old);
+    int rc = 0, did = 0;
+    if (add) {
+        *created = !exists;
+        if (!found) {
+            did = 1;
+            flyt_buf_printf(&b, "%s\n", line);
+            char *text = flyt_buf_take(&b);
+            rc = text ? write_atomic(path, text, strlen(text), 0644) : -1;
+            free(text);
+        }
+    } else if (found) {
+        did = 1;
+        char *text = flyt_buf_take(&b);
+        if (*created && !other)
+            rc = unlink(path);
+        else
+            rc = write_atomic(path, text ? text : "", text ? strlen(text) : 0, 0644);
+        free(text);
+    }
+    free(flyt_buf_take(&b));
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot update %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return did;
+}
+
+/* ---- ldconfig ---- */
+
+/* Runs argv; its stdout goes to out (when out is not NULL). The exit status, or -1. */
+static int run(char *const argv[], char *out, size_t cap)
+{
+    int pfd[2] = {-1, -1};
+    if (out && pipe2(pfd, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (out)
+            dup2(pfd[1], 1);
+        static const char *const where[] = {"/sbin/", "/usr/sbin/", "/bin/", "/usr/bin/"};
+        for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "%s%s", where[i], argv[0]);
+            execv(p, argv);
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    if (out) {
+        close(pfd[1]);
+        size_t got = 0;
+        for (;;) {
+            char tmp[4096];
+            ssize_t r = read(pfd[0], tmp, sizeof tmp);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            size_t take = (size_t)r < cap - 1 - got ? (size_t)r : cap - 1 - got;
+            memcpy(out + got, tmp, take);
+            got += take;
+        }
+        out[got] = '\0';
+        close(pfd[0]);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Which libcudart.so.13 the loader cache names first: into first (root-relative), or "". */
+static void cache_first(const struct install_opts *o, char *first, size_t cap)
+{
+    char cache[PATH_MAX];
+    rooted(o, "/etc/ld.so.cache", cache, sizeof cache);
+    char *argv[] = {"ldconfig", "-p", "-C", cache, NULL};
+    size_t outcap = 4 << 20;
+    char *out = malloc(outcap);
+    first[0] = '\0';
+    if (out == NULL)
+        return;
+    if (run(argv, out, outcap) == 0) {
+        for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n")) {
+            while (*l == ' ' || *l == '\t')
+                l++;
+            if (strncmp(l, LIBNAME " (", strlen(LIBNAME) + 2) != 0 || !strstr(l, CACHE_ARCH))
+                continue;
+            char *arrow = strstr(l, "=> ");
+            if (arrow) {
+                snprintf(first, cap, "%s", arrow + 3);
+                break;
+            }
+        }
+    }
+    free(out);
+}
+
+/* Runs ldconfig when asked or on the real root; then says what the cache picks. */
+static int refresh_cache(const struct install_opts *o, const char *want)
+{
+    const char *root = root_of(o);
+    int do_it = o->ldconfig == 1 || (o->ldconfig == -1 && root[0] == '\0');
+    if (!do_it) {
+        printf("ldconfig not run%s: run `ldconfig%s%s` to refresh the loader cache\n",
+               root[0] ? " (--root)" : " (--no-ldconfig)", root[0] ? " -r " : "", root);
+        return 0;
+    }
+    char *argv_root[] = {"ldconfig", "-r", (char *)root, NULL};
+    char *argv_plain[] = {"ldconfig", NULL};
+    int rc = run(root[0] ? argv_root : argv_plain, NULL, 0);
+    if (rc != 0) {
+        say_err("ldconfig%s%s failed (status %d): the loader cache is not refreshed",
+                root[0] ? " -r " : "", root, rc);
+        return -1;
+    }
+    printf("ran ldconfig%s%s\n", root[0] ? " -r " : "", root);
+    if (want == NULL)
+        return 0;
+    char first[PATH_MAX];
+    cache_first(o, first, sizeof first);
+    if (strcmp(first, want) == 0)
+        printf("the loader cache now resolves %s to %s\n", LIBNAME, first);
+    else
+        say_err("warning: the loader cache resolves %s to %s, not %s: another ld.so.conf "
+                "entry comes first (use --preload)", LIBNAME, first[0] ? first : "nothing",
+                want);
+    return 0;
+}
+
+/* ---- install / uninstall ---- */
+
+static int default_lib(char *out, size_t cap)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return -1;
+    exe[n] = '\0';
+    snprintf(out, cap, "%s/../lib/%s", dirname(exe), LIBNAME);
+    return 0;
+}
+
+static int check_prefix(const char *prefix)
+{
+    if (prefix[0] != '/' || strlen(prefix) > PATH_MAX / 2) {
+        say_err("--prefix must be an absolute path: %s", prefix);
+        return -1;
+    }
+    for (const char *p = prefix; *p; p++)
+        if (*p <= ' ' || *p == ':' || *p == '#' || (unsigned char)*p > '~') {
+            say_err("--prefix may not hold spaces, ':', '#' or control characters: %s", prefix);
+            return -1;
+        }
+    return 0;
+}
+
+int cmgr_install(const struct install_opts *o)
+{
+    char prefix[PATH_MAX / 2 + 1];
+    snprintf(prefix, sizeof prefix, "%s", o->prefix);
+    if (check_prefix(prefix) < 0)
+        return 1;
+    for (size_t l = strlen(prefix); l > 1 && prefix[l - 1] == '/';)
+        prefix[--l] = '\0';
+
+    char src[PATH_MAX];
+    if (o->lib)
+        snprintf(src, sizeof src, "%s", o->lib);
+    else if (default_lib(src, sizeof src) < 0) {
+        say_err("cannot find Flyt's %s: give it with --lib", LIBNAME);
+        return 1;
+    }
+    char *lib;
+    size_t lib_len;
+    if (read_all(src, &lib, &lib_len, MAX_LIB) < 0) {
+        say_err("cannot read %s: %s (give Flyt's %s with --lib)", src, strerror(errno), LIBNAME);
+        return 1;
+    }
+    if (lib_len < 4 || memcmp(lib, "\177ELF", 4) != 0 ||
+        memmem(lib, lib_len, "FLYT_SERVER", 11) == NULL) {
+        say_err("%s is not Flyt's client library (an ELF file that reads FLYT_SERVER)", src);
+        free(lib);
+        return 1;
+    }
+
+    struct manifest *m = calloc(1, sizeof *m);
+    char err[PATH_MAX + 256];
+    int rc = 1;
+    int had = m ? manifest_load(o, m, err, sizeof err) : -1;
+    char lib_rel[PATH_MAX], lib_path[PATH_MAX], conf_path[PATH_MAX];
+    snprintf(lib_rel, sizeof lib_rel, "%s/%s", prefix, LIBNAME);
+    rooted(o, lib_rel, lib_path, sizeof lib_path);
+    rooted(o, CONF_REL, conf_path, sizeof conf_path);
+    if (had < 0) {
+        say_err("%s", m ? err : "out of memory");
+        goto out;
+    }
+    if (had) {
+        if (strcmp(m->prefix, prefix) != 0) {
+            say_err("already installed with prefix %s; run --uninstall first", m->prefix);
+            goto out;
+        }
+        for (int i = 0; i < m->nfiles; i++) {
+            char p[PATH_MAX], sha[65];
+            rooted(o, m->files[i].path, p, sizeof p);
+            int st = file_sha(p, sha);
+            if (st > 0 && strcmp(sha, m->files[i].sha) != 0) {
+                say_err("%s changed since it was installed; not overwriting it (remove it "
+                        "yourself, or restore it and run --uninstall)", p);
+                goto out;
+            }
+        }
+        printf("already installed at %s: updating\n", prefix);
+    } else {
+        const char *mine[] = {lib_path, conf_path};
+        for (int i = 0; i < 2; i++)
+            if (access(mine[i], F_OK) == 0) {
+                say_err("%s exists and was not installed by flyt-client-manager (no record in "
+                        "%s%s); not overwriting it", mine[i], root_of(o), MANIFEST_REL);
+                goto out;
+            }
+        snprintf(m->prefix, sizeof m->prefix, "%s", prefix);
+    }
+
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", MANIFEST_REL);
+    if (make_dirs(o, m, prefix, err, sizeof err) < 0 ||
+        make_dirs(o, m, "/etc/ld.so.conf.d", err, sizeof err) < 0 ||
+        make_dirs(o, m, dirname(dir), err, sizeof err) < 0) {
+        say_err("%s", err);
+        goto save;
+    }
+    /* record the folders before the files go in, so a failure below leaves a record */
+    if (manifest_save(o, m, err, sizeof err) < 0) {
+        say_err("%s", err);
+        goto out;
+    }
+    char sha[65];
+    if (write_atomic(lib_path, lib, lib_len, 0755) < 0) {
+        say_err("cannot write %s: %s", lib_path, strerror(errno));
+        goto save;
+    }
+    flyt_sha256_hex(lib, lib_len, sha, sizeof sha);
+    manifest_set_file(m, lib_rel, sha);
+    printf("installed %s (from %s)\n", lib_path, src);
+
+    struct flyt_buf cb = {0};
+    flyt_buf_printf(&cb, "# Written by flyt-client-manager --install; --uninstall removes it.\n"
+                         "# Puts Flyt's %s (GPU through the Flyt cluster) ahead of\n"
+                         "# NVIDIA's in the loader cache; NVIDIA's files are untouched.\n%s\n",
+                    LIBNAME, prefix);
+    char *conf = flyt_buf_take(&cb);
+    if (conf == NULL || write_atomic(conf_path, conf, strlen(conf), 0644) < 0) {
+        say_err("cannot write %s: %s", conf_path, strerror(errno));
+        free(conf);
+        goto save;
+    }
+    flyt_sha256_hex(conf, strlen(conf), sha, sizeof sha);
+    free(conf);
+    manifest_set_file(m, CONF_REL, sha);
+    printf("wrote %s\n", conf_path);
+
+    if (o->preload) {
+        int created = 0, did = preload_edit(o, lib_rel, 1, &created, err, sizeof err);
+        if (did < 0) {
+            say_err("%s", err);
+            goto save;
+        }
+        if (did) {
+            m->preload = 1;
+            m->preload_created = created;
+            printf("added %s to %s%s: every process of the VM loads it\n", lib_rel,
+                   root_of(o), PRELOAD_REL);
+        } else if (m->preload) {
+            printf("%s already lists %s\n", PRELOAD_REL, lib_rel);
+        } else {
+            printf("%s%s already lists %s (not by this install: --uninstall will leave it)\n",
+                   root_of(o), PRELOAD_REL, lib_rel);
+        }
+    } else if (m->preload) {
+        if (preload_edit(o, lib_rel, 0, &m->preload_created, err, sizeof err) < 0) {
+            say_err("%s", err);
+            goto save;
+        }
+        m->preload = m->preload_created = 0;
+        printf("removed %s from %s%s (no --preload this time)\n", lib_rel, root_of(o),
+               PRELOAD_REL);
+    }
+    rc = 0;
+save:
+    if (manifest_save(o, m, err, sizeof err) < 0) {
+        say_err("%s", err);
+        rc = 1;
+    } else if (rc == 0) {
+        printf("recorded in %s%s\n", root_of(o), MANIFEST_REL);
+    }
+    if (rc == 0 && refresh_cache(o, lib_rel) < 0)
+        rc = 1;
+out:
+    free(m);
+    free(lib);
+    return rc;
+}
+
+int cmgr_uninstall(const struct install_opts *o)
+{
+    struct manifest *m = calloc(1, sizeof *m);
+    char err[PATH_MAX + 256], mpath[PATH_MAX];
+    rooted(o, MANIFEST_REL, mpath, sizeof mpath);
+    int had = m ? manifest_load(o, m, err, sizeof err) : -1;
+    if (had <= 0) {
+        if (had == 0)
+            say_err("no install record at %s: nothing to undo, nothing removed", mpath);
+        else
+            say_err("%s", m ? err : "out of memory");
+        free(m);
+        return 1;
+    }
+    if (o->prefix && strcmp(o->prefix, m->prefix) != 0)
+        printf("note: installed with prefix %s (not %s); undoing that\n", m->prefix, o->prefix);
+    int changed = 0;
+    for (int i = 0; i < m->nfiles; i++) {
+        char p[PATH_MAX], sha[65];
+        rooted(o, m->files[i].path, p, sizeof p);
+        int st = file_sha(p, sha);
+        if (st < 0 || (st > 0 && strcmp(sha, m->files[i].sha) != 0)) {
+            say_err("%s is not the file --install wrote (changed since); refusing to remove it",
+                    p);
+            changed++;
+        }
+    }
+    if (changed) {
+        say_err("nothing removed: restore or remove the changed file%s yourself, then run "
+                "--uninstall again", changed == 1 ? "" : "s");
+        free(m);
+        return 1;
+    }
+    int rc = 0;
+    for (int i = 0; i < m->nfiles; i++) {
+        char p[PATH_MAX];
+        rooted(o, m->files[i].path, p, sizeof p);
+        if (unlink(p) == 0)
+            printf("removed %s\n", p);
+        else if (errno == ENOENT)
+            printf("already gone: %s\n", p);
+        else {
+            say_err("cannot remove %s: %s", p, strerror(errno));
+            rc = 1;
+        }
+    }
+    if (m->preload) {
+        char line[PATH_MAX + 32];
+        snprintf(line, sizeof line, "%s/%s", m->prefix, LIBNAME);
+        if (preload_edit(o, line, 0, &m->preload_created, err, sizeof err) < 0) {
+            say_err("%s", err);
+            rc = 1;
+        } else {
+            printf("removed %s from %s%s\n", line, root_of(o), PRELOAD_REL);
+        }
+    }
+    if (rc == 0) {
+        if (unlink(mpath) != 0 && errno != ENOENT) {
+            say_err("cannot remove %s: %s", mpath, strerror(errno));
+            rc = 1;
+        }
+        for (int i = m->ndirs - 1; i >= 0 && rc == 0; i--) {
+            char p[PATH_MAX];
+            rooted(o, m->dirs[i], p, sizeof p);
+            if (rmdir(p) == 0)
+                printf("removed %s/\n", p);
+            else if (errno == ENOTEMPTY || errno == EEXIST)
+                printf("kept %s/: other files are in it\n", p);
+            else if (errno != ENOENT)
+                say_err("cannot remove %s: %s", p, strerror(errno));
+        }
+    }
+    if (rc == 0 && refresh_cache(o, NULL) < 0)
+        rc = 1;
+    if (rc == 0)
+        printf("uninstalled\n");
+    free(m);
+    return rc;
+}

@@ -1,0 +1,207 @@
+/* flyt-client-manager: arguments, config, signals; the work is in sessions.c, sock.c
+ * and install.c (cmgr.h gives the map). */
+#include "cmgr.h"
+
+#include "flyt_http.h"
+#include "flyt_log.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: flyt-client-manager [--config FILE]\n"
+            "       flyt-client-manager --check-config FILE\n"
+            "       flyt-client-manager --install [--prefix DIR] [--lib FILE] [--preload]\n"
+            "                           [--root DIR] [--ldconfig | --no-ldconfig]\n"
+            "       flyt-client-manager --uninstall [--root DIR] [--ldconfig | --no-ldconfig]\n"
+            "       flyt-client-manager --help | --version\n"
+            "\n"
+            "Runs in a VM: gives each CUDA process that asks (through Flyt's libcudart.so.13)\n"
+            "a GPU server and session token from the cluster manager, and releases the\n"
+            "session when the process ends. Stops on SIGTERM/SIGINT, releasing every session.\n"
+            "\n"
+            "  -c, --config FILE   config file (default %s)\n"
+            "      --check-config FILE  check a config file and exit (0: good)\n"
+            "      --install       make every program of the VM use Flyt's libcudart.so.13:\n"
+            "                      copy it to --prefix (default /usr/local/lib/flyt), add\n"
+            "                      /etc/ld.so.conf.d/00-flyt.conf, run ldconfig. NVIDIA's\n"
+            "                      files are not touched.\n"
+            "      --preload       also list it in /etc/ld.so.preload (wins over RPATH and\n"
+            "                      LD_LIBRARY_PATH too; loaded into every process)\n"
+            "      --lib FILE      the library to install (default ../lib/libcudart.so.13\n"
+            "                      next to this program)\n"
+            "      --uninstall     undo --install exactly (refuses if its files changed)\n"
+            "      --root DIR      apply --install/--uninstall under DIR (image builds, tests);\n"
+            "                      ldconfig then runs only with --ldconfig (as ldconfig -r DIR)\n"
+            "      --ldconfig, --no-ldconfig  run ldconfig or not (default: run unless --root)\n"
+            "  -h, --help          this text and the config keys\n"
+            "  -V, --version       version\n"
+            "\n"
+            "Config keys (FILE holds key = value lines; see configs/client-manager.conf):\n",
+            CMGR_DEFAULT_CONFIG);
+}
+
+static struct cmgr_config cfg;
+
+static void h_metrics(void *ctx, const struct flyt_http_request *req,
+                      struct flyt_http_response *res)
+{
+    struct flyt_http_server **srv = ctx;
+    (void)req;
+    struct flyt_buf b = {0};
+    sessions_metrics(&b);
+    if (*srv)
+        flyt_http_metrics(*srv, &b);
+    char *text = flyt_buf_take(&b);
+    flyt_http_reply_text(res, 200, "text/plain; version=0.0.4", text ? text : strdup(""));
+}
+
+static const struct flyt_http_route metric_routes[] = {{"GET", "/metrics", h_metrics},
+                                                       {NULL, NULL, NULL}};
+
+enum { OPT_CHECK = 256, OPT_INSTALL, OPT_UNINSTALL, OPT_PREFIX, OPT_LIB, OPT_PRELOAD, OPT_ROOT,
+       OPT_LDCONFIG, OPT_NO_LDCONFIG };
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"check-config", required_argument, NULL, OPT_CHECK},
+        {"install", no_argument, NULL, OPT_INSTALL},
+        {"uninstall", no_argument, NULL, OPT_UNINSTALL},
+        {"prefix", required_argument, NULL, OPT_PREFIX},
+        {"lib", required_argument, NULL, OPT_LIB},
+        {"preload", no_argument, NULL, OPT_PRELOAD},
+        {"root", required_argument, NULL, OPT_ROOT},
+        {"ldconfig", no_argument, NULL, OPT_LDCONFIG},
+        {"no-ldconfig", no_argument, NULL, OPT_NO_LDCONFIG},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0}};
+    const char *config = CMGR_DEFAULT_CONFIG, *check = NULL;
+    int action = 0; /* OPT_INSTALL, OPT_UNINSTALL */
+    struct install_opts io = {.root = "", .prefix = NULL, .ldconfig = -1};
+    int c;
+    while ((c = getopt_long(argc, argv, "c:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': config = optarg; break;
+        case OPT_CHECK: check = optarg; break;
+        case OPT_INSTALL:
+        case OPT_UNINSTALL:
+            if (action && action != c) {
+                fprintf(stderr, "flyt-client-manager: --install and --uninstall together\n");
+                return 2;
+            }
+            action = c;
+            break;
+        case OPT_PREFIX: io.prefix = optarg; break;
+        case OPT_LIB: io.lib = optarg; break;
+        case OPT_PRELOAD: io.preload = 1; break;
+        case OPT_ROOT: io.root = optarg; break;
+        case OPT_LDCONFIG: io.ldconfig = 1; break;
+        case OPT_NO_LDCONFIG: io.ldconfig = 0; break;
+        case 'h':
+            usage(stdout);
+            cmgr_config_help();
+            return 0;
+        case 'V':
+            printf("flyt-client-manager %s\n", FLYT_VERSION);
+            return 0;
+        default:
+            fprintf(stderr, "try flyt-client-manager --help\n");
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "flyt-client-manager: unexpected argument \"%s\" (try --help)\n",
+                argv[optind]);
+        return 2;
+    }
+    if (!action && (io.prefix || io.lib || io.preload || io.root[0] || io.ldconfig != -1)) {
+        fprintf(stderr, "flyt-client-manager: --prefix, --lib, --preload, --root and "
+                        "--[no-]ldconfig go with --install or --uninstall\n");
+        return 2;
+    }
+    if (action == OPT_UNINSTALL && (io.lib || io.preload)) {
+        fprintf(stderr, "flyt-client-manager: --uninstall takes no --lib or --preload: it "
+                        "undoes what the install record lists\n");
+        return 2;
+    }
+    if (action == OPT_INSTALL) {
+        if (io.prefix == NULL)
+            io.prefix = "/usr/local/lib/flyt";
+        return cmgr_install(&io);
+    }
+    if (action == OPT_UNINSTALL)
+        return cmgr_uninstall(&io);
+
+    char err[4200];
+    if (check) {
+        if (cmgr_config_load(check, &cfg, err, sizeof err) < 0) {
+            fprintf(stderr, "%s\n", err);
+            return 2;
+        }
+        printf("%s: good\n", check);
+        return 0;
+    }
+    if (cmgr_config_load(config, &cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "flyt-client-manager: %s\n", err);
+        return 2;
+    }
+    flyt_log_init("flyt-client-manager", (enum flyt_log_level)cfg.log_level);
+
+    /* signals go to sigwait below, not to the threads */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    flyt_info("starting %s: VM %s, cluster manager %s", FLYT_VERSION, cfg.vm_id, cfg.cluster_url);
+    if (sessions_start(&cfg, err, sizeof err) < 0) {
+        flyt_error("%s", err);
+        return 1;
+    }
+    if (sock_start(&cfg, err, sizeof err) < 0) {
+        flyt_error("%s", err);
+        sessions_stop();
+        return 1;
+    }
+    struct flyt_http_server *metrics = NULL;
+    if (cfg.metrics_listen[0]) {
+        static struct flyt_http_server *srv_ref;
+        metrics = flyt_http_start(cfg.metrics_listen, metric_routes, &srv_ref, err, sizeof err);
+        srv_ref = metrics;
+        if (metrics == NULL) {
+            flyt_error("metrics_listen %s: %s", cfg.metrics_listen, err);
+            sessions_stopping();
+            sock_stop();
+            sessions_stop();
+            return 1;
+        }
+        flyt_info("metrics on http://%s/metrics", cfg.metrics_listen);
+    }
+    int sig = 0;
+    for (;;) {
+        sigwait(&set, &sig);
+        if (sig != SIGHUP)
+            break;
+        flyt_info("SIGHUP: nothing to reload (restart to apply config changes)");
+    }
+    flyt_info("signal %d: stopping", sig);
+    sessions_stopping();
+    sock_stop();
+    if (metrics)
+        flyt_http_stop(metrics);
+    sessions_stop();
+    explicit_bzero(cfg.vm_token, sizeof cfg.vm_token);
+    flyt_info("stopped");
+    return 0;
+}

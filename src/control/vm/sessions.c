@@ -1,0 +1,708 @@
+/*
+ * The pid -> session table and the two threads that keep it true.
+ *
+ * An entry is ACQUIRING while its process's request is at the cluster manager, LIVE
+ * once it has a session, ENDED when its process ended (or asked to release) and the
+ * release is pending, GONE when the cluster manager ended the session on its side (the
+ * process still runs; a new request from it gets a new session).
+ *
+ * The watcher thread notices ended processes: it polls a pidfd per process (readable
+ * when the process exits, including by SIGKILL, zombie or not), or, without pidfd
+ * support, rereads /proc/PID/stat twice a second (gone, a zombie, or a different start
+ * time all mean "ended"). Only the watcher closes pidfds, and only while it is not
+ * polling, so a descriptor number is never reused under its poll.
+ *
+ * The worker thread talks to the cluster manager for everything but creation: DELETE
+ * for ENDED entries (retried with exponential backoff up to retry_max_backoff while
+ * the cluster manager does not answer) and `alive` for LIVE ones every alive_interval.
+ * Creation runs on the requesting connection's thread (sessions_acquire), retried
+ * with backoff within acquire_timeout.
+ */
+#include "cmgr.h"
+
+#include "flyt_log.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+enum ent_state { ENT_ACQUIRING, ENT_LIVE, ENT_ENDED, ENT_GONE };
+static const char *const state_names[] = {"acquiring", "live", "ended", "gone"};
+
+struct ent {
+    pid_t pid;
+    unsigned long long start; /* /proc start time: tells a reused pid apart */
+    int pidfd;                /* -1: watched through /proc, or no longer watched */
+    int dead;                 /* the process ended while ACQUIRING */
+    enum ent_state state;
+    struct cm_session s;
+    const char *why;          /* why it ended, for the log */
+    uint64_t next_alive, next_retry, backoff;
+    struct ent *next;
+};
+
+static struct {
+    const struct cmgr_config *c;
+    pthread_mutex_t lock;
+    pthread_cond_t changed; /* CLOCK_MONOTONIC: entries changed, or stopping */
+    struct ent *list;
+    int stopping;
+    int wake_fd;            /* eventfd: the watcher rebuilds its poll set */
+    int use_pidfd;
+    int *to_close;          /* pidfds the watcher closes at its next turn */
+    int n_close, cap_close;
+    pthread_t watcher, worker;
+    int threads;
+    int cm_down;            /* the last call to the cluster manager got no answer */
+    unsigned long long acquired, acquire_failed, reused, released, release_failed,
+        release_retries, alive_sent, alive_failed, ended_by_cluster;
+} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake_fd = -1};
+
+uint64_t cmgr_now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+int proc_start_time(pid_t pid, unsigned long long *start, int *ended)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold anything but ends here */
+    if (p == NULL || p[1] != ' ')
+        return -1;
+    p += 2;
+    char state = *p;
+    for (int field = 3; field < 22 && p; field++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    if (p == NULL)
+        return -1;
+    *start = strtoull(p, NULL, 10);
+    *ended = state == 'Z' || state == 'X' || state == 'x';
+    return 0;
+}
+
+static void process_name(pid_t pid, char *out, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    if (fgets(out, (int)cap, f) == NULL)
+        out[0] = '\0';
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
+static void wake_watcher(void)
+{
+    uint64_t one = 1;
+    if (S.wake_fd >= 0)
+        (void)!write(S.wake_fd, &one, sizeof one);
+}
+
+/* lock held. The watcher closes it when it is not polling. */
+static void drop_pidfd(struct ent *e)
+{
+    if (e->pidfd < 0)
+        return;
+    if (S.n_close == S.cap_close) {
+        int cap = S.cap_close ? S.cap_close * 2 : 16;
+        int *p = realloc(S.to_close, (size_t)cap * sizeof *p);
+        if (p == NULL) {
+            flyt_error("out of memory: pidfd %d of pid %d stays open", e->pidfd, (int)e->pid);
+            e->pidfd = -1;
+            return;
+        }
+        S.to_close = p;
+        S.cap_close = cap;
+    }
+    S.to_close[S.n_close++] = e->pidfd;
+    e->pidfd = -1;
+    wake_watcher();
+}
+
+/* lock held */
+static void unlink_ent(struct ent *e)
+{
+    for (struct ent **pp = &S.list; *pp; pp = &(*pp)->next)
+        if (*pp == e) {
+            *pp = e->next;
+            break;
+        }
+    drop_pidfd(e);
+    explicit_bzero(e->s.token, sizeof e->s.token);
+    free(e);
+}
+
+/* lock held: the release of e's session is due now. */
+static void end_ent(struct ent *e, const char *why)
+{
+    e->state = ENT_ENDED;
+    e->why = why;
+    e->next_retry = 0;
+    e->backoff = 0;
+    drop_pidfd(e);
+    pthread_cond_broadcast(&S.changed);
+}
+
+/* lock held: e's process is gone. */
+static void process_ended(struct ent *e)
+{
+    switch (e->state) {
+    case ENT_ACQUIRING:
+        e->dead = 1;
+        drop_pidfd(e);
+        break;
+    case ENT_LIVE:
+        flyt_info("process %d ended: releasing session %s", (int)e->pid, e->s.id);
+        end_ent(e, "process ended");
+        break;
+    case ENT_GONE:
+        unlink_ent(e);
+        break;
+    case ENT_ENDED:
+        break;
+    }
+}
+
+/* lock held: the answer (or not) of a call, for the "unreachable"/"back" log lines. */
+static void note_cluster(enum cm_outcome o, const char *err)
+{
+    if (o == CM_RETRY && !S.cm_down) {
+        S.cm_down = 1;
+        flyt_warn("cluster manager %s unreachable: %s; retrying with backoff", S.c->cluster_url,
+                  err);
+    } else if (o != CM_RETRY && S.cm_down) {
+        S.cm_down = 0;
+        flyt_info("cluster manager %s answers again", S.c->cluster_url);
+    }
+}
+
+/* lock held: waits on S.changed until ms (monotonic) or a signal */
+static void wait_until(uint64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    pthread_cond_timedwait(&S.changed, &S.lock, &ts);
+}
+
+/* ---- the watcher ---- */
+
+static void *watcher_main(void *arg)
+{
+    (void)arg;
+    struct pollfd *pfds = NULL;
+    int cap = 0;
+    pthread_mutex_lock(&S.lock);
+    while (!S.stopping) {
+        for (int i = 0; i < S.n_close; i++)
+            close(S.to_close[i]);
+        S.n_close = 0;
+        int n = 1, proc_scan = 0;
+        for (struct ent *e = S.list; e; e = e->next)
+            n++;
+        if (n > cap) {
+            struct pollfd *p = realloc(pfds, (size_t)n * sizeof *p);
+            if (p == NULL) {
+                flyt_error("out of memory in the process watcher");
+                pthread_mutex_unlock(&S.lock);
+                sleep(1);
+                pthread_mutex_lock(&S.lock);
+                continue;
+            }
+            pfds = p;
+            cap = n;
+        }
+        n = 0;
+        pfds[n++] = (struct pollfd){.fd = S.wake_fd, .events = POLLIN};
+        for (struct ent *e = S.list; e; e = e->next) {
+            if (e->state == ENT_ENDED || e->dead)
+                continue;
+            if (e->pidfd >= 0)
+                pfds[n++] = (struct pollfd){.fd = e->pidfd, .events = POLLIN};
+            else
+                proc_scan = 1;
+        }
+        pthread_mutex_unlock(&S.lock);
+        int rc = poll(pfds, (nfds_t)n, proc_scan ? 500 : -1);
+        if (rc < 0 && errno != EINTR)
+            flyt_error("process watcher: poll: %s", strerror(errno));
+        if (pfds[0].revents & POLLIN) {
+            uint64_t v;
+            (void)!read(S.wake_fd, &v, sizeof v);
+        }
+        pthread_mutex_lock(&S.lock);
+        for (int i = 1; i < n && rc > 0; i++) {
+            if (!pfds[i].revents)
+                continue;
+            for (struct ent *e = S.list; e; e = e->next)
+                if (e->pidfd == pfds[i].fd) {
+                    process_ended(e);
+                    break;
+                }
+        }
+        if (proc_scan) {
+            for (struct ent *e = S.list, *next; e; e = next) {
+                next = e->next;
+                if (e->pidfd >= 0 || e->state == ENT_ENDED || e->dead)
+                    continue;
+                unsigned long long start;
+                int ended;
+                if (proc_start_time(e->pid, &start, &ended) < 0 || ended || start != e->start)
+                    process_ended(e);
+            }
+        }
+    }
+    for (int i = 0; i < S.n_close; i++)
+        close(S.to_close[i]);
+    S.n_close = 0;
+    pthread_mutex_unlock(&S.lock);
+    free(pfds);
+    return NULL;
+}
+
+/* ---- the worker ---- */
+
+static long call_timeout(void) { return (long)S.c->request_timeout_ms; }
+
+/* lock held; returns with it held. One release attempt for e; 1 when e is gone (freed). */
+static int release_one(struct ent *e, long timeout_ms)
+{
+    char id[sizeof e->s.id], err[512] = "";
+    snprintf(id, sizeof id, "%s", e->s.id);
+    pthread_mutex_unlock(&S.lock);
+    enum cm_outcome o = cm_session_release(S.c, id, timeout_ms, err, sizeof err);
+    pthread_mutex_lock(&S.lock);
+    note_cluster(o, err);
+    if (o == CM_OK || o == CM_GONE) {
+        flyt_info("released session %s of process %d (%s)%s", id, (int)e->pid, e->why,
+                  o == CM_GONE ? "; the cluster manager had already ended it" : "");
+        S.released++;
+        unlink_ent(e);
+        return 1;
+    }
+    if (o == CM_REFUSED) {
+        flyt_error("the cluster manager refused to release session %s of process %d: %s; "
+                   "giving up on it", id, (int)e->pid, err);
+        S.release_failed++;
+        unlink_ent(e);
+        return 1;
+    }
+    {
+        uint64_t max = (uint64_t)S.c->retry_max_ms;
+        e->backoff = e->backoff ? e->backoff * 2 : 1000;
+        if (e->backoff > max)
+            e->backoff = max;
+        e->next_retry = cmgr_now_ms() + e->backoff;
+        S.release_retries++;
+        if (!S.stopping)
+            flyt_info("release of session %s (process %d) deferred: %s; next try in %.1f s", id,
+                      (int)e->pid, err, (double)e->backoff / 1000.0);
+    }
+    return 0;
+}
+
+/* lock held; returns with it held. */
+static void alive_one(struct ent *e)
+{
+    char id[sizeof e->s.id], err[512] = "";
+    snprintf(id, sizeof id, "%s", e->s.id);
+    pthread_mutex_unlock(&S.lock);
+    enum cm_outcome o = cm_session_alive(S.c, id, call_timeout(), err, sizeof err);
+    pthread_mutex_lock(&S.lock);
+    note_cluster(o, err);
+    e->next_alive = cmgr_now_ms() + (uint64_t)S.c->alive_interval_ms;
+    if (o == CM_OK) {
+        S.alive_sent++;
+        return;
+    }
+    S.alive_failed++;
+    if (e->state != ENT_LIVE)
+        return; /* it ended meanwhile */
+    if (o == CM_GONE) {
+        flyt_warn("the cluster manager ended session %s of process %d (%s); the process "
+                  "keeps no GPU, a new request from it gets a new session", id, (int)e->pid, err);
+        S.ended_by_cluster++;
+        e->state = ENT_GONE;
+        pthread_cond_broadcast(&S.changed);
+    } else if (o == CM_REFUSED) {
+        flyt_error("alive for session %s of process %d refused: %s", id, (int)e->pid, err);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&S.lock);
+    while (!S.stopping) {
+        uint64_t now = cmgr_now_ms(), next = now + 60000;
+        struct ent *due = NULL;
+        int release = 0;
+        for (struct ent *e = S.list; e; e = e->next) {
+            if (e->state == ENT_ENDED) {
+                if (e->next_retry <= now) {
+                    due = e;
+                    release = 1;
+                    break;
+                }
+                if (e->next_retry < next)
+                    next = e->next_retry;
+            } else if (e->state == ENT_LIVE) {
+                if (e->next_alive <= now && due == NULL)
+                    due = e; /* releases first: keep looking */
+                else if (e->next_alive < next)
+                    next = e->next_alive;
+            }
+        }
+        if (due && release)
+            release_one(due, call_timeout());
+        else if (due)
+            alive_one(due);
+        else
+            wait_until(next);
+    }
+    pthread_mutex_unlock(&S.lock);
+    return NULL;
+}
+
+/* ---- the API of this module ---- */
+
+int sessions_start(const struct cmgr_config *c, char *err, size_t errlen)
+{
+    S.c = c;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&S.changed, &ca);
+    pthread_condattr_destroy(&ca);
+
+    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    int have_pidfd = fd >= 0;
+    if (fd >= 0)
+        close(fd);
+    if (c->watch == WATCH_PIDFD && !have_pidfd) {
+        snprintf(err, errlen, "process_watch = pidfd, but this kernel has no pidfd_open (%s); "
+                 "use auto or proc", strerror(errno));
+        return -1;
+    }
+    S.use_pidfd = c->watch != WATCH_PROC && have_pidfd;
+    flyt_info("watching processes through %s", S.use_pidfd ? "pidfd" : "/proc (polled twice a second)");
+
+    S.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (S.wake_fd < 0) {
+        snprintf(err, errlen, "eventfd: %s", strerror(errno));
+        return -1;
+    }
+    if (pthread_create(&S.watcher, NULL, watcher_main, NULL) != 0) {
+        snprintf(err, errlen, "cannot start the process watcher");
+        return -1;
+    }
+    S.threads = 1;
+    if (pthread_create(&S.worker, NULL, worker_main, NULL) != 0) {
+        snprintf(err, errlen, "cannot start the worker");
+        return -1;
+    }
+    S.threads = 2;
+    return 0;
+}
+
+/* lock held: the entry a new request from pid concerns (not ended ones). */
+static struct ent *find_pid(pid_t pid)
+{
+    for (struct ent *e = S.list; e; e = e->next)
+        if (e->pid == pid && e->state != ENT_ENDED && !e->dead)
+            return e;
+    return NULL;
+}
+
+static void answer_from(const struct ent *e, struct acquire_answer *ans)
+{
+    snprintf(ans->session_id, sizeof ans->session_id, "%s", e->s.id);
+    snprintf(ans->endpoint, sizeof ans->endpoint, "%s", e->s.endpoint);
+    snprintf(ans->token, sizeof ans->token, "%s", e->s.token);
+}
+
+int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t errlen)
+{
+    uint64_t t0 = cmgr_now_ms(), deadline = t0 + (uint64_t)S.c->acquire_timeout_ms;
+    unsigned long long start;
+    int ended;
+    struct ent *e;
+    pthread_mutex_lock(&S.lock);
+    for (;;) {
+        if (S.stopping) {
+            pthread_mutex_unlock(&S.lock);
+            snprintf(err, errlen, "the client manager is stopping");
+            return -1;
+        }
+        if (proc_start_time(pid, &start, &ended) < 0 || ended) {
+            pthread_mutex_unlock(&S.lock);
+            snprintf(err, errlen, "process %d has ended", (int)pid);
+            return -1;
+        }
+        e = find_pid(pid);
+        if (e && e->start != start) { /* the pid was reused: that process ended */
+            process_ended(e);
+            continue;
+        }
+        if (e && e->state == ENT_ACQUIRING) { /* the same process asks twice at once */
+            if (cmgr_now_ms() >= deadline) {
+                pthread_mutex_unlock(&S.lock);
+                snprintf(err, errlen, "an earlier request of process %d is still pending",
+                         (int)pid);
+                return -1;
+            }
+            wait_until(deadline);
+            continue;
+        }
+        if (e && e->state == ENT_LIVE) {
+            answer_from(e, ans);
+            S.reused++;
+            pthread_mutex_unlock(&S.lock);
+            flyt_debug("process %d asked again: session %s", (int)pid, ans->session_id);
+            return 0;
+        }
+        if (e && e->state == ENT_GONE) {
+            unlink_ent(e);
+            continue;
+        }
+        break;
+    }
+    e = calloc(1, sizeof *e);
+    if (e == NULL) {
+        pthread_mutex_unlock(&S.lock);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    e->pid = pid;
+    e->start = start;
+    e->pidfd = -1;
+    e->state = ENT_ACQUIRING;
+    if (S.use_pidfd) {
+        e->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (e->pidfd < 0) {
+            int saved = errno;
+            free(e);
+            pthread_mutex_unlock(&S.lock);
+            snprintf(err, errlen, "cannot watch process %d: %s", (int)pid, strerror(saved));
+            return -1;
+        }
+        /* pidfd_open after reading the start time: make sure it is still that process */
+        unsigned long long again;
+        if (proc_start_time(pid, &again, &ended) < 0 || again != start)
+            e->dead = 1;
+    }
+    e->next = S.list;
+    S.list = e;
+    wake_watcher();
+    pthread_mutex_unlock(&S.lock);
+
+    char comm[64], cerr[512] = "";
+    process_name(pid, comm, sizeof comm);
+    struct cm_session s;
+    enum cm_outcome o = CM_RETRY;
+    uint64_t backoff = 250;
+    int tries = 0;
+    for (;;) {
+        uint64_t now = cmgr_now_ms();
+        long left = (long)(deadline - now);
+        if (left <= 0)
+            break;
+        long per_call = (long)S.c->request_timeout_ms < left ? (long)S.c->request_timeout_ms : left;
+        if (per_call < 1000)
+            per_call = 1000;
+        tries++;
+        o = cm_session_create(S.c, pid, comm, per_call, &s, cerr, sizeof cerr);
+        pthread_mutex_lock(&S.lock);
+        note_cluster(o, cerr);
+        int stop = o != CM_RETRY || S.stopping || e->dead;
+        if (!stop) {
+            flyt_info("session for process %d (%s) not obtained yet: %s; retrying in %.2f s",
+                      (int)pid, comm, cerr, (double)backoff / 1000.0);
+            wait_until(cmgr_now_ms() + backoff);
+            stop = S.stopping || e->dead;
+        }
+        pthread_mutex_unlock(&S.lock);
+        if (stop)
+            break;
+        backoff = backoff * 2 > 4000 ? 4000 : backoff * 2;
+    }
+
+    pthread_mutex_lock(&S.lock);
+    int rc = -1;
+    if (o == CM_OK) {
+        e->s = s;
+        explicit_bzero(s.token, sizeof s.token);
+        if (s.vm_id[0] && strcmp(s.vm_id, S.c->vm_id) != 0)
+            flyt_warn("session %s belongs to VM %s, but vm_id is %s: check the config", s.id,
+                      s.vm_id, S.c->vm_id);
+        if (e->dead || S.stopping) {
+            end_ent(e, e->dead ? "process ended while the session was being made"
+                               : "the client manager is stopping");
+            snprintf(err, errlen, "%s", e->dead ? "the process ended" : "the client manager is stopping");
+        } else {
+            e->state = ENT_LIVE;
+            e->next_alive = cmgr_now_ms() + (uint64_t)S.c->alive_interval_ms;
+            answer_from(e, ans);
+            S.acquired++;
+            rc = 0;
+            flyt_info("process %d (%s): session %s at %s (%.1f s, %d %s)", (int)pid, comm, s.id,
+                      s.endpoint, (double)(cmgr_now_ms() - t0) / 1000.0, tries,
+                      tries == 1 ? "try" : "tries");
+        }
+    } else {
+        S.acquire_failed++;
+        if (o == CM_RETRY)
+            snprintf(err, errlen, "the cluster manager did not give a session within %.0f s: %s",
+                     (double)S.c->acquire_timeout_ms / 1000.0, cerr[0] ? cerr : "stopped");
+        else
+            snprintf(err, errlen, "%s", cerr);
+        flyt_warn("no session for process %d (%s): %s", (int)pid, comm, err);
+        unlink_ent(e);
+    }
+    pthread_cond_broadcast(&S.changed);
+    pthread_mutex_unlock(&S.lock);
+    return rc;
+}
+
+int sessions_release_pid(pid_t pid, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&S.lock);
+    struct ent *e = find_pid(pid);
+    int rc = 0;
+    if (e == NULL || e->state == ENT_GONE) {
+        snprintf(err, errlen, "process %d holds no session", (int)pid);
+        rc = -1;
+    } else if (e->state == ENT_ACQUIRING) {
+        snprintf(err, errlen, "the session of process %d is still being made", (int)pid);
+        rc = -1;
+    } else {
+        flyt_info("process %d asked to release session %s", (int)pid, e->s.id);
+        end_ent(e, "released on request");
+    }
+    pthread_mutex_unlock(&S.lock);
+    return rc;
+}
+
+void sessions_stopping(void)
+{
+    pthread_mutex_lock(&S.lock);
+    S.stopping = 1;
+    pthread_cond_broadcast(&S.changed);
+    pthread_mutex_unlock(&S.lock);
+    wake_watcher();
+}
+
+void sessions_stop(void)
+{
+    sessions_stopping();
+    if (S.threads >= 1)
+        pthread_join(S.watcher, NULL);
+    if (S.threads >= 2)
+        pthread_join(S.worker, NULL);
+    S.threads = 0;
+
+    /* release what is still held, within shutdown_timeout */
+    uint64_t deadline = cmgr_now_ms() + (uint64_t)S.c->shutdown_timeout_ms;
+    pthread_mutex_lock(&S.lock);
+    int held = 0;
+    for (struct ent *e = S.list; e; e = e->next)
+        held += e->state == ENT_LIVE || e->state == ENT_ENDED;
+    if (held)
+        flyt_info("stopping: releasing %d session%s", held, held == 1 ? "" : "s");
+    for (;;) {
+        struct ent *e = S.list;
+        while (e && e->state != ENT_LIVE && e->state != ENT_ENDED)
+            e = e->next;
+        if (e == NULL)
+            break;
+        long left = (long)(deadline - cmgr_now_ms());
+        if (left <= 0) {
+            for (; e; e = e->next)
+                if (e->state == ENT_LIVE || e->state == ENT_ENDED)
+                    flyt_warn("session %s of process %d not released (shutdown_timeout); the "
+                              "cluster manager ends it once it stops hearing alive pings",
+                              e->s.id, (int)e->pid);
+            break;
+        }
+        if (e->state == ENT_LIVE)
+            e->why = "the client manager stopped";
+        e->state = ENT_ENDED;
+        if (!release_one(e, left < 5000 ? (left < 1000 ? 1000 : left) : 5000)) {
+            flyt_warn("session %s of process %d not released (the cluster manager did not "
+                      "answer); it ends it once it stops hearing alive pings", e->s.id,
+                      (int)e->pid);
+            unlink_ent(e);
+        }
+    }
+    while (S.list)
+        unlink_ent(S.list);
+    for (int i = 0; i < S.n_close; i++)
+        close(S.to_close[i]);
+    S.n_close = 0;
+    free(S.to_close);
+    S.to_close = NULL;
+    pthread_mutex_unlock(&S.lock);
+    if (S.wake_fd >= 0)
+        close(S.wake_fd);
+    S.wake_fd = -1;
+}
+
+void sessions_metrics(struct flyt_buf *out)
+{
+    int counts[4] = {0};
+    pthread_mutex_lock(&S.lock);
+    for (struct ent *e = S.list; e; e = e->next)
+        counts[e->state]++;
+    flyt_buf_printf(out, "# HELP flyt_client_manager_sessions Sessions this VM holds, by state.\n"
+                         "# TYPE flyt_client_manager_sessions gauge\n");
+    for (int i = 0; i < 4; i++)
+        flyt_buf_printf(out, "flyt_client_manager_sessions{state=\"%s\"} %d\n", state_names[i],
+                        counts[i]);
+    struct {
+        const char *name, *help;
+        unsigned long long v;
+    } ctr[] = {
+        {"acquired_total", "Sessions obtained from the cluster manager.", S.acquired},
+        {"acquire_failures_total", "Requests answered without a session.", S.acquire_failed},
+        {"reused_total", "Requests answered with the process's existing session.", S.reused},
+        {"released_total", "Sessions released.", S.released},
+        {"release_failures_total", "Releases the cluster manager refused.", S.release_failed},
+        {"release_retries_total", "Release attempts that got no answer.", S.release_retries},
+        {"alive_total", "Alive pings answered.", S.alive_sent},
+        {"alive_failures_total", "Alive pings not answered with success.", S.alive_failed},
+        {"ended_by_cluster_total", "Sessions the cluster manager ended while their process ran.",
+         S.ended_by_cluster},
+    };
+    for (size_t i = 0; i < sizeof ctr / sizeof ctr[0]; i++)
+        flyt_buf_printf(out, "# HELP flyt_client_manager_%s %s\n# TYPE flyt_client_manager_%s "
+                             "counter\nflyt_client_manager_%s %llu\n",
+                        ctr[i].name, ctr[i].help, ctr[i].name, ctr[i].name, ctr[i].v);
+    flyt_buf_printf(out, "# HELP flyt_client_manager_cluster_up Whether the last call to the "
+                         "cluster manager got an answer.\n# TYPE flyt_client_manager_cluster_up "
+                         "gauge\nflyt_client_manager_cluster_up %d\n", !S.cm_down);
+    pthread_mutex_unlock(&S.lock);
+}

@@ -1,0 +1,342 @@
+/*
+ * The Unix socket the client library asks, and its line protocol (docs/api.md,
+ * "flyt-client-manager <-> client library"):
+ *   request  "op=acquire pid=N\n" | "op=release pid=N\n"
+ *   answer   "status=ok session=ID endpoint=ADDR token=TOKEN\n" (acquire), "status=ok\n"
+ *            (release), or "status=error message=TEXT\n" (TEXT runs to the end of line)
+ * Fields are space-separated key=value pairs; unknown keys are ignored. The caller is
+ * identified by SO_PEERCRED; the pid field must be the caller's own. One thread per
+ * connection; a connection may carry several requests.
+ */
+#include "cmgr.h"
+
+#include "flyt_log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define IDLE_TIMEOUT_MS 10000 /* a connection that sends nothing for this long is closed */
+#define MAX_CONNS 256
+
+static struct {
+    const struct cmgr_config *c;
+    int lfd;
+    int stop_pipe[2];
+    pthread_t acceptor;
+    int started;
+    pthread_mutex_t lock;
+    pthread_cond_t idle;
+    int conns[MAX_CONNS]; /* open connections, -1 free: shut down at stop */
+    int nthreads;
+} K = {.lfd = -1, .stop_pipe = {-1, -1}, .lock = PTHREAD_MUTEX_INITIALIZER,
+       .idle = PTHREAD_COND_INITIALIZER};
+
+/* Copies the value of key out of a request line; 1 when present. */
+static int field(const char *line, const char *key, char *out, size_t cap)
+{
+    size_t kl = strlen(key);
+    for (const char *p = line; *p;) {
+        while (*p == ' ')
+            p++;
+        size_t n = strcspn(p, " ");
+        if (n > kl && strncmp(p, key, kl) == 0 && p[kl] == '=') {
+            size_t vl = n - kl - 1;
+            if (vl >= cap)
+                return 0;
+            memcpy(out, p + kl + 1, vl);
+            out[vl] = '\0';
+            return 1;
+        }
+        p += n;
+    }
+    return 0;
+}
+
+static int send_all(int fd, const char *s, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int send_error(int fd, const char *msg)
+{
+    char line[CMGR_LINE_MAX];
+    int n = snprintf(line, sizeof line, "status=error message=%s", msg);
+    if (n < 0 || (size_t)n >= sizeof line - 1)
+        n = (int)sizeof line - 2;
+    for (int i = 0; i < n; i++) /* one line, printable */
+        if ((unsigned char)line[i] < ' ' || (unsigned char)line[i] > '~')
+            line[i] = ' ';
+    line[n++] = '\n';
+    return send_all(fd, line, (size_t)n);
+}
+
+static int serve_line(int fd, const char *line, pid_t peer)
+{
+    char op[32], pidtext[32], err[1024];
+    if (!field(line, "op", op, sizeof op))
+        return send_error(fd, "bad request: no op");
+    if (strcmp(op, "acquire") != 0 && strcmp(op, "release") != 0) {
+        snprintf(err, sizeof err, "bad request: unknown op \"%.31s\" (acquire, release)", op);
+        return send_error(fd, err);
+    }
+    char *end;
+    long pid = field(line, "pid", pidtext, sizeof pidtext) ? strtol(pidtext, &end, 10) : -1;
+    if (pid <= 0 || *end != '\0' || pid > INT_MAX)
+        return send_error(fd, "bad request: pid missing or not a positive number");
+    if (pid != (long)peer) {
+        flyt_warn("refused %s for pid %ld from pid %d: not the caller", op, pid, (int)peer);
+        snprintf(err, sizeof err, "pid %ld is not the caller: the socket says pid %d (a process "
+                 "may ask only for itself; a process in another pid namespace cannot be served)",
+                 pid, (int)peer);
+        return send_error(fd, err);
+    }
+    if (strcmp(op, "release") == 0) {
+        if (sessions_release_pid((pid_t)pid, err, sizeof err) < 0)
+            return send_error(fd, err);
+        return send_all(fd, "status=ok\n", 10);
+    }
+    struct acquire_answer ans;
+    if (sessions_acquire((pid_t)pid, &ans, err, sizeof err) < 0)
+        return send_error(fd, err);
+    char out[CMGR_LINE_MAX];
+    int n = snprintf(out, sizeof out, "status=ok session=%s endpoint=%s token=%s\n",
+                     ans.session_id, ans.endpoint, ans.token);
+    explicit_bzero(ans.token, sizeof ans.token);
+    int rc = n > 0 && (size_t)n < sizeof out ? send_all(fd, out, (size_t)n)
+                                             : send_error(fd, "answer too long");
+    explicit_bzero(out, sizeof out);
+    return rc;
+}
+
+static void conn_slot(int fd, int add)
+{
+    pthread_mutex_lock(&K.lock);
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (K.conns[i] == (add ? -1 : fd)) {
+            K.conns[i] = add ? fd : -1;
+            break;
+        }
+    pthread_mutex_unlock(&K.lock);
+}
+
+static void *conn_main(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    struct ucred cred;
+    socklen_t cl = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.pid <= 0) {
+        flyt_warn("a connection without peer credentials: %s", strerror(errno));
+        send_error(fd, "cannot identify the caller");
+        goto out;
+    }
+    char buf[CMGR_LINE_MAX];
+    size_t got = 0;
+    for (;;) {
+        char *nl;
+        while ((nl = memchr(buf, '\n', got)) == NULL) {
+            if (got == sizeof buf) {
+                send_error(fd, "bad request: line too long");
+                goto out;
+            }
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            int pr = poll(&p, 1, IDLE_TIMEOUT_MS);
+            if (pr < 0 && errno == EINTR)
+                continue;
+            if (pr <= 0)
+                goto out;
+            ssize_t n = recv(fd, buf + got, sizeof buf - got, 0);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                goto out;
+            got += (size_t)n;
+        }
+        *nl = '\0';
+        if (nl > buf && nl[-1] == '\r')
+            nl[-1] = '\0';
+        flyt_debug("pid %d (uid %d): %s", (int)cred.pid, (int)cred.uid, buf);
+        if (serve_line(fd, buf, cred.pid) != 0)
+            goto out;
+        size_t used = (size_t)(nl - buf) + 1;
+        memmove(buf, nl + 1, got - used);
+        got -= used;
+    }
+out:
+    conn_slot(fd, 0);
+    close(fd);
+    pthread_mutex_lock(&K.lock);
+    K.nthreads--;
+    pthread_cond_broadcast(&K.idle);
+    pthread_mutex_unlock(&K.lock);
+    return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = K.lfd, .events = POLLIN}, {.fd = K.stop_pipe[0], .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            flyt_error("socket: poll: %s", strerror(errno));
+            return NULL;
+        }
+        if (p[1].revents)
+            return NULL;
+        int fd = accept4(K.lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
+                flyt_warn("socket: accept: %s", strerror(errno));
+                usleep(100000); /* e.g. out of descriptors: do not spin */
+            }
+            continue;
+        }
+        pthread_mutex_lock(&K.lock);
+        int full = K.nthreads >= MAX_CONNS;
+        if (!full)
+            K.nthreads++;
+        pthread_mutex_unlock(&K.lock);
+        if (full) {
+            send_error(fd, "too many connections; try again");
+            close(fd);
+            continue;
+        }
+        conn_slot(fd, 1);
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, conn_main, (void *)(intptr_t)fd) != 0) {
+            flyt_warn("socket: cannot start a connection thread");
+            conn_slot(fd, 0);
+            close(fd);
+            pthread_mutex_lock(&K.lock);
+            K.nthreads--;
+            pthread_mutex_unlock(&K.lock);
+        }
+        pthread_attr_destroy(&a);
+    }
+}
+
+/* mkdir -p of path's folder (0755 for the ones it makes). */
+static int make_parent(const char *path, char *err, size_t errlen)
+{
+    char dir[sizeof K.c->socket_path];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL || slash == dir)
+        return 0;
+    *slash = '\0';
+    for (char *p = dir + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+                snprintf(err, errlen, "cannot make %s: %s", dir, strerror(errno));
+                return -1;
+            }
+            *p = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    return 0;
+}
+
+int sock_start(const struct cmgr_config *c, char *err, size_t errlen)
+{
+    K.c = c;
+    for (int i = 0; i < MAX_CONNS; i++)
+        K.conns[i] = -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", c->socket_path);
+    if (make_parent(c->socket_path, err, errlen) < 0)
+        return -1;
+    struct stat st;
+    if (lstat(c->socket_path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, errlen, "%s exists and is not a socket", c->socket_path);
+            return -1;
+        }
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0;
+        if (probe >= 0)
+            close(probe);
+        if (live) {
+            snprintf(err, errlen, "another process serves %s (a client manager already runs?)",
+                     c->socket_path);
+            return -1;
+        }
+        unlink(c->socket_path); /* left by an earlier run */
+    }
+    K.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (K.lfd < 0 || bind(K.lfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        snprintf(err, errlen, "cannot bind %s: %s", c->socket_path, strerror(errno));
+        return -1;
+    }
+    /* permissions before listen(): nobody can connect in between */
+    if (c->socket_gid >= 0 && chown(c->socket_path, (uid_t)-1, (gid_t)c->socket_gid) != 0) {
+        snprintf(err, errlen, "cannot give %s to group %d: %s", c->socket_path, c->socket_gid,
+                 strerror(errno));
+        return -1;
+    }
+    if (chmod(c->socket_path, c->socket_mode) != 0 || listen(K.lfd, 128) != 0) {
+        snprintf(err, errlen, "cannot set up %s: %s", c->socket_path, strerror(errno));
+        return -1;
+    }
+    if (pipe2(K.stop_pipe, O_CLOEXEC) != 0 ||
+        pthread_create(&K.acceptor, NULL, accept_main, NULL) != 0) {
+        snprintf(err, errlen, "cannot start the socket thread");
+        return -1;
+    }
+    K.started = 1;
+    flyt_info("serving %s (mode %04o%s)", c->socket_path, c->socket_mode,
+              c->socket_gid >= 0 ? ", group set" : "");
+    return 0;
+}
+
+void sock_stop(void)
+{
+    if (K.started) {
+        (void)!write(K.stop_pipe[1], "x", 1);
+        pthread_join(K.acceptor, NULL);
+        K.started = 0;
+    }
+    if (K.lfd >= 0) {
+        close(K.lfd);
+        K.lfd = -1;
+        unlink(K.c->socket_path);
+    }
+    /* wake connections waiting for a line; one inside a request finishes it (bounded by
+     * request_timeout) and then finds its peer gone */
+    pthread_mutex_lock(&K.lock);
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (K.conns[i] >= 0)
+            shutdown(K.conns[i], SHUT_RDWR);
+    while (K.nthreads > 0)
+        pthread_cond_wait(&K.idle, &K.lock);
+    pthread_mutex_unlock(&K.lock);
+    for (int i = 0; i < 2; i++)
+        if (K.stop_pipe[i] >= 0)
+            close(K.stop_pipe[i]);
+}

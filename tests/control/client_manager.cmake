@@ -1,0 +1,28 @@
+# flyt-client-manager: the daemon against a fake cluster manager (flyt_http) and a real
+# flyt-server with the host backend; --install/--uninstall under --root.
+add_executable(fake_cluster_manager fake_cluster_manager.c)
+target_link_libraries(fake_cluster_manager PRIVATE flyt_control_common)
+add_executable(cmgr_probe cmgr_probe.c)
+add_test(NAME control_client_manager
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/run_client_manager.sh $<TARGET_FILE:flyt-client-manager>
+          $<TARGET_FILE:fake_cluster_manager> $<TARGET_FILE:cmgr_probe> $<TARGET_FILE:flyt-server>
+          $<TARGET_FILE_DIR:cudart> $<TARGET_FILE:test_client_host>
+          $<TARGET_FILE:test_client_noserver> ${PROJECT_SOURCE_DIR}/configs/client-manager.conf)
+add_test(NAME control_client_install
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/run_client_install.sh $<TARGET_FILE:flyt-client-manager>
+          $<TARGET_FILE:cudart> ${CMAKE_C_COMPILER})
+set_tests_properties(control_client_manager control_client_install PROPERTIES TIMEOUT 120)
+
+# ... and against the real control plane when its daemons are built: cluster manager,
+# node manager in test mode, flyt-servers admitting with session tokens.
+if(TARGET flyt-cluster-manager AND TARGET flyt-node-manager AND TARGET flytctl)
+  add_executable(cmgr_cuda_user cmgr_cuda_user.c)
+  target_include_directories(cmgr_cuda_user PRIVATE ${FLYT_CUDA_HOME}/include)
+  target_link_libraries(cmgr_cuda_user PRIVATE cudart)
+  add_test(NAME control_client_manager_cluster
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/run_client_manager_cluster.sh
+            $<TARGET_FILE:flyt-client-manager> $<TARGET_FILE:flyt-cluster-manager>
+            $<TARGET_FILE:flyt-node-manager> $<TARGET_FILE:flytctl> $<TARGET_FILE:flyt-server>
+            $<TARGET_FILE:cmgr_probe> $<TARGET_FILE_DIR:cudart> $<TARGET_FILE:cmgr_cuda_user>)
+  set_tests_properties(control_client_manager_cluster PROPERTIES TIMEOUT 120)
+endif()

@@ -1,0 +1,108 @@
+/*
+ * Speaks flyt-client-manager's line protocol (docs/api.md) directly, as the client
+ * library would, plus what the library never sends. Prints every answer line.
+ * usage: cmgr_probe SOCKET acquire | twice | wrong-pid | release | garbage | hold SECONDS
+ *   twice: two acquires on two connections (exit 0 when both name the same session)
+ *   release: acquire, release, acquire (exit 0 when the second session differs)
+ *   hold: acquire, print "held", sleep SECONDS
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static const char *sock;
+
+static int ask(const char *fmt, long pid, char *out, size_t cap)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        perror(sock);
+        exit(2);
+    }
+    char req[256];
+    int n = snprintf(req, sizeof req, fmt, pid);
+    if (write(fd, req, (size_t)n) != n) {
+        perror("write");
+        exit(2);
+    }
+    size_t got = 0;
+    while (got < cap - 1) {
+        ssize_t r = read(fd, out + got, cap - 1 - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+        if (memchr(out, '\n', got))
+            break;
+    }
+    out[got] = '\0';
+    out[strcspn(out, "\n")] = '\0';
+    close(fd);
+    printf("%s\n", out);
+    fflush(stdout);
+    return 0;
+}
+
+static void session_of(const char *line, char *id, size_t cap)
+{
+    const char *p = strstr(line, "session=");
+    id[0] = '\0';
+    if (p)
+        snprintf(id, cap, "%.*s", (int)strcspn(p + 8, " "), p + 8);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: cmgr_probe SOCKET acquire|twice|wrong-pid|release|garbage|hold S\n");
+        return 2;
+    }
+    sock = argv[1];
+    const char *what = argv[2];
+    long me = (long)getpid();
+    char a[4096], b[4096], ia[128], ib[128];
+    if (strcmp(what, "acquire") == 0) {
+        ask("op=acquire pid=%ld\n", me, a, sizeof a);
+        return strncmp(a, "status=ok ", 10) == 0 ? 0 : 1;
+    }
+    if (strcmp(what, "twice") == 0) {
+        ask("op=acquire pid=%ld\n", me, a, sizeof a);
+        ask("op=acquire pid=%ld\n", me, b, sizeof b);
+        session_of(a, ia, sizeof ia);
+        session_of(b, ib, sizeof ib);
+        return ia[0] && strcmp(a, b) == 0 ? 0 : 1;
+    }
+    if (strcmp(what, "wrong-pid") == 0) {
+        ask("op=acquire pid=%ld\n", (long)getppid(), a, sizeof a);
+        return strncmp(a, "status=error ", 13) == 0 ? 0 : 1;
+    }
+    if (strcmp(what, "garbage") == 0) {
+        ask("hello%ld\n", me, a, sizeof a);
+        return strncmp(a, "status=error ", 13) == 0 ? 0 : 1;
+    }
+    if (strcmp(what, "release") == 0) {
+        ask("op=acquire pid=%ld\n", me, a, sizeof a);
+        ask("op=release pid=%ld\n", me, b, sizeof b);
+        if (strcmp(b, "status=ok") != 0)
+            return 1;
+        ask("op=acquire pid=%ld\n", me, b, sizeof b);
+        session_of(a, ia, sizeof ia);
+        session_of(b, ib, sizeof ib);
+        return ia[0] && ib[0] && strcmp(ia, ib) != 0 ? 0 : 1;
+    }
+    if (strcmp(what, "hold") == 0 && argc == 4) {
+        ask("op=acquire pid=%ld\n", me, a, sizeof a);
+        if (strncmp(a, "status=ok ", 10) != 0)
+            return 1;
+        printf("held\n");
+        fflush(stdout);
+        sleep((unsigned)atoi(argv[3]));
+        return 0;
+    }
+    fprintf(stderr, "cmgr_probe: unknown request %s\n", what);
+    return 2;
+}

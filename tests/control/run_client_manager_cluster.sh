@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# flyt-client-manager against the real control plane on loopback: flyt-cluster-manager
+# (SQLite), flyt-node-manager in test mode (host backend, one fake GPU) starting real
+# flyt-servers that admit only with the cluster's session token, and a CUDA program that
+# knows nothing but the client manager's socket.
+# usage: run_client_manager_cluster.sh CMGR CLUSTER_MANAGER NODE_MANAGER FLYTCTL SERVER
+#                                      PROBE LIB_DIR CUDA_USER
+set -u
+cmgr=$1 clm=$2 nm=$3 ctl=$4 server=$5 probe=$6 libdir=$7 cuda_user=$8
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+rc=0
+pass() { echo "ok: $*"; }
+fail() { echo "FAIL: $*"; rc=1; }
+die() { echo "FAIL: $*"; for f in "$tmp"/*.log; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
+wait_until() { local t=$(( $1 * 10 )); shift; while (( t-- > 0 )); do "$@" > /dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+json_field() { sed -n "s/.*\"$1\": *\"\([^\"]*\)\".*/\1/p" | head -1; }
+# the id of the session of process $1, from flytctl's JSON (the last "id" before its "pid")
+sid_of_pid() { "$ctl" --json session list | awk -v pid="$1" '
+  /"id": "/ { match($0, /"id": "[^"]*"/); id = substr($0, RSTART + 7, RLENGTH - 8) }
+  $0 ~ ("\"pid\": " pid ",?$") { print id; exit }'; }
+
+base=$(( 20000 + RANDOM % 20000 ))
+cm_port=$base nm_port=$(( base + 1 )) srv_min=$(( base + 2 )) srv_max=$(( base + 40 ))
+printf '%s\n' "$(printf 'c%.0s' $(seq 64))" > "$tmp/operator.token"; chmod 600 "$tmp/operator.token"
+cat > "$tmp/cluster.conf" <<EOF
+listen = 127.0.0.1:$cm_port
+store = sqlite:$tmp/cluster.db
+operator_token_file = operator.token
+heartbeat_interval = 1s
+node_timeout = 30s
+log_level = info
+EOF
+"$clm" --config "$tmp/cluster.conf" > "$tmp/cluster.log" 2>&1 & pids+=($!)
+export FLYT_CM_URL=http://127.0.0.1:$cm_port FLYT_OPERATOR_TOKEN_FILE=$tmp/operator.token
+wait_until 10 "$ctl" status || die "cluster manager did not start"
+
+"$ctl" --json node add node-a --host-ip 127.0.0.1 > "$tmp/node.json" || die "node add"
+json_field token < "$tmp/node.json" > "$tmp/node.token"; chmod 600 "$tmp/node.token"
+"$ctl" --json vm add --id vm-1 --vm-ip 127.0.0.2 --host-ip 127.0.0.1 --compute-units 16 \
+  --memory 1GiB > "$tmp/vm.json" || die "vm add"
+json_field token < "$tmp/vm.json" > "$tmp/vm.token"; chmod 600 "$tmp/vm.token"
+[ -s "$tmp/node.token" ] && [ -s "$tmp/vm.token" ] || die "no tokens: $(cat "$tmp/node.json" "$tmp/vm.json")"
+
+cat > "$tmp/node.conf" <<EOF
+node_id = node-a
+node_token_file = node.token
+cluster_manager = http://127.0.0.1:$cm_port
+listen = 127.0.0.1:$nm_port
+advertise_host = 127.0.0.1
+server_path = $server
+server_listen_host = 127.0.0.1
+server_port_min = $srv_min
+server_port_max = $srv_max
+state_dir = $tmp/nm-state
+backend = host
+log_level = info
+EOF
+"$nm" --config "$tmp/node.conf" > "$tmp/node.log" 2>&1 & pids+=($!)
+wait_until 15 sh -c "'$ctl' --json node show node-a | grep -q '\"state\": \"ready\"'" || die "node did not become ready"
+pass "cluster manager, node manager (test mode) up; node-a ready"
+
+cat > "$tmp/client.conf" <<EOF
+cluster_manager = http://127.0.0.1:$cm_port
+vm_id = vm-1
+vm_token_file = vm.token
+socket = $tmp/client.sock
+alive_interval = 1s
+log_level = info
+EOF
+"$cmgr" --config "$tmp/client.conf" > "$tmp/client.log" 2>&1 & mgr=$!; pids+=($mgr)
+wait_until 10 test -S "$tmp/client.sock" || die "client manager did not start"
+
+# run as "${cuda[@]}" ARGS &: env execs the program, so $! is its pid
+cuda=(env -u FLYT_SERVER -u FLYT_SESSION_TOKEN FLYT_CLIENT_MANAGER="$tmp/client.sock"
+      LD_LIBRARY_PATH="$libdir" "$cuda_user")
+
+echo "== a CUDA program through the whole cluster (session token checked by the server)"
+"${cuda[@]}" 16 > "$tmp/host.out" 2>&1 & host=$!
+wait $host && pass "it sees the VM's share: $(head -1 "$tmp/host.out")" || { cat "$tmp/host.out"; fail "CUDA program through the cluster"; }
+sid=$(sid_of_pid $host)
+[ -n "$sid" ] && pass "the cluster manager recorded session $sid for pid $host" || fail "no session for pid $host"
+wait_until 10 sh -c "'$ctl' --json session show $sid | grep -q '\"state\": \"released\"'" \
+  && pass "session $sid released after the program exited" || fail "session $sid not released: $("$ctl" session show "$sid")"
+grep -q "admitted" "$tmp/nm-state"/*.log "$tmp/node.log" 2>/dev/null && pass "a server logged the admission" || echo "(no server admission line found in the node manager's logs)"
+
+echo "== kill -9 of a CUDA program"
+"${cuda[@]}" 16 60 > "$tmp/h.out" 2>&1 & h=$!; pids+=($h)
+wait_until 20 grep -q held "$tmp/h.out" || fail "holder got no session: $(cat "$tmp/h.out")"
+sid=$(sid_of_pid $h)
+"$ctl" session show "$sid" | grep -q "active" && pass "session $sid active for pid $h" || fail "session $sid not active"
+sleep 1.5
+kill -9 $h; wait $h 2>/dev/null
+wait_until 10 sh -c "'$ctl' --json session show $sid | grep -q '\"state\": \"released\"'" \
+  && pass "session $sid released after kill -9" || fail "session $sid not released after kill -9"
+
+echo "== stopping the client manager releases what it holds"
+"$probe" "$tmp/client.sock" hold 60 > "$tmp/h2.out" 2>&1 & h2=$!; pids+=($h2)
+wait_until 20 grep -q held "$tmp/h2.out" || fail "holder 2 got no session"
+sid2=$(sed -n 's/.*session=\([^ ]*\).*/\1/p' "$tmp/h2.out")
+kill -TERM $mgr; wait $mgr && pass "client manager stopped (status 0)" || fail "client manager exit status"
+"$ctl" --json session show "$sid2" | grep -q '"state": "released"' && pass "session $sid2 released at stop" || fail "session $sid2 not released at stop"
+kill $h2 2>/dev/null
+live=$("$ctl" --json session list --state live | grep -c '"id"')
+[ "$live" = 0 ] && pass "no live session left in the cluster" || fail "$live live sessions left"
+grep -qE "AddressSanitizer|runtime error" "$tmp"/*.log && fail "sanitizer reports in the logs"
+[ $rc = 0 ] || "$ctl" --json session list | head -60
+[ $rc = 0 ] && echo "all cluster checks passed" || { echo "--- client manager log"; tail -30 "$tmp/client.log"; }
+exit $rc
