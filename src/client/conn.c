@@ -231,34 +231,84 @@ static void wait_callbacks(uint64_t seen)
 
 /* ---- receiver ---- */
 
+/* The receiver's input buffer: one recv usually brings a whole reply (or
+ * several), instead of one call per piece. Bulk data goes straight to its
+ * destination. Only the receiver thread touches it. */
+#define RX_BUF (64 * 1024)
+static struct {
+    char   buf[RX_BUF];
+    size_t pos, len;
+} rx;
+
+static int rx_read(void *dst, size_t n)
+{
+    char *p = dst;
+    while (n > 0) {
+        if (rx.pos < rx.len) {
+            size_t k = rx.len - rx.pos < n ? rx.len - rx.pos : n;
+            memcpy(p, rx.buf + rx.pos, k);
+            rx.pos += k;
+            p += k;
+            n -= k;
+            continue;
+        }
+        if (n >= RX_BUF / 2)
+            return flyt_read_full(conn.fd, p, n);
+        ssize_t got;
+        do {
+            got = recv(conn.fd, rx.buf, RX_BUF, 0);
+        } while (got < 0 && errno == EINTR);
+        if (got <= 0) {
+            if (got == 0)
+                errno = 0;
+            return -1;
+        }
+        rx.pos = 0;
+        rx.len = (size_t)got;
+    }
+    return 0;
+}
+
+static int rx_skip(size_t n)
+{
+    char tmp[4096];
+    while (n > 0) {
+        size_t k = n < sizeof tmp ? n : sizeof tmp;
+        if (rx_read(tmp, k) != 0)
+            return -1;
+        n -= k;
+    }
+    return 0;
+}
+
 static int read_reply_body(struct waiter *w, uint32_t length)
 {
     struct flyt_reply_sink *sink = w->sink;
     size_t rep_size = sink ? sink->rep_size : 0;
     if (length < sizeof(struct flyt_reply))
         return -1;
-    if (flyt_read_full(conn.fd, &w->reply, sizeof w->reply) != 0)
+    if (rx_read(&w->reply, sizeof w->reply) != 0)
         return -1;
     size_t left = length - sizeof(struct flyt_reply);
     if (left == 0)
         return 0;
     if (left < rep_size)
         return -1;
-    if (rep_size && flyt_read_full(conn.fd, sink->rep, rep_size) != 0)
+    if (rep_size && rx_read(sink->rep, rep_size) != 0)
         return -1;
     left -= rep_size;
     if (left == 0 || sink == NULL)
-        return left == 0 ? 0 : flyt_skip(conn.fd, left);
+        return left == 0 ? 0 : rx_skip(left);
     size_t trailer = sink->streamed ? sizeof(struct flyt_reply) : 0;
     if (left < trailer || left - trailer > sink->data_max)
         return -1;
     size_t data = left - trailer;
-    if (data && flyt_read_full(conn.fd, sink->data, data) != 0)
+    if (data && rx_read(sink->data, data) != 0)
         return -1;
     sink->data_got = data;
     if (trailer) {
         struct flyt_reply t;
-        if (flyt_read_full(conn.fd, &t, sizeof t) != 0)
+        if (rx_read(&t, sizeof t) != 0)
             return -1;
         if (t.result != 0)
             w->reply.result = t.result;
@@ -276,15 +326,15 @@ static void *receiver_thread(void *arg)
     (void)arg;
     for (;;) {
         struct flyt_frame_hdr h;
-        if (__atomic_load_n(&conn.waiters, __ATOMIC_RELAXED) != NULL)
+        if (rx.pos == rx.len && __atomic_load_n(&conn.waiters, __ATOMIC_RELAXED) != NULL)
             flyt_spin_readable(conn.fd, RECEIVER_SPIN_US);
-        if (flyt_read_full(conn.fd, &h, sizeof h) != 0) {
+        if (rx_read(&h, sizeof h) != 0) {
             fail_all(errno ? strerror(errno) : "server closed the connection");
             return NULL;
         }
         if (h.op == FLYT_OP_CALLBACK && !(h.flags & FLYT_F_REPLY)) {
             struct flyt_msg_callback m;
-            if (h.length != sizeof m || flyt_read_full(conn.fd, &m, sizeof m) != 0) {
+            if (h.length != sizeof m || rx_read(&m, sizeof m) != 0) {
                 fail_all("malformed callback frame");
                 return NULL;
             }
