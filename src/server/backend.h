@@ -55,6 +55,14 @@ struct flyt_backend_ops {
     CUresult (*get_ctx_flags)(flyt_backend *b, unsigned *flags);
     CUresult (*set_ctx_flags)(flyt_backend *b, unsigned flags);
     CUresult (*driver_version)(flyt_backend *b, int *version);
+    /* The SM share (--sm-groups): from now on the session's work runs on
+     * exactly the listed SM groups (the device's SMs split into groups of
+     * `granularity`; group i is the i-th group of that split), and the device
+     * properties and attributes report the share's SM count. Called at most
+     * once, right after open; *sm_count gets the share's SMs. NULL: the
+     * backend cannot (the session then fails to start). */
+    CUresult (*set_sm_share)(flyt_backend *b, unsigned granularity, const int *groups, int ngroups,
+                             int *sm_count);
 
     /* memory */
     CUresult (*mem_alloc)(flyt_backend *b, uint64_t size, uint64_t *dptr);

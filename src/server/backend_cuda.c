@@ -193,6 +193,8 @@ static struct flyt_cuda_backend *cb(flyt_backend *base) { return (struct flyt_cu
             return enter_r_;                             \
     } while (0)
 
+/* Retains the primary context and makes it current; with an SM share, then
+ * builds the green context and makes that current instead. */
 static CUresult ctx_acquire(struct flyt_cuda_backend *b)
 {
     CUcontext ctx = NULL;
@@ -201,12 +203,16 @@ static CUresult ctx_acquire(struct flyt_cuda_backend *b)
         b->ctx_err = r;
         return r;
     }
-    b->ctx = ctx;
+    b->primary = b->ctx = ctx;
     tls_ctx = NULL;
     r = flyt_cuda_ctx(b);
+    if (r == CUDA_SUCCESS && b->share_n > 0)
+        r = flyt_cuda_green_build(b);
     if (r != CUDA_SUCCESS) {
+        b->cu.cuCtxSetCurrent(NULL);
+        tls_ctx = NULL;
         b->cu.cuDevicePrimaryCtxRelease(b->dev);
-        b->ctx = NULL;
+        b->primary = b->ctx = NULL;
         b->ctx_err = r;
     } else {
         b->ctx_err = CUDA_SUCCESS;
@@ -216,12 +222,13 @@ static CUresult ctx_acquire(struct flyt_cuda_backend *b)
 
 static void ctx_drop(struct flyt_cuda_backend *b)
 {
-    if (!b->ctx)
+    if (!b->primary)
         return;
+    flyt_cuda_green_drop(b);
     b->cu.cuCtxSetCurrent(NULL);
     tls_ctx = NULL;
     b->cu.cuDevicePrimaryCtxRelease(b->dev);
-    b->ctx = NULL;
+    b->primary = b->ctx = NULL;
 }
 
 /* ---- tracked objects ---- */
@@ -294,6 +301,7 @@ static void cuda_close(flyt_backend *base)
     destroy_tracked(b);
     ctx_drop(b);
     free(b->kparams);
+    free(b->share_groups);
     /* libcuda stays loaded: unloading an initialized driver is not safe */
     free(b);
 }
@@ -313,6 +321,11 @@ static CUresult cuda_device_attr(flyt_backend *base, int attr, int *value)
     struct flyt_cuda_backend *b = cb(base);
     if (!b || !value)
         return CUDA_ERROR_INVALID_VALUE;
+    /* the tenant sees its share of the SMs */
+    if (attr == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT && b->share_sms > 0) {
+        *value = b->share_sms;
+        return CUDA_SUCCESS;
+    }
     /* cudaDeviceAttr values are the CUdevice_attribute values */
     return b->cu.cuDeviceGetAttribute(value, (CUdevice_attribute)attr, b->dev);
 }
@@ -332,6 +345,7 @@ static CUresult cuda_device_reset(flyt_backend *base)
         b->cu.cuCtxSynchronize(); /* an error here is what the reset clears */
     flyt_cuda_staging_release(b, 0); /* buffers stay mapped: the server may hold one */
     destroy_tracked(b);
+    flyt_cuda_green_drop(b); /* rebuilt by ctx_acquire below */
     CUresult r = b->cu.cuDevicePrimaryCtxReset(b->dev);
     if (r != CUDA_SUCCESS)
         flyt_warn("cuda backend: primary context reset: %s", cu_errname(&b->cu, r));
@@ -493,9 +507,9 @@ static CUresult cuda_mem_alloc_async(flyt_backend *base, uint64_t size, flyt_bha
     CUresult r;
     if (pool)
         r = b->cu.cuMemAllocFromPoolAsync(&p, (size_t)size, (CUmemoryPool)pool,
-                                          flyt_cuda_stream(stream));
+                                          flyt_cuda_stream(b, stream));
     else
-        r = b->cu.cuMemAllocAsync(&p, (size_t)size, flyt_cuda_stream(stream));
+        r = b->cu.cuMemAllocAsync(&p, (size_t)size, flyt_cuda_stream(b, stream));
     if (r == CUDA_SUCCESS)
         *dptr = p;
     return r;
@@ -504,7 +518,7 @@ static CUresult cuda_mem_alloc_async(flyt_backend *base, uint64_t size, flyt_bha
 static CUresult cuda_mem_free_async(flyt_backend *base, uint64_t dptr, flyt_bhandle stream)
 {
     ENTER(b, base);
-    return b->cu.cuMemFreeAsync((CUdeviceptr)dptr, flyt_cuda_stream(stream));
+    return b->cu.cuMemFreeAsync((CUdeviceptr)dptr, flyt_cuda_stream(b, stream));
 }
 
 static CUresult cuda_pointer_attrs(flyt_backend *base, uint64_t ptr, flyt_rep_pointer_attrs *out)
@@ -652,7 +666,15 @@ static CUresult cuda_stream_create(flyt_backend *base, unsigned flags, int prior
     if (!stream)
         return CUDA_ERROR_INVALID_VALUE;
     CUstream s = NULL;
-    CUresult r = b->cu.cuStreamCreateWithPriority(&s, flags, priority);
+    CUresult r;
+    /* In a green context: non-blocking streams through cuGreenCtxStreamCreate
+     * (which takes only CU_STREAM_NON_BLOCKING); blocking ones are created
+     * with the green context current, which makes them streams of it that
+     * still synchronize with its legacy stream (backend_cuda_green.c). */
+    if (b->green && (flags & CU_STREAM_NON_BLOCKING))
+        r = b->cu.cuGreenCtxStreamCreate(&s, b->green, flags, priority);
+    else
+        r = b->cu.cuStreamCreateWithPriority(&s, flags, priority);
     if (r != CUDA_SUCCESS)
         return r;
     if (flyt_pset_add(&b->streams, s) != 0) {
@@ -675,13 +697,13 @@ static CUresult cuda_stream_destroy(flyt_backend *base, flyt_bhandle stream)
 static CUresult cuda_stream_sync(flyt_backend *base, flyt_bhandle stream)
 {
     ENTER(b, base);
-    return b->cu.cuStreamSynchronize(flyt_cuda_stream(stream));
+    return b->cu.cuStreamSynchronize(flyt_cuda_stream(b, stream));
 }
 
 static CUresult cuda_stream_query(flyt_backend *base, flyt_bhandle stream)
 {
     ENTER(b, base);
-    return b->cu.cuStreamQuery(flyt_cuda_stream(stream));
+    return b->cu.cuStreamQuery(flyt_cuda_stream(b, stream));
 }
 
 static CUresult cuda_stream_wait_event(flyt_backend *base, flyt_bhandle stream, flyt_bhandle event,
@@ -690,7 +712,7 @@ static CUresult cuda_stream_wait_event(flyt_backend *base, flyt_bhandle stream, 
     ENTER(b, base);
     if (!event)
         return CUDA_ERROR_INVALID_HANDLE;
-    return b->cu.cuStreamWaitEvent(flyt_cuda_stream(stream), (CUevent)event, flags);
+    return b->cu.cuStreamWaitEvent(flyt_cuda_stream(b, stream), (CUevent)event, flags);
 }
 
 static CUresult cuda_stream_get_flags(flyt_backend *base, flyt_bhandle stream, unsigned *flags)
@@ -698,7 +720,7 @@ static CUresult cuda_stream_get_flags(flyt_backend *base, flyt_bhandle stream, u
     ENTER(b, base);
     if (!flags)
         return CUDA_ERROR_INVALID_VALUE;
-    return b->cu.cuStreamGetFlags(flyt_cuda_stream(stream), flags);
+    return b->cu.cuStreamGetFlags(flyt_cuda_stream(b, stream), flags);
 }
 
 static CUresult cuda_stream_get_priority(flyt_backend *base, flyt_bhandle stream, int *priority)
@@ -706,7 +728,7 @@ static CUresult cuda_stream_get_priority(flyt_backend *base, flyt_bhandle stream
     ENTER(b, base);
     if (!priority)
         return CUDA_ERROR_INVALID_VALUE;
-    return b->cu.cuStreamGetPriority(flyt_cuda_stream(stream), priority);
+    return b->cu.cuStreamGetPriority(flyt_cuda_stream(b, stream), priority);
 }
 
 static CUresult cuda_stream_host_func(flyt_backend *base, flyt_bhandle stream, flyt_host_func_cb fn,
@@ -716,7 +738,7 @@ static CUresult cuda_stream_host_func(flyt_backend *base, flyt_bhandle stream, f
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
     /* the driver calls fn(arg) on its own thread, in stream order */
-    return b->cu.cuLaunchHostFunc(flyt_cuda_stream(stream), (CUhostFn)fn, arg);
+    return b->cu.cuLaunchHostFunc(flyt_cuda_stream(b, stream), (CUhostFn)fn, arg);
 }
 
 /* ---- events ---- */
@@ -752,7 +774,7 @@ static CUresult cuda_event_record(flyt_backend *base, flyt_bhandle event, flyt_b
     ENTER(b, base);
     if (!event)
         return CUDA_ERROR_INVALID_HANDLE;
-    return b->cu.cuEventRecordWithFlags((CUevent)event, flyt_cuda_stream(stream), flags);
+    return b->cu.cuEventRecordWithFlags((CUevent)event, flyt_cuda_stream(b, stream), flags);
 }
 
 static CUresult cuda_event_query(flyt_backend *base, flyt_bhandle event)
@@ -1055,7 +1077,7 @@ static CUresult cuda_launch(flyt_backend *base, flyt_bhandle func, const uint32_
     cfg.blockDimY = block[1];
     cfg.blockDimZ = block[2];
     cfg.sharedMemBytes = shared_mem;
-    cfg.hStream = flyt_cuda_stream(stream);
+    cfg.hStream = flyt_cuda_stream(b, stream);
     cfg.attrs = attr_count ? la : NULL;
     cfg.numAttrs = attr_count;
 
@@ -1134,6 +1156,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .get_ctx_flags = cuda_get_ctx_flags,
     .set_ctx_flags = cuda_set_ctx_flags,
     .driver_version = cuda_driver_version,
+    .set_sm_share = flyt_cuda_set_sm_share,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
     .mem_alloc_pitch = cuda_mem_alloc_pitch,

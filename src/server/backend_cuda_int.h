@@ -98,7 +98,14 @@
     X(cuFuncSetCacheConfig)                               \
     X(cuLaunchKernelEx)                                   \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
-    X(cuOccupancyAvailableDynamicSMemPerBlock)
+    X(cuOccupancyAvailableDynamicSMemPerBlock)            \
+    X(cuDeviceGetDevResource)                             \
+    X(cuDevSmResourceSplitByCount)                        \
+    X(cuDevResourceGenerateDesc)                          \
+    X(cuGreenCtxCreate)                                   \
+    X(cuGreenCtxDestroy)                                  \
+    X(cuCtxFromGreenCtx)                                  \
+    X(cuGreenCtxStreamCreate)
 
 #define FLYT_CU_STR2(x) #x
 #define FLYT_CU_STR(x)  FLYT_CU_STR2(x) /* stringize after macro expansion */
@@ -165,8 +172,18 @@ struct flyt_cuda_backend {
     struct flyt_cu_api  cu;
     int                 ordinal;
     CUdevice            dev;
-    CUcontext           ctx; /* the retained primary context, NULL when not held */
+    CUcontext           primary; /* the retained primary context, NULL when not held */
+    CUcontext           ctx;     /* the context made current: primary, or the green one */
     CUresult            ctx_err; /* why ctx is NULL: what every call then returns */
+
+    /* The SM share (set_sm_share): a green context made of the listed SM
+     * groups, current instead of the primary context (backend_cuda_green.c). */
+    unsigned   share_gran;
+    int       *share_groups;
+    int        share_n;
+    int        share_sms;  /* SMs of the green context, 0 without a share */
+    CUgreenCtx green;
+    CUstream   pt_stream;  /* serves CU_STREAM_PER_THREAD inside the green context */
 
     struct flyt_pset streams, events, pools;
     struct flyt_cuda_module *modules;
@@ -182,8 +199,25 @@ struct flyt_cuda_backend {
 
 /* Makes the primary context current on the calling thread (cheap when it is). */
 CUresult flyt_cuda_ctx(struct flyt_cuda_backend *b);
-/* Maps a stream handle (including the three special values) to a CUstream. */
-static inline CUstream flyt_cuda_stream(flyt_bhandle s) { return (CUstream)s; }
+/* Maps a stream handle (including the three special values) to a CUstream.
+ * Inside a green context the per-thread default stream is a stream of that
+ * green context (see backend_cuda_green.c); NULL and legacy stay as they are. */
+static inline CUstream flyt_cuda_stream(const struct flyt_cuda_backend *b, flyt_bhandle s)
+{
+    if (s == FLYT_BSTREAM_PER_THREAD && b->pt_stream)
+        return b->pt_stream;
+    return (CUstream)s;
+}
+
+/* backend_cuda_green.c: builds the green context of the share (groups and
+ * granularity already stored in b) and makes it current; on failure nothing
+ * of it is left and the primary context is current again. */
+CUresult flyt_cuda_green_build(struct flyt_cuda_backend *b);
+/* Destroys the green context (and its per-thread stream); the primary
+ * context stays retained. Safe when there is none. */
+void     flyt_cuda_green_drop(struct flyt_cuda_backend *b);
+CUresult flyt_cuda_set_sm_share(flyt_backend *base, unsigned granularity, const int *groups,
+                                int ngroups, int *sm_count);
 
 /* backend_cuda_props.c */
 CUresult flyt_cuda_device_props(flyt_backend *base, struct cudaDeviceProp *out);

@@ -196,6 +196,8 @@ CUresult flyt_cuda_device_props(flyt_backend *base, struct cudaDeviceProp *out)
         }
         put_value(&p, e, v);
     }
+    if (b->share_sms > 0) /* the tenant sees its share of the SMs */
+        p.multiProcessorCount = b->share_sms;
 
     *out = p;
     return CUDA_SUCCESS;

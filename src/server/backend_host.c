@@ -110,6 +110,7 @@ struct host_backend {
     int attr[HOST_ATTR_MAX];
     unsigned char attr_known[HOST_ATTR_MAX];
     uint64_t total, used;
+    int sm_total; /* SMs of the fake device (FLYT_HOST_BACKEND_SMS, default 132) */
 
     struct halloc *allocs; /* sorted by addr */
     size_t nallocs, cap_allocs;
@@ -153,7 +154,7 @@ static void fill_props(struct host_backend *h)
     p->minor = 0;
     p->textureAlignment = 512;
     p->texturePitchAlignment = 32;
-    p->multiProcessorCount = 132;
+    p->multiProcessorCount = h->sm_total;
     p->integrated = 0;
     p->canMapHostMemory = 1;
     p->maxTexture1D = 131072;
@@ -712,6 +713,29 @@ static CUresult host_set_ctx_flags(flyt_backend *b, unsigned flags)
     if ((flags & ~(unsigned)CU_CTX_FLAGS_MASK) || (flags & CU_CTX_SCHED_MASK) > CU_CTX_SCHED_BLOCKING_SYNC)
         return CUDA_ERROR_INVALID_VALUE;
     HB(b)->ctx_flags = flags;
+    return CUDA_SUCCESS;
+}
+
+/* The host backend runs no kernels: a share only changes the SM count the
+ * device reports, after the same checks the cuda backend makes. */
+static CUresult host_set_sm_share(flyt_backend *b, unsigned granularity, const int *groups,
+                                  int ngroups, int *sm_count)
+{
+    struct host_backend *h = HB(b);
+    if (granularity == 0 || ngroups <= 0 || !groups || !sm_count)
+        return CUDA_ERROR_INVALID_VALUE;
+    int avail = h->sm_total / (int)granularity;
+    for (int i = 0; i < ngroups; i++) {
+        if (groups[i] < 0 || groups[i] >= avail)
+            return CUDA_ERROR_INVALID_VALUE;
+        for (int k = 0; k < i; k++)
+            if (groups[k] == groups[i])
+                return CUDA_ERROR_INVALID_VALUE;
+    }
+    int count = ngroups * (int)granularity;
+    h->props.multiProcessorCount = count;
+    set_attr(h, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, count);
+    *sm_count = count;
     return CUDA_SUCCESS;
 }
 
@@ -1309,6 +1333,7 @@ static const struct flyt_backend_ops host_ops = {
     .get_ctx_flags = host_get_ctx_flags,
     .set_ctx_flags = host_set_ctx_flags,
     .driver_version = host_driver_version,
+    .set_sm_share = host_set_sm_share,
     .mem_alloc = host_mem_alloc,
     .mem_free = host_mem_free,
     .mem_alloc_pitch = host_mem_alloc_pitch,
@@ -1358,6 +1383,25 @@ static const struct flyt_backend_ops host_ops = {
     .occupancy_smem = host_occupancy_smem,
 };
 
+/* FLYT_HOST_BACKEND_SMS: SMs of the fake device (default 132), so that a
+ * node manager in test mode can declare the fake GPU it reports. */
+static int parse_sms(int *sms, char *err, size_t errlen)
+{
+    const char *s = getenv("FLYT_HOST_BACKEND_SMS");
+    *sms = 132;
+    if (s == NULL || *s == '\0')
+        return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end != '\0' || v < 1 || v > 100000 || *s < '0' || *s > '9') {
+        snprintf(err, errlen, "FLYT_HOST_BACKEND_SMS must be an SM count from 1 to 100000: %s", s);
+        return -1;
+    }
+    *sms = (int)v;
+    return 0;
+}
+
 /* FLYT_HOST_BACKEND_MEM: total fake device memory in bytes (default 1 GiB). */
 static int parse_total(uint64_t *total, char *err, size_t errlen)
 {
@@ -1383,7 +1427,8 @@ flyt_backend *flyt_backend_host_open(int gpu, char *err, size_t errlen)
         return NULL;
     }
     uint64_t total;
-    if (parse_total(&total, err, errlen) != 0)
+    int sms;
+    if (parse_total(&total, err, errlen) != 0 || parse_sms(&sms, err, errlen) != 0)
         return NULL;
     struct host_backend *h = calloc(1, sizeof *h);
     if (h == NULL) {
@@ -1392,6 +1437,7 @@ flyt_backend *flyt_backend_host_open(int gpu, char *err, size_t errlen)
     }
     h->base.ops = &host_ops;
     h->total = total;
+    h->sm_total = sms;
     fill_props(h);
     fill_attrs(h);
     reset_context_state(h);

@@ -1,13 +1,26 @@
 /*
- * AUTH: session-token admission. A standalone server (no session key) asks
- * for no token and accepts a client that sends one anyway.
+ * AUTH: session-token admission (docs/api.md, "Session tokens").
+ *
+ * A server started with --session-id and --session-key-file answers HELLO
+ * with FLYT_HELLO_AUTH_REQUIRED and opens the GPU only once a token verifies:
+ * HMAC-SHA256 under the session key, for this session id, not expired
+ * (flyt_session_token_verify compares in constant time). A token that does
+ * not verify is answered CUDA_ERROR_NOT_PERMITTED, logged, and the session
+ * ends. A standalone server (no session key) asks for no token and accepts a
+ * client that sends one anyway.
  */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "flyt_log.h"
+#include "flyt_token.h"
 #include "session.h"
 
 int handle_AUTH(flyt_session *s, flyt_call *c)
 {
     const flyt_req_auth *r = c->req;
-    char token[FLYT_MAX_TOKEN];
+    char token[FLYT_MAX_TOKEN + 1];
     if (r->token_len == 0 || r->token_len > FLYT_MAX_TOKEN)
         return flyt_violation(s, c, "token length %u out of range", r->token_len);
     int rc = flyt_expect_data(s, c, r->token_len);
@@ -15,6 +28,35 @@ int handle_AUTH(flyt_session *s, flyt_call *c)
         return rc;
     if (flyt_recv_data(s, c, token, r->token_len) != 0)
         return FLYT_END_IO;
+    token[r->token_len] = '\0';
+    const struct flyt_server_config *cfg = s->cfg;
+    if (!cfg->session_id || s->admitted) {
+        c->result = CUDA_SUCCESS;
+        return FLYT_CONT;
+    }
+
+    char why[256] = "";
+    if (strlen(token) != r->token_len)
+        snprintf(why, sizeof why, "the token holds a NUL byte");
+    else
+        flyt_session_token_verify(cfg->session_key, cfg->session_key_len, token, cfg->session_id,
+                                  (long long)time(NULL), why, sizeof why);
+    if (why[0]) {
+        flyt_error("admission refused for %s: %s (session %s); ending session", s->peer, why,
+                   cfg->session_id);
+        flyt_reply(s, c, CUDA_ERROR_NOT_PERMITTED, NULL, 0);
+        return FLYT_END_AUTH;
+    }
+
+    char err[512] = "";
+    int32_t result = flyt_session_open_backend(s, err, sizeof err);
+    if (result != CUDA_SUCCESS) {
+        flyt_error("%s", err);
+        if (flyt_reply(s, c, result, NULL, 0) != 0)
+            return FLYT_END_IO;
+        return FLYT_END_BACKEND;
+    }
+    flyt_info("session %s admitted for %s", cfg->session_id, s->peer);
     c->result = CUDA_SUCCESS;
     return FLYT_CONT;
 }

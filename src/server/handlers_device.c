@@ -1,4 +1,8 @@
-/* DEVICE_* and DRIVER_VERSION: the session's one device (the server's GPU). */
+/* DEVICE_* and DRIVER_VERSION: the session's one device (the server's GPU).
+ * With a memory quota the tenant sees a virtual GPU of that size: the
+ * properties' totalGlobalMem and DEVICE_MEM_INFO's total are the quota, and
+ * the free memory is what the quota leaves (never more than the GPU really
+ * has free). The SM share's SM count comes from the backend. */
 #include <assert.h>
 #include <string.h>
 
@@ -34,6 +38,8 @@ int handle_DEVICE_PROPS(flyt_session *s, flyt_call *c)
     memset(&p, 0, sizeof p);
     c->result = FLYT_BCALL(s, device_props, &p);
     flyt_rep_props *rep = c->rep;
+    if (c->result == CUDA_SUCCESS && flyt_quota_limit())
+        p.totalGlobalMem = (size_t)flyt_quota_limit();
     if (c->result == CUDA_SUCCESS)
         memcpy(rep->bytes, &p, sizeof p);
     return FLYT_CONT;
@@ -64,6 +70,7 @@ int handle_DEVICE_RESET(flyt_session *s, flyt_call *c)
      * than risk handing the backend a dangling handle. */
     flyt_regions_forget(s);
     flyt_handles_clear(&s->handles);
+    flyt_memtab_clear(&s->mem); /* the reset freed every allocation */
     s->default_pool_id = 0;
     return FLYT_CONT;
 }
@@ -90,6 +97,13 @@ int handle_DEVICE_MEM_INFO(flyt_session *s, flyt_call *c)
     flyt_rep_mem_info *rep = c->rep;
     uint64_t free_bytes = 0, total = 0;
     c->result = FLYT_BCALL(s, mem_info, &free_bytes, &total);
+    uint64_t quota = flyt_quota_limit();
+    if (c->result == CUDA_SUCCESS && quota) {
+        uint64_t used = flyt_quota_used_total();
+        uint64_t left = used < quota ? quota - used : 0;
+        free_bytes = left < free_bytes ? left : free_bytes;
+        total = quota;
+    }
     rep->free_bytes = free_bytes;
     rep->total_bytes = total;
     return FLYT_CONT;

@@ -93,8 +93,8 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
     flyt_sha256(image, r->size, sha);
     if (memcmp(sha, r->sha256, 32) != 0) {
         char want[65], got[65];
-        flyt_sha256_hex(r->sha256, want);
-        flyt_sha256_hex(sha, got);
+        flyt_sha256_format(r->sha256, want);
+        flyt_sha256_format(sha, got);
         flyt_error("MODULE_LOAD from %s: image of %llu bytes hashes to %s, request says %s; refused",
                    s->peer, (unsigned long long)r->size, got, want);
         c->result = CUDA_ERROR_INVALID_VALUE;

@@ -1,5 +1,39 @@
-/* MEM_* allocation ops, POINTER_ATTRS and memory pools. */
+/* MEM_* allocation ops, POINTER_ATTRS and memory pools.
+ *
+ * With a status page (a managed server, quota.h) every allocation is charged
+ * against the memory quota before the backend makes it and recorded by
+ * pointer; frees give the recorded size back. A refused allocation answers
+ * CUDA_ERROR_OUT_OF_MEMORY (cudaErrorMemoryAllocation for the application). */
 #include "session.h"
+
+/* The bytes a pitched allocation takes at most before the backend chooses
+ * the pitch: rows rounded up to 512 bytes (what both backends use; a larger
+ * real pitch is charged afterwards). 0 when it overflows. */
+static uint64_t pitch_estimate(uint64_t width, uint64_t height)
+{
+    uint64_t row, total;
+    if (width > UINT64_MAX - 511)
+        return 0;
+    row = (width + 511) / 512 * 512;
+    if (__builtin_mul_overflow(row, height, &total))
+        return 0;
+    return total;
+}
+
+/* After a successful allocation of size bytes that was charged: record it,
+ * or, out of memory, undo it. */
+static void record_alloc(flyt_session *s, flyt_call *c, uint64_t dptr, uint64_t size)
+{
+    if (dptr == 0) { /* nothing was allocated (size 0) */
+        flyt_quota_uncharge(&s->mem, size);
+        return;
+    }
+    if (flyt_memtab_add(&s->mem, dptr, size) != 0) {
+        FLYT_BCALL(s, mem_free, dptr);
+        flyt_quota_uncharge(&s->mem, size);
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+}
 
 /* Adds a backend object to the id table: its id, or 0 with c->result set
  * when out of memory (the caller then gives the object back). */
@@ -17,8 +51,16 @@ int handle_MEM_ALLOC(flyt_session *s, flyt_call *c)
     const flyt_req_mem_alloc *r = c->req;
     flyt_rep_u64 *rep = c->rep;
     uint64_t dptr = 0;
+    if (flyt_quota_charge(&s->mem, r->size) != 0) {
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        return FLYT_CONT;
+    }
     c->result = FLYT_BCALL(s, mem_alloc, r->size, &dptr);
-    rep->value = dptr;
+    if (c->result == CUDA_SUCCESS)
+        record_alloc(s, c, dptr, r->size);
+    else
+        flyt_quota_uncharge(&s->mem, r->size);
+    rep->value = c->result == CUDA_SUCCESS ? dptr : 0;
     return FLYT_CONT;
 }
 
@@ -26,6 +68,8 @@ int handle_MEM_FREE(flyt_session *s, flyt_call *c)
 {
     const flyt_req_handle *r = c->req;
     c->result = FLYT_BCALL(s, mem_free, r->handle);
+    if (c->result == CUDA_SUCCESS)
+        flyt_memtab_remove(&s->mem, r->handle);
     return FLYT_CONT;
 }
 
@@ -34,7 +78,38 @@ int handle_MEM_ALLOC_PITCH(flyt_session *s, flyt_call *c)
     const flyt_req_mem_pitch *r = c->req;
     flyt_rep_u64_pair *rep = c->rep;
     uint64_t dptr = 0, pitch = 0;
+    uint64_t charged = 0;
+    if (flyt_quota_active()) {
+        charged = pitch_estimate(r->width_bytes, r->height);
+        if ((charged == 0 && r->width_bytes && r->height) ||
+            flyt_quota_charge(&s->mem, charged) != 0) {
+            c->result = CUDA_ERROR_OUT_OF_MEMORY;
+            return FLYT_CONT;
+        }
+    }
     c->result = FLYT_BCALL(s, mem_alloc_pitch, r->width_bytes, r->height, &dptr, &pitch);
+    if (c->result != CUDA_SUCCESS) {
+        flyt_quota_uncharge(&s->mem, charged);
+        dptr = pitch = 0;
+    } else if (flyt_quota_active() && dptr) {
+        uint64_t real;
+        if (__builtin_mul_overflow(pitch, r->height, &real))
+            real = UINT64_MAX;
+        if (real > charged && flyt_quota_charge(&s->mem, real - charged) != 0) {
+            FLYT_BCALL(s, mem_free, dptr);
+            flyt_quota_uncharge(&s->mem, charged);
+            c->result = CUDA_ERROR_OUT_OF_MEMORY;
+            dptr = pitch = 0;
+        } else {
+            if (real < charged)
+                flyt_quota_uncharge(&s->mem, charged - real);
+            record_alloc(s, c, dptr, real);
+            if (c->result != CUDA_SUCCESS)
+                dptr = pitch = 0;
+        }
+    } else {
+        flyt_quota_uncharge(&s->mem, charged);
+    }
     rep->a = dptr;
     rep->b = pitch;
     return FLYT_CONT;
@@ -51,8 +126,16 @@ int handle_MEM_ALLOC_ASYNC(flyt_session *s, flyt_call *c)
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
     uint64_t dptr = 0;
+    if (flyt_quota_charge(&s->mem, r->size) != 0) {
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        return FLYT_CONT;
+    }
     c->result = FLYT_BCALL(s, mem_alloc_async, r->size, pool, stream, &dptr);
-    rep->value = dptr;
+    if (c->result == CUDA_SUCCESS)
+        record_alloc(s, c, dptr, r->size);
+    else
+        flyt_quota_uncharge(&s->mem, r->size);
+    rep->value = c->result == CUDA_SUCCESS ? dptr : 0;
     return FLYT_CONT;
 }
 
@@ -63,6 +146,9 @@ int handle_MEM_FREE_ASYNC(flyt_session *s, flyt_call *c)
     c->result = flyt_lookup_stream(s, r->stream, &stream);
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, mem_free_async, r->dptr, stream);
+    /* given back when the free is queued: the application cannot use it again */
+    if (c->result == CUDA_SUCCESS)
+        flyt_memtab_remove(&s->mem, r->dptr);
     return FLYT_CONT;
 }
 

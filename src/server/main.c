@@ -20,9 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flyt_config.h"
 #include "flyt_log.h"
 #include "flyt_proto.h"
+#include "flyt_token.h"
 #include "flyt_transport.h"
+#include "quota.h"
 #include "session.h"
 
 #ifndef FLYT_VERSION
@@ -32,10 +35,17 @@
 #define EXIT_USAGE 2
 #define STOP_GRACE_S 10 /* after SIGTERM, children get this long before SIGKILL */
 
+#define MAX_SM_GROUPS 256
+#define MAX_SESSION_KEY 128 /* bytes */
+
 struct options {
     const char               *listen;
     struct flyt_server_config cfg;
     int                       log_level;
+    const char               *key_file;
+    const char               *status_file;
+    int                       sm_groups[MAX_SM_GROUPS];
+    unsigned char             key[MAX_SESSION_KEY];
 };
 
 static void usage(FILE *f)
@@ -52,6 +62,22 @@ static void usage(FILE *f)
             "  --poll-us N         busy-poll N microseconds for a client's next call before\n"
             "                      sleeping (default 100; 0 = never; lower latency, more CPU)\n"
             "  --log-level LEVEL   error, warn, info (default) or debug\n"
+            "\n"
+            "Managed use (a node manager starts one server per tenant session):\n"
+            "  --session-id ID     the session this server serves\n"
+            "  --session-key-file FILE\n"
+            "                      hex session key (mode 0600, never group/world readable):\n"
+            "                      clients must AUTH with a session token for ID signed\n"
+            "                      with it (docs/api.md) before anything else\n"
+            "  --admission-timeout S  drop a connection not admitted within S seconds\n"
+            "                      (default 10)\n"
+            "  --memory-quota SIZE refuse allocations past SIZE bytes in all (units: KiB MiB\n"
+            "                      GiB TiB, KB MB GB TB); the device reports SIZE as its memory\n"
+            "  --sm-groups LIST    run kernels on these SM groups only (e.g. 0,1,2), as a\n"
+            "                      green context; the device reports their SMs\n"
+            "  --sm-granularity N  SMs per group (default 8)\n"
+            "  --status-file PATH  keep a status page there for the node manager\n"
+            "                      (src/common/flyt_server_status.h)\n"
             "  --help              this text\n"
             "  --version           version and protocol\n");
 }
@@ -64,6 +90,101 @@ static int bad_arg(const char *fmt, const char *a)
     return EXIT_USAGE;
 }
 
+static int valid_session_id(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > 128)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = id[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '_' || ch == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* "0,1,2" into o->sm_groups: distinct indices, at most MAX_SM_GROUPS. */
+static int parse_groups(const char *list, struct options *o)
+{
+    int n = 0;
+    const char *p = list;
+    for (;;) {
+        char *end;
+        errno = 0;
+        if (*p < '0' || *p > '9')
+            return -1;
+        long v = strtol(p, &end, 10);
+        if (errno || v > 4095 || n == MAX_SM_GROUPS)
+            return -1;
+        for (int i = 0; i < n; i++)
+            if (o->sm_groups[i] == v)
+                return -1;
+        o->sm_groups[n++] = (int)v;
+        if (*end == '\0')
+            break;
+        if (*end != ',')
+            return -1;
+        p = end + 1;
+    }
+    o->cfg.sm_groups = o->sm_groups;
+    o->cfg.sm_ngroups = n;
+    return 0;
+}
+
+/* The session key: hex in a file that only its owner may read. */
+static int read_session_key(struct options *o)
+{
+    const char *path = o->key_file;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "flyt-server: --session-key-file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "flyt-server: --session-key-file %s is not a regular file\n", path);
+        close(fd);
+        return -1;
+    }
+    if (st.st_mode & 077) {
+        fprintf(stderr,
+                "flyt-server: --session-key-file %s is readable or writable by group or others "
+                "(mode %04o): refusing it; chmod 600 it\n",
+                path, (unsigned)(st.st_mode & 07777));
+        close(fd);
+        return -1;
+    }
+    char buf[2 * MAX_SESSION_KEY + 64];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n < 0) {
+        fprintf(stderr, "flyt-server: --session-key-file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    buf[n] = '\0';
+    char *start = buf;
+    while (*start == ' ' || *start == '\t' || *start == '\n' || *start == '\r')
+        start++;
+    size_t len = strlen(start);
+    while (len && (start[len - 1] == ' ' || start[len - 1] == '\t' || start[len - 1] == '\n' ||
+                   start[len - 1] == '\r'))
+        start[--len] = '\0';
+    size_t klen = 0;
+    if (len < 32 || flyt_hex_decode(start, o->key, sizeof o->key, &klen) != 0) {
+        fprintf(stderr,
+                "flyt-server: --session-key-file %s must hold the session key as 32 to %d hex "
+                "digits\n",
+                path, 2 * MAX_SESSION_KEY);
+        explicit_bzero(buf, sizeof buf);
+        return -1;
+    }
+    explicit_bzero(buf, sizeof buf);
+    o->cfg.session_key = o->key;
+    o->cfg.session_key_len = klen;
+    return 0;
+}
+
 /* -1 to go on; otherwise the exit status (0 after --help/--version). */
 static int parse_args(int argc, char **argv, struct options *o)
 {
@@ -72,11 +193,20 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"backend", required_argument, NULL, 'b'},   {"cache-dir", required_argument, NULL, 'c'},
         {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
         {"poll-us", required_argument, NULL, 'P'},
+        {"session-id", required_argument, NULL, 'i'},
+        {"session-key-file", required_argument, NULL, 'k'},
+        {"memory-quota", required_argument, NULL, 'q'},
+        {"sm-groups", required_argument, NULL, 's'},
+        {"sm-granularity", required_argument, NULL, 'G'},
+        {"status-file", required_argument, NULL, 'S'},
+        {"admission-timeout", required_argument, NULL, 'A'},
         {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
     o->cfg.backend_kind = "cuda";
     o->cfg.poll_us = 100;
+    o->cfg.sm_granularity = 8;
+    o->cfg.admission_timeout_s = 10;
     o->log_level = FLYT_LOG_INFO;
     opterr = 0; /* our own messages */
     int ch;
@@ -105,6 +235,41 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return bad_arg("--poll-us wants microseconds (0 to 1000000), got '%s'", optarg);
             o->cfg.poll_us = (unsigned)v;
             break;
+        case 'i':
+            if (!valid_session_id(optarg))
+                return bad_arg("--session-id wants 1 to 128 of A-Z a-z 0-9 . _ -, got '%s'", optarg);
+            o->cfg.session_id = optarg;
+            break;
+        case 'k': o->key_file = optarg; break;
+        case 'q': {
+            uint64_t q;
+            char why[128];
+            if (flyt_parse_size(optarg, &q, why, sizeof why) != 0 || q == 0)
+                return bad_arg("--memory-quota wants a size such as 20GiB or 1073741824, got '%s'",
+                               optarg);
+            o->cfg.memory_quota = q;
+            break;
+        }
+        case 's':
+            if (parse_groups(optarg, o) != 0)
+                return bad_arg("--sm-groups wants distinct group indices 0..4095 such as 0,1,2, "
+                               "got '%s'", optarg);
+            break;
+        case 'G':
+            errno = 0;
+            v = strtol(optarg, &end, 10);
+            if (errno || *optarg == '\0' || *end != '\0' || v < 1 || v > 1024)
+                return bad_arg("--sm-granularity wants SMs per group (1 to 1024), got '%s'", optarg);
+            o->cfg.sm_granularity = (unsigned)v;
+            break;
+        case 'S': o->status_file = optarg; break;
+        case 'A':
+            errno = 0;
+            v = strtol(optarg, &end, 10);
+            if (errno || *optarg == '\0' || *end != '\0' || v < 1 || v > 3600)
+                return bad_arg("--admission-timeout wants seconds (1 to 3600), got '%s'", optarg);
+            o->cfg.admission_timeout_s = (unsigned)v;
+            break;
         case 'L':
             o->log_level = flyt_log_level_parse(optarg);
             if (o->log_level < 0)
@@ -123,6 +288,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         return bad_arg("unexpected argument '%s'", argv[optind]);
     if (o->listen == NULL)
         return bad_arg("%s", "--listen is required");
+    if ((o->cfg.session_id != NULL) != (o->key_file != NULL))
+        return bad_arg("%s", "--session-id and --session-key-file go together");
     if (o->cfg.cache_dir) {
         struct stat st;
         if (stat(o->cfg.cache_dir, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -183,6 +350,7 @@ static void reap(void)
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
         log_exit(pid, status);
         forget_child(pid);
+        flyt_status_session_ended(pid);
     }
 }
 
@@ -278,14 +446,22 @@ static void start_session(int lfd, int fd, const struct options *o, const sigset
 {
     char peer[160];
     describe_peer(fd, peer, sizeof peer);
+    int slot = flyt_status_slot_take();
+    if (slot == -1) {
+        flyt_warn("refusing %s: this server already has %d connections", peer, FLYT_STATUS_SLOTS);
+        close(fd);
+        return;
+    }
     pid_t pid = fork();
     if (pid < 0) {
         flyt_error("cannot fork a session for %s: %s", peer, strerror(errno));
+        flyt_status_slot_drop(slot);
         close(fd);
         return;
     }
     if (pid == 0) {
         /* the child: plain signal handling, no listening socket, then the session */
+        flyt_quota_child_init(slot);
         close(lfd);
         signal(SIGCHLD, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
@@ -295,6 +471,7 @@ static void start_session(int lfd, int fd, const struct options *o, const sigset
     }
     close(fd);
     add_child(pid);
+    flyt_status_slot_bind(slot, pid);
     flyt_info("session %d started for %s", (int)pid, peer);
 }
 
@@ -314,16 +491,21 @@ static void accept_one(int lfd, const struct options *o, const sigset_t *orig)
     }
 }
 
-/* The address as listened on: a TCP port 0 becomes the port the kernel chose. */
-static void bound_address(int lfd, const flyt_addr *addr, char *out, size_t len)
+/* The address as listened on: a TCP port 0 becomes the port the kernel chose
+ * (also in *port_out; 0 for a Unix socket). */
+static void bound_address(int lfd, const flyt_addr *addr, char *out, size_t len,
+                          unsigned *port_out)
 {
     flyt_addr a = *addr;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     char port[sizeof a.port];
+    *port_out = 0;
     if (a.kind == FLYT_ADDR_TCP && getsockname(lfd, (struct sockaddr *)&ss, &sl) == 0 &&
-        getnameinfo((struct sockaddr *)&ss, sl, NULL, 0, port, sizeof port, NI_NUMERICSERV) == 0)
+        getnameinfo((struct sockaddr *)&ss, sl, NULL, 0, port, sizeof port, NI_NUMERICSERV) == 0) {
         memcpy(a.port, port, sizeof port);
+        *port_out = (unsigned)strtoul(port, NULL, 10);
+    }
     flyt_addr_format(&a, out, len);
 }
 
@@ -341,6 +523,13 @@ int main(int argc, char **argv)
         return bad_arg("--listen: %s", err);
     if (strcmp(o.cfg.backend_kind, "host") == 0)
         flyt_warn("backend 'host' keeps memory on the host and runs no kernels: it is for tests");
+    if (o.key_file && read_session_key(&o) != 0)
+        return EXIT_USAGE;
+    if ((o.cfg.memory_quota || o.status_file) &&
+        flyt_status_open(o.status_file, o.cfg.memory_quota, err, sizeof err) != 0) {
+        flyt_error("%s", err);
+        return 1;
+    }
 
     sigset_t wait_mask, orig;
     setup_signals(&wait_mask, &orig);
@@ -351,8 +540,20 @@ int main(int argc, char **argv)
     }
     fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK); /* poll said ready, but it may not be */
     char where[400];
-    bound_address(lfd, &addr, where, sizeof where);
+    unsigned port;
+    bound_address(lfd, &addr, where, sizeof where, &port);
     flyt_info("listening on %s (backend %s, gpu %d)", where, o.cfg.backend_kind, o.cfg.gpu);
+    if (o.cfg.session_id || o.cfg.memory_quota || o.cfg.sm_ngroups) {
+        char share[96] = "whole GPU";
+        if (o.cfg.sm_ngroups)
+            snprintf(share, sizeof share, "%d SM group(s) of %u", o.cfg.sm_ngroups,
+                     o.cfg.sm_granularity);
+        flyt_info("session %s: %s, memory quota %llu bytes, %s",
+                  o.cfg.session_id ? o.cfg.session_id : "(none)",
+                  o.cfg.session_id ? "clients need a session token" : "no token asked",
+                  (unsigned long long)o.cfg.memory_quota, share);
+    }
+    flyt_status_listening(port);
 
     int status = 0;
     while (!got_stop) {

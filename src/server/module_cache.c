@@ -20,7 +20,7 @@ void flyt_sha256(const void *data, size_t len, uint8_t out[32])
         memset(out, 0, 32); /* cannot match a real client hash of real data */
 }
 
-void flyt_sha256_hex(const uint8_t sha[32], char out[65])
+void flyt_sha256_format(const uint8_t sha[32], char out[65])
 {
     static const char digits[] = "0123456789abcdef";
     for (int i = 0; i < 32; i++) {
@@ -33,7 +33,7 @@ void flyt_sha256_hex(const uint8_t sha[32], char out[65])
 static int cache_path(const char *dir, const uint8_t sha[32], char *buf, size_t len)
 {
     char hex[65];
-    flyt_sha256_hex(sha, hex);
+    flyt_sha256_format(sha, hex);
     int n = snprintf(buf, len, "%s/%s.fatbin", dir, hex);
     return n > 0 && (size_t)n < len ? 0 : -1;
 }

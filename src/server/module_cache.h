@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 void flyt_sha256(const void *data, size_t len, uint8_t out[32]);
-void flyt_sha256_hex(const uint8_t sha[32], char out[65]);
+void flyt_sha256_format(const uint8_t sha[32], char out[65]);
 
 /* The cached image of this hash and size, malloc'd; NULL when dir is NULL,
  * the file is absent, or it does not match (a mismatching file is logged). */

@@ -6,6 +6,7 @@
 #include "session.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,24 +390,84 @@ static int hello(flyt_session *s)
     flyt_info("session for %s: client pid %u on '%s', protocol %u.%u", s->peer, req.client_pid,
               req.client_host, req.major, req.minor);
 
+    c.rep = &rep;
+    c.rep_size = sizeof rep;
+    if (s->cfg->session_id) {
+        /* Admission first: the GPU opens only for a client whose session
+         * token verifies (handle_AUTH). The session sees one device. */
+        rep.flags |= FLYT_HELLO_AUTH_REQUIRED;
+        rep.device_count = 1;
+        snprintf(rep.backend, sizeof rep.backend, "%s", s->cfg->backend_kind);
+        if (flyt_reply(s, &c, CUDA_SUCCESS, NULL, 0) != 0)
+            return FLYT_END_IO;
+        return FLYT_CONT;
+    }
+
     /* The backend opens only now, so a stray connection never touches the GPU. */
     char err[256] = "";
-    s->b = flyt_backend_open(s->cfg->backend_kind, s->cfg->gpu, err, sizeof err);
-    int32_t result = CUDA_SUCCESS;
+    int32_t result = flyt_session_open_backend(s, err, sizeof err);
     if (s->b == NULL) {
-        flyt_error("cannot open backend %s on gpu %d: %s", s->cfg->backend_kind, s->cfg->gpu, err);
-        result = CUDA_ERROR_NO_DEVICE;
+        flyt_error("%s", err);
     } else {
         int count = 0;
         result = FLYT_BCALL(s, device_count, &count);
         rep.device_count = count > 0 ? (uint32_t)count : 0;
         snprintf(rep.backend, sizeof rep.backend, "%s", s->b->ops->name ? s->b->ops->name : "?");
     }
-    c.rep = &rep;
-    c.rep_size = sizeof rep;
     if (flyt_reply(s, &c, result, NULL, 0) != 0)
         return FLYT_END_IO;
     return s->b ? FLYT_CONT : FLYT_END_BACKEND;
+}
+
+int32_t flyt_session_open_backend(flyt_session *s, char *err, size_t errlen)
+{
+    const struct flyt_server_config *cfg = s->cfg;
+    char why[256] = "";
+    s->b = flyt_backend_open(cfg->backend_kind, cfg->gpu, why, sizeof why);
+    if (s->b == NULL) {
+        snprintf(err, errlen, "cannot open backend %s on gpu %d: %s", cfg->backend_kind, cfg->gpu,
+                 why);
+        return CUDA_ERROR_NO_DEVICE;
+    }
+    if (cfg->sm_ngroups > 0) {
+        int sms = 0;
+        CUresult r = FLYT_BCALL(s, set_sm_share, cfg->sm_granularity, cfg->sm_groups,
+                                cfg->sm_ngroups, &sms);
+        if (r != CUDA_SUCCESS) {
+            snprintf(err, errlen, "cannot run on SM groups of %u SMs as asked (--sm-groups): "
+                     "CUDA error %d", cfg->sm_granularity, (int)r);
+            s->b->ops->close(s->b);
+            s->b = NULL;
+            return CUDA_ERROR_NO_DEVICE;
+        }
+        s->sm_count = sms;
+        struct flyt_server_status *page = flyt_status_page();
+        if (page)
+            __atomic_store_n(&page->sm_count, (uint32_t)sms, __ATOMIC_RELEASE);
+        flyt_info("session for %s runs on %d SMs", s->peer, sms);
+    }
+    s->admitted = 1;
+    flyt_quota_child_admitted();
+    alarm(0); /* admitted: no admission deadline any more */
+    return CUDA_SUCCESS;
+}
+
+/* Before admission: a short error answer (for a request that wants one),
+ * then the session ends. */
+static int refuse_unadmitted(flyt_session *s, const struct flyt_frame_hdr *h)
+{
+    if (!(h->flags & FLYT_F_NOREPLY)) {
+        struct flyt_frame_hdr rh = {(uint32_t)sizeof(struct flyt_reply), h->op, FLYT_F_REPLY,
+                                    h->seq, 0};
+        struct flyt_reply r = {CUDA_ERROR_NOT_PERMITTED, 0};
+        struct iovec iov[2] = {{&rh, sizeof rh}, {&r, sizeof r}};
+        send_acquire(s);
+        send_iov(s, iov, 2);
+        send_release(s);
+    }
+    flyt_error("admission refused for %s: %s (op %u) before a session token was accepted; "
+               "ending session", s->peer, flyt_op_name(h->op), h->op);
+    return FLYT_END_AUTH;
 }
 
 static int dispatch(flyt_session *s, const struct flyt_frame_hdr *h)
@@ -450,6 +511,8 @@ static int serve(flyt_session *s)
             flyt_call c = {.hdr = &h};
             return flyt_violation(s, &c, "%s", why);
         }
+        if (!s->admitted && h.op != FLYT_OP_AUTH && h.op != FLYT_OP_GOODBYE)
+            return refuse_unadmitted(s, &h);
         int rc = dispatch(s, &h);
         drop_stray_fd(s);
         if (rc != FLYT_CONT)
@@ -457,8 +520,24 @@ static int serve(flyt_session *s)
     }
 }
 
+/* A connection that has not been admitted in time (a managed server): the
+ * process just ends; the parent logs its exit status. */
+static void admission_expired(int sig)
+{
+    (void)sig;
+    static const char msg[] = "flyt-server: admission refused: no valid session token in time; "
+                              "ending session\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(FLYT_EXIT_AUTH);
+}
+
 int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *cfg)
 {
+    if (cfg->session_id && cfg->admission_timeout_s) {
+        signal(SIGALRM, admission_expired);
+        alarm(cfg->admission_timeout_s);
+    }
     /* static: a driver thread may still post a callback while the process
      * exits, and must not find a dead stack frame (one session per process) */
     static flyt_session s;
@@ -485,12 +564,14 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     if (s.b)
         s.b->ops->close(s.b);
     s.b = NULL;
+    flyt_memtab_free(&s.mem); /* closing the backend freed it all */
     flyt_handles_clear(&s.handles);
     close(fd);
 
     switch (rc) {
     case FLYT_END_PROTO: return FLYT_EXIT_PROTOCOL;
     case FLYT_END_BACKEND: return FLYT_EXIT_BACKEND;
+    case FLYT_END_AUTH: return FLYT_EXIT_AUTH;
     default: return FLYT_EXIT_OK;
     }
 }

@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "flyt_proto.h"
 #include "handles.h"
+#include "quota.h"
 
 /* Chunk size of bulk copies through staging buffers. */
 #define FLYT_STAGING_CHUNK ((size_t)8 << 20)
@@ -28,6 +29,7 @@
 #define FLYT_EXIT_OK       0 /* goodbye, disconnect or a read/write error */
 #define FLYT_EXIT_BACKEND  1 /* the backend could not be opened */
 #define FLYT_EXIT_PROTOCOL 3 /* the client broke the protocol */
+#define FLYT_EXIT_AUTH     4 /* admission refused (no or a bad session token) */
 
 enum flyt_hstatus {
     FLYT_CONT = 0,  /* next frame */
@@ -35,6 +37,7 @@ enum flyt_hstatus {
     FLYT_END_IO,    /* connection lost or closed */
     FLYT_END_PROTO, /* protocol violation (already logged) */
     FLYT_END_BACKEND, /* the backend could not be opened */
+    FLYT_END_AUTH,  /* admission refused (already logged and answered) */
 };
 
 struct flyt_server_config {
@@ -42,6 +45,19 @@ struct flyt_server_config {
     int         gpu;
     const char *cache_dir;    /* NULL: no fatbinary cache on disk */
     unsigned    poll_us;      /* busy-poll this long for the next frame before sleeping */
+
+    /* Admission (--session-id / --session-key-file): with a key, a client must
+     * AUTH with a session token for session_id before any other op. */
+    const char          *session_id;     /* NULL: standalone, no token asked */
+    const unsigned char *session_key;
+    size_t               session_key_len;
+    unsigned             admission_timeout_s; /* a client not admitted by then is dropped */
+
+    /* The share (--memory-quota, --sm-groups): 0 / no groups = the whole GPU. */
+    uint64_t   memory_quota;
+    const int *sm_groups;
+    int        sm_ngroups;
+    unsigned   sm_granularity;
 };
 
 /* A host-function notification: made when the host function is enqueued
@@ -75,6 +91,9 @@ typedef struct flyt_session {
     flyt_handles                     handles;
     int32_t                          deferred;        /* first failed NOREPLY result */
     uint64_t                         default_pool_id; /* 0 until POOL_DEFAULT */
+    int                              admitted;  /* may use the GPU: no token needed, or AUTH passed */
+    int                              sm_count;  /* SMs of the share, 0 = whole GPU */
+    struct flyt_memtab               mem;       /* live allocations, when accounted (quota.h) */
 
     /* Sending: one frame at a time. Driver threads (host functions) never
      * wait for the session thread: when a send is in progress they queue
@@ -145,6 +164,10 @@ int flyt_expect_data(flyt_session *s, flyt_call *c, uint64_t extra);
 
 /* The descriptor passed with the current frame, or -1; the caller owns it. */
 int flyt_take_passed_fd(flyt_session *s);
+
+/* Opens the backend and applies the SM share; on failure the backend is
+ * closed again and err says why. CUDA_SUCCESS or the failing result. */
+int32_t flyt_session_open_backend(flyt_session *s, char *err, size_t errlen);
 
 /* Unmaps the shared host-memory regions (device reset). */
 void flyt_regions_forget(flyt_session *s);

@@ -147,16 +147,41 @@ int th_server_alive(void)
 
 void th_server_start(const char *bin, const char *env_assign)
 {
-    owner_pid = getpid();
+    th_server_start_args(bin, env_assign, NULL);
+}
+
+const char *th_temp_dir(void)
+{
+    return tmp_dir;
+}
+
+static void make_temp_dir(void)
+{
+    if (tmp_dir[0])
+        return;
     strcpy(tmp_dir, "/tmp/flyt-test-XXXXXX");
     if (mkdtemp(tmp_dir) == NULL) {
         perror("mkdtemp");
         tmp_dir[0] = '\0';
         exit(1);
     }
+}
+
+void th_prepare_dir(void)
+{
+    owner_pid = getpid();
+    make_temp_dir();
+}
+
+void th_server_start_args(const char *bin, const char *env_assign, const char *const *extra)
+{
+    owner_pid = getpid();
+    make_temp_dir();
     snprintf(sock_path, sizeof sock_path, "%s/s.sock", tmp_dir);
     snprintf(log_path, sizeof log_path, "%s/server.log", tmp_dir);
-    atexit(at_exit);
+    static int at_exit_set;
+    if (!at_exit_set++)
+        atexit(at_exit);
     char listen_arg[160];
     snprintf(listen_arg, sizeof listen_arg, "unix:%s", sock_path);
 
@@ -174,7 +199,12 @@ void th_server_start(const char *bin, const char *env_assign)
             dup2(log, STDERR_FILENO);
         if (env_assign)
             putenv((char *)env_assign);
-        execl(bin, bin, "--backend", "host", "--listen", listen_arg, (char *)NULL);
+        const char *argv[64] = {bin, "--backend", "host", "--listen", listen_arg};
+        int argc = 5;
+        for (int i = 0; extra && extra[i] && argc < 63; i++)
+            argv[argc++] = extra[i];
+        argv[argc] = NULL;
+        execv(bin, (char *const *)argv);
         fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
         _exit(127);
     }

@@ -33,6 +33,12 @@ void th_watchdog(unsigned seconds);
  * ("NAME=value", or NULL) added to its environment, in a fresh temp dir,
  * and waits until it accepts connections. Cleanup is registered atexit. */
 void th_server_start(const char *bin, const char *env_assign);
+/* The same with more arguments after --listen (NULL-terminated list). */
+void th_server_start_args(const char *bin, const char *env_assign, const char *const *extra);
+/* Makes the temporary directory now (before a start, to put files in it);
+ * th_temp_dir names it ("" before). Removed at stop when empty. */
+void th_prepare_dir(void);
+const char *th_temp_dir(void);
 void th_server_stop(void);
 /* The server's stderr goes to a log in the temp dir, printed if the test
  * fails. th_server_log_has: whether a line contains needle (printed). */

@@ -1,0 +1,48 @@
+/*
+ * The status page of a flyt-server (--status-file): how its node manager sees
+ * whether the server listens, whether a client is connected and how much
+ * memory its sessions hold, without talking to it.
+ *
+ * The server creates the file (mode 0644, truncated), maps it shared and
+ * keeps it up to date: the listening parent sets `listen_port` and then
+ * `magic` once it listens, and counts its session children in `sessions`;
+ * each session child keeps its allocations in its own `slots[]` entry and in
+ * `memory_used` (the sum, which the memory quota is checked against, so the
+ * quota holds across every connection of the server). The parent clears the
+ * slot of a session that ended, whatever way it ended.
+ *
+ * Readers (the node manager) pread() the file: every field is a naturally
+ * aligned 32- or 64-bit value written with an atomic store, so each one reads
+ * whole; the page as a whole is not a snapshot.
+ */
+#ifndef FLYT_SERVER_STATUS_H
+#define FLYT_SERVER_STATUS_H
+
+#include <stdint.h>
+
+#define FLYT_STATUS_MAGIC   0x3153555441545346ull /* "FSTATUS1" little-endian */
+#define FLYT_STATUS_VERSION 1u
+#define FLYT_STATUS_SLOTS   64 /* concurrent connections of one managed server */
+
+struct flyt_status_slot {
+    int32_t  pid;      /* the session child, 0: free, -1: being started */
+    uint32_t admitted; /* 1 once the client may use the GPU (token accepted, or none asked) */
+    uint64_t used;     /* bytes this session holds */
+};
+
+struct flyt_server_status {
+    uint64_t magic;          /* FLYT_STATUS_MAGIC once the server listens, else 0 */
+    uint32_t version;        /* FLYT_STATUS_VERSION */
+    uint32_t server_pid;     /* the listening parent */
+    uint32_t listen_port;    /* bound TCP port (0 for a Unix socket) */
+    uint32_t sessions;       /* connections (live session children), admitted or not;
+                              * a client is connected when a slot has pid > 0 and admitted */
+    uint64_t sessions_total; /* connections accepted since start */
+    uint64_t memory_used;    /* bytes allocated by all sessions */
+    uint64_t memory_quota;   /* --memory-quota, 0 when none */
+    uint32_t sm_count;       /* SMs of the --sm-groups share, 0 when none */
+    uint32_t pad;
+    struct flyt_status_slot slots[FLYT_STATUS_SLOTS];
+};
+
+#endif

@@ -1,0 +1,261 @@
+/* Memory accounting and the status page: see quota.h. */
+#include "quota.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static struct flyt_server_status *page;
+static int my_slot = -1; /* in a session child */
+
+#define LOAD(p)      __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v)  __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define ADD(p, v)    __atomic_add_fetch((p), (v), __ATOMIC_ACQ_REL)
+#define SUB(p, v)    __atomic_sub_fetch((p), (v), __ATOMIC_ACQ_REL)
+
+int flyt_status_open(const char *path, uint64_t quota, char *err, size_t errlen)
+{
+    size_t size = sizeof *page;
+    void *mem;
+    if (path) {
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0) {
+            snprintf(err, errlen, "cannot create the status file %s: %s", path, strerror(errno));
+            return -1;
+        }
+        if (ftruncate(fd, (off_t)size) != 0) {
+            snprintf(err, errlen, "cannot size the status file %s: %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+    } else {
+        mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    }
+    if (mem == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map the status page: %s", strerror(errno));
+        return -1;
+    }
+    page = mem;
+    memset(page, 0, size);
+    page->version = FLYT_STATUS_VERSION;
+    page->server_pid = (uint32_t)getpid();
+    page->memory_quota = quota;
+    return 0;
+}
+
+struct flyt_server_status *flyt_status_page(void) { return page; }
+
+void flyt_status_listening(unsigned port)
+{
+    if (!page)
+        return;
+    STORE(&page->listen_port, (uint32_t)port);
+    STORE(&page->magic, FLYT_STATUS_MAGIC);
+    if (msync(page, sizeof *page, MS_ASYNC) != 0) {
+        /* a file-backed page is coherent with reads through the page cache anyway */
+    }
+}
+
+int flyt_status_slot_take(void)
+{
+    if (!page)
+        return -2;
+    for (int i = 0; i < FLYT_STATUS_SLOTS; i++)
+        if (LOAD(&page->slots[i].pid) == 0) {
+            STORE(&page->slots[i].used, 0);
+            STORE(&page->slots[i].admitted, 0);
+            STORE(&page->slots[i].pid, -1);
+            return i;
+        }
+    return -1;
+}
+
+void flyt_status_slot_bind(int slot, pid_t pid)
+{
+    if (!page || slot < 0)
+        return;
+    STORE(&page->slots[slot].pid, (int32_t)pid);
+    ADD(&page->sessions, 1);
+    ADD(&page->sessions_total, 1);
+}
+
+void flyt_status_slot_drop(int slot)
+{
+    if (!page || slot < 0)
+        return;
+    STORE(&page->slots[slot].pid, 0);
+}
+
+void flyt_status_session_ended(pid_t pid)
+{
+    if (!page)
+        return;
+    for (int i = 0; i < FLYT_STATUS_SLOTS; i++)
+        if (LOAD(&page->slots[i].pid) == (int32_t)pid) {
+            uint64_t left = __atomic_exchange_n(&page->slots[i].used, 0, __ATOMIC_ACQ_REL);
+            if (left)
+                SUB(&page->memory_used, left);
+            STORE(&page->slots[i].admitted, 0);
+            STORE(&page->slots[i].pid, 0);
+            SUB(&page->sessions, 1);
+            return;
+        }
+}
+
+void flyt_quota_child_init(int slot) { my_slot = slot; }
+
+void flyt_quota_child_admitted(void)
+{
+    if (page && my_slot >= 0)
+        STORE(&page->slots[my_slot].admitted, 1);
+}
+
+int flyt_quota_active(void) { return page != NULL; }
+
+uint64_t flyt_quota_limit(void) { return page ? page->memory_quota : 0; }
+
+uint64_t flyt_quota_used_total(void) { return page ? LOAD(&page->memory_used) : 0; }
+
+int flyt_quota_charge(struct flyt_memtab *t, uint64_t size)
+{
+    if (!page)
+        return 0;
+    uint64_t quota = page->memory_quota;
+    uint64_t cur = LOAD(&page->memory_used);
+    for (;;) {
+        if (size > UINT64_MAX - cur || (quota && (size > quota || cur > quota - size)))
+            return -1; /* past the quota, or more than any GPU has */
+        if (__atomic_compare_exchange_n(&page->memory_used, &cur, cur + size, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            break;
+    }
+    if (my_slot >= 0)
+        ADD(&page->slots[my_slot].used, size);
+    t->used += size;
+    return 0;
+}
+
+void flyt_quota_uncharge(struct flyt_memtab *t, uint64_t size)
+{
+    if (!page || size == 0)
+        return;
+    if (size > t->used) /* never below zero, whatever a caller does */
+        size = t->used;
+    t->used -= size;
+    if (my_slot >= 0)
+        SUB(&page->slots[my_slot].used, size);
+    SUB(&page->memory_used, size);
+}
+
+/* ---- pointer -> size: open addressing, linear probing, backward-shift delete ---- */
+
+static size_t slot_of(uint64_t ptr, size_t mask)
+{
+    uint64_t x = ptr;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (size_t)x & mask;
+}
+
+static int grow(struct flyt_memtab *t)
+{
+    size_t ncap = t->cap ? t->cap * 2 : 64;
+    __typeof__(t->e) n = calloc(ncap, sizeof *n);
+    if (!n)
+        return -1;
+    for (size_t i = 0; i < t->cap; i++) {
+        if (!t->e[i].ptr)
+            continue;
+        size_t j = slot_of(t->e[i].ptr, ncap - 1);
+        while (n[j].ptr)
+            j = (j + 1) & (ncap - 1);
+        n[j] = t->e[i];
+    }
+    free(t->e);
+    t->e = n;
+    t->cap = ncap;
+    return 0;
+}
+
+static size_t find(const struct flyt_memtab *t, uint64_t ptr)
+{
+    if (!ptr || !t->cap)
+        return (size_t)-1;
+    size_t mask = t->cap - 1;
+    for (size_t i = slot_of(ptr, mask); t->e[i].ptr; i = (i + 1) & mask)
+        if (t->e[i].ptr == ptr)
+            return i;
+    return (size_t)-1;
+}
+
+int flyt_memtab_add(struct flyt_memtab *t, uint64_t ptr, uint64_t size)
+{
+    if (!page || !ptr)
+        return 0;
+    size_t i = find(t, ptr);
+    if (i != (size_t)-1) { /* the backend handed out a live pointer again: keep the newer size */
+        flyt_quota_uncharge(t, t->e[i].size);
+        t->e[i].size = size;
+        return 0;
+    }
+    if ((t->count + 1) * 4 > t->cap * 3 && grow(t) != 0)
+        return -1;
+    size_t mask = t->cap - 1;
+    for (i = slot_of(ptr, mask); t->e[i].ptr; i = (i + 1) & mask)
+        ;
+    t->e[i].ptr = ptr;
+    t->e[i].size = size;
+    t->count++;
+    return 0;
+}
+
+uint64_t flyt_memtab_size(const struct flyt_memtab *t, uint64_t ptr)
+{
+    size_t i = find(t, ptr);
+    return i == (size_t)-1 ? 0 : t->e[i].size;
+}
+
+void flyt_memtab_remove(struct flyt_memtab *t, uint64_t ptr)
+{
+    size_t i = find(t, ptr);
+    if (i == (size_t)-1)
+        return;
+    flyt_quota_uncharge(t, t->e[i].size);
+    size_t mask = t->cap - 1;
+    t->e[i].ptr = 0;
+    t->e[i].size = 0;
+    t->count--;
+    for (size_t j = (i + 1) & mask; t->e[j].ptr; j = (j + 1) & mask) {
+        size_t home = slot_of(t->e[j].ptr, mask);
+        int stays = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
+        if (!stays) {
+            t->e[i] = t->e[j];
+            t->e[j].ptr = 0;
+            t->e[j].size = 0;
+            i = j;
+        }
+    }
+}
+
+void flyt_memtab_clear(struct flyt_memtab *t)
+{
+    flyt_quota_uncharge(t, t->used);
+    if (t->e)
+        memset(t->e, 0, t->cap * sizeof *t->e);
+    t->count = 0;
+}
+
+void flyt_memtab_free(struct flyt_memtab *t)
+{
+    flyt_memtab_clear(t);
+    free(t->e);
+    t->e = NULL;
+    t->cap = 0;
+}

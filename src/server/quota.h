@@ -1,0 +1,78 @@
+/*
+ * Memory accounting and the status page of a managed server.
+ *
+ * A server started with --memory-quota or --status-file keeps a status page
+ * (flyt_server_status.h) shared by its listening parent and its session
+ * children. Each session records the size of every device allocation by
+ * pointer (MEM_ALLOC, MEM_ALLOC_PITCH, MEM_ALLOC_ASYNC, from any pool) and
+ * subtracts it when the pointer is freed; the page's memory_used is the sum
+ * over the server's sessions, and an allocation that would take it past the
+ * quota is refused before the backend sees it. Without either option there is
+ * no page and nothing is tracked (standalone use is unchanged).
+ */
+#ifndef FLYT_QUOTA_H
+#define FLYT_QUOTA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "flyt_server_status.h"
+
+/* ---- the page (parent side) ---- */
+
+/* Creates the page: in path (created/truncated, 0644) or, with path NULL, in
+ * anonymous shared memory. 0, or -1 with a reason in err. */
+int flyt_status_open(const char *path, uint64_t quota, char *err, size_t errlen);
+/* The page, NULL when the server runs without one. */
+struct flyt_server_status *flyt_status_page(void);
+/* After the listen socket is bound: publishes the port and the magic. */
+void flyt_status_listening(unsigned port);
+/* Before fork: a free slot index for the next session, or -1 when all are
+ * taken (or there is no page: then -2). */
+int flyt_status_slot_take(void);
+/* After fork, in the parent: the slot belongs to pid now. */
+void flyt_status_slot_bind(int slot, pid_t pid);
+/* fork failed: the slot is free again. */
+void flyt_status_slot_drop(int slot);
+/* A session child was reaped: whatever it still held is subtracted. */
+void flyt_status_session_ended(pid_t pid);
+
+/* ---- the session (child side) ---- */
+
+/* In the child, first thing: which slot it owns. */
+void flyt_quota_child_init(int slot);
+/* The child's client was admitted (marks its slot: a client is connected). */
+void flyt_quota_child_admitted(void);
+
+/* Pointer -> size of the session's live allocations. */
+struct flyt_memtab {
+    struct { uint64_t ptr, size; } *e; /* open addressing; ptr 0 = empty */
+    size_t cap, count;
+    uint64_t used; /* this session's bytes */
+};
+
+/* Whether allocations are tracked at all (a page exists). */
+int flyt_quota_active(void);
+/* The quota in bytes (0: none). */
+uint64_t flyt_quota_limit(void);
+/* Bytes allocated by every session of this server. */
+uint64_t flyt_quota_used_total(void);
+
+/* Reserves size bytes against the quota before an allocation: 0, or -1 when
+ * the quota would be exceeded. A no-op without a page. */
+int flyt_quota_charge(struct flyt_memtab *t, uint64_t size);
+/* Gives back a reservation (failed allocation, or a freed one). */
+void flyt_quota_uncharge(struct flyt_memtab *t, uint64_t size);
+/* Records a successful allocation that was charged. 0, or -1 when out of
+ * memory (the caller then frees it and uncharges). */
+int flyt_memtab_add(struct flyt_memtab *t, uint64_t ptr, uint64_t size);
+/* The size recorded for ptr, 0 when it is not a tracked allocation. */
+uint64_t flyt_memtab_size(const struct flyt_memtab *t, uint64_t ptr);
+/* Forgets ptr and uncharges its size (after a successful free). */
+void flyt_memtab_remove(struct flyt_memtab *t, uint64_t ptr);
+/* Forgets and uncharges everything (device reset, end of session). */
+void flyt_memtab_clear(struct flyt_memtab *t);
+void flyt_memtab_free(struct flyt_memtab *t);
+
+#endif

@@ -1,0 +1,761 @@
+/*
+ * flyt-node-manager in test mode (backend = host, two fake GPUs, a stand-in MPS control
+ * program) against a real flyt-cluster-manager, as separate processes on loopback:
+ * registration with its GPUs, heartbeats, its API's authentication, a server started for a
+ * session that a client can use only with the session token (raw frames, and the client
+ * test program through the Flyt client library with FLYT_SESSION_TOKEN), connected
+ * reporting, release (DELETE), a killed server reported as failed, idle release through
+ * the heartbeat's stop list, and SIGTERM: every server and MPS daemon stopped, nothing
+ * left running, exit 0.
+ *
+ * usage: test_node NODE_MANAGER CLUSTER_MANAGER FLYT_SERVER [CLIENT_TEST CUDART_DIR]
+ */
+#include "check.h"
+#include "cm_harness.h"
+
+#include "flyt_proto.h"
+
+#include <driver_types.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define GiB (1LL << 30)
+#define T_NOT_PERMITTED 800
+
+static struct cm_proc cm;
+static char dir[256], nm_base[128], manager_token[128], node_token[128];
+static pid_t nm_pid;
+static const char *client_test, *cudart_dir;
+
+static void msleep(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void kill_nm(void)
+{
+    if (nm_pid > 0) {
+        kill(nm_pid, SIGKILL);
+        waitpid(nm_pid, NULL, 0);
+        nm_pid = 0;
+    }
+}
+
+static void dump(const char *name)
+{
+    char path[512], line[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    printf("---- %s ----\n", name);
+    while (fgets(line, sizeof line, f))
+        fputs(line, stdout);
+    fclose(f);
+}
+
+static int passed;
+static void at_exit(void)
+{
+    if (!passed) {
+        dump("nm.log");
+        char p[512];
+        snprintf(p, sizeof p, "%s/cm.log", cm.dir);
+        FILE *f = fopen(p, "r");
+        if (f) {
+            char line[1024];
+            printf("---- cm.log (last lines) ----\n");
+            static char ring[40][1024];
+            int n = 0;
+            while (fgets(line, sizeof line, f))
+                snprintf(ring[n++ % 40], sizeof ring[0], "%s", line);
+            for (int i = n > 40 ? n - 40 : 0; i < n; i++)
+                fputs(ring[i % 40], stdout);
+            fclose(f);
+        }
+    }
+    kill_nm();
+}
+
+static void write_file(const char *name, const char *text, mode_t mode)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "write %s", name);
+    fputs(text, f);
+    fclose(f);
+    chmod(path, mode);
+}
+
+static int count_lines(const char *name, const char *needle)
+{
+    char path[512], line[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* ---- calls to the node manager's own API ---- */
+
+static long nm_call(const char *method, const char *path, const char *token, json_t **ans)
+{
+    char url[512];
+    snprintf(url, sizeof url, "%s%s", nm_base, path);
+    long status = 0;
+    json_t *a = NULL;
+    call_err[0] = 0;
+    if (flyt_http_call(method, url, token, NULL, &status, &a, call_err, sizeof call_err) < 0)
+        status = -1;
+    if (ans)
+        *ans = a;
+    else
+        json_decref(a);
+    return status;
+}
+
+static long nm_post(const char *path, const char *token, const char *body)
+{
+    char url[512];
+    snprintf(url, sizeof url, "%s%s", nm_base, path);
+    json_error_t je;
+    json_t *b = json_loads(body, 0, &je);
+    CHECK(b != NULL, "test body is JSON: %s", body);
+    long status = 0;
+    call_err[0] = 0;
+    if (flyt_http_call("POST", url, token, b, &status, NULL, call_err, sizeof call_err) < 0)
+        status = -1;
+    json_decref(b);
+    return status;
+}
+
+/* The node manager's entry for a session, or NULL (json_decref *all after use). */
+static json_t *nm_server(const char *sid, json_t **all)
+{
+    *all = NULL;
+    if (nm_call("GET", "/v1/servers", manager_token, all) != 200)
+        return NULL;
+    json_t *arr = json_object_get(*all, "servers");
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o) {
+        const char *id = json_string_value(json_object_get(o, "session_id"));
+        if (id && strcmp(id, sid) == 0)
+            return o;
+    }
+    return NULL;
+}
+
+static int nm_servers_count(void)
+{
+    json_t *a = NULL;
+    int n = -1;
+    if (nm_call("GET", "/v1/servers", manager_token, &a) == 200)
+        n = (int)json_array_size(json_object_get(a, "servers"));
+    json_decref(a);
+    return n;
+}
+
+/* ---- raw frames to a server over TCP ---- */
+
+static int tcp_connect(const char *endpoint)
+{
+    char host[64];
+    int port = 0;
+    CHECK(sscanf(endpoint, "tcp://%63[^:]:%d", host, &port) == 2, "endpoint %s parses", endpoint);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((unsigned short)port);
+    inet_pton(AF_INET, host, &a.sin_addr);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static int read_full(int fd, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* One request; the reply's result (-1000: no reply), its body after flyt_reply in rep. */
+static int frame_call(int fd, uint16_t op, const void *req, size_t len, const void *data,
+                      size_t dlen, void *rep, size_t replen)
+{
+    static uint32_t seq = 1;
+    struct flyt_frame_hdr h = {(uint32_t)(len + dlen), op, 0, seq++, 0};
+    char buf[4096];
+    memcpy(buf, &h, sizeof h);
+    memcpy(buf + sizeof h, req, len);
+    if (dlen)
+        memcpy(buf + sizeof h + len, data, dlen);
+    if (write(fd, buf, sizeof h + len + dlen) != (ssize_t)(sizeof h + len + dlen))
+        return -1000;
+    struct flyt_frame_hdr rh;
+    struct flyt_reply r;
+    if (read_full(fd, &rh, sizeof rh) != 0 || rh.length < sizeof r || rh.length > sizeof buf ||
+        read_full(fd, buf, rh.length) != 0)
+        return -1000;
+    memcpy(&r, buf, sizeof r);
+    if (rep) {
+        memset(rep, 0, replen);
+        size_t n = rh.length - sizeof r < replen ? rh.length - sizeof r : replen;
+        memcpy(rep, buf + sizeof r, n);
+    }
+    return r.result;
+}
+
+static int hello(int fd, flyt_rep_hello *rep)
+{
+    flyt_req_hello h;
+    memset(&h, 0, sizeof h);
+    h.magic = FLYT_PROTO_MAGIC;
+    h.major = FLYT_PROTO_MAJOR;
+    h.minor = FLYT_PROTO_MINOR;
+    h.client_pid = (uint32_t)getpid();
+    snprintf(h.client_host, sizeof h.client_host, "test_node");
+    return frame_call(fd, FLYT_OP_HELLO, &h, sizeof h, NULL, 0, rep, sizeof *rep);
+}
+
+static int auth(int fd, const char *token)
+{
+    flyt_req_auth a = {(uint32_t)strlen(token), 0};
+    return frame_call(fd, FLYT_OP_AUTH, &a, sizeof a, token, strlen(token), NULL, 0);
+}
+
+/* ---- processes ---- */
+
+static int alive(pid_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    char path[64], st[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(st, 1, sizeof st - 1, f);
+    fclose(f);
+    st[n] = 0;
+    const char *rp = strrchr(st, ')');
+    return rp && rp[1] == ' ' && rp[2] != 'Z'; /* a zombie is not running */
+}
+
+/* Processes whose command line mentions our directory (servers, MPS stand-ins). */
+static int leftovers(void)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d))) {
+        int pid = atoi(e->d_name);
+        if (pid <= 0 || pid == getpid() || pid == nm_pid || pid == cm.pid)
+            continue;
+        char path[64], cmd[4096];
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < len; i++)
+            if (!cmd[i])
+                cmd[i] = ' ';
+        cmd[len] = 0;
+        if (strstr(cmd, dir) && alive(pid)) {
+            printf("        left running: %d %s\n", pid, cmd);
+            n++;
+        }
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static int state_files(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/state", dir);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)))
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* ---- conditions to wait for ---- */
+
+static int node_ready(void *arg)
+{
+    (void)arg;
+    json_t *a = NULL;
+    int ok = call(&cm, "GET", "/v1/nodes/n1", cm.op_token, NULL, &a) == 200 &&
+             jstr(a, "node.state") && strcmp(jstr(a, "node.state"), "ready") == 0 &&
+             json_array_size(json_object_get(json_object_get(a, "node"), "gpus")) == 2;
+    json_decref(a);
+    return ok;
+}
+
+static char want_sid[80], want_state[32];
+static int session_state_is(void *arg)
+{
+    (void)arg;
+    char path[200];
+    snprintf(path, sizeof path, "/v1/sessions/%s", want_sid);
+    json_t *a = NULL;
+    int ok = call(&cm, "GET", path, cm.op_token, NULL, &a) == 200 && jstr(a, "session.state") &&
+             strcmp(jstr(a, "session.state"), want_state) == 0;
+    json_decref(a);
+    return ok;
+}
+
+static int server_gone(void *arg)
+{
+    json_t *all;
+    json_t *o = nm_server((const char *)arg, &all);
+    json_decref(all);
+    return o == NULL && all != NULL;
+}
+
+static int server_connected(void *arg)
+{
+    json_t *all;
+    json_t *o = nm_server((const char *)arg, &all);
+    int c = o && json_is_true(json_object_get(o, "connected"));
+    json_decref(all);
+    return c;
+}
+
+static int server_unconnected(void *arg)
+{
+    json_t *all;
+    json_t *o = nm_server((const char *)arg, &all);
+    int c = o && json_is_false(json_object_get(o, "connected"));
+    json_decref(all);
+    return c;
+}
+
+/* Whether node n1's last_heartbeat differs from what the previous call saw. */
+static int heartbeat_moved(void)
+{
+    static char last[64];
+    json_t *a = NULL;
+    int changed = 0;
+    if (call(&cm, "GET", "/v1/nodes/n1", cm.op_token, NULL, &a) == 200) {
+        const char *t = jstr(a, "node.last_heartbeat");
+        changed = t && strcmp(t, last) != 0;
+        if (t)
+            snprintf(last, sizeof last, "%s", t);
+    }
+    json_decref(a);
+    return changed;
+}
+
+/* A session for the VM; its id, endpoint and token. */
+static void new_session(const char *vm_token, int pid, char *sid, char *endpoint, char *token)
+{
+    char body[64];
+    snprintf(body, sizeof body, "{\"pid\": %d}", pid);
+    json_t *a = NULL;
+    long st = call(&cm, "POST", "/v1/sessions", vm_token, body, &a);
+    CHECK(st == 201 && jstr(a, "session.id") && jstr(a, "session.endpoint") && jstr(a, "token"),
+          "POST /v1/sessions for pid %d: %ld %s", pid, st, call_err);
+    snprintf(sid, 80, "%s", jstr(a, "session.id"));
+    snprintf(endpoint, 128, "%s", jstr(a, "session.endpoint"));
+    snprintf(token, 512, "%s", jstr(a, "token"));
+    printf("        session %s at %s\n", sid, endpoint);
+    json_decref(a);
+}
+
+static pid_t server_pid_of(const char *sid)
+{
+    json_t *all;
+    json_t *o = nm_server(sid, &all);
+    pid_t p = o ? (pid_t)json_integer_value(json_object_get(o, "pid")) : 0;
+    json_decref(all);
+    return p;
+}
+
+/* Runs the client test program through the Flyt client library. */
+static int run_client(const char *endpoint, const char *token, int quiet)
+{
+    char log[512];
+    snprintf(log, sizeof log, "%s/client.log", dir);
+    pid_t p = fork();
+    if (p == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        setenv("FLYT_SERVER", endpoint, 1);
+        if (token)
+            setenv("FLYT_SESSION_TOKEN", token, 1);
+        else
+            unsetenv("FLYT_SESSION_TOKEN");
+        setenv("LD_LIBRARY_PATH", cudart_dir, 1);
+        alarm(120);
+        execl(client_test, client_test, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    if (!quiet && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+        dump("client.log");
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Whether the client library sends session tokens (FLYT_SESSION_TOKEN in its text). */
+static int client_has_tokens(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/libcudart.so.13", cudart_dir);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    static char buf[1 << 16];
+    const char *needle = "FLYT_SESSION_TOKEN";
+    size_t nl = strlen(needle), keep = 0, n;
+    int found = 0;
+    while (!found && (n = fread(buf + keep, 1, sizeof buf - keep, f)) > 0) {
+        size_t len = keep + n;
+        for (size_t i = 0; i + nl <= len && !found; i++)
+            found = memcmp(buf + i, needle, nl) == 0;
+        keep = len < nl ? len : nl - 1;
+        memmove(buf, buf + len - keep, keep);
+    }
+    fclose(f);
+    return found;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4 && argc != 6) {
+        fprintf(stderr, "usage: %s NODE_MANAGER CLUSTER_MANAGER FLYT_SERVER [CLIENT_TEST CUDART_DIR]\n",
+                argv[0]);
+        return 2;
+    }
+    /* absolute paths: the daemons resolve relative ones against their config's directory */
+    static char abs[5][4096];
+    for (int i = 1; i < argc; i++)
+        CHECK(realpath(argv[i], abs[i - 1]) != NULL, "%s exists", argv[i]);
+    const char *nm_bin = abs[0], *cm_bin = abs[1], *server_bin = abs[2];
+    if (argc == 6) {
+        client_test = abs[3];
+        cudart_dir = abs[4];
+    }
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    srand((unsigned)getpid());
+    alarm(170);
+    snprintf(dir, sizeof dir, "/tmp/flyt-nm-test.XXXXXX");
+    CHECK(mkdtemp(dir) != NULL, "temp dir %s", dir);
+    atexit(at_exit);
+
+    printf("== a cluster manager and a node\n");
+    char store[512], extra[256];
+    snprintf(store, sizeof store, "sqlite:%s/cm.db", dir);
+    snprintf(extra, sizeof extra, "heartbeat_interval = 300ms\nnode_timeout = 5s\nidle_grace = 2s\n");
+    cm_start(&cm, cm_bin, store, extra);
+    json_t *a = NULL;
+    CHECK(call(&cm, "POST", "/v1/nodes", cm.op_token, "{\"id\": \"n1\", \"host_ip\": \"127.0.0.1\"}",
+               &a) == 201 && jstr(a, "token"),
+          "POST /v1/nodes n1: %s", call_err);
+    snprintf(node_token, sizeof node_token, "%s", jstr(a, "token"));
+    json_decref(a);
+    char tok_line[160];
+    snprintf(tok_line, sizeof tok_line, "%s\n", node_token);
+    write_file("node.token", tok_line, 0600);
+
+    /* the manager token is only ever given to the node: register once as it to learn it
+     * (it stays the same at later registrations) */
+    char reg[512];
+    snprintf(reg, sizeof reg, "{\"address\": \"http://127.0.0.1:9\", \"host_ip\": \"127.0.0.1\", "
+             "\"gpus\": [], \"sessions\": []}");
+    CHECK(call(&cm, "POST", "/v1/nodes/n1/register", node_token, reg, &a) == 200 &&
+              jstr(a, "manager_token"),
+          "the test learns the manager token: %s", call_err);
+    snprintf(manager_token, sizeof manager_token, "%s", jstr(a, "manager_token"));
+    json_decref(a);
+
+    /* a stand-in for nvidia-cuda-mps-control: records each call */
+    char script[1024];
+    snprintf(script, sizeof script,
+             "#!/bin/sh\n"
+             "if [ \"$1\" = -d ]; then what=start; else read -r what; fi\n"
+             "echo \"$what $CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY\" "
+             ">> %s/mps.log\n",
+             dir);
+    write_file("fake-mps-control", script, 0755);
+
+    int port_base = 30000 + rand() % 20000;
+    char conf[4 * 4096 + 2048];
+    snprintf(conf, sizeof conf,
+             "# written by test_node\n"
+             "node_id = n1\nnode_token_file = node.token\ncluster_manager = %s\n"
+             "listen = 127.0.0.1:0\nserver_path = %s\nserver_listen_host = 127.0.0.1\n"
+             "server_port_min = %d\nserver_port_max = %d\nserver_stop_grace = 3s\n"
+             "state_dir = state\nbackend = host\nlog_level = debug\n"
+             "mps = true\nmps_control = %s/fake-mps-control\nmps_pipe_dir = %s/mps-pipe\n"
+             "mps_log_dir = %s/mps-log\n"
+             "[test]\ngpus = 2\ngpu_name = \"Test GPU\"\ngpu_sm_count = 132\n"
+             "gpu_sm_granularity = 4\ngpu_memory = 4GiB\n",
+             cm.base, server_bin, port_base, port_base + 40, dir, dir, dir);
+    write_file("nm.conf", conf, 0644);
+
+    printf("== the node manager starts and registers\n");
+    char conf_path[512], port_path[512], log_path[512];
+    snprintf(conf_path, sizeof conf_path, "%s/nm.conf", dir);
+    snprintf(port_path, sizeof port_path, "%s/nm.port", dir);
+    snprintf(log_path, sizeof log_path, "%s/nm.log", dir);
+    nm_pid = fork();
+    if (nm_pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(nm_bin, nm_bin, "--config", conf_path, "--port-file", port_path, (char *)NULL);
+        _exit(127);
+    }
+    int nm_port = 0;
+    for (int i = 0; i < 200 && !nm_port; i++) {
+        FILE *f = fopen(port_path, "r");
+        if (f) {
+            if (fscanf(f, "%d", &nm_port) != 1)
+                nm_port = 0;
+            fclose(f);
+        }
+        if (!nm_port) {
+            int st;
+            if (waitpid(nm_pid, &st, WNOHANG) == nm_pid) {
+                nm_pid = 0;
+                break;
+            }
+            msleep(50);
+        }
+    }
+    CHECK(nm_port > 0, "flyt-node-manager listens (port %d)", nm_port);
+    snprintf(nm_base, sizeof nm_base, "http://127.0.0.1:%d", nm_port);
+    CHECK(wait_for(node_ready, NULL, 10000), "the cluster manager sees node n1 ready with 2 GPUs");
+    CHECK(call(&cm, "GET", "/v1/nodes/n1", cm.op_token, NULL, &a) == 200, "GET /v1/nodes/n1");
+    char want_addr[160];
+    snprintf(want_addr, sizeof want_addr, "http://127.0.0.1:%d", nm_port);
+    CHECK(jstr(a, "node.address") && strcmp(jstr(a, "node.address"), want_addr) == 0,
+          "its address is %s", jstr(a, "node.address"));
+    CHECK(jint(a, "node.gpus.1.sm_count") == 132 && jint(a, "node.gpus.1.sm_granularity") == 4 &&
+              jint(a, "node.gpus.1.memory_total") == 4 * GiB &&
+              strcmp(jstr(a, "node.gpus.1.name"), "Test GPU") == 0 &&
+              strncmp(jstr(a, "node.gpus.1.uuid"), "GPU-", 4) == 0,
+          "GPU 1: %s %s, 132 SMs in groups of 4, 4 GiB", jstr(a, "node.gpus.1.name"),
+          jstr(a, "node.gpus.1.uuid"));
+    json_decref(a);
+    CHECK(count_lines("mps.log", "start ") == 2 && count_lines("mps.log", "/mps-pipe/gpu0") == 1 &&
+              count_lines("mps.log", "/mps-pipe/gpu1") == 1 && count_lines("mps.log", " GPU-") == 2,
+          "an MPS control daemon was started per GPU (own pipe directory, CUDA_VISIBLE_DEVICES=UUID)");
+
+    printf("== heartbeats\n");
+    heartbeat_moved();
+    msleep(1200);
+    CHECK(heartbeat_moved(), "last_heartbeat moves on");
+
+    printf("== the node manager's API takes only the manager token\n");
+    CHECK(nm_call("GET", "/v1/servers", NULL, NULL) == 401, "no token: 401");
+    CHECK(nm_call("GET", "/v1/servers", node_token, NULL) == 401, "the node token: 401");
+    CHECK(nm_call("GET", "/v1/servers", cm.op_token, NULL) == 401, "the operator token: 401");
+    CHECK(nm_servers_count() == 0, "the manager token: 200, no servers");
+    CHECK(nm_call("GET", "/v1/health", NULL, NULL) == 200, "GET /v1/health needs no token");
+    CHECK(nm_call("DELETE", "/v1/servers/s-nothing", manager_token, NULL) == 404,
+          "DELETE of an unknown session: 404");
+    static const struct {
+        const char *body, *what;
+    } bad[] = {
+        {"{\"session_id\": \"s-x\", \"gpu_index\": 7, \"sm_groups\": [0], \"sm_count\": 4, "
+         "\"memory_quota\": 1024}", "a GPU the node does not have"},
+        {"{\"session_id\": \"s-x\", \"gpu_index\": 0, \"sm_groups\": [33], \"sm_count\": 4, "
+         "\"memory_quota\": 1024}", "an SM group the GPU does not have"},
+        {"{\"session_id\": \"s-x\", \"gpu_index\": 0, \"sm_groups\": [1, 1], \"sm_count\": 8, "
+         "\"memory_quota\": 1024}", "a group twice"},
+        {"{\"session_id\": \"s-x\", \"gpu_index\": 0, \"sm_groups\": [1, 2], \"sm_count\": 4, "
+         "\"memory_quota\": 1024}", "an sm_count that is not the groups'"},
+        {"{\"session_id\": \"s-x\", \"gpu_index\": 0, \"sm_groups\": [1], \"sm_count\": 4, "
+         "\"memory_quota\": 8589934592}", "more memory than the GPU has"},
+        {"{\"session_id\": \"../etc\", \"gpu_index\": 0, \"sm_groups\": [1], \"sm_count\": 4, "
+         "\"memory_quota\": 1024}", "a session id that is no file name"},
+        {"[]", "a body that is no object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(nm_post("/v1/servers", manager_token, bad[i].body) == 400, "POST /v1/servers with %s: %s",
+              bad[i].what, call_err);
+    CHECK(nm_post("/v1/servers", node_token,
+                  "{\"session_id\": \"s-x\", \"gpu_index\": 0, \"sm_groups\": [1], "
+                  "\"sm_count\": 4, \"memory_quota\": 1024}") == 401,
+          "POST /v1/servers with the node token: 401");
+    CHECK(nm_servers_count() == 0 && state_files() == 0, "nothing was started");
+
+    printf("== a session: its server, admission with the session token\n");
+    char vm_token[80];
+    CHECK(call(&cm, "POST", "/v1/vms", cm.op_token,
+               "{\"vm_ip\": \"10.9.0.1\", \"host_ip\": \"127.0.0.1\", \"compute_units\": 132, "
+               "\"memory\": \"1GiB\"}",
+               &a) == 201 && jstr(a, "token"),
+          "POST /v1/vms: %s", call_err);
+    snprintf(vm_token, sizeof vm_token, "%s", jstr(a, "token"));
+    json_decref(a);
+    char sid[80], endpoint[128], token[512];
+    new_session(vm_token, 4242, sid, endpoint, token);
+    pid_t spid = server_pid_of(sid);
+    CHECK(spid > 0 && alive(spid), "the node manager lists its server, pid %d", (int)spid);
+    char key_path[512];
+    snprintf(key_path, sizeof key_path, "%s/state/%s.key", dir, sid);
+    struct stat st;
+    CHECK(stat(key_path, &st) == 0 && (st.st_mode & 0777) == 0600, "its session key file is 0600");
+
+    int fd = tcp_connect(endpoint);
+    flyt_rep_hello hr;
+    CHECK(fd >= 0 && hello(fd, &hr) == 0 && (hr.flags & FLYT_HELLO_AUTH_REQUIRED),
+          "HELLO: the server asks for a session token");
+    CHECK(auth(fd, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.x.1") ==
+              T_NOT_PERMITTED,
+          "a wrong token is refused");
+    close(fd);
+    fd = tcp_connect(endpoint);
+    CHECK(fd >= 0 && hello(fd, &hr) == 0 && auth(fd, token) == 0, "the session token is accepted");
+    flyt_req_device dev = {0, 0};
+    flyt_rep_props props;
+    CHECK(frame_call(fd, FLYT_OP_DEVICE_PROPS, &dev, sizeof dev, NULL, 0, &props, sizeof props) == 0,
+          "DEVICE_PROPS");
+    struct cudaDeviceProp dp;
+    memcpy(&dp, props.bytes, sizeof dp);
+    int sms = dp.multiProcessorCount;
+    size_t total = dp.totalGlobalMem;
+    CHECK(sms == 132 && total == (size_t)GiB, "the tenant sees its share: %d SMs, %zu bytes", sms,
+          total);
+    flyt_req_mem_alloc ma = {(uint64_t)GiB + 1, 0, 0};
+    flyt_rep_u64 mr;
+    CHECK(frame_call(fd, FLYT_OP_MEM_ALLOC, &ma, sizeof ma, NULL, 0, &mr, sizeof mr) == 2,
+          "more than its quota: out of memory");
+    ma.size = 256 << 20;
+    CHECK(frame_call(fd, FLYT_OP_MEM_ALLOC, &ma, sizeof ma, NULL, 0, &mr, sizeof mr) == 0,
+          "256 MiB allocated");
+    CHECK(wait_for(server_connected, sid, 5000), "the node manager reports a client connected");
+    json_t *all;
+    json_t *o = nm_server(sid, &all);
+    CHECK(o && jint(o, "memory_used") == 256 << 20, "and 256 MiB used");
+    json_decref(all);
+    close(fd);
+    CHECK(wait_for(server_unconnected, sid, 5000), "closed: no client connected");
+
+    if (client_test && client_has_tokens()) {
+        printf("== the client test program through the Flyt client library\n");
+        CHECK(run_client(endpoint, token, 0) == 0, "%s passes with FLYT_SESSION_TOKEN",
+              client_test);
+        CHECK(run_client(endpoint, NULL, 1) != 0, "and fails without it");
+    } else {
+        printf("== (the client library does not send session tokens: client program skipped)\n");
+    }
+
+    printf("== release: the server stops\n");
+    char path[200];
+    snprintf(path, sizeof path, "/v1/sessions/%s", sid);
+    CHECK(call(&cm, "DELETE", path, vm_token, NULL, NULL) == 204, "DELETE %s: %s", path, call_err);
+    CHECK(wait_for(server_gone, sid, 5000), "the node manager no longer has it");
+    CHECK(!alive(spid), "its process is gone");
+    CHECK(stat(key_path, &st) != 0, "and its key file");
+
+    printf("== a killed server is reported\n");
+    new_session(vm_token, 4243, sid, endpoint, token);
+    spid = server_pid_of(sid);
+    CHECK(spid > 0 && kill(spid, SIGKILL) == 0, "SIGKILL to its server pid %d", (int)spid);
+    snprintf(want_sid, sizeof want_sid, "%s", sid);
+    snprintf(want_state, sizeof want_state, "failed");
+    CHECK(wait_for(session_state_is, NULL, 5000), "the cluster manager records session %s failed",
+          sid);
+    snprintf(path, sizeof path, "/v1/sessions/%s", sid);
+    CHECK(call(&cm, "GET", path, cm.op_token, NULL, &a) == 200 &&
+              strstr(jstr(a, "session.end_reason"), "signal 9"),
+          "reason: %s", jstr(a, "session.end_reason"));
+    json_decref(a);
+    CHECK(wait_for(server_gone, sid, 5000), "the node manager forgot it");
+
+    printf("== an idle session is released through the heartbeat's stop list\n");
+    new_session(vm_token, 4244, sid, endpoint, token);
+    spid = server_pid_of(sid);
+    snprintf(want_sid, sizeof want_sid, "%s", sid);
+    snprintf(want_state, sizeof want_state, "released");
+    CHECK(wait_for(session_state_is, NULL, 8000), "no client for 2 s: released");
+    CHECK(wait_for(server_gone, sid, 5000) && !alive(spid), "and its server stopped");
+
+    printf("== SIGTERM: everything stops\n");
+    new_session(vm_token, 4245, sid, endpoint, token);
+    spid = server_pid_of(sid);
+    fd = tcp_connect(endpoint);
+    CHECK(fd >= 0 && hello(fd, &hr) == 0 && auth(fd, token) == 0, "a client is connected");
+    CHECK(kill(nm_pid, SIGTERM) == 0, "SIGTERM to the node manager");
+    int status = -1;
+    for (int i = 0; i < 200; i++) {
+        if (waitpid(nm_pid, &status, WNOHANG) == nm_pid) {
+            nm_pid = 0;
+            break;
+        }
+        msleep(50);
+    }
+    CHECK(nm_pid == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "it exited with status 0 (status 0x%x)", status);
+    close(fd);
+    CHECK(!alive(spid), "the server is gone");
+    CHECK(count_lines("mps.log", "quit ") == 2, "both MPS daemons were told to quit");
+    CHECK(leftovers() == 0, "nothing it started is left running");
+    CHECK(state_files() == 0, "no key or status file is left");
+    snprintf(want_sid, sizeof want_sid, "%s", sid);
+    snprintf(want_state, sizeof want_state, "released");
+    CHECK(session_state_is(NULL), "the cluster manager was told the session ended");
+    CHECK(count_lines("nm.log", "Sanitizer") == 0 && count_lines("nm.log", "runtime error") == 0 &&
+              count_lines("nm.log", "died:") == 1,
+          "no sanitizer report, no death but the killed server's (node manager log)");
+
+    cm_stop(&cm);
+    passed = 1;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, cm.dir);
+    if (getenv("FLYT_TEST_KEEP"))
+        printf("        (kept %s and %s)\n", dir, cm.dir);
+    else if (system(cmd) != 0)
+        printf("        (could not remove %s)\n", dir);
+    printf("PASS: node manager\n");
+    return 0;
+}

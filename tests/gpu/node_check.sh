@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# The control plane on a real GPU: flyt-cluster-manager and flyt-node-manager
+# (backend = cuda) on this machine, a VM's session placed on the GPU, and
+# share_check run through the session's server with its session token.
+#
+# usage: tests/gpu/node_check.sh BUILD_DIR
+#
+#   BUILD_DIR holds bin/flyt-cluster-manager, bin/flyt-node-manager,
+#   bin/flyt-server, lib/libcudart.so.13 (the Flyt client) and
+#   gpu-tests/share_check. The daemons' libraries the machine lacks
+#   (libmicrohttpd, libpq, ...) must be findable through LD_LIBRARY_PATH.
+#   python3 makes the HTTP calls (urllib).
+#
+# Checks: the node registers with the GPU's real UUID, SM count and
+# granularity; a VM of 32 SMs and 8 GiB gets a session whose server admits the
+# program only with its token and shows it 32 SMs and 8 GiB (share_check's own
+# checks: blocks on at most 32 SMs on every stream kind, allocation past the
+# quota refused); two sessions of 64 SMs run at once (with NODE_CHECK_MPS=1
+# the node manager runs MPS and their kernel times should be those of one
+# alone); release stops the server; SIGTERM leaves nothing running.
+#
+# Environment (optional): OUT (results), NODE_CHECK_MPS (0),
+# FLYT_TEST_CUDA_LIB (/usr/local/cuda/lib64, not needed by the daemons).
+# Exit status 0 when every check passed.
+set -u
+die() { echo "node_check: $*" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+BUILD=$(cd "$1" 2>/dev/null && pwd) || die "no build directory $1"
+for f in bin/flyt-cluster-manager bin/flyt-node-manager bin/flyt-server gpu-tests/share_check; do
+    [ -x "$BUILD/$f" ] || die "no $BUILD/$f"
+done
+command -v python3 >/dev/null || die "python3 is needed for the HTTP calls"
+DIR="${OUT:-$(mktemp -d /tmp/flyt-node-check.XXXXXX)}/node-check"
+rm -rf "$DIR"
+mkdir -p "$DIR/state" || die "cannot create $DIR"
+MPS="${NODE_CHECK_MPS:-0}"
+FAILED=0
+fail() { echo "node_check: FAIL $*"; FAILED=1; }
+ok() { echo "node_check: ok   $*"; }
+
+CM_PID="" NM_PID=""
+# shellcheck disable=SC2317 # invoked through the EXIT trap
+cleanup() {
+    [ -n "$NM_PID" ] && kill -TERM "$NM_PID" 2>/dev/null && wait "$NM_PID" 2>/dev/null
+    [ -n "$CM_PID" ] && kill -TERM "$CM_PID" 2>/dev/null && wait "$CM_PID" 2>/dev/null
+}
+trap cleanup EXIT
+
+# api METHOD URL TOKEN [JSON] -> prints "STATUS BODY"
+api() {
+    python3 - "$@" <<'EOF'
+import json, sys, urllib.request, urllib.error
+method, url, token = sys.argv[1:4]
+data = sys.argv[4].encode() if len(sys.argv) > 4 else None
+req = urllib.request.Request(url, data=data, method=method)
+req.add_header("Authorization", "Bearer " + token)
+if data:
+    req.add_header("Content-Type", "application/json")
+try:
+    with urllib.request.urlopen(req, timeout=60) as r:
+        print(r.status, r.read().decode() or "{}")
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode() or "{}")
+except Exception as e:
+    print(0, json.dumps({"error": str(e)}))
+EOF
+}
+# jget JSON PATH (a.b.0.c) -> value
+jget() {
+    python3 - "$1" "$2" <<'EOF'
+import json, sys
+v = json.loads(sys.argv[1])
+for k in sys.argv[2].split("."):
+    v = v[int(k)] if isinstance(v, list) else v.get(k) if isinstance(v, dict) else None
+print("" if v is None else v if not isinstance(v, (dict, list)) else json.dumps(v))
+EOF
+}
+wait_file() { for _ in $(seq 1 100); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; }
+
+python3 -c 'import os; print(os.urandom(32).hex())' >"$DIR/operator.token"
+chmod 600 "$DIR/operator.token"
+OP=$(cat "$DIR/operator.token")
+cat >"$DIR/cm.conf" <<EOF
+listen = 127.0.0.1:0
+store = sqlite:$DIR/cm.db
+operator_token_file = operator.token
+heartbeat_interval = 1s
+node_timeout = 10s
+idle_grace = 10m
+EOF
+"$BUILD/bin/flyt-cluster-manager" --config "$DIR/cm.conf" --port-file "$DIR/cm.port" \
+    >"$DIR/cm.log" 2>&1 &
+CM_PID=$!
+wait_file "$DIR/cm.port" || die "the cluster manager did not start (see $DIR/cm.log)"
+CM="http://127.0.0.1:$(cat "$DIR/cm.port")"
+
+read -r st body < <(api POST "$CM/v1/nodes" "$OP" '{"id": "gpu-node", "host_ip": "127.0.0.1"}')
+[ "$st" = 201 ] || die "POST /v1/nodes: $st $body"
+jget "$body" token >"$DIR/node.token"
+chmod 600 "$DIR/node.token"
+
+cat >"$DIR/nm.conf" <<EOF
+node_id = gpu-node
+node_token_file = node.token
+cluster_manager = $CM
+listen = 127.0.0.1:0
+advertise_host = 127.0.0.1
+server_path = $BUILD/bin/flyt-server
+server_listen_host = 127.0.0.1
+server_port_min = 29600
+server_port_max = 29650
+state_dir = $DIR/state
+backend = cuda
+mps = $([ "$MPS" = 1 ] && echo true || echo false)
+mps_pipe_dir = $DIR/mps-pipe
+mps_log_dir = $DIR/mps-log
+EOF
+"$BUILD/bin/flyt-node-manager" --config "$DIR/nm.conf" --port-file "$DIR/nm.port" \
+    >"$DIR/nm.log" 2>&1 &
+NM_PID=$!
+wait_file "$DIR/nm.port" || { tail -20 "$DIR/nm.log"; die "the node manager did not start"; }
+for _ in $(seq 1 100); do
+    read -r st body < <(api GET "$CM/v1/nodes/gpu-node" "$OP")
+    [ "$(jget "$body" node.state)" = ready ] && break
+    sleep 0.2
+done
+if [ "$(jget "$body" node.state)" = ready ]; then
+    ok "node registered: $(jget "$body" node.gpus)"
+else
+    fail "node not ready: $body"; tail -20 "$DIR/nm.log"; exit 1
+fi
+nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader 2>/dev/null | head -4
+uuid=$(jget "$body" node.gpus.0.uuid)
+if nvidia-smi -L 2>/dev/null | grep -q "$uuid"; then ok "GPU 0's UUID $uuid is nvidia-smi's"
+else fail "GPU 0's UUID $uuid is not in nvidia-smi -L"; fi
+
+vm() { # ip sms memory -> token
+    read -r st body < <(api POST "$CM/v1/vms" "$OP" \
+        "{\"vm_ip\": \"$1\", \"host_ip\": \"127.0.0.1\", \"compute_units\": $2, \"memory\": \"$3\"}")
+    [ "$st" = 201 ] || die "POST /v1/vms: $st $body"
+    jget "$body" token
+}
+session() { # vm-token pid -> "id endpoint token"
+    read -r st body < <(api POST "$CM/v1/sessions" "$1" "{\"pid\": $2}")
+    [ "$st" = 201 ] || { echo "node_check: POST /v1/sessions: $st $body" >&2; return 1; }
+    echo "$(jget "$body" session.id) $(jget "$body" session.endpoint) $(jget "$body" token)"
+}
+run_share() { # name endpoint token expect-sms expect-quota-bytes
+    env FLYT_SERVER="$2" FLYT_SESSION_TOKEN="$3" LD_LIBRARY_PATH="$BUILD/lib" \
+        SHARE_EXPECT_SMS="$4" SHARE_EXPECT_QUOTA="$5" timeout 300 \
+        "$BUILD/gpu-tests/share_check" >"$DIR/$1.txt" 2>&1
+}
+
+V1=$(vm 10.250.0.1 32 8GiB)
+read -r S1 E1 T1 < <(session "$V1" 1001) || die "no session"
+ok "session $S1 at $E1"
+if run_share share32 "$E1" "$T1" 32 $((8 << 30)); then
+    ok "share_check through the session: $(grep RESULT "$DIR/share32.txt")"
+else
+    fail "share_check through the session:"; grep -E 'FAIL|flyt' "$DIR/share32.txt" | head -5
+fi
+if env FLYT_SERVER="$E1" LD_LIBRARY_PATH="$BUILD/lib" timeout 60 "$BUILD/gpu-tests/share_check" \
+    >"$DIR/notoken.txt" 2>&1; then
+    fail "without the session token the program got in"
+else
+    ok "without the session token the program is refused"
+fi
+read -r st _ < <(api DELETE "$CM/v1/sessions/$S1" "$V1")
+if [ "$st" = 204 ]; then ok "released"; else fail "release: $st"; fi
+sleep 1
+if grep -q "session $S1: server pid .* stopped" "$DIR/nm.log"; then ok "its server stopped"
+else fail "its server did not stop"; fi
+
+# two tenants of 64 SMs at once (disjoint SM groups: the cluster manager gives them)
+V2=$(vm 10.250.0.2 64 8GiB)
+V3=$(vm 10.250.0.3 64 8GiB)
+read -r S2 E2 T2 < <(session "$V2" 1002) || die "no session"
+read -r S3 E3 T3 < <(session "$V3" 1003) || die "no session"
+run_share alone64 "$E2" "$T2" 64 $((8 << 30)) || fail "64-SM tenant alone"
+run_share pairA "$E2" "$T2" 64 $((8 << 30)) & pa=$!
+run_share pairB "$E3" "$T3" 64 $((8 << 30)) & pb=$!
+wait $pa || fail "tenant A of the pair"
+wait $pb || fail "tenant B of the pair"
+ms() { sed -n 's/^RESULT ms=\([0-9.]*\).*/\1/p' "$DIR/$1.txt"; }
+echo "node_check: 64-SM tenant alone $(ms alone64) ms; two at once $(ms pairA) / $(ms pairB) ms" \
+     "(MPS $([ "$MPS" = 1 ] && echo on || echo off): with MPS both should be close to alone)"
+read -r _ body < <(api GET "$CM/v1/sessions/$S2" "$OP")
+echo "node_check: groups A $(jget "$body" session.sm_groups)"
+read -r _ body < <(api GET "$CM/v1/sessions/$S3" "$OP")
+echo "node_check: groups B $(jget "$body" session.sm_groups)"
+
+kill -TERM "$NM_PID"
+if wait "$NM_PID"; then ok "the node manager stopped (exit 0)"; else fail "node manager exit status $?"; fi
+NM_PID=""
+left=$(pgrep -f "$DIR/state" || true)
+if [ -z "$left" ]; then ok "no server left running"; else fail "left running: $left"; fi
+if [ "$MPS" = 1 ]; then
+    if grep -q "MPS control daemon of GPU 0 stopped" "$DIR/nm.log"; then ok "MPS stopped"; else fail "MPS not stopped"; fi
+fi
+echo "node_check: logs and outputs in $DIR"
+if [ "$FAILED" = 0 ]; then echo "node_check: PASSED"; else echo "node_check: FAILED"; fi
+exit "$FAILED"

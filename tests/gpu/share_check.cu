@@ -1,0 +1,173 @@
+// share_check: what a tenant's share of a GPU looks like from inside.
+//
+// Runs a compute-bound kernel whose blocks record the SM they ran on
+// (%smid), on every kind of stream (NULL, cudaStreamLegacy,
+// cudaStreamPerThread, a blocking and a non-blocking created stream), and
+// times it. Through a flyt-server started with --sm-groups, every block must
+// run on the share's SMs and the time must scale with their number; with
+// --memory-quota the device must report the quota and refuse more.
+//
+// Environment (optional): SHARE_EXPECT_SMS=N (multiProcessorCount must be N),
+// SHARE_EXPECT_QUOTA=BYTES (totalGlobalMem and cudaMemGetInfo's total must be
+// BYTES, an allocation past it must fail with cudaErrorMemoryAllocation),
+// SHARE_ITERS (kernel length, default 20000), SHARE_REPEATS (default 5).
+// Prints one "share_check:" line per fact and "RESULT ms=... sms=...
+// distinct=..." last; exits 0 when every check passed, 1 otherwise.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define BLOCKS 2048 /* 8 resident blocks per SM: 16 full waves on 16 SMs, 8 on 32, 4 on 64 */
+#define THREADS 256
+
+static int failures = 0;
+
+#define CK(call)                                                                          \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) {                                                          \
+            printf("share_check: FAIL %s: %s (%s)\n", #call, cudaGetErrorName(e_),        \
+                   cudaGetErrorString(e_));                                               \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static void expect(bool ok, const char *what)
+{
+    printf("share_check: %s %s\n", ok ? "ok  " : "FAIL", what);
+    if (!ok)
+        failures++;
+}
+
+__global__ void spin(float *out, unsigned *smids, int iters)
+{
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    if (threadIdx.x == 0)
+        smids[blockIdx.x] = smid;
+    float x = threadIdx.x * 0.001f, y = 1.0f;
+    for (int i = 0; i < iters; i++) {
+        x = fmaf(x, 1.000001f, y);
+        y = fmaf(y, 0.999999f, -x);
+    }
+    if (x == 1234.5f) // never true; keeps the loop
+        out[blockIdx.x] = y;
+}
+
+static int distinct(const std::vector<unsigned> &ids)
+{
+    std::vector<unsigned> s(ids);
+    std::sort(s.begin(), s.end());
+    return (int)(std::unique(s.begin(), s.end()) - s.begin());
+}
+
+static long long env_ll(const char *name, long long def)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoll(v) : def;
+}
+
+int main()
+{
+    int iters = (int)env_ll("SHARE_ITERS", 20000);
+    int repeats = (int)env_ll("SHARE_REPEATS", 5);
+    long long want_sms = env_ll("SHARE_EXPECT_SMS", 0);
+    long long want_quota = env_ll("SHARE_EXPECT_QUOTA", 0);
+
+    cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, 0));
+    int attr_sms = 0;
+    CK(cudaDeviceGetAttribute(&attr_sms, cudaDevAttrMultiProcessorCount, 0));
+    size_t fr = 0, tot = 0;
+    CK(cudaMemGetInfo(&fr, &tot));
+    printf("share_check: device \"%s\": multiProcessorCount %d (attribute %d), totalGlobalMem %zu MiB, "
+           "mem info free %zu MiB total %zu MiB\n",
+           p.name, p.multiProcessorCount, attr_sms, p.totalGlobalMem >> 20, fr >> 20, tot >> 20);
+    expect(attr_sms == p.multiProcessorCount, "attribute and properties agree on the SM count");
+    if (want_sms) {
+        char what[128];
+        snprintf(what, sizeof what, "the device reports the share's %lld SMs", want_sms);
+        expect(p.multiProcessorCount == want_sms, what);
+    }
+    if (want_quota) {
+        expect(p.totalGlobalMem == (size_t)want_quota, "totalGlobalMem is the memory quota");
+        expect(tot == (size_t)want_quota && fr <= tot, "cudaMemGetInfo: total is the quota");
+        void *big = nullptr;
+        cudaError_t e = cudaMalloc(&big, (size_t)want_quota + (1u << 20));
+        expect(e == cudaErrorMemoryAllocation, "an allocation past the quota fails (cudaErrorMemoryAllocation)");
+        cudaGetLastError();
+        void *half = nullptr;
+        e = cudaMalloc(&half, (size_t)want_quota / 2);
+        expect(e == cudaSuccess, "half the quota can be allocated");
+        size_t fr2 = 0, tot2 = 0;
+        CK(cudaMemGetInfo(&fr2, &tot2));
+        expect(fr2 <= (size_t)want_quota - (size_t)want_quota / 2, "and free memory went down by it");
+        if (half)
+            CK(cudaFree(half));
+    }
+
+    float *out;
+    unsigned *smids;
+    CK(cudaMalloc(&out, BLOCKS * sizeof(float)));
+    CK(cudaMalloc(&smids, BLOCKS * sizeof(unsigned)));
+    std::vector<unsigned> host(BLOCKS);
+
+    cudaStream_t blocking, nonblocking;
+    CK(cudaStreamCreate(&blocking));
+    CK(cudaStreamCreateWithFlags(&nonblocking, cudaStreamNonBlocking));
+    struct {
+        const char *name;
+        cudaStream_t s;
+    } streams[] = {{"NULL stream", 0},
+                   {"cudaStreamLegacy", cudaStreamLegacy},
+                   {"cudaStreamPerThread", cudaStreamPerThread},
+                   {"created blocking stream", blocking},
+                   {"created non-blocking stream", nonblocking}};
+    int most = 0;
+    for (auto &st : streams) {
+        CK(cudaMemsetAsync(smids, 0xff, BLOCKS * sizeof(unsigned), st.s));
+        spin<<<BLOCKS, THREADS, 0, st.s>>>(out, smids, iters / 10 + 1);
+        CK(cudaGetLastError());
+        CK(cudaStreamSynchronize(st.s));
+        CK(cudaMemcpy(host.data(), smids, BLOCKS * sizeof(unsigned), cudaMemcpyDeviceToHost));
+        int d = distinct(host);
+        unsigned maxid = *std::max_element(host.begin(), host.end());
+        most = std::max(most, d);
+        char what[200];
+        snprintf(what, sizeof what, "%s: blocks ran on %d distinct SMs (highest SM id %u), at most %d",
+                 st.name, d, maxid, p.multiProcessorCount);
+        expect(d <= p.multiProcessorCount && maxid != 0xffffffffu, what);
+    }
+
+    // the timing: NULL stream, events around each launch, after a warm-up
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    spin<<<BLOCKS, THREADS>>>(out, smids, iters);
+    CK(cudaDeviceSynchronize());
+    std::vector<float> ms;
+    for (int i = 0; i < repeats; i++) {
+        CK(cudaEventRecord(a, 0));
+        spin<<<BLOCKS, THREADS>>>(out, smids, iters);
+        CK(cudaEventRecord(b, 0));
+        CK(cudaEventSynchronize(b));
+        float t = 0;
+        CK(cudaEventElapsedTime(&t, a, b));
+        ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    float median = ms[ms.size() / 2];
+    printf("share_check: kernel %d blocks x %d threads, %d iterations: median %.3f ms of %d (min %.3f, max %.3f)\n",
+           BLOCKS, THREADS, iters, median, repeats, ms.front(), ms.back());
+
+    CK(cudaStreamDestroy(blocking));
+    CK(cudaStreamDestroy(nonblocking));
+    CK(cudaFree(out));
+    CK(cudaFree(smids));
+    printf("RESULT ms=%.3f sms=%d distinct=%d failures=%d\n", median, p.multiProcessorCount, most, failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,253 @@
+/*
+ * Session-token admission of flyt-server (--session-id, --session-key-file;
+ * docs/api.md "Session tokens"), over raw frames with the host backend:
+ * the key file must not be readable by others; HELLO asks for a token; no
+ * token, a malformed, badly signed, expired or other session's token is
+ * refused with an error reply, the session ends and the server logs why; a
+ * good token opens the GPU. A standalone server asks for nothing.
+ *
+ * usage: test_server_admission PATH-TO-flyt-server
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "flyt_token.h"
+#include "harness.h"
+
+#define T_NOT_PERMITTED 800
+#define SID "s-admission-test"
+
+static const flyt_req_none none;
+static unsigned char key[32];
+static char key_path[256], bad_key_path[256];
+
+static int hello_flags(int fd, flyt_rep_hello *rep)
+{
+    flyt_req_hello h;
+    memset(&h, 0, sizeof h);
+    h.magic = FLYT_PROTO_MAGIC;
+    h.major = FLYT_PROTO_MAJOR;
+    h.minor = FLYT_PROTO_MINOR;
+    h.client_pid = (uint32_t)getpid();
+    snprintf(h.client_host, sizeof h.client_host, "test");
+    return th_call_rep(fd, FLYT_OP_HELLO, &h, sizeof h, NULL, 0, rep, sizeof *rep);
+}
+
+static int auth(int fd, const char *token)
+{
+    flyt_req_auth r = {(uint32_t)strlen(token), 0};
+    return th_call(fd, FLYT_OP_AUTH, &r, sizeof r, token, strlen(token), NULL);
+}
+
+/* The server closed the connection (a read sees EOF). */
+static int closed(int fd)
+{
+    struct th_reply r;
+    int rc = th_read_frame(fd, &r);
+    if (rc == 0)
+        th_reply_free(&r);
+    return rc == -1;
+}
+
+static void write_key(const char *path, mode_t mode)
+{
+    char hex[65];
+    flyt_hex_encode(key, sizeof key, hex);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0, "write %s", path);
+    CHECK(write(fd, hex, 64) == 64 && write(fd, "\n", 1) == 1, "key written");
+    close(fd);
+    chmod(path, mode);
+}
+
+static void make_token(const unsigned char *k, const char *sid, long long expiry, char *out)
+{
+    CHECK(flyt_session_token_make(k, 32, sid, expiry, out, 256) == 0, "token for %s made", sid);
+}
+
+/* Runs the server with args and returns its exit status; its stderr in out. */
+static int run_server(const char *bin, const char *const *args, char *out, size_t outlen)
+{
+    char log[300];
+    snprintf(log, sizeof log, "%s/run.log", th_temp_dir());
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 2);
+        const char *argv[32] = {bin};
+        int n = 1;
+        for (int i = 0; args[i]; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    FILE *f = fopen(log, "r");
+    size_t n = f ? fread(out, 1, outlen - 1, f) : 0;
+    out[n] = '\0';
+    if (f)
+        fclose(f);
+    unlink(log);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH-TO-flyt-server\n", argv[0]);
+        return 2;
+    }
+    const char *bin = argv[1];
+    th_watchdog(120);
+    signal(SIGPIPE, SIG_IGN);
+    for (size_t i = 0; i < sizeof key; i++)
+        key[i] = (unsigned char)(i * 37 + 11);
+
+    th_prepare_dir();
+    snprintf(key_path, sizeof key_path, "%s/session.key", th_temp_dir());
+    snprintf(bad_key_path, sizeof bad_key_path, "%s/open.key", th_temp_dir());
+
+    th_say("key file checks");
+    char out[4096];
+    write_key(bad_key_path, 0644);
+    const char *open_args[] = {"--backend", "host", "--listen", "unix:/tmp/flyt-never.sock",
+                               "--session-id", SID, "--session-key-file", bad_key_path, NULL};
+    int rc = run_server(bin, open_args, out, sizeof out);
+    CHECK(rc == 2 && strstr(out, "readable") && strstr(out, "0644"),
+          "a key file of mode 0644 is refused (exit %d: %s)", rc, strtok(out, "\n"));
+    const char *half_args[] = {"--backend", "host", "--listen", "unix:/tmp/flyt-never.sock",
+                               "--session-id", SID, NULL};
+    rc = run_server(bin, half_args, out, sizeof out);
+    CHECK(rc == 2 && strstr(out, "go together"), "--session-id without a key file is refused");
+    write_key(bad_key_path, 0600);
+    int fd0 = open(bad_key_path, O_WRONLY | O_TRUNC);
+    CHECK(fd0 >= 0 && write(fd0, "not hex at all, not hex at all, not hex", 39) == 39, "garbage key");
+    close(fd0);
+    const char *garbage_args[] = {"--backend", "host", "--listen", "unix:/tmp/flyt-never.sock",
+                                  "--session-id", SID, "--session-key-file", bad_key_path, NULL};
+    rc = run_server(bin, garbage_args, out, sizeof out);
+    CHECK(rc == 2 && strstr(out, "hex"), "a key file that is not hex is refused");
+    unlink(bad_key_path);
+
+    write_key(key_path, 0600);
+    const char *args[] = {"--session-id", SID, "--session-key-file", key_path,
+                          "--admission-timeout", "1", NULL};
+    th_server_start_args(bin, NULL, args);
+
+    th_say("HELLO asks for a token");
+    int fd = th_connect();
+    flyt_rep_hello hr;
+    CHECK(fd >= 0 && hello_flags(fd, &hr) == 0, "HELLO answered");
+    CHECK(hr.flags & FLYT_HELLO_AUTH_REQUIRED, "FLYT_HELLO_AUTH_REQUIRED set (flags 0x%x)", hr.flags);
+    CHECK(hr.device_count == 1 && strcmp(hr.backend, "host") == 0, "one device, backend %s",
+          hr.backend);
+
+    th_say("no token");
+    flyt_rep_i32 v;
+    rc = th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v);
+    CHECK(rc == T_NOT_PERMITTED, "DEVICE_COUNT before AUTH: CUDA_ERROR_NOT_PERMITTED (%d)", rc);
+    CHECK(closed(fd), "and the session ended");
+    close(fd);
+    fd = th_connect();
+    CHECK(fd >= 0 && hello_flags(fd, &hr) == 0, "HELLO again");
+    uint64_t p;
+    rc = th_alloc(fd, 4096, &p);
+    CHECK(rc == T_NOT_PERMITTED && closed(fd), "MEM_ALLOC before AUTH refused, session ended");
+    close(fd);
+    CHECK(th_server_log_has("admission refused"), "the server logged the refusal");
+
+    struct {
+        const char *what, *why;
+        char token[256];
+    } bad[5];
+    unsigned char other[32];
+    memcpy(other, key, sizeof other);
+    other[0] ^= 1;
+    long long now = (long long)time(NULL);
+    bad[0].what = "a malformed token";
+    bad[0].why = "malformed";
+    snprintf(bad[0].token, sizeof bad[0].token, "abc");
+    bad[1].what = "a token signed with another key";
+    bad[1].why = "does not verify";
+    make_token(other, SID, now + 3600, bad[1].token);
+    bad[2].what = "an expired token";
+    bad[2].why = "expired";
+    make_token(key, SID, now - 5, bad[2].token);
+    bad[3].what = "a token for another session";
+    bad[3].why = "another session";
+    make_token(key, "s-someone-else", now + 3600, bad[3].token);
+    bad[4].what = "a token whose MAC was tampered with";
+    bad[4].why = "does not verify";
+    make_token(key, SID, now + 3600, bad[4].token);
+    bad[4].token[10] = bad[4].token[10] == 'a' ? 'b' : 'a';
+    for (int i = 0; i < 5; i++) {
+        th_say("%s", bad[i].what);
+        fd = th_connect();
+        CHECK(fd >= 0 && hello_flags(fd, &hr) == 0, "HELLO");
+        rc = auth(fd, bad[i].token);
+        CHECK(rc == T_NOT_PERMITTED, "AUTH answered CUDA_ERROR_NOT_PERMITTED (%d)", rc);
+        CHECK(closed(fd), "the session ended");
+        close(fd);
+        CHECK(th_server_log_has(bad[i].why), "logged: %s", bad[i].why);
+    }
+
+    th_say("a client that sends nothing is dropped after --admission-timeout");
+    fd = th_connect();
+    CHECK(fd >= 0, "connected, silent");
+    time_t t0 = time(NULL);
+    CHECK(closed(fd), "the server closed the connection");
+    CHECK(time(NULL) - t0 <= 5, "within the timeout (1 s)");
+    close(fd);
+    CHECK(th_server_log_has("no valid session token in time"), "and said why");
+
+    th_say("GOODBYE without a token is just a goodbye");
+    fd = th_connect();
+    CHECK(fd >= 0 && hello_flags(fd, &hr) == 0, "HELLO");
+    CHECK(th_call(fd, FLYT_OP_GOODBYE, &none, sizeof none, NULL, 0, NULL) == 0, "GOODBYE answered");
+    close(fd);
+
+    th_say("a good token");
+    char good[256];
+    make_token(key, SID, now + 3600, good);
+    fd = th_connect();
+    CHECK(fd >= 0 && hello_flags(fd, &hr) == 0, "HELLO");
+    CHECK(auth(fd, good) == 0, "AUTH accepted");
+    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v) == 0 &&
+              v.value == 1,
+          "DEVICE_COUNT = 1");
+    CHECK(th_alloc(fd, 1 << 20, &p) == 0 && p != 0, "MEM_ALLOC works");
+    static unsigned char buf[4096];
+    memset(buf, 0x5a, sizeof buf);
+    CHECK(th_htod(fd, p, buf, sizeof buf) == 0, "MEMCPY_HTOD works");
+    CHECK(th_free(fd, p) == 0, "MEM_FREE works");
+    CHECK(auth(fd, good) == 0, "AUTH again on an admitted session: accepted");
+    close(fd);
+    CHECK(th_server_log_has("admitted"), "the server logged the admission");
+    CHECK(th_server_alive() && th_server_log_clean(), "the server is alive and clean");
+    unlink(key_path);
+    th_server_stop();
+
+    th_say("standalone: no key, no token asked");
+    th_server_start(bin, NULL);
+    fd = th_connect();
+    CHECK(fd >= 0 && hello_flags(fd, &hr) == 0 && hr.flags == 0, "HELLO flags 0");
+    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v) == 0,
+          "DEVICE_COUNT without AUTH");
+    CHECK(auth(fd, "anything") == 0, "an AUTH anyway is accepted");
+    close(fd);
+    CHECK(th_server_works() && th_server_log_clean(), "standalone server works");
+    th_server_stop();
+
+    th_passed();
+    printf("all admission checks passed\n");
+    return 0;
+}
