@@ -28,8 +28,11 @@ static int started[NM_MAX_GPUS];
 
 void nm_mps_dirs(const struct nm *g, int index, char *pipe, size_t plen, char *log, size_t llen)
 {
-    snprintf(pipe, plen, "%s/gpu%d", g->cfg.mps_pipe_dir, index);
-    snprintf(log, llen, "%s/gpu%d", g->cfg.mps_log_dir, index);
+    /* config paths are bounded far below PATH_MAX; a cut path fails at mkdir */
+    if (snprintf(pipe, plen, "%s/gpu%d", g->cfg.mps_pipe_dir, index) >= (int)plen)
+        pipe[0] = '\0';
+    if (snprintf(log, llen, "%s/gpu%d", g->cfg.mps_log_dir, index) >= (int)llen)
+        log[0] = '\0';
 }
 
 static int mkdirs(const char *path, char *err, size_t errlen)
