@@ -152,12 +152,14 @@ if [ "$MPS" = 1 ]; then
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
     nvidia-cuda-mps-control -d && MPS_ON=1
     if [ "$MPS_ON" = 1 ]; then
+        # 56 SMs (7 groups) each: an H100's 132 SMs split into only 15 groups of 8,
+        # so two disjoint 64-SM tenants do not fit (measured 2026-11-21)
         A="" B="" C="" A_ADDR="" B_ADDR="" C_ADDR=""
-        start_server mps64 --sm-groups "$(groups_for 0 64)" --sm-granularity "$GRAN" && A=$SRV_PID A_ADDR=$SRV_ADDR
+        start_server mps56 --sm-groups "$(groups_for 0 56)" --sm-granularity "$GRAN" && A=$SRV_PID A_ADDR=$SRV_ADDR
         # shellcheck disable=SC2046
-        read -r "MS[mps64]" "SMS[mps64]" "DIST[mps64]" < <(run mps64 $(flyt_env "$A_ADDR") SHARE_EXPECT_SMS=64)
-        start_server mpsB --sm-groups "$(groups_for 8 64)" --sm-granularity "$GRAN" && B=$SRV_PID B_ADDR=$SRV_ADDR
-        start_server mpsC --sm-groups "$(groups_for 0 64)" --sm-granularity "$GRAN" && C=$SRV_PID C_ADDR=$SRV_ADDR
+        read -r "MS[mps56]" "SMS[mps56]" "DIST[mps56]" < <(run mps56 $(flyt_env "$A_ADDR") SHARE_EXPECT_SMS=56)
+        start_server mpsB --sm-groups "$(groups_for 7 56)" --sm-granularity "$GRAN" && B=$SRV_PID B_ADDR=$SRV_ADDR
+        start_server mpsC --sm-groups "$(groups_for 0 56)" --sm-granularity "$GRAN" && C=$SRV_PID C_ADDR=$SRV_ADDR
         for pair in "disjoint:$B_ADDR" "same:$C_ADDR"; do
             kind=${pair%%:*} other=${pair#*:}
             if [ -z "$A_ADDR" ] || [ -z "$other" ]; then FAILED=1; continue; fi
@@ -182,11 +184,11 @@ fi
 echo
 echo "| run | SMs reported | distinct SMs used | kernel ms (median) |"
 echo "| --- | --- | --- | --- |"
-for k in native sm16 sm32 sm64 token mps64; do
+for k in native sm16 sm32 sm64 token mps56; do
     [ -n "${MS[$k]:-}" ] && echo "| $k | ${SMS[$k]} | ${DIST[$k]} | ${MS[$k]} |"
 done
 for k in mps-disjoint mps-same; do
-    [ -n "${MS[$k]:-}" ] && echo "| $k (two 64-SM tenants at once) | 64 | | ${MS[$k]} |"
+    [ -n "${MS[$k]:-}" ] && echo "| $k (two 56-SM tenants at once) | 56 | | ${MS[$k]} |"
 done
 echo
 # More SMs, less time: 16 -> 32 -> 64 should each be clearly faster.
