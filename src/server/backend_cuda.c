@@ -507,9 +507,9 @@ static CUresult cuda_mem_alloc_async(flyt_backend *base, uint64_t size, flyt_bha
     CUresult r;
     if (pool)
         r = b->cu.cuMemAllocFromPoolAsync(&p, (size_t)size, (CUmemoryPool)pool,
-                                          flyt_cuda_stream(b, stream));
+                                          flyt_cuda_enqueue(b, stream));
     else
-        r = b->cu.cuMemAllocAsync(&p, (size_t)size, flyt_cuda_stream(b, stream));
+        r = b->cu.cuMemAllocAsync(&p, (size_t)size, flyt_cuda_enqueue(b, stream));
     if (r == CUDA_SUCCESS)
         *dptr = p;
     return r;
@@ -518,7 +518,7 @@ static CUresult cuda_mem_alloc_async(flyt_backend *base, uint64_t size, flyt_bha
 static CUresult cuda_mem_free_async(flyt_backend *base, uint64_t dptr, flyt_bhandle stream)
 {
     ENTER(b, base);
-    return b->cu.cuMemFreeAsync((CUdeviceptr)dptr, flyt_cuda_stream(b, stream));
+    return b->cu.cuMemFreeAsync((CUdeviceptr)dptr, flyt_cuda_enqueue(b, stream));
 }
 
 static CUresult cuda_pointer_attrs(flyt_backend *base, uint64_t ptr, flyt_rep_pointer_attrs *out)
@@ -677,9 +677,14 @@ static CUresult cuda_stream_create(flyt_backend *base, unsigned flags, int prior
         r = b->cu.cuStreamCreateWithPriority(&s, flags, priority);
     if (r != CUDA_SUCCESS)
         return r;
-    if (flyt_pset_add(&b->streams, s) != 0) {
+    /* a blocking stream in a green context gets its legacy-stream
+     * synchronization from backend_cuda_legacy.c */
+    if (b->green && !(flags & CU_STREAM_NON_BLOCKING))
+        r = flyt_cuda_blocking_add(b, s);
+    if (r != CUDA_SUCCESS || flyt_pset_add(&b->streams, s) != 0) {
+        flyt_cuda_blocking_del(b, s);
         b->cu.cuStreamDestroy(s);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return r != CUDA_SUCCESS ? r : CUDA_ERROR_OUT_OF_MEMORY;
     }
     *stream = (flyt_bhandle)s;
     return CUDA_SUCCESS;
@@ -691,6 +696,7 @@ static CUresult cuda_stream_destroy(flyt_backend *base, flyt_bhandle stream)
     /* only streams created here; the NULL / legacy / per-thread streams are not */
     if (!flyt_pset_del(&b->streams, stream))
         return CUDA_ERROR_INVALID_HANDLE;
+    flyt_cuda_blocking_del(b, (CUstream)stream);
     return b->cu.cuStreamDestroy((CUstream)stream);
 }
 
@@ -712,7 +718,7 @@ static CUresult cuda_stream_wait_event(flyt_backend *base, flyt_bhandle stream, 
     ENTER(b, base);
     if (!event)
         return CUDA_ERROR_INVALID_HANDLE;
-    return b->cu.cuStreamWaitEvent(flyt_cuda_stream(b, stream), (CUevent)event, flags);
+    return b->cu.cuStreamWaitEvent(flyt_cuda_enqueue(b, stream), (CUevent)event, flags);
 }
 
 static CUresult cuda_stream_get_flags(flyt_backend *base, flyt_bhandle stream, unsigned *flags)
@@ -720,7 +726,12 @@ static CUresult cuda_stream_get_flags(flyt_backend *base, flyt_bhandle stream, u
     ENTER(b, base);
     if (!flags)
         return CUDA_ERROR_INVALID_VALUE;
-    return b->cu.cuStreamGetFlags(flyt_cuda_stream(b, stream), flags);
+    CUstream s = flyt_cuda_stream(b, stream);
+    if (b->green && flyt_cuda_is_blocking(b, s)) {
+        *flags = CU_STREAM_DEFAULT; /* what the application asked for */
+        return CUDA_SUCCESS;
+    }
+    return b->cu.cuStreamGetFlags(s, flags);
 }
 
 static CUresult cuda_stream_get_priority(flyt_backend *base, flyt_bhandle stream, int *priority)
@@ -738,7 +749,7 @@ static CUresult cuda_stream_host_func(flyt_backend *base, flyt_bhandle stream, f
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
     /* the driver calls fn(arg) on its own thread, in stream order */
-    return b->cu.cuLaunchHostFunc(flyt_cuda_stream(b, stream), (CUhostFn)fn, arg);
+    return b->cu.cuLaunchHostFunc(flyt_cuda_enqueue(b, stream), (CUhostFn)fn, arg);
 }
 
 /* ---- events ---- */
@@ -774,7 +785,7 @@ static CUresult cuda_event_record(flyt_backend *base, flyt_bhandle event, flyt_b
     ENTER(b, base);
     if (!event)
         return CUDA_ERROR_INVALID_HANDLE;
-    return b->cu.cuEventRecordWithFlags((CUevent)event, flyt_cuda_stream(b, stream), flags);
+    return b->cu.cuEventRecordWithFlags((CUevent)event, flyt_cuda_enqueue(b, stream), flags);
 }
 
 static CUresult cuda_event_query(flyt_backend *base, flyt_bhandle event)
@@ -1077,7 +1088,7 @@ static CUresult cuda_launch(flyt_backend *base, flyt_bhandle func, const uint32_
     cfg.blockDimY = block[1];
     cfg.blockDimZ = block[2];
     cfg.sharedMemBytes = shared_mem;
-    cfg.hStream = flyt_cuda_stream(b, stream);
+    cfg.hStream = flyt_cuda_enqueue(b, stream);
     cfg.attrs = attr_count ? la : NULL;
     cfg.numAttrs = attr_count;
 

@@ -204,7 +204,7 @@ CUresult flyt_cuda_htod_2d(flyt_backend *base, uint64_t dst, uint64_t dst_pitch,
     CUresult r = flyt_cuda_ctx(b);
     if (r != CUDA_SUCCESS)
         return r;
-    CUstream st = flyt_cuda_stream(b, stream);
+    CUstream st = flyt_cuda_enqueue(b, stream);
     struct flyt_staging *s = stg_find(b, staging);
 
     if (!s) {
@@ -258,7 +258,7 @@ CUresult flyt_cuda_dtoh_2d(flyt_backend *base, void *dst, uint64_t src, uint64_t
         return CUDA_SUCCESS;
     if (!dst)
         return CUDA_ERROR_INVALID_VALUE;
-    CUstream st = flyt_cuda_stream(b, stream);
+    CUstream st = flyt_cuda_enqueue(b, stream);
     if (rows == 1) {
         r = b->cu.cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, (size_t)width, st);
     } else {
@@ -283,7 +283,7 @@ CUresult flyt_cuda_dtod_2d(flyt_backend *base, uint64_t dst, uint64_t dst_pitch,
         return r;
     if (width == 0 || rows == 0)
         return CUDA_SUCCESS;
-    CUstream st = flyt_cuda_stream(b, stream);
+    CUstream st = flyt_cuda_enqueue(b, stream);
     if (rows == 1)
         return b->cu.cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, (size_t)width, st);
     CUDA_MEMCPY2D c;
@@ -303,7 +303,7 @@ CUresult flyt_cuda_memset_2d(flyt_backend *base, uint64_t dst, uint64_t pitch, u
         return r;
     if (width == 0 || rows == 0)
         return CUDA_SUCCESS;
-    CUstream st = flyt_cuda_stream(b, stream);
+    CUstream st = flyt_cuda_enqueue(b, stream);
     if (rows == 1)
         return b->cu.cuMemsetD8Async((CUdeviceptr)dst, value, (size_t)width, st);
     return b->cu.cuMemsetD2D8Async((CUdeviceptr)dst, (size_t)pitch, value, (size_t)width,
@@ -343,7 +343,7 @@ CUresult flyt_cuda_htod_host(flyt_backend *base, uint64_t dst, const void *src, 
     CUresult r = flyt_cuda_ctx(b);
     if (r != CUDA_SUCCESS || n == 0)
         return r;
-    return b->cu.cuMemcpyHtoDAsync((CUdeviceptr)dst, src, (size_t)n, flyt_cuda_stream(b, stream));
+    return b->cu.cuMemcpyHtoDAsync((CUdeviceptr)dst, src, (size_t)n, flyt_cuda_enqueue(b, stream));
 }
 
 CUresult flyt_cuda_dtoh_host(flyt_backend *base, void *dst, uint64_t src, uint64_t n,
@@ -355,5 +355,5 @@ CUresult flyt_cuda_dtoh_host(flyt_backend *base, void *dst, uint64_t src, uint64
     CUresult r = flyt_cuda_ctx(b);
     if (r != CUDA_SUCCESS || n == 0)
         return r;
-    return b->cu.cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, (size_t)n, flyt_cuda_stream(b, stream));
+    return b->cu.cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, (size_t)n, flyt_cuda_enqueue(b, stream));
 }

@@ -61,6 +61,7 @@ void flyt_cuda_green_drop(struct flyt_cuda_backend *b)
         return;
     if (b->ctx && flyt_cuda_ctx(b) == CUDA_SUCCESS) {
         b->cu.cuCtxSynchronize();
+        flyt_cuda_blocking_clear(b);
         if (b->pt_stream)
             b->cu.cuStreamDestroy(b->pt_stream);
     }
@@ -137,6 +138,8 @@ CUresult flyt_cuda_green_build(struct flyt_cuda_backend *b)
     r = flyt_cuda_ctx(b);
     if (r == CUDA_SUCCESS)
         r = b->cu.cuStreamCreateWithPriority(&b->pt_stream, CU_STREAM_DEFAULT, 0);
+    if (r == CUDA_SUCCESS) /* the per-thread default stream is a blocking one */
+        r = flyt_cuda_blocking_add(b, b->pt_stream);
     if (r != CUDA_SUCCESS) {
         flyt_error("cuda backend: the green context does not work: %s", errname(b, r));
         flyt_cuda_green_drop(b);

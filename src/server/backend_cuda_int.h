@@ -166,6 +166,13 @@ struct flyt_staging {
     uint8_t  pinned;   /* registered with the driver (page-locked) */
 };
 
+struct flyt_blocking {
+    CUstream s;
+    CUevent  ev;       /* recorded on s when the legacy stream must wait for it */
+    uint64_t seen_gen; /* legacy_gen s last waited for */
+    int      dirty;    /* work on s the legacy stream has not waited for */
+};
+
 /* ---- the backend ---- */
 struct flyt_cuda_backend {
     struct flyt_backend base;
@@ -188,6 +195,13 @@ struct flyt_cuda_backend {
     struct flyt_pset streams, events, pools;
     struct flyt_cuda_module *modules;
 
+    /* Legacy-stream semantics inside a green context (backend_cuda_legacy.c):
+     * the streams the application asked to be blocking. */
+    struct flyt_blocking *blocking;
+    int                   nblocking, cap_blocking;
+    CUevent               legacy_ev;
+    uint64_t              legacy_gen; /* bumped before each piece of legacy-stream work */
+
     struct flyt_staging *stg;
     int                  nstg, stg_cap;
     uint64_t             stg_seq;
@@ -208,6 +222,16 @@ static inline CUstream flyt_cuda_stream(const struct flyt_cuda_backend *b, flyt_
         return b->pt_stream;
     return (CUstream)s;
 }
+
+/* The stream to queue work on, after the implicit synchronization with the
+ * legacy stream that CUDA makes and a green context does not
+ * (backend_cuda_legacy.c). Use it wherever work is queued; flyt_cuda_stream
+ * for queries and synchronization. */
+CUstream flyt_cuda_enqueue(struct flyt_cuda_backend *b, flyt_bhandle stream);
+CUresult flyt_cuda_blocking_add(struct flyt_cuda_backend *b, CUstream s);
+void     flyt_cuda_blocking_del(struct flyt_cuda_backend *b, CUstream s);
+int      flyt_cuda_is_blocking(struct flyt_cuda_backend *b, CUstream s);
+void     flyt_cuda_blocking_clear(struct flyt_cuda_backend *b);
 
 /* backend_cuda_green.c: builds the green context of the share (groups and
  * granularity already stored in b) and makes it current; on failure nothing
