@@ -93,20 +93,10 @@ static int session_show(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_arg
 static int session_release(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a)
 {
     (void)cmd;
-    char path[1024];
+    char path[1024], done[512];
     ctl_path(path, sizeof path, "/v1/sessions/%s", a->pos[0]);
-    json_t *ans;
-    int rc = ctl_call(c, "DELETE", path, NULL, 1, &ans);
-    if (rc)
-        return rc;
-    if (c->json) {
-        if (ans)
-            ctl_print_json(ans);
-    } else {
-        printf("Released session %s (its server is stopped).\n", a->pos[0]);
-    }
-    json_decref(ans);
-    return CTL_OK;
+    snprintf(done, sizeof done, "Released session %s (its server is stopped).", a->pos[0]);
+    return ctl_delete(c, path, done);
 }
 
 /* ---- events ---- */

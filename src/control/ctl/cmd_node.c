@@ -173,20 +173,10 @@ static int node_add(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a
 static int node_remove(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a)
 {
     (void)cmd;
-    char path[1024];
+    char path[1024], done[512];
     ctl_path(path, sizeof path, "/v1/nodes/%s", a->pos[0]);
-    json_t *ans;
-    int rc = ctl_call(c, "DELETE", path, NULL, 1, &ans);
-    if (rc)
-        return rc;
-    if (c->json) {
-        if (ans)
-            ctl_print_json(ans);
-    } else {
-        printf("Removed node %s (its sessions, if any, ended).\n", a->pos[0]);
-    }
-    json_decref(ans);
-    return CTL_OK;
+    snprintf(done, sizeof done, "Removed node %s (its sessions, if any, ended).", a->pos[0]);
+    return ctl_delete(c, path, done);
 }
 
 static const struct ctl_opt add_opts[] = {

@@ -202,22 +202,14 @@ static int vm_remove(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *
     int force = ctl_opt(cmd, a, "--force") != NULL;
     if (force)
         ctl_path_query(path, sizeof path, "force", "1");
-    json_t *ans;
-    int rc = ctl_call(c, "DELETE", path, NULL, 1, &ans);
-    if (rc) {
-        if (strcmp(c->last_error, "conflict") == 0 && !force)
-            fprintf(stderr, "  'flytctl vm remove %s --force' releases its sessions and removes "
-                            "it\n", a->pos[0]);
-        return rc;
-    }
-    if (c->json) {
-        if (ans)
-            ctl_print_json(ans);
-    } else {
-        printf("Removed VM %s%s.\n", a->pos[0], force ? " (its sessions, if any, released)" : "");
-    }
-    json_decref(ans);
-    return CTL_OK;
+    char done[512];
+    snprintf(done, sizeof done, "Removed VM %s%s.", a->pos[0],
+             force ? " (its sessions, if any, released)" : "");
+    int rc = ctl_delete(c, path, done);
+    if (rc && strcmp(c->last_error, "conflict") == 0 && !force)
+        fprintf(stderr, "  'flytctl vm remove %s --force' releases its sessions and removes "
+                        "it\n", a->pos[0]);
+    return rc;
 }
 
 /* Reads FILE ("-": stdin) into {"documents": [...]}; NULL after a usage error. */

@@ -111,6 +111,9 @@ int ctl_arg_duration(const struct ctl_cmd *cmd, const char *opt, const char *s, 
  * token, 401/403). */
 int ctl_call(struct ctl *c, const char *method, const char *path, json_t *body, int auth,
              json_t **answer);
+/* DELETE path; then, with --json, the answer if any, else the line `done`
+ * (printed with a newline). CTL_OK or ctl_call's error. */
+int ctl_delete(struct ctl *c, const char *path, const char *done);
 /* path = fmt with each %s argument percent-encoded (for ids and query values). */
 void ctl_path(char *out, size_t outlen, const char *fmt, ...);
 /* Appends "&name=value" or "?name=value" (value encoded) to path. */

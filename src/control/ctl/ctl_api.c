@@ -159,3 +159,17 @@ int ctl_call(struct ctl *c, const char *method, const char *path, json_t *body, 
     json_decref(ans);
     return rc;
 }
+
+int ctl_delete(struct ctl *c, const char *path, const char *done)
+{
+    json_t *ans;
+    int rc = ctl_call(c, "DELETE", path, NULL, 1, &ans);
+    if (rc)
+        return rc;
+    if (!c->json)
+        printf("%s\n", done);
+    else if (ans)
+        ctl_print_json(ans);
+    json_decref(ans);
+    return CTL_OK;
+}
