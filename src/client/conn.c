@@ -90,12 +90,18 @@ static void report_once(const char *fmt, ...)
 {
     static atomic_int reported;
     if (atomic_exchange(&reported, 1) == 0) {
+        /* one write, so the line does not interleave with the program's output */
+        char line[1024];
         va_list ap;
         va_start(ap, fmt);
-        fprintf(stderr, "flyt: ");
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
+        int n = snprintf(line, sizeof line, "flyt: ");
+        vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
         va_end(ap);
+        size_t len = strlen(line);
+        line[len++] = '\n';
+        if (write(STDERR_FILENO, line, len) < 0) {
+            /* nowhere left to say it */
+        }
     }
 }
 

@@ -267,6 +267,35 @@ static int server_ready(const struct nm_server *s)
            st.listen_port == (uint32_t)s->port;
 }
 
+/* A server of an earlier run of this node manager (killed without the chance
+ * to stop its servers) would go on serving a tenant whose share the cluster
+ * has already ended and may hand out again: stop it. Its status page names
+ * it; the pid must still be a flyt-server (not a recycled pid). */
+static void stop_orphan(const char *status_path)
+{
+    int fd = open(status_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    struct flyt_server_status st;
+    ssize_t n = pread(fd, &st, sizeof st, 0);
+    close(fd);
+    if (n != (ssize_t)sizeof st || st.magic != FLYT_STATUS_MAGIC || st.server_pid <= 1)
+        return;
+    char comm_path[64], comm[32] = "";
+    snprintf(comm_path, sizeof comm_path, "/proc/%u/comm", st.server_pid);
+    FILE *f = fopen(comm_path, "r");
+    if (f == NULL)
+        return;
+    if (fgets(comm, sizeof comm, f) == NULL)
+        comm[0] = '\0';
+    fclose(f);
+    if (strncmp(comm, "flyt-server", 11) != 0)
+        return;
+    /* each server leads its own process group: the group takes its sessions too */
+    if (kill(-(pid_t)st.server_pid, SIGKILL) == 0 || kill((pid_t)st.server_pid, SIGKILL) == 0)
+        flyt_warn("stopped flyt-server %u left running by an earlier run", st.server_pid);
+}
+
 void nm_state_dir_clean(const struct nm_config *c)
 {
     DIR *d = opendir(c->state_dir);
@@ -280,6 +309,8 @@ void nm_state_dir_clean(const struct nm_config *c)
             (l > 7 && strcmp(e->d_name + l - 7, ".status") == 0)) {
             char p[PATH_MAX + NM_STR];
             snprintf(p, sizeof p, "%s/%s", c->state_dir, e->d_name);
+            if (l > 7 && strcmp(e->d_name + l - 7, ".status") == 0)
+                stop_orphan(p);
             if (unlink(p) == 0)
                 n++;
         }
