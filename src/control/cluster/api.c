@@ -72,6 +72,17 @@ void api_reply_error(struct flyt_http_response *res, const struct api_error *e)
                           e->message);
 }
 
+void api_reply_wrapped(struct flyt_http_response *res, int ok, const struct api_error *e,
+                       int status, const char *key, json_t *obj)
+{
+    if (!ok) {
+        json_decref(obj);
+        api_reply_error(res, e);
+        return;
+    }
+    flyt_http_reply_json(res, status, json_pack("{s:o}", key, obj));
+}
+
 long long now_ms(void)
 {
     struct timeval tv;

@@ -46,12 +46,7 @@ void h_nodes_list(void *ctx, const struct flyt_http_request *req, struct flyt_ht
     }
     pthread_mutex_unlock(&cm->lock);
     free(nodes);
-    if (rc < 0) {
-        json_decref(arr);
-        api_reply_error(res, &e);
-        return;
-    }
-    flyt_http_reply_json(res, 200, json_pack("{s:o}", "nodes", arr));
+    api_reply_wrapped(res, rc >= 0, &e, 200, "nodes", arr);
 }
 
 void h_nodes_create(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)

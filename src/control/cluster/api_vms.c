@@ -193,12 +193,7 @@ void h_vms_list(void *ctx, const struct flyt_http_request *req, struct flyt_http
         json_array_append_new(arr, vm_json_live(cm, &vms[i]));
     pthread_mutex_unlock(&cm->lock);
     free(vms);
-    if (rc < 0) {
-        json_decref(arr);
-        api_reply_error(res, &e);
-        return;
-    }
-    flyt_http_reply_json(res, 200, json_pack("{s:o}", "vms", arr));
+    api_reply_wrapped(res, rc >= 0, &e, 200, "vms", arr);
 }
 
 void h_vms_create(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
@@ -358,12 +353,8 @@ void h_vm_patch(void *ctx, const struct flyt_http_request *req, struct flyt_http
     if (rc == 0)
         rc = vm_update(cm, &vm, &upd, "", &e);
     json_t *j = rc == 0 ? vm_json_live(cm, &vm) : NULL;
-    if (cm_end(cm, rc == 0, &e) < 0) {
-        json_decref(j);
-        api_reply_error(res, &e);
-        return;
-    }
-    flyt_http_reply_json(res, 200, json_pack("{s:o}", "vm", j));
+    int ended = cm_end(cm, rc == 0, &e);
+    api_reply_wrapped(res, ended >= 0, &e, 200, "vm", j);
 }
 
 void h_vm_delete(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)

@@ -58,6 +58,9 @@ int api_fail(struct api_error *e, int status, const char *code, const char *fmt,
 /* A store failure: logged, 500 internal. */
 int api_store_fail(struct api_error *e, const char *what, const char *dberr);
 void api_reply_error(struct flyt_http_response *res, const struct api_error *e);
+/* {"key": obj} with status when ok, else e's error; takes obj either way. */
+void api_reply_wrapped(struct flyt_http_response *res, int ok, const struct api_error *e,
+                       int status, const char *key, json_t *obj);
 
 /* ---- auth (api.c); call with cm->lock held ---- */
 enum principal_kind { P_NONE = 0, P_OPERATOR = 1, P_NODE = 2, P_VM = 4 };
