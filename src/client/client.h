@@ -66,7 +66,7 @@ cudaError_t flyt_set_error(cudaError_t err); /* records err as last error, retur
 cudaError_t flyt_map_result(int cu_result);
 cudaError_t flyt_sticky_error(void);         /* cudaSuccess unless the context is broken */
 void flyt_reset_errors(void);
-cudaError_t flyt_unsupported(const char *name);
+cudaError_t flyt_unsupported(const char *name); /* says so once per message */
 
 /* ---- local registry (registry.c) ---- */
 enum flyt_range_kind { FLYT_RANGE_DEVICE = 1, FLYT_RANGE_PINNED = 2, FLYT_RANGE_REGISTERED = 3 };

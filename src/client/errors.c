@@ -60,9 +60,36 @@ void flyt_reset_errors(void)
     last_error = cudaSuccess;
 }
 
+static void say_unsupported(const char *name, int *warned)
+{
+    if (__atomic_exchange_n(warned, 1, __ATOMIC_RELAXED) == 0)
+        fprintf(stderr, "flyt: %s is not supported by Flyt yet; returning cudaErrorNotSupported\n",
+                name);
+}
+
+/* Partial support inside carried-out functions: said once per message (the
+ * callers pass string literals, so the pointer names the message). */
 cudaError_t flyt_unsupported(const char *name)
 {
-    fprintf(stderr, "flyt: %s is not supported by Flyt yet; returning cudaErrorNotSupported\n", name);
+    static const char *said[32];
+    static int warned[32];
+    for (int i = 0; i < 32; i++) {
+        const char *cur = __atomic_load_n(&said[i], __ATOMIC_ACQUIRE);
+        if (cur == NULL) {
+            const char *expected = NULL;
+            if (!__atomic_compare_exchange_n(&said[i], &expected, name, 0, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_ACQUIRE))
+                cur = expected;
+            else
+                cur = name;
+        }
+        if (cur == name) {
+            say_unsupported(name, &warned[i]);
+            return flyt_set_error(cudaErrorNotSupported);
+        }
+    }
+    int always = 0; /* more messages than slots: say it every time */
+    say_unsupported(name, &always);
     return flyt_set_error(cudaErrorNotSupported);
 }
 
@@ -144,8 +171,6 @@ FLYT_EXPORT const char *cudaGetErrorString(cudaError_t error)
 int flyt_unsupported_once(const char *name, int *warned);
 int flyt_unsupported_once(const char *name, int *warned)
 {
-    if (__atomic_exchange_n(warned, 1, __ATOMIC_RELAXED) == 0)
-        fprintf(stderr, "flyt: %s is not supported by Flyt yet; returning cudaErrorNotSupported\n",
-                name);
+    say_unsupported(name, warned);
     return flyt_set_error(cudaErrorNotSupported);
 }

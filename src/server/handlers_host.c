@@ -102,13 +102,12 @@ static int mapped_copy(flyt_session *s, flyt_call *c, int to_device)
 int handle_MEMCPY_HTOD_MAPPED(flyt_session *s, flyt_call *c) { return mapped_copy(s, c, 1); }
 int handle_MEMCPY_DTOH_MAPPED(flyt_session *s, flyt_call *c) { return mapped_copy(s, c, 0); }
 
-static int is_region(const struct flyt_hentry *e, void *arg)
+static int unmap_region(const struct flyt_hentry *e, void *arg)
 {
-    flyt_session *s = arg;
+    (void)arg;
     if (e->type != FLYT_H_REGION)
         return 0;
     munmap(e->u.region.base, (size_t)e->u.region.size);
-    (void)s;
     return 1;
 }
 
@@ -116,5 +115,5 @@ void flyt_regions_forget(flyt_session *s)
 {
     /* after a device reset the pinning is gone with the context; the
      * client falls back to copying through the socket */
-    flyt_handles_remove_if(&s->handles, is_region, s);
+    flyt_handles_remove_if(&s->handles, unmap_region, NULL);
 }
