@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define FLYT_PROTO_MAGIC 0x54594c46u /* "FLYT" little-endian */
-#define FLYT_PROTO_MAJOR 1           /* incompatible changes bump this */
+#define FLYT_PROTO_MAJOR 2           /* incompatible changes bump this */
 #define FLYT_PROTO_MINOR 0           /* compatible additions bump this */
 
 /* Limits. A frame over a limit ends the session. */
@@ -111,6 +111,21 @@ typedef struct { int32_t limit; int32_t pad; uint64_t value; } flyt_req_limit;
 typedef struct { uint64_t free_bytes, total_bytes; } flyt_rep_mem_info;
 typedef struct { char bus_id[64]; } flyt_rep_pci_bus_id;
 
+/* DEVICE_SNAPSHOT: all the driver can say about the device without the GPU,
+ * fetched once at connect so the client answers device queries itself. It
+ * already shows the tenant's virtual GPU (its SMs and memory quota). */
+#define FLYT_DEVICE_ATTRS 192u /* > CU_DEVICE_ATTRIBUTE_MAX of CUDA 13.0 */
+typedef struct {
+    char     name[256];
+    uint8_t  uuid[16];
+    uint8_t  luid[8];
+    char     pci_bus_id[32];
+    uint64_t total_mem;
+    int32_t  driver_version;
+    int32_t  attr_count;             /* entries of attrs the server filled */
+    int32_t  attrs[FLYT_DEVICE_ATTRS]; /* by CUdevice_attribute; 0 where unknown */
+} flyt_rep_device_snapshot;
+
 /* struct cudaDeviceProp of CUDA 13 as bytes (1008); checked where the type is known */
 #define FLYT_DEVICE_PROP_SIZE 1008u
 typedef struct { uint8_t bytes[FLYT_DEVICE_PROP_SIZE]; } flyt_rep_props;
@@ -143,11 +158,13 @@ typedef struct {
     uint64_t     width_bytes, height, depth;
 } flyt_req_memcpy_3d;
 
-/* 3D memset: depth slices of height rows of width bytes. 1D: height = depth = 1. */
+/* 3D memset: depth slices of height rows of width bytes. 1D: height = depth = 1.
+ * elem_size 1, 2 or 4 (cuMemsetD8/D16/D32): value is repeated per element
+ * and width_bytes is a multiple of it; 0 reads as 1. */
 typedef struct {
     uint64_t dst, pitch, slice_pitch, width_bytes, height, depth, stream;
-    int32_t  value;
-    int32_t  pad;
+    uint32_t value;
+    uint32_t elem_size;
 } flyt_req_memset;
 
 typedef struct { uint32_t flags; int32_t priority; } flyt_req_stream_create;
@@ -163,8 +180,16 @@ typedef struct { uint64_t module; uint32_t need_data; uint32_t pad; } flyt_rep_m
 
 /* FUNC_GET / GLOBAL_GET: name_len bytes (NUL included) follow. */
 typedef struct { uint64_t module; uint32_t name_len; uint32_t pad; } flyt_req_named;
-/* FUNC_GET reply: param_count flyt_param entries follow. */
-typedef struct { uint64_t func; uint32_t param_count; uint32_t param_bytes; } flyt_rep_func;
+/* FUNC_GET reply: param_count flyt_param entries follow. attrs: the
+ * function's CUfunction_attribute values at lookup, so the client answers
+ * attribute queries itself. */
+#define FLYT_FUNC_ATTRS 16u /* CU_FUNC_ATTRIBUTE_MAX of CUDA 13.0 */
+typedef struct {
+    uint64_t func;
+    uint32_t param_count;
+    uint32_t param_bytes;
+    int32_t  attrs[FLYT_FUNC_ATTRS];
+} flyt_rep_func;
 typedef struct { uint32_t offset, size; } flyt_param;
 
 typedef struct { uint64_t func; int32_t attr; int32_t value; } flyt_req_func_attr;
@@ -188,6 +213,22 @@ typedef struct {
 } flyt_req_launch;
 
 typedef struct { uint64_t func; int32_t block_size; int32_t num_blocks; uint64_t dyn_smem; uint32_t flags; uint32_t pad; } flyt_req_occupancy;
+
+/* OCCUPANCY_CLUSTER: a launch configuration as LAUNCH carries it (no
+ * parameters; pad says what is asked), answered with a count. */
+enum { FLYT_CLUSTER_MAX_ACTIVE = 0, FLYT_CLUSTER_MAX_SIZE = 1 };
+
+/* LINK: run-time linking (cuLink*) on the server, which has the JIT. Data:
+ * input_count inputs, each a flyt_link_input, name_len bytes of name (NUL
+ * included) and size bytes of image; total_bytes covers them all. The
+ * reply's value is the linked cubin's size, its bytes trail the reply. */
+#define FLYT_MAX_LINK_INPUTS 256u
+typedef struct { uint32_t input_count; uint32_t pad; uint64_t total_bytes; } flyt_req_link;
+typedef struct { uint32_t type; uint32_t name_len; uint64_t size; } flyt_link_input;
+
+/* MODULE_FUNCS: the names of a module's functions, NUL-terminated one after
+ * another in the reply's trailing bytes; the reply's value is their count. */
+#define FLYT_MAX_MODULE_FUNCS_BYTES (4u << 20)
 
 /* HOST_MAP: a memfd of at least `size` bytes comes with the frame
  * (SCM_RIGHTS); the server maps it, pins it for DMA and answers a region id.

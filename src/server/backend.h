@@ -94,8 +94,9 @@ struct flyt_backend_ops {
                         uint64_t width, uint64_t rows, flyt_bhandle stream);
     CUresult (*dtod_2d)(flyt_backend *b, uint64_t dst, uint64_t dst_pitch, uint64_t src,
                         uint64_t src_pitch, uint64_t width, uint64_t rows, flyt_bhandle stream);
-    CUresult (*memset_2d)(flyt_backend *b, uint64_t dst, uint64_t pitch, unsigned char value,
-                          uint64_t width, uint64_t rows, flyt_bhandle stream);
+    /* value repeated per elem_size (1, 2 or 4) bytes; width in bytes, a multiple of it */
+    CUresult (*memset_2d)(flyt_backend *b, uint64_t dst, uint64_t pitch, uint32_t value,
+                          unsigned elem_size, uint64_t width, uint64_t rows, flyt_bhandle stream);
 
     /* Host memory shared with the client (HOST_MAP): pinned for DMA while
      * registered; copies between it and the device are queued on the stream
@@ -136,6 +137,15 @@ struct flyt_backend_ops {
     /* CUDA_ERROR_INVALID_VALUE once index is past the last parameter */
     CUresult (*func_param_info)(flyt_backend *b, flyt_bhandle func, uint32_t index,
                                 uint32_t *offset, uint32_t *size);
+    /* Links the inputs (CUjitInputType types[i], images[i] of sizes[i]) into
+     * a cubin the backend allocates with malloc; the caller frees it. */
+    CUresult (*link)(flyt_backend *b, uint32_t count, const uint32_t *types,
+                     const void *const *images, const size_t *sizes, const char *const *names,
+                     void **cubin, size_t *cubin_size);
+    /* The module's function names, NUL-terminated one after another in
+     * buf (cap bytes); CUDA_ERROR_INVALID_VALUE when they do not fit. */
+    CUresult (*module_func_names)(flyt_backend *b, flyt_bhandle module, char *buf, size_t cap,
+                                  size_t *len, uint32_t *count);
     CUresult (*global_get)(flyt_backend *b, flyt_bhandle module, const char *name, uint64_t *dptr,
                            uint64_t *size);
     CUresult (*func_get_attr)(flyt_backend *b, flyt_bhandle func, int attr /* CUfunction_attribute */,
@@ -150,6 +160,13 @@ struct flyt_backend_ops {
                        uint32_t attr_count);
     CUresult (*occupancy)(flyt_backend *b, flyt_bhandle func, int block_size, uint64_t dyn_smem,
                           unsigned flags, int *num_blocks);
+    /* cuOccupancyMaxActiveClusters (what = FLYT_CLUSTER_MAX_ACTIVE) or
+     * cuOccupancyMaxPotentialClusterSize (FLYT_CLUSTER_MAX_SIZE) for a launch
+     * configuration whose attributes were checked as a launch's are. */
+    CUresult (*occupancy_cluster)(flyt_backend *b, flyt_bhandle func, unsigned what,
+                                  const uint32_t grid[3], const uint32_t block[3],
+                                  uint32_t shared_mem, const flyt_launch_attr *attrs,
+                                  uint32_t attr_count, int *count);
     CUresult (*occupancy_smem)(flyt_backend *b, flyt_bhandle func, int num_blocks, int block_size,
                                uint64_t *smem);
 };

@@ -992,6 +992,66 @@ static CUresult cuda_func_param_info(flyt_backend *base, flyt_bhandle func, uint
     return r;
 }
 
+static CUresult cuda_link(flyt_backend *base, uint32_t count, const uint32_t *types,
+                          const void *const *images, const size_t *sizes, const char *const *names,
+                          void **cubin, size_t *cubin_size)
+{
+    ENTER(b, base);
+    CUlinkState state;
+    CUresult r = b->cu.cuLinkCreate(0, NULL, NULL, &state);
+    if (r != CUDA_SUCCESS)
+        return r;
+    for (uint32_t i = 0; i < count && r == CUDA_SUCCESS; i++)
+        r = b->cu.cuLinkAddData(state, (CUjitInputType)types[i], (void *)images[i], sizes[i],
+                                names[i], 0, NULL, NULL);
+    void *out = NULL;
+    size_t out_size = 0;
+    if (r == CUDA_SUCCESS)
+        r = b->cu.cuLinkComplete(state, &out, &out_size);
+    /* the cubin belongs to the link state: copied before it goes */
+    if (r == CUDA_SUCCESS && (*cubin = malloc(out_size ? out_size : 1)) == NULL)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        memcpy(*cubin, out, out_size);
+        *cubin_size = out_size;
+    }
+    b->cu.cuLinkDestroy(state);
+    return r;
+}
+
+static CUresult cuda_module_func_names(flyt_backend *base, flyt_bhandle module, char *buf,
+                                       size_t cap, size_t *len, uint32_t *count)
+{
+    ENTER(b, base);
+    struct flyt_cuda_module *m = module;
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    unsigned n = 0;
+    CUresult r = b->cu.cuModuleGetFunctionCount(&n, m->mod);
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUfunction *fns = calloc(n ? n : 1, sizeof *fns);
+    if (!fns)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r = b->cu.cuModuleEnumerateFunctions(fns, n, m->mod);
+    size_t used = 0;
+    for (unsigned i = 0; r == CUDA_SUCCESS && i < n; i++) {
+        const char *name = NULL;
+        r = b->cu.cuFuncGetName(&name, fns[i]);
+        size_t l = r == CUDA_SUCCESS && name ? strlen(name) + 1 : 0;
+        if (r == CUDA_SUCCESS && (l == 0 || l > cap - used))
+            r = CUDA_ERROR_INVALID_VALUE;
+        if (r == CUDA_SUCCESS) {
+            memcpy(buf + used, name, l);
+            used += l;
+        }
+    }
+    free(fns);
+    *len = used;
+    *count = n;
+    return r;
+}
+
 static CUresult cuda_global_get(flyt_backend *base, flyt_bhandle module, const char *name,
                                 uint64_t *dptr, uint64_t *size)
 {
@@ -1061,6 +1121,27 @@ static_assert(sizeof(CUlaunchAttributeID) == sizeof(uint32_t), "launch attr id s
  * launch. `extra` remains the fallback for a function whose layout the
  * driver could not report.
  */
+static CUresult cuda_occupancy_cluster(flyt_backend *base, flyt_bhandle func, unsigned what,
+                                       const uint32_t grid[3], const uint32_t block[3],
+                                       uint32_t shared_mem, const flyt_launch_attr *attrs,
+                                       uint32_t attr_count, int *count)
+{
+    ENTER(b, base);
+    struct flyt_cuda_func *f = func;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUlaunchAttribute la[FLYT_MAX_LAUNCH_ATTRS];
+    if (attr_count)
+        memcpy(la, attrs, attr_count * sizeof la[0]);
+    CUlaunchConfig cfg = {.gridDimX = grid[0], .gridDimY = grid[1], .gridDimZ = grid[2],
+                          .blockDimX = block[0], .blockDimY = block[1], .blockDimZ = block[2],
+                          .sharedMemBytes = shared_mem, .attrs = attr_count ? la : NULL,
+                          .numAttrs = attr_count};
+    if (what == FLYT_CLUSTER_MAX_SIZE)
+        return b->cu.cuOccupancyMaxPotentialClusterSize(count, f->fn, &cfg);
+    return b->cu.cuOccupancyMaxActiveClusters(count, f->fn, &cfg);
+}
+
 static CUresult cuda_launch(flyt_backend *base, flyt_bhandle func, const uint32_t grid[3],
                             const uint32_t block[3], uint32_t shared_mem, flyt_bhandle stream,
                             const void *params, uint32_t param_bytes, const flyt_launch_attr *attrs,
@@ -1208,6 +1289,8 @@ static const struct flyt_backend_ops cuda_ops = {
     .module_unload = cuda_module_unload,
     .func_get = cuda_func_get,
     .func_param_info = cuda_func_param_info,
+    .module_func_names = cuda_module_func_names,
+    .link = cuda_link,
     .global_get = cuda_global_get,
     .func_get_attr = cuda_func_get_attr,
     .func_set_attr = cuda_func_set_attr,
@@ -1215,6 +1298,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .launch = cuda_launch,
     .occupancy = cuda_occupancy,
     .occupancy_smem = cuda_occupancy_smem,
+    .occupancy_cluster = cuda_occupancy_cluster,
 };
 
 /* ---- open ---- */

@@ -292,8 +292,8 @@ CUresult flyt_cuda_dtod_2d(flyt_backend *base, uint64_t dst, uint64_t dst_pitch,
     return b->cu.cuMemcpy2DAsync(&c, st);
 }
 
-CUresult flyt_cuda_memset_2d(flyt_backend *base, uint64_t dst, uint64_t pitch, unsigned char value,
-                             uint64_t width, uint64_t rows, flyt_bhandle stream)
+CUresult flyt_cuda_memset_2d(flyt_backend *base, uint64_t dst, uint64_t pitch, uint32_t value,
+                             unsigned elem_size, uint64_t width, uint64_t rows, flyt_bhandle stream)
 {
     struct flyt_cuda_backend *b = cb(base);
     if (!b)
@@ -304,10 +304,19 @@ CUresult flyt_cuda_memset_2d(flyt_backend *base, uint64_t dst, uint64_t pitch, u
     if (width == 0 || rows == 0)
         return CUDA_SUCCESS;
     CUstream st = flyt_cuda_enqueue(b, stream);
-    if (rows == 1)
-        return b->cu.cuMemsetD8Async((CUdeviceptr)dst, value, (size_t)width, st);
-    return b->cu.cuMemsetD2D8Async((CUdeviceptr)dst, (size_t)pitch, value, (size_t)width,
-                                   (size_t)rows, st);
+    size_t n = (size_t)(width / elem_size);
+    switch (elem_size) {
+    case 2:
+        return b->cu.cuMemsetD2D16Async((CUdeviceptr)dst, (size_t)pitch, (unsigned short)value, n,
+                                        (size_t)rows, st);
+    case 4:
+        return b->cu.cuMemsetD2D32Async((CUdeviceptr)dst, (size_t)pitch, value, n, (size_t)rows, st);
+    default:
+        if (rows == 1)
+            return b->cu.cuMemsetD8Async((CUdeviceptr)dst, (unsigned char)value, n, st);
+        return b->cu.cuMemsetD2D8Async((CUdeviceptr)dst, (size_t)pitch, (unsigned char)value, n,
+                                       (size_t)rows, st);
+    }
 }
 
 /* ---- host memory shared with the client ---- */

@@ -73,6 +73,8 @@
     X(cuMemcpy2DAsync)                                    \
     X(cuMemsetD8Async)                                    \
     X(cuMemsetD2D8Async)                                  \
+    X(cuMemsetD2D16Async)                                 \
+    X(cuMemsetD2D32Async)                                 \
     X(cuStreamCreateWithPriority)                         \
     X(cuStreamDestroy)                                    \
     X(cuStreamSynchronize)                                \
@@ -92,6 +94,13 @@
     X(cuModuleUnload)                                     \
     X(cuModuleGetFunction)                                \
     X(cuModuleGetGlobal)                                  \
+    X(cuLinkCreate)                                       \
+    X(cuLinkAddData)                                      \
+    X(cuLinkComplete)                                     \
+    X(cuLinkDestroy)                                      \
+    X(cuModuleGetFunctionCount)                           \
+    X(cuModuleEnumerateFunctions)                         \
+    X(cuFuncGetName)                                      \
     X(cuFuncGetParamInfo)                                 \
     X(cuFuncGetAttribute)                                 \
     X(cuFuncSetAttribute)                                 \
@@ -99,6 +108,8 @@
     X(cuLaunchKernelEx)                                   \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
     X(cuOccupancyAvailableDynamicSMemPerBlock)            \
+    X(cuOccupancyMaxActiveClusters)                       \
+    X(cuOccupancyMaxPotentialClusterSize)                 \
     X(cuDeviceGetDevResource)                             \
     X(cuDevSmResourceSplitByCount)                        \
     X(cuDevResourceGenerateDesc)                          \
@@ -261,7 +272,8 @@ CUresult flyt_cuda_htod_host(flyt_backend *base, uint64_t dst, const void *src, 
                              flyt_bhandle stream);
 CUresult flyt_cuda_dtoh_host(flyt_backend *base, void *dst, uint64_t src, uint64_t n,
                              flyt_bhandle stream);
-CUresult flyt_cuda_memset_2d(flyt_backend *base, uint64_t dst, uint64_t pitch, unsigned char value,
+CUresult flyt_cuda_memset_2d(flyt_backend *base, uint64_t dst, uint64_t pitch, uint32_t value,
+                             unsigned elem_size,
                              uint64_t width, uint64_t rows, flyt_bhandle stream);
 /* Before a context reset or close: waits for every staging copy and drops
  * the driver state (events, registrations); the host memory stays, so a

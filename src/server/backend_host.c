@@ -99,10 +99,21 @@ struct hevent {
     struct timespec when;
 };
 
+/* A module's global variable, as this backend imagines it (below). */
+struct hglobal {
+    char *name;
+    uint64_t dptr;
+    struct hglobal *next;
+};
+
 struct hmodule {
     void *image;
     size_t size;
+    struct hglobal *globals;
 };
+
+struct host_backend;
+static void globals_free(struct host_backend *h, struct hmodule *m);
 
 struct host_backend {
     flyt_backend base;
@@ -568,6 +579,7 @@ static void drop_all(struct host_backend *h)
         free(h->events.items[i]);
     for (size_t i = 0; i < h->modules.n; i++) {
         struct hmodule *m = h->modules.items[i];
+        globals_free(h, m);
         free(m->image);
         free(m);
     }
@@ -1016,8 +1028,8 @@ static CUresult host_dtod_2d(flyt_backend *b, uint64_t dst, uint64_t dst_pitch, 
     return CUDA_SUCCESS;
 }
 
-static CUresult host_memset_2d(flyt_backend *b, uint64_t dst, uint64_t pitch, unsigned char value,
-                               uint64_t width, uint64_t rows, flyt_bhandle stream)
+static CUresult host_memset_2d(flyt_backend *b, uint64_t dst, uint64_t pitch, uint32_t value,
+                               unsigned elem_size, uint64_t width, uint64_t rows, flyt_bhandle stream)
 {
     struct host_backend *h = HB(b);
     if (!stream_ok(h, stream))
@@ -1025,8 +1037,13 @@ static CUresult host_memset_2d(flyt_backend *b, uint64_t dst, uint64_t pitch, un
     CUresult r = check_2d(h, dst, pitch, width, rows);
     if (r != CUDA_SUCCESS || !width || !rows)
         return r;
-    for (uint64_t i = 0; i < rows; i++)
-        memset((char *)(uintptr_t)(dst + i * pitch), value, width);
+    for (uint64_t i = 0; i < rows; i++) {
+        char *row = (char *)(uintptr_t)(dst + i * pitch);
+        if (elem_size == 1)
+            memset(row, (int)(value & 0xff), width);
+        for (uint64_t x = 0; elem_size > 1 && x + elem_size <= width; x += elem_size)
+            memcpy(row + x, &value, elem_size); /* little-endian: the low bytes */
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1197,7 +1214,7 @@ static CUresult host_event_elapsed(flyt_backend *b, flyt_bhandle start, flyt_bha
 
 #define FATBIN_MAGIC 0xBA55ED50u
 
-/* A fatbinary (its header's sizes fit in `size`) or an ELF image. */
+/* A fatbinary (its header's sizes fit in `size`), an ELF image or PTX. */
 static int image_plausible(const unsigned char *img, size_t size)
 {
     if (size >= 16) {
@@ -1210,7 +1227,10 @@ static int image_plausible(const unsigned char *img, size_t size)
         if (magic == FATBIN_MAGIC)
             return hdr_size >= 16 && hdr_size <= size && fat_size <= size - hdr_size;
     }
-    return size >= 64 && memcmp(img, "\x7f" "ELF", 4) == 0;
+    if (size >= 64 && memcmp(img, "\x7f" "ELF", 4) == 0)
+        return 1;
+    /* PTX: text ending in its NUL (cuDNN loads one at cudnnCreate) */
+    return img[size - 1] == '\0' && strstr((const char *)img, ".version") != NULL;
 }
 
 static CUresult host_module_load(flyt_backend *b, const void *image, size_t size, flyt_bhandle *module)
@@ -1230,6 +1250,7 @@ static CUresult host_module_load(flyt_backend *b, const void *image, size_t size
     memcpy(copy, image, size);
     m->image = copy;
     m->size = size;
+    m->globals = NULL;
     *module = m;
     return CUDA_SUCCESS;
 }
@@ -1240,55 +1261,118 @@ static CUresult host_module_unload(flyt_backend *b, flyt_bhandle module)
     if (module == NULL || !set_del(&h->modules, module))
         return CUDA_ERROR_INVALID_HANDLE;
     struct hmodule *m = module;
+    globals_free(h, m);
     free(m->image);
     free(m);
     return CUDA_SUCCESS;
 }
 
+/* This backend cannot read kernel images, so every name a module is asked
+ * for resolves, to one function without parameters that cannot run: the
+ * lookups and attribute queries libraries make at start-up succeed, and
+ * only a launch is refused. */
+static char host_function;
+
 static CUresult host_func_get(flyt_backend *b, flyt_bhandle module, const char *name, flyt_bhandle *func)
 {
-    (void)name;
-    (void)func;
     if (module == NULL || !set_has(&HB(b)->modules, module))
         return CUDA_ERROR_INVALID_HANDLE;
-    return CUDA_ERROR_NOT_SUPPORTED; /* this backend runs no kernels */
+    if (name == NULL || func == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *func = &host_function;
+    return CUDA_SUCCESS;
 }
+
+/* A module here holds no functions this backend could run. */
+static CUresult host_module_func_names(flyt_backend *b, flyt_bhandle module, char *buf, size_t cap,
+                                       size_t *len, uint32_t *count)
+{
+    (void)buf, (void)cap;
+    if (module == NULL || !set_has(&HB(b)->modules, module))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *len = 0;
+    *count = 0;
+    return CUDA_SUCCESS;
+}
+
+/* Like functions, every global name resolves: to zeroed memory of a size
+ * large enough for the variables libraries set at start-up. */
+#define HOST_GLOBAL_BYTES (64u << 10)
 
 static CUresult host_global_get(flyt_backend *b, flyt_bhandle module, const char *name, uint64_t *dptr,
                                 uint64_t *size)
 {
-    (void)name;
-    (void)dptr;
-    (void)size;
+    struct hmodule *m = module;
     if (module == NULL || !set_has(&HB(b)->modules, module))
         return CUDA_ERROR_INVALID_HANDLE;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    struct hglobal *g = m->globals;
+    while (g && strcmp(g->name, name) != 0)
+        g = g->next;
+    if (g == NULL) {
+        g = calloc(1, sizeof *g);
+        if (g == NULL || (g->name = strdup(name)) == NULL ||
+            alloc_insert(HB(b), HOST_GLOBAL_BYTES, NULL, &g->dptr) != CUDA_SUCCESS) {
+            if (g)
+                free(g->name);
+            free(g);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        memset((void *)(uintptr_t)g->dptr, 0, HOST_GLOBAL_BYTES);
+        g->next = m->globals;
+        m->globals = g;
+    }
+    *dptr = g->dptr;
+    *size = HOST_GLOBAL_BYTES;
+    return CUDA_SUCCESS;
 }
 
-/* No function handle can exist, so every function operation is refused. */
+static void globals_free(struct host_backend *h, struct hmodule *m)
+{
+    while (m->globals) {
+        struct hglobal *g = m->globals;
+        m->globals = g->next;
+        alloc_free(h, g->dptr);
+        free(g->name);
+        free(g);
+    }
+}
+
 static CUresult host_func_param_info(flyt_backend *b, flyt_bhandle func, uint32_t index,
                                      uint32_t *offset, uint32_t *size)
 {
-    (void)b, (void)func, (void)index, (void)offset, (void)size;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    (void)b, (void)index, (void)offset, (void)size;
+    return func == &host_function ? CUDA_ERROR_INVALID_VALUE /* no parameters */
+                                  : CUDA_ERROR_INVALID_HANDLE;
 }
 
+/* What a small kernel of a Hopper GPU reports. */
 static CUresult host_func_get_attr(flyt_backend *b, flyt_bhandle func, int attr, int *value)
 {
-    (void)b, (void)func, (void)attr, (void)value;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    (void)b;
+    if (func != &host_function)
+        return CUDA_ERROR_INVALID_HANDLE;
+    switch (attr) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 16; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = 90; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = 48 << 10; break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *value = -1; break;
+    default: *value = 0; break;
+    }
+    return CUDA_SUCCESS;
 }
 
 static CUresult host_func_set_attr(flyt_backend *b, flyt_bhandle func, int attr, int value)
 {
-    (void)b, (void)func, (void)attr, (void)value;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    (void)b, (void)attr, (void)value;
+    return func == &host_function ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 static CUresult host_func_set_cache(flyt_backend *b, flyt_bhandle func, int config)
 {
-    (void)b, (void)func, (void)config;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    (void)b, (void)config;
+    return func == &host_function ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 static CUresult host_launch(flyt_backend *b, flyt_bhandle func, const uint32_t grid[3],
@@ -1301,18 +1385,67 @@ static CUresult host_launch(flyt_backend *b, flyt_bhandle func, const uint32_t g
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/* Occupancy as a Hopper SM would compute it for a kernel using only
+ * threads and shared memory: 2048 threads, 32 blocks, 228 KiB per SM
+ * (1 KiB of it reserved per block), 227 KiB per block at most. */
+#define HOST_SM_THREADS 2048
+#define HOST_SM_BLOCKS 32
+#define HOST_SM_SMEM (228u << 10)
+#define HOST_BLOCK_SMEM (227u << 10)
+
 static CUresult host_occupancy(flyt_backend *b, flyt_bhandle func, int block_size, uint64_t dyn_smem,
                                unsigned flags, int *num_blocks)
 {
-    (void)b, (void)func, (void)block_size, (void)dyn_smem, (void)flags, (void)num_blocks;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    (void)b, (void)flags;
+    if (func != &host_function)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (block_size <= 0 || block_size > 1024 || dyn_smem > HOST_BLOCK_SMEM)
+        return CUDA_ERROR_INVALID_VALUE;
+    int n = HOST_SM_THREADS / block_size;
+    if (n > HOST_SM_BLOCKS)
+        n = HOST_SM_BLOCKS;
+    uint64_t by_smem = HOST_SM_SMEM / (dyn_smem + 1024);
+    *num_blocks = by_smem < (uint64_t)n ? (int)by_smem : n;
+    return CUDA_SUCCESS;
 }
 
 static CUresult host_occupancy_smem(flyt_backend *b, flyt_bhandle func, int num_blocks, int block_size,
                                     uint64_t *smem)
 {
-    (void)b, (void)func, (void)num_blocks, (void)block_size, (void)smem;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    (void)b;
+    if (func != &host_function)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (num_blocks <= 0 || block_size <= 0 || block_size > 1024 ||
+        num_blocks * block_size > HOST_SM_THREADS || num_blocks > HOST_SM_BLOCKS)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t per = HOST_SM_SMEM / (uint64_t)num_blocks - 1024;
+    *smem = per < HOST_BLOCK_SMEM ? per : HOST_BLOCK_SMEM;
+    return CUDA_SUCCESS;
+}
+
+/* Clusters of a Hopper GPU: at most 8 blocks portably (16 when allowed),
+ * and as many clusters at once as the SMs hold one block each. */
+static CUresult host_occupancy_cluster(flyt_backend *b, flyt_bhandle func, unsigned what,
+                                       const uint32_t grid[3], const uint32_t block[3],
+                                       uint32_t shared_mem, const flyt_launch_attr *attrs,
+                                       uint32_t attr_count, int *count)
+{
+    (void)grid, (void)block, (void)shared_mem;
+    if (func != &host_function)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (what == FLYT_CLUSTER_MAX_SIZE) {
+        *count = 8;
+        return CUDA_SUCCESS;
+    }
+    unsigned cluster = 1;
+    for (uint32_t i = 0; i < attr_count; i++)
+        if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+            CUlaunchAttributeValue v;
+            memcpy(&v, attrs[i].value, sizeof v);
+            cluster = v.clusterDim.x * v.clusterDim.y * v.clusterDim.z;
+        }
+    *count = cluster ? HB(b)->sm_total / (int)cluster : 0;
+    return CUDA_SUCCESS;
 }
 
 static const struct flyt_backend_ops host_ops = {
@@ -1373,6 +1506,7 @@ static const struct flyt_backend_ops host_ops = {
     .module_load = host_module_load,
     .module_unload = host_module_unload,
     .func_get = host_func_get,
+    .module_func_names = host_module_func_names,
     .func_param_info = host_func_param_info,
     .global_get = host_global_get,
     .func_get_attr = host_func_get_attr,
@@ -1381,6 +1515,7 @@ static const struct flyt_backend_ops host_ops = {
     .launch = host_launch,
     .occupancy = host_occupancy,
     .occupancy_smem = host_occupancy_smem,
+    .occupancy_cluster = host_occupancy_cluster,
 };
 
 /* FLYT_HOST_BACKEND_SMS: SMs of the fake device (default 132), so that a

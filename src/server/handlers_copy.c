@@ -409,9 +409,16 @@ int handle_MEMSET(flyt_session *s, flyt_call *c)
 {
     const flyt_req_memset *r = c->req;
     flyt_bhandle stream;
+    unsigned elem = r->elem_size ? r->elem_size : 1;
+    if (elem != 1 && elem != 2 && elem != 4)
+        return flyt_violation(s, c, "memset element size %u", r->elem_size);
     c->result = flyt_lookup_stream(s, r->stream, &stream);
     if (c->result != CUDA_SUCCESS || r->width_bytes == 0 || r->height == 0 || r->depth == 0)
         return FLYT_CONT;
+    if (r->width_bytes % elem || (uint64_t)r->dst % elem || (r->height > 1 && r->pitch % elem)) {
+        c->result = CUDA_ERROR_INVALID_VALUE;
+        return FLYT_CONT;
+    }
     /* one row needs no pitch; several must not overlap */
     uint64_t pitch = r->height == 1 ? (r->pitch > r->width_bytes ? r->pitch : r->width_bytes)
                                     : r->pitch;
@@ -424,7 +431,7 @@ int handle_MEMSET(flyt_session *s, flyt_call *c)
         return FLYT_CONT;
     }
     for (uint64_t z = 0; z < r->depth && c->result == CUDA_SUCCESS; z++)
-        c->result = FLYT_BCALL(s, memset_2d, r->dst + z * r->slice_pitch, pitch,
-                               (unsigned char)r->value, r->width_bytes, r->height, stream);
+        c->result = FLYT_BCALL(s, memset_2d, r->dst + z * r->slice_pitch, pitch, r->value, elem,
+                               r->width_bytes, r->height, stream);
     return FLYT_CONT;
 }

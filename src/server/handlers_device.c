@@ -170,3 +170,39 @@ int handle_DRIVER_VERSION(flyt_session *s, flyt_call *c)
     rep->value = v;
     return FLYT_CONT;
 }
+
+/* Everything the client answers locally, in one reply: the properties (with
+ * the quota as total memory) and every attribute the driver knows. */
+int handle_DEVICE_SNAPSHOT(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_device *r = c->req;
+    if (bad_device(c, r->device))
+        return FLYT_CONT;
+    flyt_rep_device_snapshot *rep = c->rep;
+    struct cudaDeviceProp p;
+    memset(&p, 0, sizeof p);
+    c->result = FLYT_BCALL(s, device_props, &p);
+    if (c->result != CUDA_SUCCESS)
+        return FLYT_CONT;
+    static_assert(sizeof rep->name == sizeof p.name, "device name size");
+    memcpy(rep->name, p.name, sizeof rep->name);
+    rep->name[sizeof rep->name - 1] = '\0';
+    memcpy(rep->uuid, &p.uuid, sizeof rep->uuid);
+    memcpy(rep->luid, p.luid, sizeof rep->luid);
+    rep->total_mem = flyt_quota_limit() ? flyt_quota_limit() : p.totalGlobalMem;
+    if (FLYT_BCALL(s, pci_bus_id, rep->pci_bus_id, (int)sizeof rep->pci_bus_id) != CUDA_SUCCESS)
+        rep->pci_bus_id[0] = '\0';
+    rep->pci_bus_id[sizeof rep->pci_bus_id - 1] = '\0';
+    int version = 0;
+    if (FLYT_BCALL(s, driver_version, &version) == CUDA_SUCCESS)
+        rep->driver_version = version;
+    int n = CU_DEVICE_ATTRIBUTE_MAX < (int)FLYT_DEVICE_ATTRS ? CU_DEVICE_ATTRIBUTE_MAX
+                                                              : (int)FLYT_DEVICE_ATTRS;
+    for (int attr = 1; attr < n; attr++) {
+        int v = 0;
+        if (FLYT_BCALL(s, device_attr, attr, &v) == CUDA_SUCCESS)
+            rep->attrs[attr] = v;
+    }
+    rep->attr_count = n;
+    return FLYT_CONT;
+}

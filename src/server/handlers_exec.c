@@ -229,12 +229,109 @@ int handle_FUNC_GET(flyt_session *s, flyt_call *c)
         return FLYT_CONT;
     }
     e->u.func = fi; /* the entry owns the layout now */
+    for (int attr = 0; attr < CU_FUNC_ATTRIBUTE_MAX && attr < (int)FLYT_FUNC_ATTRS; attr++) {
+        int v = 0;
+        if (FLYT_BCALL(s, func_get_attr, func, attr, &v) == CUDA_SUCCESS)
+            rep->attrs[attr] = v;
+    }
     rep->func = e->id;
     rep->param_count = fi.param_count;
     rep->param_bytes = fi.param_bytes;
     if (flyt_reply(s, c, CUDA_SUCCESS, fi.params, fi.param_count * sizeof(flyt_param)) != 0)
         return FLYT_END_IO;
     return FLYT_CONT;
+}
+
+/* Reads LINK's inputs into one buffer, checking each header against the
+ * request's totals; FLYT_CONT with c->result set when they do not add up. */
+static int read_link_inputs(flyt_session *s, flyt_call *c, char *buf, uint32_t count,
+                            uint32_t *types, const void **images, size_t *sizes,
+                            const char **names)
+{
+    const flyt_req_link *r = c->req;
+    if (flyt_recv_data(s, c, buf, r->total_bytes) != 0)
+        return FLYT_END_IO;
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        flyt_link_input in;
+        if (r->total_bytes - at < sizeof in)
+            break;
+        memcpy(&in, buf + at, sizeof in);
+        at += sizeof in;
+        if (in.name_len == 0 || in.name_len > FLYT_MAX_NAME || in.size > r->total_bytes - at ||
+            in.name_len > r->total_bytes - at - in.size || buf[at + in.name_len - 1] != '\0')
+            break;
+        types[i] = in.type;
+        names[i] = buf + at;
+        images[i] = buf + at + in.name_len;
+        sizes[i] = (size_t)in.size;
+        at += in.name_len + in.size;
+        if (i + 1 == count && at == r->total_bytes)
+            return FLYT_CONT;
+    }
+    c->result = CUDA_ERROR_INVALID_VALUE;
+    return FLYT_CONT;
+}
+
+int handle_LINK(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_link *r = c->req;
+    if (r->input_count == 0 || r->input_count > FLYT_MAX_LINK_INPUTS ||
+        r->total_bytes > FLYT_MAX_FATBIN)
+        return flyt_violation(s, c, "link of %u inputs, %llu bytes", r->input_count,
+                              (unsigned long long)r->total_bytes);
+    int rc = flyt_expect_data(s, c, r->total_bytes);
+    if (rc != FLYT_CONT)
+        return rc;
+    char *buf = malloc(r->total_bytes ? r->total_bytes : 1);
+    uint32_t types[FLYT_MAX_LINK_INPUTS];
+    const void *images[FLYT_MAX_LINK_INPUTS];
+    size_t sizes[FLYT_MAX_LINK_INPUTS];
+    const char *names[FLYT_MAX_LINK_INPUTS];
+    if (buf == NULL)
+        return flyt_violation(s, c, "no memory for a link of %llu bytes",
+                              (unsigned long long)r->total_bytes);
+    rc = read_link_inputs(s, c, buf, r->input_count, types, images, sizes, names);
+    void *cubin = NULL;
+    size_t cubin_size = 0;
+    if (rc == FLYT_CONT && c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, link, r->input_count, types, images, sizes, names, &cubin,
+                               &cubin_size);
+    free(buf);
+    flyt_rep_u64 *rep = c->rep;
+    rep->value = cubin_size;
+    if (rc == FLYT_CONT && c->result == CUDA_SUCCESS &&
+        flyt_reply(s, c, CUDA_SUCCESS, cubin, cubin_size) != 0)
+        rc = FLYT_END_IO;
+    free(cubin);
+    return rc;
+}
+
+/* The names of a module's functions: the tools table's function iterator
+ * (cuFFT walks each module it loads) and cuModuleEnumerateFunctions. */
+int handle_MODULE_FUNCS(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    flyt_rep_u64 *rep = c->rep;
+    flyt_bhandle mod;
+    c->result = flyt_lookup(s, r->handle, FLYT_H_MODULE, &mod);
+    if (c->result != CUDA_SUCCESS)
+        return FLYT_CONT;
+    char *names = malloc(FLYT_MAX_MODULE_FUNCS_BYTES);
+    if (names == NULL) {
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        return FLYT_CONT;
+    }
+    size_t len = 0;
+    uint32_t count = 0;
+    c->result = FLYT_BCALL(s, module_func_names, mod, names, FLYT_MAX_MODULE_FUNCS_BYTES, &len,
+                           &count);
+    rep->value = count;
+    int rc = FLYT_CONT;
+    if (c->result == CUDA_SUCCESS && flyt_reply(s, c, CUDA_SUCCESS, names, len) != 0)
+        rc = FLYT_END_IO;
+    free(names);
+    return rc;
 }
 
 int handle_GLOBAL_GET(flyt_session *s, flyt_call *c)
@@ -366,6 +463,31 @@ int handle_LAUNCH(flyt_session *s, flyt_call *c)
 }
 
 /* ---- occupancy ---- */
+
+int handle_OCCUPANCY_CLUSTER(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_launch *r = c->req;
+    if (r->attr_count > FLYT_MAX_LAUNCH_ATTRS || r->param_bytes != 0 || r->pad > FLYT_CLUSTER_MAX_SIZE)
+        return flyt_violation(s, c, "cluster occupancy query: %u attributes, %u parameter bytes, "
+                              "question %u", r->attr_count, r->param_bytes, r->pad);
+    int rc = flyt_expect_data(s, c, (uint64_t)r->attr_count * sizeof(flyt_launch_attr));
+    if (rc != FLYT_CONT)
+        return rc;
+    flyt_launch_attr attrs[FLYT_MAX_LAUNCH_ATTRS];
+    if (flyt_recv_data(s, c, attrs, r->attr_count * sizeof(flyt_launch_attr)) != 0)
+        return FLYT_END_IO;
+    flyt_rep_i32 *rep = c->rep;
+    flyt_bhandle f;
+    int n = 0;
+    c->result = flyt_lookup(s, r->func, FLYT_H_FUNC, &f);
+    if (c->result == CUDA_SUCCESS)
+        c->result = translate_attrs(s, attrs, r->attr_count);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, occupancy_cluster, f, r->pad, r->grid, r->block, r->shared_mem,
+                               attrs, r->attr_count, &n);
+    rep->value = n;
+    return FLYT_CONT;
+}
 
 int handle_OCCUPANCY(flyt_session *s, flyt_call *c)
 {

@@ -160,7 +160,7 @@ static void test_memory(void)
           "2D: pitch smaller than width: INVALID_VALUE");
     CHECK(OPS->dtoh_2d(b, buf, a, UINT64_MAX / 2, 1, 3, FLYT_BSTREAM_DEFAULT) == CUDA_ERROR_INVALID_VALUE,
           "2D: pitch x rows overflows: INVALID_VALUE");
-    CHECK(OPS->memset_2d(b, a + 1, 1000, 0, 1000, 1, FLYT_BSTREAM_DEFAULT) == CUDA_ERROR_INVALID_VALUE,
+    CHECK(OPS->memset_2d(b, a + 1, 1000, 0, 1, 1000, 1, FLYT_BSTREAM_DEFAULT) == CUDA_ERROR_INVALID_VALUE,
           "memset overrunning by one: INVALID_VALUE");
     CHECK(OPS->dtod_2d(b, a, 10, (uint64_t)(uintptr_t)ref, 10, 10, 1, FLYT_BSTREAM_DEFAULT) == CUDA_ERROR_INVALID_VALUE,
           "dtod from a host address: INVALID_VALUE");
@@ -174,7 +174,7 @@ static void test_memory(void)
     uint64_t lo = x < y ? x : y, hi = x < y ? y : x;
     printf("        (they are %s)\n", hi == lo + 4096 ? "adjacent" : "apart");
     CHECK(dtoh(buf, lo + 4000, 200) == CUDA_ERROR_INVALID_VALUE, "a range crossing from one allocation into the next: INVALID_VALUE");
-    CHECK(OPS->memset_2d(b, lo, 4096, 1, 4096, 2, FLYT_BSTREAM_DEFAULT) == CUDA_ERROR_INVALID_VALUE,
+    CHECK(OPS->memset_2d(b, lo, 4096, 1, 1, 4096, 2, FLYT_BSTREAM_DEFAULT) == CUDA_ERROR_INVALID_VALUE,
           "a 2D memset spanning both: INVALID_VALUE");
 
     unsigned char *st;
@@ -206,8 +206,23 @@ static void test_memory(void)
               OPS->mem_free(b, q) == CUDA_SUCCESS,
           "alloc_pitch 512x1: pitch 512");
     CHECK(OPS->mem_alloc_pitch(b, 0, 1, &q, &pitch2) == CUDA_ERROR_INVALID_VALUE, "alloc_pitch of width 0: INVALID_VALUE");
+    {
+        /* 16- and 32-bit patterns (cuMemsetD16/D32): the value repeats per element */
+        uint64_t m = 0;
+        uint32_t words[4] = {0};
+        uint16_t halves[4] = {0};
+        CHECK(OPS->mem_alloc(b, 16, &m) == CUDA_SUCCESS &&
+                  OPS->memset_2d(b, m, 16, 0xA1B2C3D4u, 4, 16, 1, FLYT_BSTREAM_DEFAULT) == CUDA_SUCCESS &&
+                  dtoh(words, m, 16) == CUDA_SUCCESS && words[0] == 0xA1B2C3D4u && words[3] == 0xA1B2C3D4u,
+              "memset of 32-bit elements repeats the word");
+        CHECK(OPS->memset_2d(b, m, 8, 0xBEEFu, 2, 8, 1, FLYT_BSTREAM_DEFAULT) == CUDA_SUCCESS &&
+                  dtoh(halves, m, 8) == CUDA_SUCCESS && halves[0] == 0xBEEF && halves[3] == 0xBEEF,
+              "memset of 16-bit elements repeats the half-word");
+        OPS->mem_free(b, m);
+    }
+
     CHECK(OPS->mem_alloc_pitch(b, 1u << 20, 1u << 30, &q, &pitch2) == CUDA_ERROR_OUT_OF_MEMORY, "huge alloc_pitch: OUT_OF_MEMORY");
-    CHECK(OPS->memset_2d(b, p, pitch, 0xEE, pitch, 30, FLYT_BSTREAM_DEFAULT) == CUDA_SUCCESS, "memset all of it to 0xEE");
+    CHECK(OPS->memset_2d(b, p, pitch, 0xEE, 1, pitch, 30, FLYT_BSTREAM_DEFAULT) == CUDA_SUCCESS, "memset all of it to 0xEE");
     st = OPS->staging_get(b, 300 * 20, &got);
     for (int i = 0; i < 300 * 20; i++)
         st[i] = (unsigned char)(i % 251);
@@ -321,7 +336,7 @@ static void test_streams_events(void)
     unsigned char buf[8];
     CHECK(OPS->mem_alloc(b, 8, &a) == CUDA_SUCCESS &&
               OPS->dtoh_2d(b, buf, a, 8, 8, 1, &dummy) == CUDA_ERROR_INVALID_HANDLE &&
-              OPS->memset_2d(b, a, 8, 0, 8, 1, s1) == CUDA_SUCCESS && OPS->mem_free(b, a) == CUDA_SUCCESS,
+              OPS->memset_2d(b, a, 8, 0, 1, 8, 1, s1) == CUDA_SUCCESS && OPS->mem_free(b, a) == CUDA_SUCCESS,
           "copies check their stream");
     CHECK(OPS->stream_host_func(b, s1, host_func, &seven) == CUDA_SUCCESS && host_func_calls == 7,
           "host function ran at once");
@@ -377,14 +392,23 @@ static void test_modules(void)
     CHECK(OPS->module_load(b, elf, sizeof elf, &m2) == CUDA_SUCCESS, "ELF image accepted");
     CHECK(OPS->module_load(b, "hello world, not a module", 25, &f) == CUDA_ERROR_INVALID_IMAGE, "text: INVALID_IMAGE");
     CHECK(OPS->module_load(b, fat, 0, &f) != CUDA_SUCCESS, "empty image refused");
-    CHECK(OPS->func_get(b, m, "kernel", &f) == CUDA_ERROR_NOT_SUPPORTED, "func_get: NOT_SUPPORTED");
-    uint64_t dp, sz;
-    CHECK(OPS->global_get(b, m, "var", &dp, &sz) == CUDA_ERROR_NOT_SUPPORTED, "global_get: NOT_SUPPORTED");
+    /* names resolve (libraries look kernels up at start-up), launches do not run */
+    CHECK(OPS->func_get(b, m, "kernel", &f) == CUDA_SUCCESS && f != NULL, "func_get resolves any name");
+    uint32_t off, psz;
+    CHECK(OPS->func_param_info(b, f, 0, &off, &psz) == CUDA_ERROR_INVALID_VALUE, "without parameters");
+    int attr = 0;
+    CHECK(OPS->func_get_attr(b, f, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &attr) == CUDA_SUCCESS &&
+              attr == 1024, "max threads per block 1024");
+    uint64_t dp, sz, dp2, sz2;
+    CHECK(OPS->global_get(b, m, "var", &dp, &sz) == CUDA_SUCCESS && sz > 0 &&
+              OPS->global_get(b, m, "var", &dp2, &sz2) == CUDA_SUCCESS && dp2 == dp,
+          "global_get: the same zeroed memory for the same name");
     uint32_t g[3] = {1, 1, 1};
     int nb;
-    CHECK(OPS->launch(b, m, g, g, 0, FLYT_BSTREAM_DEFAULT, NULL, 0, NULL, 0) == CUDA_ERROR_NOT_SUPPORTED,
+    CHECK(OPS->launch(b, f, g, g, 0, FLYT_BSTREAM_DEFAULT, NULL, 0, NULL, 0) == CUDA_ERROR_NOT_SUPPORTED,
           "launch: NOT_SUPPORTED");
-    CHECK(OPS->occupancy(b, m, 128, 0, 0, &nb) == CUDA_ERROR_NOT_SUPPORTED, "occupancy: NOT_SUPPORTED");
+    CHECK(OPS->occupancy(b, f, 128, 0, 0, &nb) == CUDA_SUCCESS && nb == 16, "occupancy of 128 threads: 16 blocks");
+    CHECK(OPS->occupancy(b, m, 128, 0, 0, &nb) == CUDA_ERROR_INVALID_HANDLE, "occupancy of a module: INVALID_HANDLE");
     CHECK(OPS->module_unload(b, m) == CUDA_SUCCESS && OPS->module_unload(b, m) == CUDA_ERROR_INVALID_HANDLE,
           "unload, twice: INVALID_HANDLE");
     CHECK(OPS->func_get(b, m, "kernel", &f) == CUDA_ERROR_INVALID_HANDLE, "func_get on an unloaded module: INVALID_HANDLE");
