@@ -1,16 +1,21 @@
 /*
- * Internal interface of the client library (the drop-in libcudart.so.13).
+ * Internal interface of the client library, Flyt's drop-in libcuda.so.1.
  *
- * Modules: conn.c (the one connection to the server, its receiver thread and
- * calls), errors.c (last/sticky error, names), registry.c (what the client
- * knows locally: device and pinned ranges, fatbinaries, functions, variables),
- * and api_*.c (the CUDA runtime functions, grouped as the CUDA docs group
- * them). Functions here use the flyt_ prefix; CUDA names are the API.
+ * Modules: conn.c (the one connection to the server, its receiver and
+ * callback threads), device.c (the device snapshot, init, versions),
+ * context.c (contexts, each thread's current one), memory.c (allocations,
+ * pools, host memory, pointer attributes), copy.c (every copy and memset),
+ * stream.c (streams, events, host functions), module.c (modules, libraries,
+ * kernels, globals, run-time linking), launch.c (launches, function
+ * attributes, occupancy), entry.c (cuGetProcAddress, cuGetExportTable),
+ * errors.c (names and strings of CUresult), registry.c (address ranges the
+ * client knows), export_tables.c and ctx_storage.c (the hidden tables).
+ * Functions here use the flyt_ prefix; CUDA names are the API.
  */
 #ifndef FLYT_CLIENT_H
 #define FLYT_CLIENT_H
 
-#include <cuda_runtime_api.h>
+#include <cuda.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -33,90 +38,112 @@ struct flyt_reply_sink {
     int    streamed;
 };
 
-/* Connects on first use. cudaSuccess, or cudaErrorNoDevice when no server
- * can be reached (the reason is printed once). */
-cudaError_t flyt_connect_once(void);
-/* Number of devices the server offers (0 until connected). */
-int flyt_device_count(void);
-/* The device properties fetched at connect. */
-const struct cudaDeviceProp *flyt_device_props(void);
+/* Connects on first use and fetches the device snapshot. CUDA_SUCCESS, or
+ * CUDA_ERROR_NO_DEVICE when no server can be reached (reason said once). */
+CUresult flyt_connect_once(void);
+/* The snapshot fetched at connect (valid once flyt_connect_once succeeded). */
+const flyt_rep_device_snapshot *flyt_conn_snapshot(void);
+int flyt_conn_device_count(void);
 
 /* A synchronous call: sends op with req (+ data iovecs), waits for the reply.
- * Returns the call's CUresult mapped to cudaError_t, and records any deferred
- * error of earlier pipelined calls as the last error. */
-cudaError_t flyt_call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
-                      int data_count, struct flyt_reply_sink *sink);
+ * Returns the call's CUresult, or the first deferred error of earlier
+ * pipelined calls when the call itself succeeded (CUDA reports those at the
+ * next call that can). */
+CUresult flyt_call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
+                   int data_count, struct flyt_reply_sink *sink);
 /* flyt_call that passes a file descriptor along (Unix sockets only). */
-cudaError_t flyt_call_fd(uint16_t op, const void *req, size_t req_size, int fd,
-                         struct flyt_reply_sink *sink);
+CUresult flyt_call_fd(uint16_t op, const void *req, size_t req_size, int fd,
+                      struct flyt_reply_sink *sink);
+/* A pipelined call: sends op without waiting (FLYT_F_NOREPLY). */
+CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
+                         int data_count);
 /* Whether host memory can be shared with the server: a Unix-socket session
  * and FLYT_SHM not set to 0. */
 int flyt_conn_shares_memory(void);
-/* A pipelined call: sends op without waiting (FLYT_F_NOREPLY). */
-cudaError_t flyt_send_async(uint16_t op, const void *req, size_t req_size,
-                            const struct iovec *data, int data_count);
 
-/* Host callbacks (cudaLaunchHostFunc / cudaStreamAddCallback). */
-typedef void (*flyt_client_cb)(void *a, void *b, int status);
-uint64_t flyt_callback_register(void (*host_fn)(void *), void (*stream_cb)(cudaStream_t, cudaError_t, void *),
-                                cudaStream_t stream, void *user);
+/* Host functions and stream callbacks run on the client's callback thread,
+ * in stream order, when the server reports that the stream reached them. */
+uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CUstream stream,
+                                void *user);
+
+/* ---- small call helpers (conn.c) ---- */
+CUresult flyt_call_u64(uint16_t op, const void *req, size_t req_size, uint64_t *out);
+CUresult flyt_call_handle(uint16_t op, uint64_t handle);
+
+/* ---- device and init (device.c) ---- */
+
+/* CUDA_SUCCESS once cuInit succeeded; else what cuInit said, or
+ * CUDA_ERROR_NOT_INITIALIZED before it was called. */
+CUresult flyt_init_state(void);
+/* Device ordinal check for an initialized library. */
+CUresult flyt_check_device(CUdevice dev);
+int flyt_device_attr(CUdevice_attribute attr);
 
 /* ---- errors (errors.c) ---- */
-cudaError_t flyt_set_error(cudaError_t err); /* records err as last error, returns it */
-cudaError_t flyt_map_result(int cu_result);
-cudaError_t flyt_sticky_error(void);         /* cudaSuccess unless the context is broken */
-void flyt_reset_errors(void);
-cudaError_t flyt_unsupported(const char *name); /* says so once per message */
+/* Says once per name that a driver function is not carried out. */
+CUresult flyt_driver_unsupported(const char *name);
+/* Same, with a reason: "NAME (REASON)". */
+CUresult flyt_unsupported_why(const char *name, const char *why);
+
+/* ---- contexts (context.c) ---- */
+/* The calling thread's current context, NULL if none. */
+CUcontext flyt_ctx_current(void);
+/* CUDA_SUCCESS when a context is current (the runtime always makes one). */
+CUresult flyt_ctx_require(void);
+int flyt_ctx_valid(CUcontext ctx);
+uint64_t flyt_ctx_id(CUcontext ctx);
+
+/* ---- streams (stream.c) ---- */
+/* The wire id of a stream handle. per_thread: the call is a _ptsz/_ptds
+ * variant, where stream 0 means the calling thread's default stream. */
+uint64_t flyt_stream_wire(CUstream stream, int per_thread);
+/* After a primary context reset: each thread's default stream is gone. */
+void flyt_streams_reset(void);
 
 /* ---- local registry (registry.c) ---- */
 enum flyt_range_kind { FLYT_RANGE_DEVICE = 1, FLYT_RANGE_PINNED = 2, FLYT_RANGE_REGISTERED = 3 };
-void flyt_range_add(enum flyt_range_kind kind, uint64_t base, uint64_t size, unsigned flags);
-int  flyt_range_remove(enum flyt_range_kind kind, uint64_t base); /* 0 when found */
-/* Finds the range holding addr: returns its kind (0 if none) and base/size/flags. */
-int  flyt_range_find(uint64_t addr, uint64_t *base, uint64_t *size, unsigned *flags);
+/* Records a range; returns its buffer id (unique, never 0). */
+uint64_t flyt_range_add(enum flyt_range_kind kind, uint64_t base, uint64_t size, unsigned flags);
+int flyt_range_remove(enum flyt_range_kind kind, uint64_t base); /* 0 when found */
+/* Finds the range holding addr: returns its kind (0 if none) and its
+ * base/size/flags; any out pointer may be NULL. */
+int flyt_range_find(uint64_t addr, uint64_t *base, uint64_t *size, unsigned *flags);
+uint64_t flyt_range_buffer_id(uint64_t addr);
 void flyt_range_clear_device(void);
-/* Shared pinned memory (HOST_MAP): the server's region id of a pinned range. */
+/* Shared pinned memory (HOST_MAP): the server's region id of a host range. */
 int flyt_range_set_region(uint64_t base, uint64_t region);
 /* The region holding all of [addr, addr + n), with addr's offset in it; 0 if none. */
 uint64_t flyt_range_region(uint64_t addr, uint64_t n, uint64_t *offset);
 void flyt_range_forget_regions(void);
 
+/* ---- modules and functions (module.c) ---- */
+
+/* What CUfunction and CUkernel point to: one record per (module, name),
+ * with the layout and attributes the server reported at lookup. */
 struct flyt_module;
 struct flyt_function {
+    uint32_t            magic;
     struct flyt_module *module;
-    const void *host_fun;
-    char       *name;
-    uint64_t    server_id;   /* 0 until fetched */
-    uint32_t    param_count;
-    uint32_t    param_bytes;
-    flyt_param *params;
-    uint32_t    max_dynamic_smem; /* launches asking for more fail at once */
-    uint32_t    magic;
+    char               *name;
+    uint64_t            server_id;
+    unsigned            gen;         /* reset generation server_id belongs to */
+    uint32_t            param_count;
+    uint32_t            param_bytes;
+    flyt_param         *params;
+    int32_t             attrs[FLYT_FUNC_ATTRS]; /* CUfunction_attribute values */
+    struct flyt_function *next;
 };
-struct flyt_variable {
-    struct flyt_module *module;
-    const void *host_var;
-    char       *name;
-    uint64_t    size;
-    uint64_t    dptr;        /* 0 until fetched */
-};
+/* The record behind a CUfunction or CUkernel; NULL if it is not one. */
+struct flyt_function *flyt_function_from(const void *handle);
+/* The function's server id, shipping its module again after a reset. */
+CUresult flyt_function_ready(struct flyt_function *f, uint64_t *server_id);
+/* After a primary context reset every server id is gone. */
+void flyt_modules_reset(void);
 
-/* Resolves a host stub pointer or a cudaKernel_t; loads module and layout on
- * first use. */
-cudaError_t flyt_function_resolve(const void *func, struct flyt_function **out);
-cudaError_t flyt_variable_resolve(const void *symbol, struct flyt_variable **out);
-/* The launch path's lookup: a cudaKernel_t handed out by __cudaGetKernel is
- * used without a map lookup once resolved. */
-cudaError_t flyt_kernel_ready(cudaKernel_t kernel, struct flyt_function **out);
-/* Forget every server-side id (after cudaDeviceReset). */
-void flyt_registry_reset_server_ids(void);
-
-/* ---- helpers shared by api_*.c ---- */
-static inline uint64_t flyt_stream_id(cudaStream_t s) { return (uint64_t)(uintptr_t)s; }
-/* _ptsz/_ptds entry points treat stream 0 as the per-thread default stream. */
-static inline cudaStream_t flyt_ptsz(cudaStream_t s)
-{
-    return s == NULL ? cudaStreamPerThread : s;
-}
+static inline CUdeviceptr flyt_dptr(uint64_t v) { return (CUdeviceptr)v; }
+/* Handles are our records, always 8-byte aligned: anything else (NVIDIA's
+ * runtime passes host function addresses to see whether they are kernels)
+ * is refused before its magic is read. */
+static inline int flyt_aligned(const void *p) { return p != NULL && ((uintptr_t)p & 7) == 0; }
 
 #endif

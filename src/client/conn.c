@@ -41,8 +41,8 @@ struct waiter {
 struct callback {
     uint64_t id;
     void (*host_fn)(void *);
-    void (*stream_cb)(cudaStream_t, cudaError_t, void *);
-    cudaStream_t stream;
+    CUstreamCallback stream_cb;
+    CUstream stream;
     void *user;
     struct callback *next;
 };
@@ -59,7 +59,7 @@ static struct {
     pthread_t receiver;
     int device_count;
     int shares_memory;
-    struct cudaDeviceProp props;
+    flyt_rep_device_snapshot snapshot;
 
     /* callbacks: registered (by id) -> queued (received) -> run */
     pthread_mutex_t cb_lock;
@@ -103,6 +103,19 @@ static void report_once(const char *fmt, ...)
             /* nowhere left to say it */
         }
     }
+}
+
+/* FLYT_TRACE=1: every error the server answers is said on stderr, with the
+ * operation it answered (for finding why a library gave up). */
+static void trace_error(uint16_t op, const char *which, int32_t result)
+{
+    static int trace = -1;
+    if (trace < 0) {
+        const char *env = getenv("FLYT_TRACE");
+        trace = env != NULL && *env != '\0' && strcmp(env, "0") != 0;
+    }
+    if (trace)
+        fprintf(stderr, "flyt: trace: %s: %s failed with %d\n", flyt_op_name(op), which, result);
 }
 
 /* ---- waiters ---- */
@@ -157,9 +170,8 @@ static void fail_all(const char *why)
 
 /* ---- callbacks ---- */
 
-uint64_t flyt_callback_register(void (*host_fn)(void *),
-                                void (*stream_cb)(cudaStream_t, cudaError_t, void *),
-                                cudaStream_t stream, void *user)
+uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CUstream stream,
+                                void *user)
 {
     struct callback *cb = calloc(1, sizeof *cb);
     if (cb == NULL)
@@ -216,7 +228,7 @@ static void *callback_thread(void *arg)
         if (cb->host_fn)
             cb->host_fn(cb->user);
         else if (cb->stream_cb)
-            cb->stream_cb(cb->stream, cudaSuccess, cb->user);
+            cb->stream_cb(cb->stream, CUDA_SUCCESS, cb->user);
         free(cb);
         pthread_mutex_lock(&conn.cb_lock);
         conn.cb_done++;
@@ -616,16 +628,16 @@ static int handshake(const char *where, const struct target *t)
     return 0;
 }
 
-static int fetch_props(void)
+/* Every device query is answered from this snapshot from now on. */
+static int fetch_snapshot(void)
 {
+    if (conn.device_count < 1)
+        return 0;
     flyt_req_device req = {.device = 0};
-    flyt_rep_props rep;
-    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
-    if (flyt_call(FLYT_OP_DEVICE_PROPS, &req, sizeof req, NULL, 0, &sink) != cudaSuccess)
-        return -1;
-    _Static_assert(sizeof(struct cudaDeviceProp) == FLYT_DEVICE_PROP_SIZE, "cudaDeviceProp size");
-    memcpy(&conn.props, rep.bytes, sizeof conn.props);
-    return 0;
+    struct flyt_reply_sink sink = {.rep = &conn.snapshot, .rep_size = sizeof conn.snapshot};
+    return flyt_call(FLYT_OP_DEVICE_SNAPSHOT, &req, sizeof req, NULL, 0, &sink) == CUDA_SUCCESS
+               ? 0
+               : -1;
 }
 
 static int start_threads(void)
@@ -686,14 +698,14 @@ static int connect_server(void)
         report_once("cannot start the client threads");
         return -1;
     }
-    if (fetch_props() != 0) {
+    if (fetch_snapshot() != 0) {
         report_once("server at %s failed to describe its device", where);
         return -1;
     }
     return 0;
 }
 
-cudaError_t flyt_connect_once(void)
+CUresult flyt_connect_once(void)
 {
     int state = __atomic_load_n(&conn.initialized, __ATOMIC_ACQUIRE);
     if (state == 0) {
@@ -707,18 +719,21 @@ cudaError_t flyt_connect_once(void)
         state = conn.initialized;
         pthread_mutex_unlock(&conn.init_lock);
     }
-    return state == 1 ? cudaSuccess : cudaErrorNoDevice;
+    return state == 1 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 
-int flyt_device_count(void) { return flyt_connect_once() == cudaSuccess ? conn.device_count : 0; }
+int flyt_conn_device_count(void)
+{
+    return flyt_connect_once() == CUDA_SUCCESS ? conn.device_count : 0;
+}
 
-const struct cudaDeviceProp *flyt_device_props(void) { return &conn.props; }
+const flyt_rep_device_snapshot *flyt_conn_snapshot(void) { return &conn.snapshot; }
 
 /* ---- calls ---- */
 
 int flyt_conn_shares_memory(void)
 {
-    return flyt_connect_once() == cudaSuccess && conn.shares_memory;
+    return flyt_connect_once() == CUDA_SUCCESS && conn.shares_memory;
 }
 
 static int send_frame_fd(uint16_t op, uint16_t flags, uint32_t seq, const void *req,
@@ -750,9 +765,9 @@ static int send_frame(uint16_t op, uint16_t flags, uint32_t seq, const void *req
     return send_frame_fd(op, flags, seq, req, req_size, data, data_count, -1);
 }
 
-static cudaError_t lost(void)
+static CUresult lost(void)
 {
-    return conn.initialized == 1 ? cudaErrorDevicesUnavailable : cudaErrorNoDevice;
+    return conn.initialized == 1 ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_NO_DEVICE;
 }
 
 static void wait_reply(struct waiter *w)
@@ -770,11 +785,11 @@ static void wait_reply(struct waiter *w)
         ;
 }
 
-static cudaError_t call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
+static CUresult call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
                         int data_count, int pass_fd, struct flyt_reply_sink *sink)
 {
-    if (op != FLYT_OP_HELLO && op != FLYT_OP_DEVICE_PROPS && flyt_connect_once() != cudaSuccess)
-        return cudaErrorNoDevice;
+    if (op != FLYT_OP_HELLO && op != FLYT_OP_DEVICE_SNAPSHOT && flyt_connect_once() != CUDA_SUCCESS)
+        return CUDA_ERROR_NO_DEVICE;
     if (atomic_load(&conn.broken))
         return lost();
     struct waiter w = {.op = op, .sink = sink};
@@ -799,27 +814,31 @@ static cudaError_t call(uint16_t op, const void *req, size_t req_size, const str
     if (w.callbacks_seen)
         wait_callbacks(w.callbacks_seen);
     if (w.reply.deferred != 0)
-        flyt_set_error(flyt_map_result(w.reply.deferred));
-    return flyt_map_result(w.reply.result);
+        trace_error(op, "an earlier pipelined call", w.reply.deferred);
+    if (w.reply.result != CUDA_SUCCESS)
+        trace_error(op, "this call", w.reply.result);
+    if (w.reply.result == CUDA_SUCCESS && w.reply.deferred != 0)
+        return (CUresult)w.reply.deferred;
+    return (CUresult)w.reply.result;
 }
 
-cudaError_t flyt_call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
+CUresult flyt_call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
                       int data_count, struct flyt_reply_sink *sink)
 {
     return call(op, req, req_size, data, data_count, -1, sink);
 }
 
-cudaError_t flyt_call_fd(uint16_t op, const void *req, size_t req_size, int fd,
+CUresult flyt_call_fd(uint16_t op, const void *req, size_t req_size, int fd,
                          struct flyt_reply_sink *sink)
 {
     return call(op, req, req_size, NULL, 0, fd, sink);
 }
 
-cudaError_t flyt_send_async(uint16_t op, const void *req, size_t req_size,
+CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size,
                             const struct iovec *data, int data_count)
 {
-    cudaError_t err = flyt_connect_once();
-    if (err != cudaSuccess)
+    CUresult err = flyt_connect_once();
+    if (err != CUDA_SUCCESS)
         return err;
     if (atomic_load(&conn.broken))
         return lost();
@@ -830,5 +849,21 @@ cudaError_t flyt_send_async(uint16_t op, const void *req, size_t req_size,
         fail_all(strerror(errno));
         return lost();
     }
-    return cudaSuccess;
+    return CUDA_SUCCESS;
+}
+
+CUresult flyt_call_u64(uint16_t op, const void *req, size_t req_size, uint64_t *out)
+{
+    flyt_rep_u64 rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    CUresult err = flyt_call(op, req, req_size, NULL, 0, &sink);
+    if (err == CUDA_SUCCESS && out)
+        *out = rep.value;
+    return err;
+}
+
+CUresult flyt_call_handle(uint16_t op, uint64_t handle)
+{
+    flyt_req_handle req = {.handle = handle};
+    return flyt_call(op, &req, sizeof req, NULL, 0, NULL);
 }

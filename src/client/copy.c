@@ -1,0 +1,554 @@
+/*
+ * Every copy and memset of the driver API.
+ *
+ * Host-to-device data goes straight from the application's buffer to the
+ * socket; device-to-host data is received straight into it. Shared host
+ * memory (pinned or registered on a Unix socket, memory.c) moves by the
+ * server's DMA with no bytes on the socket; other host memory on one
+ * machine is read or written in place by the server (process_vm_*).
+ *
+ * Each entry point has a _ptds/_ptsz twin where stream 0 means the calling
+ * thread's default stream; both go through one function taking per_thread.
+ */
+#include "client.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest data one copy message carries; bigger copies are split. */
+#define COPY_PIECE ((uint64_t)FLYT_MAX_PAYLOAD - 4096)
+
+/* Pageable copies on one machine: below this size the data rides in the
+ * request (one round trip either way, one syscall fewer). Turned off for
+ * good the first time the server cannot reach this process's memory. */
+#define PEER_MIN ((size_t)64 << 10)
+static int peer_copies_off;
+
+static int is_device(uint64_t p) { return flyt_range_find(p, NULL, NULL, NULL) == FLYT_RANGE_DEVICE; }
+
+/* A copy between the device and shared host memory: no data on the socket,
+ * and an asynchronous one is truly asynchronous, as with pinned memory. */
+static CUresult copy_mapped(uint16_t op, uint64_t device, uint64_t region, uint64_t offset,
+                            size_t n, uint64_t stream, int async)
+{
+    flyt_req_memcpy_mapped req = {.device = device, .region = region, .offset = offset, .size = n,
+                                  .stream = stream};
+    if (async)
+        return flyt_send_async(op, &req, sizeof req, NULL, 0);
+    return flyt_call(op, &req, sizeof req, NULL, 0, NULL);
+}
+
+static int peer_copy(uint16_t op, uint64_t dst, uint64_t src, size_t n, uint64_t stream,
+                     unsigned flags, CUresult *err)
+{
+    if (n < PEER_MIN || __atomic_load_n(&peer_copies_off, __ATOMIC_RELAXED) ||
+        !flyt_conn_shares_memory())
+        return 0;
+    flyt_req_memcpy_peer req = {.dst = dst, .src = src, .size = n, .stream = stream,
+                                .flags = flags};
+    *err = flyt_call(op, &req, sizeof req, NULL, 0, NULL);
+    if (*err == CUDA_ERROR_NOT_PERMITTED) {
+        __atomic_store_n(&peer_copies_off, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    return 1;
+}
+
+static CUresult copy_htod(uint64_t dst, const void *src, size_t n, uint64_t stream, int async)
+{
+    uint64_t offset = 0, region = flyt_range_region((uint64_t)(uintptr_t)src, n, &offset);
+    if (region)
+        return copy_mapped(FLYT_OP_MEMCPY_HTOD_MAPPED, dst, region, offset, n, stream, async);
+    CUresult err = CUDA_SUCCESS;
+    if (peer_copy(FLYT_OP_MEMCPY_HTOD_PEER, dst, (uint64_t)(uintptr_t)src, n, stream,
+                  async ? FLYT_PEER_ASYNC : 0, &err))
+        return err;
+    for (uint64_t off = 0; off < n && err == CUDA_SUCCESS;) {
+        uint64_t piece = n - off < COPY_PIECE ? n - off : COPY_PIECE;
+        int last = off + piece == n;
+        flyt_req_memcpy req = {.dst = dst + off, .size = piece, .stream = stream};
+        struct iovec data = {(char *)src + off, piece};
+        if (async || !last)
+            err = flyt_send_async(FLYT_OP_MEMCPY_HTOD, &req, sizeof req, &data, 1);
+        else
+            err = flyt_call(FLYT_OP_MEMCPY_HTOD, &req, sizeof req, &data, 1, NULL);
+        off += piece;
+    }
+    return err;
+}
+
+/* Through the socket it always waits for the data: the bytes must land in
+ * this process. Into shared host memory an asynchronous copy returns at once. */
+static CUresult copy_dtoh(void *dst, uint64_t src, size_t n, uint64_t stream, int async)
+{
+    uint64_t offset = 0, region = flyt_range_region((uint64_t)(uintptr_t)dst, n, &offset);
+    if (region)
+        return copy_mapped(FLYT_OP_MEMCPY_DTOH_MAPPED, src, region, offset, n, stream, async);
+    CUresult err = CUDA_SUCCESS;
+    if (peer_copy(FLYT_OP_MEMCPY_DTOH_PEER, (uint64_t)(uintptr_t)dst, src, n, stream, 0, &err))
+        return err;
+    for (uint64_t off = 0; off < n && err == CUDA_SUCCESS;) {
+        uint64_t piece = n - off < COPY_PIECE ? n - off : COPY_PIECE;
+        flyt_req_memcpy req = {.src = src + off, .size = piece, .stream = stream};
+        flyt_rep_none rep;
+        struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep,
+                                       .data = (char *)dst + off, .data_max = piece,
+                                       .streamed = 1};
+        err = flyt_call(FLYT_OP_MEMCPY_DTOH, &req, sizeof req, NULL, 0, &sink);
+        if (err == CUDA_SUCCESS && sink.data_got != piece)
+            err = CUDA_ERROR_UNKNOWN;
+        off += piece;
+    }
+    return err;
+}
+
+static CUresult copy_dtod(uint64_t dst, uint64_t src, size_t n, uint64_t stream, int async)
+{
+    flyt_req_memcpy req = {.dst = dst, .src = src, .size = n, .stream = stream};
+    if (async)
+        return flyt_send_async(FLYT_OP_MEMCPY_DTOD, &req, sizeof req, NULL, 0);
+    return flyt_call(FLYT_OP_MEMCPY_DTOD, &req, sizeof req, NULL, 0, NULL);
+}
+
+enum dir { HTOH, HTOD, DTOH, DTOD };
+
+static CUresult copy_1d(enum dir dir, uint64_t dst, uint64_t src, size_t n, CUstream stream,
+                        int per_thread, int async)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS || n == 0)
+        return r;
+    if (dst == 0 || src == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t wire = flyt_stream_wire(stream, per_thread);
+    switch (dir) {
+    case HTOH:
+        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+        return CUDA_SUCCESS;
+    case HTOD:
+        return copy_htod(dst, (const void *)(uintptr_t)src, n, wire, async);
+    case DTOH:
+        return copy_dtoh((void *)(uintptr_t)dst, src, n, wire, async);
+    default:
+        return copy_dtod(dst, src, n, wire, async);
+    }
+}
+
+/* Unified addressing: the direction follows from where the pointers lie. */
+static enum dir unified_dir(uint64_t dst, uint64_t src)
+{
+    int d = is_device(dst), s = is_device(src);
+    return s ? (d ? DTOD : DTOH) : (d ? HTOD : HTOH);
+}
+
+#define U64(p) ((uint64_t)(uintptr_t)(p))
+
+FLYT_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy_1d(unified_dir(dst, src), dst, src, n, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy_1d(unified_dir(dst, src), dst, src, n, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy_1d(unified_dir(dst, src), dst, src, n, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy_1d(unified_dir(dst, src), dst, src, n, s, 1, 1);
+}
+FLYT_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+    return copy_1d(HTOD, dst, U64(src), n, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n)
+{
+    return copy_1d(HTOD, dst, U64(src), n, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    return copy_1d(HTOD, dst, U64(src), n, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    return copy_1d(HTOD, dst, U64(src), n, s, 1, 1);
+}
+FLYT_EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+    return copy_1d(DTOH, U64(dst), src, n, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n)
+{
+    return copy_1d(DTOH, U64(dst), src, n, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy_1d(DTOH, U64(dst), src, n, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy_1d(DTOH, U64(dst), src, n, s, 1, 1);
+}
+FLYT_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy_1d(DTOD, dst, src, n, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy_1d(DTOD, dst, src, n, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy_1d(DTOD, dst, src, n, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy_1d(DTOD, dst, src, n, s, 1, 1);
+}
+
+/* A session has one device: a peer copy is a copy within it. */
+static CUresult peer_ctxs(CUcontext a, CUcontext b)
+{
+    return flyt_ctx_valid(a) && flyt_ctx_valid(b) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+FLYT_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx,
+                                  size_t n)
+{
+    CUresult r = peer_ctxs(dctx, sctx);
+    return r != CUDA_SUCCESS ? r : copy_1d(DTOD, dst, src, n, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
+                                       CUcontext sctx, size_t n)
+{
+    CUresult r = peer_ctxs(dctx, sctx);
+    return r != CUDA_SUCCESS ? r : copy_1d(DTOD, dst, src, n, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
+                                       CUcontext sctx, size_t n, CUstream s)
+{
+    CUresult r = peer_ctxs(dctx, sctx);
+    return r != CUDA_SUCCESS ? r : copy_1d(DTOD, dst, src, n, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
+                                            CUcontext sctx, size_t n, CUstream s)
+{
+    CUresult r = peer_ctxs(dctx, sctx);
+    return r != CUDA_SUCCESS ? r : copy_1d(DTOD, dst, src, n, s, 1, 1);
+}
+
+/* ---- 2D and 3D copies ---- */
+
+/* One side of a 3D copy as the client sees it. */
+struct side {
+    char *ptr;
+    size_t pitch, height; /* height: rows per slice of the allocation */
+    size_t x, y, z;
+    int device;
+};
+
+static char *side_row(const struct side *s, size_t y, size_t z)
+{
+    return s->ptr + ((s->z + z) * s->height + s->y + y) * s->pitch + s->x;
+}
+
+/* Moves width bytes per row between a host side and a packed buffer. */
+static void host_rows(const struct side *s, char *packed, size_t width, size_t height,
+                      size_t depth, int to_packed)
+{
+    for (size_t z = 0; z < depth; z++)
+        for (size_t y = 0; y < height; y++) {
+            char *row = side_row(s, y, z);
+            char *p = packed + (z * height + y) * width;
+            if (to_packed)
+                memcpy(p, row, width);
+            else
+                memcpy(row, p, width);
+        }
+}
+
+static int side_is_packed(const struct side *s, size_t width, size_t height, size_t depth)
+{
+    return s->x == 0 && s->y == 0 && s->z == 0 &&
+           (s->pitch == width || (height == 1 && depth == 1)) && (s->height == height || depth == 1);
+}
+
+static flyt_pitched wire_side(const struct side *s)
+{
+    return (flyt_pitched){U64(s->ptr), s->pitch, s->height, s->x, s->y, s->z};
+}
+
+static CUresult copy_3d_host(const struct side *dst, const struct side *src, size_t width,
+                             size_t height, size_t depth)
+{
+    char *tmp = malloc((uint64_t)width * height * depth);
+    if (tmp == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    host_rows(src, tmp, width, height, depth, 1);
+    host_rows(dst, tmp, width, height, depth, 0);
+    free(tmp);
+    return CUDA_SUCCESS;
+}
+
+static CUresult copy_3d(struct side dst, struct side src, size_t width, size_t height, size_t depth,
+                        CUstream stream, int per_thread, int async)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS || width == 0 || height == 0 || depth == 0)
+        return r;
+    if ((height > 1 || depth > 1) && (width > dst.pitch || width > src.pitch))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t bytes = (uint64_t)width * height * depth;
+    if (!dst.device && !src.device)
+        return copy_3d_host(&dst, &src, width, height, depth);
+    if (bytes > COPY_PIECE)
+        return flyt_unsupported_why("cuMemcpy2D/3D", "copies over 1 GiB");
+    flyt_req_memcpy_3d req = {.stream = flyt_stream_wire(stream, per_thread),
+                              .dst = wire_side(&dst), .src = wire_side(&src),
+                              .width_bytes = width, .height = height, .depth = depth};
+    if (dst.device && src.device) {
+        req.dir = FLYT_DIR_DTOD;
+        if (async)
+            return flyt_send_async(FLYT_OP_MEMCPY_3D, &req, sizeof req, NULL, 0);
+        return flyt_call(FLYT_OP_MEMCPY_3D, &req, sizeof req, NULL, 0, NULL);
+    }
+    const struct side *host = src.device ? &dst : &src;
+    int packed = side_is_packed(host, width, height, depth);
+    char *buf = packed ? host->ptr : malloc(bytes);
+    if (buf == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (dst.device) {
+        req.dir = FLYT_DIR_HTOD;
+        req.src = (flyt_pitched){0, width, height, 0, 0, 0};
+        if (!packed)
+            host_rows(&src, buf, width, height, depth, 1);
+        struct iovec data = {buf, bytes};
+        r = async ? flyt_send_async(FLYT_OP_MEMCPY_3D, &req, sizeof req, &data, 1)
+                  : flyt_call(FLYT_OP_MEMCPY_3D, &req, sizeof req, &data, 1, NULL);
+    } else {
+        req.dir = FLYT_DIR_DTOH;
+        req.dst = (flyt_pitched){0, width, height, 0, 0, 0};
+        flyt_rep_none rep;
+        struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep, .data = buf,
+                                       .data_max = bytes, .streamed = 1};
+        r = flyt_call(FLYT_OP_MEMCPY_3D, &req, sizeof req, NULL, 0, &sink);
+        if (r == CUDA_SUCCESS && sink.data_got != bytes)
+            r = CUDA_ERROR_UNKNOWN;
+        if (r == CUDA_SUCCESS && !packed)
+            host_rows(&dst, buf, width, height, depth, 0);
+    }
+    if (!packed)
+        free(buf);
+    return r;
+}
+
+/* A side of a driver copy descriptor; arrays are not carried (yet). */
+static CUresult make_side(struct side *s, CUmemorytype type, const void *host, CUdeviceptr dev,
+                          CUarray array, size_t pitch, size_t height, size_t x, size_t y, size_t z)
+{
+    *s = (struct side){.pitch = pitch, .height = height, .x = x, .y = y, .z = z};
+    switch (type) {
+    case CU_MEMORYTYPE_HOST:
+        s->ptr = (char *)host;
+        return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_DEVICE:
+        s->ptr = (char *)(uintptr_t)dev;
+        s->device = 1;
+        return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_UNIFIED:
+        s->ptr = (char *)(uintptr_t)dev;
+        s->device = is_device(dev);
+        return CUDA_SUCCESS;
+    case CU_MEMORYTYPE_ARRAY:
+        (void)array;
+        return flyt_unsupported_why("cuMemcpy2D/3D", "CUDA arrays");
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static CUresult copy_2d_desc(const CUDA_MEMCPY2D *p, CUstream stream, int per_thread, int async)
+{
+    if (p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct side d, s;
+    CUresult r = make_side(&d, p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray,
+                           p->dstPitch, p->Height, p->dstXInBytes, p->dstY, 0);
+    if (r == CUDA_SUCCESS)
+        r = make_side(&s, p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcPitch,
+                      p->Height, p->srcXInBytes, p->srcY, 0);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return copy_3d(d, s, p->WidthInBytes, p->Height, 1, stream, per_thread, async);
+}
+
+FLYT_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p) { return copy_2d_desc(p, NULL, 0, 0); }
+FLYT_EXPORT CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *p) { return copy_2d_desc(p, NULL, 1, 0); }
+FLYT_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p) { return copy_2d_desc(p, NULL, 0, 0); }
+FLYT_EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *p)
+{
+    return copy_2d_desc(p, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream s)
+{
+    return copy_2d_desc(p, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *p, CUstream s)
+{
+    return copy_2d_desc(p, s, 1, 1);
+}
+
+static CUresult copy_3d_desc(const CUDA_MEMCPY3D *p, CUstream stream, int per_thread, int async)
+{
+    if (p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct side d, s;
+    CUresult r = make_side(&d, p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray,
+                           p->dstPitch, p->dstHeight, p->dstXInBytes, p->dstY, p->dstZ);
+    if (r == CUDA_SUCCESS)
+        r = make_side(&s, p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcPitch,
+                      p->srcHeight, p->srcXInBytes, p->srcY, p->srcZ);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return copy_3d(d, s, p->WidthInBytes, p->Height, p->Depth, stream, per_thread, async);
+}
+
+FLYT_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *p) { return copy_3d_desc(p, NULL, 0, 0); }
+FLYT_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *p) { return copy_3d_desc(p, NULL, 1, 0); }
+FLYT_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s)
+{
+    return copy_3d_desc(p, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *p, CUstream s)
+{
+    return copy_3d_desc(p, s, 1, 1);
+}
+
+/* ---- memset: 8/16/32-bit values, 1D and 2D ---- */
+
+static CUresult memset_2d(CUdeviceptr dst, size_t pitch, uint32_t value, unsigned elem,
+                          size_t width, size_t height, CUstream stream, int per_thread, int async)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS || width == 0 || height == 0)
+        return r;
+    uint64_t width_bytes = (uint64_t)width * elem;
+    if (height > 1 && pitch < width_bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_req_memset req = {.dst = (uint64_t)dst, .pitch = height > 1 ? pitch : width_bytes,
+                           .slice_pitch = (height > 1 ? pitch : width_bytes) * height,
+                           .width_bytes = width_bytes, .height = height, .depth = 1,
+                           .stream = flyt_stream_wire(stream, per_thread), .value = value,
+                           .elem_size = elem};
+    if (async)
+        return flyt_send_async(FLYT_OP_MEMSET, &req, sizeof req, NULL, 0);
+    return flyt_call(FLYT_OP_MEMSET, &req, sizeof req, NULL, 0, NULL);
+}
+
+FLYT_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n)
+{
+    return memset_2d(d, 0, v, 1, n, 1, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char v, size_t n)
+{
+    return memset_2d(d, 0, v, 1, n, 1, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n)
+{
+    return memset_2d(d, 0, v, 2, n, 1, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short v, size_t n)
+{
+    return memset_2d(d, 0, v, 2, n, 1, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n)
+{
+    return memset_2d(d, 0, v, 4, n, 1, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, size_t n)
+{
+    return memset_2d(d, 0, v, 4, n, 1, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
+{
+    return memset_2d(d, 0, v, 1, n, 1, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
+{
+    return memset_2d(d, 0, v, 1, n, 1, s, 1, 1);
+}
+FLYT_EXPORT CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
+{
+    return memset_2d(d, 0, v, 2, n, 1, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
+{
+    return memset_2d(d, 0, v, 2, n, 1, s, 1, 1);
+}
+FLYT_EXPORT CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
+{
+    return memset_2d(d, 0, v, 4, n, 1, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
+{
+    return memset_2d(d, 0, v, 4, n, 1, s, 1, 1);
+}
+FLYT_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h)
+{
+    return memset_2d(d, pitch, v, 1, w, h, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr d, size_t pitch, unsigned char v, size_t w,
+                                          size_t h)
+{
+    return memset_2d(d, pitch, v, 1, w, h, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr d, size_t pitch, unsigned short v, size_t w,
+                                      size_t h)
+{
+    return memset_2d(d, pitch, v, 2, w, h, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr d, size_t pitch, unsigned short v, size_t w,
+                                           size_t h)
+{
+    return memset_2d(d, pitch, v, 2, w, h, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h)
+{
+    return memset_2d(d, pitch, v, 4, w, h, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr d, size_t pitch, unsigned int v, size_t w,
+                                           size_t h)
+{
+    return memset_2d(d, pitch, v, 4, w, h, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w,
+                                       size_t h, CUstream s)
+{
+    return memset_2d(d, pitch, v, 1, w, h, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr d, size_t pitch, unsigned char v, size_t w,
+                                            size_t h, CUstream s)
+{
+    return memset_2d(d, pitch, v, 1, w, h, s, 1, 1);
+}
+FLYT_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr d, size_t pitch, unsigned short v, size_t w,
+                                        size_t h, CUstream s)
+{
+    return memset_2d(d, pitch, v, 2, w, h, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr d, size_t pitch, unsigned short v,
+                                             size_t w, size_t h, CUstream s)
+{
+    return memset_2d(d, pitch, v, 2, w, h, s, 1, 1);
+}
+FLYT_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w,
+                                        size_t h, CUstream s)
+{
+    return memset_2d(d, pitch, v, 4, w, h, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr d, size_t pitch, unsigned int v, size_t w,
+                                             size_t h, CUstream s)
+{
+    return memset_2d(d, pitch, v, 4, w, h, s, 1, 1);
+}

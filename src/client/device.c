@@ -1,0 +1,273 @@
+/*
+ * cuInit, versions and every device query. After cuInit the answers come
+ * from the snapshot the server sent at connect (conn.c), which already shows
+ * the tenant's virtual GPU: no device query is a round trip.
+ */
+#include "client.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+/* 0: cuInit not called yet; else 1 + the CUresult it returned */
+static atomic_int init_state;
+
+FLYT_EXPORT CUresult cuDriverGetVersion(int *version)
+{
+    if (version == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *version = CUDA_VERSION; /* the API this library carries, whatever the server's GPU driver */
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuInit(unsigned int flags)
+{
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    int state = atomic_load(&init_state);
+    if (state != 0)
+        return (CUresult)(state - 1);
+    CUresult r = flyt_connect_once();
+    if (r == CUDA_SUCCESS && flyt_conn_device_count() < 1)
+        r = CUDA_ERROR_NO_DEVICE;
+    int expected = 0;
+    atomic_compare_exchange_strong(&init_state, &expected, 1 + (int)r);
+    return (CUresult)(atomic_load(&init_state) - 1);
+}
+
+CUresult flyt_init_state(void)
+{
+    int state = atomic_load(&init_state);
+    return state == 0 ? CUDA_ERROR_NOT_INITIALIZED : (CUresult)(state - 1);
+}
+
+CUresult flyt_check_device(CUdevice dev)
+{
+    CUresult r = flyt_init_state();
+    if (r != CUDA_SUCCESS)
+        return r;
+    return dev >= 0 && dev < flyt_conn_device_count() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+/* Features the GPU has but a tenant behind Flyt cannot use: the virtual GPU
+ * says it lacks them, so libraries take their other paths. */
+static int hidden_feature(CUdevice_attribute attr)
+{
+    switch (attr) {
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
+    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
+    case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int flyt_device_attr(CUdevice_attribute attr)
+{
+    const flyt_rep_device_snapshot *s = flyt_conn_snapshot();
+    if ((int)attr <= 0 || (int)attr >= s->attr_count || hidden_feature(attr))
+        return 0;
+    return s->attrs[attr];
+}
+
+FLYT_EXPORT CUresult cuDeviceGetCount(int *count)
+{
+    if (count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = flyt_init_state();
+    *count = r == CUDA_SUCCESS ? flyt_conn_device_count() : 0;
+    return r;
+}
+
+FLYT_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+    if (device == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = flyt_check_device(ordinal);
+    if (r == CUDA_SUCCESS)
+        *device = ordinal;
+    return r;
+}
+
+FLYT_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    CUresult r = flyt_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (name == NULL || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(name, (size_t)len, "%s", flyt_conn_snapshot()->name);
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    CUresult r = flyt_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (bytes == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *bytes = (size_t)flyt_conn_snapshot()->total_mem;
+    return CUDA_SUCCESS;
+}
+
+/* The CUDA 3.0 ABI: a 32-bit count, capped as the driver caps it. */
+FLYT_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+    size_t b = 0;
+    CUresult r = cuDeviceTotalMem_v2(&b, dev);
+    if (r == CUDA_SUCCESS && bytes)
+        *bytes = b > 0xffffffffu ? 0xffffffffu : (unsigned)b;
+    return bytes ? r : CUDA_ERROR_INVALID_VALUE;
+}
+
+FLYT_EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice dev)
+{
+    CUresult r = flyt_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (value == NULL || (int)attr <= 0 || (int)attr >= CU_DEVICE_ATTRIBUTE_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    *value = flyt_device_attr(attr);
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    CUresult r = flyt_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (uuid == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(uuid->bytes, flyt_conn_snapshot()->uuid, sizeof uuid->bytes);
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+
+/* LUIDs exist only on Windows. */
+FLYT_EXPORT CUresult cuDeviceGetLuid(char *luid, unsigned int *mask, CUdevice dev)
+{
+    (void)luid, (void)mask;
+    CUresult r = flyt_check_device(dev);
+    return r != CUDA_SUCCESS ? r : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+FLYT_EXPORT CUresult cuDeviceGetPCIBusId(char *bus_id, int len, CUdevice dev)
+{
+    CUresult r = flyt_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (bus_id == NULL || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(bus_id, (size_t)len, "%s", flyt_conn_snapshot()->pci_bus_id);
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *bus_id)
+{
+    CUresult r = flyt_init_state();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (dev == NULL || bus_id == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* "0000:19:00.0" and "19:00.0" name the same device */
+    const char *ours = flyt_conn_snapshot()->pci_bus_id;
+    size_t n = strlen(bus_id), m = strlen(ours);
+    if (flyt_conn_device_count() > 0 && n > 0 && n <= m && strcasecmp(ours + (m - n), bus_id) == 0) {
+        *dev = 0;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+FLYT_EXPORT CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
+{
+    CUresult r = flyt_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (major == NULL || minor == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *major = flyt_device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    *minor = flyt_device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuDeviceGetProperties(CUdevprop *p, CUdevice dev)
+{
+    CUresult r = flyt_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    p->maxThreadsPerBlock = flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    p->maxThreadsDim[0] = flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+    p->maxThreadsDim[1] = flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+    p->maxThreadsDim[2] = flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+    p->maxGridSize[0] = flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+    p->maxGridSize[1] = flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+    p->maxGridSize[2] = flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+    p->sharedMemPerBlock = flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+    p->totalConstantMemory = flyt_device_attr(CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY);
+    p->SIMDWidth = flyt_device_attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+    p->memPitch = flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_PITCH);
+    p->regsPerBlock = flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+    p->clockRate = flyt_device_attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+    p->textureAlign = flyt_device_attr(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT);
+    return CUDA_SUCCESS;
+}
+
+/* A session has one device, so there is no peer to reach. */
+FLYT_EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+    CUresult r = flyt_check_device(dev);
+    if (r == CUDA_SUCCESS)
+        r = flyt_check_device(peer);
+    if (r == CUDA_SUCCESS && can == NULL)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *can = 0;
+    return r;
+}
+
+FLYT_EXPORT CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attr, CUdevice src,
+                                             CUdevice dst)
+{
+    (void)attr;
+    CUresult r = flyt_check_device(src);
+    if (r == CUDA_SUCCESS)
+        r = flyt_check_device(dst);
+    if (r == CUDA_SUCCESS && (value == NULL || src == dst))
+        r = src == dst ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_VALUE;
+    return r;
+}
+
+FLYT_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
+{
+    (void)type;
+    CUresult r = flyt_check_device(dev);
+    if (r == CUDA_SUCCESS && pi == NULL)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *pi = 0; /* the share is set by the operator, not by the program */
+    return r;
+}
+
+/* Profiling belongs to the GPU's host: from the VM these change nothing. */
+FLYT_EXPORT CUresult cuProfilerStart(void) { return CUDA_SUCCESS; }
+FLYT_EXPORT CUresult cuProfilerStop(void) { return CUDA_SUCCESS; }

@@ -1,0 +1,427 @@
+/*
+ * Kernel launches (one pipelined message each), function attributes and
+ * occupancy.
+ *
+ * A launch is checked here as the driver checks it before it reaches the
+ * GPU, so a pipelined launch still fails at once where CUDA's would; what
+ * only the GPU can find (a fault) surfaces at the next synchronising call.
+ */
+#include "client.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static CUresult check_config(const struct flyt_function *f, const unsigned grid[3],
+                             const unsigned block[3], unsigned shared_mem)
+{
+    uint64_t threads = (uint64_t)block[0] * block[1] * block[2];
+    if (threads == 0 || grid[0] == 0 || grid[1] == 0 || grid[2] == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (threads > (uint64_t)f->attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] ||
+        block[0] > (unsigned)flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X) ||
+        block[1] > (unsigned)flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y) ||
+        block[2] > (unsigned)flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (grid[0] > (unsigned)flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X) ||
+        grid[1] > (unsigned)flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y) ||
+        grid[2] > (unsigned)flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (shared_mem > (unsigned)f->attrs[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES] &&
+        shared_mem + (unsigned)f->attrs[CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES] >
+            (unsigned)flyt_device_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK))
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* The parameter block: from kernelParams (one pointer per parameter, laid
+ * out at the offsets the server reported) or from extra's ready buffer. */
+static CUresult pack_params(const struct flyt_function *f, void **args, void **extra, char *buf)
+{
+    memset(buf, 0, f->param_bytes);
+    if (args != NULL) {
+        for (uint32_t i = 0; i < f->param_count; i++)
+            memcpy(buf + f->params[i].offset, args[i], f->params[i].size);
+        return CUDA_SUCCESS;
+    }
+    if (extra == NULL)
+        return f->param_count == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    const void *data = NULL;
+    size_t size = 0;
+    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            data = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+            size = *(size_t *)extra[i + 1];
+        else
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (f->param_bytes && (data == NULL || size < f->param_bytes))
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(buf, data, f->param_bytes);
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(const void *handle, const unsigned grid[3], const unsigned block[3],
+                       unsigned shared_mem, CUstream stream, int per_thread, void **args,
+                       void **extra, const CUlaunchAttribute *attrs, unsigned attr_count)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct flyt_function *f = flyt_function_from(handle);
+    if (f == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t server_id;
+    if ((r = flyt_function_ready(f, &server_id)) != CUDA_SUCCESS)
+        return r;
+    if ((r = check_config(f, grid, block, shared_mem)) != CUDA_SUCCESS)
+        return r;
+    if (attr_count > FLYT_MAX_LAUNCH_ATTRS || (attr_count && attrs == NULL) ||
+        (args != NULL && extra != NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    char small[1024];
+    char *params = f->param_bytes <= sizeof small ? small : malloc(f->param_bytes);
+    if (params == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r = pack_params(f, args, extra, params);
+    _Static_assert(sizeof(CUlaunchAttribute) == sizeof(flyt_launch_attr), "attribute layout");
+    flyt_req_launch req = {
+        .func = server_id,
+        .stream = flyt_stream_wire(stream, per_thread),
+        .grid = {grid[0], grid[1], grid[2]},
+        .block = {block[0], block[1], block[2]},
+        .shared_mem = shared_mem,
+        .attr_count = attr_count,
+        .param_bytes = f->param_bytes,
+    };
+    struct iovec data[2] = {{(void *)attrs, attr_count * sizeof(flyt_launch_attr)},
+                            {params, f->param_bytes}};
+    if (r == CUDA_SUCCESS)
+        r = flyt_send_async(FLYT_OP_LAUNCH, &req, sizeof req, data, 2);
+    if (params != small)
+        free(params);
+    return r;
+}
+
+FLYT_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                    unsigned by, unsigned bz, unsigned smem, CUstream s, void **args,
+                                    void **extra)
+{
+    return launch(f, (unsigned[]){gx, gy, gz}, (unsigned[]){bx, by, bz}, smem, s, 0, args, extra,
+                  NULL, 0);
+}
+FLYT_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                         unsigned bx, unsigned by, unsigned bz, unsigned smem,
+                                         CUstream s, void **args, void **extra)
+{
+    return launch(f, (unsigned[]){gx, gy, gz}, (unsigned[]){bx, by, bz}, smem, s, 1, args, extra,
+                  NULL, 0);
+}
+
+static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **args, void **extra,
+                          int per_thread)
+{
+    if (c == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return launch(f, (unsigned[]){c->gridDimX, c->gridDimY, c->gridDimZ},
+                  (unsigned[]){c->blockDimX, c->blockDimY, c->blockDimZ}, c->sharedMemBytes,
+                  c->hStream, per_thread, args, extra, c->attrs, c->numAttrs);
+}
+FLYT_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **args, void **extra)
+{
+    return launch_ex(c, f, args, extra, 0);
+}
+FLYT_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **args,
+                                           void **extra)
+{
+    return launch_ex(c, f, args, extra, 1);
+}
+
+static CUresult launch_cooperative(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                                   unsigned smem, CUstream s, void **args, int per_thread)
+{
+    CUlaunchAttribute coop;
+    memset(&coop, 0, sizeof coop);
+    coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    coop.value.cooperative = 1;
+    return launch(f, grid, block, smem, s, per_thread, args, NULL, &coop, 1);
+}
+FLYT_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                               unsigned bx, unsigned by, unsigned bz, unsigned smem,
+                                               CUstream s, void **args)
+{
+    return launch_cooperative(f, (unsigned[]){gx, gy, gz}, (unsigned[]){bx, by, bz}, smem, s, args, 0);
+}
+FLYT_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
+                                                    unsigned gz, unsigned bx, unsigned by,
+                                                    unsigned bz, unsigned smem, CUstream s,
+                                                    void **args)
+{
+    return launch_cooperative(f, (unsigned[]){gx, gy, gz}, (unsigned[]){bx, by, bz}, smem, s, args, 1);
+}
+
+/* ---- function and kernel attributes ---- */
+
+static CUresult func_attr_get(int *value, CUfunction_attribute attr, const void *handle)
+{
+    if (value == NULL || (int)attr < 0 || (int)attr >= CU_FUNC_ATTRIBUTE_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct flyt_function *f = flyt_function_from(handle);
+    if (f == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t id;
+    CUresult r = flyt_function_ready(f, &id);
+    if (r == CUDA_SUCCESS)
+        *value = __atomic_load_n(&f->attrs[attr], __ATOMIC_RELAXED);
+    return r;
+}
+
+static CUresult func_attr_set(CUfunction_attribute attr, int value, const void *handle)
+{
+    if ((int)attr < 0 || (int)attr >= CU_FUNC_ATTRIBUTE_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct flyt_function *f = flyt_function_from(handle);
+    if (f == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t id;
+    CUresult r = flyt_function_ready(f, &id);
+    if (r != CUDA_SUCCESS)
+        return r;
+    flyt_req_func_attr req = {.func = id, .attr = (int32_t)attr, .value = value};
+    r = flyt_call(FLYT_OP_FUNC_SET_ATTR, &req, sizeof req, NULL, 0, NULL);
+    if (r == CUDA_SUCCESS)
+        __atomic_store_n(&f->attrs[attr], value, __ATOMIC_RELAXED);
+    return r;
+}
+
+static CUresult func_cache_set(const void *handle, CUfunc_cache config)
+{
+    struct flyt_function *f = flyt_function_from(handle);
+    if (f == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t id;
+    CUresult r = flyt_function_ready(f, &id);
+    if (r != CUDA_SUCCESS)
+        return r;
+    flyt_req_func_attr req = {.func = id, .value = (int32_t)config};
+    return flyt_call(FLYT_OP_FUNC_SET_CACHE, &req, sizeof req, NULL, 0, NULL);
+}
+
+FLYT_EXPORT CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attr, CUfunction f)
+{
+    return func_attr_get(value, attr, f);
+}
+FLYT_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int value)
+{
+    return func_attr_set(attr, value, f);
+}
+FLYT_EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config)
+{
+    return func_cache_set(f, config);
+}
+FLYT_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction f, CUsharedconfig config)
+{
+    (void)config; /* bank size is fixed on every GPU CUDA 13 runs */
+    return flyt_function_from(f) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+FLYT_EXPORT CUresult cuKernelGetAttribute(int *value, CUfunction_attribute attr, CUkernel k,
+                                          CUdevice dev)
+{
+    CUresult r = flyt_check_device(dev);
+    return r != CUDA_SUCCESS ? r : func_attr_get(value, attr, k);
+}
+FLYT_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attr, int value, CUkernel k,
+                                          CUdevice dev)
+{
+    CUresult r = flyt_check_device(dev);
+    return r != CUDA_SUCCESS ? r : func_attr_set(attr, value, k);
+}
+FLYT_EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache config, CUdevice dev)
+{
+    CUresult r = flyt_check_device(dev);
+    return r != CUDA_SUCCESS ? r : func_cache_set(k, config);
+}
+
+/* ---- occupancy: asked once per (function, block, shared memory, flags) ---- */
+
+#define OCC_SLOTS 1024
+struct occ_entry {
+    uint64_t func;
+    int block;
+    unsigned flags;
+    uint64_t smem;
+    int blocks;
+};
+static struct {
+    pthread_mutex_t lock;
+    struct occ_entry e[OCC_SLOTS];
+} occ = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static size_t occ_slot(uint64_t func, int block, uint64_t smem, unsigned flags)
+{
+    uint64_t h = func * 0x9e3779b97f4a7c15ull ^ (uint64_t)block * 0xff51afd7ed558ccdull ^
+                 smem * 0xc4ceb9fe1a85ec53ull ^ flags;
+    return (size_t)(h >> 54) % OCC_SLOTS;
+}
+
+static CUresult max_active_blocks(int *blocks, struct flyt_function *f, int block, size_t smem,
+                                  unsigned flags)
+{
+    uint64_t id;
+    CUresult r = flyt_function_ready(f, &id);
+    if (r != CUDA_SUCCESS)
+        return r;
+    size_t slot = occ_slot(id, block, smem, flags);
+    pthread_mutex_lock(&occ.lock);
+    struct occ_entry e = occ.e[slot];
+    pthread_mutex_unlock(&occ.lock);
+    if (e.func == id && e.block == block && e.smem == smem && e.flags == flags) {
+        *blocks = e.blocks;
+        return CUDA_SUCCESS;
+    }
+    flyt_req_occupancy req = {.func = id, .block_size = block, .dyn_smem = smem, .flags = flags};
+    uint64_t n = 0;
+    r = flyt_call_u64(FLYT_OP_OCCUPANCY, &req, sizeof req, &n);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *blocks = (int)n;
+    pthread_mutex_lock(&occ.lock);
+    occ.e[slot] = (struct occ_entry){id, block, flags, smem, (int)n};
+    pthread_mutex_unlock(&occ.lock);
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *blocks, CUfunction func,
+                                                                         int block, size_t smem,
+                                                                         unsigned int flags)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct flyt_function *f = flyt_function_from(func);
+    if (blocks == NULL || block <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return f ? max_active_blocks(blocks, f, block, smem, flags) : CUDA_ERROR_INVALID_HANDLE;
+}
+
+FLYT_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction func,
+                                                                 int block, size_t smem)
+{
+    return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, func, block, smem, 0);
+}
+
+/* The block size with the most resident threads per SM, trying every
+ * multiple of the warp size, as the driver does. */
+FLYT_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid, int *block_size,
+                                                               CUfunction func,
+                                                               CUoccupancyB2DSize smem_of_block,
+                                                               size_t smem, int limit,
+                                                               unsigned int flags)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct flyt_function *f = flyt_function_from(func);
+    if (min_grid == NULL || block_size == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (f == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t id;
+    if ((r = flyt_function_ready(f, &id)) != CUDA_SUCCESS)
+        return r;
+    int warp = flyt_device_attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+    int most = f->attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK];
+    if (limit > 0 && limit < most)
+        most = limit;
+    int best_threads = 0, best_block = 0, best_blocks = 0;
+    for (int b = (most / warp) * warp; b > 0 && r == CUDA_SUCCESS; b -= warp) {
+        int n = 0;
+        r = max_active_blocks(&n, f, b, smem_of_block ? smem_of_block(b) : smem, flags);
+        if (r == CUDA_SUCCESS && n * b > best_threads) {
+            best_threads = n * b;
+            best_block = b;
+            best_blocks = n;
+        }
+    }
+    if (r != CUDA_SUCCESS)
+        return r;
+    *block_size = best_block;
+    *min_grid = best_blocks * flyt_device_attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block_size, CUfunction func,
+                                                      CUoccupancyB2DSize smem_of_block, size_t smem,
+                                                      int limit)
+{
+    return cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid, block_size, func, smem_of_block,
+                                                     smem, limit, 0);
+}
+
+FLYT_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *smem, CUfunction func,
+                                                             int blocks, int block)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct flyt_function *f = flyt_function_from(func);
+    if (smem == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (f == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t id;
+    if ((r = flyt_function_ready(f, &id)) != CUDA_SUCCESS)
+        return r;
+    flyt_req_occupancy req = {.func = id, .block_size = block, .num_blocks = blocks};
+    uint64_t v = 0;
+    r = flyt_call_u64(FLYT_OP_OCCUPANCY_SMEM, &req, sizeof req, &v);
+    if (r == CUDA_SUCCESS)
+        *smem = (size_t)v;
+    return r;
+}
+
+/* Cluster questions depend on the whole launch configuration: asked each time. */
+static CUresult cluster_query(int *count, CUfunction func, const CUlaunchConfig *config,
+                              unsigned what)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct flyt_function *f = flyt_function_from(func);
+    if (count == NULL || config == NULL || config->numAttrs > FLYT_MAX_LAUNCH_ATTRS ||
+        (config->numAttrs && config->attrs == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (f == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t id;
+    if ((r = flyt_function_ready(f, &id)) != CUDA_SUCCESS)
+        return r;
+    flyt_req_launch req = {
+        .func = id,
+        .grid = {config->gridDimX, config->gridDimY, config->gridDimZ},
+        .block = {config->blockDimX, config->blockDimY, config->blockDimZ},
+        .shared_mem = config->sharedMemBytes,
+        .attr_count = config->numAttrs,
+        .pad = what,
+    };
+    struct iovec data = {config->attrs, config->numAttrs * sizeof(flyt_launch_attr)};
+    flyt_rep_i32 rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    r = flyt_call(FLYT_OP_OCCUPANCY_CLUSTER, &req, sizeof req, &data, 1, &sink);
+    if (r == CUDA_SUCCESS)
+        *count = rep.value;
+    return r;
+}
+
+FLYT_EXPORT CUresult cuOccupancyMaxActiveClusters(int *clusters, CUfunction func,
+                                                  const CUlaunchConfig *config)
+{
+    return cluster_query(clusters, func, config, FLYT_CLUSTER_MAX_ACTIVE);
+}
+
+FLYT_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction func,
+                                                        const CUlaunchConfig *config)
+{
+    return cluster_query(size, func, config, FLYT_CLUSTER_MAX_SIZE);
+}

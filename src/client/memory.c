@@ -1,0 +1,634 @@
+/*
+ * Memory: device allocations and pools, host memory (allocated and
+ * registered), address ranges and pointer attributes.
+ *
+ * Device pointers are the server's real GPU addresses; the client records
+ * every allocation (registry.c) so that unified-addressing copies, address
+ * ranges and pointer attributes are answered without a round trip.
+ *
+ * Host memory on a Unix-socket session is shared with the server through a
+ * memfd, which the server maps and pins: copies to and from it are the
+ * server's DMA with no bytes on the socket, as pinned memory is natively.
+ * Registered memory is made shared the same way, in place: its pages are
+ * replaced by a memfd mapping holding the same bytes at the same address.
+ */
+#include "client.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define PAGE ((uint64_t)4096)
+
+static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
+
+/* ---- device allocations ---- */
+
+FLYT_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (dptr == NULL || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_req_mem_alloc req = {.size = size};
+    uint64_t addr = 0;
+    r = flyt_call_u64(FLYT_OP_MEM_ALLOC, &req, sizeof req, &addr);
+    if (r == CUDA_SUCCESS) {
+        *dptr = flyt_dptr(addr);
+        flyt_range_add(FLYT_RANGE_DEVICE, addr, size, 0);
+    }
+    return r;
+}
+
+FLYT_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (dptr == 0)
+        return CUDA_SUCCESS;
+    r = flyt_call_handle(FLYT_OP_MEM_FREE, (uint64_t)dptr);
+    if (r == CUDA_SUCCESS)
+        flyt_range_remove(FLYT_RANGE_DEVICE, (uint64_t)dptr);
+    return r;
+}
+
+FLYT_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
+                                        size_t height, unsigned int elem_size)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (dptr == NULL || pitch == NULL || width == 0 || height == 0 ||
+        (elem_size != 4 && elem_size != 8 && elem_size != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_req_mem_pitch req = {.width_bytes = width, .height = height};
+    flyt_rep_u64_pair rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    r = flyt_call(FLYT_OP_MEM_ALLOC_PITCH, &req, sizeof req, NULL, 0, &sink);
+    if (r == CUDA_SUCCESS) {
+        *dptr = flyt_dptr(rep.a);
+        *pitch = (size_t)rep.b;
+        flyt_range_add(FLYT_RANGE_DEVICE, rep.a, rep.b * height, 0);
+    }
+    return r;
+}
+
+FLYT_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (free_bytes == NULL || total_bytes == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_rep_mem_info rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    r = flyt_call(FLYT_OP_DEVICE_MEM_INFO, &(flyt_req_none){0}, sizeof(flyt_req_none), NULL, 0,
+                  &sink);
+    if (r == CUDA_SUCCESS) {
+        *free_bytes = (size_t)rep.free_bytes;
+        *total_bytes = (size_t)rep.total_bytes;
+    }
+    return r;
+}
+
+FLYT_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t b = 0, n = 0;
+    if (flyt_range_find((uint64_t)dptr, &b, &n, NULL) != FLYT_RANGE_DEVICE)
+        return CUDA_ERROR_NOT_FOUND;
+    if (base)
+        *base = flyt_dptr(b);
+    if (size)
+        *size = (size_t)n;
+    return CUDA_SUCCESS;
+}
+
+/* ---- stream-ordered allocations and pools ---- */
+
+static CUresult alloc_async(CUdeviceptr *dptr, size_t size, uint64_t pool, CUstream stream,
+                            int per_thread)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (dptr == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_req_mem_alloc req = {.size = size, .stream = flyt_stream_wire(stream, per_thread),
+                              .pool = pool};
+    uint64_t addr = 0;
+    r = flyt_call_u64(FLYT_OP_MEM_ALLOC_ASYNC, &req, sizeof req, &addr);
+    if (r == CUDA_SUCCESS) {
+        *dptr = flyt_dptr(addr);
+        if (addr)
+            flyt_range_add(FLYT_RANGE_DEVICE, addr, size, 0);
+    }
+    return r;
+}
+
+FLYT_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream)
+{
+    return alloc_async(dptr, size, 0, stream, 0);
+}
+FLYT_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream)
+{
+    return alloc_async(dptr, size, 0, stream, 1);
+}
+FLYT_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+                                             CUstream stream)
+{
+    if (pool == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_async(dptr, size, (uint64_t)(uintptr_t)pool, stream, 0);
+}
+FLYT_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
+                                                  CUstream stream)
+{
+    if (pool == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_async(dptr, size, (uint64_t)(uintptr_t)pool, stream, 1);
+}
+
+static CUresult free_async(CUdeviceptr dptr, CUstream stream, int per_thread)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (dptr == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_req_mem_free_async req = {.dptr = (uint64_t)dptr,
+                                   .stream = flyt_stream_wire(stream, per_thread)};
+    flyt_range_remove(FLYT_RANGE_DEVICE, req.dptr);
+    return flyt_send_async(FLYT_OP_MEM_FREE_ASYNC, &req, sizeof req, NULL, 0);
+}
+FLYT_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
+{
+    return free_async(dptr, stream, 0);
+}
+FLYT_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
+{
+    return free_async(dptr, stream, 1);
+}
+
+FLYT_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    CUresult r = flyt_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (pool == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_req_device req = {.device = dev};
+    uint64_t id = 0;
+    r = flyt_call_u64(FLYT_OP_POOL_DEFAULT, &req, sizeof req, &id);
+    if (r == CUDA_SUCCESS)
+        *pool = (CUmemoryPool)(uintptr_t)id;
+    return r;
+}
+
+FLYT_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    return cuDeviceGetDefaultMemPool(pool, dev);
+}
+
+FLYT_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    CUmemoryPool def = NULL;
+    CUresult r = cuDeviceGetDefaultMemPool(&def, dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return pool == def ? CUDA_SUCCESS
+                       : flyt_unsupported_why("cuDeviceSetMemPool", "a current pool other than the default");
+}
+
+FLYT_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    CUresult r = flyt_init_state();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (pool == NULL || props == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->handleTypes != 0)
+        return flyt_unsupported_why("cuMemPoolCreate", "pools other than device memory without sharing");
+    flyt_req_pool_create req = {.max_size = props->maxSize, .device = props->location.id};
+    uint64_t id = 0;
+    r = flyt_call_u64(FLYT_OP_POOL_CREATE, &req, sizeof req, &id);
+    if (r == CUDA_SUCCESS)
+        *pool = (CUmemoryPool)(uintptr_t)id;
+    return r;
+}
+
+FLYT_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    return flyt_call_handle(FLYT_OP_POOL_DESTROY, (uint64_t)(uintptr_t)pool);
+}
+
+FLYT_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+    flyt_req_pool_attr req = {.pool = (uint64_t)(uintptr_t)pool, .value = keep};
+    return flyt_call(FLYT_OP_POOL_TRIM, &req, sizeof req, NULL, 0, NULL);
+}
+
+/* The reuse attributes are ints, the byte counts are 64-bit. */
+static int pool_attr_is_int(CUmemPool_attribute attr)
+{
+    return attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES ||
+           attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+           attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
+}
+
+FLYT_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    if (value == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_req_pool_attr req = {.pool = (uint64_t)(uintptr_t)pool, .attr = (int32_t)attr};
+    req.value = pool_attr_is_int(attr) ? (uint64_t)*(int *)value : *(uint64_t *)value;
+    return flyt_call(FLYT_OP_POOL_SET_ATTR, &req, sizeof req, NULL, 0, NULL);
+}
+
+FLYT_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    if (value == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_req_pool_attr req = {.pool = (uint64_t)(uintptr_t)pool, .attr = (int32_t)attr};
+    uint64_t v = 0;
+    CUresult r = flyt_call_u64(FLYT_OP_POOL_GET_ATTR, &req, sizeof req, &v);
+    if (r == CUDA_SUCCESS) {
+        if (pool_attr_is_int(attr))
+            *(int *)value = (int)v;
+        else
+            *(uint64_t *)value = v;
+    }
+    return r;
+}
+
+/* One device: its own memory is always accessible to it. */
+FLYT_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    (void)pool;
+    for (size_t i = 0; i < count; i++)
+        if (map == NULL || map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+            map[i].location.id != 0)
+            return CUDA_ERROR_INVALID_DEVICE;
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool pool,
+                                        CUmemLocation *location)
+{
+    (void)pool;
+    if (flags == NULL || location == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = location->type == CU_MEM_LOCATION_TYPE_DEVICE && location->id == 0
+                 ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                 : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    return CUDA_SUCCESS;
+}
+
+/* ---- host memory shared with the server ---- */
+
+/* Gives the server the memfd; its region id, 0 if it cannot map it (then
+ * copies go through the socket). */
+static uint64_t host_map(int fd, uint64_t len)
+{
+    flyt_req_host_map req = {.size = len};
+    flyt_rep_u64 rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    if (flyt_call_fd(FLYT_OP_HOST_MAP, &req, sizeof req, fd, &sink) != CUDA_SUCCESS)
+        return 0;
+    return rep.value;
+}
+
+static void *shared_alloc(size_t size, unsigned flags)
+{
+    uint64_t len = page_up(size);
+    int fd = memfd_create("flyt-pinned", MFD_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)len) == 0)
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    uint64_t region = p != MAP_FAILED ? host_map(fd, len) : 0;
+    close(fd);
+    if (region == 0) {
+        if (p != MAP_FAILED)
+            munmap(p, len);
+        return NULL;
+    }
+    /* pinned memory is not inherited by a forked child, natively either */
+    madvise(p, len, MADV_DONTFORK);
+    flyt_range_add(FLYT_RANGE_PINNED, (uint64_t)(uintptr_t)p, size, flags);
+    flyt_range_set_region((uint64_t)(uintptr_t)p, region);
+    return p;
+}
+
+FLYT_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (pp == NULL || size == 0 ||
+        (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                             CU_MEMHOSTALLOC_WRITECOMBINED)))
+        return CUDA_ERROR_INVALID_VALUE;
+    *pp = NULL;
+    if (flyt_conn_shares_memory() && (*pp = shared_alloc(size, flags)) != NULL)
+        return CUDA_SUCCESS;
+    if (posix_memalign(pp, PAGE, size) != 0) {
+        *pp = NULL;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    flyt_range_add(FLYT_RANGE_PINNED, (uint64_t)(uintptr_t)*pp, size, flags);
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t size) { return cuMemHostAlloc(pp, size, 0); }
+
+static void region_unmap(uint64_t region)
+{
+    if (region)
+        flyt_call_handle(FLYT_OP_HOST_UNMAP, region);
+}
+
+FLYT_EXPORT CUresult cuMemFreeHost(void *p)
+{
+    CUresult r = flyt_init_state();
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t addr = (uint64_t)(uintptr_t)p, base = 0, size = 0, offset = 0;
+    if (flyt_range_find(addr, &base, &size, NULL) != FLYT_RANGE_PINNED || base != addr)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t region = flyt_range_region(addr, 1, &offset);
+    flyt_range_remove(FLYT_RANGE_PINNED, addr);
+    if (region == 0) {
+        free(p);
+        return CUDA_SUCCESS;
+    }
+    region_unmap(region);
+    munmap(p, page_up(size));
+    return CUDA_SUCCESS;
+}
+
+/* Whether [lo, hi) lies in private anonymous read-write mappings that are
+ * not a stack: only then may its pages be swapped for shared ones. */
+static int plain_anonymous(uint64_t lo, uint64_t hi)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (f == NULL)
+        return 0;
+    char line[512];
+    uint64_t covered = lo;
+    while (covered < hi && fgets(line, sizeof line, f)) {
+        unsigned long long a, b, off, inode;
+        char perms[8], dev[16], path[256] = "";
+        if (sscanf(line, "%llx-%llx %7s %llx %15s %llu %255s", &a, &b, perms, &off, dev, &inode,
+                   path) < 6)
+            continue;
+        if (b <= covered || a > covered)
+            continue;
+        int ok = strncmp(perms, "rw-p", 4) == 0 && inode == 0 &&
+                 (path[0] == '\0' || strcmp(path, "[heap]") == 0);
+        if (!ok)
+            break;
+        covered = b;
+    }
+    fclose(f);
+    return covered >= hi;
+}
+
+/* Replaces the whole pages of [p, p + size) by a memfd mapping with the same
+ * contents and shares it with the server. The region id, or 0 (then the
+ * range stays as it was and copies take the pageable path). */
+static uint64_t share_in_place(void *p, size_t size, uint64_t *lo_out, uint64_t *len_out)
+{
+    uint64_t lo = page_up((uint64_t)(uintptr_t)p);
+    uint64_t hi = ((uint64_t)(uintptr_t)p + size) & ~(PAGE - 1);
+    if (hi <= lo || !plain_anonymous(lo, hi))
+        return 0;
+    uint64_t len = hi - lo;
+    int fd = memfd_create("flyt-registered", MFD_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    void *view = MAP_FAILED;
+    if (ftruncate(fd, (off_t)len) == 0)
+        view = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    uint64_t region = 0;
+    if (view != MAP_FAILED) {
+        memcpy(view, (void *)(uintptr_t)lo, len);
+        region = host_map(fd, len);
+    }
+    if (region != 0 && mmap((void *)(uintptr_t)lo, len, PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        region_unmap(region);
+        region = 0;
+    }
+    if (view != MAP_FAILED)
+        munmap(view, len);
+    close(fd);
+    if (region)
+        madvise((void *)(uintptr_t)lo, len, MADV_DONTFORK);
+    *lo_out = lo;
+    *len_out = len;
+    return region;
+}
+
+FLYT_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (p == NULL || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (flyt_range_find((uint64_t)(uintptr_t)p, NULL, NULL, NULL) != 0)
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    if (flags & (CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY))
+        return flyt_unsupported_why("cuMemHostRegister", "I/O memory and read-only registration");
+    uint64_t lo = 0, len = 0, region = 0;
+    if (flyt_conn_shares_memory())
+        region = share_in_place(p, size, &lo, &len);
+    if (region == 0) {
+        flyt_range_add(FLYT_RANGE_REGISTERED, (uint64_t)(uintptr_t)p, size, flags);
+        return CUDA_SUCCESS;
+    }
+    /* the record covers the shared whole pages; a copy that reaches past
+     * them takes the pageable path */
+    flyt_range_add(FLYT_RANGE_REGISTERED, lo, len, flags);
+    flyt_range_set_region(lo, region);
+    if (lo != (uint64_t)(uintptr_t)p)
+        flyt_range_add(FLYT_RANGE_REGISTERED, (uint64_t)(uintptr_t)p, lo - (uint64_t)(uintptr_t)p,
+                       flags);
+    return CUDA_SUCCESS;
+}
+FLYT_EXPORT CUresult cuMemHostRegister(void *p, size_t size, unsigned int flags)
+{
+    return cuMemHostRegister_v2(p, size, flags);
+}
+
+FLYT_EXPORT CUresult cuMemHostUnregister(void *p)
+{
+    CUresult r = flyt_init_state();
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t addr = (uint64_t)(uintptr_t)p, lo = page_up(addr), offset = 0;
+    if (flyt_range_remove(FLYT_RANGE_REGISTERED, addr) != 0)
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    if (lo != addr) {
+        uint64_t base = 0;
+        if (flyt_range_find(lo, &base, NULL, NULL) != FLYT_RANGE_REGISTERED || base != lo)
+            return CUDA_SUCCESS;
+    }
+    /* the pages stay shared memory with the program's bytes; only the
+     * server lets go of them */
+    uint64_t region = flyt_range_region(lo, 1, &offset);
+    if (lo != addr || region)
+        flyt_range_remove(FLYT_RANGE_REGISTERED, lo);
+    region_unmap(region);
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
+{
+    unsigned f = 0;
+    int kind = flyt_range_find((uint64_t)(uintptr_t)p, NULL, NULL, &f);
+    if (flags == NULL || (kind != FLYT_RANGE_PINNED && kind != FLYT_RANGE_REGISTERED))
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = f;
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dptr, void *p, unsigned int flags)
+{
+    (void)dptr, (void)p, (void)flags;
+    return flyt_unsupported_why("cuMemHostGetDevicePointer",
+                                "the GPU does not map this host's memory");
+}
+
+/* ---- pointer attributes ---- */
+
+/* One attribute of ptr; CUDA_ERROR_INVALID_VALUE when it has none. */
+static CUresult pointer_attr(void *data, CUpointer_attribute attr, uint64_t ptr)
+{
+    uint64_t base = 0, size = 0;
+    unsigned flags = 0;
+    int kind = flyt_range_find(ptr, &base, &size, &flags);
+    if (kind == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    int device = kind == FLYT_RANGE_DEVICE;
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = flyt_ctx_current();
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned *)data = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        if (!device)
+            return CUDA_ERROR_INVALID_VALUE; /* not mapped into the GPU */
+        *(CUdeviceptr *)data = flyt_dptr(ptr);
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (device)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(void **)data = (void *)(uintptr_t)ptr;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        *(int *)data = 1;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        *(unsigned long long *)data = flyt_range_buffer_id(ptr);
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+        *(int *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = flyt_dptr(base);
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = (size_t)size;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned long long *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+        *(unsigned *)data = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *(CUmemoryPool *)data = NULL;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+FLYT_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
+{
+    CUresult r = flyt_init_state();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (data == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return pointer_attr(data, attr, (uint64_t)ptr);
+}
+
+/* Unlike the single query, a pointer CUDA does not know is not an error:
+ * its attributes read as zero. */
+FLYT_EXPORT CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute *attrs,
+                                            void **data, CUdeviceptr ptr)
+{
+    CUresult r = flyt_init_state();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (count == 0 || attrs == NULL || data == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    int known = flyt_range_find((uint64_t)ptr, NULL, NULL, NULL) != 0;
+    for (unsigned i = 0; i < count; i++) {
+        if (data[i] == NULL)
+            continue;
+        if (known && pointer_attr(data[i], attrs[i], (uint64_t)ptr) == CUDA_SUCCESS)
+            continue;
+        switch (attrs[i]) {
+        case CU_POINTER_ATTRIBUTE_CONTEXT:
+        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+            *(void **)data[i] = NULL;
+            break;
+        case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+            *(unsigned long long *)data[i] = 0;
+            break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+            *(int *)data[i] = -2; /* as the driver says for host memory it does not know */
+            break;
+        default:
+            *(unsigned *)data[i] = 0;
+            break;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attr,
+                                           CUdeviceptr ptr)
+{
+    if (value == NULL || attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* copies on the server's device memory are synchronous where CUDA says so already */
+    return flyt_range_find((uint64_t)ptr, NULL, NULL, NULL) == FLYT_RANGE_DEVICE
+               ? CUDA_SUCCESS
+               : CUDA_ERROR_INVALID_VALUE;
+}

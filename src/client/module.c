@@ -1,0 +1,669 @@
+/*
+ * Modules, libraries, kernels and globals.
+ *
+ * A CUmodule and a CUlibrary are both a struct flyt_module here (the server
+ * loads either as a module); a CUfunction and a CUkernel are both a struct
+ * flyt_function, so a CUkernel is accepted wherever a function is, as NVIDIA's
+ * runtime expects. Images are shipped once, by SHA-256: the server answers
+ * from its cache when it holds them. A function's parameter layout and
+ * attributes come with its lookup, so launches and attribute queries need
+ * no further round trip.
+ *
+ * Records are never freed while the process runs: handles to an unloaded
+ * module read as invalid (magic cleared) rather than as freed memory.
+ */
+#include "client.h"
+
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MODULE_MAGIC   0x4d4c5946u /* "FYLM" */
+#define FUNCTION_MAGIC 0x464c5946u
+#define DEAD_MAGIC     0x44414544u
+#define FATBIN_WRAPPER_MAGIC 0x466243b1u
+#define FATBIN_MAGIC 0xBA55ED50u
+
+struct global {
+    char *name;
+    uint64_t dptr, size;
+    unsigned gen;
+    struct global *next;
+};
+
+struct flyt_module {
+    uint32_t magic;
+    int library;
+    const void *image;   /* kept for a library, to ship again after a reset */
+    void *owned;         /* our copy of the image, when the program's may go */
+    size_t size;
+    uint8_t sha256[32];
+    uint64_t server_id;
+    unsigned gen;        /* reset generation server_id belongs to */
+    struct flyt_function *funcs;
+    struct global *globals;
+    struct flyt_module *next; /* every module loaded, unloaded ones too */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* records and first loads */
+static unsigned reset_gen = 1;
+static struct flyt_module *modules; /* kept reachable: records are never freed */
+
+void flyt_modules_reset(void)
+{
+    pthread_mutex_lock(&lock);
+    reset_gen++;
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- images ---- */
+
+struct fatbin_wrapper {
+    int32_t magic;
+    int32_t version;
+    const void *data;
+    void *filename_or_fatbins;
+};
+
+struct fatbin_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t header_size;
+    uint64_t fat_size;
+};
+
+/* An ELF image's extent: its furthest section or header table. */
+static size_t elf_size(const unsigned char *img)
+{
+    uint64_t shoff, phoff;
+    uint16_t phentsize, phnum, shentsize, shnum;
+    memcpy(&phoff, img + 0x20, 8);
+    memcpy(&shoff, img + 0x28, 8);
+    memcpy(&phentsize, img + 0x36, 2);
+    memcpy(&phnum, img + 0x38, 2);
+    memcpy(&shentsize, img + 0x3a, 2);
+    memcpy(&shnum, img + 0x3c, 2);
+    uint64_t end = shoff + (uint64_t)shentsize * shnum;
+    if (phoff + (uint64_t)phentsize * phnum > end)
+        end = phoff + (uint64_t)phentsize * phnum;
+    for (uint16_t i = 0; i < shnum; i++) {
+        const unsigned char *sh = img + shoff + (uint64_t)i * shentsize;
+        uint32_t type;
+        uint64_t off, size;
+        memcpy(&type, sh + 4, 4);
+        memcpy(&off, sh + 0x18, 8);
+        memcpy(&size, sh + 0x20, 8);
+        if (type != 8 /* SHT_NOBITS */ && off + size > end)
+            end = off + size;
+    }
+    return (size_t)end;
+}
+
+/* Finds the bytes of a fatbinary wrapper, fatbinary, cubin or PTX image. */
+static int image_extent(const void *image, const void **start, size_t *size)
+{
+    const unsigned char *p = image;
+    uint32_t magic;
+    memcpy(&magic, p, 4);
+    if (magic == FATBIN_WRAPPER_MAGIC) {
+        const struct fatbin_wrapper *w = image;
+        p = w->data;
+        if (p == NULL)
+            return -1;
+        memcpy(&magic, p, 4);
+    }
+    if (magic == FATBIN_MAGIC) {
+        const struct fatbin_header *h = (const void *)p;
+        *start = p;
+        *size = (size_t)h->header_size + (size_t)h->fat_size;
+        return 0;
+    }
+    *start = p;
+    if (memcmp(p, "\x7f" "ELF", 4) == 0 && p[4] == 2 /* 64-bit */) {
+        *size = elf_size(p);
+        return 0;
+    }
+    *size = strlen((const char *)p) + 1; /* PTX text */
+    return 0;
+}
+
+/* ---- loading ---- */
+
+static CUresult ship_locked(struct flyt_module *m)
+{
+    if (m->server_id != 0 && m->gen == reset_gen)
+        return CUDA_SUCCESS;
+    if (m->image == NULL)
+        return CUDA_ERROR_INVALID_HANDLE; /* a module does not survive a reset */
+    flyt_req_module_load req = {.size = m->size};
+    memcpy(req.sha256, m->sha256, sizeof req.sha256);
+    flyt_rep_module_load rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    CUresult r = flyt_call(FLYT_OP_MODULE_LOAD, &req, sizeof req, NULL, 0, &sink);
+    if (r == CUDA_SUCCESS && rep.need_data) {
+        req.has_data = 1;
+        struct iovec data = {(void *)m->image, m->size};
+        r = flyt_call(FLYT_OP_MODULE_LOAD, &req, sizeof req, &data, 1, &sink);
+        if (r == CUDA_SUCCESS && rep.need_data)
+            r = CUDA_ERROR_INVALID_IMAGE;
+    }
+    if (r == CUDA_SUCCESS) {
+        m->server_id = rep.module;
+        m->gen = reset_gen;
+    }
+    return r;
+}
+
+/* keep: the image must outlive the call (libraries, shipped again after a
+ * reset); it is copied unless the program promised to keep it. */
+static CUresult module_load(struct flyt_module **out, const void *image, int library, int preserved)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (out == NULL || image == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *start;
+    size_t size;
+    if (image_extent(image, &start, &size) != 0 || size == 0 || size > FLYT_MAX_FATBIN)
+        return CUDA_ERROR_INVALID_IMAGE;
+    struct flyt_module *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *m = (struct flyt_module){.magic = MODULE_MAGIC, .library = library, .image = start,
+                              .size = size};
+    unsigned int len = 0;
+    if (!EVP_Digest(start, size, m->sha256, &len, EVP_sha256(), NULL)) {
+        free(m);
+        return CUDA_ERROR_UNKNOWN;
+    }
+    if (library && !preserved && (m->owned = malloc(size)) != NULL) {
+        memcpy(m->owned, start, size);
+        m->image = m->owned;
+    }
+    pthread_mutex_lock(&lock);
+    r = ship_locked(m);
+    pthread_mutex_unlock(&lock);
+    if (r != CUDA_SUCCESS) {
+        free(m->owned);
+        free(m);
+        return r;
+    }
+    if (!library)
+        m->image = NULL; /* the program may free it now */
+    pthread_mutex_lock(&lock);
+    m->next = modules;
+    modules = m;
+    pthread_mutex_unlock(&lock);
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
+static struct flyt_module *module_from(const void *handle)
+{
+    const struct flyt_module *m = handle;
+    return flyt_aligned(m) && m->magic == MODULE_MAGIC ? (struct flyt_module *)m : NULL;
+}
+
+FLYT_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    return module_load((struct flyt_module **)module, image, 0, 0);
+}
+
+FLYT_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int n,
+                                        CUjit_option *options, void **values)
+{
+    (void)n, (void)options, (void)values; /* JIT options are the server's: it compiles */
+    return module_load((struct flyt_module **)module, image, 0, 0);
+}
+
+FLYT_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatbin)
+{
+    return module_load((struct flyt_module **)module, fatbin, 0, 0);
+}
+
+static CUresult read_file(const char *path, char **data)
+{
+    if (path == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    CUresult r = CUDA_ERROR_INVALID_IMAGE;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    char *buf = n > 0 && (uint64_t)n <= FLYT_MAX_FATBIN ? malloc((size_t)n + 1) : NULL;
+    if (buf && fseek(f, 0, SEEK_SET) == 0 && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = '\0'; /* PTX files need not end in NUL */
+        *data = buf;
+        buf = NULL;
+        r = CUDA_SUCCESS;
+    }
+    free(buf);
+    fclose(f);
+    return r;
+}
+
+FLYT_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *path)
+{
+    char *data = NULL;
+    CUresult r = read_file(path, &data);
+    if (r == CUDA_SUCCESS)
+        r = module_load((struct flyt_module **)module, data, 0, 0);
+    free(data);
+    return r;
+}
+
+/* Option values travel in the pointer itself, as with JIT options. */
+static int preserved_option(unsigned n, CUlibraryOption *options, void **values)
+{
+    for (unsigned i = 0; options && values && i < n; i++)
+        if (options[i] == CU_LIBRARY_BINARY_IS_PRESERVED && (uintptr_t)values[i] != 0)
+            return 1;
+    return 0;
+}
+
+FLYT_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jit_options,
+                                       void **jit_values, unsigned int n_jit,
+                                       CUlibraryOption *options, void **values, unsigned int n)
+{
+    (void)jit_options, (void)jit_values, (void)n_jit;
+    return module_load((struct flyt_module **)library, code, 1, preserved_option(n, options, values));
+}
+
+FLYT_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *path,
+                                           CUjit_option *jit_options, void **jit_values,
+                                           unsigned int n_jit, CUlibraryOption *options,
+                                           void **values, unsigned int n)
+{
+    (void)jit_options, (void)jit_values, (void)n_jit, (void)options, (void)values, (void)n;
+    char *data = NULL;
+    CUresult r = read_file(path, &data);
+    if (r == CUDA_SUCCESS)
+        r = module_load((struct flyt_module **)library, data, 1, 0);
+    free(data);
+    return r;
+}
+
+static CUresult module_unload(const void *handle)
+{
+    CUresult r = flyt_init_state();
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&lock);
+    struct flyt_module *m = module_from(handle);
+    if (m == NULL) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    m->magic = DEAD_MAGIC;
+    for (struct flyt_function *f = m->funcs; f; f = f->next)
+        f->magic = DEAD_MAGIC;
+    uint64_t id = m->gen == reset_gen ? m->server_id : 0;
+    free(m->owned);
+    m->owned = NULL;
+    m->image = NULL;
+    pthread_mutex_unlock(&lock);
+    return id ? flyt_call_handle(FLYT_OP_MODULE_UNLOAD, id) : CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuModuleUnload(CUmodule module) { return module_unload(module); }
+FLYT_EXPORT CUresult cuLibraryUnload(CUlibrary library) { return module_unload(library); }
+
+FLYT_EXPORT CUresult cuLibraryGetModule(CUmodule *module, CUlibrary library)
+{
+    if (module == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (module_from(library) == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *module = (CUmodule)(void *)library;
+    return CUDA_SUCCESS;
+}
+
+/* Modules load when asked, so the runtime loads kernels lazily too. */
+FLYT_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+    if (mode == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *mode = CU_MODULE_LAZY_LOADING;
+    return CUDA_SUCCESS;
+}
+
+/* ---- functions and kernels ---- */
+
+struct flyt_function *flyt_function_from(const void *handle)
+{
+    const struct flyt_function *f = handle;
+    return flyt_aligned(f) && f->magic == FUNCTION_MAGIC ? (struct flyt_function *)f : NULL;
+}
+
+/* Asks the server for the function's id, layout and attributes. */
+static CUresult fetch_locked(struct flyt_function *f)
+{
+    CUresult r = ship_locked(f->module);
+    if (r != CUDA_SUCCESS)
+        return r;
+    size_t name_len = strlen(f->name) + 1;
+    if (name_len > FLYT_MAX_NAME)
+        return CUDA_ERROR_NOT_FOUND;
+    flyt_req_named req = {.module = f->module->server_id, .name_len = (uint32_t)name_len};
+    struct iovec name = {f->name, name_len};
+    flyt_rep_func rep = {0};
+    flyt_param *params = malloc(FLYT_MAX_PARAMS * sizeof *params);
+    if (params == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep, .data = params,
+                                   .data_max = FLYT_MAX_PARAMS * sizeof *params};
+    r = flyt_call(FLYT_OP_FUNC_GET, &req, sizeof req, &name, 1, &sink);
+    if (r == CUDA_SUCCESS && sink.data_got != rep.param_count * sizeof *params)
+        r = CUDA_ERROR_UNKNOWN;
+    if (r != CUDA_SUCCESS) {
+        free(params);
+        return r;
+    }
+    flyt_param *fitted = realloc(params, rep.param_count ? rep.param_count * sizeof *params : 1);
+    free(f->params);
+    f->params = fitted ? fitted : params;
+    f->param_count = rep.param_count;
+    f->param_bytes = rep.param_bytes;
+    memcpy(f->attrs, rep.attrs, sizeof f->attrs);
+    f->server_id = rep.func;
+    f->gen = reset_gen;
+    return CUDA_SUCCESS;
+}
+
+CUresult flyt_function_ready(struct flyt_function *f, uint64_t *server_id)
+{
+    unsigned gen = __atomic_load_n(&f->gen, __ATOMIC_ACQUIRE);
+    if (gen == __atomic_load_n(&reset_gen, __ATOMIC_ACQUIRE) && f->server_id) {
+        *server_id = f->server_id;
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_lock(&lock);
+    CUresult r = f->gen == reset_gen && f->server_id ? CUDA_SUCCESS : fetch_locked(f);
+    *server_id = f->server_id;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* The module's record for name; fetched: its layout is asked for now (so an
+ * unknown name fails here, as cuModuleGetFunction must). */
+static CUresult function_get(struct flyt_function **out, const void *module, const char *name,
+                             int fetched)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (out == NULL || name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct flyt_module *m = module_from(module);
+    struct flyt_function *f = NULL;
+    if (m == NULL)
+        r = CUDA_ERROR_INVALID_HANDLE;
+    for (f = m ? m->funcs : NULL; f && strcmp(f->name, name) != 0;)
+        f = f->next;
+    if (r == CUDA_SUCCESS && f == NULL) {
+        f = calloc(1, sizeof *f);
+        if (f == NULL || (f->name = strdup(name)) == NULL) {
+            free(f);
+            f = NULL;
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            f->magic = FUNCTION_MAGIC;
+            f->module = m;
+            if (fetched && (r = fetch_locked(f)) != CUDA_SUCCESS) {
+                free(f->name);
+                free(f);
+                f = NULL;
+            } else {
+                f->next = m->funcs;
+                m->funcs = f;
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (r == CUDA_SUCCESS)
+        *out = f;
+    return r;
+}
+
+FLYT_EXPORT CUresult cuModuleGetFunction(CUfunction *func, CUmodule module, const char *name)
+{
+    return function_get((struct flyt_function **)func, module, name, 1);
+}
+
+FLYT_EXPORT CUresult cuLibraryGetKernel(CUkernel *kernel, CUlibrary library, const char *name)
+{
+    return function_get((struct flyt_function **)kernel, library, name, 1);
+}
+
+FLYT_EXPORT CUresult cuKernelGetFunction(CUfunction *func, CUkernel kernel)
+{
+    if (func == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct flyt_function *f = flyt_function_from(kernel);
+    if (f == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *func = (CUfunction)(void *)f;
+    return CUDA_SUCCESS;
+}
+
+/* The names of a module's functions, from the server. */
+static CUresult function_names(struct flyt_module *m, char **names, unsigned *count)
+{
+    pthread_mutex_lock(&lock);
+    CUresult r = ship_locked(m);
+    uint64_t id = m->server_id;
+    pthread_mutex_unlock(&lock);
+    if (r != CUDA_SUCCESS)
+        return r;
+    char *buf = malloc(FLYT_MAX_MODULE_FUNCS_BYTES + 1);
+    if (buf == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    flyt_req_handle req = {.handle = id};
+    flyt_rep_u64 rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep, .data = buf,
+                                   .data_max = FLYT_MAX_MODULE_FUNCS_BYTES};
+    r = flyt_call(FLYT_OP_MODULE_FUNCS, &req, sizeof req, NULL, 0, &sink);
+    if (r != CUDA_SUCCESS) {
+        free(buf);
+        return r;
+    }
+    buf[sink.data_got] = '\0';
+    *names = buf;
+    *count = (unsigned)rep.value;
+    return CUDA_SUCCESS;
+}
+
+static CUresult function_count(unsigned *count, const void *module)
+{
+    struct flyt_module *m = module_from(module);
+    if (count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (m == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    char *names = NULL;
+    CUresult r = function_names(m, &names, count);
+    free(names);
+    return r;
+}
+
+static CUresult function_enumerate(struct flyt_function **out, unsigned want, const void *module)
+{
+    struct flyt_module *m = module_from(module);
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (m == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    char *names = NULL;
+    unsigned count = 0;
+    CUresult r = function_names(m, &names, &count);
+    const char *name = names;
+    for (unsigned i = 0; r == CUDA_SUCCESS && i < count && i < want; i++) {
+        r = function_get(&out[i], m, name, 0);
+        name += strlen(name) + 1;
+    }
+    free(names);
+    return r;
+}
+
+FLYT_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule module)
+{
+    return function_count(count, module);
+}
+FLYT_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary library)
+{
+    return function_count(count, library);
+}
+FLYT_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *funcs, unsigned int n, CUmodule module)
+{
+    return function_enumerate((struct flyt_function **)funcs, n, module);
+}
+FLYT_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int n, CUlibrary library)
+{
+    return function_enumerate((struct flyt_function **)kernels, n, library);
+}
+
+static CUresult function_name(const char **name, const void *handle)
+{
+    struct flyt_function *f = flyt_function_from(handle);
+    if (name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (f == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = f->name;
+    return CUDA_SUCCESS;
+}
+FLYT_EXPORT CUresult cuFuncGetName(const char **name, CUfunction func) { return function_name(name, func); }
+FLYT_EXPORT CUresult cuKernelGetName(const char **name, CUkernel kernel) { return function_name(name, kernel); }
+
+static CUresult param_info(const void *handle, size_t index, size_t *offset, size_t *size)
+{
+    struct flyt_function *f = flyt_function_from(handle);
+    if (f == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t id;
+    CUresult r = flyt_function_ready(f, &id);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (index >= f->param_count)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (offset)
+        *offset = f->params[index].offset;
+    if (size)
+        *size = f->params[index].size;
+    return CUDA_SUCCESS;
+}
+FLYT_EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t i, size_t *offset, size_t *size)
+{
+    return param_info(f, i, offset, size);
+}
+FLYT_EXPORT CUresult cuKernelGetParamInfo(CUkernel k, size_t i, size_t *offset, size_t *size)
+{
+    return param_info(k, i, offset, size);
+}
+
+FLYT_EXPORT CUresult cuFuncGetModule(CUmodule *module, CUfunction func)
+{
+    struct flyt_function *f = flyt_function_from(func);
+    if (module == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (f == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *module = (CUmodule)(void *)f->module;
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuKernelGetLibrary(CUlibrary *library, CUkernel kernel)
+{
+    return cuFuncGetModule((CUmodule *)library, (CUfunction)(void *)kernel);
+}
+
+FLYT_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction func)
+{
+    struct flyt_function *f = flyt_function_from(func);
+    if (state == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (f == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *state = f->server_id && f->gen == reset_gen ? CU_FUNCTION_LOADING_STATE_LOADED
+                                                 : CU_FUNCTION_LOADING_STATE_UNLOADED;
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuFuncLoad(CUfunction func)
+{
+    struct flyt_function *f = flyt_function_from(func);
+    uint64_t id;
+    return f == NULL ? CUDA_ERROR_INVALID_HANDLE : flyt_function_ready(f, &id);
+}
+
+/* ---- globals ---- */
+
+static CUresult global_get(CUdeviceptr *dptr, size_t *bytes, const void *module, const char *name)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (name == NULL || strlen(name) + 1 > FLYT_MAX_NAME)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct flyt_module *m = module_from(module);
+    struct global *g = NULL;
+    if (m == NULL)
+        r = CUDA_ERROR_INVALID_HANDLE;
+    for (g = m ? m->globals : NULL; g && (g->gen != reset_gen || strcmp(g->name, name) != 0);)
+        g = g->next;
+    if (r == CUDA_SUCCESS && g == NULL)
+        r = ship_locked(m);
+    if (r == CUDA_SUCCESS && g == NULL) {
+        size_t name_len = strlen(name) + 1;
+        flyt_req_named req = {.module = m->server_id, .name_len = (uint32_t)name_len};
+        struct iovec data = {(void *)name, name_len};
+        flyt_rep_u64_pair rep = {0};
+        struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+        r = flyt_call(FLYT_OP_GLOBAL_GET, &req, sizeof req, &data, 1, &sink);
+        if (r == CUDA_SUCCESS && (g = calloc(1, sizeof *g)) != NULL &&
+            (g->name = strdup(name)) != NULL) {
+            g->dptr = rep.a;
+            g->size = rep.b;
+            g->gen = reset_gen;
+            g->next = m->globals;
+            m->globals = g;
+            flyt_range_add(FLYT_RANGE_DEVICE, rep.a, rep.b, 0);
+        } else if (r == CUDA_SUCCESS) {
+            free(g);
+            g = NULL;
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (r == CUDA_SUCCESS) {
+        if (dptr)
+            *dptr = flyt_dptr(g->dptr);
+        if (bytes)
+            *bytes = (size_t)g->size;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+FLYT_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule module,
+                                          const char *name)
+{
+    return global_get(dptr, bytes, module, name);
+}
+
+FLYT_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
+                                        const char *name)
+{
+    return global_get(dptr, bytes, library, name);
+}
+
+FLYT_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
+                                         const char *name)
+{
+    (void)dptr, (void)bytes, (void)library, (void)name;
+    return flyt_unsupported_why("cuLibraryGetManaged", "managed memory");
+}

@@ -1,0 +1,278 @@
+/*
+ * Flyt's libcuda.so.1 called directly, as driver-API programs, Triton and
+ * NVIDIA's libraries call it, against a flyt-server running the host-memory
+ * test backend (no kernels run there). Run by run_with_server.sh.
+ */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "check.h"
+
+#define CU_OK(call)                                                             \
+    do {                                                                        \
+        CUresult r_ = (call);                                                   \
+        CHECK(r_ == CUDA_SUCCESS, "%s (got %d)", #call, (int)r_);               \
+    } while (0)
+
+static const char ptx[] =
+    ".version 8.0\n.target sm_90\n.address_size 64\n"
+    ".visible .entry k(.param .u64 p)\n{\n ret;\n}\n";
+
+static void test_init_and_device(CUdevice *dev)
+{
+    int n = -1, v = 0;
+    CHECK(cuDeviceGetCount(&n) == CUDA_ERROR_NOT_INITIALIZED, "device queries need cuInit first");
+    CU_OK(cuDriverGetVersion(&v));
+    CHECK(v == CUDA_VERSION, "driver version %d is the API carried (%d)", v, CUDA_VERSION);
+    CU_OK(cuInit(0));
+    CU_OK(cuDeviceGetCount(&n));
+    CHECK(n == 1, "one device per session (%d)", n);
+    CU_OK(cuDeviceGet(dev, 0));
+    CHECK(cuDeviceGet(dev, 1) == CUDA_ERROR_INVALID_DEVICE, "ordinal 1 is no device");
+    char name[256];
+    CU_OK(cuDeviceGetName(name, sizeof name, 0));
+    int sms = 0, major = 0;
+    CU_OK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+    CU_OK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
+    CHECK(sms > 0 && major >= 7, "attributes come from the snapshot: %d SMs, cc %d", sms, major);
+    CHECK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX, 0) == CUDA_ERROR_INVALID_VALUE,
+          "an attribute past the last is refused");
+    size_t total = 0;
+    CU_OK(cuDeviceTotalMem(&total, 0));
+    CHECK(total > 0, "total memory %zu", total);
+    char bus[32], bus2[32];
+    CU_OK(cuDeviceGetPCIBusId(bus, sizeof bus, 0));
+    CUdevice by_bus = -1;
+    CU_OK(cuDeviceGetByPCIBusId(&by_bus, bus));
+    CHECK(by_bus == 0, "the device is found by its bus id %s", bus);
+    snprintf(bus2, sizeof bus2, "ff:ff.9");
+    CHECK(cuDeviceGetByPCIBusId(&by_bus, bus2) == CUDA_ERROR_INVALID_VALUE, "and not by another");
+    const char *s = NULL;
+    CU_OK(cuGetErrorName(CUDA_ERROR_INVALID_VALUE, &s));
+    CHECK(s && strcmp(s, "CUDA_ERROR_INVALID_VALUE") == 0, "error names: %s", s ? s : "-");
+    CU_OK(cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &s));
+    CHECK(s && strcmp(s, "out of memory") == 0, "error strings: %s", s ? s : "-");
+    CHECK(cuGetErrorName((CUresult)12345, &s) == CUDA_ERROR_INVALID_VALUE, "an unknown code has no name");
+}
+
+static void test_contexts(CUdevice dev)
+{
+    CUcontext cur = (CUcontext)1, primary = NULL, mine = NULL, popped = NULL;
+    CU_OK(cuCtxGetCurrent(&cur));
+    CHECK(cur == NULL, "no context is current at first");
+    CUdeviceptr d;
+    CHECK(cuMemAlloc(&d, 16) == CUDA_ERROR_INVALID_CONTEXT, "allocation needs a context");
+    unsigned flags = 1;
+    int active = 1;
+    CU_OK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+    CHECK(active == 0, "the primary context starts inactive");
+    CU_OK(cuDevicePrimaryCtxRetain(&primary, dev));
+    CU_OK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+    CHECK(active == 1, "retained, it is active");
+    CU_OK(cuCtxCreate(&mine, NULL, 0, dev));
+    CU_OK(cuCtxGetCurrent(&cur));
+    CHECK(cur == mine && mine != primary, "a created context becomes current");
+    unsigned long long id1 = 0, id2 = 0;
+    CU_OK(cuCtxGetId(primary, &id1));
+    CU_OK(cuCtxGetId(mine, &id2));
+    CHECK(id1 != id2, "contexts have distinct ids");
+    CU_OK(cuCtxPushCurrent(primary));
+    CU_OK(cuCtxPopCurrent(&popped));
+    CHECK(popped == primary, "push and pop");
+    CU_OK(cuCtxDestroy(mine));
+    CU_OK(cuCtxGetCurrent(&cur));
+    CHECK(cur == NULL, "destroying the current context pops it");
+    CHECK(cuCtxPushCurrent(mine) == CUDA_ERROR_INVALID_CONTEXT, "a destroyed context is invalid");
+    CU_OK(cuCtxSetCurrent(primary));
+    CUdevice got = -1;
+    CU_OK(cuCtxGetDevice(&got));
+    CHECK(got == dev, "the current context's device");
+}
+
+static void test_memory(void)
+{
+    CUdeviceptr d = 0, base = 0;
+    size_t size = 0;
+    CU_OK(cuMemAlloc(&d, 4096));
+    CU_OK(cuMemGetAddressRange(&base, &size, d + 100));
+    CHECK(base == d && size == 4096, "address range of an inner pointer");
+    unsigned type = 0;
+    CU_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d + 1));
+    CHECK(type == CU_MEMORYTYPE_DEVICE, "pointer attribute: device memory");
+    char host_byte;
+    CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                (CUdeviceptr)&host_byte) == CUDA_ERROR_INVALID_VALUE,
+          "a pointer CUDA does not know has no attributes");
+    CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_BUFFER_ID};
+    unsigned long long buffer_id = 1;
+    type = 7;
+    void *data[2] = {&type, &buffer_id};
+    CU_OK(cuPointerGetAttributes(2, attrs, data, (CUdeviceptr)&host_byte));
+    CHECK(type == 0 && buffer_id == 0, "but the batch query answers zeros for it");
+
+    uint32_t words[256];
+    CU_OK(cuMemsetD32(d, 0xCAFEF00Du, 256));
+    CU_OK(cuMemcpyDtoH(words, d, sizeof words));
+    CHECK(words[0] == 0xCAFEF00Du && words[255] == 0xCAFEF00Du, "cuMemsetD32 pattern");
+    CU_OK(cuMemsetD16(d, 0xBEEF, 512));
+    uint16_t halves[4];
+    CU_OK(cuMemcpyDtoH(halves, d + 1000, sizeof halves));
+    CHECK(halves[0] == 0xBEEF && halves[3] == 0xBEEF, "cuMemsetD16 pattern");
+    CU_OK(cuMemsetD2D8(d, 64, 0x5A, 16, 4));
+    unsigned char row[64];
+    CU_OK(cuMemcpyDtoH(row, d + 64, sizeof row));
+    CHECK(row[0] == 0x5A && row[15] == 0x5A && row[16] == 0xEF, "cuMemsetD2D8 writes only the rectangle");
+
+    /* unified addressing: cuMemcpy finds the direction itself */
+    char in[100], out[100];
+    for (int i = 0; i < 100; i++)
+        in[i] = (char)i;
+    CU_OK(cuMemcpy(d, (CUdeviceptr)in, sizeof in));
+    CU_OK(cuMemcpy((CUdeviceptr)out, d, sizeof out));
+    CHECK(memcmp(in, out, sizeof in) == 0, "cuMemcpy host to device and back");
+
+    /* registered memory: copies keep working, and the pages keep their bytes */
+    size_t len = 1 << 20;
+    char *reg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    for (size_t i = 0; i < len; i++)
+        reg[i] = (char)(i * 7);
+    CU_OK(cuMemHostRegister(reg, len, 0));
+    CHECK(reg[12345] == (char)(12345 * 7), "registration keeps the bytes");
+    CHECK(cuMemHostRegister(reg, len, 0) == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "twice is refused");
+    CUdeviceptr big;
+    CU_OK(cuMemAlloc(&big, len));
+    CU_OK(cuMemcpyHtoDAsync(big, reg, len, NULL));
+    CU_OK(cuStreamSynchronize(NULL)); /* pinned memory is read when the copy runs */
+    memset(reg, 0, len);
+    CU_OK(cuMemcpyDtoHAsync(reg, big, len, NULL));
+    CU_OK(cuCtxSynchronize());
+    CHECK(reg[777] == (char)(777 * 7) && reg[len - 1] == (char)((len - 1) * 7),
+          "asynchronous copies through registered memory");
+    unsigned hflags = 9;
+    CU_OK(cuMemHostGetFlags(&hflags, reg + 10));
+    CU_OK(cuMemHostUnregister(reg));
+    CHECK(cuMemHostUnregister(reg) == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "unregistered once");
+    CHECK(reg[777] == (char)(777 * 7), "unregistering keeps the bytes");
+    munmap(reg, len);
+    CU_OK(cuMemFree(big));
+    CU_OK(cuMemFree(d));
+    CHECK(cuMemGetAddressRange(&base, &size, d) == CUDA_ERROR_NOT_FOUND, "freed memory has no range");
+}
+
+static void *thread_stream_id(void *arg)
+{
+    CUcontext ctx = arg;
+    cuCtxSetCurrent(ctx);
+    unsigned long long *id = calloc(1, sizeof *id);
+    cuStreamGetId(CU_STREAM_PER_THREAD, id);
+    return id;
+}
+
+static void test_streams(void)
+{
+    CUstream s;
+    CUevent a, b;
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    unsigned flags = 0;
+    CU_OK(cuStreamGetFlags(s, &flags));
+    CHECK(flags == CU_STREAM_NON_BLOCKING, "stream flags");
+    CU_OK(cuEventCreate(&a, 0));
+    CU_OK(cuEventCreate(&b, 0));
+    CU_OK(cuEventRecord(a, s));
+    CU_OK(cuEventRecord(b, s));
+    CU_OK(cuStreamWaitEvent(CU_STREAM_PER_THREAD, b, 0));
+    CU_OK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+    CU_OK(cuEventSynchronize(b));
+    float ms = -1;
+    CU_OK(cuEventElapsedTime(&ms, a, b));
+    CHECK(ms >= 0, "elapsed time");
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    CU_OK(cuStreamIsCapturing(s, &st));
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE, "not capturing");
+    CU_OK(cuEventDestroy(a));
+    CU_OK(cuEventDestroy(b));
+    CU_OK(cuStreamDestroy(s));
+
+    CUcontext ctx;
+    cuCtxGetCurrent(&ctx);
+    pthread_t t[2];
+    unsigned long long *ids[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, thread_stream_id, ctx);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], (void **)&ids[i]);
+    CHECK(*ids[0] && *ids[1] && *ids[0] != *ids[1], "each thread has its own default stream");
+    free(ids[0]);
+    free(ids[1]);
+}
+
+static void test_modules(void)
+{
+    CUmodule m;
+    CUfunction f, f2;
+    CU_OK(cuModuleLoadData(&m, ptx));
+    CU_OK(cuModuleGetFunction(&f, m, "k"));
+    CU_OK(cuModuleGetFunction(&f2, m, "k"));
+    CHECK(f == f2, "one handle per function");
+    int threads = 0;
+    CU_OK(cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
+    CHECK(threads > 0, "function attributes come with the lookup (%d)", threads);
+    const char *name = NULL;
+    CU_OK(cuFuncGetName(&name, f));
+    CHECK(name && strcmp(name, "k") == 0, "function name");
+    CHECK(cuLaunchKernel(f, 0, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_ERROR_INVALID_VALUE,
+          "an empty grid is refused at once");
+    CHECK(cuLaunchKernel(f, 1, 1, 1, 4096, 1, 1, 0, NULL, NULL, NULL) == CUDA_ERROR_INVALID_VALUE,
+          "too many threads are refused at once");
+    CHECK(cuLaunchKernel((CUfunction)(void *)&name, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) ==
+              CUDA_ERROR_INVALID_HANDLE, "a bogus function is an invalid handle");
+    int blocks = 0;
+    CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 0));
+    CHECK(blocks > 0, "occupancy %d", blocks);
+    int min_grid = 0, block = 0;
+    CU_OK(cuOccupancyMaxPotentialBlockSize(&min_grid, &block, f, NULL, 0, 0));
+    CHECK(block > 0 && min_grid > 0, "potential block size %d, grid %d", block, min_grid);
+    CUlibrary lib;
+    CUkernel k;
+    CU_OK(cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0));
+    CU_OK(cuLibraryGetKernel(&k, lib, "k"));
+    CUfunction kf;
+    CU_OK(cuKernelGetFunction(&kf, k));
+    CHECK((void *)kf == (void *)k, "a kernel is usable as a function");
+    CU_OK(cuLibraryUnload(lib));
+    CU_OK(cuModuleUnload(m));
+    CHECK(cuModuleGetFunction(&f, m, "k") == CUDA_ERROR_INVALID_HANDLE, "an unloaded module is gone");
+    CHECK(cuModuleLoadData(&m, "not an image") != CUDA_SUCCESS, "garbage is not an image");
+}
+
+/* The exported symbols and cuGetProcAddress agree, ABI version by version. */
+static void test_proc_address(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult st;
+    CU_OK(cuGetProcAddress("cuMemAlloc", &fn, 13000, 0, &st));
+    CHECK(fn != NULL && fn == dlsym(lib, "cuMemAlloc_v2"), "cuMemAlloc at 13000 is cuMemAlloc_v2");
+    CU_OK(cuGetProcAddress("cuMemcpyHtoD", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+    CHECK(fn != NULL && fn == dlsym(lib, "cuMemcpyHtoD_v2_ptds"), "and per thread, the _ptds one");
+    CHECK(cuGetProcAddress("cuNoSuchThing", &fn, 13000, 0, &st) == CUDA_ERROR_NOT_FOUND &&
+              st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, "an unknown name is not found");
+    dlclose(lib);
+}
+
+int main(void)
+{
+    CUdevice dev = -1;
+    test_init_and_device(&dev);
+    test_contexts(dev);
+    test_memory();
+    test_streams();
+    test_modules();
+    test_proc_address();
+    return CHECK_DONE();
+}

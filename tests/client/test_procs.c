@@ -1,0 +1,208 @@
+/*
+ * cuGetProcAddress lookup (src/client/procs.c) over the generated table,
+ * linked against the generated weak stubs (test_procs_stubs.c): known
+ * answers of NVIDIA's driver, the documented failure cases, and a check of
+ * every table entry against libcuda.exports and against the function its
+ * address really is.
+ * usage: test_procs LIBCUDA_EXPORTS
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "procs.h"
+
+#define PTDS CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+#define LEGACY CU_GET_PROC_ADDRESS_LEGACY_STREAM
+
+extern const char *flyt_test_last_stub;
+
+static int failures;
+
+static void fail(const char *what, const char *name, int version, unsigned flags)
+{
+    printf("FAIL: %s (%s, %d, flags %u)\n", what, name ? name : "(null)", version, flags);
+    failures++;
+}
+
+/* The stub behind pfn says which exported symbol it is. */
+static const char *symbol_behind(void *pfn)
+{
+    unsigned (*fn)(void);
+
+    flyt_test_last_stub = NULL;
+    memcpy(&fn, &pfn, sizeof(fn));
+    fn();
+    return flyt_test_last_stub;
+}
+
+/* name at version with flags must resolve to want. */
+static void expect_found(const char *name, int version, unsigned flags, const char *want)
+{
+    CUdriverProcAddressQueryResult st = (CUdriverProcAddressQueryResult)-1;
+    void *pfn = NULL;
+    CUresult rc = flyt_proc_lookup(name, version, flags, &pfn, &st);
+    const char *got;
+
+    if (rc != CUDA_SUCCESS || st != CU_GET_PROC_ADDRESS_SUCCESS || !pfn) {
+        fail("not found", name, version, flags);
+        return;
+    }
+    got = symbol_behind(pfn);
+    if (!got || strcmp(got, want) != 0) {
+        printf("  got %s, want %s\n", got ? got : "(none)", want);
+        fail("wrong function", name, version, flags);
+    }
+}
+
+/* name at version must miss with rc and status, leaving pfn NULL. */
+static void expect_miss(const char *name, int version, CUresult want_rc,
+                        CUdriverProcAddressQueryResult want_st)
+{
+    CUdriverProcAddressQueryResult st = (CUdriverProcAddressQueryResult)-1;
+    void *pfn = &st;
+    CUresult rc = flyt_proc_lookup(name, version, 0, &pfn, &st);
+
+    if (rc != want_rc || st != want_st || pfn != NULL) {
+        printf("  rc %d status %d pfn %p\n", (int)rc, (int)st, pfn);
+        fail("wrong miss", name, version, 0);
+    }
+}
+
+static void known_answers(void)
+{
+    expect_found("cuMemAlloc", 3020, 0, "cuMemAlloc_v2");
+    expect_found("cuMemAlloc", 13000, 0, "cuMemAlloc_v2");
+    expect_found("cuMemAlloc", 2000, 0, "cuMemAlloc");
+    expect_found("cuMemAlloc", 3010, 0, "cuMemAlloc");
+    expect_found("cuCtxSynchronize", 13000, 0, "cuCtxSynchronize_v2");
+    expect_found("cuCtxSynchronize", 12000, 0, "cuCtxSynchronize");
+    expect_found("cuCtxGetDevice", 13000, 0, "cuCtxGetDevice_v2");
+    expect_found("cuCtxGetDevice", 12090, 0, "cuCtxGetDevice");
+    expect_found("cuCtxCreate", 11040, 0, "cuCtxCreate_v3");
+    expect_found("cuCtxCreate", 13000, 0, "cuCtxCreate_v4");
+    expect_found("cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2");
+    expect_found("cuGetProcAddress", 11030, 0, "cuGetProcAddress");
+    expect_found("cuProfilerStart", 13000, 0, "cuProfilerStart");
+    expect_found("cuGetExportTable", 13000, 0, "cuGetExportTable");
+}
+
+static void stream_flavours(void)
+{
+    expect_found("cuMemcpy", 13000, PTDS, "cuMemcpy_ptds");
+    expect_found("cuMemcpy", 13000, 0, "cuMemcpy");
+    expect_found("cuMemcpy", 13000, LEGACY, "cuMemcpy");
+    expect_found("cuMemcpy", 13000, LEGACY | PTDS, "cuMemcpy");
+    expect_found("cuMemcpy", 6050, PTDS, "cuMemcpy"); /* no per-thread yet */
+    expect_found("cuStreamQuery", 13000, PTDS, "cuStreamQuery_ptsz");
+    expect_found("cuStreamQuery", 13000, 0, "cuStreamQuery");
+    expect_found("cuMemcpyHtoD", 13000, PTDS, "cuMemcpyHtoD_v2_ptds");
+    expect_found("cuMemcpyHtoD", 13000, 0, "cuMemcpyHtoD_v2");
+    expect_found("cuStreamBeginCapture", 10000, PTDS, "cuStreamBeginCapture_ptsz");
+    expect_found("cuStreamBeginCapture", 13000, PTDS, "cuStreamBeginCapture_v2_ptsz");
+    expect_found("cuStreamBeginCapture", 13000, 0, "cuStreamBeginCapture_v2");
+    expect_found("cuCtxSynchronize", 13000, PTDS, "cuCtxSynchronize_v2"); /* none */
+}
+
+static void failures_as_documented(void)
+{
+    void *pfn = &pfn;
+
+    expect_miss("cuNoSuchFunction", 13000, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    expect_miss("", 13000, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    expect_miss("cuMemAlloc_v2", 13000, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    expect_miss("cuMemAlloc", 1000, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    expect_miss("cuCtxGetId", 11080, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    expect_miss(NULL, 13000, CUDA_ERROR_INVALID_VALUE, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    if (flyt_proc_lookup("cuMemAlloc", 13000, 0, NULL, NULL) != CUDA_ERROR_INVALID_VALUE)
+        fail("NULL pfn accepted", "cuMemAlloc", 13000, 0);
+    if (flyt_proc_lookup("cuMemAlloc", 13000, 0, &pfn, NULL) != CUDA_SUCCESS || !pfn)
+        fail("NULL status refused", "cuMemAlloc", 13000, 0);
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n;
+
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        buf = calloc(1, (size_t)n + 3);
+        if (buf && fread(buf + 1, 1, (size_t)n, f) != (size_t)n) {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[0] = '\n'; /* every name is then "\nNAME\n" */
+    if (buf && buf[strlen(buf) - 1] != '\n')
+        buf[strlen(buf)] = '\n';
+    return buf;
+}
+
+static int listed(const char *exports, const char *sym)
+{
+    char key[256];
+
+    snprintf(key, sizeof(key), "\n%s\n", sym);
+    return strstr(exports, key) != NULL;
+}
+
+static int in_order(const struct flyt_proc *a, const struct flyt_proc *b)
+{
+    int c = strcmp(a->name, b->name);
+
+    if (c != 0)
+        return c < 0;
+    if (a->version != b->version)
+        return a->version < b->version;
+    return a->per_thread < b->per_thread;
+}
+
+/* Every entry: sorted, listed in libcuda.exports, and its address is the
+ * function its symbol names. */
+static void whole_table(const char *exports_path)
+{
+    char *exports = read_file(exports_path);
+    size_t n, i;
+    const struct flyt_proc *t = flyt_proc_table(&n);
+
+    if (!exports) {
+        fail("cannot read the exports list", exports_path, 0, 0);
+        return;
+    }
+    if (n < 600)
+        fail("table too small", "", (int)n, 0);
+    for (i = 0; i < n; i++) {
+        const char *behind = symbol_behind(t[i].fn);
+        if (i > 0 && !in_order(&t[i - 1], &t[i]))
+            fail("table out of order", t[i].name, t[i].version, 0);
+        if (!listed(exports, t[i].symbol))
+            fail("symbol not in libcuda.exports", t[i].symbol, t[i].version, 0);
+        if (!behind || strcmp(behind, t[i].symbol) != 0)
+            fail("address is another function", t[i].symbol, t[i].version, 0);
+    }
+    free(exports);
+    printf("checked %zu table entries\n", n);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s LIBCUDA_EXPORTS\n", argv[0]);
+        return 2;
+    }
+    known_answers();
+    stream_flavours();
+    failures_as_documented();
+    whole_table(argv[1]);
+    if (failures) {
+        printf("%d failure(s)\n", failures);
+        return 1;
+    }
+    printf("ok: cuGetProcAddress lookup\n");
+    return 0;
+}
