@@ -5,8 +5,10 @@
 #
 # usage: bench/run_bench.sh BUILD_DIR [--quick]
 #
-# BUILD_DIR holds bin/flyt-server, lib/libcudart.so.13 (Flyt's client
-# library) and bench/bench_* (the programs). Results go to $OUT/bench/ when
+# BUILD_DIR holds bin/flyt-server, bin/flyt-run, lib/libcuda.so.1 (Flyt's
+# client library) and bench/bench_* (the programs); bench_torch is
+# bench/src/bench_torch.py, run with $FLYT_PYTHON (PyTorch). Flyt runs are
+# `flyt-run --server ADDR -- PROGRAM`. Results go to $OUT/bench/ when
 # OUT is set, else to a new temporary directory:
 #   <date>-<commit>.md   the report (also printed last on stdout)
 #   results.tsv          merged values, tab-separated
@@ -14,14 +16,18 @@
 #                        the servers' logs
 #
 # Environment (all optional):
-#   FLYT_BENCH_PROGRAMS  programs to run (default: bench_latency bench_launch bench_memcpy)
+#   FLYT_BENCH_PROGRAMS  programs to run (default: bench_latency bench_launch
+#                        bench_memcpy bench_torch)
 #   FLYT_BENCH_MODES     subset of "native tcp unix" (default: all three)
 #   FLYT_BENCH_ARGS      extra arguments for every program (e.g. "--no-1gib")
 #   FLYT_BENCH_TIMEOUT   seconds per program run (default 240, 120 with --quick)
 #   FLYT_BENCH_PORT      TCP port for the server (default 47311, next free one)
 #   FLYT_BENCH_SOCK      Unix socket path (default /tmp/flyt-bench.sock)
 #   FLYT_BENCH_SERVER_ARGS  extra arguments for flyt-server
-#   FLYT_CUDA_LIB        real CUDA runtime directory (default /usr/local/cuda/lib64)
+#   FLYT_CUDA_LIB        real CUDA runtime directory (default /usr/local/cuda/lib64),
+#                        put first for the CUDA programs and the servers
+#   FLYT_PYTHON          interpreter with PyTorch for bench_torch (default python3);
+#                        it gets the caller's LD_LIBRARY_PATH (its own wheels)
 #   FLYT_COMMIT          commit to name in the report when git cannot tell
 #
 # Exit status: 0 when the report was written and every native run succeeded
@@ -50,7 +56,7 @@ done
 BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-PROGRAMS=${FLYT_BENCH_PROGRAMS:-bench_latency bench_launch bench_memcpy}
+PROGRAMS=${FLYT_BENCH_PROGRAMS:-bench_latency bench_launch bench_memcpy bench_torch}
 MODES=${FLYT_BENCH_MODES:-native tcp unix}
 if [ "$QUICK" = 1 ]; then
     TIMEOUT=${FLYT_BENCH_TIMEOUT:-120}
@@ -60,7 +66,10 @@ fi
 PORT=${FLYT_BENCH_PORT:-47311}
 SOCK=${FLYT_BENCH_SOCK:-/tmp/flyt-bench.sock}
 CUDA_LIB=${FLYT_CUDA_LIB:-/usr/local/cuda/lib64}
-ORIG_LDLP=${LD_LIBRARY_PATH:-}
+# The caller's library path, less Flyt's build (native runs must not see it).
+ORIG_LDLP=$(printf '%s' "${LD_LIBRARY_PATH:-}" | tr ':' '\n' | grep -v -x -F "$BUILD_DIR/lib" | paste -sd: -)
+PY=${FLYT_PYTHON:-python3}
+FLYT_RUN=$BUILD_DIR/bin/flyt-run
 SERVER=$BUILD_DIR/bin/flyt-server
 CLIENT_LIB_DIR=$BUILD_DIR/lib
 read -r -a PROG_ARGS <<<"${FLYT_BENCH_ARGS:-}"
@@ -191,6 +200,7 @@ start_server() { # mode; returns non-zero when it does not come up
     return 1
 }
 
+# shellcheck disable=SC2317 # invoked through the EXIT trap
 cleanup() {
     local m
     if [ -n "$RUN_PID" ]; then # timeout passes the signal on to the program
@@ -215,23 +225,36 @@ NATIVE_FAILED=0
 run_one() { # prog mode
     local prog=$1 mode=$2 key="$1 $2" out=$WORK/$1.$2.out err=$WORK/$1.$2.err
     local exe=$BUILD_DIR/bench/$prog ldlp rc t0 t1
-    local envs=()
+    local envs=() cmd=() launcher=()
     : >"$out"
     : >"$err"
-    if [ ! -x "$exe" ]; then
-        STATUS[$key]="FAIL(no program)"
-        echo "run_bench: no executable $exe" >"$err"
-        return
+    if [ "$prog" = bench_torch ]; then
+        # PyTorch finds NVIDIA's libraries in its own wheels: no toolkit dir.
+        exe=$SCRIPT_DIR/src/bench_torch.py
+        cmd=("$PY" "$exe")
+        ldlp=$ORIG_LDLP
+        if ! command -v "$PY" >/dev/null 2>&1 || [ ! -f "$exe" ]; then
+            STATUS[$key]="FAIL(no python or script)"
+            echo "run_bench: need $PY and $exe" >"$err"
+            return
+        fi
+    else
+        cmd=("$exe")
+        ldlp=$CUDA_LIB${ORIG_LDLP:+:$ORIG_LDLP}
+        if [ ! -x "$exe" ]; then
+            STATUS[$key]="FAIL(no program)"
+            echo "run_bench: no executable $exe" >"$err"
+            return
+        fi
     fi
     case "$mode" in
         native)
-            ldlp=$CUDA_LIB${ORIG_LDLP:+:$ORIG_LDLP}
             envs=(-u FLYT_SERVER) ;;
         tcp | unix)
-            if [ ! -e "$CLIENT_LIB_DIR/libcudart.so.13" ]; then
-                # Without it the program would silently run natively.
+            if [ ! -e "$CLIENT_LIB_DIR/libcuda.so.1" ] || [ ! -x "$FLYT_RUN" ]; then
+                # Without them the program would silently run natively.
                 STATUS[$key]="FAIL(no client library)"
-                echo "run_bench: no $CLIENT_LIB_DIR/libcudart.so.13" >"$err"
+                echo "run_bench: no $CLIENT_LIB_DIR/libcuda.so.1 or $FLYT_RUN" >"$err"
                 return
             fi
             if ! { server_alive "$mode" && server_listening "$mode"; }; then
@@ -242,18 +265,18 @@ run_one() { # prog mode
                     return
                 fi
             fi
-            ldlp=$CLIENT_LIB_DIR${ORIG_LDLP:+:$ORIG_LDLP}
-            envs=(FLYT_SERVER="${SERVER_ADDR[$mode]}") ;;
+            envs=(-u FLYT_SERVER)
+            launcher=("$FLYT_RUN" --server "${SERVER_ADDR[$mode]}" --) ;;
     esac
     {
-        echo "command: env ${envs[*]} LD_LIBRARY_PATH=$ldlp timeout $TIMEOUT $exe ${PROG_ARGS[*]}"
-        echo "cudart: $(env LD_LIBRARY_PATH="$ldlp" ldd "$exe" 2>/dev/null | awk '/libcudart/ { print $3 }')"
+        echo "command: env ${envs[*]} LD_LIBRARY_PATH=$ldlp timeout $TIMEOUT ${launcher[*]} ${cmd[*]} ${PROG_ARGS[*]}"
+        echo "library path seen: $(env "${envs[@]}" LD_LIBRARY_PATH="$ldlp" "${launcher[@]}" printenv LD_LIBRARY_PATH 2>&1)"
     } >"$WORK/$prog.$mode.cmd"
     log "$prog ($mode) ..."
     t0=$(date +%s.%N)
     # In the background so that a signal to this script is handled at once.
     env "${envs[@]}" LD_LIBRARY_PATH="$ldlp" \
-        timeout -k 10 "$TIMEOUT" "$exe" "${PROG_ARGS[@]}" </dev/null >"$out" 2>"$err" &
+        timeout -k 10 "$TIMEOUT" "${launcher[@]}" "${cmd[@]}" "${PROG_ARGS[@]}" </dev/null >"$out" 2>"$err" &
     RUN_PID=$!
     wait "$RUN_PID"
     rc=$?

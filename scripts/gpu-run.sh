@@ -1,20 +1,125 @@
 #!/usr/bin/env bash
 # On the GPU machine: every GPU test program natively and through Flyt (TCP
-# and Unix socket), then the benchmarks; full logs under $OUT, summary last.
-# usage: scripts/gpu-run.sh BUILD_DIR [--quick]
+# and Unix socket), the PyTorch check, then the benchmarks. Each part's full
+# logs are packed into $OUT/logs-<part>.tar.gz as soon as it ends (few files
+# come back); the short summary tables are printed last and kept in
+# $OUT/summary.txt.
+#
+# usage: scripts/gpu-run.sh BUILD_DIR [--quick] [--only PART[,PART...]]
+#   PART: tests, pytorch, bench (default: all three, in that order)
+#   --quick: one run per test program and variant (unless FLYT_TEST_REPEATS
+#            is set) and bench/run_bench.sh --quick
+#
+# Each part runs under a time limit, so that the summary is always written:
+#   FLYT_GPU_TESTS_LIMIT (default 420 s; programs not started 30 s before it
+#   are reported as not run), FLYT_GPU_TORCH_LIMIT (400 s), FLYT_GPU_BENCH_LIMIT
+#   (420 s). A device command may run 10 minutes at most: with all three parts
+#   split the run, e.g. `--only tests` then `--only pytorch,bench --quick`.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$(cd "$1" && pwd); shift
+[ $# -ge 1 ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+build=$(cd "$1" && pwd) || exit 2
+shift
+quick=0
+parts="tests,pytorch,bench"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) quick=1 ;;
+        --only) parts=${2:?--only needs a list}; shift ;;
+        --only=*) parts=${1#--only=} ;;
+        *) echo "gpu-run: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
 export OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
+export FLYT_COMMIT=${FLYT_COMMIT:-$(cat "$root/.commit" 2>/dev/null || echo unknown)}
+summary=$OUT/summary.txt
+: >"$summary"
+has_part() { case ",$parts," in *",$1,"*) return 0 ;; esac; return 1; }
+
 { nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.used,memory.total --format=csv; } > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
-FLYT_TEST_PACK=1 bash "$root/tests/gpu/run_gpu_tests.sh" "$build" > "$OUT/gpu-tests.txt" 2>&1; tests_rc=$?
-export FLYT_COMMIT=${FLYT_COMMIT:-$(cat "$root/.commit" 2>/dev/null || echo unknown)}
-bash "$root/bench/run_bench.sh" "$build" "$@" > "$OUT/bench.txt" 2>&1; bench_rc=$?
-echo "===== GPU tests (native vs Flyt), rc=$tests_rc"
-tail -n 30 "$OUT/gpu-tests.txt"
-echo "===== benchmarks, rc=$bench_rc"
-table=$(ls "$OUT"/bench/*.md 2>/dev/null | head -1)
-if [ -n "$table" ]; then grep '^|' "$table" | grep -v '^| program'; else tail -n 40 "$OUT/bench.txt"; fi
-exit $(( tests_rc != 0 ))
+
+# pack NAME FILES...: the part's logs into logs-NAME.tar.gz, then removed
+pack() {
+    local name=$1 f
+    shift
+    local present=()
+    for f in "$@"; do [ -e "$OUT/$f" ] && present+=("$f"); done
+    [ "${#present[@]}" -gt 0 ] || return 0
+    if tar -czf "$OUT/logs-$name.tar.gz" -C "$OUT" "${present[@]}"; then
+        (cd "$OUT" && rm -rf "${present[@]}")
+    fi
+}
+
+tests_rc=-
+torch_rc=-
+bench_rc=-
+
+if has_part tests; then
+    limit=${FLYT_GPU_TESTS_LIMIT:-420}
+    repeats=${FLYT_TEST_REPEATS:-$([ "$quick" = 1 ] && echo 1 || echo 3)}
+    echo "gpu-run: tests (limit ${limit}s, $repeats runs per program and variant) ..."
+    FLYT_TEST_REPEATS=$repeats FLYT_TEST_BUDGET=${FLYT_TEST_BUDGET:-$((limit - 30))} \
+        timeout -k 10 "$limit" bash "$root/tests/gpu/run_gpu_tests.sh" "$build" \
+        > "$OUT/gpu-tests.txt" 2>&1
+    tests_rc=$?
+    {
+        echo "===== GPU test programs (native vs Flyt), rc=$tests_rc"
+        if [ -f "$OUT/gpu-tests/summary.txt" ]; then
+            sed -n '/^program /,$p' "$OUT/gpu-tests/summary.txt"
+        else
+            tail -n 40 "$OUT/gpu-tests.txt"
+        fi
+    } >> "$summary"
+    cp "$OUT/gpu-tests/summary.txt" "$OUT/gpu-tests-summary.txt" 2>/dev/null
+    pack tests gpu-tests gpu-tests.txt gpu-tests-summary.txt server-tcp.log server-unix.log
+fi
+
+if has_part pytorch; then
+    limit=${FLYT_GPU_TORCH_LIMIT:-400}
+    echo "gpu-run: pytorch (limit ${limit}s) ..."
+    FLYT_TORCH_BUDGET=${FLYT_TORCH_BUDGET:-$((limit - 20))} \
+        timeout -k 10 "$limit" bash "$root/tests/gpu/run_pytorch_check.sh" "$build" \
+        > "$OUT/pytorch.txt" 2>&1
+    torch_rc=$?
+    {
+        echo "===== PyTorch check (native vs Flyt), rc=$torch_rc"
+        if [ -f "$OUT/pytorch/summary.txt" ]; then
+            sed -n '/^stage /,$p' "$OUT/pytorch/summary.txt"
+        else
+            tail -n 30 "$OUT/pytorch.txt"
+        fi
+    } >> "$summary"
+    pack pytorch pytorch pytorch.txt
+fi
+
+if has_part bench; then
+    limit=${FLYT_GPU_BENCH_LIMIT:-420}
+    bench_args=()
+    [ "$quick" = 1 ] && bench_args=(--quick)
+    echo "gpu-run: benchmarks (limit ${limit}s) ..."
+    timeout -k 10 "$limit" bash "$root/bench/run_bench.sh" "$build" "${bench_args[@]}" \
+        > "$OUT/bench.txt" 2>&1
+    bench_rc=$?
+    {
+        echo "===== benchmarks, rc=$bench_rc"
+        table=""
+        for f in "$OUT"/bench/*.md; do [ -f "$f" ] && table=$f && break; done
+        if [ -n "$table" ]; then
+            grep '^|' "$table" | grep -v '^| program'
+        else
+            tail -n 40 "$OUT/bench.txt"
+        fi
+    } >> "$summary"
+    # the report itself stays unpacked: it is what bench/results keeps
+    for f in "$OUT"/bench/*.md; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+    pack bench bench bench.txt
+fi
+
+echo "===== parts: tests rc=$tests_rc, pytorch rc=$torch_rc, bench rc=$bench_rc" >> "$summary"
+cat "$summary"
+[ "$tests_rc" = - ] || [ "$tests_rc" = 0 ] || exit 1
+[ "$torch_rc" = - ] || [ "$torch_rc" = 0 ] || exit 1
+exit 0

@@ -4,8 +4,8 @@
 #
 # usage: run_gpu_tests.sh BUILD_DIR [PROGRAM...]
 #
-#   BUILD_DIR must hold bin/flyt-server, lib/libcudart.so.13 (Flyt client)
-#   and gpu-tests/<program> (built by tests/gpu/CMakeLists.txt).
+#   BUILD_DIR must hold bin/flyt-server, bin/flyt-run, lib/libcuda.so.1 (the
+#   Flyt client) and gpu-tests/<program> (built by tests/gpu/CMakeLists.txt).
 #   PROGRAM...  optional subset of programs to run (default: all).
 #
 # Environment (all optional):
@@ -15,20 +15,39 @@
 #   FLYT_TEST_SOCK       Unix socket path (default: /tmp/flyt-test.sock)
 #   FLYT_TEST_REPEATS    runs per program and variant (default: 3)
 #   FLYT_TEST_TIMEOUT    seconds allowed per run (default: 60)
-#   FLYT_TEST_CUDA_LIB   directory of the real libcudart.so.13 for native
-#                        runs and the server (default: /usr/local/cuda/lib64)
+#   FLYT_TEST_CUDA_LIB   the CUDA toolkit's library directory, first on the
+#                        library path (default: /usr/local/cuda/lib64)
+#   FLYT_TEST_NVIDIA_LIBS  the whole library path for NVIDIA's libraries
+#                        (default: what tests/gpu/nvidia-libs.sh prints: the
+#                        toolkit, then NVIDIA's Python wheels)
 #   FLYT_TEST_PACK=1     pack the per-run files into gpu-tests.tar.gz (next
 #                        to the gpu-tests directory, which is then removed)
+#   FLYT_TEST_BUDGET     seconds: programs not started by then are reported
+#                        as "not run (time budget)" (default: no limit)
 #
-# Exit status: 0 if every program passed, 1 if any failed, 2 on a setup error.
-# A program passes when every Flyt run (TCP and Unix) has the same stdout and
-# exit code as the first native run.
+# Native runs and the servers get LD_LIBRARY_PATH=<NVIDIA's libraries>, so
+# they load the system's libcuda.so.1; Flyt runs go through
+# `flyt-run --server ADDR -- PROGRAM`, which puts BUILD_DIR/lib first.
+# A program whose libraries the loader cannot find is skipped (its row says
+# which library).
+#
+# Exit status: 0 if every program passed or was skipped, 1 if any failed,
+# 2 on a setup error. A program passes when every Flyt run (TCP and Unix) has
+# the same stdout and exit code as the first native run.
 
 set -u
 
+# -cudart shared, the same with -cudart static, then NVIDIA's libraries and
+# the driver API
 DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   memcpy_variants symbols host_callbacks multithread
-                  device_props rdc errors)
+                  device_props rdc errors
+                  vector_add_static matmul_tiled_static kernel_params_static
+                  streams_events_static memcpy_variants_static symbols_static
+                  host_callbacks_static multithread_static device_props_static
+                  rdc_static errors_static
+                  static_runtime driver_api nvrtc_kernel cublas_gemm cufft_1d2d
+                  curand_host_device cusparse_spmv cusolver_lu cudnn_conv)
 
 die() {
     echo "run_gpu_tests: $*" >&2
@@ -36,7 +55,7 @@ die() {
 }
 
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 
@@ -49,21 +68,28 @@ else
 fi
 
 SERVER="$BUILD_DIR/bin/flyt-server"
+FLYT_RUN="$BUILD_DIR/bin/flyt-run"
 FLYT_LIB="$BUILD_DIR/lib"
 PROG_DIR="$BUILD_DIR/gpu-tests"
 CUDA_LIB="${FLYT_TEST_CUDA_LIB:-/usr/local/cuda/lib64}"
+NV_LIBS="${FLYT_TEST_NVIDIA_LIBS:-$(bash "$(dirname "$0")/nvidia-libs.sh" "$CUDA_LIB")}"
+[ -n "$NV_LIBS" ] || NV_LIBS="$CUDA_LIB"
 SOCK="${FLYT_TEST_SOCK:-/tmp/flyt-test.sock}"
 REPEATS="${FLYT_TEST_REPEATS:-3}"
 TIMEOUT="${FLYT_TEST_TIMEOUT:-60}"
 PACK="${FLYT_TEST_PACK:-0}"
+BUDGET="${FLYT_TEST_BUDGET:-0}"
 READY_WAIT=10   # seconds to wait for a server to accept connections
 
 case "$REPEATS" in '' | *[!0-9]* | 0) die "FLYT_TEST_REPEATS must be a positive integer" ;; esac
 case "$TIMEOUT" in '' | *[!0-9]* | 0) die "FLYT_TEST_TIMEOUT must be a positive integer" ;; esac
+case "$BUDGET" in '' | *[!0-9]*) die "FLYT_TEST_BUDGET must be a number of seconds" ;; esac
 
 command -v timeout >/dev/null 2>&1 || die "'timeout' (coreutils) is required"
 [ -x "$SERVER" ] || die "server not found or not executable: $SERVER"
-[ -e "$FLYT_LIB/libcudart.so.13" ] || die "Flyt client library not found: $FLYT_LIB/libcudart.so.13"
+[ -x "$FLYT_RUN" ] || die "flyt-run not found or not executable: $FLYT_RUN"
+[ -e "$FLYT_LIB/libcuda.so.1" ] || die "Flyt client library not found: $FLYT_LIB/libcuda.so.1"
+case ":$NV_LIBS:" in *":$FLYT_LIB:"*) die "NVIDIA's library path must not hold $FLYT_LIB" ;; esac
 [ -d "$PROG_DIR" ] || echo "run_gpu_tests: warning: no program directory $PROG_DIR" >&2
 
 if [ -n "${OUT:-}" ]; then
@@ -160,8 +186,8 @@ start_server() { # kind -> 0 when accepting connections
     fi
     [ "$kind" = unix ] && [ -S "$SOCK" ] && rm -f "$SOCK"
     echo "=== $(date '+%F %T') starting flyt-server --listen ${SRV_ADDR[$kind]}" >>"${SRV_LOG[$kind]}"
-    # The server uses the real CUDA runtime, never the Flyt client library.
-    env -u FLYT_SERVER LD_LIBRARY_PATH="$CUDA_LIB" \
+    # The server uses NVIDIA's driver, never the Flyt client library.
+    env -u FLYT_SERVER LD_LIBRARY_PATH="$NV_LIBS" \
         "$SERVER" --listen "${SRV_ADDR[$kind]}" </dev/null >>"${SRV_LOG[$kind]}" 2>&1 &
     pid=$!
     SRV_PID[$kind]=$pid
@@ -211,29 +237,58 @@ server_died() { # kind status
 }
 
 # ------------------------------------------------------------------ library check
-# Make sure LD_LIBRARY_PATH really selects the Flyt client library; otherwise
-# the "Flyt" runs would silently use the real runtime.
+# Make sure the Flyt runs really load the Flyt client library (through
+# flyt-run) and the native runs NVIDIA's driver; otherwise the "Flyt" runs
+# would silently run natively.
+resolved() { # lib prog [flyt] -> the file the loader picks for lib
+    local got
+    if [ "${3:-}" = flyt ]; then
+        got=$(env LD_LIBRARY_PATH="$NV_LIBS" "$FLYT_RUN" --server "$UNIX_ADDR" -- ldd "$2" 2>/dev/null)
+    else
+        got=$(env -u FLYT_SERVER LD_LIBRARY_PATH="$NV_LIBS" ldd "$2" 2>/dev/null)
+    fi
+    awk -v l="$1" '$1 == l { print ($3 ~ /^\// ? $3 : "not found") }' <<<"$got" | head -n 1
+}
+
 check_resolution() {
-    local prog p got want
+    local p prog="" shared="" got want
+    echo "nvidia libs: $NV_LIBS"
     command -v ldd >/dev/null 2>&1 || { echo "ldd not available: library resolution not checked"; return 0; }
-    for p in "${PROGRAMS[@]}"; do
+    for p in driver_api nvrtc_kernel; do
         [ -x "$PROG_DIR/$p" ] && { prog="$PROG_DIR/$p"; break; }
     done
-    [ -n "${prog:-}" ] || return 0
-    want=$(readlink -f "$FLYT_LIB/libcudart.so.13")
-    got=$(env LD_LIBRARY_PATH="$FLYT_LIB" ldd "$prog" 2>/dev/null | awk '$1 == "libcudart.so.13" { print $3 }')
-    if [ -z "$got" ]; then
-        echo "libcudart.so.13 not listed by ldd for $(basename "$prog"): resolution not checked"
-        return 0
+    if [ -z "$prog" ]; then
+        echo "no program linked to libcuda.so.1 (driver_api, nvrtc_kernel): resolution not checked"
+    else
+        want=$(readlink -f "$FLYT_LIB/libcuda.so.1")
+        got=$(resolved libcuda.so.1 "$prog" flyt)
+        echo "flyt runs:   libcuda.so.1 => ${got:-?}"
+        if [ -z "$got" ] || [ "$(readlink -f "$got")" != "$want" ]; then
+            die "through flyt-run, $prog loads libcuda.so.1 from '${got:-?}' instead of $want"
+        fi
+        got=$(resolved libcuda.so.1 "$prog")
+        echo "native runs: libcuda.so.1 => ${got:-?}"
+        [ -n "$got" ] && [ "$(readlink -f "$got")" = "$want" ] &&
+            die "native runs would load the Flyt client library ($want)"
     fi
-    got=$(readlink -f "$got")
-    echo "flyt runs:   libcudart.so.13 => $got"
-    [ "$got" = "$want" ] || die "with LD_LIBRARY_PATH=$FLYT_LIB, $prog loads $got instead of $want"
-    got=$(env LD_LIBRARY_PATH="$CUDA_LIB" ldd "$prog" 2>/dev/null | awk '$1 == "libcudart.so.13" { print $3 }')
-    echo "native runs: libcudart.so.13 => $got"
-    [ -n "$got" ] && [ "$(readlink -f "$got")" = "$want" ] &&
-        die "native runs would load the Flyt client library ($want)"
+    # For the record: which runtime the -cudart shared programs load.
+    for p in "${PROGRAMS[@]}"; do
+        [ -x "$PROG_DIR/$p" ] && [ "$p" = "${p%_static}" ] && { shared="$PROG_DIR/$p"; break; }
+    done
+    if [ -n "$shared" ]; then
+        got=$(resolved libcudart.so.13 "$shared" flyt)
+        echo "flyt runs:   libcudart.so.13 => ${got:-?}"
+        case "$got" in "$FLYT_LIB"/*) NOTES+=("flyt runs load libcudart.so.13 from $FLYT_LIB, not NVIDIA's") ;; esac
+    fi
     return 0
+}
+
+# Names of the libraries the loader cannot find for prog with NVIDIA's path
+# (comma-separated; empty when all are there or ldd is missing).
+missing_libs() { # prog
+    command -v ldd >/dev/null 2>&1 || return 0
+    env LD_LIBRARY_PATH="$NV_LIBS" ldd "$1" 2>/dev/null |
+        awk '$2 == "=>" && $3 == "not" { print $1 }' | paste -sd, -
 }
 
 # ------------------------------------------------------------------ running
@@ -244,14 +299,15 @@ run_one() {
     t0=$(date +%s.%N)
     case "$variant" in
     native)
-        env -u FLYT_SERVER LD_LIBRARY_PATH="$CUDA_LIB" \
+        env -u FLYT_SERVER LD_LIBRARY_PATH="$NV_LIBS" \
             timeout -k 5 "$TIMEOUT" "$bin" </dev/null >"$base.stdout" 2>"$base.stderr"
         RUN_RC=$?
         ;;
     tcp | unix)
         LAST_PROG[$variant]=$prog
-        env FLYT_SERVER="${SRV_ADDR[$variant]}" LD_LIBRARY_PATH="$FLYT_LIB" \
-            timeout -k 5 "$TIMEOUT" "$bin" </dev/null >"$base.stdout" 2>"$base.stderr"
+        env LD_LIBRARY_PATH="$NV_LIBS" timeout -k 5 "$TIMEOUT" \
+            "$FLYT_RUN" --server "${SRV_ADDR[$variant]}" -- "$bin" \
+            </dev/null >"$base.stdout" 2>"$base.stderr"
         RUN_RC=$?
         ;;
     esac
@@ -279,7 +335,7 @@ join_unique() { # values... -> "a/b" of distinct values in order
     echo "${out:--}"
 }
 
-declare -A R_NATIVE_RC=() R_RC=() R_SAME=() R_RATIO=() R_PASS=()
+declare -A R_NATIVE_RC=() R_RC=() R_SAME=() R_RATIO=() R_PASS=() R_SKIP=()
 
 run_program() {
     local prog="$1" i variant
@@ -297,6 +353,13 @@ run_program() {
             R_RATIO[$prog.$variant]="-"
         done
         R_PASS[$prog]=0
+        return
+    fi
+    local missing
+    missing=$(missing_libs "$PROG_DIR/$prog")
+    if [ -n "$missing" ]; then
+        echo "--- $prog: skipped (library not found: $missing)"
+        R_SKIP[$prog]="skipped (library not found: $missing)"
         return
     fi
 
@@ -367,6 +430,10 @@ start_server tcp || NOTES+=("flyt-server (tcp) failed to start; see ${SRV_LOG[tc
 start_server unix || NOTES+=("flyt-server (unix) failed to start; see ${SRV_LOG[unix]}")
 
 for prog in "${PROGRAMS[@]}"; do
+    if [ "$BUDGET" -gt 0 ] && [ "$SECONDS" -ge "$BUDGET" ]; then
+        R_SKIP[$prog]="not run (time budget of ${BUDGET}s spent)"
+        continue
+    fi
     run_program "$prog"
 done
 
@@ -385,6 +452,7 @@ stop_server unix
 SUMMARY="$RESULTS/summary.txt"
 passed=0
 failed=0
+skipped=0
 {
     if [ "${#NOTES[@]}" -gt 0 ]; then
         echo
@@ -392,12 +460,17 @@ failed=0
         printf '  - %s\n' "${NOTES[@]}"
     fi
     echo
-    fmt='%-16s | %-9s | %-11s | %-13s | %-14s | %-12s | %-14s | %s\n'
+    fmt='%-22s | %-9s | %-11s | %-13s | %-14s | %-12s | %-14s | %s\n'
     # shellcheck disable=SC2059
     printf "$fmt" program "native rc" "flyt-tcp rc" "tcp identical" "tcp time ratio" \
         "flyt-unix rc" "unix identical" "unix time ratio"
-    printf '%s\n' "-----------------+-----------+-------------+---------------+----------------+--------------+----------------+----------------"
+    printf '%s\n' "-----------------------+-----------+-------------+---------------+----------------+--------------+----------------+----------------"
     for prog in "${PROGRAMS[@]}"; do
+        if [ -n "${R_SKIP[$prog]:-}" ]; then
+            printf '%-22s | %s\n' "$prog" "${R_SKIP[$prog]}"
+            skipped=$((skipped + 1))
+            continue
+        fi
         for kind in tcp unix; do
             if [ -n "${SRV_DIED[$prog.$kind]:-}" ]; then
                 R_SAME[$prog.$kind]="server died"
@@ -415,7 +488,11 @@ failed=0
         fi
     done
     echo
-    echo "$passed passed, $failed failed"
+    if [ "$skipped" -gt 0 ]; then
+        echo "$passed passed, $failed failed, $skipped skipped"
+    else
+        echo "$passed passed, $failed failed"
+    fi
 } >"$SUMMARY"
 
 cp "$SUMMARY" "$LOG_DIR/gpu-tests-summary.txt" 2>/dev/null
