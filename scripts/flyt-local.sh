@@ -2,9 +2,11 @@
 # A whole Flyt cluster on this machine, with the built-in defaults: the
 # cluster manager (SQLite), a node manager for this machine's GPU (or, with
 # no GPU, its test mode with a fake GPU and the host-memory backend) and a
-# client manager for a VM that is this machine. Each PROGRAM then runs with
-# nothing but the client manager's socket configured; on a GPU machine it
-# also runs natively and the outputs are compared. Everything stops at exit.
+# client manager for a VM that is this machine. Each PROGRAM (an ordinary
+# CUDA program on NVIDIA's runtime) then runs with nothing but the client
+# manager's socket configured and Flyt's libcuda.so.1 first on its library
+# path; on a GPU machine it also runs natively (NVIDIA's driver) and the
+# outputs are compared. Everything stops at exit.
 #
 # usage: scripts/flyt-local.sh BUILD_DIR [--sms N] [--memory SIZE] [PROGRAM...]
 #   --sms N        the VM's share of SMs (default: the whole GPU as the node reports it)
@@ -20,13 +22,19 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --sms) sms=$2; shift 2 ;;
     --memory) memory=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) programs+=("$1"); shift ;;
   esac
 done
 for b in flyt-cluster-manager flyt-node-manager flyt-client-manager flytctl flyt-server; do
   [ -x "$build/bin/$b" ] || { echo "flyt-local: $build/bin/$b is missing (control plane not built?)"; exit 2; }
 done
+[ -e "$build/lib/libcuda.so.1" ] || { echo "flyt-local: $build/lib/libcuda.so.1 (Flyt's client library) is missing"; exit 2; }
+# NVIDIA's runtime and libraries, which the programs link without an RPATH: the toolkit
+# the build was configured with
+cuda_home=$(sed -n 's/^FLYT_CUDA_HOME:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)
+cuda_lib=${cuda_home:-/usr/local/cuda}/lib64
+[ -e "$cuda_lib/libcudart.so.13" ] || { echo "flyt-local: NVIDIA's runtime $cuda_lib/libcudart.so.13 is missing"; exit 2; }
 
 tmp=$(mktemp -d)
 pids=()
@@ -118,8 +126,10 @@ say "VM local-vm: $sms SMs, $memory; its client manager listens on $tmp/client.s
 if [ ${#programs[@]} -eq 0 ]; then
   [ $backend = cuda ] && programs=("$build/gpu-tests/vector_add") || programs=("$build/bin/test_client_host")
 fi
+# Flyt's libcuda.so.1 (and libnvidia-ml.so.1) first, then NVIDIA's runtime and libraries
 cluster_run=(env -u FLYT_SERVER -u FLYT_SESSION_TOKEN FLYT_CLIENT_MANAGER="$tmp/client.sock"
-             LD_LIBRARY_PATH="$build/lib" FLYT_EXPECT_SMS="$sms")
+             LD_LIBRARY_PATH="$build/lib:$cuda_lib" FLYT_EXPECT_SMS="$sms")
+say "programs run on NVIDIA's runtime with Flyt's $build/lib/libcuda.so.1 as their driver"
 now() { date +%s.%N; }
 rc=0
 rows=()
@@ -128,7 +138,7 @@ for prog in "${programs[@]}"; do
   [ -x "$prog" ] || { rows+=("$name|missing|-|-"); rc=1; continue; }
   t0=$(now); timeout 120 "${cluster_run[@]}" "$prog" > "$tmp/$name.flyt" 2> "$tmp/$name.flyt.err"; frc=$?; t1=$(now)
   if [ $backend = cuda ]; then
-    timeout 120 env LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$prog" > "$tmp/$name.native" 2>/dev/null; nrc=$?; t2=$(now)
+    timeout 120 env LD_LIBRARY_PATH="$cuda_lib" "$prog" > "$tmp/$name.native" 2>/dev/null; nrc=$?; t2=$(now)
     same=no; cmp -s "$tmp/$name.native" "$tmp/$name.flyt" && [ $nrc = $frc ] && same=yes
     ratio=$(awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { n = c - b; printf "%.2f", n > 0 ? (b - a) / n : 0 }')
     rows+=("$name|$nrc|$frc|$same|$ratio")
@@ -152,7 +162,7 @@ if [ $backend = host ]; then
 To use a real GPU: run flyt-node-manager (configs/node-manager.conf, backend = cuda) on a GPU
 machine registered with 'flytctl node add', or, without the control plane, on the GPU node:
     $build/bin/flyt-server --listen tcp://0.0.0.0:7000
-and here:
+and here (flyt-run puts Flyt's libcuda.so.1 in front of NVIDIA's driver):
     $build/bin/flyt-run --server tcp://GPU-NODE:7000 -- ./your_cuda_app
 MSG
 fi

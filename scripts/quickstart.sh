@@ -16,7 +16,7 @@ say "building Flyt in $build"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build.configure.log" 2>&1 \
   || { cat "$build.configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" > "$build.build.log" 2>&1 || { tail -40 "$build.build.log"; exit 1; }
-echo "built: $build/bin/flyt-server, $build/bin/flyt-run, $build/lib/libcudart.so.13"
+echo "built: $build/bin/flyt-server, $build/bin/flyt-run, $build/lib/libcuda.so.1 (Flyt's client: the CUDA driver library)"
 
 say "starting a one-machine Flyt cluster (scripts/flyt-local.sh)"
 exec bash "$root/scripts/flyt-local.sh" "$build" "$@"

@@ -1,6 +1,7 @@
 /*
- * A CUDA program that knows nothing of Flyt: it sees one GPU with the VM's share, copies
- * data through it, and optionally keeps running (to be killed).
+ * A CUDA program that knows nothing of Flyt (NVIDIA's runtime, which loads Flyt's
+ * libcuda.so.1 as its driver): it sees one GPU with the VM's share, copies data through
+ * it, and optionally keeps running (to be killed).
  * usage: cmgr_cuda_user EXPECTED_SMS [SECONDS_TO_HOLD]
  */
 #include <cuda_runtime_api.h>

@@ -1,6 +1,6 @@
 # flyt-node-manager: its example config and refusals, and the daemon in test mode against a
 # real flyt-cluster-manager with real flyt-servers (host backend) and the client test
-# program through the Flyt client library.
+# program (NVIDIA's runtime) through Flyt's libcuda.so.1.
 add_test(NAME control_node_config
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_node_config.sh $<TARGET_FILE:flyt-node-manager>
           ${PROJECT_SOURCE_DIR}/configs/node-manager.conf $<TARGET_FILE:flyt-server>)
@@ -9,9 +9,10 @@ if(TARGET flyt-cluster-manager)
   add_executable(test_node test_node.c cm_harness.c)
   target_include_directories(test_node PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${FLYT_CUDA_HOME}/include)
   target_link_libraries(test_node PRIVATE flyt_control_common)
-  add_dependencies(test_node flyt-node-manager flyt-cluster-manager flyt-server cudart test_client_host)
+  add_dependencies(test_node flyt-node-manager flyt-cluster-manager flyt-server cuda test_client_host)
   add_test(NAME control_node_manager
     COMMAND test_node $<TARGET_FILE:flyt-node-manager> $<TARGET_FILE:flyt-cluster-manager>
-            $<TARGET_FILE:flyt-server> $<TARGET_FILE:test_client_host> $<TARGET_FILE_DIR:cudart>)
+            $<TARGET_FILE:flyt-server> $<TARGET_FILE:test_client_host> $<TARGET_FILE_DIR:cuda>
+            ${FLYT_CUDA_HOME}/lib64)
   set_tests_properties(control_node_manager PROPERTIES TIMEOUT 180)
 endif()

@@ -2,9 +2,11 @@
 # flyt-client-manager as a real daemon, against a fake cluster manager (made with
 # flyt_http: fake_cluster_manager.c) whose sessions all point at a real flyt-server
 # with the host-memory backend.
-# usage: run_client_manager.sh CMGR FAKE_CM PROBE SERVER LIB_DIR TEST_HOST TEST_NOSERVER EXAMPLE_CONF
+# usage: run_client_manager.sh CMGR FAKE_CM PROBE SERVER LIB_PATH TEST_HOST TEST_NOSERVER EXAMPLE_CONF
+#   LIB_PATH: the CUDA programs' LD_LIBRARY_PATH: Flyt's libcuda.so.1 first, then NVIDIA's
+#   libcudart.so.13 (the programs link NVIDIA's runtime, without an RPATH)
 set -u
-cmgr=$1 fakecm=$2 probe=$3 server=$4 libdir=$5 test_host=$6 noserver=$7 example=$8
+cmgr=$1 fakecm=$2 probe=$3 server=$4 libpath=$5 test_host=$6 noserver=$7 example=$8
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -94,7 +96,7 @@ start_mgr pidfd
 [ "$(stat -c %a "$tmp/run/client.sock")" = 660 ] && pass "socket mode 0660 as configured" || fail "socket mode $(stat -c %a "$tmp/run/client.sock")"
 
 echo "== a CUDA program gets its server through the client manager"
-env -u FLYT_SERVER FLYT_CLIENT_MANAGER="$tmp/run/client.sock" LD_LIBRARY_PATH="$libdir" \
+env -u FLYT_SERVER FLYT_CLIENT_MANAGER="$tmp/run/client.sock" LD_LIBRARY_PATH="$libpath" \
   "$test_host" > "$tmp/host.out" 2>&1 & host=$!
 wait $host; st=$?
 [ $st = 0 ] && pass "test_client_host passed through the client manager: $(tail -1 "$tmp/host.out")" \
@@ -141,7 +143,7 @@ s3=$(session_of_pid $h3)
 
 echo "== errors of the cluster manager reach the program"
 touch "$tmp/refuse"
-env -u FLYT_SERVER FLYT_CLIENT_MANAGER="$tmp/run/client.sock" LD_LIBRARY_PATH="$libdir" timeout 30 \
+env -u FLYT_SERVER FLYT_CLIENT_MANAGER="$tmp/run/client.sock" LD_LIBRARY_PATH="$libpath" timeout 30 \
   "$noserver" > "$tmp/host.out" 2>&1 || { cat "$tmp/host.out"; fail "not cudaErrorNoDevice at once"; }
 grep -q "flyt: FLYT_SERVER is not set and the client manager at .* could not get a GPU: HTTP 409 no_capacity: needs 64 SMs" "$tmp/host.out" \
   && pass "no capacity: $(grep -m1 'flyt:' "$tmp/host.out")" || { cat "$tmp/host.out"; fail "no_capacity not reported"; }
@@ -178,13 +180,13 @@ wait_socket "$tmp/auth.sock" || { cat "$tmp/auth-server.log"; fail "admission se
 kill "$cm_pid"; wait "$cm_pid" 2>/dev/null
 start_cm 500 "unix:$tmp/auth.sock" --session-key "$key"
 start_mgr auto
-env -u FLYT_SERVER FLYT_CLIENT_MANAGER="$tmp/run/client.sock" LD_LIBRARY_PATH="$libdir" \
+env -u FLYT_SERVER FLYT_CLIENT_MANAGER="$tmp/run/client.sock" LD_LIBRARY_PATH="$libpath" \
   "$test_host" > "$tmp/host.out" 2>&1 & host=$!
 wait $host && pass "session s-500's token admitted: test_client_host passed ($(tail -1 "$tmp/host.out"))" \
   || { tail -20 "$tmp/host.out"; fail "admission with the cluster's token"; }
 grep -q "session s-500 admitted" "$tmp/auth-server.log" && pass "the server logged the admission" || fail "no admission in the server log"
 # the next session (s-501) carries a token for s-501: this server refuses it
-env -u FLYT_SERVER FLYT_CLIENT_MANAGER="$tmp/run/client.sock" LD_LIBRARY_PATH="$libdir" timeout 30 \
+env -u FLYT_SERVER FLYT_CLIENT_MANAGER="$tmp/run/client.sock" LD_LIBRARY_PATH="$libpath" timeout 30 \
   "$noserver" > "$tmp/host.out" 2>&1 || { cat "$tmp/host.out"; fail "a token for another session was not refused"; }
 grep -q "refused the session token" "$tmp/host.out" && pass "a token for another session refused: $(grep -m1 'flyt:' "$tmp/host.out")" || { cat "$tmp/host.out"; fail "refusal message"; }
 wait_for 5 "^release s-501" "$cm_log" || fail "s-501 not released"

@@ -4,9 +4,11 @@
 # flyt-servers that admit only with the cluster's session token, and a CUDA program that
 # knows nothing but the client manager's socket.
 # usage: run_client_manager_cluster.sh CMGR CLUSTER_MANAGER NODE_MANAGER FLYTCTL SERVER
-#                                      PROBE LIB_DIR CUDA_USER
+#                                      PROBE LIB_PATH CUDA_USER
+#   LIB_PATH: CUDA_USER's LD_LIBRARY_PATH: Flyt's libcuda.so.1 first, then NVIDIA's
+#   libcudart.so.13 (CUDA_USER links NVIDIA's runtime, without an RPATH)
 set -u
-cmgr=$1 clm=$2 nm=$3 ctl=$4 server=$5 probe=$6 libdir=$7 cuda_user=$8
+cmgr=$1 clm=$2 nm=$3 ctl=$4 server=$5 probe=$6 libpath=$7 cuda_user=$8
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -79,7 +81,7 @@ wait_until 10 test -S "$tmp/client.sock" || die "client manager did not start"
 
 # run as "${cuda[@]}" ARGS &: env execs the program, so $! is its pid
 cuda=(env -u FLYT_SERVER -u FLYT_SESSION_TOKEN FLYT_CLIENT_MANAGER="$tmp/client.sock"
-      LD_LIBRARY_PATH="$libdir" "$cuda_user")
+      LD_LIBRARY_PATH="$libpath" "$cuda_user")
 
 echo "== a CUDA program through the whole cluster (session token checked by the server)"
 "${cuda[@]}" 16 > "$tmp/host.out" 2>&1 & host=$!

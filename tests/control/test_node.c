@@ -3,12 +3,15 @@
  * program) against a real flyt-cluster-manager, as separate processes on loopback:
  * registration with its GPUs, heartbeats, its API's authentication, a server started for a
  * session that a client can use only with the session token (raw frames, and the client
- * test program through the Flyt client library with FLYT_SESSION_TOKEN), connected
- * reporting, release (DELETE), a killed server reported as failed, idle release through
- * the heartbeat's stop list, and SIGTERM: every server and MPS daemon stopped, nothing
- * left running, exit 0.
+ * test program, on NVIDIA's runtime, through Flyt's libcuda.so.1 with FLYT_SESSION_TOKEN),
+ * connected reporting, release (DELETE), a killed server reported as failed, idle release
+ * through the heartbeat's stop list, and SIGTERM: every server and MPS daemon stopped,
+ * nothing left running, exit 0.
  *
- * usage: test_node NODE_MANAGER CLUSTER_MANAGER FLYT_SERVER [CLIENT_TEST CUDART_DIR]
+ * usage: test_node NODE_MANAGER CLUSTER_MANAGER FLYT_SERVER
+ *                  [CLIENT_TEST FLYT_LIB_DIR CUDA_LIB_DIR]
+ *   FLYT_LIB_DIR holds Flyt's libcuda.so.1, CUDA_LIB_DIR NVIDIA's libcudart.so.13 (which
+ *   CLIENT_TEST links, without an RPATH).
  */
 #include "check.h"
 #include "cm_harness.h"
@@ -40,7 +43,7 @@
 static struct cm_proc cm;
 static char dir[256], nm_base[128], manager_token[128], node_token[128];
 static pid_t nm_pid;
-static const char *client_test, *cudart_dir;
+static const char *client_test, *flyt_lib_dir, *cuda_lib_dir;
 
 static void msleep(int ms)
 {
@@ -429,7 +432,10 @@ static int run_client(const char *endpoint, const char *token, int quiet)
             setenv("FLYT_SESSION_TOKEN", token, 1);
         else
             unsetenv("FLYT_SESSION_TOKEN");
-        setenv("LD_LIBRARY_PATH", cudart_dir, 1);
+        /* Flyt's driver first, then NVIDIA's runtime */
+        char libpath[8300];
+        snprintf(libpath, sizeof libpath, "%s:%s", flyt_lib_dir, cuda_lib_dir);
+        setenv("LD_LIBRARY_PATH", libpath, 1);
         alarm(120);
         execl(client_test, client_test, (char *)NULL);
         _exit(127);
@@ -445,7 +451,7 @@ static int run_client(const char *endpoint, const char *token, int quiet)
 static int client_has_tokens(void)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/libcudart.so.13", cudart_dir);
+    snprintf(path, sizeof path, "%s/libcuda.so.1", flyt_lib_dir);
     FILE *f = fopen(path, "rb");
     if (!f)
         return 0;
@@ -466,19 +472,20 @@ static int client_has_tokens(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4 && argc != 6) {
-        fprintf(stderr, "usage: %s NODE_MANAGER CLUSTER_MANAGER FLYT_SERVER [CLIENT_TEST CUDART_DIR]\n",
-                argv[0]);
+    if (argc != 4 && argc != 7) {
+        fprintf(stderr, "usage: %s NODE_MANAGER CLUSTER_MANAGER FLYT_SERVER [CLIENT_TEST "
+                        "FLYT_LIB_DIR CUDA_LIB_DIR]\n", argv[0]);
         return 2;
     }
     /* absolute paths: the daemons resolve relative ones against their config's directory */
-    static char abs[5][4096];
+    static char abs[6][4096];
     for (int i = 1; i < argc; i++)
         CHECK(realpath(argv[i], abs[i - 1]) != NULL, "%s exists", argv[i]);
     const char *nm_bin = abs[0], *cm_bin = abs[1], *server_bin = abs[2];
-    if (argc == 6) {
+    if (argc == 7) {
         client_test = abs[3];
-        cudart_dir = abs[4];
+        flyt_lib_dir = abs[4];
+        cuda_lib_dir = abs[5];
     }
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -681,7 +688,7 @@ int main(int argc, char **argv)
     CHECK(wait_for(server_unconnected, sid, 5000), "closed: no client connected");
 
     if (client_test && client_has_tokens()) {
-        printf("== the client test program through the Flyt client library\n");
+        printf("== the client test program (NVIDIA's runtime) through Flyt's libcuda.so.1\n");
         CHECK(run_client(endpoint, token, 0) == 0, "%s passes with FLYT_SESSION_TOKEN",
               client_test);
         CHECK(run_client(endpoint, NULL, 1) != 0, "and fails without it");

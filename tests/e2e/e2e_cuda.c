@@ -1,8 +1,8 @@
 /*
  * The CUDA program of the end-to-end test: an ordinary program of the CUDA runtime API
- * (linked against Flyt's libcudart.so.13) that knows nothing of Flyt. Run in a VM's
- * network namespace with FLYT_SERVER unset, so the client library asks the VM's client
- * manager for a server.
+ * (linked against NVIDIA's libcudart.so.13, which loads Flyt's libcuda.so.1 as its driver)
+ * that knows nothing of Flyt. Run in a VM's network namespace with FLYT_SERVER unset, so
+ * the client library asks the VM's client manager for a server.
  *
  * usage: e2e_cuda run SMS MEMORY          check the share, allocate, copy, check, free, exit
  *        e2e_cuda hold SMS MEMORY         the same, but keep the allocation, print "held"

@@ -25,17 +25,23 @@
 # "N passed, M failed". Exit 0 when none failed, 77 (skip) when network namespaces cannot
 # be made (not root) or, for postgresql, when the PostgreSQL server binaries are missing.
 #
-# usage: run_e2e.sh sqlite|postgresql BIN_DIR LIB_DIR E2E_CUDA E2E_TOOL
+# usage: run_e2e.sh sqlite|postgresql BIN_DIR LIB_DIR CUDA_LIB_DIR E2E_CUDA E2E_TOOL
 #   BIN_DIR: flyt-cluster-manager, flyt-node-manager, flyt-client-manager, flytctl,
-#   flyt-server; LIB_DIR: Flyt's libcudart.so.13. FLYT_E2E_KEEP=1 keeps the temp dir.
+#   flyt-server; LIB_DIR: Flyt's libcuda.so.1; CUDA_LIB_DIR: NVIDIA's libcudart.so.13, which
+#   E2E_CUDA links without an RPATH. FLYT_E2E_KEEP=1 keeps the temp dir.
 set -u
-if [ $# -ne 5 ]; then
-  echo "usage: $0 sqlite|postgresql BIN_DIR LIB_DIR E2E_CUDA E2E_TOOL" >&2
+if [ $# -ne 6 ]; then
+  echo "usage: $0 sqlite|postgresql BIN_DIR LIB_DIR CUDA_LIB_DIR E2E_CUDA E2E_TOOL" >&2
   exit 2
 fi
-kind=$1 bin=$2 libdir=$3 cuda_prog=$4 tool=$5
+kind=$1 bin=$2 libdir=$3 cudalib=$4 cuda_prog=$5 tool=$6
 # absolute paths: the daemons' configs live in a temp dir
-bin=$(realpath "$bin") libdir=$(realpath "$libdir") cuda_prog=$(realpath "$cuda_prog") tool=$(realpath "$tool")
+bin=$(realpath "$bin") libdir=$(realpath "$libdir") cudalib=$(realpath "$cudalib")
+cuda_prog=$(realpath "$cuda_prog") tool=$(realpath "$tool")
+[ -e "$libdir/libcuda.so.1" ] || { echo "$0: $libdir/libcuda.so.1 not found" >&2; exit 2; }
+[ -e "$cudalib/libcudart.so.13" ] || { echo "$0: $cudalib/libcudart.so.13 not found" >&2; exit 2; }
+# the CUDA programs load Flyt's libcuda.so.1 as their driver and NVIDIA's runtime
+libpath=$libdir:$cudalib
 case $kind in sqlite|postgresql) ;; *) echo "$0: store must be sqlite or postgresql" >&2; exit 2 ;; esac
 for p in flyt-cluster-manager flyt-node-manager flyt-client-manager flytctl flyt-server; do
   [ -x "$bin/$p" ] || { echo "$0: $bin/$p not found" >&2; exit 2; }
@@ -342,10 +348,10 @@ start_cmgr vb "$vm_b" || die "client manager of vm-b did not start"
 # "${cuda_va[@]}" ARGS & : ip netns exec and env exec the program, so $! is its pid.
 cuda_va=(ip netns exec "$P-va" env -u FLYT_SERVER -u FLYT_SESSION_TOKEN
          FLYT_CLIENT_MANAGER="$tmp/va/client.sock" FLYT_CLIENT_MANAGER_TIMEOUT=60
-         FLYT_CONNECT_TIMEOUT=10 LD_LIBRARY_PATH="$libdir" "$cuda_prog")
+         FLYT_CONNECT_TIMEOUT=10 LD_LIBRARY_PATH="$libpath" "$cuda_prog")
 cuda_vb=(ip netns exec "$P-vb" env -u FLYT_SERVER -u FLYT_SESSION_TOKEN
          FLYT_CLIENT_MANAGER="$tmp/vb/client.sock" FLYT_CLIENT_MANAGER_TIMEOUT=60
-         FLYT_CONNECT_TIMEOUT=10 LD_LIBRARY_PATH="$libdir" "$cuda_prog")
+         FLYT_CONNECT_TIMEOUT=10 LD_LIBRARY_PATH="$libpath" "$cuda_prog")
 held() { wait_for 40 grep -q '^held$' "$tmp/$1.out"; }
 
 # The session of process PID, as KEY=VALUE lines (the newest session with that pid)

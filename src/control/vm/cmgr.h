@@ -3,7 +3,8 @@
  * library over a Unix socket with a server endpoint and session token for the calling
  * process (asking the cluster manager for a session), watches each process and releases
  * its session when it ends (pidfd, else /proc), pings `alive` for live ones, and releases
- * everything when it stops. Also installs Flyt's libcudart.so.13 VM-wide (install.c).
+ * everything when it stops. Also installs Flyt's client library, the drop-in CUDA driver
+ * libcuda.so.1 (with Flyt's libnvidia-ml.so.1 when beside it), VM-wide (install.c).
  *
  * Modules: main.c (arguments, config, signals), sessions.c (the pid -> session table,
  * the watcher and worker threads), cluster.c (the calls to the cluster manager),
@@ -100,8 +101,8 @@ void sock_stop(void);
 /* ---- installation (install.c) ---- */
 struct install_opts {
     const char *root;      /* "" or "/": the real system */
-    const char *prefix;    /* where the library goes */
-    const char *lib;       /* Flyt's libcudart.so.13 to install; NULL: next to the binary */
+    const char *prefix;    /* where the libraries go */
+    const char *lib;       /* Flyt's libcuda.so.1 to install; NULL: next to the binary */
     int preload;           /* also /etc/ld.so.preload */
     int ldconfig;          /* -1: run unless root is set; 0 never; 1 always */
 };

@@ -1,22 +1,26 @@
 /*
- * VM-wide installation of Flyt's libcudart.so.13, without touching NVIDIA's files.
+ * VM-wide installation of Flyt's client library, the drop-in CUDA driver libcuda.so.1
+ * (and Flyt's libnvidia-ml.so.1 when it lies next to it), without touching NVIDIA's files.
  *
- * --install copies the library to PREFIX (default /usr/local/lib/flyt) and writes
+ * --install copies the libraries to PREFIX (default /usr/local/lib/flyt) and writes
  * /etc/ld.so.conf.d/00-flyt.conf naming PREFIX, then runs ldconfig. ldconfig keeps
- * every directory's libcudart.so.13 in the cache in the order the directories appear
+ * every directory's libcuda.so.1 in the cache in the order the directories appear
  * in its configuration (ld.so.conf includes the .conf files of ld.so.conf.d in name order, so
- * 00-flyt.conf comes before NVIDIA's cuda-*.conf), and the loader takes the first
- * match: every program that finds libcudart.so.13 through the cache gets Flyt's.
- * Programs with an RPATH/RUNPATH to NVIDIA's copy, or run with LD_LIBRARY_PATH
- * naming it, still get NVIDIA's; --preload adds PREFIX/libcudart.so.13 to
+ * 00-flyt.conf comes before the driver's multiarch conf and NVIDIA's cuda-*.conf; the trusted
+ * system folders come last), and the loader takes the first match: every program that finds
+ * libcuda.so.1 through the cache (NVIDIA's runtime, shared or static, its libraries and
+ * frameworks all do) gets Flyt's. Programs with an RPATH/RUNPATH to NVIDIA's copy, or run
+ * with LD_LIBRARY_PATH naming it, still get NVIDIA's; --preload adds PREFIX/libcuda.so.1 to
  * /etc/ld.so.preload as well, which wins over those too, at the cost of loading the
  * library into every process of the VM (docs/client-manager.md weighs the two).
  *
  * What it created is recorded, with SHA-256 of each file, in
  * /var/lib/flyt/client-install.manifest; --uninstall removes exactly that, and
- * refuses (removing nothing) when a recorded file was changed since. --root DIR
- * prefixes every path (for tests and image builds); ldconfig then runs only with
- * --ldconfig (as ldconfig -r DIR, which needs root).
+ * refuses (removing nothing) when a recorded file was changed since. An --install over an
+ * earlier one removes the recorded files it no longer writes (the retired libcudart.so.13
+ * client, an NVML no longer next to the library). --root DIR prefixes every path (for tests
+ * and image builds); ldconfig then runs only with --ldconfig (as ldconfig -r DIR, which
+ * needs root).
  */
 #include "cmgr.h"
 
@@ -34,12 +38,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define LIBNAME "libcudart.so.13"
+#define LIBNAME "libcuda.so.1"
+#define NVML_NAME "libnvidia-ml.so.1" /* optional: installed when next to LIBNAME */
+/* what installs before the driver-level client put in PREFIX (and in ld.so.preload) */
+#define LEGACY_LIBNAME "libcudart.so.13"
 #define CONF_REL "/etc/ld.so.conf.d/00-flyt.conf"
 #define PRELOAD_REL "/etc/ld.so.preload"
 #define MANIFEST_REL "/var/lib/flyt/client-install.manifest"
 #define MAX_DIRS 32
-#define MAX_FILES 4
+#define MAX_FILES 8
 #define MAX_LIB (512u << 20)
 
 #if defined(__x86_64__)
@@ -54,6 +61,7 @@ struct manifest {
     char prefix[PATH_MAX];
     int preload;          /* the preload line was added */
     int preload_created;  /* and /etc/ld.so.preload did not exist before */
+    char preload_line[PATH_MAX]; /* the line added (root-relative library path) */
     int ndirs, nfiles;
     char dirs[MAX_DIRS][PATH_MAX]; /* made by --install, in the order made */
     struct {
@@ -198,6 +206,8 @@ static int manifest_load(const struct install_opts *o, struct manifest *m, char 
             m->preload = atoi(val);
         else if (strcmp(key, "preload-file-created") == 0)
             m->preload_created = atoi(val);
+        else if (strcmp(key, "preload-line") == 0 && val[0] == '/')
+            snprintf(m->preload_line, sizeof m->preload_line, "%s", val);
         else if (strcmp(key, "dir") == 0 && m->ndirs < MAX_DIRS && val[0] == '/')
             snprintf(m->dirs[m->ndirs++], PATH_MAX, "%s", val);
         else if (strcmp(key, "file") == 0 && m->nfiles < MAX_FILES && strlen(val) > 66 &&
@@ -215,6 +225,9 @@ static int manifest_load(const struct install_opts *o, struct manifest *m, char 
                  "changed", path, ln);
         return -1;
     }
+    /* records older than preload-line were written when the library was libcudart.so.13 */
+    if (m->preload && m->preload_line[0] == '\0')
+        snprintf(m->preload_line, sizeof m->preload_line, "%s/%s", m->prefix, LEGACY_LIBNAME);
     return 1;
 }
 
@@ -226,6 +239,8 @@ static int manifest_save(const struct install_opts *o, const struct manifest *m,
                         "root). --uninstall removes\n# exactly these, and nothing if a file "
                         "changed since. Do not edit.\nversion 1\nprefix %s\npreload %d\n"
                         "preload-file-created %d\n", m->prefix, m->preload, m->preload_created);
+    if (m->preload)
+        flyt_buf_printf(&b, "preload-line %s\n", m->preload_line);
     for (int i = 0; i < m->ndirs; i++)
         flyt_buf_printf(&b, "dir %s\n", m->dirs[i]);
     for (int i = 0; i < m->nfiles; i++)
@@ -240,15 +255,27 @@ static int manifest_save(const struct install_opts *o, const struct manifest *m,
     return rc;
 }
 
+static int manifest_find_file(const struct manifest *m, const char *rel)
+{
+    for (int i = 0; i < m->nfiles; i++)
+        if (strcmp(m->files[i].path, rel) == 0)
+            return i;
+    return -1;
+}
+
+static void manifest_drop_file(struct manifest *m, int i)
+{
+    memmove(&m->files[i], &m->files[i + 1], (size_t)(m->nfiles - i - 1) * sizeof m->files[0]);
+    m->nfiles--;
+}
+
 static void manifest_set_file(struct manifest *m, const char *rel, const char *sha)
 {
-    int i = 0;
-    while (i < m->nfiles && strcmp(m->files[i].path, rel) != 0)
-        i++;
-    if (i == m->nfiles) {
+    int i = manifest_find_file(m, rel);
+    if (i < 0) {
         if (m->nfiles == MAX_FILES)
             return;
-        m->nfiles++;
+        i = m->nfiles++;
     }
     snprintf(m->files[i].path, PATH_MAX, "%s", rel);
     snprintf(m->files[i].sha, sizeof m->files[i].sha, "%s", sha);
@@ -392,13 +419,13 @@ static int run(char *const argv[], char *out, size_t cap)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* Which libcudart.so.13 the loader cache names first: into first (root-relative), or "". */
-static void cache_first(const struct install_opts *o, char *first, size_t cap)
+/* Which NAME the loader cache names first: into first (root-relative), or "". */
+static void cache_first(const struct install_opts *o, const char *name, char *first, size_t cap)
 {
     char cache[PATH_MAX];
     rooted(o, "/etc/ld.so.cache", cache, sizeof cache);
     char *argv[] = {"ldconfig", "-p", "-C", cache, NULL};
-    size_t outcap = 4 << 20;
+    size_t outcap = 4 << 20, nlen = strlen(name);
     char *out = malloc(outcap);
     first[0] = '\0';
     if (out == NULL)
@@ -407,7 +434,8 @@ static void cache_first(const struct install_opts *o, char *first, size_t cap)
         for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n")) {
             while (*l == ' ' || *l == '\t')
                 l++;
-            if (strncmp(l, LIBNAME " (", strlen(LIBNAME) + 2) != 0 || !strstr(l, CACHE_ARCH))
+            if (strncmp(l, name, nlen) != 0 || strncmp(l + nlen, " (", 2) != 0 ||
+                !strstr(l, CACHE_ARCH))
                 continue;
             char *arrow = strstr(l, "=> ");
             if (arrow) {
@@ -419,8 +447,9 @@ static void cache_first(const struct install_opts *o, char *first, size_t cap)
     free(out);
 }
 
-/* Runs ldconfig when asked or on the real root; then says what the cache picks. */
-static int refresh_cache(const struct install_opts *o, const char *want)
+/* Runs ldconfig when asked or on the real root; then says what the cache picks for each
+ * of the nwant installed libraries (root-relative paths). */
+static int refresh_cache(const struct install_opts *o, char (*want)[PATH_MAX], int nwant)
 {
     const char *root = root_of(o);
     int do_it = o->ldconfig == 1 || (o->ldconfig == -1 && root[0] == '\0');
@@ -438,16 +467,17 @@ static int refresh_cache(const struct install_opts *o, const char *want)
         return -1;
     }
     printf("ran ldconfig%s%s\n", root[0] ? " -r " : "", root);
-    if (want == NULL)
-        return 0;
-    char first[PATH_MAX];
-    cache_first(o, first, sizeof first);
-    if (strcmp(first, want) == 0)
-        printf("the loader cache now resolves %s to %s\n", LIBNAME, first);
-    else
-        say_err("warning: the loader cache resolves %s to %s, not %s: another ld.so.conf "
-                "entry comes first (use --preload)", LIBNAME, first[0] ? first : "nothing",
-                want);
+    for (int i = 0; i < nwant; i++) {
+        const char *name = strrchr(want[i], '/') + 1;
+        char first[PATH_MAX];
+        cache_first(o, name, first, sizeof first);
+        if (strcmp(first, want[i]) == 0)
+            printf("the loader cache now resolves %s to %s\n", name, first);
+        else
+            say_err("warning: the loader cache resolves %s to %s, not %s: another ld.so.conf "
+                    "entry comes first (use --preload)", name, first[0] ? first : "nothing",
+                    want[i]);
+    }
     return 0;
 }
 
@@ -478,6 +508,39 @@ static int check_prefix(const char *prefix)
     return 0;
 }
 
+/* A library to copy into the prefix. */
+struct lib_file {
+    const char *name; /* its file name there (the soname) */
+    char src[PATH_MAX];
+    char *data;
+    size_t len;
+    char rel[PATH_MAX], path[PATH_MAX]; /* root-relative, and with the root */
+};
+
+/* Flyt's NVML next to the driver library, when there is one: 1 (read), 0 (none). Not
+ * Flyt's or unreadable: said, and left out; it is an extra, the driver is what matters. */
+static int find_nvml(const char *lib_src, struct lib_file *f)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", lib_src);
+    snprintf(f->src, sizeof f->src, "%s/%s", dirname(dir), NVML_NAME);
+    f->name = NVML_NAME;
+    if (read_all(f->src, &f->data, &f->len, MAX_LIB) < 0) {
+        if (errno != ENOENT)
+            say_err("warning: cannot read %s: %s; not installing NVML", f->src, strerror(errno));
+        return 0;
+    }
+    /* Flyt's NVML writes its notices as "flyt: ..."; NVIDIA's never holds that */
+    if (f->len < 4 || memcmp(f->data, "\177ELF", 4) != 0 ||
+        memmem(f->data, f->len, "flyt: ", 6) == NULL) {
+        say_err("warning: %s is not Flyt's NVML; not installing it", f->src);
+        free(f->data);
+        f->data = NULL;
+        return 0;
+    }
+    return 1;
+}
+
 int cmgr_install(const struct install_opts *o)
 {
     char prefix[PATH_MAX / 2 + 1];
@@ -487,36 +550,45 @@ int cmgr_install(const struct install_opts *o)
     for (size_t l = strlen(prefix); l > 1 && prefix[l - 1] == '/';)
         prefix[--l] = '\0';
 
-    char src[PATH_MAX];
-    if (o->lib)
-        snprintf(src, sizeof src, "%s", o->lib);
-    else if (default_lib(src, sizeof src) < 0) {
-        say_err("cannot find Flyt's %s: give it with --lib", LIBNAME);
-        return 1;
-    }
-    char *lib;
-    size_t lib_len;
-    if (read_all(src, &lib, &lib_len, MAX_LIB) < 0) {
-        say_err("cannot read %s: %s (give Flyt's %s with --lib)", src, strerror(errno), LIBNAME);
-        return 1;
-    }
-    if (lib_len < 4 || memcmp(lib, "\177ELF", 4) != 0 ||
-        memmem(lib, lib_len, "FLYT_SERVER", 11) == NULL) {
-        say_err("%s is not Flyt's client library (an ELF file that reads FLYT_SERVER)", src);
-        free(lib);
-        return 1;
-    }
-
+    /* libs[0]: Flyt's libcuda.so.1 (required); libs[1]: its NVML, when next to it */
+    struct lib_file *libs = calloc(2, sizeof *libs);
     struct manifest *m = calloc(1, sizeof *m);
+    int nlibs = 0, rc = 1;
     char err[PATH_MAX + 256];
-    int rc = 1;
-    int had = m ? manifest_load(o, m, err, sizeof err) : -1;
-    char lib_rel[PATH_MAX], lib_path[PATH_MAX], conf_path[PATH_MAX];
-    snprintf(lib_rel, sizeof lib_rel, "%s/%s", prefix, LIBNAME);
-    rooted(o, lib_rel, lib_path, sizeof lib_path);
+    if (libs == NULL || m == NULL) {
+        say_err("out of memory");
+        goto out;
+    }
+    libs[0].name = LIBNAME;
+    if (o->lib)
+        snprintf(libs[0].src, sizeof libs[0].src, "%s", o->lib);
+    else if (default_lib(libs[0].src, sizeof libs[0].src) < 0) {
+        say_err("cannot find Flyt's %s: give it with --lib", LIBNAME);
+        goto out;
+    }
+    if (read_all(libs[0].src, &libs[0].data, &libs[0].len, MAX_LIB) < 0) {
+        say_err("cannot read %s: %s (give Flyt's %s with --lib)", libs[0].src, strerror(errno),
+                LIBNAME);
+        goto out;
+    }
+    nlibs = 1;
+    if (libs[0].len < 4 || memcmp(libs[0].data, "\177ELF", 4) != 0 ||
+        memmem(libs[0].data, libs[0].len, "FLYT_SERVER", 11) == NULL) {
+        say_err("%s is not Flyt's client library (an ELF file that reads FLYT_SERVER)",
+                libs[0].src);
+        goto out;
+    }
+    nlibs += find_nvml(libs[0].src, &libs[1]);
+
+    int had = manifest_load(o, m, err, sizeof err);
+    char conf_path[PATH_MAX];
+    for (int i = 0; i < nlibs; i++) {
+        snprintf(libs[i].rel, sizeof libs[i].rel, "%s/%s", prefix, libs[i].name);
+        rooted(o, libs[i].rel, libs[i].path, sizeof libs[i].path);
+    }
     rooted(o, CONF_REL, conf_path, sizeof conf_path);
     if (had < 0) {
-        say_err("%s", m ? err : "out of memory");
+        say_err("%s", err);
         goto out;
     }
     if (had) {
@@ -534,17 +606,23 @@ int cmgr_install(const struct install_opts *o)
                 goto out;
             }
         }
-        printf("already installed at %s: updating\n", prefix);
     } else {
-        const char *mine[] = {lib_path, conf_path};
-        for (int i = 0; i < 2; i++)
-            if (access(mine[i], F_OK) == 0) {
-                say_err("%s exists and was not installed by flyt-client-manager (no record in "
-                        "%s%s); not overwriting it", mine[i], root_of(o), MANIFEST_REL);
-                goto out;
-            }
         snprintf(m->prefix, sizeof m->prefix, "%s", prefix);
     }
+    /* never overwrite a file that is not ours (in the record) */
+    const char *mine[3] = {NULL, NULL, CONF_REL}, *mine_path[3] = {NULL, NULL, conf_path};
+    for (int i = 0; i < nlibs; i++) {
+        mine[i] = libs[i].rel;
+        mine_path[i] = libs[i].path;
+    }
+    for (int i = 0; i < 3; i++)
+        if (mine[i] && manifest_find_file(m, mine[i]) < 0 && access(mine_path[i], F_OK) == 0) {
+            say_err("%s exists and was not installed by flyt-client-manager (no record in "
+                    "%s%s); not overwriting it", mine_path[i], root_of(o), MANIFEST_REL);
+            goto out;
+        }
+    if (had)
+        printf("already installed at %s: updating\n", prefix);
 
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", MANIFEST_REL);
@@ -560,19 +638,21 @@ int cmgr_install(const struct install_opts *o)
         goto out;
     }
     char sha[65];
-    if (write_atomic(lib_path, lib, lib_len, 0755) < 0) {
-        say_err("cannot write %s: %s", lib_path, strerror(errno));
-        goto save;
+    for (int i = 0; i < nlibs; i++) {
+        if (write_atomic(libs[i].path, libs[i].data, libs[i].len, 0755) < 0) {
+            say_err("cannot write %s: %s", libs[i].path, strerror(errno));
+            goto save;
+        }
+        flyt_sha256_hex(libs[i].data, libs[i].len, sha, sizeof sha);
+        manifest_set_file(m, libs[i].rel, sha);
+        printf("installed %s (from %s)\n", libs[i].path, libs[i].src);
     }
-    flyt_sha256_hex(lib, lib_len, sha, sizeof sha);
-    manifest_set_file(m, lib_rel, sha);
-    printf("installed %s (from %s)\n", lib_path, src);
 
     struct flyt_buf cb = {0};
     flyt_buf_printf(&cb, "# Written by flyt-client-manager --install; --uninstall removes it.\n"
-                         "# Puts Flyt's %s (GPU through the Flyt cluster) ahead of\n"
+                         "# Puts Flyt's %s%s (GPU through the Flyt cluster) ahead of\n"
                          "# NVIDIA's in the loader cache; NVIDIA's files are untouched.\n%s\n",
-                    LIBNAME, prefix);
+                    LIBNAME, nlibs > 1 ? " and " NVML_NAME : "", prefix);
     char *conf = flyt_buf_take(&cb);
     if (conf == NULL || write_atomic(conf_path, conf, strlen(conf), 0644) < 0) {
         say_err("cannot write %s: %s", conf_path, strerror(errno));
@@ -584,6 +664,21 @@ int cmgr_install(const struct install_opts *o)
     manifest_set_file(m, CONF_REL, sha);
     printf("wrote %s\n", conf_path);
 
+    const char *lib_rel = libs[0].rel;
+    if (m->preload && strcmp(m->preload_line, lib_rel) != 0) {
+        /* an earlier install preloaded another file (the retired libcudart.so.13): its line
+         * goes before that file does */
+        int created_before = m->preload_created;
+        if (preload_edit(o, m->preload_line, 0, &m->preload_created, err, sizeof err) < 0) {
+            say_err("%s", err);
+            goto save;
+        }
+        printf("removed %s from %s%s (an earlier install's)\n", m->preload_line, root_of(o),
+               PRELOAD_REL);
+        m->preload = 0;
+        m->preload_created = created_before;
+        m->preload_line[0] = '\0';
+    }
     if (o->preload) {
         int created = 0, did = preload_edit(o, lib_rel, 1, &created, err, sizeof err);
         if (did < 0) {
@@ -591,13 +686,16 @@ int cmgr_install(const struct install_opts *o)
             goto save;
         }
         if (did) {
+            /* a file made by an earlier install whose line was just replaced stays "made" */
+            m->preload_created = created || (m->preload_created && !m->preload);
             m->preload = 1;
-            m->preload_created = created;
+            snprintf(m->preload_line, sizeof m->preload_line, "%s", lib_rel);
             printf("added %s to %s%s: every process of the VM loads it\n", lib_rel,
                    root_of(o), PRELOAD_REL);
         } else if (m->preload) {
             printf("%s already lists %s\n", PRELOAD_REL, lib_rel);
         } else {
+            m->preload_created = 0;
             printf("%s%s already lists %s (not by this install: --uninstall will leave it)\n",
                    root_of(o), PRELOAD_REL, lib_rel);
         }
@@ -607,8 +705,29 @@ int cmgr_install(const struct install_opts *o)
             goto save;
         }
         m->preload = m->preload_created = 0;
+        m->preload_line[0] = '\0';
         printf("removed %s from %s%s (no --preload this time)\n", lib_rel, root_of(o),
                PRELOAD_REL);
+    } else {
+        m->preload_created = 0;
+    }
+
+    /* files an earlier install recorded that this one does not write (unchanged: checked
+     * above) go, so that the loader cannot find them */
+    for (int i = m->nfiles - 1; i >= 0; i--) {
+        int current = strcmp(m->files[i].path, CONF_REL) == 0;
+        for (int j = 0; j < nlibs; j++)
+            current |= strcmp(m->files[i].path, libs[j].rel) == 0;
+        if (current)
+            continue;
+        char p[PATH_MAX];
+        rooted(o, m->files[i].path, p, sizeof p);
+        if (unlink(p) != 0 && errno != ENOENT) {
+            say_err("cannot remove %s: %s", p, strerror(errno));
+            goto save;
+        }
+        printf("removed %s (an earlier install's, not installed now)\n", p);
+        manifest_drop_file(m, i);
     }
     rc = 0;
 save:
@@ -618,11 +737,18 @@ save:
     } else if (rc == 0) {
         printf("recorded in %s%s\n", root_of(o), MANIFEST_REL);
     }
-    if (rc == 0 && refresh_cache(o, lib_rel) < 0)
-        rc = 1;
+    if (rc == 0) {
+        char want[2][PATH_MAX];
+        for (int i = 0; i < nlibs; i++)
+            snprintf(want[i], PATH_MAX, "%s", libs[i].rel);
+        if (refresh_cache(o, want, nlibs) < 0)
+            rc = 1;
+    }
 out:
+    for (int i = 0; libs && i < 2; i++)
+        free(libs[i].data);
+    free(libs);
     free(m);
-    free(lib);
     return rc;
 }
 
@@ -673,13 +799,11 @@ int cmgr_uninstall(const struct install_opts *o)
         }
     }
     if (m->preload) {
-        char line[PATH_MAX + 32];
-        snprintf(line, sizeof line, "%s/%s", m->prefix, LIBNAME);
-        if (preload_edit(o, line, 0, &m->preload_created, err, sizeof err) < 0) {
+        if (preload_edit(o, m->preload_line, 0, &m->preload_created, err, sizeof err) < 0) {
             say_err("%s", err);
             rc = 1;
         } else {
-            printf("removed %s from %s%s\n", line, root_of(o), PRELOAD_REL);
+            printf("removed %s from %s%s\n", m->preload_line, root_of(o), PRELOAD_REL);
         }
     }
     if (rc == 0) {
@@ -698,7 +822,7 @@ int cmgr_uninstall(const struct install_opts *o)
                 say_err("cannot remove %s: %s", p, strerror(errno));
         }
     }
-    if (rc == 0 && refresh_cache(o, NULL) < 0)
+    if (rc == 0 && refresh_cache(o, NULL, 0) < 0)
         rc = 1;
     if (rc == 0)
         printf("uninstalled\n");
