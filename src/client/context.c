@@ -106,7 +106,7 @@ FLYT_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flag
     if (flags == NULL || active == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&primary.lock);
-    *flags = primary_ctx.flags;
+    *flags = primary_ctx.flags | CU_CTX_MAP_HOST; /* always on since CUDA 11 */
     *active = primary.refs > 0;
     pthread_mutex_unlock(&primary.lock);
     return CUDA_SUCCESS;
@@ -310,7 +310,7 @@ FLYT_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
     if (r == CUDA_SUCCESS && flags == NULL)
         r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
-        *flags = ctx->flags;
+        *flags = ctx->flags | CU_CTX_MAP_HOST; /* always on since CUDA 11 */
     return r;
 }
 

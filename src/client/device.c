@@ -51,12 +51,12 @@ CUresult flyt_check_device(CUdevice dev)
 }
 
 /* Features the GPU has but a tenant behind Flyt cannot use: the virtual GPU
- * says it lacks them, so libraries take their other paths. */
+ * says it lacks them, so libraries take their other paths. (Managed memory
+ * is still reported as the GPU has it: its calls say themselves that Flyt
+ * does not carry them yet, and programs print the attribute.) */
 static int hidden_feature(CUdevice_attribute attr)
 {
     switch (attr) {
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
     case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:

@@ -33,6 +33,7 @@ FLYT_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
         return r;
     if (dptr == NULL || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    *dptr = 0; /* a failed allocation leaves a null pointer, as the driver's does */
     flyt_req_mem_alloc req = {.size = size};
     uint64_t addr = 0;
     r = flyt_call_u64(FLYT_OP_MEM_ALLOC, &req, sizeof req, &addr);
