@@ -94,27 +94,7 @@ int main(void)
     printf("memset 0x01 then D2D: 0x%08x 0x%08x\n", probe[0], probe[1]);
     expect(probe[0] == 0x01010101 && probe[1] == 0x01010101, "memset + device-to-device copy");
 
-    /* ---- stream capture into a graph, replayed */
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
-    add_const<<<(m + 255) / 256, 256, 0, s1>>>(m, 1, dp);
-    add_const<<<(m + 255) / 256, 256, 0, s1>>>(m, 2, dp);
-    CHECK(cudaStreamEndCapture(s1, &graph));
-    size_t nodes = 0;
-    CHECK(cudaGraphGetNodes(graph, NULL, &nodes));
-    CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int i = 0; i < 3; i++)
-        CHECK(cudaGraphLaunch(exec, s1));
-    CHECK(cudaMemcpyAsync(hp, dp, m * sizeof(int), cudaMemcpyDeviceToHost, s1));
-    CHECK(cudaStreamSynchronize(s1));
-    bad = 0;
-    for (int i = 0; i < m; i++)
-        bad += hp[i] != 0x01010101 + 9;
-    printf("graph: %zu nodes, 3 replays, mismatches %d\n", nodes, bad);
-    expect(nodes == 2 && bad == 0, "captured graph replayed");
-    CHECK(cudaGraphExecDestroy(exec));
-    CHECK(cudaGraphDestroy(graph));
+    /* (graphs through the static runtime belong with the graph programs of issue 9) */
 
     /* ---- errors through the static runtime */
     void *nowhere = NULL;
