@@ -210,7 +210,7 @@ static const void *const integrity_table[INTEGRITY_SLOTS] = {
     SIZE_SLOT(INTEGRITY_SLOTS), FN(integrity_check), R(INTEGRITY_CHECK, 2),
 };
 
-/* ---- tools context (21318c60-…): only slot 4 is known ---- */
+/* ---- tools context (21318c60-…), CUetblToolsContext: the slots libraries call ---- */
 
 /* Slot 4: the context's unique number, as cuCtxGetId; the driver answers 0
  * for a NULL context rather than looking up the current one. */
@@ -225,19 +225,217 @@ static CUresult tools_ctx_id(CUcontext ctx, uint64_t *id)
     return err;
 }
 
+/* Slot 3: the context's device. */
+static CUresult tools_ctx_device(CUcontext ctx, uint32_t *device)
+{
+    if (device == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdevice d = 0;
+    CUresult err = cuCtxGetDevice_v2(&d, ctx);
+    if (err == CUDA_SUCCESS)
+        *device = (uint32_t)d;
+    return err;
+}
+
+/* ---- the tools' stream handles (slots 11, 12, 16, 20, 32, 39, 51) ----
+ * cuBLASLt turns each public stream into the driver's own handle (slot 51)
+ * and asks that handle's unique id (slot 39), as a cache key. Our handle is
+ * a record per stream, never freed, opaque to the caller (zero-filled room
+ * in front, in case a library reads through it) and found again by the
+ * stream's unique id, which is what cuStreamGetId reports. */
+struct tools_stream {
+    unsigned char opaque[512];
+    uint64_t id;         /* the stream's unique id */
+    CUstream stream;     /* the public handle naming it */
+    struct tools_stream *next;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct tools_stream *list;
+} tools_streams = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Exported by this library; cuda.h declares it only for per-thread builds. */
+CUresult cuStreamGetId_ptsz(CUstream stream, unsigned long long *id);
+
+/* 1 is the legacy default stream's id, whether it was named NULL or
+ * CU_STREAM_LEGACY. */
+static uint64_t stream_unique_id(CUstream stream, int per_thread, CUresult *err)
+{
+    unsigned long long id = 0;
+    *err = per_thread ? cuStreamGetId_ptsz(stream, &id) : cuStreamGetId(stream, &id);
+    return id == 0 ? 1 : id;
+}
+
+static struct tools_stream *tools_stream_for(uint64_t id, CUstream stream)
+{
+    pthread_mutex_lock(&tools_streams.lock);
+    struct tools_stream *t = tools_streams.list;
+    while (t != NULL && t->id != id)
+        t = t->next;
+    if (t == NULL && (t = calloc(1, sizeof *t)) != NULL) {
+        t->id = id;
+        t->stream = stream;
+        t->next = tools_streams.list;
+        tools_streams.list = t;
+    }
+    pthread_mutex_unlock(&tools_streams.lock);
+    return t;
+}
+
+/* Slot 51: StreamGetToolsHandleEx(ctx, stream, &handle, per_thread). */
+static CUresult tools_stream_handle(CUcontext ctx, CUstream stream, void **out, uint8_t per_thread)
+{
+    (void)ctx;
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult err;
+    uint64_t id = stream_unique_id(stream, per_thread, &err);
+    if (err != CUDA_SUCCESS)
+        return err;
+    CUstream named = stream == NULL ? (per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY) : stream;
+    struct tools_stream *t = tools_stream_for(id, named);
+    if (t == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = t;
+    return CUDA_SUCCESS;
+}
+
+/* Slot 17, the same without the per-thread flag (deprecated). */
+static CUresult tools_stream_handle_old(CUcontext ctx, CUstream stream, void **out)
+{
+    return tools_stream_handle(ctx, stream, out, 0);
+}
+
+static struct tools_stream *tools_stream_from(const void *handle)
+{
+    pthread_mutex_lock(&tools_streams.lock);
+    struct tools_stream *t = tools_streams.list;
+    while (t != NULL && (const void *)t != handle)
+        t = t->next;
+    pthread_mutex_unlock(&tools_streams.lock);
+    return t;
+}
+
+/* Slot 39: StreamGetIdEx(ctx, handle, &id). */
+static CUresult tools_stream_id(CUcontext ctx, const void *handle, uint64_t *id)
+{
+    (void)ctx;
+    struct tools_stream *t = tools_stream_from(handle);
+    if (id == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (t == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *id = t->id;
+    return CUDA_SUCCESS;
+}
+
+/* Slot 5: StreamGetId(ctx, public stream, &id) (deprecated). */
+static CUresult tools_public_stream_id(CUcontext ctx, CUstream stream, uint64_t *id)
+{
+    (void)ctx;
+    if (id == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult err;
+    *id = stream_unique_id(stream, 0, &err);
+    return err;
+}
+
+/* Slot 16: StreamGetPublicHandle(handle, &stream). */
+static CUresult tools_stream_public(const void *handle, CUstream *stream)
+{
+    struct tools_stream *t = tools_stream_from(handle);
+    if (stream == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (t == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *stream = t->stream;
+    return CUDA_SUCCESS;
+}
+
+/* Slot 20: StreamGetCtx(handle, &ctx): every stream is in the current one. */
+static CUresult tools_stream_ctx(const void *handle, CUcontext *ctx)
+{
+    if (ctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (tools_stream_from(handle) == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return cuCtxGetCurrent(ctx);
+}
+
+/* Slot 11: CtxGetNullStream(ctx, &handle). */
+static CUresult tools_null_stream(CUcontext ctx, void **out)
+{
+    return tools_stream_handle(ctx, CU_STREAM_LEGACY, out, 0);
+}
+
+/* Slot 12: StreamIsNullStream(ctx, handle, &answer). */
+static CUresult tools_is_null_stream(CUcontext ctx, const void *handle, uint8_t *answer)
+{
+    (void)ctx;
+    struct tools_stream *t = tools_stream_from(handle);
+    if (answer == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (t == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *answer = t->id == 1;
+    return CUDA_SUCCESS;
+}
+
+/* Slot 32: StreamIsNonBlocking(handle, &answer). */
+static CUresult tools_stream_nonblocking(const void *handle, uint8_t *answer)
+{
+    struct tools_stream *t = tools_stream_from(handle);
+    if (answer == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (t == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    unsigned flags = 0;
+    CUresult err = t->id == 1 ? CUDA_SUCCESS : cuStreamGetFlags(t->stream, &flags);
+    if (err == CUDA_SUCCESS)
+        *answer = (flags & CU_STREAM_NON_BLOCKING) != 0;
+    return err;
+}
+
 REFUSED(TOOLS_CONTEXT, 1)
 REFUSED(TOOLS_CONTEXT, 2)
-REFUSED(TOOLS_CONTEXT, 3)
-REFUSED(TOOLS_CONTEXT, 5)
 REFUSED(TOOLS_CONTEXT, 6)
 REFUSED(TOOLS_CONTEXT, 7)
 REFUSED(TOOLS_CONTEXT, 8)
 REFUSED(TOOLS_CONTEXT, 9)
-REFUSED10(TOOLS_CONTEXT, 1)
-REFUSED10(TOOLS_CONTEXT, 2)
-REFUSED10(TOOLS_CONTEXT, 3)
+REFUSED(TOOLS_CONTEXT, 10)
+REFUSED(TOOLS_CONTEXT, 13)
+REFUSED(TOOLS_CONTEXT, 14)
+REFUSED(TOOLS_CONTEXT, 15)
+REFUSED(TOOLS_CONTEXT, 18)
+REFUSED(TOOLS_CONTEXT, 19)
+REFUSED(TOOLS_CONTEXT, 21)
+REFUSED(TOOLS_CONTEXT, 22)
+REFUSED(TOOLS_CONTEXT, 23)
+REFUSED(TOOLS_CONTEXT, 24)
+REFUSED(TOOLS_CONTEXT, 25)
+REFUSED(TOOLS_CONTEXT, 26)
+REFUSED(TOOLS_CONTEXT, 27)
+REFUSED(TOOLS_CONTEXT, 28)
+REFUSED(TOOLS_CONTEXT, 29)
+REFUSED(TOOLS_CONTEXT, 30)
+REFUSED(TOOLS_CONTEXT, 31)
+REFUSED(TOOLS_CONTEXT, 33)
+REFUSED(TOOLS_CONTEXT, 34)
+REFUSED(TOOLS_CONTEXT, 35)
+REFUSED(TOOLS_CONTEXT, 36)
+REFUSED(TOOLS_CONTEXT, 37)
+REFUSED(TOOLS_CONTEXT, 38)
 REFUSED10(TOOLS_CONTEXT, 4)
-REFUSED10(TOOLS_CONTEXT, 5)
+REFUSED(TOOLS_CONTEXT, 50)
+REFUSED(TOOLS_CONTEXT, 52)
+REFUSED(TOOLS_CONTEXT, 53)
+REFUSED(TOOLS_CONTEXT, 54)
+REFUSED(TOOLS_CONTEXT, 55)
+REFUSED(TOOLS_CONTEXT, 56)
+REFUSED(TOOLS_CONTEXT, 57)
+REFUSED(TOOLS_CONTEXT, 58)
+REFUSED(TOOLS_CONTEXT, 59)
 REFUSED10(TOOLS_CONTEXT, 6)
 REFUSED10(TOOLS_CONTEXT, 7)
 REFUSED10(TOOLS_CONTEXT, 8)
@@ -250,11 +448,23 @@ REFUSED(TOOLS_CONTEXT, 94)
 #define TOOLS_CTX_SLOTS 95
 static const void *const tools_context[TOOLS_CTX_SLOTS] = {
     SIZE_SLOT(TOOLS_CTX_SLOTS),
-    R(TOOLS_CONTEXT, 1), R(TOOLS_CONTEXT, 2), R(TOOLS_CONTEXT, 3), FN(tools_ctx_id),
-    R(TOOLS_CONTEXT, 5), R(TOOLS_CONTEXT, 6), R(TOOLS_CONTEXT, 7), R(TOOLS_CONTEXT, 8),
+    R(TOOLS_CONTEXT, 1), R(TOOLS_CONTEXT, 2), FN(tools_ctx_device), FN(tools_ctx_id),
+    FN(tools_public_stream_id), R(TOOLS_CONTEXT, 6), R(TOOLS_CONTEXT, 7), R(TOOLS_CONTEXT, 8),
     R(TOOLS_CONTEXT, 9),
-    R10(TOOLS_CONTEXT, 1), R10(TOOLS_CONTEXT, 2), R10(TOOLS_CONTEXT, 3), R10(TOOLS_CONTEXT, 4),
-    R10(TOOLS_CONTEXT, 5), R10(TOOLS_CONTEXT, 6), R10(TOOLS_CONTEXT, 7), R10(TOOLS_CONTEXT, 8),
+    /* 10 */ R(TOOLS_CONTEXT, 10), FN(tools_null_stream), FN(tools_is_null_stream),
+    R(TOOLS_CONTEXT, 13), R(TOOLS_CONTEXT, 14), R(TOOLS_CONTEXT, 15), FN(tools_stream_public),
+    FN(tools_stream_handle_old), R(TOOLS_CONTEXT, 18), R(TOOLS_CONTEXT, 19),
+    /* 20 */ FN(tools_stream_ctx), R(TOOLS_CONTEXT, 21), R(TOOLS_CONTEXT, 22), R(TOOLS_CONTEXT, 23),
+    R(TOOLS_CONTEXT, 24), R(TOOLS_CONTEXT, 25), R(TOOLS_CONTEXT, 26), R(TOOLS_CONTEXT, 27),
+    R(TOOLS_CONTEXT, 28), R(TOOLS_CONTEXT, 29),
+    /* 30 */ R(TOOLS_CONTEXT, 30), R(TOOLS_CONTEXT, 31), FN(tools_stream_nonblocking),
+    R(TOOLS_CONTEXT, 33), R(TOOLS_CONTEXT, 34), R(TOOLS_CONTEXT, 35), R(TOOLS_CONTEXT, 36),
+    R(TOOLS_CONTEXT, 37), R(TOOLS_CONTEXT, 38), FN(tools_stream_id),
+    /* 40 */ R10(TOOLS_CONTEXT, 4),
+    /* 50 */ R(TOOLS_CONTEXT, 50), FN(tools_stream_handle), R(TOOLS_CONTEXT, 52),
+    R(TOOLS_CONTEXT, 53), R(TOOLS_CONTEXT, 54), R(TOOLS_CONTEXT, 55), R(TOOLS_CONTEXT, 56),
+    R(TOOLS_CONTEXT, 57), R(TOOLS_CONTEXT, 58), R(TOOLS_CONTEXT, 59),
+    /* 60 */ R10(TOOLS_CONTEXT, 6), R10(TOOLS_CONTEXT, 7), R10(TOOLS_CONTEXT, 8),
     R(TOOLS_CONTEXT, 90), NULL, R(TOOLS_CONTEXT, 92), R(TOOLS_CONTEXT, 93), R(TOOLS_CONTEXT, 94),
 };
 

@@ -8,6 +8,7 @@
 #include "export_tables.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,6 +124,32 @@ CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *value = 6; return CUDA_SUCCESS;
     default: return CUDA_ERROR_INVALID_VALUE;
     }
+}
+
+/* Streams: the unique id of a stream is its value, the legacy one's 1,
+ * the calling thread's default stream 77. */
+CUresult cuStreamGetId(CUstream s, unsigned long long *id)
+{
+    *id = s == NULL ? 0 : s == CU_STREAM_PER_THREAD ? 77 : (unsigned long long)(uintptr_t)s;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long *id);
+CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long *id)
+{
+    return cuStreamGetId(s == NULL ? CU_STREAM_PER_THREAD : s, id);
+}
+
+CUresult cuStreamGetFlags(CUstream s, unsigned int *flags)
+{
+    *flags = (uintptr_t)s == 0x500 ? CU_STREAM_NON_BLOCKING : 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
+{
+    *dev = ctx == OTHER ? 1 : 0;
+    return CUDA_SUCCESS;
 }
 
 /* ---- helpers ---- */
@@ -299,13 +326,16 @@ static void *cls_thread(void *arg)
 {
     CUcontext mine = arg;
     fake_current = mine;
+    /* keys of its own: two threads share each context, and a key is put once */
+    static atomic_int threads;
+    uintptr_t base = 100000u * (uintptr_t)(1 + atomic_fetch_add(&threads, 1));
     for (uintptr_t i = 0; i < 2000; i++) {
         void *v = NULL;
         if (flyt_ctx_storage_get(&v, NULL, K(7)) != CUDA_SUCCESS || v != (void *)mine)
             return K(1);
         if (i % 100 == 0) { /* writers alongside the readers */
-            if (flyt_ctx_storage_put(NULL, K(1000 + i), K(i), NULL) != CUDA_SUCCESS ||
-                flyt_ctx_storage_delete(NULL, K(1000 + i)) != CUDA_SUCCESS)
+            if (flyt_ctx_storage_put(NULL, K(base + i), K(i), NULL) != CUDA_SUCCESS ||
+                flyt_ctx_storage_delete(NULL, K(base + i)) != CUDA_SUCCESS)
                 return K(1);
         }
     }
@@ -385,6 +415,34 @@ static void test_slots(void)
     CHECK(((CUresult(*)(CUcontext, uint64_t *))tctx[4])(OTHER, &id) == CUDA_SUCCESS && id == 2);
     CHECK(((CUresult(*)(CUcontext, uint64_t *))tctx[4])(NULL, &id) == CUDA_SUCCESS && id == 0);
 
+    /* stream handles: one per stream, found again by their unique ids */
+    typedef CUresult (*handle_fn)(CUcontext, CUstream, void **, uint8_t);
+    typedef CUresult (*id_fn)(CUcontext, void *, uint64_t *);
+    void *h_null = NULL, *h_legacy = NULL, *h_ptds = NULL, *h_ptds2 = NULL, *h_s = NULL, *h_s2 = NULL;
+    CHECK(((handle_fn)tctx[51])(PRIMARY, NULL, &h_null, 0) == CUDA_SUCCESS && h_null != NULL);
+    CHECK(((handle_fn)tctx[51])(PRIMARY, CU_STREAM_LEGACY, &h_legacy, 0) == CUDA_SUCCESS);
+    CHECK(h_legacy == h_null); /* two names of the legacy stream */
+    CHECK(((handle_fn)tctx[51])(PRIMARY, NULL, &h_ptds, 1) == CUDA_SUCCESS);
+    CHECK(((handle_fn)tctx[51])(PRIMARY, CU_STREAM_PER_THREAD, &h_ptds2, 0) == CUDA_SUCCESS);
+    CHECK(h_ptds == h_ptds2 && h_ptds != h_null);
+    CHECK(((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s, 0) == CUDA_SUCCESS);
+    CHECK(((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s2, 1) == CUDA_SUCCESS && h_s2 == h_s);
+    CHECK(((handle_fn)tctx[51])(PRIMARY, NULL, NULL, 0) == CUDA_ERROR_INVALID_VALUE);
+    id = 0;
+    CHECK(((id_fn)tctx[39])(PRIMARY, h_s, &id) == CUDA_SUCCESS && id == 0x500);
+    CHECK(((id_fn)tctx[39])(PRIMARY, h_null, &id) == CUDA_SUCCESS && id == 1);
+    CHECK(((id_fn)tctx[39])(PRIMARY, h_ptds, &id) == CUDA_SUCCESS && id == 77);
+    CHECK(((id_fn)tctx[39])(PRIMARY, K(1), &id) == CUDA_ERROR_INVALID_HANDLE);
+    CUstream pub = NULL;
+    CHECK(((CUresult(*)(void *, CUstream *))tctx[16])(h_s, &pub) == CUDA_SUCCESS &&
+          pub == (CUstream)0x500);
+    uint8_t yes = 9;
+    CHECK(((CUresult(*)(void *, uint8_t *))tctx[32])(h_s, &yes) == CUDA_SUCCESS && yes == 1);
+    CHECK(((CUresult(*)(CUcontext, void *, uint8_t *))tctx[12])(PRIMARY, h_null, &yes) ==
+              CUDA_SUCCESS && yes == 1);
+    uint32_t device = 9;
+    CHECK(((CUresult(*)(CUcontext, uint32_t *))tctx[3])(OTHER, &device) == CUDA_SUCCESS && device == 1);
+
     void *const *tmod = table_of(TOOLS_MODULE);
     typedef uint64_t (*iterate_fn)(CUcontext, CUmodule, void *, void *);
     memset(&seen, 0, sizeof seen);
@@ -398,8 +456,8 @@ static CUresult refused_result;
 static void call_refused_twice(void)
 {
     void *const *tctx = table_of(TOOLS_CTX);
-    refused_result = ((CUresult(*)(void))tctx[51])();
-    ((CUresult(*)(void))tctx[51])();
+    refused_result = ((CUresult(*)(void))tctx[50])();
+    ((CUresult(*)(void))tctx[50])();
 }
 
 static void test_refused_slot(void)
@@ -407,7 +465,7 @@ static void test_refused_slot(void)
     const char *said = stderr_of(call_refused_twice);
     CHECK(refused_result == CUDA_ERROR_NOT_SUPPORTED);
     CHECK(count_lines(said) == 1);
-    CHECK(strstr(said, "TOOLS_CONTEXT, slot 51") != NULL);
+    CHECK(strstr(said, "TOOLS_CONTEXT, slot 50") != NULL);
 }
 
 /* ---- MD2: RFC 1319's test suite ---- */
