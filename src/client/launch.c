@@ -425,3 +425,109 @@ FLYT_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction fu
 {
     return cluster_query(size, func, config, FLYT_CLUSTER_MAX_SIZE);
 }
+
+/* ---- tensor maps: encoded by the driver beside the GPU ---- */
+
+static CUresult tensor_map_call(CUtensorMap *map, flyt_req_tensor_map *req)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (map == NULL || req->rank > FLYT_TMAP_RANK || (req->kind != FLYT_TMAP_REPLACE && req->rank == 0))
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_rep_tensor_map rep;
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    r = flyt_call(FLYT_OP_TENSOR_MAP, req, sizeof *req, NULL, 0, &sink);
+    _Static_assert(sizeof rep.map == sizeof(CUtensorMap), "tensor map size");
+    if (r == CUDA_SUCCESS)
+        memcpy(map, rep.map, sizeof rep.map);
+    return r;
+}
+
+/* The arrays every encoding takes: dimensions, strides (one fewer) and
+ * element strides, each up to rank entries. */
+static CUresult tensor_map_arrays(flyt_req_tensor_map *req, const cuuint64_t *dim,
+                                  const cuuint64_t *strides, const cuuint32_t *elem_strides)
+{
+    if (req->rank == 0 || req->rank > FLYT_TMAP_RANK || dim == NULL || elem_strides == NULL ||
+        (req->rank > 1 && strides == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (uint32_t i = 0; i < req->rank; i++) {
+        req->global_dim[i] = dim[i];
+        req->element_strides[i] = elem_strides[i];
+        if (i + 1 < req->rank)
+            req->global_strides[i] = strides[i];
+    }
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank,
+                                            void *addr, const cuuint64_t *dim,
+                                            const cuuint64_t *strides, const cuuint32_t *box,
+                                            const cuuint32_t *elem_strides,
+                                            CUtensorMapInterleave interleave,
+                                            CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                                            CUtensorMapFloatOOBfill oob)
+{
+    flyt_req_tensor_map req = {.kind = FLYT_TMAP_TILED, .data_type = type, .rank = rank,
+                               .interleave = interleave, .swizzle = swizzle, .l2_promotion = l2,
+                               .oob_fill = oob, .global_address = (uint64_t)(uintptr_t)addr};
+    CUresult r = tensor_map_arrays(&req, dim, strides, elem_strides);
+    if (r != CUDA_SUCCESS || box == NULL)
+        return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
+    for (uint32_t i = 0; i < rank; i++)
+        req.box_dim[i] = box[i];
+    return tensor_map_call(map, &req);
+}
+
+FLYT_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank,
+                                             void *addr, const cuuint64_t *dim,
+                                             const cuuint64_t *strides, const int *lower,
+                                             const int *upper, cuuint32_t channels,
+                                             cuuint32_t pixels, const cuuint32_t *elem_strides,
+                                             CUtensorMapInterleave interleave,
+                                             CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                                             CUtensorMapFloatOOBfill oob)
+{
+    flyt_req_tensor_map req = {.kind = FLYT_TMAP_IM2COL, .data_type = type, .rank = rank,
+                               .interleave = interleave, .swizzle = swizzle, .l2_promotion = l2,
+                               .oob_fill = oob, .global_address = (uint64_t)(uintptr_t)addr,
+                               .channels_per_pixel = channels, .pixels_per_column = pixels};
+    CUresult r = tensor_map_arrays(&req, dim, strides, elem_strides);
+    if (r != CUDA_SUCCESS || rank < 3 || lower == NULL || upper == NULL)
+        return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
+    for (uint32_t i = 0; i + 2 < rank; i++) {
+        req.lower_corner[i] = lower[i];
+        req.upper_corner[i] = upper[i];
+    }
+    return tensor_map_call(map, &req);
+}
+
+FLYT_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *map, CUtensorMapDataType type,
+                                                 cuuint32_t rank, void *addr, const cuuint64_t *dim,
+                                                 const cuuint64_t *strides, int lower, int upper,
+                                                 cuuint32_t channels, cuuint32_t pixels,
+                                                 const cuuint32_t *elem_strides,
+                                                 CUtensorMapInterleave interleave,
+                                                 CUtensorMapIm2ColWideMode mode,
+                                                 CUtensorMapSwizzle swizzle,
+                                                 CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob)
+{
+    flyt_req_tensor_map req = {.kind = FLYT_TMAP_IM2COL_WIDE, .data_type = type, .rank = rank,
+                               .interleave = interleave, .swizzle = swizzle, .l2_promotion = l2,
+                               .oob_fill = oob, .wide_mode = mode,
+                               .global_address = (uint64_t)(uintptr_t)addr,
+                               .channels_per_pixel = channels, .pixels_per_column = pixels,
+                               .lower_corner = {lower}, .upper_corner = {upper}};
+    CUresult r = tensor_map_arrays(&req, dim, strides, elem_strides);
+    return r != CUDA_SUCCESS ? r : tensor_map_call(map, &req);
+}
+
+FLYT_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *map, void *addr)
+{
+    if (map == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_req_tensor_map req = {.kind = FLYT_TMAP_REPLACE, .global_address = (uint64_t)(uintptr_t)addr};
+    memcpy(req.map, map, sizeof req.map);
+    return tensor_map_call(map, &req);
+}

@@ -226,6 +226,33 @@ enum { FLYT_CLUSTER_MAX_ACTIVE = 0, FLYT_CLUSTER_MAX_SIZE = 1 };
 typedef struct { uint32_t input_count; uint32_t pad; uint64_t total_bytes; } flyt_req_link;
 typedef struct { uint32_t type; uint32_t name_len; uint64_t size; } flyt_link_input;
 
+/* TENSOR_MAP: cuTensorMapEncode* and cuTensorMapReplaceAddress, which
+ * only the driver beside the GPU knows how to encode. The reply is the
+ * 128-byte CUtensorMap. REPLACE: map holds the map to change. */
+enum { FLYT_TMAP_TILED = 0, FLYT_TMAP_IM2COL = 1, FLYT_TMAP_IM2COL_WIDE = 2, FLYT_TMAP_REPLACE = 3 };
+#define FLYT_TMAP_RANK 5u
+typedef struct {
+    uint32_t kind;
+    uint32_t data_type;
+    uint32_t rank;
+    uint32_t interleave;
+    uint32_t swizzle;
+    uint32_t l2_promotion;
+    uint32_t oob_fill;
+    uint32_t wide_mode;
+    uint64_t global_address;
+    uint64_t global_dim[FLYT_TMAP_RANK];
+    uint64_t global_strides[FLYT_TMAP_RANK - 1];
+    uint32_t box_dim[FLYT_TMAP_RANK];
+    uint32_t element_strides[FLYT_TMAP_RANK];
+    int32_t  lower_corner[FLYT_TMAP_RANK - 2]; /* im2col; wide: [0] only */
+    int32_t  upper_corner[FLYT_TMAP_RANK - 2];
+    uint32_t channels_per_pixel;
+    uint32_t pixels_per_column;
+    uint64_t map[16];
+} flyt_req_tensor_map;
+typedef struct { uint64_t map[16]; } flyt_rep_tensor_map;
+
 /* MODULE_FUNCS: the names of a module's functions, NUL-terminated one after
  * another in the reply's trailing bytes; the reply's value is their count. */
 #define FLYT_MAX_MODULE_FUNCS_BYTES (4u << 20)

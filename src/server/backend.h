@@ -142,6 +142,8 @@ struct flyt_backend_ops {
     CUresult (*link)(flyt_backend *b, uint32_t count, const uint32_t *types,
                      const void *const *images, const size_t *sizes, const char *const *names,
                      void **cubin, size_t *cubin_size);
+    /* Encodes (or readdresses) a tensor map as described; out: 128 bytes. */
+    CUresult (*tensor_map)(flyt_backend *b, const flyt_req_tensor_map *req, uint64_t out[16]);
     /* The module's function names, NUL-terminated one after another in
      * buf (cap bytes); CUDA_ERROR_INVALID_VALUE when they do not fit. */
     CUresult (*module_func_names)(flyt_backend *b, flyt_bhandle module, char *buf, size_t cap,

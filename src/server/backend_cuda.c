@@ -992,6 +992,43 @@ static CUresult cuda_func_param_info(flyt_backend *base, flyt_bhandle func, uint
     return r;
 }
 
+static CUresult cuda_tensor_map(flyt_backend *base, const flyt_req_tensor_map *r, uint64_t out[16])
+{
+    ENTER(b, base);
+    CUtensorMap map;
+    void *addr = (void *)(uintptr_t)r->global_address;
+    CUresult res;
+    switch (r->kind) {
+    case FLYT_TMAP_TILED:
+        res = b->cu.cuTensorMapEncodeTiled(&map, r->data_type, r->rank, addr, r->global_dim,
+                                           r->global_strides, r->box_dim, r->element_strides,
+                                           r->interleave, r->swizzle, r->l2_promotion, r->oob_fill);
+        break;
+    case FLYT_TMAP_IM2COL:
+        res = b->cu.cuTensorMapEncodeIm2col(&map, r->data_type, r->rank, addr, r->global_dim,
+                                            r->global_strides, r->lower_corner, r->upper_corner,
+                                            r->channels_per_pixel, r->pixels_per_column,
+                                            r->element_strides, r->interleave, r->swizzle,
+                                            r->l2_promotion, r->oob_fill);
+        break;
+    case FLYT_TMAP_IM2COL_WIDE:
+        res = b->cu.cuTensorMapEncodeIm2colWide(&map, r->data_type, r->rank, addr, r->global_dim,
+                                                r->global_strides, r->lower_corner[0],
+                                                r->upper_corner[0], r->channels_per_pixel,
+                                                r->pixels_per_column, r->element_strides,
+                                                r->interleave, r->wide_mode, r->swizzle,
+                                                r->l2_promotion, r->oob_fill);
+        break;
+    default:
+        memcpy(&map, r->map, sizeof map);
+        res = b->cu.cuTensorMapReplaceAddress(&map, addr);
+        break;
+    }
+    if (res == CUDA_SUCCESS)
+        memcpy(out, &map, sizeof map);
+    return res;
+}
+
 static CUresult cuda_link(flyt_backend *base, uint32_t count, const uint32_t *types,
                           const void *const *images, const size_t *sizes, const char *const *names,
                           void **cubin, size_t *cubin_size)
@@ -1291,6 +1328,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .func_param_info = cuda_func_param_info,
     .module_func_names = cuda_module_func_names,
     .link = cuda_link,
+    .tensor_map = cuda_tensor_map,
     .global_get = cuda_global_get,
     .func_get_attr = cuda_func_get_attr,
     .func_set_attr = cuda_func_set_attr,

@@ -95,6 +95,10 @@
     X(cuModuleGetFunction)                                \
     X(cuModuleGetGlobal)                                  \
     X(cuLinkCreate)                                       \
+    X(cuTensorMapEncodeTiled)                             \
+    X(cuTensorMapEncodeIm2col)                            \
+    X(cuTensorMapEncodeIm2colWide)                        \
+    X(cuTensorMapReplaceAddress)                          \
     X(cuLinkAddData)                                      \
     X(cuLinkComplete)                                     \
     X(cuLinkDestroy)                                      \

@@ -307,6 +307,19 @@ int handle_LINK(flyt_session *s, flyt_call *c)
     return rc;
 }
 
+/* The driver checks the description itself; the server checks only what
+ * would make it read past the request. */
+int handle_TENSOR_MAP(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_tensor_map *r = c->req;
+    if (r->kind > FLYT_TMAP_REPLACE || r->rank > FLYT_TMAP_RANK ||
+        (r->kind != FLYT_TMAP_REPLACE && r->rank == 0))
+        return flyt_violation(s, c, "tensor map of kind %u, rank %u", r->kind, r->rank);
+    flyt_rep_tensor_map *rep = c->rep;
+    c->result = FLYT_BCALL(s, tensor_map, r, rep->map);
+    return FLYT_CONT;
+}
+
 /* The names of a module's functions: the tools table's function iterator
  * (cuFFT walks each module it loads) and cuModuleEnumerateFunctions. */
 int handle_MODULE_FUNCS(flyt_session *s, flyt_call *c)

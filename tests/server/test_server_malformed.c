@@ -295,6 +295,62 @@ static void data_cases(void)
     must_end(fd, "launch attribute count above the frame's data");
 }
 
+/* The ops of the driver-level client (protocol 2). */
+static void driver_op_cases(void)
+{
+    th_say("malformed requests of the driver-level ops");
+    int fd = session();
+    flyt_req_memset ms = {.dst = 0x1000, .pitch = 8, .slice_pitch = 8, .width_bytes = 8, .height = 1,
+                          .depth = 1, .value = 1, .elem_size = 3};
+    sent(th_send(fd, FLYT_OP_MEMSET, 0, 20, &ms, sizeof ms, NULL, 0), "MEMSET of 3-byte elements");
+    must_end(fd, "memset element size 3");
+
+    fd = session();
+    flyt_req_tensor_map tm = {.kind = 9, .rank = 2};
+    sent(th_send(fd, FLYT_OP_TENSOR_MAP, 0, 21, &tm, sizeof tm, NULL, 0), "TENSOR_MAP of kind 9");
+    must_end(fd, "unknown tensor map kind");
+    fd = session();
+    tm.kind = FLYT_TMAP_TILED;
+    tm.rank = FLYT_TMAP_RANK + 1;
+    sent(th_send(fd, FLYT_OP_TENSOR_MAP, 0, 22, &tm, sizeof tm, NULL, 0), "TENSOR_MAP of rank 6");
+    must_end(fd, "tensor map rank over 5");
+
+    fd = session();
+    flyt_req_link lk = {.input_count = FLYT_MAX_LINK_INPUTS + 1, .total_bytes = 0};
+    sent(th_send(fd, FLYT_OP_LINK, 0, 23, &lk, sizeof lk, NULL, 0), "LINK of 257 inputs");
+    must_end(fd, "too many link inputs");
+    fd = session();
+    /* one input whose header claims more bytes than the message holds */
+    unsigned char body[sizeof(flyt_link_input) + 8];
+    flyt_link_input in = {.type = 1 /* CU_JIT_INPUT_PTX */, .name_len = 2, .size = 1000};
+    memcpy(body, &in, sizeof in);
+    memcpy(body + sizeof in, "a\0xxxxxx", 8);
+    lk = (flyt_req_link){.input_count = 1, .total_bytes = sizeof body};
+    sent(th_send(fd, FLYT_OP_LINK, 0, 24, &lk, sizeof lk, body, sizeof body),
+         "LINK whose input claims 1000 bytes in a 32-byte message");
+    must_answer(fd, "link input past the data", T_INVALID_VALUE);
+    close(fd);
+
+    fd = session();
+    flyt_req_launch oc;
+    memset(&oc, 0, sizeof oc);
+    oc.func = 0xdeadbeef;
+    oc.pad = 7;
+    sent(th_send(fd, FLYT_OP_OCCUPANCY_CLUSTER, 0, 25, &oc, sizeof oc, NULL, 0),
+         "OCCUPANCY_CLUSTER with question 7");
+    must_end(fd, "unknown cluster question");
+    fd = session();
+    oc.pad = FLYT_CLUSTER_MAX_ACTIVE;
+    sent(th_send(fd, FLYT_OP_OCCUPANCY_CLUSTER, 0, 26, &oc, sizeof oc, NULL, 0),
+         "OCCUPANCY_CLUSTER of an unknown function");
+    must_answer(fd, "unknown function", T_INVALID_HANDLE);
+    flyt_req_handle mh = {0x4242};
+    sent(th_send(fd, FLYT_OP_MODULE_FUNCS, 0, 27, &mh, sizeof mh, NULL, 0), "MODULE_FUNCS of unknown module");
+    must_answer(fd, "unknown module", T_INVALID_HANDLE);
+    close(fd);
+    survived("the driver-level ops' bad requests");
+}
+
 /* Errors the backend reports: answered, and the session goes on. */
 static void error_reply_cases(void)
 {
@@ -494,6 +550,7 @@ int main(int argc, char **argv)
     header_cases();
     data_cases();
     error_reply_cases();
+    driver_op_cases();
     dying_clients();
     concurrent_sessions();
 
