@@ -752,6 +752,114 @@ static CUresult integrity_check(uint32_t version, uint64_t unix_seconds, uint64_
     return err;
 }
 
+/* ---- cluster prototype (1734dc26-…), asked by cuBLASLt: the cluster
+ * controls of Hopper's early days, each the same as a public call now ---- */
+
+static CUresult cluster_set_dim(CUfunction f, int x, int y, int z)
+{
+    CUresult err = cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, x);
+    if (err == CUDA_SUCCESS)
+        err = cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, y);
+    return err == CUDA_SUCCESS ? cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH, z)
+                               : err;
+}
+
+static CUresult cluster_set_policy(CUfunction f, int policy)
+{
+    return cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE, policy);
+}
+
+static CUresult cluster_set_non_portable(CUfunction f, int enable)
+{
+    return cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, enable);
+}
+
+static CUresult cluster_get_dim(CUfunction f, int *x, int *y, int *z)
+{
+    if (x == NULL || y == NULL || z == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult err = cuFuncGetAttribute(x, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, f);
+    if (err == CUDA_SUCCESS)
+        err = cuFuncGetAttribute(y, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, f);
+    return err == CUDA_SUCCESS ? cuFuncGetAttribute(z, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH, f)
+                               : err;
+}
+
+static CUresult cluster_get_policy(CUfunction f, int *policy)
+{
+    return cuFuncGetAttribute(policy, CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE, f);
+}
+
+static CUresult cluster_get_non_portable(CUfunction f, int *enable)
+{
+    return cuFuncGetAttribute(enable, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, f);
+}
+
+static CUresult cluster_launch_supported(CUdevice dev, int *supported)
+{
+    return cuDeviceGetAttribute(supported, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, dev);
+}
+
+static CUresult cluster_max_size(CUfunction f, int block, size_t smem, int *size)
+{
+    CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = (unsigned)block,
+                          .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = (unsigned)smem};
+    return cuOccupancyMaxPotentialClusterSize(size, f, &cfg);
+}
+
+static CUresult cluster_max_active(CUfunction f, int block, size_t smem, int cluster, int *count)
+{
+    CUlaunchAttribute dim;
+    memset(&dim, 0, sizeof dim);
+    dim.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    dim.value.clusterDim.x = (unsigned)cluster;
+    dim.value.clusterDim.y = dim.value.clusterDim.z = 1;
+    CUlaunchConfig cfg = {.gridDimX = (unsigned)cluster, .gridDimY = 1, .gridDimZ = 1,
+                          .blockDimX = (unsigned)block, .blockDimY = 1, .blockDimZ = 1,
+                          .sharedMemBytes = (unsigned)smem, .attrs = &dim, .numAttrs = 1};
+    return cuOccupancyMaxActiveClusters(count, f, &cfg);
+}
+
+/* Slot 11 answers the old limit, not a CUresult: none is overridden here. */
+static uint32_t cluster_override_max(int dev, uint32_t size)
+{
+    (void)dev, (void)size;
+    return 0;
+}
+
+static CUresult cluster_dim_must_be_set(CUfunction f, int *must)
+{
+    return cuFuncGetAttribute(must, CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET, f);
+}
+
+/* Slots 14 and 16: the features are not offered; slot 13 frees nothing,
+ * since slot 4 hands nothing out. */
+static CUresult cluster_not_offered(int *answer)
+{
+    if (answer != NULL)
+        *answer = 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult cluster_not_offered_dev(CUdevice dev, int *answer)
+{
+    (void)dev;
+    return cluster_not_offered(answer);
+}
+
+REFUSED(CLUSTER_PROTOTYPE, 4)
+REFUSED(CLUSTER_PROTOTYPE, 15)
+
+#define CLUSTER_SLOTS 17
+static const void *const cluster_prototype[CLUSTER_SLOTS] = {
+    SIZE_SLOT(CLUSTER_SLOTS),     FN(cluster_set_dim),          FN(cluster_set_policy),
+    FN(cluster_set_non_portable), R(CLUSTER_PROTOTYPE, 4),      FN(cluster_get_dim),
+    FN(cluster_get_policy),       FN(cluster_get_non_portable), FN(cluster_launch_supported),
+    FN(cluster_max_size),         FN(cluster_max_active),       FN(cluster_override_max),
+    FN(cluster_dim_must_be_set),  FN(returns_zero),             FN(cluster_not_offered),
+    R(CLUSTER_PROTOTYPE, 15),     FN(cluster_not_offered_dev),
+};
+
 /* ---- the UUIDs ---- */
 
 struct known_table {
@@ -776,14 +884,27 @@ static const struct known_table known_tables[] = {
       0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, tools_context},
     {{0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d,
       0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}, tools_module},
+    {{0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45,
+      0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}, cluster_prototype},
 };
 
-/* Asked first by every runtime; refusing it changes nothing, so it is
- * refused without a word. */
-static const uint8_t quietly_refused[16] = {
-    0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e,
-    0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9,
+/* Refused without a word: the first is asked by every runtime and refusing
+ * it changes nothing; the second is NVRTC's compile cache in the driver,
+ * which NVRTC turns off when refused. */
+static const uint8_t quietly_refused[][16] = {
+    {0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e,
+     0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9},
+    {0xda, 0x91, 0x51, 0xd3, 0x3a, 0xe6, 0xcc, 0x41,
+     0xa5, 0xc0, 0x4f, 0x26, 0xd5, 0x33, 0xe3, 0x28},
 };
+
+static int quiet(const uint8_t *id)
+{
+    for (size_t i = 0; i < sizeof quietly_refused / sizeof quietly_refused[0]; i++)
+        if (memcmp(id, quietly_refused[i], 16) == 0)
+            return 1;
+    return 0;
+}
 
 /* Names each unknown UUID once; past this many distinct ones, no more. */
 #define MAX_REPORTED 32
@@ -835,7 +956,7 @@ CUresult flyt_export_table(const void **table_out, const CUuuid *id)
         }
     }
     *table_out = NULL;
-    if (memcmp(bytes, quietly_refused, 16) != 0)
+    if (!quiet(bytes))
         report_unknown(bytes);
     return CUDA_ERROR_INVALID_VALUE;
 }

@@ -152,6 +152,37 @@ CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
     return CUDA_SUCCESS;
 }
 
+/* Functions: cluster attributes read back what was set. */
+static int fake_func_attrs[CU_FUNC_ATTRIBUTE_MAX];
+
+CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int value)
+{
+    (void)f;
+    fake_func_attrs[attr] = value;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attr, CUfunction f)
+{
+    (void)f;
+    *value = fake_func_attrs[attr];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction f, const CUlaunchConfig *cfg)
+{
+    (void)f;
+    *size = cfg->blockDimX <= 256 ? 16 : 8;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuOccupancyMaxActiveClusters(int *count, CUfunction f, const CUlaunchConfig *cfg)
+{
+    (void)f;
+    *count = cfg->numAttrs == 1 ? 120 / (int)cfg->attrs[0].value.clusterDim.x : -1;
+    return CUDA_SUCCESS;
+}
+
 /* ---- helpers ---- */
 
 static CUuuid uuid_of(const char *hex)
@@ -442,6 +473,20 @@ static void test_slots(void)
               CUDA_SUCCESS && yes == 1);
     uint32_t device = 9;
     CHECK(((CUresult(*)(CUcontext, uint32_t *))tctx[3])(OTHER, &device) == CUDA_SUCCESS && device == 1);
+
+    /* the cluster prototype table: its controls are the public attributes */
+    void *const *cl = table_of("1734dc26800d47458726c0f1e7dd8bca");
+    CHECK(cl != NULL && (uintptr_t)cl[0] == 17 * sizeof(void *));
+    CUfunction fn = (CUfunction)0x4000;
+    int x = 0, y = 0, z = 0, n = 0;
+    CHECK(((CUresult(*)(CUfunction, int, int, int))cl[1])(fn, 2, 1, 1) == CUDA_SUCCESS);
+    CHECK(((CUresult(*)(CUfunction, int *, int *, int *))cl[5])(fn, &x, &y, &z) == CUDA_SUCCESS &&
+          x == 2 && y == 1 && z == 1);
+    CHECK(((CUresult(*)(CUfunction, int, size_t, int *))cl[9])(fn, 128, 0, &n) == CUDA_SUCCESS && n == 16);
+    CHECK(((CUresult(*)(CUfunction, int, size_t, int, int *))cl[10])(fn, 128, 0, 4, &n) == CUDA_SUCCESS &&
+          n == 30);
+    n = 5;
+    CHECK(((CUresult(*)(CUdevice, int *))cl[16])(0, &n) == CUDA_SUCCESS && n == 0);
 
     void *const *tmod = table_of(TOOLS_MODULE);
     typedef uint64_t (*iterate_fn)(CUcontext, CUmodule, void *, void *);
