@@ -80,6 +80,11 @@ CUresult flyt_check_device(CUdevice dev);
 int flyt_device_attr(CUdevice_attribute attr);
 
 /* ---- errors (errors.c) ---- */
+/* FLYT_TRACE=1: every error the server answers, and the client's own
+ * context errors, are said on stderr with where they arose. */
+int flyt_tracing(void);
+/* Says r (when an error and tracing) with where it arose; returns r. */
+CUresult flyt_trace(const char *where, CUresult r);
 /* Says once per name that a driver function is not carried out. */
 CUresult flyt_driver_unsupported(const char *name);
 /* Same, with a reason: "NAME (REASON)". */
@@ -88,8 +93,10 @@ CUresult flyt_unsupported_why(const char *name, const char *why);
 /* ---- contexts (context.c) ---- */
 /* The calling thread's current context, NULL if none. */
 CUcontext flyt_ctx_current(void);
-/* CUDA_SUCCESS when a context is current (the runtime always makes one). */
-CUresult flyt_ctx_require(void);
+/* CUDA_SUCCESS when a context is current (the runtime always makes one);
+ * where: the driver call asking, for FLYT_TRACE. */
+CUresult flyt_ctx_require_at(const char *where);
+#define flyt_ctx_require() flyt_ctx_require_at(__func__)
 int flyt_ctx_valid(CUcontext ctx);
 uint64_t flyt_ctx_id(CUcontext ctx);
 

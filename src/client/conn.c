@@ -109,12 +109,7 @@ static void report_once(const char *fmt, ...)
  * operation it answered (for finding why a library gave up). */
 static void trace_error(uint16_t op, const char *which, int32_t result)
 {
-    static int trace = -1;
-    if (trace < 0) {
-        const char *env = getenv("FLYT_TRACE");
-        trace = env != NULL && *env != '\0' && strcmp(env, "0") != 0;
-    }
-    if (trace)
+    if (flyt_tracing())
         fprintf(stderr, "flyt: trace: %s: %s failed with %d\n", flyt_op_name(op), which, result);
 }
 

@@ -48,23 +48,25 @@ CUcontext flyt_ctx_current(void) { return ctx_depth > 0 ? ctx_stack[ctx_depth - 
 
 uint64_t flyt_ctx_id(CUcontext ctx) { return flyt_ctx_valid(ctx) ? ctx->id : 0; }
 
-CUresult flyt_ctx_require(void)
+CUresult flyt_ctx_require_at(const char *where)
 {
     CUresult r = flyt_init_state();
     if (r != CUDA_SUCCESS)
-        return r;
-    return flyt_ctx_valid(flyt_ctx_current()) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+        return flyt_trace(where, r);
+    return flyt_ctx_valid(flyt_ctx_current()) ? CUDA_SUCCESS
+                                              : flyt_trace(where, CUDA_ERROR_INVALID_CONTEXT);
 }
 
 /* NULL means the current context, as in most cuCtx* calls. */
-static CUresult resolve(CUcontext *ctx)
+#define resolve(ctx) resolve_at(ctx, __func__)
+static CUresult resolve_at(CUcontext *ctx, const char *where)
 {
     CUresult r = flyt_init_state();
     if (r != CUDA_SUCCESS)
-        return r;
+        return flyt_trace(where, r);
     if (*ctx == NULL)
         *ctx = flyt_ctx_current();
-    return flyt_ctx_valid(*ctx) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    return flyt_ctx_valid(*ctx) ? CUDA_SUCCESS : flyt_trace(where, CUDA_ERROR_INVALID_CONTEXT);
 }
 
 /* ---- primary context ---- */
@@ -94,7 +96,7 @@ FLYT_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     else
         r = CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_unlock(&primary.lock);
-    return r;
+    return flyt_trace(__func__, r);
 }
 FLYT_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
 
@@ -219,7 +221,7 @@ FLYT_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     if (r != CUDA_SUCCESS)
         return r;
     if (!flyt_ctx_valid(ctx) || ctx->primary)
-        return CUDA_ERROR_INVALID_CONTEXT;
+        return flyt_trace(__func__, CUDA_ERROR_INVALID_CONTEXT);
     /* its work must be finished before it goes, as with a real context */
     r = flyt_call(FLYT_OP_DEVICE_SYNC, &(flyt_req_none){0}, sizeof(flyt_req_none), NULL, 0, NULL);
     flyt_ctx_storage_drop(ctx);
@@ -234,7 +236,7 @@ FLYT_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
     if (r != CUDA_SUCCESS)
         return r;
     if (!flyt_ctx_valid(ctx))
-        return CUDA_ERROR_INVALID_CONTEXT;
+        return flyt_trace(__func__, CUDA_ERROR_INVALID_CONTEXT);
     if (ctx_depth >= STACK_DEPTH)
         return CUDA_ERROR_OUT_OF_MEMORY;
     ctx_stack[ctx_depth++] = ctx;
@@ -247,7 +249,7 @@ FLYT_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
     if (r != CUDA_SUCCESS)
         return r;
     if (ctx_depth == 0)
-        return CUDA_ERROR_INVALID_CONTEXT;
+        return flyt_trace(__func__, CUDA_ERROR_INVALID_CONTEXT);
     CUcontext c = ctx_stack[--ctx_depth];
     if (pctx)
         *pctx = c;
@@ -265,7 +267,7 @@ FLYT_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
         return CUDA_SUCCESS;
     }
     if (!flyt_ctx_valid(ctx))
-        return CUDA_ERROR_INVALID_CONTEXT;
+        return flyt_trace(__func__, CUDA_ERROR_INVALID_CONTEXT);
     if (ctx_depth == 0)
         ctx_depth = 1;
     ctx_stack[ctx_depth - 1] = ctx;

@@ -4,8 +4,10 @@
  */
 #include "client.h"
 
+#include <execinfo.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -80,3 +82,28 @@ CUresult flyt_unsupported_why(const char *name, const char *why)
 }
 
 CUresult flyt_driver_unsupported(const char *name) { return flyt_unsupported_why(name, NULL); }
+
+int flyt_tracing(void)
+{
+    static int tracing = -1;
+    if (tracing < 0) {
+        const char *env = getenv("FLYT_TRACE");
+        tracing = env != NULL && *env != '\0' && strcmp(env, "0") != 0;
+    }
+    return tracing;
+}
+
+CUresult flyt_trace(const char *where, CUresult r)
+{
+    if (r != CUDA_SUCCESS && flyt_tracing()) {
+        char line[256];
+        int n = snprintf(line, sizeof line, "flyt: trace: %s: %d, called from:\n", where, (int)r);
+        if (n > 0 && write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0)
+            return r;
+        /* which library asked tells more than the call itself */
+        void *frames[8];
+        int depth = backtrace(frames, 8);
+        backtrace_symbols_fd(frames + 1, depth - 1, STDERR_FILENO);
+    }
+    return r;
+}

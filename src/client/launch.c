@@ -71,12 +71,12 @@ static CUresult launch(const void *handle, const unsigned grid[3], const unsigne
         return r;
     struct flyt_function *f = flyt_function_from(handle);
     if (f == NULL)
-        return CUDA_ERROR_INVALID_HANDLE;
+        return flyt_trace("a launch", CUDA_ERROR_INVALID_HANDLE);
     uint64_t server_id;
     if ((r = flyt_function_ready(f, &server_id)) != CUDA_SUCCESS)
         return r;
     if ((r = check_config(f, grid, block, shared_mem)) != CUDA_SUCCESS)
-        return r;
+        return flyt_trace("a launch's configuration", r);
     if (attr_count > FLYT_MAX_LAUNCH_ATTRS || (attr_count && attrs == NULL) ||
         (args != NULL && extra != NULL))
         return CUDA_ERROR_INVALID_VALUE;
