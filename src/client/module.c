@@ -160,7 +160,9 @@ static CUresult ship_locked(struct flyt_module *m)
  * reset); it is copied unless the program promised to keep it. */
 static CUresult module_load(struct flyt_module **out, const void *image, int library, int preserved)
 {
-    CUresult r = flyt_ctx_require();
+    /* libraries belong to no context: NVIDIA's runtime loads them from
+     * threads that have none current; the session's one context serves all */
+    CUresult r = flyt_trace(__func__, flyt_init_state());
     if (r != CUDA_SUCCESS)
         return r;
     if (out == NULL || image == NULL)
@@ -392,7 +394,7 @@ CUresult flyt_function_ready(struct flyt_function *f, uint64_t *server_id)
 static CUresult function_get(struct flyt_function **out, const void *module, const char *name,
                              int fetched)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_trace(__func__, flyt_init_state());
     if (r != CUDA_SUCCESS)
         return r;
     if (out == NULL || name == NULL)
@@ -604,7 +606,7 @@ FLYT_EXPORT CUresult cuFuncLoad(CUfunction func)
 
 static CUresult global_get(CUdeviceptr *dptr, size_t *bytes, const void *module, const char *name)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_trace(__func__, flyt_init_state());
     if (r != CUDA_SUCCESS)
         return r;
     if (name == NULL || strlen(name) + 1 > FLYT_MAX_NAME)
