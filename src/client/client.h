@@ -70,6 +70,23 @@ uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CU
 CUresult flyt_call_u64(uint16_t op, const void *req, size_t req_size, uint64_t *out);
 CUresult flyt_call_handle(uint16_t op, uint64_t handle);
 
+/* ---- plain driver calls (calls.c; their exports are generated) ---- */
+
+/* One call of calls.api as its generated export fills it in. */
+struct flyt_generic_call {
+    uint32_t    id;
+    int         async;
+    uint64_t    args[FLYT_CALL_MAX_ARGS];
+    const void *in;
+    size_t      in_size;
+    void       *out;
+    size_t      out_size;
+    CUresult    result; /* of a failed argument translation */
+};
+CUresult flyt_generic_call_send(struct flyt_generic_call *call);
+/* Puts a CUfunction/CUkernel argument's server id in args[i]. */
+CUresult flyt_call_func_arg(struct flyt_generic_call *call, int i, const void *handle);
+
 /* ---- device and init (device.c) ---- */
 
 /* CUDA_SUCCESS once cuInit succeeded; else what cuInit said, or

@@ -253,6 +253,15 @@ typedef struct {
 } flyt_req_tensor_map;
 typedef struct { uint64_t map[16]; } flyt_rep_tensor_map;
 
+/* CALL: one plain driver call of calls.api (gen_calls.py writes both ends).
+ * id: its call id (flyt_calls.h); args: its parameters in order, handles as
+ * their wire ids, pointers as 0; in_size bytes of the in-pointer's pointee
+ * follow. The reply: out_size bytes of the out-pointer's pointee trail it. */
+#define FLYT_CALL_MAX_ARGS 8u
+#define FLYT_CALL_MAX_BYTES 256u /* an in or out pointee */
+typedef struct { uint32_t id; uint32_t in_size; uint64_t args[FLYT_CALL_MAX_ARGS]; } flyt_req_call;
+typedef struct { uint32_t out_size; uint32_t pad; } flyt_rep_call;
+
 /* MODULE_FUNCS: the names of a module's functions, NUL-terminated one after
  * another in the reply's trailing bytes; the reply's value is their count. */
 #define FLYT_MAX_MODULE_FUNCS_BYTES (4u << 20)

@@ -142,6 +142,9 @@ struct flyt_backend_ops {
     CUresult (*link)(flyt_backend *b, uint32_t count, const uint32_t *types,
                      const void *const *images, const size_t *sizes, const char *const *names,
                      void **cubin, size_t *cubin_size);
+    /* A plain driver call of calls.api (calls.h): args already translated
+     * by kind; in/out: the pointees of its in and out pointer parameters. */
+    CUresult (*call)(flyt_backend *b, uint32_t id, const uint64_t *args, const void *in, void *out);
     /* Encodes (or readdresses) a tensor map as described; out: 128 bytes. */
     CUresult (*tensor_map)(flyt_backend *b, const flyt_req_tensor_map *req, uint64_t out[16]);
     /* The module's function names, NUL-terminated one after another in

@@ -180,18 +180,6 @@ CUresult flyt_cuda_ctx(struct flyt_cuda_backend *b)
     return r;
 }
 
-static struct flyt_cuda_backend *cb(flyt_backend *base) { return (struct flyt_cuda_backend *)base; }
-
-/* Common prologue: a backend, its context current. */
-#define ENTER(b, base)                                   \
-    struct flyt_cuda_backend *b = cb(base);              \
-    if (!b)                                              \
-        return CUDA_ERROR_INVALID_VALUE;                 \
-    do {                                                 \
-        CUresult enter_r_ = flyt_cuda_ctx(b);            \
-        if (enter_r_ != CUDA_SUCCESS)                    \
-            return enter_r_;                             \
-    } while (0)
 
 /* Retains the primary context and makes it current; with an SM share, then
  * builds the green context and makes that current instead. */
@@ -1329,6 +1317,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .module_func_names = cuda_module_func_names,
     .link = cuda_link,
     .tensor_map = cuda_tensor_map,
+    .call = flyt_cuda_call,
     .global_get = cuda_global_get,
     .func_get_attr = cuda_func_get_attr,
     .func_set_attr = cuda_func_set_attr,
@@ -1371,6 +1360,8 @@ flyt_backend *flyt_backend_cuda_open(int gpu, char *err, size_t errlen)
         free(b);
         return NULL;
     }
+
+    flyt_cuda_calls_resolve(b);
 
     /* From here on the driver may have started threads: never dlclose it. */
     CUresult r = b->cu.cuInit(0);

@@ -25,7 +25,6 @@
 #include "backend_cuda_int.h"
 #include "flyt_log.h"
 
-static struct flyt_cuda_backend *cb(flyt_backend *base) { return (struct flyt_cuda_backend *)base; }
 
 static struct flyt_staging *stg_find(struct flyt_cuda_backend *b, const void *p)
 {

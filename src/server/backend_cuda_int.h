@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "flyt_calls.h"
 
 /* Every driver function the backend uses, by its cuda.h name. */
 #define FLYT_CU_FUNCS(X)                                  \
@@ -217,6 +218,8 @@ struct flyt_cuda_backend {
     CUevent               legacy_ev;
     uint64_t              legacy_gen; /* bumped before each piece of legacy-stream work */
 
+    void *calls[FLYT_CALL_LIMIT]; /* the plain calls' driver functions, by call id */
+
     struct flyt_staging *stg;
     int                  nstg, stg_cap;
     uint64_t             stg_seq;
@@ -228,6 +231,33 @@ struct flyt_cuda_backend {
 
 /* Makes the primary context current on the calling thread (cheap when it is). */
 CUresult flyt_cuda_ctx(struct flyt_cuda_backend *b);
+
+static inline struct flyt_cuda_backend *cb(flyt_backend *base)
+{
+    return (struct flyt_cuda_backend *)base;
+}
+
+/* Common prologue of a backend operation: the backend, its context current. */
+#define ENTER(b, base)                                   \
+    struct flyt_cuda_backend *b = cb(base);              \
+    if (!b)                                              \
+        return CUDA_ERROR_INVALID_VALUE;                 \
+    do {                                                 \
+        CUresult enter_r_ = flyt_cuda_ctx(b);            \
+        if (enter_r_ != CUDA_SUCCESS)                    \
+            return enter_r_;                             \
+    } while (0)
+
+static inline CUfunction flyt_cuda_func_handle(flyt_bhandle func)
+{
+    return ((struct flyt_cuda_func *)func)->fn;
+}
+
+/* The plain calls (backend_cuda_calls.c): their driver functions, found by
+ * symbol at open; a driver without one answers CUDA_ERROR_NOT_SUPPORTED. */
+void flyt_cuda_calls_resolve(struct flyt_cuda_backend *b);
+CUresult flyt_cuda_call(flyt_backend *base, uint32_t id, const uint64_t *args, const void *in,
+                        void *out);
 /* Maps a stream handle (including the three special values) to a CUstream.
  * Inside a green context the per-thread default stream is a stream of that
  * green context (see backend_cuda_green.c); NULL and legacy stay as they are. */

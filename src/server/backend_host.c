@@ -3,8 +3,10 @@
  *
  * Memory, stream, event and pool calls work; everything runs synchronously
  * on the calling thread, so streams and events are plain records. Modules are
- * checked for a plausible image and kept, but no kernel ever runs: function
- * lookups, launches and occupancy queries answer CUDA_ERROR_NOT_SUPPORTED.
+ * checked for a plausible image and kept; every function and global name
+ * resolves (libraries look theirs up at start-up) and occupancy is answered
+ * as a Hopper SM would, but no kernel ever runs: launches, run-time linking
+ * and tensor maps answer CUDA_ERROR_NOT_SUPPORTED.
  *
  * Safety: device pointers are the host addresses of real mappings, so every
  * device range a request names is checked to lie entirely inside one live
@@ -12,6 +14,7 @@
  * or write anything else through this backend.
  */
 #include "backend.h"
+#include "flyt_calls.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -1448,6 +1451,58 @@ static CUresult host_occupancy_cluster(flyt_backend *b, flyt_bhandle func, unsig
     return CUDA_SUCCESS;
 }
 
+/* Plain calls: the stream memory operations, which this backend can do on
+ * its host memory; the rest need a GPU. Work runs at once here, so a wait
+ * whose condition does not hold yet would wait forever: refused. */
+static CUresult host_write_value(struct host_backend *h, const uint64_t *a, unsigned size)
+{
+    if (!stream_ok(h, (flyt_bhandle)(uintptr_t)a[0]))
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = check_2d(h, a[1], size, size, 1);
+    if (r == CUDA_SUCCESS)
+        memcpy((void *)(uintptr_t)a[1], &a[2], size); /* little-endian: the low bytes */
+    return r;
+}
+
+static CUresult host_wait_value(struct host_backend *h, const uint64_t *a, unsigned size)
+{
+    if (!stream_ok(h, (flyt_bhandle)(uintptr_t)a[0]))
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = check_2d(h, a[1], size, size, 1);
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t have = 0;
+    memcpy(&have, (void *)(uintptr_t)a[1], size);
+    uint64_t want = size == 4 ? (uint32_t)a[2] : a[2];
+    int holds;
+    switch (a[3] & 0xf) {
+    case CU_STREAM_WAIT_VALUE_GEQ: holds = size == 4 ? (int32_t)((uint32_t)have - (uint32_t)want) >= 0
+                                                     : (int64_t)(have - want) >= 0; break;
+    case CU_STREAM_WAIT_VALUE_EQ: holds = have == want; break;
+    case CU_STREAM_WAIT_VALUE_AND: holds = (have & want) != 0; break;
+    case CU_STREAM_WAIT_VALUE_NOR: holds = ~(have | want) != 0; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return holds ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult host_call(flyt_backend *b, uint32_t id, const uint64_t *a, const void *in, void *out)
+{
+    (void)in, (void)out;
+    struct host_backend *h = HB(b);
+    switch (id) {
+    case FLYT_CALL_cuStreamWriteValue32_v2:
+    case FLYT_CALL_cuStreamWriteValue32: return host_write_value(h, a, 4);
+    case FLYT_CALL_cuStreamWriteValue64_v2:
+    case FLYT_CALL_cuStreamWriteValue64: return host_write_value(h, a, 8);
+    case FLYT_CALL_cuStreamWaitValue32_v2:
+    case FLYT_CALL_cuStreamWaitValue32: return host_wait_value(h, a, 4);
+    case FLYT_CALL_cuStreamWaitValue64_v2:
+    case FLYT_CALL_cuStreamWaitValue64: return host_wait_value(h, a, 8);
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+
 static const struct flyt_backend_ops host_ops = {
     .name = "host",
     .close = host_close,
@@ -1516,6 +1571,7 @@ static const struct flyt_backend_ops host_ops = {
     .occupancy = host_occupancy,
     .occupancy_smem = host_occupancy_smem,
     .occupancy_cluster = host_occupancy_cluster,
+    .call = host_call,
 };
 
 /* FLYT_HOST_BACKEND_SMS: SMs of the fake device (default 132), so that a

@@ -194,6 +194,20 @@ static void test_streams(void)
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
     CU_OK(cuStreamIsCapturing(s, &st));
     CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE, "not capturing");
+    /* stream memory operations: plain calls of calls.api, one message each */
+    CUdeviceptr flag;
+    uint64_t words[2] = {0, 0};
+    CU_OK(cuMemAlloc(&flag, 16));
+    CU_OK(cuMemsetD8(flag, 0, 16));
+    CU_OK(cuStreamWriteValue32(s, flag, 0x1234u, 0));
+    CU_OK(cuStreamWaitValue32(s, flag, 0x1234u, CU_STREAM_WAIT_VALUE_EQ));
+    CU_OK(cuStreamWriteValue64(CU_STREAM_PER_THREAD, flag + 8, 0x1122334455667788ull, 0));
+    CU_OK(cuCtxSynchronize());
+    CU_OK(cuMemcpyDtoH(words, flag, sizeof words));
+    CHECK(words[0] == 0x1234u && words[1] == 0x1122334455667788ull,
+          "cuStreamWriteValue32/64 wrote %#llx %#llx", (unsigned long long)words[0],
+          (unsigned long long)words[1]);
+    CU_OK(cuMemFree(flag));
     CU_OK(cuEventDestroy(a));
     CU_OK(cuEventDestroy(b));
     CU_OK(cuStreamDestroy(s));

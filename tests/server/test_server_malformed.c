@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "flyt_transport.h"
+#include "flyt_calls.h"
 #include "harness.h"
 
 enum outcome { CLOSED, ERROR_REPLY, OTHER };
@@ -347,6 +348,28 @@ static void driver_op_cases(void)
     flyt_req_handle mh = {0x4242};
     sent(th_send(fd, FLYT_OP_MODULE_FUNCS, 0, 27, &mh, sizeof mh, NULL, 0), "MODULE_FUNCS of unknown module");
     must_answer(fd, "unknown module", T_INVALID_HANDLE);
+    close(fd);
+
+    /* CALL: the plain calls are checked against their generated table */
+    fd = session();
+    flyt_req_call call = {.id = 9999};
+    sent(th_send(fd, FLYT_OP_CALL, 0, 28, &call, sizeof call, NULL, 0), "CALL of call id 9999");
+    must_end(fd, "unknown call id");
+    fd = session();
+    call = (flyt_req_call){.id = FLYT_CALL_cuStreamSetAttribute, .in_size = 3};
+    sent(th_send(fd, FLYT_OP_CALL, 0, 29, &call, sizeof call, "abc", 3),
+         "CALL of cuStreamSetAttribute with 3 bytes of attribute value");
+    must_end(fd, "call with the wrong in size");
+    fd = session();
+    call = (flyt_req_call){.id = FLYT_CALL_cuStreamGetAttribute};
+    sent(th_send(fd, FLYT_OP_CALL, FLYT_F_NOREPLY, 30, &call, sizeof call, NULL, 0),
+         "CALL of cuStreamGetAttribute without a reply");
+    must_end(fd, "a call that answers, sent without reply");
+    fd = session();
+    call = (flyt_req_call){.id = FLYT_CALL_cuStreamWriteValue32_v2, .args = {0x7777, 0x1000, 1, 0}};
+    sent(th_send(fd, FLYT_OP_CALL, 0, 31, &call, sizeof call, NULL, 0),
+         "CALL of cuStreamWriteValue32 on unknown stream 0x7777");
+    must_answer(fd, "unknown stream", T_INVALID_HANDLE);
     close(fd);
     survived("the driver-level ops' bad requests");
 }
