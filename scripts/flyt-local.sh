@@ -33,8 +33,12 @@ done
 # NVIDIA's runtime and libraries, which the programs link without an RPATH: the toolkit
 # the build was configured with
 cuda_home=$(sed -n 's/^FLYT_CUDA_HOME:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)
-cuda_lib=${cuda_home:-/usr/local/cuda}/lib64
-[ -e "$cuda_lib/libcudart.so.13" ] || { echo "flyt-local: NVIDIA's runtime $cuda_lib/libcudart.so.13 is missing"; exit 2; }
+# FLYT_CUDA_LIBS: where NVIDIA's runtime and libraries are, when not (only)
+# in the toolkit the build used (the GPU machine's wheels hold cuBLAS, cuDNN)
+cuda_lib=${FLYT_CUDA_LIBS:-${cuda_home:-/usr/local/cuda}/lib64}
+found=""
+for d in ${cuda_lib//:/ }; do [ -e "$d/libcudart.so.13" ] && found=$d; done
+[ -n "$found" ] || { echo "flyt-local: NVIDIA's runtime libcudart.so.13 is not in $cuda_lib"; exit 2; }
 
 tmp=$(mktemp -d)
 pids=()

@@ -21,7 +21,8 @@ part share_check_mps 150 env OUT="$OUT/share-mps" SHARE_MPS=1 bash "$root/tests/
 part node_check 150 env OUT="$OUT/node" LD_LIBRARY_PATH="$bundle" bash "$root/tests/gpu/node_check.sh" "$build"
 progs=()
 for p in "$build"/gpu-tests/*; do [ -x "$p" ] && [ "$(basename "$p")" != share_check ] && progs+=("$p"); done
-part cluster 200 bash "$root/scripts/flyt-local.sh" "$build" "${progs[@]}"
+part cluster 300 env FLYT_CUDA_LIBS="$(bash "$root/tests/gpu/nvidia-libs.sh")" \
+    bash "$root/scripts/flyt-local.sh" "$build" "${progs[@]}"
 for f in share_check share_check_mps node_check; do
   echo "===== $f"; tail -n 25 "$OUT/$f.txt"
 done
