@@ -6,7 +6,7 @@
 # usage: tests/gpu/node_check.sh BUILD_DIR
 #
 #   BUILD_DIR holds bin/flyt-cluster-manager, bin/flyt-node-manager,
-#   bin/flyt-server, lib/libcudart.so.13 (the Flyt client) and
+#   bin/flyt-server, lib/libcuda.so.1 (the Flyt client) and
 #   gpu-tests/share_check. The daemons' libraries the machine lacks
 #   (libmicrohttpd, libpq, ...) must be findable through LD_LIBRARY_PATH.
 #   python3 makes the HTTP calls (urllib).

@@ -3,7 +3,7 @@
 #
 # usage: tests/gpu/share_check.sh BUILD_DIR
 #
-#   BUILD_DIR holds bin/flyt-server, lib/libcudart.so.13 (the Flyt client) and
+#   BUILD_DIR holds bin/flyt-server, lib/libcuda.so.1 (the Flyt client) and
 #   gpu-tests/share_check (tests/gpu/share_check.cu, built by
 #   tests/gpu/CMakeLists.txt with the GPU programs).
 #
@@ -35,7 +35,7 @@ MPS="${SHARE_MPS:-0}"
 export SHARE_ITERS="${SHARE_ITERS:-20000}"
 [ -x "$SERVER" ] || die "no $SERVER"
 [ -x "$PROG" ] || die "no $PROG (configure with -DFLYT_GPU_PROGRAMS=ON)"
-[ -e "$FLYT_LIB/libcudart.so.13" ] || die "no Flyt client in $FLYT_LIB"
+[ -e "$FLYT_LIB/libcuda.so.1" ] || die "no Flyt client in $FLYT_LIB"
 OUTDIR="${OUT:-$(mktemp -d /tmp/flyt-share.XXXXXX)}/share-check"
 mkdir -p "$OUTDIR" || die "cannot create $OUTDIR"
 
@@ -104,7 +104,7 @@ run() {
     fi
     sed -n 's/^RESULT ms=\([0-9.]*\) sms=\([0-9]*\) distinct=\([0-9]*\).*/\1 \2 \3/p' "$OUTDIR/$name.txt"
 }
-flyt_env() { echo "FLYT_SERVER=$1" "LD_LIBRARY_PATH=$FLYT_LIB"; }
+flyt_env() { echo "FLYT_SERVER=$1" "LD_LIBRARY_PATH=$FLYT_LIB:$CUDA_LIB"; }
 
 nvidia-smi -L 2>/dev/null | head -4
 declare -A MS SMS DIST
@@ -120,7 +120,7 @@ for n in 16 32 64; do
 done
 
 # a server that requires a session token, if the client can send one
-if grep -qa FLYT_SESSION_TOKEN "$FLYT_LIB/libcudart.so.13" && command -v python3 >/dev/null; then
+if grep -qa FLYT_SESSION_TOKEN "$FLYT_LIB/libcuda.so.1" && command -v python3 >/dev/null; then
     key="$OUTDIR/session.key"
     python3 -c 'import os; print(os.urandom(32).hex())' >"$key" && chmod 600 "$key"
     token=$(python3 - "$key" <<'EOF'
