@@ -25,7 +25,8 @@ wait_socket() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; don
 vm_token=$(printf 'a%.0s' $(seq 64))
 printf '%s\n' "$vm_token" > "$tmp/vm.token"; chmod 600 "$tmp/vm.token"
 cm_log=$tmp/cm.log
-port=$(( 20000 + RANDOM % 20000 ))
+# a port the kernel says is free now, so that runs side by side do not collide
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cm_pid=
 start_cm() { # FIRST_ID [ENDPOINT [more options]]
   local first=$1 endpoint=${2:-unix:$tmp/s.sock}; shift; shift
