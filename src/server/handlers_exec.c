@@ -69,6 +69,7 @@ static void load_known(flyt_session *s, flyt_call *c, const flyt_req_module_load
         return;
     }
     c->result = load_image(s, image, r->size, r->sha256, rep);
+    s->images_from_cache++;
     free(image);
 }
 
@@ -89,6 +90,8 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
         free(image);
         return FLYT_END_IO;
     }
+    s->images_received++;
+    s->image_bytes_received += r->size;
     uint8_t sha[32];
     flyt_sha256(image, r->size, sha);
     if (memcmp(sha, r->sha256, 32) != 0) {

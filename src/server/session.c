@@ -558,6 +558,10 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     int rc = hello(&s);
     if (rc == FLYT_CONT)
         rc = serve(&s);
+    if (s.images_received || s.images_from_cache)
+        flyt_info("session for %s: %llu kernel images received (%llu bytes), %llu from the cache dir",
+                  peer, (unsigned long long)s.images_received,
+                  (unsigned long long)s.image_bytes_received, (unsigned long long)s.images_from_cache);
 
     /* Closing the backend frees the session's GPU objects; host functions
      * still pending may run now and send (or fail to) on the socket. */

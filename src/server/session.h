@@ -103,6 +103,10 @@ typedef struct flyt_session {
     int                 send_busy;
     int                 send_failed;
     struct flyt_cb_msg *cbq_head, *cbq_tail;
+
+    /* kernel images of the session: shipped by the client (bytes) or found
+     * in the cache dir, said when the session ends */
+    uint64_t images_received, image_bytes_received, images_from_cache;
 } flyt_session;
 
 typedef struct {

@@ -317,8 +317,8 @@ static int state_files(void)
     DIR *d = opendir(path);
     struct dirent *e;
     int n = 0;
-    while (d && (e = readdir(d)))
-        n += e->d_name[0] != '.';
+    while (d && (e = readdir(d)))  /* the image cache lives there too, by default */
+        n += e->d_name[0] != '.' && strcmp(e->d_name, "modules") != 0;
     if (d)
         closedir(d);
     return n;
@@ -633,6 +633,11 @@ int main(int argc, char **argv)
                   "\"sm_count\": 4, \"memory_quota\": 1024}") == 401,
           "POST /v1/servers with the node token: 401");
     CHECK(nm_servers_count() == 0 && state_files() == 0, "nothing was started");
+    char cache[600];
+    struct stat cache_st;
+    snprintf(cache, sizeof cache, "%s/state/modules", dir);
+    CHECK(stat(cache, &cache_st) == 0 && S_ISDIR(cache_st.st_mode) && (cache_st.st_mode & 077) == 0,
+          "the servers' image cache is state_dir/modules, private");
 
     printf("== a session: its server, admission with the session token\n");
     char vm_token[80];

@@ -37,6 +37,10 @@ const struct flyt_cfg_key nm_config_keys[] = {
      "after SIGTERM, how long a server may take to stop before SIGKILL", false, 0, 600000},
     {"state_dir", FLYT_CFG_STRING, "/run/flyt-node",
      "directory of the servers' session key files (0600) and status files", false, 0, 0},
+    {"module_cache_dir", FLYT_CFG_STRING, "",
+     "where servers keep kernel images by content hash, so that later sessions need not send "
+     "them again (cuBLAS ships about 26 MB on first use); empty: state_dir/modules; off: none",
+     false, 0, 0},
     {"backend", FLYT_CFG_STRING, "cuda",
      "cuda (the GPUs, through the CUDA driver) or host (test mode: fake GPUs of [test], "
      "servers on the host-memory test backend)",
@@ -141,6 +145,9 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
              errlen) < 0 ||
         copy(c->state_dir, sizeof c->state_dir, flyt_config_str(cfg, "state_dir"), path, cfg,
              "state_dir", err, errlen) < 0 ||
+        copy(c->module_cache_dir, sizeof c->module_cache_dir,
+             flyt_config_str(cfg, "module_cache_dir"), path, cfg, "module_cache_dir", err,
+             errlen) < 0 ||
         copy(c->mps_pipe_dir, sizeof c->mps_pipe_dir, flyt_config_str(cfg, "mps_pipe_dir"), path,
              cfg, "mps_pipe_dir", err, errlen) < 0 ||
         copy(c->mps_log_dir, sizeof c->mps_log_dir, flyt_config_str(cfg, "mps_log_dir"), path, cfg,
@@ -224,6 +231,15 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
                 errlen) < 0 ||
         resolve(c->server_path, sizeof c->server_path, path, cfg, "server_path", err, errlen) < 0 ||
         resolve(c->state_dir, sizeof c->state_dir, path, cfg, "state_dir", err, errlen) < 0)
+        goto out;
+    if (strcmp(c->module_cache_dir, "off") == 0)
+        c->module_cache_dir[0] = '\0';
+    else if (!c->module_cache_dir[0] &&
+             snprintf(c->module_cache_dir, sizeof c->module_cache_dir, "%s/modules", c->state_dir) >=
+                 (int)sizeof c->module_cache_dir)
+        FAIL("module_cache_dir", "state_dir/modules is too long a path");
+    else if (resolve(c->module_cache_dir, sizeof c->module_cache_dir, path, cfg,
+                     "module_cache_dir", err, errlen) < 0)
         goto out;
     if (access(c->server_path, X_OK) != 0)
         FAIL("server_path", "%s: %s", c->server_path, strerror(errno));

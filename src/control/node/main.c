@@ -85,19 +85,20 @@ static int write_port(const char *path, int port)
     return rename(tmp, path);
 }
 
-static int make_state_dir(const char *path)
+/* key: the config key naming the directory, for the messages. */
+static int make_private_dir(const char *key, const char *path)
 {
     if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-        flyt_error("state_dir %s: %s", path, strerror(errno));
+        flyt_error("%s %s: %s", key, path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        flyt_error("state_dir %s is not a directory", path);
+        flyt_error("%s %s is not a directory", key, path);
         return -1;
     }
     if (access(path, W_OK) != 0) {
-        flyt_error("state_dir %s: %s", path, strerror(errno));
+        flyt_error("%s %s: %s", key, path, strerror(errno));
         return -1;
     }
     return 0;
@@ -196,7 +197,9 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (make_state_dir(g.cfg.state_dir) != 0)
+    if (make_private_dir("state_dir", g.cfg.state_dir) != 0 ||
+        (g.cfg.module_cache_dir[0] &&
+         make_private_dir("module_cache_dir", g.cfg.module_cache_dir) != 0))
         return 1;
     nm_state_dir_clean(&g.cfg);
     if (nm_gpus_discover(&g.cfg, g.gpus, &g.ngpus, err, sizeof err) != 0) {

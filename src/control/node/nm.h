@@ -39,6 +39,7 @@ struct nm_config {
     int  port_min, port_max;
     long long start_timeout_ms, stop_grace_ms;
     char state_dir[PATH_MAX];
+    char module_cache_dir[PATH_MAX]; /* "": servers keep no images on disk */
     int  host_backend;              /* backend = host (test mode) */
     int  sm_granularity;            /* 0: from the driver */
     long long heartbeat_ms;         /* 0: as the cluster manager says */

@@ -432,7 +432,8 @@ static int spawn_server(struct nm *g, struct nm_server *s, char *err, size_t err
                           "--session-key-file", s->key_path, "--memory-quota", quota,
                           "--sm-groups", groups, "--sm-granularity", gran, "--gpu", "0",
                           "--backend", c->host_backend ? "host" : "cuda", "--status-file",
-                          s->status_path, "--log-level", levels[c->log_level], NULL};
+                          s->status_path, "--log-level", levels[c->log_level],
+                          c->module_cache_dir[0] ? "--cache-dir" : NULL, c->module_cache_dir, NULL};
     /* the environment: this GPU only, or the fake GPU; its MPS daemon */
     const char *fin[6];
     int nf = 0;
