@@ -1,7 +1,9 @@
 // bench_memcpy: synchronous cudaMemcpy bandwidth, host <-> device.
 //
 // For each direction (h2d, d2h), host memory kind (pinned: cudaMallocHost;
-// pageable: malloc, written before use) and size (4 B ... 1 GiB), a batch
+// pageable: malloc, written before use; registered: page-aligned malloc'd
+// memory given to cudaHostRegister, copied with cudaMemcpyAsync on a stream,
+// as programs that register their buffers do) and size (4 B ... 1 GiB), a batch
 // makes N copies of `size` bytes, each from/to its own slice of a buffer of
 // N * size bytes, then calls cudaDeviceSynchronize; N is chosen so that a
 // batch moves about 32 MiB (at most 1000 copies, at least 1; with --quick
@@ -158,14 +160,23 @@ int main(int argc, char **argv)
         die("out of host memory");
     // Touch every page once so that first-touch faults stay out of the timing.
     memset(pageable, 0xa5, region_max);
+    uint8_t *registered = (uint8_t *)aligned_alloc(4096, (region_max + 4095) & ~(uint64_t)4095);
+    if (!registered)
+        die("out of host memory");
+    memset(registered, 0x5a, region_max);
+    CHECK(cudaHostRegister(registered, region_max, cudaHostRegisterDefault));
+    cudaStream_t stream;
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    static const char *const kinds[] = {"pinned_", "pageable_", "registered_"};
 
     uint32_t seed = 1;
     for (int h2d = 1; h2d >= 0; h2d--) {
-        for (int is_pinned = 1; is_pinned >= 0; is_pinned--) {
-            uint8_t *host = is_pinned ? pinned : pageable;
+        for (int kind = 0; kind < 3; kind++) {
+            uint8_t *host = kind == 0 ? pinned : kind == 1 ? pageable : registered;
+            const bool async = kind == 2;
             for (const Case &c : cases) {
-                std::string name = std::string("memcpy_") + (h2d ? "h2d_" : "d2h_") +
-                                   (is_pinned ? "pinned_" : "pageable_") + size_label(c.size);
+                std::string name = std::string("memcpy_") + (h2d ? "h2d_" : "d2h_") + kinds[kind] +
+                                   size_label(c.size);
                 if (!enabled(opts, name))
                     continue;
                 const uint64_t bytes = (uint64_t)c.copies * c.size;
@@ -183,14 +194,16 @@ int main(int argc, char **argv)
                     CHECK(cudaDeviceSynchronize());
 
                     int64_t t0 = now_ns();
-                    if (h2d)
-                        for (int i = 0; i < c.copies; i++)
-                            CHECK(cudaMemcpy(dev + i * c.size, host + i * c.size, c.size,
-                                             cudaMemcpyHostToDevice));
-                    else
-                        for (int i = 0; i < c.copies; i++)
-                            CHECK(cudaMemcpy(host + i * c.size, dev + i * c.size, c.size,
-                                             cudaMemcpyDeviceToHost));
+                    const cudaMemcpyKind dir = h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+                    for (int i = 0; i < c.copies; i++) {
+                        uint8_t *d = dev + i * c.size, *hp = host + i * c.size;
+                        void *to = h2d ? (void *)d : (void *)hp;
+                        const void *from = h2d ? (const void *)hp : (const void *)d;
+                        if (async)
+                            CHECK(cudaMemcpyAsync(to, from, c.size, dir, stream));
+                        else
+                            CHECK(cudaMemcpy(to, from, c.size, dir));
+                    }
                     CHECK(cudaDeviceSynchronize());
                     int64_t t1 = now_ns();
 
@@ -230,6 +243,9 @@ int main(int argc, char **argv)
     CHECK(cudaFree(d_mismatches));
     CHECK(cudaFreeHost(pinned));
     free(pageable);
+    CHECK(cudaStreamDestroy(stream));
+    CHECK(cudaHostUnregister(registered));
+    free(registered);
     CHECK(cudaDeviceSynchronize());
     return 0;
 }
