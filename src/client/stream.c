@@ -1,7 +1,7 @@
 /*
  * Streams, events and host functions.
  *
- * A CUstream or CUevent the program holds is the server's id for it. The
+ * A CUstream or CUevent the program holds is its id, chosen here. The
  * two special streams keep their CUDA values: 0 and CU_STREAM_LEGACY are
  * the legacy default stream (wire id 0 and 1). CU_STREAM_PER_THREAD, and 0
  * in a _ptsz/_ptds call, is the calling thread's own default stream: a
@@ -12,6 +12,15 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+
+/* ---- handles chosen here ----
+ * Streams and events get their ids from this counter, in the range the
+ * server keeps for client-chosen ids, so creating one is a pipelined
+ * message: a failure surfaces at the next call that waits, and later calls
+ * naming the id fail with CUDA_ERROR_INVALID_HANDLE. */
+static atomic_ullong next_id = FLYT_CLIENT_IDS;
+
+static uint64_t new_id(void) { return atomic_fetch_add(&next_id, 1); }
 
 /* ---- each thread's default stream ---- */
 
@@ -34,10 +43,10 @@ static uint64_t thread_default_stream(void)
 {
     if (thread_stream != 0 && thread_stream_gen == atomic_load(&reset_gen))
         return thread_stream;
-    flyt_req_stream_create req = {.flags = CU_STREAM_DEFAULT, .priority = 0};
-    uint64_t id = 0;
-    if (flyt_call_u64(FLYT_OP_STREAM_CREATE, &req, sizeof req, &id) != CUDA_SUCCESS || id == 0)
+    flyt_req_stream_create req = {.flags = CU_STREAM_DEFAULT, .priority = 0, .id = new_id()};
+    if (flyt_send_async(FLYT_OP_STREAM_CREATE, &req, sizeof req, NULL, 0) != CUDA_SUCCESS)
         return FLYT_STREAM_PER_THREAD; /* the server's shared one still works */
+    uint64_t id = req.id;
     thread_stream = id;
     thread_stream_gen = atomic_load(&reset_gen);
     pthread_once(&thread_stream_once, thread_stream_key_make);
@@ -65,11 +74,10 @@ FLYT_EXPORT CUresult cuStreamCreateWithPriority(CUstream *stream, unsigned int f
         return r;
     if (stream == NULL || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
         return CUDA_ERROR_INVALID_VALUE;
-    flyt_req_stream_create req = {.flags = flags, .priority = priority};
-    uint64_t id = 0;
-    r = flyt_call_u64(FLYT_OP_STREAM_CREATE, &req, sizeof req, &id);
+    flyt_req_stream_create req = {.flags = flags, .priority = priority, .id = new_id()};
+    r = flyt_send_async(FLYT_OP_STREAM_CREATE, &req, sizeof req, NULL, 0);
     if (r == CUDA_SUCCESS)
-        *stream = (CUstream)(uintptr_t)id;
+        *stream = (CUstream)(uintptr_t)req.id;
     return r;
 }
 
@@ -311,11 +319,12 @@ FLYT_EXPORT CUresult cuEventCreate(CUevent *event, unsigned int flags)
         return CUDA_ERROR_INVALID_VALUE;
     if (flags & CU_EVENT_INTERPROCESS)
         return flyt_unsupported_why("cuEventCreate", "interprocess events");
-    flyt_req_i32 req = {.value = (int32_t)flags};
-    uint64_t id = 0;
-    r = flyt_call_u64(FLYT_OP_EVENT_CREATE, &req, sizeof req, &id);
+    if (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_req_event_create req = {.flags = flags, .id = new_id()};
+    r = flyt_send_async(FLYT_OP_EVENT_CREATE, &req, sizeof req, NULL, 0);
     if (r == CUDA_SUCCESS)
-        *event = (CUevent)(uintptr_t)id;
+        *event = (CUevent)(uintptr_t)req.id;
     return r;
 }
 

@@ -167,7 +167,13 @@ typedef struct {
     uint32_t elem_size;
 } flyt_req_memset;
 
-typedef struct { uint32_t flags; int32_t priority; } flyt_req_stream_create;
+/* STREAM_CREATE / EVENT_CREATE: id, when not 0, is the handle the client
+ * chose (at or above FLYT_CLIENT_IDS, unused): the creation can then be
+ * pipelined, later calls naming the id before any reply. 0: the server
+ * picks one and answers it. */
+#define FLYT_CLIENT_IDS (1ull << 62)
+typedef struct { uint32_t flags; int32_t priority; uint64_t id; } flyt_req_stream_create;
+typedef struct { uint32_t flags; uint32_t pad; uint64_t id; } flyt_req_event_create;
 typedef struct { uint64_t stream, event; uint32_t flags; uint32_t pad; } flyt_req_stream_wait;
 typedef struct { uint64_t stream; uint64_t callback_id; } flyt_req_host_func;
 typedef struct { uint64_t event, stream; uint32_t flags; uint32_t pad; } flyt_req_event_record;

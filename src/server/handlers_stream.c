@@ -6,9 +6,10 @@
 /* Publishes a new backend object; if the table cannot take it the object
  * is destroyed again so nothing leaks. */
 static void publish(flyt_session *s, flyt_call *c, enum flyt_htype type, flyt_bhandle bh,
-                    uint64_t *id)
+                    uint64_t wanted, uint64_t *id)
 {
-    struct flyt_hentry *e = flyt_handles_add(&s->handles, type, bh);
+    struct flyt_hentry *e = wanted ? flyt_handles_add_id(&s->handles, wanted, type, bh)
+                                   : flyt_handles_add(&s->handles, type, bh);
     if (e) {
         *id = e->id;
         return;
@@ -17,7 +18,12 @@ static void publish(flyt_session *s, flyt_call *c, enum flyt_htype type, flyt_bh
         FLYT_BCALL(s, stream_destroy, bh);
     else
         FLYT_BCALL(s, event_destroy, bh);
-    c->result = CUDA_ERROR_OUT_OF_MEMORY;
+    /* a client id out of its range or taken is the client's mistake */
+    c->result = wanted && (wanted < FLYT_CLIENT_IDS || flyt_handles_get(&s->handles, wanted, type) ||
+                           flyt_handles_get(&s->handles, wanted, type == FLYT_H_STREAM ? FLYT_H_EVENT
+                                                                                       : FLYT_H_STREAM))
+                    ? CUDA_ERROR_INVALID_VALUE
+                    : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /* ---- streams ---- */
@@ -29,7 +35,7 @@ int handle_STREAM_CREATE(flyt_session *s, flyt_call *c)
     flyt_bhandle st = NULL;
     c->result = FLYT_BCALL(s, stream_create, r->flags, r->priority, &st);
     if (c->result == CUDA_SUCCESS)
-        publish(s, c, FLYT_H_STREAM, st, &rep->value);
+        publish(s, c, FLYT_H_STREAM, st, r->id, &rep->value);
     return FLYT_CONT;
 }
 
@@ -136,12 +142,12 @@ int handle_STREAM_HOST_FUNC(flyt_session *s, flyt_call *c)
 
 int handle_EVENT_CREATE(flyt_session *s, flyt_call *c)
 {
-    const flyt_req_i32 *r = c->req;
+    const flyt_req_event_create *r = c->req;
     flyt_rep_u64 *rep = c->rep;
     flyt_bhandle ev = NULL;
-    c->result = FLYT_BCALL(s, event_create, (unsigned)r->value, &ev);
+    c->result = FLYT_BCALL(s, event_create, r->flags, &ev);
     if (c->result == CUDA_SUCCESS)
-        publish(s, c, FLYT_H_EVENT, ev, &rep->value);
+        publish(s, c, FLYT_H_EVENT, ev, r->id, &rep->value);
     return FLYT_CONT;
 }
 

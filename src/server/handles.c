@@ -81,6 +81,26 @@ struct flyt_hentry *flyt_handles_add(flyt_handles *t, enum flyt_htype type, flyt
     return e;
 }
 
+static size_t find_slot(const flyt_handles *t, uint64_t id);
+
+/* Client-chosen ids live at and above FLYT_CLIENT_IDS, which the server's
+ * own counter never reaches, so the two kinds never collide. */
+struct flyt_hentry *flyt_handles_add_id(flyt_handles *t, uint64_t id, enum flyt_htype type,
+                                        flyt_bhandle bh)
+{
+    if (id < FLYT_CLIENT_IDS || find_slot(t, id) != SIZE_MAX || grow_if_needed(t) != 0)
+        return NULL;
+    struct flyt_hentry *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return NULL;
+    e->id = id;
+    e->type = type;
+    e->bh = bh;
+    insert_slot(t, e);
+    t->count++;
+    return e;
+}
+
 static size_t find_slot(const flyt_handles *t, uint64_t id)
 {
     if (t->cap == 0)

@@ -68,6 +68,10 @@ void flyt_handles_clear(flyt_handles *t);
 /* A new entry with a fresh id and zeroed payload; NULL when out of memory.
  * Entry pointers stay valid until the entry is removed. */
 struct flyt_hentry *flyt_handles_add(flyt_handles *t, enum flyt_htype type, flyt_bhandle bh);
+/* The same with the id the client chose: NULL when it is below
+ * FLYT_CLIENT_IDS or already names an entry (or out of memory). */
+struct flyt_hentry *flyt_handles_add_id(flyt_handles *t, uint64_t id, enum flyt_htype type,
+                                        flyt_bhandle bh);
 /* NULL when the id is unknown or names an object of another type. */
 struct flyt_hentry *flyt_handles_get(flyt_handles *t, uint64_t id, enum flyt_htype type);
 /* 0 when removed, -1 when not there. */

@@ -349,7 +349,7 @@ static void pools_streams_events(void)
     CHECK(th_call(fd, FLYT_OP_POOL_DESTROY, &ph, sizeof ph, NULL, 0, NULL) == 0, "POOL_DESTROY");
 
     th_say("streams and events");
-    flyt_req_stream_create sc = {1 /* CU_STREAM_NON_BLOCKING */, -3};
+    flyt_req_stream_create sc = {1 /* CU_STREAM_NON_BLOCKING */, -3, 0};
     CHECK(th_call_rep(fd, FLYT_OP_STREAM_CREATE, &sc, sizeof sc, NULL, 0, &u, sizeof u) == 0 && u.value > 2,
           "STREAM_CREATE: id %llu", (unsigned long long)u.value);
     uint64_t s = u.value;
@@ -359,7 +359,22 @@ static void pools_streams_events(void)
           "STREAM_GET_FLAGS = 1");
     CHECK(th_call_rep(fd, FLYT_OP_STREAM_GET_PRIO, &sh, sizeof sh, NULL, 0, &v, sizeof v) == 0 && v.value == -3,
           "STREAM_GET_PRIO = -3");
-    flyt_req_i32 ec = {0, 0};
+    /* ids the client chose: creation pipelined, the id usable at once */
+    flyt_req_stream_create csc = {0, 0, FLYT_CLIENT_IDS + 7};
+    CHECK(th_post(fd, FLYT_OP_STREAM_CREATE, &csc, sizeof csc, NULL, 0) == 0,
+          "STREAM_CREATE with the client's id, NOREPLY");
+    flyt_req_handle csh = {FLYT_CLIENT_IDS + 7};
+    CHECK(th_call(fd, FLYT_OP_STREAM_SYNC, &csh, sizeof csh, NULL, 0, NULL) == 0 && th_last_deferred == 0,
+          "STREAM_SYNC of that id at once");
+    CHECK(th_post(fd, FLYT_OP_STREAM_CREATE, &csc, sizeof csc, NULL, 0) == 0 &&
+              th_call(fd, FLYT_OP_STREAM_SYNC, &csh, sizeof csh, NULL, 0, NULL) == 0 &&
+              th_last_deferred == T_INVALID_VALUE,
+          "the same id again: deferred CUDA_ERROR_INVALID_VALUE, the stream stays");
+    flyt_req_event_create low = {0, 0, 12345};
+    rc = th_call_rep(fd, FLYT_OP_EVENT_CREATE, &low, sizeof low, NULL, 0, &u, sizeof u);
+    CHECK(rc == T_INVALID_VALUE, "EVENT_CREATE with an id below the client range: %d", rc);
+    CHECK(th_call(fd, FLYT_OP_STREAM_DESTROY, &csh, sizeof csh, NULL, 0, NULL) == 0, "STREAM_DESTROY of it");
+    flyt_req_event_create ec = {0, 0, 0};
     CHECK(th_call_rep(fd, FLYT_OP_EVENT_CREATE, &ec, sizeof ec, NULL, 0, &u, sizeof u) == 0, "EVENT_CREATE start");
     uint64_t e1 = u.value;
     CHECK(th_call_rep(fd, FLYT_OP_EVENT_CREATE, &ec, sizeof ec, NULL, 0, &u, sizeof u) == 0, "EVENT_CREATE end");
@@ -448,7 +463,7 @@ static void errors_and_reset(void)
     CHECK(rc == 0 && th_last_deferred == 0, "and the one after: deferred cleared");
 
     CHECK(th_alloc(fd, 8 * MiB, &a) == 0, "MEM_ALLOC 8 MiB");
-    flyt_req_stream_create sc = {0, 0};
+    flyt_req_stream_create sc = {0, 0, 0};
     flyt_rep_u64 u;
     CHECK(th_call_rep(fd, FLYT_OP_STREAM_CREATE, &sc, sizeof sc, NULL, 0, &u, sizeof u) == 0, "STREAM_CREATE");
     CHECK(th_call(fd, FLYT_OP_DEVICE_RESET, &none, sizeof none, NULL, 0, NULL) == 0, "DEVICE_RESET");
