@@ -15,32 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DRV(call)                                                            \
-    do {                                                                     \
-        CUresult r_ = (call);                                                \
-        if (r_ != CUDA_SUCCESS) {                                            \
-            const char *n_ = NULL;                                           \
-            cuGetErrorName(r_, &n_);                                         \
-            printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
-                   n_ ? n_ : "?");                                           \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
-
-static int failures = 0;
-static void expect(int ok, const char *what)
-{
-    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
-    if (!ok)
-        failures++;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#define FLYT_TEST_NO_RUNTIME
+#include "test_util.h"
 
 static char prog_dir[PATH_MAX];
 

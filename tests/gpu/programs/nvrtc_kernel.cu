@@ -13,17 +13,8 @@
 #include <string>
 #include <vector>
 
-#define DRV(call)                                                            \
-    do {                                                                     \
-        CUresult r_ = (call);                                                \
-        if (r_ != CUDA_SUCCESS) {                                            \
-            const char *n_ = NULL;                                           \
-            cuGetErrorName(r_, &n_);                                         \
-            printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
-                   n_ ? n_ : "?");                                           \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
+#define FLYT_TEST_NO_RUNTIME
+#include "test_util.h"
 
 #define RTC(call)                                                            \
     do {                                                                     \
@@ -34,21 +25,6 @@
             exit(1);                                                         \
         }                                                                    \
     } while (0)
-
-static int failures = 0;
-static void expect(int ok, const char *what)
-{
-    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
-    if (!ok)
-        failures++;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const char *source = R"(
 extern "C" __global__ void poly(const float *x, float *y, int n, float a, float b, float c)

@@ -1,13 +1,30 @@
 /* What every GPU test program shares: a CHECK that ends the program on a
- * failed CUDA call, named PASS/FAIL lines, and a host clock (for stderr). */
+ * failed CUDA runtime call (DRV: a driver call, for programs that include
+ * cuda.h first), named PASS/FAIL lines, and a host clock (for stderr).
+ * Programs without the runtime define FLYT_TEST_NO_RUNTIME first. */
 #ifndef FLYT_GPU_TEST_UTIL_H
 #define FLYT_GPU_TEST_UTIL_H
 
-#include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
+#ifdef __cuda_cuda_h__
+#define DRV(call)                                                            \
+    do {                                                                     \
+        CUresult r_ = (call);                                                \
+        if (r_ != CUDA_SUCCESS) {                                            \
+            const char *n_ = NULL;                                           \
+            cuGetErrorName(r_, &n_);                                         \
+            printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
+                   n_ ? n_ : "?");                                           \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+#endif
+
+#ifndef FLYT_TEST_NO_RUNTIME
+#include <cuda_runtime.h>
 #define CHECK(call)                                                          \
     do {                                                                     \
         cudaError_t err_ = (call);                                           \
@@ -17,6 +34,7 @@
             exit(1);                                                         \
         }                                                                    \
     } while (0)
+#endif
 
 static int failures = 0;
 static void expect(int ok, const char *what)
