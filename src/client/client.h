@@ -155,6 +155,7 @@ struct flyt_function {
     uint32_t            param_bytes;
     flyt_param         *params;
     int32_t             attrs[FLYT_FUNC_ATTRS]; /* CUfunction_attribute values */
+    uint32_t            settings;    /* bumped by each attribute or cache setting */
     struct flyt_function *next;
 };
 /* The record behind a CUfunction or CUkernel; NULL if it is not one. */

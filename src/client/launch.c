@@ -190,8 +190,10 @@ static CUresult func_attr_set(CUfunction_attribute attr, int value, const void *
         return r;
     flyt_req_func_attr req = {.func = id, .attr = (int32_t)attr, .value = value};
     r = flyt_call(FLYT_OP_FUNC_SET_ATTR, &req, sizeof req, NULL, 0, NULL);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         __atomic_store_n(&f->attrs[attr], value, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&f->settings, 1, __ATOMIC_RELAXED); /* occupancy answers change */
+    }
     return r;
 }
 
@@ -205,7 +207,10 @@ static CUresult func_cache_set(const void *handle, CUfunc_cache config)
     if (r != CUDA_SUCCESS)
         return r;
     flyt_req_func_attr req = {.func = id, .value = (int32_t)config};
-    return flyt_call(FLYT_OP_FUNC_SET_CACHE, &req, sizeof req, NULL, 0, NULL);
+    r = flyt_call(FLYT_OP_FUNC_SET_CACHE, &req, sizeof req, NULL, 0, NULL);
+    if (r == CUDA_SUCCESS)
+        __atomic_fetch_add(&f->settings, 1, __ATOMIC_RELAXED);
+    return r;
 }
 
 FLYT_EXPORT CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attr, CUfunction f)
@@ -243,11 +248,13 @@ FLYT_EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache config, CUd
     return r != CUDA_SUCCESS ? r : func_cache_set(k, config);
 }
 
-/* ---- occupancy: asked once per (function, block, shared memory, flags) ---- */
+/* ---- occupancy: asked once per (function and its settings, block, shared
+ * memory, flags) ---- */
 
 #define OCC_SLOTS 1024
 struct occ_entry {
     uint64_t func;
+    uint32_t settings; /* the function's, when asked */
     int block;
     unsigned flags;
     uint64_t smem;
@@ -273,10 +280,12 @@ static CUresult max_active_blocks(int *blocks, struct flyt_function *f, int bloc
     if (r != CUDA_SUCCESS)
         return r;
     size_t slot = occ_slot(id, block, smem, flags);
+    uint32_t settings = __atomic_load_n(&f->settings, __ATOMIC_RELAXED);
     pthread_mutex_lock(&occ.lock);
     struct occ_entry e = occ.e[slot];
     pthread_mutex_unlock(&occ.lock);
-    if (e.func == id && e.block == block && e.smem == smem && e.flags == flags) {
+    if (e.func == id && e.settings == settings && e.block == block && e.smem == smem &&
+        e.flags == flags) {
         *blocks = e.blocks;
         return CUDA_SUCCESS;
     }
@@ -287,7 +296,7 @@ static CUresult max_active_blocks(int *blocks, struct flyt_function *f, int bloc
         return r;
     *blocks = (int)n;
     pthread_mutex_lock(&occ.lock);
-    occ.e[slot] = (struct occ_entry){id, block, flags, smem, (int)n};
+    occ.e[slot] = (struct occ_entry){id, settings, block, flags, smem, (int)n};
     pthread_mutex_unlock(&occ.lock);
     return CUDA_SUCCESS;
 }
@@ -381,7 +390,59 @@ FLYT_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *smem, CUfun
     return r;
 }
 
-/* Cluster questions depend on the whole launch configuration: asked each time. */
+/* Cluster questions depend on the whole launch configuration and the
+ * function's attributes, and on nothing else: each answer is kept, under a
+ * 128-bit digest of all of them (cuBLASLt asks dozens of times per matmul). */
+#define CLUSTER_SLOTS 512
+struct cluster_key {
+    uint64_t a, b;
+};
+static struct {
+    pthread_mutex_t lock;
+    struct cluster_key key[CLUSTER_SLOTS];
+    int value[CLUSTER_SLOTS];
+} cluster_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void digest(struct cluster_key *k, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        k->a = (k->a ^ b[i]) * 0x100000001b3ull;                  /* FNV-1a */
+        k->b = (k->b + b[i] + 1) * 0x9e3779b97f4a7c15ull ^ (k->b >> 29); /* an unrelated mix */
+    }
+}
+
+static void cluster_key_of(struct cluster_key *k, const flyt_req_launch *req,
+                           const struct iovec *attrs, const struct flyt_function *f)
+{
+    *k = (struct cluster_key){0xcbf29ce484222325ull, 0x6a09e667f3bcc909ull};
+    digest(k, req, sizeof *req);
+    digest(k, attrs->iov_base, attrs->iov_len);
+    digest(k, f->attrs, sizeof f->attrs);
+    uint32_t settings = __atomic_load_n(&f->settings, __ATOMIC_RELAXED);
+    digest(k, &settings, sizeof settings);
+}
+
+static int cluster_cached(const struct cluster_key *k, int *value)
+{
+    size_t slot = k->a % CLUSTER_SLOTS;
+    pthread_mutex_lock(&cluster_cache.lock);
+    int hit = cluster_cache.key[slot].a == k->a && cluster_cache.key[slot].b == k->b;
+    if (hit)
+        *value = cluster_cache.value[slot];
+    pthread_mutex_unlock(&cluster_cache.lock);
+    return hit;
+}
+
+static void cluster_remember(const struct cluster_key *k, int value)
+{
+    size_t slot = k->a % CLUSTER_SLOTS;
+    pthread_mutex_lock(&cluster_cache.lock);
+    cluster_cache.key[slot] = *k;
+    cluster_cache.value[slot] = value;
+    pthread_mutex_unlock(&cluster_cache.lock);
+}
+
 static CUresult cluster_query(int *count, CUfunction func, const CUlaunchConfig *config,
                               unsigned what)
 {
@@ -406,11 +467,17 @@ static CUresult cluster_query(int *count, CUfunction func, const CUlaunchConfig 
         .pad = what,
     };
     struct iovec data = {config->attrs, config->numAttrs * sizeof(flyt_launch_attr)};
+    struct cluster_key key;
+    cluster_key_of(&key, &req, &data, f);
+    if (cluster_cached(&key, count))
+        return CUDA_SUCCESS;
     flyt_rep_i32 rep = {0};
     struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
     r = flyt_call(FLYT_OP_OCCUPANCY_CLUSTER, &req, sizeof req, &data, 1, &sink);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         *count = rep.value;
+        cluster_remember(&key, rep.value);
+    }
     return r;
 }
 
