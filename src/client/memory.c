@@ -21,6 +21,9 @@
 #include <unistd.h>
 
 #define PAGE ((uint64_t)4096)
+/* Marks the record of a registration's last partial page, which is not a
+ * registration of its own (no CU_MEMHOSTREGISTER_* flag uses this bit). */
+#define TAIL_PIECE 0x80000000u
 
 static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
 
@@ -457,13 +460,16 @@ FLYT_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int fla
         flyt_range_add(FLYT_RANGE_REGISTERED, (uint64_t)(uintptr_t)p, size, flags);
         return CUDA_SUCCESS;
     }
-    /* the record covers the shared whole pages; a copy that reaches past
-     * them takes the pageable path */
+    /* three records, as ranges of one kind never overlap: the shared whole
+     * pages, with their region, and the parts of pages before and after
+     * them, which copies reach through the pageable path */
+    uint64_t start = (uint64_t)(uintptr_t)p, end = start + size, hi = lo + len;
     flyt_range_add(FLYT_RANGE_REGISTERED, lo, len, flags);
     flyt_range_set_region(lo, region);
-    if (lo != (uint64_t)(uintptr_t)p)
-        flyt_range_add(FLYT_RANGE_REGISTERED, (uint64_t)(uintptr_t)p, lo - (uint64_t)(uintptr_t)p,
-                       flags);
+    if (start < lo)
+        flyt_range_add(FLYT_RANGE_REGISTERED, start, lo - start, flags);
+    if (hi < end)
+        flyt_range_add(FLYT_RANGE_REGISTERED, hi, end - hi, flags | TAIL_PIECE);
     return CUDA_SUCCESS;
 }
 FLYT_EXPORT CUresult cuMemHostRegister(void *p, size_t size, unsigned int flags)
@@ -476,19 +482,27 @@ FLYT_EXPORT CUresult cuMemHostUnregister(void *p)
     CUresult r = flyt_init_state();
     if (r != CUDA_SUCCESS)
         return r;
-    uint64_t addr = (uint64_t)(uintptr_t)p, lo = page_up(addr), offset = 0;
-    if (flyt_range_remove(FLYT_RANGE_REGISTERED, addr) != 0)
+    uint64_t addr = (uint64_t)(uintptr_t)p, base = 0, lo = page_up(addr), len = 0, offset = 0;
+    if (flyt_range_find(addr, &base, NULL, NULL) != FLYT_RANGE_REGISTERED || base != addr)
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-    if (lo != addr) {
-        uint64_t base = 0;
-        if (flyt_range_find(lo, &base, NULL, NULL) != FLYT_RANGE_REGISTERED || base != lo)
-            return CUDA_SUCCESS;
+    /* shared in place: the record of the whole pages holds the region */
+    uint64_t region = flyt_range_find(lo, &base, &len, NULL) == FLYT_RANGE_REGISTERED && base == lo
+                          ? flyt_range_region(lo, 1, &offset)
+                          : 0;
+    if (region == 0) {
+        flyt_range_remove(FLYT_RANGE_REGISTERED, addr);
+        return CUDA_SUCCESS;
     }
+    uint64_t tail = 0;
+    unsigned tail_flags = 0;
+    if (flyt_range_find(lo + len, &tail, NULL, &tail_flags) == FLYT_RANGE_REGISTERED &&
+        tail == lo + len && (tail_flags & TAIL_PIECE))
+        flyt_range_remove(FLYT_RANGE_REGISTERED, tail);
+    if (addr != lo)
+        flyt_range_remove(FLYT_RANGE_REGISTERED, addr);
+    flyt_range_remove(FLYT_RANGE_REGISTERED, lo);
     /* the pages stay shared memory with the program's bytes; only the
      * server lets go of them */
-    uint64_t region = flyt_range_region(lo, 1, &offset);
-    if (lo != addr || region)
-        flyt_range_remove(FLYT_RANGE_REGISTERED, lo);
     region_unmap(region);
     return CUDA_SUCCESS;
 }
@@ -499,7 +513,7 @@ FLYT_EXPORT CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
     int kind = flyt_range_find((uint64_t)(uintptr_t)p, NULL, NULL, &f);
     if (flags == NULL || (kind != FLYT_RANGE_PINNED && kind != FLYT_RANGE_REGISTERED))
         return CUDA_ERROR_INVALID_VALUE;
-    *flags = f;
+    *flags = f & ~TAIL_PIECE;
     return CUDA_SUCCESS;
 }
 

@@ -159,6 +159,28 @@ static void test_memory(void)
     CHECK(cuMemHostUnregister(reg) == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "unregistered once");
     CHECK(reg[777] == (char)(777 * 7), "unregistering keeps the bytes");
     munmap(reg, len);
+
+    /* a registration that starts and ends inside pages, and two neighbours */
+    char *area = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    for (int i = 0; i < 4 * 4096; i++)
+        area[i] = (char)(i * 3);
+    CU_OK(cuMemHostRegister(area + 100, 2 * 4096, 0));
+    CU_OK(cuMemcpyHtoD(big, area + 100, 2 * 4096));
+    char back[2 * 4096];
+    CU_OK(cuMemcpyDtoH(back, big, sizeof back));
+    CHECK(memcmp(back, area + 100, sizeof back) == 0, "an unaligned registration copies right");
+    CHECK(cuMemHostGetFlags(&hflags, area + 100 + 2 * 4096 - 1) == CUDA_SUCCESS && hflags == 0,
+          "its last byte is registered, with the flags given");
+    CHECK(cuMemHostRegister(area + 3 * 4096, 4096, 0) == CUDA_SUCCESS, "a neighbour after it");
+    CU_OK(cuMemHostUnregister(area + 100));
+    CHECK(cuMemHostGetFlags(&hflags, area + 2 * 4096 + 100) == CUDA_ERROR_INVALID_VALUE,
+          "unregistered: no piece of it is left");
+    CHECK(cuMemHostGetFlags(&hflags, area + 3 * 4096) == CUDA_SUCCESS, "the neighbour stays registered");
+    CU_OK(cuMemHostUnregister(area + 3 * 4096));
+    CU_OK(cuMemHostRegister(area + 100, 2 * 4096, 0));
+    CU_OK(cuMemHostUnregister(area + 100));
+    CHECK(area[5000] == (char)(5000 * 3), "and the bytes are still the program's");
+    munmap(area, 4 * 4096);
     CU_OK(cuMemFree(big));
     CU_OK(cuMemFree(d));
     CHECK(cuMemGetAddressRange(&base, &size, d) == CUDA_ERROR_NOT_FOUND, "freed memory has no range");
