@@ -11,6 +11,7 @@
 #include "export_tables.h"
 
 #include "ctx_storage.h"
+#include "flyt_proto.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -860,6 +861,10 @@ static const void *const cluster_prototype[CLUSTER_SLOTS] = {
     R(CLUSTER_PROTOTYPE, 15),     FN(cluster_not_offered_dev),
 };
 
+/* ---- Flyt's own: says to a server that this is not NVIDIA's driver ---- */
+
+static const void *const flyt_marker[2] = {SIZE_SLOT(2), "flyt"};
+
 /* ---- the UUIDs ---- */
 
 struct known_table {
@@ -886,6 +891,7 @@ static const struct known_table known_tables[] = {
       0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}, tools_module},
     {{0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45,
       0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}, cluster_prototype},
+    {FLYT_CLIENT_MARKER_UUID, flyt_marker},
 };
 
 /* Refused without a word: the first is asked by every runtime and refusing

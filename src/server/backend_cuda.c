@@ -53,6 +53,23 @@ static int cu_resolve(struct flyt_cu_api *cu, char *err, size_t errlen)
     return missing ? -1 : 0;
 }
 
+/* Whether the loader found Flyt's own client library under NVIDIA's name (its
+ * lib directory on LD_LIBRARY_PATH, or a VM-wide install on this machine):
+ * the server would then talk to itself. Asked of a table only Flyt answers. */
+static int is_flyt_client(struct flyt_cu_api *cu, char *err, size_t errlen)
+{
+    static const CUuuid marker = {FLYT_CLIENT_MARKER_UUID};
+    const void **table = NULL;
+    if (cu->cuGetExportTable((const void **)&table, &marker) != CUDA_SUCCESS || table == NULL)
+        return 0;
+    Dl_info where;
+    const char *path = dladdr((void *)cu->cuInit, &where) && where.dli_fname ? where.dli_fname
+                                                                            : "libcuda.so.1";
+    snprintf(err, errlen, "%s is Flyt's client library, not NVIDIA's driver: run flyt-server "
+             "without Flyt's lib directory on LD_LIBRARY_PATH or LD_PRELOAD", path);
+    return 1;
+}
+
 static const char *cu_errname(struct flyt_cu_api *cu, CUresult r)
 {
     const char *s = NULL;
@@ -1355,7 +1372,7 @@ flyt_backend *flyt_backend_cuda_open(int gpu, char *err, size_t errlen)
         free(b);
         return NULL;
     }
-    if (cu_resolve(&b->cu, err, errlen) != 0) {
+    if (cu_resolve(&b->cu, err, errlen) != 0 || is_flyt_client(&b->cu, err, errlen)) {
         dlclose(b->cu.lib); /* nothing of it ran yet */
         free(b);
         return NULL;

@@ -30,6 +30,7 @@
 #define FLYT_CU_FUNCS(X)                                  \
     X(cuGetErrorName)                                     \
     X(cuGetErrorString)                                   \
+    X(cuGetExportTable)                                   \
     X(cuInit)                                             \
     X(cuDriverGetVersion)                                 \
     X(cuDeviceGet)                                        \
