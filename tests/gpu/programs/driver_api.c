@@ -411,6 +411,34 @@ int main(void)
     DRV(cuMemcpyDtoH(hout, dx, sizeof hout));
     expect(memcmp(hout, pinned, sizeof hout) == 0, "cuMemcpyDtoD");
     DRV(cuMemFreeHost(pinned));
+
+    /* ---- stream memory operations, stream attributes, context events */
+    DRV(cuMemsetD32(dx, 0, 4));
+    DRV(cuStreamWriteValue32(stream, dx, 0x1234u, 0));
+    DRV(cuStreamWaitValue32(stream, dx, 0x1234u, CU_STREAM_WAIT_VALUE_EQ));
+    DRV(cuStreamWriteValue64(stream, dx + 8, 0x1122334455667788ull, 0));
+    CUstreamAttrValue prio_in, prio_out;
+    memset(&prio_in, 0, sizeof prio_in);
+    memset(&prio_out, 0, sizeof prio_out);
+    prio_in.syncPolicy = CU_SYNC_POLICY_YIELD;
+    DRV(cuStreamSetAttribute(stream, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &prio_in));
+    DRV(cuStreamGetAttribute(stream, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &prio_out));
+    DRV(cuCtxRecordEvent(primary, e0));
+    DRV(cuCtxWaitEvent(primary, e0));
+    DRV(cuStreamSynchronize(stream));
+    uint64_t words[2] = {0, 0};
+    DRV(cuMemcpyDtoH(words, dx, sizeof words));
+    printf("stream memops: %#llx %#llx, sync policy %d\n", (unsigned long long)words[0],
+           (unsigned long long)words[1], (int)prio_out.syncPolicy);
+    expect((words[0] & 0xffffffffu) == 0x1234u && words[1] == 0x1122334455667788ull &&
+               prio_out.syncPolicy == CU_SYNC_POLICY_YIELD,
+           "cuStreamWrite/WaitValue, stream attributes, cuCtxRecordEvent/WaitEvent");
+    /* what the driver says here is compared with native, whatever it is */
+    CUexecAffinityParam aff;
+    memset(&aff, 0, sizeof aff);
+    CUresult ar = cuCtxGetExecAffinity(&aff, CU_EXEC_AFFINITY_TYPE_SM_COUNT);
+    printf("cuCtxGetExecAffinity: %d, %s\n", (int)ar,
+           ar != CUDA_SUCCESS ? "-" : (int)aff.param.smCount.val == sms ? "all SMs" : "fewer SMs");
     DRV(cuEventDestroy(e0));
     DRV(cuEventDestroy(e1));
     DRV(cuStreamDestroy(stream));
