@@ -726,12 +726,17 @@ for n in node-a node-b; do
 done
 kill -TERM "$cm_pid"; wait "$cm_pid"; rc=$?
 check "cluster manager exits 0 ($rc)" [ $rc = 0 ]
-left=""
-for h in cm na nb va vb; do
-  for q in $(ip netns pids "$P-$h"); do
-    c=$(tr '\0' ' ' < /proc/$q/cmdline 2>/dev/null)
-    case $c in *postgres*) ;; *) left="$left [$h: $q $c]" ;; esac
+# processes still exiting (an empty command line) get a moment to be gone
+for _ in $(seq 30); do
+  left=""
+  for h in cm na nb va vb; do
+    for q in $(ip netns pids "$P-$h"); do
+      c=$(tr '\0' ' ' < /proc/$q/cmdline 2>/dev/null)
+      case $c in *postgres*) ;; *) left="$left [$h: $q $c]" ;; esac
+    done
   done
+  [ -z "$left" ] && break
+  sleep 0.1
 done
 check "no process of ours is left in the namespaces${left}" [ -z "$left" ]
 sanitizer=$(grep -lE 'AddressSanitizer|LeakSanitizer|runtime error:' "$tmp"/*.out "$tmp"/*.err "$tmp"/*/*.log 2>/dev/null | tr '\n' ' ')
