@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "flyt_config.h"
+#include "flyt_parse.h"
 #include "flyt_log.h"
 #include "flyt_proto.h"
 #include "flyt_token.h"

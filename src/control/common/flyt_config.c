@@ -25,112 +25,6 @@ struct flyt_config {
 
 static const char *const type_names[] = {"string", "int", "bool", "size", "duration"};
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-int flyt_parse_int(const char *s, long long *out, char *err, size_t errlen)
-{
-    char *end;
-    errno = 0;
-    if (!*s || isspace((unsigned char)*s)) {
-        seterr(err, errlen, "expected an integer, got \"%s\"", s);
-        return -1;
-    }
-    long long v = strtoll(s, &end, 10);
-    if (errno == ERANGE) {
-        seterr(err, errlen, "integer \"%s\" out of range", s);
-        return -1;
-    }
-    if (*end) {
-        seterr(err, errlen, "expected an integer, got \"%s\"", s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int flyt_parse_bool(const char *s, bool *out, char *err, size_t errlen)
-{
-    static const char *const yes[] = {"true", "yes", "on", "1"};
-    static const char *const no[] = {"false", "no", "off", "0"};
-    for (size_t i = 0; i < 4; i++) {
-        if (strcasecmp(s, yes[i]) == 0) { *out = true; return 0; }
-        if (strcasecmp(s, no[i]) == 0) { *out = false; return 0; }
-    }
-    seterr(err, errlen, "expected a boolean (true/false, yes/no, on/off, 1/0), got \"%s\"", s);
-    return -1;
-}
-
-/* An unsigned number followed by optional blanks and a unit from the table. */
-struct unit { const char *name; uint64_t mult; };
-
-static int parse_with_units(const char *s, const struct unit *units, uint64_t bare_mult,
-                            const char *what, const char *unit_list, uint64_t *out,
-                            char *err, size_t errlen)
-{
-    const char *p = s;
-    if (!isdigit((unsigned char)*p)) {
-        seterr(err, errlen, "expected a %s (a number with a unit: %s), got \"%s\"", what,
-               unit_list, s);
-        return -1;
-    }
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(p, &end, 10);
-    if (errno == ERANGE) {
-        seterr(err, errlen, "%s \"%s\" out of range", what, s);
-        return -1;
-    }
-    while (*end == ' ' || *end == '\t')
-        end++;
-    uint64_t mult = bare_mult;
-    if (*end) {
-        mult = 0;
-        for (const struct unit *u = units; u->name; u++)
-            if (strcmp(end, u->name) == 0) {
-                mult = u->mult;
-                break;
-            }
-        if (mult == 0) {
-            seterr(err, errlen, "unknown unit \"%s\" in %s \"%s\" (use %s)", end, what, s,
-                   unit_list);
-            return -1;
-        }
-    }
-    if (mult && n > UINT64_MAX / mult) {
-        seterr(err, errlen, "%s \"%s\" out of range", what, s);
-        return -1;
-    }
-    *out = n * mult;
-    return 0;
-}
-
-int flyt_parse_size(const char *s, uint64_t *out, char *err, size_t errlen)
-{
-    static const struct unit units[] = {
-        {"B", 1}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
-        {"TiB", 1ull << 40}, {"KB", 1000ull}, {"MB", 1000000ull}, {"GB", 1000000000ull},
-        {"TB", 1000000000000ull}, {NULL, 0}};
-    return parse_with_units(s, units, 1, "size", "B, KiB, MiB, GiB, TiB, KB, MB, GB, TB",
-                            out, err, errlen);
-}
-
-int flyt_parse_duration_ms(const char *s, uint64_t *out, char *err, size_t errlen)
-{
-    static const struct unit units[] = {
-        {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {NULL, 0}};
-    return parse_with_units(s, units, 1000, "duration", "ms, s, m, h", out, err, errlen);
-}
-
 static int find_key(const struct flyt_config *cfg, const char *name)
 {
     for (size_t i = 0; i < cfg->nkeys; i++)
@@ -150,7 +44,7 @@ static int set_value(struct flyt_config *cfg, size_t i, const char *text, char *
     case FLYT_CFG_STRING: {
         char *dup = strdup(text);
         if (!dup) {
-            seterr(err, errlen, "out of memory");
+            flyt_set_reason(err, errlen, "out of memory");
             return -1;
         }
         free(v->str);
@@ -176,7 +70,7 @@ static int set_value(struct flyt_config *cfg, size_t i, const char *text, char *
         if (rc < 0)
             return -1;
         if (u > (uint64_t)INT64_MAX) {
-            seterr(err, errlen, "value \"%s\" out of range", text);
+            flyt_set_reason(err, errlen, "value \"%s\" out of range", text);
             return -1;
         }
         num = (long long)u;
@@ -186,7 +80,7 @@ static int set_value(struct flyt_config *cfg, size_t i, const char *text, char *
     if (k->max > k->min && (num < k->min || num > k->max)) {
         const char *unit = k->type == FLYT_CFG_SIZE ? " bytes"
                            : k->type == FLYT_CFG_DURATION ? " ms" : "";
-        seterr(err, errlen, "value \"%s\" out of range [%lld%s, %lld%s]", text, k->min, unit,
+        flyt_set_reason(err, errlen, "value \"%s\" out of range [%lld%s, %lld%s]", text, k->min, unit,
                k->max, unit);
         return -1;
     }
@@ -271,14 +165,14 @@ static int unquote(char *raw, char *reason, size_t rlen)
         *o++ = *p;
     }
     if (*p != '"') {
-        seterr(reason, rlen, "unterminated quoted value");
+        flyt_set_reason(reason, rlen, "unterminated quoted value");
         return -1;
     }
     p++;
     while (*p == ' ' || *p == '\t' || *p == '\r')
         p++;
     if (*p && *p != '#') {
-        seterr(reason, rlen, "unexpected text after the quoted value: \"%s\"", p);
+        flyt_set_reason(reason, rlen, "unexpected text after the quoted value: \"%s\"", p);
         return -1;
     }
     *o = 0;
@@ -298,7 +192,7 @@ int flyt_config_parse(struct flyt_config *cfg, const char *name, const char *tex
         lineno++;
         char *buf = malloc(len + 1);
         if (!buf) {
-            seterr(err, errlen, "%s: out of memory", name);
+            flyt_set_reason(err, errlen, "%s: out of memory", name);
             return -1;
         }
         memcpy(buf, p, len);
@@ -312,14 +206,14 @@ int flyt_config_parse(struct flyt_config *cfg, const char *name, const char *tex
             char *close = strchr(line, ']');
             char *rest = close ? trim(close + 1) : NULL;
             if (!close || (*rest && *rest != '#')) {
-                seterr(reason, sizeof reason, "malformed section header \"%s\" (expected [name])",
+                flyt_set_reason(reason, sizeof reason, "malformed section header \"%s\" (expected [name])",
                        line);
                 bad = 1;
             } else {
                 *close = 0;
                 char *sec = trim(line + 1);
                 if (!valid_name(sec) || strlen(sec) >= sizeof section) {
-                    seterr(reason, sizeof reason, "invalid section name \"%s\"", sec);
+                    flyt_set_reason(reason, sizeof reason, "invalid section name \"%s\"", sec);
                     bad = 1;
                 } else {
                     snprintf(section, sizeof section, "%s", sec);
@@ -328,7 +222,7 @@ int flyt_config_parse(struct flyt_config *cfg, const char *name, const char *tex
         } else {
             char *eq = strchr(line, '=');
             if (!eq) {
-                seterr(reason, sizeof reason, "expected \"key = value\", got \"%s\"", line);
+                flyt_set_reason(reason, sizeof reason, "expected \"key = value\", got \"%s\"", line);
                 bad = 1;
             } else {
                 *eq = 0;
@@ -337,13 +231,13 @@ int flyt_config_parse(struct flyt_config *cfg, const char *name, const char *tex
                 snprintf(full, sizeof full, "%s%s%s", section, *section ? "." : "", key);
                 int idx = valid_name(key) ? find_key(cfg, full) : -1;
                 if (!valid_name(key)) {
-                    seterr(reason, sizeof reason, "invalid key name \"%s\"", key);
+                    flyt_set_reason(reason, sizeof reason, "invalid key name \"%s\"", key);
                     bad = 1;
                 } else if (idx < 0) {
-                    seterr(reason, sizeof reason, "unknown key \"%s\"", full);
+                    flyt_set_reason(reason, sizeof reason, "unknown key \"%s\"", full);
                     bad = 1;
                 } else if (cfg->values[idx].set) {
-                    seterr(reason, sizeof reason, "duplicate key \"%s\" (first set on line %d)",
+                    flyt_set_reason(reason, sizeof reason, "duplicate key \"%s\" (first set on line %d)",
                            full, cfg->values[idx].line);
                     bad = 1;
                 } else if (unquote(eq + 1, reason, sizeof reason) < 0) {
@@ -351,7 +245,7 @@ int flyt_config_parse(struct flyt_config *cfg, const char *name, const char *tex
                 } else {
                     char why[400];
                     if (set_value(cfg, (size_t)idx, eq + 1, why, sizeof why) < 0) {
-                        seterr(reason, sizeof reason, "%s: %s", full, why);
+                        flyt_set_reason(reason, sizeof reason, "%s: %s", full, why);
                         bad = 1;
                     } else {
                         cfg->values[idx].set = true;
@@ -362,13 +256,13 @@ int flyt_config_parse(struct flyt_config *cfg, const char *name, const char *tex
         }
         free(buf);
         if (bad) {
-            seterr(err, errlen, "%s:%d: %s", name, lineno, reason);
+            flyt_set_reason(err, errlen, "%s:%d: %s", name, lineno, reason);
             return -1;
         }
     }
     for (size_t i = 0; i < cfg->nkeys; i++)
         if (cfg->keys[i].required && !cfg->values[i].set) {
-            seterr(err, errlen, "%s: required key \"%s\" is not set", name, cfg->keys[i].name);
+            flyt_set_reason(err, errlen, "%s: required key \"%s\" is not set", name, cfg->keys[i].name);
             return -1;
         }
     return 0;
@@ -378,7 +272,7 @@ int flyt_config_load(struct flyt_config *cfg, const char *path, char *err, size_
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        flyt_set_reason(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     char *text = NULL;
@@ -392,7 +286,7 @@ int flyt_config_load(struct flyt_config *cfg, const char *path, char *err, size_
             if (!t) {
                 free(text);
                 fclose(f);
-                seterr(err, errlen, "%s: out of memory", path);
+                flyt_set_reason(err, errlen, "%s: out of memory", path);
                 return -1;
             }
             text = t;
@@ -402,7 +296,7 @@ int flyt_config_load(struct flyt_config *cfg, const char *path, char *err, size_
         if (len > (1u << 20)) {
             free(text);
             fclose(f);
-            seterr(err, errlen, "%s: larger than 1 MiB", path);
+            flyt_set_reason(err, errlen, "%s: larger than 1 MiB", path);
             return -1;
         }
     }
@@ -410,7 +304,7 @@ int flyt_config_load(struct flyt_config *cfg, const char *path, char *err, size_
     fclose(f);
     if (rerr) {
         free(text);
-        seterr(err, errlen, "%s: read error", path);
+        flyt_set_reason(err, errlen, "%s: read error", path);
         return -1;
     }
     if (text && memchr(text, 0, len)) {
@@ -419,7 +313,7 @@ int flyt_config_load(struct flyt_config *cfg, const char *path, char *err, size_
         for (size_t i = 0; i < len && text[i]; i++)
             line += text[i] == '\n';
         free(text);
-        seterr(err, errlen, "%s:%d: NUL byte in line", path, line);
+        flyt_set_reason(err, errlen, "%s:%d: NUL byte in line", path, line);
         return -1;
     }
     if (text)

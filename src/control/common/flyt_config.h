@@ -21,6 +21,8 @@
 #ifndef FLYT_CONFIG_H
 #define FLYT_CONFIG_H
 
+#include "flyt_parse.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -67,10 +69,6 @@ int flyt_config_line(const struct flyt_config *cfg, const char *name);
 /* Writes every key with its type, default and help (for --help). */
 void flyt_config_print_help(const struct flyt_cfg_key *keys, FILE *out);
 
-/* The value parsers, usable on their own. 0 on success, -1 with a reason in err. */
-int flyt_parse_int(const char *s, long long *out, char *err, size_t errlen);
-int flyt_parse_bool(const char *s, bool *out, char *err, size_t errlen);
-int flyt_parse_size(const char *s, uint64_t *out, char *err, size_t errlen);
-int flyt_parse_duration_ms(const char *s, uint64_t *out, char *err, size_t errlen);
+/* The value parsers themselves are flyt_parse.h's (src/common). */
 
 #endif
