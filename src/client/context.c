@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ctx_storage.h"
 
@@ -396,6 +397,21 @@ FLYT_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
         return r;
     flyt_req_i32 req = {.value = (int32_t)config};
     return flyt_call(FLYT_OP_DEVICE_SET_CACHE, &req, sizeof req, NULL, 0, NULL);
+}
+
+/* The context runs on the tenant's SMs, whatever its share: the driver of a
+ * share's green context refuses this question, so it is answered here. */
+FLYT_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *param, CUexecAffinityType type)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (param == NULL || type != CU_EXEC_AFFINITY_TYPE_SM_COUNT)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(param, 0, sizeof *param);
+    param->type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+    param->param.smCount.val = (unsigned)flyt_device_attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    return CUDA_SUCCESS;
 }
 
 /* Shared-memory bank size is fixed at four bytes on every GPU CUDA 13 runs. */

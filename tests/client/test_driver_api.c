@@ -92,6 +92,11 @@ static void test_contexts(CUdevice dev)
     CUdevice got = -1;
     CU_OK(cuCtxGetDevice(&got));
     CHECK(got == dev, "the current context's device");
+    CUexecAffinityParam aff;
+    int sms = 0;
+    CU_OK(cuCtxGetExecAffinity(&aff, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+    CU_OK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    CHECK((int)aff.param.smCount.val == sms, "exec affinity: the virtual GPU's %d SMs", sms);
 }
 
 static void test_memory(void)
