@@ -8,9 +8,9 @@
 
 CUresult flyt_call_func_arg(struct flyt_generic_call *call, int i, const void *handle)
 {
-    struct flyt_function *f = flyt_function_from(handle);
+    struct flyt_function *f;
     uint64_t id = 0;
-    call->result = f == NULL ? CUDA_ERROR_INVALID_HANDLE : flyt_function_ready(f, &id);
+    call->result = flyt_function_use(handle, &f, &id);
     call->args[i] = id;
     return call->result;
 }

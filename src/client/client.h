@@ -162,6 +162,9 @@ struct flyt_function {
 struct flyt_function *flyt_function_from(const void *handle);
 /* The function's server id, shipping its module again after a reset. */
 CUresult flyt_function_ready(struct flyt_function *f, uint64_t *server_id);
+/* flyt_function_from and flyt_function_ready at once: the record behind a
+ * CUfunction/CUkernel with its server id, or CUDA_ERROR_INVALID_HANDLE. */
+CUresult flyt_function_use(const void *handle, struct flyt_function **f, uint64_t *server_id);
 /* After a primary context reset every server id is gone. */
 void flyt_modules_reset(void);
 

@@ -109,8 +109,11 @@ static void report_once(const char *fmt, ...)
  * operation it answered (for finding why a library gave up). */
 static void trace_error(uint16_t op, const char *which, int32_t result)
 {
-    if (flyt_tracing())
-        fprintf(stderr, "flyt: trace: %s: %s failed with %d\n", flyt_op_name(op), which, result);
+    if (!flyt_tracing())
+        return;
+    char where[96];
+    snprintf(where, sizeof where, "%s, %s", flyt_op_name(op), which);
+    flyt_trace(where, (CUresult)result);
 }
 
 /* ---- waiters ---- */

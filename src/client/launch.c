@@ -69,12 +69,10 @@ static CUresult launch(const void *handle, const unsigned grid[3], const unsigne
     CUresult r = flyt_ctx_require();
     if (r != CUDA_SUCCESS)
         return r;
-    struct flyt_function *f = flyt_function_from(handle);
-    if (f == NULL)
-        return flyt_trace("a launch", CUDA_ERROR_INVALID_HANDLE);
+    struct flyt_function *f;
     uint64_t server_id;
-    if ((r = flyt_function_ready(f, &server_id)) != CUDA_SUCCESS)
-        return r;
+    if ((r = flyt_function_use(handle, &f, &server_id)) != CUDA_SUCCESS)
+        return flyt_trace("a launch", r);
     if ((r = check_config(f, grid, block, shared_mem)) != CUDA_SUCCESS)
         return flyt_trace("a launch's configuration", r);
     if (attr_count > FLYT_MAX_LAUNCH_ATTRS || (attr_count && attrs == NULL) ||
@@ -167,11 +165,9 @@ static CUresult func_attr_get(int *value, CUfunction_attribute attr, const void 
 {
     if (value == NULL || (int)attr < 0 || (int)attr >= CU_FUNC_ATTRIBUTE_MAX)
         return CUDA_ERROR_INVALID_VALUE;
-    struct flyt_function *f = flyt_function_from(handle);
-    if (f == NULL)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct flyt_function *f;
     uint64_t id;
-    CUresult r = flyt_function_ready(f, &id);
+    CUresult r = flyt_function_use(handle, &f, &id);
     if (r == CUDA_SUCCESS)
         *value = __atomic_load_n(&f->attrs[attr], __ATOMIC_RELAXED);
     return r;
@@ -181,11 +177,9 @@ static CUresult func_attr_set(CUfunction_attribute attr, int value, const void *
 {
     if ((int)attr < 0 || (int)attr >= CU_FUNC_ATTRIBUTE_MAX)
         return CUDA_ERROR_INVALID_VALUE;
-    struct flyt_function *f = flyt_function_from(handle);
-    if (f == NULL)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct flyt_function *f;
     uint64_t id;
-    CUresult r = flyt_function_ready(f, &id);
+    CUresult r = flyt_function_use(handle, &f, &id);
     if (r != CUDA_SUCCESS)
         return r;
     flyt_req_func_attr req = {.func = id, .attr = (int32_t)attr, .value = value};
@@ -199,11 +193,9 @@ static CUresult func_attr_set(CUfunction_attribute attr, int value, const void *
 
 static CUresult func_cache_set(const void *handle, CUfunc_cache config)
 {
-    struct flyt_function *f = flyt_function_from(handle);
-    if (f == NULL)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct flyt_function *f;
     uint64_t id;
-    CUresult r = flyt_function_ready(f, &id);
+    CUresult r = flyt_function_use(handle, &f, &id);
     if (r != CUDA_SUCCESS)
         return r;
     flyt_req_func_attr req = {.func = id, .value = (int32_t)config};
@@ -331,13 +323,11 @@ FLYT_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid, in
     CUresult r = flyt_ctx_require();
     if (r != CUDA_SUCCESS)
         return r;
-    struct flyt_function *f = flyt_function_from(func);
     if (min_grid == NULL || block_size == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    if (f == NULL)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct flyt_function *f;
     uint64_t id;
-    if ((r = flyt_function_ready(f, &id)) != CUDA_SUCCESS)
+    if ((r = flyt_function_use(func, &f, &id)) != CUDA_SUCCESS)
         return r;
     int warp = flyt_device_attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
     int most = f->attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK];
@@ -374,13 +364,11 @@ FLYT_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *smem, CUfun
     CUresult r = flyt_ctx_require();
     if (r != CUDA_SUCCESS)
         return r;
-    struct flyt_function *f = flyt_function_from(func);
     if (smem == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    if (f == NULL)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct flyt_function *f;
     uint64_t id;
-    if ((r = flyt_function_ready(f, &id)) != CUDA_SUCCESS)
+    if ((r = flyt_function_use(func, &f, &id)) != CUDA_SUCCESS)
         return r;
     flyt_req_occupancy req = {.func = id, .block_size = block, .num_blocks = blocks};
     uint64_t v = 0;
@@ -449,14 +437,12 @@ static CUresult cluster_query(int *count, CUfunction func, const CUlaunchConfig 
     CUresult r = flyt_ctx_require();
     if (r != CUDA_SUCCESS)
         return r;
-    struct flyt_function *f = flyt_function_from(func);
     if (count == NULL || config == NULL || config->numAttrs > FLYT_MAX_LAUNCH_ATTRS ||
         (config->numAttrs && config->attrs == NULL))
         return CUDA_ERROR_INVALID_VALUE;
-    if (f == NULL)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct flyt_function *f;
     uint64_t id;
-    if ((r = flyt_function_ready(f, &id)) != CUDA_SUCCESS)
+    if ((r = flyt_function_use(func, &f, &id)) != CUDA_SUCCESS)
         return r;
     flyt_req_launch req = {
         .func = id,

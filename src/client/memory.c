@@ -309,20 +309,32 @@ static uint64_t host_map(int fd, uint64_t len)
     return rep.value;
 }
 
+/* A new memfd of len bytes mapped shared: the mapping, and the fd in *fd;
+ * MAP_FAILED with nothing left open when either cannot be had. */
+static void *memfd_mapping(const char *name, uint64_t len, int *fd)
+{
+    *fd = memfd_create(name, MFD_CLOEXEC);
+    if (*fd < 0)
+        return MAP_FAILED;
+    void *p = MAP_FAILED;
+    if (ftruncate(*fd, (off_t)len) == 0)
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+    if (p == MAP_FAILED)
+        close(*fd);
+    return p;
+}
+
 static void *shared_alloc(size_t size, unsigned flags)
 {
     uint64_t len = page_up(size);
-    int fd = memfd_create("flyt-pinned", MFD_CLOEXEC);
-    if (fd < 0)
+    int fd;
+    void *p = memfd_mapping("flyt-pinned", len, &fd);
+    if (p == MAP_FAILED)
         return NULL;
-    void *p = MAP_FAILED;
-    if (ftruncate(fd, (off_t)len) == 0)
-        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    uint64_t region = p != MAP_FAILED ? host_map(fd, len) : 0;
+    uint64_t region = host_map(fd, len);
     close(fd);
     if (region == 0) {
-        if (p != MAP_FAILED)
-            munmap(p, len);
+        munmap(p, len);
         return NULL;
     }
     /* pinned memory is not inherited by a forked child, natively either */
@@ -416,24 +428,18 @@ static uint64_t share_in_place(void *p, size_t size, uint64_t *lo_out, uint64_t 
     if (hi <= lo || !plain_anonymous(lo, hi))
         return 0;
     uint64_t len = hi - lo;
-    int fd = memfd_create("flyt-registered", MFD_CLOEXEC);
-    if (fd < 0)
+    int fd;
+    void *view = memfd_mapping("flyt-registered", len, &fd);
+    if (view == MAP_FAILED)
         return 0;
-    void *view = MAP_FAILED;
-    if (ftruncate(fd, (off_t)len) == 0)
-        view = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    uint64_t region = 0;
-    if (view != MAP_FAILED) {
-        memcpy(view, (void *)(uintptr_t)lo, len);
-        region = host_map(fd, len);
-    }
+    memcpy(view, (void *)(uintptr_t)lo, len);
+    uint64_t region = host_map(fd, len);
     if (region != 0 && mmap((void *)(uintptr_t)lo, len, PROT_READ | PROT_WRITE,
                             MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
         region_unmap(region);
         region = 0;
     }
-    if (view != MAP_FAILED)
-        munmap(view, len);
+    munmap(view, len);
     close(fd);
     if (region)
         madvise((void *)(uintptr_t)lo, len, MADV_DONTFORK);

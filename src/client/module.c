@@ -375,6 +375,12 @@ static CUresult fetch_locked(struct flyt_function *f)
     return CUDA_SUCCESS;
 }
 
+CUresult flyt_function_use(const void *handle, struct flyt_function **f, uint64_t *server_id)
+{
+    *f = flyt_function_from(handle);
+    return *f == NULL ? CUDA_ERROR_INVALID_HANDLE : flyt_function_ready(*f, server_id);
+}
+
 CUresult flyt_function_ready(struct flyt_function *f, uint64_t *server_id)
 {
     unsigned gen = __atomic_load_n(&f->gen, __ATOMIC_ACQUIRE);
@@ -543,11 +549,9 @@ FLYT_EXPORT CUresult cuKernelGetName(const char **name, CUkernel kernel) { retur
 
 static CUresult param_info(const void *handle, size_t index, size_t *offset, size_t *size)
 {
-    struct flyt_function *f = flyt_function_from(handle);
-    if (f == NULL)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct flyt_function *f;
     uint64_t id;
-    CUresult r = flyt_function_ready(f, &id);
+    CUresult r = flyt_function_use(handle, &f, &id);
     if (r != CUDA_SUCCESS)
         return r;
     if (index >= f->param_count)
@@ -597,9 +601,9 @@ FLYT_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction fu
 
 FLYT_EXPORT CUresult cuFuncLoad(CUfunction func)
 {
-    struct flyt_function *f = flyt_function_from(func);
+    struct flyt_function *f;
     uint64_t id;
-    return f == NULL ? CUDA_ERROR_INVALID_HANDLE : flyt_function_ready(f, &id);
+    return flyt_function_use(func, &f, &id);
 }
 
 /* ---- globals ---- */
