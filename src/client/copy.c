@@ -26,6 +26,15 @@ static int peer_copies_off;
 
 static int is_device(uint64_t p) { return flyt_range_find(p, NULL, NULL, NULL) == FLYT_RANGE_DEVICE; }
 
+/* An asynchronous request is sent without waiting; a synchronous one waits
+ * for the server's answer (the copy or set has finished). */
+static CUresult request(uint16_t op, const void *req, size_t req_size, int async)
+{
+    if (async)
+        return flyt_send_async(op, req, req_size, NULL, 0);
+    return flyt_call(op, req, req_size, NULL, 0, NULL);
+}
+
 /* A copy between the device and shared host memory: no data on the socket,
  * and an asynchronous one is truly asynchronous, as with pinned memory. */
 static CUresult copy_mapped(uint16_t op, uint64_t device, uint64_t region, uint64_t offset,
@@ -33,9 +42,7 @@ static CUresult copy_mapped(uint16_t op, uint64_t device, uint64_t region, uint6
 {
     flyt_req_memcpy_mapped req = {.device = device, .region = region, .offset = offset, .size = n,
                                   .stream = stream};
-    if (async)
-        return flyt_send_async(op, &req, sizeof req, NULL, 0);
-    return flyt_call(op, &req, sizeof req, NULL, 0, NULL);
+    return request(op, &req, sizeof req, async);
 }
 
 static int peer_copy(uint16_t op, uint64_t dst, uint64_t src, size_t n, uint64_t stream,
@@ -105,9 +112,7 @@ static CUresult copy_dtoh(void *dst, uint64_t src, size_t n, uint64_t stream, in
 static CUresult copy_dtod(uint64_t dst, uint64_t src, size_t n, uint64_t stream, int async)
 {
     flyt_req_memcpy req = {.dst = dst, .src = src, .size = n, .stream = stream};
-    if (async)
-        return flyt_send_async(FLYT_OP_MEMCPY_DTOD, &req, sizeof req, NULL, 0);
-    return flyt_call(FLYT_OP_MEMCPY_DTOD, &req, sizeof req, NULL, 0, NULL);
+    return request(FLYT_OP_MEMCPY_DTOD, &req, sizeof req, async);
 }
 
 enum dir { HTOH, HTOD, DTOH, DTOD };
@@ -309,9 +314,7 @@ static CUresult copy_3d(struct side dst, struct side src, size_t width, size_t h
                               .width_bytes = width, .height = height, .depth = depth};
     if (dst.device && src.device) {
         req.dir = FLYT_DIR_DTOD;
-        if (async)
-            return flyt_send_async(FLYT_OP_MEMCPY_3D, &req, sizeof req, NULL, 0);
-        return flyt_call(FLYT_OP_MEMCPY_3D, &req, sizeof req, NULL, 0, NULL);
+        return request(FLYT_OP_MEMCPY_3D, &req, sizeof req, async);
     }
     const struct side *host = src.device ? &dst : &src;
     int packed = side_is_packed(host, width, height, depth);
@@ -441,9 +444,7 @@ static CUresult memset_2d(CUdeviceptr dst, size_t pitch, uint32_t value, unsigne
                            .width_bytes = width_bytes, .height = height, .depth = 1,
                            .stream = flyt_stream_wire(stream, per_thread), .value = value,
                            .elem_size = elem};
-    if (async)
-        return flyt_send_async(FLYT_OP_MEMSET, &req, sizeof req, NULL, 0);
-    return flyt_call(FLYT_OP_MEMSET, &req, sizeof req, NULL, 0, NULL);
+    return request(FLYT_OP_MEMSET, &req, sizeof req, async);
 }
 
 FLYT_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n)
