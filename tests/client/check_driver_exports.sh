@@ -2,10 +2,12 @@
 # The driver library must look like NVIDIA's libcuda.so.1 to the dynamic
 # linker: soname libcuda.so.1, no symbol versions (NVIDIA's has none), and
 # exactly the symbols of the committed list, which must equal the CUDA
-# toolkit's driver stub (lib64/stubs/libcuda.so) when that is at hand.
-# usage: check_driver_exports.sh OUR_LIB EXPORTS_LIST [NVIDIA_STUB]
+# toolkit's driver stub (lib64/stubs/libcuda.so) when that is at hand. The
+# page listing the refused exports names exactly the weak stubs, so it cannot
+# go stale.
+# usage: check_driver_exports.sh OUR_LIB EXPORTS_LIST [NVIDIA_STUB [REFUSED_DOC]]
 set -euo pipefail
-ours=$1 list=$2 stub=${3:-}
+ours=$1 list=$2 stub=${3:-} doc=${4:-}
 fail=0
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
@@ -51,6 +53,16 @@ else
   echo "note: NVIDIA's driver stub not found; compared against the committed list only"
 fi
 
-weak=$(nm -D --defined-only "$ours" | awk '$2 == "W"' | wc -l)
+nm -D --defined-only "$ours" | awk '$2 == "W" {print $3}' | LC_ALL=C sort -u > "$tmp/weak"
+weak=$(wc -l < "$tmp/weak")
+if [ -n "$doc" ]; then
+  # the lists are the lines that start with a name; prose may name anything
+  grep '^`cu' "$doc" | grep -o '`cu[A-Za-z0-9_]*`' | tr -d '`' | LC_ALL=C sort -u > "$tmp/doc"
+  unlisted=$(LC_ALL=C comm -23 "$tmp/weak" "$tmp/doc")
+  carried=$(LC_ALL=C comm -12 "$tmp/doc" <(LC_ALL=C comm -23 "$tmp/ours" "$tmp/weak"))
+  if [ -n "$unlisted" ]; then echo "FAIL: refused but not in $doc:"; echo "$unlisted" | head -20; fail=1; fi
+  if [ -n "$carried" ]; then echo "FAIL: carried out but listed as refused in $doc:"; echo "$carried" | head -20; fail=1; fi
+  [ -z "$unlisted$carried" ] && echo "ok: $doc lists exactly the $weak refused exports"
+fi
 echo "info: $(( $(wc -l < "$tmp/ours") - weak )) functions carried out, $weak answer CUDA_ERROR_NOT_SUPPORTED"
 exit $fail
