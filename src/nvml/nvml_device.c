@@ -155,6 +155,28 @@ FLYT_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlP
     return nvmlDeviceGetPciInfo_v3(device, pci);
 }
 
+FLYT_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci)
+{
+    nvmlPciInfo_t full;
+    nvmlReturn_t r = nvmlDeviceGetPciInfo_v3(device, pci == NULL ? NULL : &full);
+    if (r == NVML_SUCCESS && pci->version != nvmlPciInfoExt_v1)
+        r = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (r != NVML_SUCCESS)
+        return r;
+    *pci = (nvmlPciInfoExt_t){
+        .version = nvmlPciInfoExt_v1,
+        .domain = full.domain,
+        .bus = full.bus,
+        .device = full.device,
+        .pciDeviceId = full.pciDeviceId,
+        .pciSubSystemId = full.pciSubSystemId,
+        .baseClass = 0x03, /* display controller */
+        .subClass = 0x02,  /* 3D controller: what a compute GPU reports */
+    };
+    snprintf(pci->busId, sizeof pci->busId, "%s", full.busId);
+    return NVML_SUCCESS;
+}
+
 /* The first nvmlPciInfo_t: a 16-byte bus id, the same five numbers, then
  * four reserved words; 52 bytes, which is all a v1 caller allocated. */
 struct flyt_nvml_pci_info_v1 {

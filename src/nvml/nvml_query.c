@@ -132,6 +132,13 @@ FLYT_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned
     return r;
 }
 
+/* The virtual GPU is never split into MIG devices. */
+FLYT_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device,
+                                                             unsigned int *count)
+{
+    return flyt_nvml_answer(flyt_nvml_checked(device, count), 0, count);
+}
+
 FLYT_NVML_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device,
                                                           unsigned int *isMigDevice)
 {

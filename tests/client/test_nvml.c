@@ -5,6 +5,7 @@
  * usage: LD_LIBRARY_PATH=<dir of the fake libcuda.so.1> test_nvml NVML_EXPORTS
  */
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -418,6 +419,81 @@ static void test_stub(void)
     CHECK(r1 == NVML_ERROR_NOT_SUPPORTED && r2 == NVML_ERROR_NOT_SUPPORTED);
 }
 
+/* The PCI identity with its class, and event sets that exist but are never
+ * told of an event. */
+static void test_pci_ext_and_events(nvmlDevice_t dev[2])
+{
+    nvmlPciInfoExt_t ext = {.version = 0};
+    nvmlPciInfo_t pci;
+    CHECK_RET(nvmlDeviceGetPciInfoExt(dev[1], &ext), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    CHECK_RET(nvmlDeviceGetPciInfoExt(dev[1], NULL), NVML_ERROR_INVALID_ARGUMENT);
+    ext.version = nvmlPciInfoExt_v1;
+    CHECK(nvmlPciInfoExt_v1 == 0x1000040);
+    CHECK_RET(nvmlDeviceGetPciInfoExt(dev[1], &ext), NVML_SUCCESS);
+    CHECK_RET(nvmlDeviceGetPciInfo_v3(dev[1], &pci), NVML_SUCCESS);
+    CHECK(strcmp(ext.busId, pci.busId) == 0 && ext.bus == pci.bus && ext.device == pci.device);
+    CHECK(ext.baseClass == 3 && ext.subClass == 2 && ext.version == nvmlPciInfoExt_v1);
+
+    nvmlEventSet_t set = NULL;
+    unsigned long long types = 1;
+    nvmlEventData_t data;
+    CHECK_RET(nvmlEventSetCreate(NULL), NVML_ERROR_INVALID_ARGUMENT);
+    CHECK_RET(nvmlEventSetCreate(&set), NVML_SUCCESS);
+    CHECK_RET(nvmlDeviceGetSupportedEventTypes(dev[0], &types), NVML_SUCCESS);
+    CHECK(types == 0);
+    CHECK_RET(nvmlDeviceRegisterEvents(dev[0], 0x8 /* Xid */, set), NVML_ERROR_NOT_SUPPORTED);
+    CHECK_RET(nvmlDeviceRegisterEvents(dev[0], 0x8, NULL), NVML_ERROR_INVALID_ARGUMENT);
+    CHECK_RET(nvmlEventSetWait_v2(set, &data, 5), NVML_ERROR_TIMEOUT);
+    CHECK_RET(nvmlEventSetFree(set), NVML_SUCCESS);
+}
+
+/* nvidia-smi's private table: its size first, a device by index from slot
+ * 81, an empty process list from 213-215, any other slot refused without
+ * touching its arguments; another table id refused and named once. */
+typedef nvmlReturn_t (*internal_slot)(uintptr_t, uintptr_t, uintptr_t, uintptr_t);
+
+static void test_internal_table(nvmlDevice_t dev[2])
+{
+    static const unsigned char smi_id[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                                             0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+    unsigned char other_id[16];
+    memcpy(other_id, smi_id, sizeof other_id);
+    other_id[15] ^= 1;
+    const void *table = (const void *)1;
+    struct capture cap;
+    char text[1024];
+    CHECK_RET(nvmlInternalGetExportTable(NULL, smi_id), NVML_ERROR_INVALID_ARGUMENT);
+    capture_begin(&cap);
+    CHECK_RET(nvmlInternalGetExportTable(&table, other_id), NVML_ERROR_NOT_SUPPORTED);
+    CHECK(capture_end(&cap, text, sizeof text) == 1);
+    CHECK(strstr(text, "c4fe3e6c") != NULL && table == NULL);
+    CHECK_RET(nvmlInternalGetExportTable(&table, smi_id), NVML_SUCCESS);
+    if (table == NULL)
+        return;
+    const uintptr_t *slot = table;
+    CHECK(slot[0] == 256 * sizeof(uintptr_t));
+
+    nvmlDevice_t got = NULL;
+    CHECK_RET(((internal_slot)slot[81])(1, (uintptr_t)&got, 0x22, 0), NVML_SUCCESS);
+    CHECK(got == dev[1]);
+    CHECK_RET(((internal_slot)slot[81])(7, (uintptr_t)&got, 0x22, 0),
+              NVML_ERROR_INVALID_ARGUMENT);
+
+    unsigned count = 250;
+    CHECK_RET(((internal_slot)slot[214])((uintptr_t)dev[0], (uintptr_t)&count, 0, 0),
+              NVML_SUCCESS);
+    CHECK(count == 0);
+    count = 250;
+    CHECK_RET(((internal_slot)slot[213])(0, (uintptr_t)&count, 0, 0),
+              NVML_ERROR_INVALID_ARGUMENT);
+    CHECK(count == 250);
+
+    unsigned untouched = 77;
+    CHECK_RET(((internal_slot)slot[100])((uintptr_t)dev[0], (uintptr_t)&untouched, 0, 0),
+              NVML_ERROR_NOT_SUPPORTED);
+    CHECK(untouched == 77);
+}
+
 /* Every name in the list resolves, in libnvidia-ml.so.1 itself. */
 static void test_exports(const char *list)
 {
@@ -498,6 +574,8 @@ int main(int argc, char **argv)
         test_identity(dev);
         test_memory(dev);
         test_modes(dev);
+        test_internal_table(dev);
+        test_pci_ext_and_events(dev);
         test_not_visible(dev);
     }
     test_stub();
