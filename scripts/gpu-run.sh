@@ -6,7 +6,10 @@
 # $OUT/summary.txt.
 #
 # usage: scripts/gpu-run.sh BUILD_DIR [--quick] [--only PART[,PART...]]
-#   PART: tests, pytorch, bench (default: all three, in that order)
+#   PART: tests, pytorch, pytorch-es, nvml, bench (default: tests, pytorch,
+#         bench in that order; pytorch-es: the PyTorch check again with
+#         expandable_segments:True, natively and over a Unix socket; nvml:
+#         nvidia-smi on Flyt's NVML)
 #   --quick: one run per test program and variant (unless FLYT_TEST_REPEATS
 #            is set) and bench/run_bench.sh --quick
 #
@@ -77,22 +80,47 @@ if has_part tests; then
     pack tests gpu-tests gpu-tests.txt gpu-tests-summary.txt server-tcp.log server-unix.log
 fi
 
-if has_part pytorch; then
-    limit=${FLYT_GPU_TORCH_LIMIT:-400}
-    echo "gpu-run: pytorch (limit ${limit}s) ..."
-    FLYT_TORCH_BUDGET=${FLYT_TORCH_BUDGET:-$((limit - 20))} \
+# torch_part NAME OUTDIR HEADING: run_pytorch_check.sh with its results under
+# OUTDIR (and the environment the caller set), its table into the summary.
+torch_part() {
+    local name=$1 dir=$2 heading=$3 limit=${FLYT_GPU_TORCH_LIMIT:-400} rc
+    echo "gpu-run: $name (limit ${limit}s) ..."
+    mkdir -p "$dir"
+    OUT=$dir FLYT_TORCH_BUDGET=${FLYT_TORCH_BUDGET:-$((limit - 20))} \
         timeout -k 10 "$limit" bash "$root/tests/gpu/run_pytorch_check.sh" "$build" \
-        > "$OUT/pytorch.txt" 2>&1
-    torch_rc=$?
+        > "$OUT/$name.txt" 2>&1
+    rc=$?
     {
-        echo "===== PyTorch check (native vs Flyt), rc=$torch_rc"
-        if [ -f "$OUT/pytorch/summary.txt" ]; then
-            sed -n '/^stage /,$p' "$OUT/pytorch/summary.txt"
+        echo "===== $heading, rc=$rc"
+        if [ -f "$dir/pytorch/summary.txt" ]; then
+            sed -n '/^stage /,$p' "$dir/pytorch/summary.txt"
         else
-            tail -n 30 "$OUT/pytorch.txt"
+            tail -n 30 "$OUT/$name.txt"
         fi
     } >> "$summary"
+    return $rc
+}
+
+if has_part pytorch; then
+    torch_part pytorch "$OUT" "PyTorch check (native vs Flyt)"
+    torch_rc=$?
     pack pytorch pytorch pytorch.txt
+fi
+
+if has_part pytorch-es; then
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True FLYT_TORCH_MODES=${FLYT_TORCH_MODES:-native unix} \
+        torch_part pytorch-es "$OUT/es" "PyTorch check, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    es_rc=$?
+    [ "$torch_rc" = - ] || [ "$torch_rc" = 0 ] && torch_rc=$es_rc
+    pack pytorch-es es pytorch-es.txt
+fi
+
+if has_part nvml; then
+    echo "gpu-run: nvidia-smi on Flyt's NVML ..."
+    timeout -k 10 120 bash "$root/tests/gpu/nvml_check.sh" "$build" > "$OUT/nvml.txt" 2>&1
+    nvml_rc=$?
+    { echo "===== nvidia-smi natively and on Flyt's NVML, rc=$nvml_rc"; cat "$OUT/nvml.txt"; } >> "$summary"
+    pack nvml nvml nvml.txt
 fi
 
 if has_part bench; then

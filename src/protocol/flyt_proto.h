@@ -274,6 +274,29 @@ typedef struct { uint64_t map[16]; } flyt_rep_tensor_map;
 typedef struct { uint32_t id; uint32_t in_size; uint64_t args[FLYT_CALL_MAX_ARGS]; } flyt_req_call;
 typedef struct { uint32_t out_size; uint32_t pad; } flyt_rep_call;
 
+/* VMM_*: the driver's virtual memory management (cuMemAddressReserve,
+ * cuMemCreate, cuMemMap, cuMemSetAccess, ...). Addresses and sizes travel as
+ * they are; a physical allocation is named by its session id. The one
+ * device of a session is location id 0 on the wire. */
+typedef struct {
+    uint32_t type;          /* CUmemAllocationType: PINNED */
+    uint32_t handle_types;  /* CUmemAllocationHandleType mask asked for */
+    uint32_t location_type; /* CUmemLocationType: DEVICE */
+    int32_t  location_id;   /* 0 */
+    uint8_t  compression;
+    uint8_t  rdma_capable;
+    uint16_t usage;
+    uint32_t option;        /* VMM_GRANULARITY: CUmemAllocationGranularity_flags */
+} flyt_vmm_prop;
+typedef struct { uint64_t size, alignment, addr, flags; } flyt_req_vmm_reserve;
+typedef struct { uint64_t ptr, size; } flyt_req_vmm_range;
+typedef struct { uint64_t size, flags; flyt_vmm_prop prop; } flyt_req_vmm_create;
+typedef struct { uint64_t ptr, size, offset, handle, flags; } flyt_req_vmm_map;
+/* VMM_SET_ACCESS: count flyt_vmm_access entries follow (at most 64). */
+#define FLYT_VMM_MAX_ACCESS 64u
+typedef struct { uint64_t ptr, size; uint32_t count, pad; } flyt_req_vmm_access;
+typedef struct { uint32_t location_type; int32_t location_id; uint32_t flags, pad; } flyt_vmm_access;
+
 /* MODULE_FUNCS: the names of a module's functions, NUL-terminated one after
  * another in the reply's trailing bytes; the reply's value is their count. */
 #define FLYT_MAX_MODULE_FUNCS_BYTES (4u << 20)

@@ -109,6 +109,24 @@ struct flyt_backend_ops {
     CUresult (*dtoh_host)(flyt_backend *b, void *dst, uint64_t src, uint64_t n,
                           flyt_bhandle stream);
 
+    /* Virtual memory management: address ranges reserved, physical
+     * allocations created (mem), mapped into a range, made accessible to the
+     * device (flags: CU_MEM_ACCESS_FLAGS_PROT_*). prop's location is the
+     * session's device. NULL ops: the backend cannot. */
+    CUresult (*vmm_granularity)(flyt_backend *b, const flyt_vmm_prop *prop, uint64_t *bytes);
+    CUresult (*vmm_reserve)(flyt_backend *b, uint64_t size, uint64_t alignment, uint64_t addr,
+                            uint64_t *ptr);
+    CUresult (*vmm_free)(flyt_backend *b, uint64_t ptr, uint64_t size);
+    CUresult (*vmm_create)(flyt_backend *b, uint64_t size, const flyt_vmm_prop *prop,
+                           flyt_bhandle *mem);
+    CUresult (*vmm_release)(flyt_backend *b, flyt_bhandle mem);
+    CUresult (*vmm_map)(flyt_backend *b, uint64_t ptr, uint64_t size, uint64_t offset,
+                        flyt_bhandle mem);
+    CUresult (*vmm_unmap)(flyt_backend *b, uint64_t ptr, uint64_t size);
+    CUresult (*vmm_set_access)(flyt_backend *b, uint64_t ptr, uint64_t size, unsigned flags);
+    /* the allocation mapped at addr, with one more reference (cuMemRetainAllocationHandle) */
+    CUresult (*vmm_retain)(flyt_backend *b, uint64_t addr, flyt_bhandle *mem);
+
     /* streams; flags are CU_STREAM_* */
     CUresult (*stream_create)(flyt_backend *b, unsigned flags, int priority, flyt_bhandle *stream);
     CUresult (*stream_destroy)(flyt_backend *b, flyt_bhandle stream);

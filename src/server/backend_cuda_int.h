@@ -55,6 +55,15 @@
     X(cuCtxSetFlags)                                      \
     X(cuCtxGetStreamPriorityRange)                        \
     X(cuMemGetInfo)                                       \
+    X(cuMemGetAllocationGranularity)                      \
+    X(cuMemAddressReserve)                                \
+    X(cuMemAddressFree)                                   \
+    X(cuMemCreate)                                        \
+    X(cuMemRelease)                                       \
+    X(cuMemMap)                                           \
+    X(cuMemUnmap)                                         \
+    X(cuMemSetAccess)                                     \
+    X(cuMemRetainAllocationHandle)                        \
     X(cuMemAlloc)                                         \
     X(cuMemFree)                                          \
     X(cuMemAllocPitch)                                    \
@@ -302,6 +311,19 @@ CUresult flyt_cuda_dtoh_2d(flyt_backend *base, void *dst, uint64_t src, uint64_t
 CUresult flyt_cuda_dtod_2d(flyt_backend *base, uint64_t dst, uint64_t dst_pitch, uint64_t src,
                            uint64_t src_pitch, uint64_t width, uint64_t rows, flyt_bhandle stream);
 CUresult flyt_cuda_host_register(flyt_backend *base, void *ptr, uint64_t size);
+/* backend_cuda_vmm.c */
+CUresult flyt_cuda_vmm_granularity(flyt_backend *base, const flyt_vmm_prop *prop, uint64_t *bytes);
+CUresult flyt_cuda_vmm_reserve(flyt_backend *base, uint64_t size, uint64_t alignment, uint64_t addr,
+                               uint64_t *ptr);
+CUresult flyt_cuda_vmm_free(flyt_backend *base, uint64_t ptr, uint64_t size);
+CUresult flyt_cuda_vmm_create(flyt_backend *base, uint64_t size, const flyt_vmm_prop *prop,
+                              flyt_bhandle *mem);
+CUresult flyt_cuda_vmm_release(flyt_backend *base, flyt_bhandle mem);
+CUresult flyt_cuda_vmm_map(flyt_backend *base, uint64_t ptr, uint64_t size, uint64_t offset,
+                           flyt_bhandle mem);
+CUresult flyt_cuda_vmm_unmap(flyt_backend *base, uint64_t ptr, uint64_t size);
+CUresult flyt_cuda_vmm_set_access(flyt_backend *base, uint64_t ptr, uint64_t size, unsigned flags);
+CUresult flyt_cuda_vmm_retain(flyt_backend *base, uint64_t addr, flyt_bhandle *mem);
 CUresult flyt_cuda_host_unregister(flyt_backend *base, void *ptr);
 CUresult flyt_cuda_htod_host(flyt_backend *base, uint64_t dst, const void *src, uint64_t n,
                              flyt_bhandle stream);

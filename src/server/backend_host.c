@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 static_assert(sizeof(struct cudaDeviceProp) == FLYT_DEVICE_PROP_SIZE, "cudaDeviceProp size");
 
@@ -89,6 +90,19 @@ struct hpool {
 struct halloc {
     uint64_t addr, size; /* an anonymous mapping; [addr, addr + size) is the client's */
     struct hpool *pool;  /* NULL unless from an async allocation */
+    struct hvmem *vmem;  /* a cuMemMap of this VMM allocation, else NULL */
+    unsigned access;     /* VMM mappings: CU_MEM_ACCESS_FLAGS_PROT_* granted */
+};
+
+/* VMM: a reserved address range, and a physical allocation (a memfd) that
+ * lives while a handle or a mapping refers to it. */
+struct hvrange {
+    uint64_t addr, size;
+};
+struct hvmem {
+    int fd;
+    uint64_t size;
+    unsigned refs, maps;
 };
 
 struct hstream {
@@ -131,6 +145,7 @@ struct host_backend {
 
     ptrset streams, events, modules, pools;
     struct hpool *default_pool;
+    ptrset vranges, vmems; /* VMM: reservations; allocations with a live handle */
 
     uint64_t limits[HOST_LIMIT_COUNT];
     int cache_config;
@@ -483,6 +498,8 @@ static CUresult check_range(const struct host_backend *h, uint64_t ptr, uint64_t
     if (i < 0)
         return CUDA_ERROR_INVALID_VALUE;
     const struct halloc *a = &h->allocs[i];
+    if (a->vmem && a->access != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        return CUDA_ERROR_INVALID_VALUE; /* the GPU would fault on it */
     return len <= a->size - (ptr - a->addr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -495,6 +512,31 @@ static CUresult check_2d(const struct host_backend *h, uint64_t ptr, uint64_t pi
     return extent ? check_range(h, ptr, extent) : CUDA_SUCCESS;
 }
 
+/* Room for one more entry in the allocation table: 0 or -1. */
+static int table_reserve(struct host_backend *h)
+{
+    if (h->nallocs == h->cap_allocs) {
+        size_t cap = h->cap_allocs ? h->cap_allocs * 2 : 64;
+        struct halloc *n = realloc(h->allocs, cap * sizeof *n);
+        if (n == NULL)
+            return -1;
+        h->allocs = n;
+        h->cap_allocs = cap;
+    }
+    return 0;
+}
+
+/* Adds a entry in address order (after table_reserve). */
+static void table_insert(struct host_backend *h, struct halloc a)
+{
+    size_t pos = h->nallocs;
+    while (pos > 0 && h->allocs[pos - 1].addr > a.addr)
+        pos--;
+    memmove(&h->allocs[pos + 1], &h->allocs[pos], (h->nallocs - pos) * sizeof *h->allocs);
+    h->allocs[pos] = a;
+    h->nallocs++;
+}
+
 static CUresult alloc_insert(struct host_backend *h, uint64_t size, struct hpool *pool, uint64_t *dptr)
 {
     if (size == 0)
@@ -503,26 +545,15 @@ static CUresult alloc_insert(struct host_backend *h, uint64_t size, struct hpool
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (pool && pool->max_size && (pool->used > pool->max_size || size > pool->max_size - pool->used))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (h->nallocs == h->cap_allocs) {
-        size_t cap = h->cap_allocs ? h->cap_allocs * 2 : 64;
-        struct halloc *n = realloc(h->allocs, cap * sizeof *n);
-        if (n == NULL)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        h->allocs = n;
-        h->cap_allocs = cap;
-    }
+    if (table_reserve(h) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
     /* Page-aligned (so 256-aligned) and zero-filled, so that no earlier
      * contents of the server's heap can leak to the client. */
     void *mem = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t addr = (uint64_t)(uintptr_t)mem;
-    size_t pos = h->nallocs;
-    while (pos > 0 && h->allocs[pos - 1].addr > addr)
-        pos--;
-    memmove(&h->allocs[pos + 1], &h->allocs[pos], (h->nallocs - pos) * sizeof *h->allocs);
-    h->allocs[pos] = (struct halloc){addr, size, pool};
-    h->nallocs++;
+    table_insert(h, (struct halloc){.addr = addr, .size = size, .pool = pool});
     h->used += size;
     if (pool) {
         pool->used += size;
@@ -533,11 +564,20 @@ static CUresult alloc_insert(struct host_backend *h, uint64_t size, struct hpool
     return CUDA_SUCCESS;
 }
 
+static void vmem_put(struct host_backend *h, struct hvmem *m);
+
 static void alloc_remove(struct host_backend *h, size_t i)
 {
     struct halloc a = h->allocs[i];
-    munmap((void *)(uintptr_t)a.addr, (size_t)a.size);
-    h->used -= a.size;
+    if (a.vmem) { /* an unmapped range goes back to being reserved */
+        mmap((void *)(uintptr_t)a.addr, (size_t)a.size, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+        a.vmem->maps--;
+        vmem_put(h, a.vmem);
+    } else {
+        munmap((void *)(uintptr_t)a.addr, (size_t)a.size);
+        h->used -= a.size;
+    }
     if (a.pool)
         a.pool->used -= a.size;
     memmove(&h->allocs[i], &h->allocs[i + 1], (h->nallocs - i - 1) * sizeof *h->allocs);
@@ -547,7 +587,7 @@ static void alloc_remove(struct host_backend *h, size_t i)
 static CUresult alloc_free(struct host_backend *h, uint64_t dptr)
 {
     long i = find_alloc(h, dptr);
-    if (i < 0 || h->allocs[i].addr != dptr)
+    if (i < 0 || h->allocs[i].addr != dptr || h->allocs[i].vmem)
         return CUDA_ERROR_INVALID_VALUE;
     alloc_remove(h, (size_t)i);
     return CUDA_SUCCESS;
@@ -588,7 +628,17 @@ static void drop_all(struct host_backend *h)
     }
     for (size_t i = 0; i < h->pools.n; i++)
         free(h->pools.items[i]);
-    h->streams.n = h->events.n = h->modules.n = h->pools.n = 0;
+    while (h->vmems.n > 0) {
+        struct hvmem *m = h->vmems.items[0];
+        m->refs = 0;
+        vmem_put(h, m);
+    }
+    for (size_t i = 0; i < h->vranges.n; i++) {
+        struct hvrange *v = h->vranges.items[i];
+        munmap((void *)(uintptr_t)v->addr, (size_t)v->size);
+        free(v);
+    }
+    h->streams.n = h->events.n = h->modules.n = h->pools.n = h->vranges.n = 0;
     h->default_pool = NULL;
 }
 
@@ -614,6 +664,8 @@ static void host_close(flyt_backend *b)
     free(h->events.items);
     free(h->modules.items);
     free(h->pools.items);
+    free(h->vranges.items);
+    free(h->vmems.items);
     for (size_t i = 0; i < h->nstaging; i++)
         free((char *)h->staging_cache[i] - STAGING_HDR);
     free(h);
@@ -1503,6 +1555,205 @@ static CUresult host_call(flyt_backend *b, uint32_t id, const uint64_t *a, const
     }
 }
 
+/* ---- virtual memory management: reservations are PROT_NONE mappings,
+ * allocations memfds mapped over them, access an mprotect ---- */
+
+#define HOST_VMM_GRANULARITY (2ull << 20)
+
+static int vmm_aligned(uint64_t n) { return n % HOST_VMM_GRANULARITY == 0; }
+
+/* Frees an allocation once neither a handle nor a mapping refers to it. */
+static void vmem_put(struct host_backend *h, struct hvmem *m)
+{
+    if (m->refs == 0)
+        set_del(&h->vmems, m);
+    if (m->refs == 0 && m->maps == 0) {
+        close(m->fd);
+        h->used -= m->size;
+        free(m);
+    }
+}
+
+static CUresult host_vmm_granularity(flyt_backend *b, const flyt_vmm_prop *prop, uint64_t *bytes)
+{
+    (void)b;
+    (void)prop;
+    *bytes = HOST_VMM_GRANULARITY; /* minimum and recommended alike */
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_vmm_reserve(flyt_backend *b, uint64_t size, uint64_t alignment, uint64_t addr,
+                                 uint64_t *ptr)
+{
+    (void)addr; /* a hint only, as for the driver */
+    struct host_backend *h = HB(b);
+    if (size == 0 || !vmm_aligned(size) || (alignment & (alignment - 1)) != 0 ||
+        alignment > HOST_VMM_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct hvrange *v = malloc(sizeof *v);
+    char *m = v ? mmap(NULL, (size_t)(size + HOST_VMM_GRANULARITY), PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                : MAP_FAILED;
+    if (m == MAP_FAILED || set_add(&h->vranges, v) != 0) {
+        if (m != MAP_FAILED)
+            munmap(m, (size_t)(size + HOST_VMM_GRANULARITY));
+        free(v);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* trimmed to a granularity-aligned range */
+    uint64_t start = ((uint64_t)(uintptr_t)m + HOST_VMM_GRANULARITY - 1) & ~(HOST_VMM_GRANULARITY - 1);
+    if (start > (uint64_t)(uintptr_t)m)
+        munmap(m, (size_t)(start - (uint64_t)(uintptr_t)m));
+    uint64_t tail = (uint64_t)(uintptr_t)m + size + HOST_VMM_GRANULARITY - (start + size);
+    if (tail > 0)
+        munmap((void *)(uintptr_t)(start + size), (size_t)tail);
+    *v = (struct hvrange){start, size};
+    *ptr = start;
+    return CUDA_SUCCESS;
+}
+
+/* The reservation holding [ptr, ptr + size), or NULL. */
+static struct hvrange *vrange_of(const struct host_backend *h, uint64_t ptr, uint64_t size)
+{
+    for (size_t i = 0; i < h->vranges.n; i++) {
+        struct hvrange *v = h->vranges.items[i];
+        if (ptr >= v->addr && size <= v->size && ptr - v->addr <= v->size - size)
+            return v;
+    }
+    return NULL;
+}
+
+/* Index of the first table entry overlapping [ptr, ptr + size), or -1. */
+static long first_overlap(const struct host_backend *h, uint64_t ptr, uint64_t size)
+{
+    for (size_t i = 0; i < h->nallocs; i++)
+        if (h->allocs[i].addr < ptr + size && ptr < h->allocs[i].addr + h->allocs[i].size)
+            return (long)i;
+    return -1;
+}
+
+static CUresult host_vmm_free(flyt_backend *b, uint64_t ptr, uint64_t size)
+{
+    struct host_backend *h = HB(b);
+    struct hvrange *v = vrange_of(h, ptr, size);
+    if (v == NULL || v->addr != ptr || v->size != size || first_overlap(h, ptr, size) >= 0)
+        return CUDA_ERROR_INVALID_VALUE; /* mappings must be gone first */
+    munmap((void *)(uintptr_t)ptr, (size_t)size);
+    set_del(&h->vranges, v);
+    free(v);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_vmm_create(flyt_backend *b, uint64_t size, const flyt_vmm_prop *prop,
+                                flyt_bhandle *mem)
+{
+    (void)prop;
+    struct host_backend *h = HB(b);
+    if (size == 0 || !vmm_aligned(size))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (size > h->total - h->used)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct hvmem *m = malloc(sizeof *m);
+    int fd = m ? memfd_create("flyt-host-vmm", MFD_CLOEXEC) : -1;
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0 || set_add(&h->vmems, m) != 0) {
+        if (fd >= 0)
+            close(fd);
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *m = (struct hvmem){.fd = fd, .size = size, .refs = 1};
+    h->used += size;
+    *mem = m;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_vmm_release(flyt_backend *b, flyt_bhandle mem)
+{
+    struct host_backend *h = HB(b);
+    struct hvmem *m = mem;
+    if (!set_has(&h->vmems, m))
+        return CUDA_ERROR_INVALID_VALUE;
+    m->refs--;
+    vmem_put(h, m);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_vmm_map(flyt_backend *b, uint64_t ptr, uint64_t size, uint64_t offset,
+                             flyt_bhandle mem)
+{
+    struct host_backend *h = HB(b);
+    struct hvmem *m = mem;
+    if (!set_has(&h->vmems, m) || size == 0 || !vmm_aligned(ptr) || !vmm_aligned(size) ||
+        !vmm_aligned(offset) || offset > m->size || size > m->size - offset ||
+        vrange_of(h, ptr, size) == NULL || first_overlap(h, ptr, size) >= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (table_reserve(h) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (mmap((void *)(uintptr_t)ptr, (size_t)size, PROT_NONE, MAP_SHARED | MAP_FIXED, m->fd,
+             (off_t)offset) == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    m->maps++;
+    table_insert(h, (struct halloc){.addr = ptr, .size = size, .vmem = m});
+    return CUDA_SUCCESS;
+}
+
+/* Whether [ptr, ptr + size) is exactly a run of whole VMM mappings. */
+static int whole_mappings(const struct host_backend *h, uint64_t ptr, uint64_t size)
+{
+    uint64_t at = ptr, end = ptr + size;
+    long i = find_alloc(h, ptr);
+    if (size == 0 || i < 0)
+        return 0;
+    for (; (size_t)i < h->nallocs && at < end; i++) {
+        const struct halloc *a = &h->allocs[i];
+        if (a->addr != at || a->vmem == NULL || a->size > end - at)
+            return 0;
+        at += a->size;
+    }
+    return at == end;
+}
+
+static CUresult host_vmm_unmap(flyt_backend *b, uint64_t ptr, uint64_t size)
+{
+    struct host_backend *h = HB(b);
+    if (!whole_mappings(h, ptr, size))
+        return CUDA_ERROR_INVALID_VALUE;
+    long i;
+    while ((i = first_overlap(h, ptr, size)) >= 0)
+        alloc_remove(h, (size_t)i);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_vmm_set_access(flyt_backend *b, uint64_t ptr, uint64_t size, unsigned flags)
+{
+    struct host_backend *h = HB(b);
+    if (!whole_mappings(h, ptr, size))
+        return CUDA_ERROR_INVALID_VALUE;
+    int prot = flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? PROT_READ | PROT_WRITE
+               : flags == CU_MEM_ACCESS_FLAGS_PROT_READ    ? PROT_READ
+                                                           : PROT_NONE;
+    if (mprotect((void *)(uintptr_t)ptr, (size_t)size, prot) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (long i = find_alloc(h, ptr); i >= 0 && (size_t)i < h->nallocs &&
+                                      h->allocs[i].addr < ptr + size; i++)
+        h->allocs[i].access = flags;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_vmm_retain(flyt_backend *b, uint64_t addr, flyt_bhandle *mem)
+{
+    struct host_backend *h = HB(b);
+    long i = find_alloc(h, addr);
+    if (i < 0 || h->allocs[i].vmem == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct hvmem *m = h->allocs[i].vmem;
+    if (m->refs == 0 && set_add(&h->vmems, m) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    m->refs++;
+    *mem = m;
+    return CUDA_SUCCESS;
+}
+
 static const struct flyt_backend_ops host_ops = {
     .name = "host",
     .close = host_close,
@@ -1540,6 +1791,15 @@ static const struct flyt_backend_ops host_ops = {
     .dtoh_2d = host_dtoh_2d,
     .dtod_2d = host_dtod_2d,
     .memset_2d = host_memset_2d,
+    .vmm_granularity = host_vmm_granularity,
+    .vmm_reserve = host_vmm_reserve,
+    .vmm_free = host_vmm_free,
+    .vmm_create = host_vmm_create,
+    .vmm_release = host_vmm_release,
+    .vmm_map = host_vmm_map,
+    .vmm_unmap = host_vmm_unmap,
+    .vmm_set_access = host_vmm_set_access,
+    .vmm_retain = host_vmm_retain,
     .host_register = host_host_register,
     .host_unregister = host_host_unregister,
     .htod_host = host_htod_host,

@@ -24,6 +24,7 @@ enum flyt_htype {
     FLYT_H_FUNC,
     FLYT_H_POOL,
     FLYT_H_REGION, /* client memory shared through HOST_MAP */
+    FLYT_H_VMEM,   /* a physical allocation of cuMemCreate */
 };
 
 struct flyt_module_info {
@@ -43,6 +44,11 @@ struct flyt_region_info {
     uint64_t size;
 };
 
+struct flyt_vmem_info {
+    uint64_t size; /* charged against the quota until the last release */
+    uint32_t refs; /* cuMemCreate and each cuMemRetainAllocationHandle */
+};
+
 struct flyt_hentry {
     uint64_t        id;
     enum flyt_htype type;
@@ -51,6 +57,7 @@ struct flyt_hentry {
         struct flyt_module_info module;
         struct flyt_func_info   func;
         struct flyt_region_info region;
+        struct flyt_vmem_info   vmem;
     } u;
 };
 

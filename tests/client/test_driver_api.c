@@ -191,6 +191,70 @@ static void test_memory(void)
     CHECK(cuMemGetAddressRange(&base, &size, d) == CUDA_ERROR_NOT_FOUND, "freed memory has no range");
 }
 
+/* Virtual memory management as PyTorch's expandable segments use it: a
+ * reserved range, physical allocations mapped into it, access granted, data
+ * through it, retain/release, and the errors on the way. */
+static void test_vmm(void)
+{
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    size_t gran = 0;
+    CU_OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    CHECK(gran == 2u << 20, "VMM granularity %zu", gran);
+    CUmemAllocationProp other = prop;
+    other.location.id = 1;
+    CUmemGenericAllocationHandle h[2] = {0, 0}, again = 0;
+    CHECK(cuMemCreate(&h[0], gran, &other, 0) == CUDA_ERROR_INVALID_DEVICE,
+          "cuMemCreate on a device the session lacks");
+    CUdeviceptr va = 0;
+    CU_OK(cuMemAddressReserve(&va, 3 * gran, 0, 0, 0));
+    CU_OK(cuMemCreate(&h[0], gran, &prop, 0));
+    CU_OK(cuMemCreate(&h[1], 2 * gran, &prop, 0));
+    CHECK(cuMemMap(va, gran, 0, 0xdead, 0) == CUDA_ERROR_INVALID_VALUE, "map of an unknown handle");
+    CU_OK(cuMemMap(va, gran, 0, h[0], 0));
+    CU_OK(cuMemMap(va + gran, 2 * gran, 0, h[1], 0));
+    char word[8] = "vmm-data", back[8] = {0};
+    CHECK(cuMemcpyHtoD(va + 16, word, sizeof word) != CUDA_SUCCESS,
+          "no copy into a mapping the device may not access yet");
+    CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CU_OK(cuMemSetAccess(va, 3 * gran, &rw, 1));
+    unsigned long long access = 0;
+    CU_OK(cuMemGetAccess(&access, &rw.location, va + gran + 5));
+    CHECK(access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "cuMemGetAccess: read-write");
+    CU_OK(cuMemcpyHtoD(va + gran + 16, word, sizeof word));
+    CU_OK(cuMemsetD8(va, 0x5a, gran));
+    CU_OK(cuMemcpyDtoH(back, va + gran + 16, sizeof back));
+    unsigned char first = 0;
+    CU_OK(cuMemcpyDtoH(&first, va + gran - 1, 1));
+    CHECK(memcmp(back, word, sizeof word) == 0 && first == 0x5a, "data through two mappings");
+    unsigned type = 0;
+    CU_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 100));
+    CHECK(type == CU_MEMORYTYPE_DEVICE, "a mapped address is device memory");
+    CUmemAllocationProp got;
+    CU_OK(cuMemGetAllocationPropertiesFromHandle(&got, h[1]));
+    CHECK(got.requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+          "allocation properties from the handle");
+    CU_OK(cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)(va + gran + 7)));
+    CHECK(again == h[1], "retain gives the mapped allocation's handle");
+    CU_OK(cuMemRelease(again));
+    CU_OK(cuMemRelease(h[1])); /* mapped: the memory stays until unmapped */
+    CU_OK(cuMemcpyDtoH(back, va + gran + 16, sizeof back));
+    CHECK(memcmp(back, word, sizeof word) == 0, "released but mapped memory keeps its data");
+    CHECK(cuMemRelease(h[1]) == CUDA_ERROR_INVALID_VALUE, "a handle released twice");
+    CHECK(cuMemAddressFree(va, 3 * gran) != CUDA_SUCCESS, "no freeing a range still mapped");
+    CU_OK(cuMemUnmap(va, 3 * gran));
+    CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 100) ==
+              CUDA_ERROR_INVALID_VALUE,
+          "an unmapped address is no memory");
+    CU_OK(cuMemRelease(h[0]));
+    CU_OK(cuMemAddressFree(va, 3 * gran));
+    CHECK(cuMemExportToShareableHandle(&again, h[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ==
+              CUDA_ERROR_NOT_SUPPORTED,
+          "exporting to another process stays refused");
+}
+
 static void *thread_stream_id(void *arg)
 {
     CUcontext ctx = arg;
@@ -312,6 +376,7 @@ int main(void)
     test_init_and_device(&dev);
     test_contexts(dev);
     test_memory();
+    test_vmm();
     test_streams();
     test_modules();
     test_proc_address();

@@ -47,7 +47,7 @@ DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   host_callbacks_static multithread_static device_props_static
                   rdc_static errors_static
                   static_runtime driver_api nvrtc_kernel cublas_gemm cufft_1d2d
-                  curand_host_device cusparse_spmv cusolver_lu cudnn_conv)
+                  curand_host_device cusparse_spmv cusolver_lu cudnn_conv vmm)
 
 die() {
     echo "run_gpu_tests: $*" >&2

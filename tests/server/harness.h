@@ -17,6 +17,7 @@
 #define T_SUCCESS           0
 #define T_INVALID_VALUE     1
 #define T_OUT_OF_MEMORY     2
+#define T_INVALID_DEVICE    101
 #define T_INVALID_IMAGE     200
 #define T_INVALID_HANDLE    400
 #define T_NOT_SUPPORTED     801

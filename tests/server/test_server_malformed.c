@@ -333,6 +333,25 @@ static void driver_op_cases(void)
     close(fd);
 
     fd = session();
+    flyt_req_vmm_access va = {.ptr = 0x200000, .size = 0x200000, .count = 65};
+    sent(th_send(fd, FLYT_OP_VMM_SET_ACCESS, 0, 26, &va, sizeof va, NULL, 0),
+         "VMM_SET_ACCESS of 65 entries");
+    must_end(fd, "too many access entries");
+    fd = session();
+    flyt_vmm_access entry = {.location_type = 1, .flags = 3};
+    va.count = 2; /* but one entry's bytes */
+    sent(th_send(fd, FLYT_OP_VMM_SET_ACCESS, 0, 27, &va, sizeof va, &entry, sizeof entry),
+         "VMM_SET_ACCESS claiming 2 entries with 1");
+    must_end(fd, "access entries short of their count");
+    fd = session();
+    va.count = 1;
+    entry.location_id = 3;
+    sent(th_send(fd, FLYT_OP_VMM_SET_ACCESS, 0, 28, &va, sizeof va, &entry, sizeof entry),
+         "VMM_SET_ACCESS for device 3");
+    must_answer(fd, "access for a device the session lacks", T_INVALID_DEVICE);
+    close(fd);
+
+    fd = session();
     flyt_req_launch oc;
     memset(&oc, 0, sizeof oc);
     oc.func = 0xdeadbeef;
