@@ -1311,6 +1311,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .memset_2d = flyt_cuda_memset_2d,
     .host_register = flyt_cuda_host_register,
     .host_unregister = flyt_cuda_host_unregister,
+    .host_register_mapped = flyt_cuda_host_register_mapped,
     .htod_host = flyt_cuda_htod_host,
     .dtoh_host = flyt_cuda_dtoh_host,
     .stream_create = cuda_stream_create,

@@ -69,6 +69,7 @@
     X(cuPointerGetAttributes)                             \
     X(cuMemHostRegister)                                  \
     X(cuMemHostUnregister)                                \
+    X(cuMemHostGetDevicePointer)                          \
     X(cuMemcpyHtoDAsync)                                  \
     X(cuMemcpyDtoHAsync)                                  \
     X(cuMemcpyDtoDAsync)                                  \
@@ -303,6 +304,8 @@ CUresult flyt_cuda_dtod_2d(flyt_backend *base, uint64_t dst, uint64_t dst_pitch,
                            uint64_t src_pitch, uint64_t width, uint64_t rows, flyt_bhandle stream);
 CUresult flyt_cuda_host_register(flyt_backend *base, void *ptr, uint64_t size);
 CUresult flyt_cuda_host_unregister(flyt_backend *base, void *ptr);
+CUresult flyt_cuda_host_register_mapped(flyt_backend *base, void *ptr, uint64_t size,
+                                        uint64_t *dptr);
 CUresult flyt_cuda_htod_host(flyt_backend *base, uint64_t dst, const void *src, uint64_t n,
                              flyt_bhandle stream);
 CUresult flyt_cuda_dtoh_host(flyt_backend *base, void *dst, uint64_t src, uint64_t n,
