@@ -225,14 +225,14 @@ static void fill_props(struct host_backend *h)
     p->localL1CacheSupported = 1;
     p->sharedMemPerMultiprocessor = 228 << 10;
     p->regsPerMultiprocessor = 65536;
-    p->managedMemory = 0; /* no managed memory over Flyt */
+    p->managedMemory = 1; /* on one machine; the client hides it between machines */
     p->isMultiGpuBoard = 0;
     p->multiGpuBoardGroupID = 0;
     p->hostNativeAtomicSupported = 0;
     p->pageableMemoryAccess = 0;
-    p->concurrentManagedAccess = 0;
+    p->concurrentManagedAccess = 1;
     p->computePreemptionSupported = 1;
-    p->canUseHostPointerForRegisteredMem = 0;
+    p->canUseHostPointerForRegisteredMem = 1; /* as H100: registered memory at its host address */
     p->cooperativeLaunch = 1;
     p->sharedMemPerBlockOptin = 227 << 10;
     p->pageableMemoryAccessUsesHostPageTables = 0;
