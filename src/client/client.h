@@ -125,7 +125,12 @@ uint64_t flyt_stream_wire(CUstream stream, int per_thread);
 void flyt_streams_reset(void);
 
 /* ---- local registry (registry.c) ---- */
-enum flyt_range_kind { FLYT_RANGE_DEVICE = 1, FLYT_RANGE_PINNED = 2, FLYT_RANGE_REGISTERED = 3 };
+enum flyt_range_kind {
+    FLYT_RANGE_DEVICE = 1,
+    FLYT_RANGE_PINNED = 2,
+    FLYT_RANGE_REGISTERED = 3,
+    FLYT_RANGE_MANAGED = 4, /* host memory the server maps at the same address */
+};
 /* Records a range; returns its buffer id (unique, never 0). */
 uint64_t flyt_range_add(enum flyt_range_kind kind, uint64_t base, uint64_t size, unsigned flags);
 int flyt_range_remove(enum flyt_range_kind kind, uint64_t base); /* 0 when found */
@@ -139,6 +144,13 @@ int flyt_range_set_region(uint64_t base, uint64_t region);
 /* The region holding all of [addr, addr + n), with addr's offset in it; 0 if none. */
 uint64_t flyt_range_region(uint64_t addr, uint64_t n, uint64_t *offset);
 void flyt_range_forget_regions(void);
+
+/* ---- host memory at one address in client and server (memory.c, managed.c) ---- */
+/* A new memfd of len bytes mapped here and in the server at one address the
+ * GPU reaches too (HOST_MAP_AT): the address and its region, or MAP_FAILED. */
+void *flyt_same_address_mapping(const char *name, uint64_t len, uint64_t *region);
+/* cuMemFree of a managed allocation. */
+CUresult flyt_managed_free(uint64_t base);
 
 /* ---- modules and functions (module.c) ---- */
 

@@ -24,7 +24,13 @@
 #define PEER_MIN ((size_t)64 << 10)
 static int peer_copies_off;
 
-static int is_device(uint64_t p) { return flyt_range_find(p, NULL, NULL, NULL) == FLYT_RANGE_DEVICE; }
+/* Device memory, or managed memory: the server has that at the same address,
+ * so a copy involving it runs there, in stream order. */
+static int is_device(uint64_t p)
+{
+    int kind = flyt_range_find(p, NULL, NULL, NULL);
+    return kind == FLYT_RANGE_DEVICE || kind == FLYT_RANGE_MANAGED;
+}
 
 /* An asynchronous request is sent without waiting; a synchronous one waits
  * for the server's answer (the copy or set has finished). */

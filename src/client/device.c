@@ -50,18 +50,32 @@ CUresult flyt_check_device(CUdevice dev)
     return dev >= 0 && dev < flyt_conn_device_count() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
+/* Features that need the GPU to map this process's memory: they are there
+ * only when the server shares memory with it (one machine, docs/host-memory.md). */
+static int needs_shared_memory(CUdevice_attribute attr)
+{
+    switch (attr) {
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* Features the GPU has but a tenant behind Flyt cannot use: the virtual GPU
- * says it lacks them, so libraries take their other paths. (Managed memory
- * is still reported as the GPU has it: its calls say themselves that Flyt
- * does not carry them yet, and programs print the attribute.) */
+ * says it lacks them, so libraries take their other paths. */
 static int hidden_feature(CUdevice_attribute attr)
 {
+    if (needs_shared_memory(attr))
+        return !flyt_conn_shares_memory();
     switch (attr) {
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
     case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
     case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED:

@@ -11,6 +11,9 @@
  * server's DMA with no bytes on the socket, as pinned memory is natively.
  * Registered memory is made shared the same way, in place: its pages are
  * replaced by a memfd mapping holding the same bytes at the same address.
+ * Where the server can map it at the client's own address (HOST_MAP_AT),
+ * kernels reach it through the very pointer the application holds: mapped
+ * pinned memory and managed memory (docs/host-memory.md).
  */
 #include "client.h"
 
@@ -24,6 +27,11 @@
 /* Marks the record of a registration's last partial page, which is not a
  * registration of its own (no CU_MEMHOSTREGISTER_* flag uses this bit). */
 #define TAIL_PIECE 0x80000000u
+/* Marks host memory the GPU reaches at its host address (HOST_MAP_AT). */
+#define DEVICE_MAPPED 0x40000000u
+#define INTERNAL_FLAGS (TAIL_PIECE | DEVICE_MAPPED)
+/* Tries at finding an address free in both processes. */
+#define SAME_ADDRESS_TRIES 8
 
 static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
 
@@ -54,6 +62,8 @@ FLYT_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
         return r;
     if (dptr == 0)
         return CUDA_SUCCESS;
+    if (flyt_range_find((uint64_t)dptr, NULL, NULL, NULL) == FLYT_RANGE_MANAGED)
+        return flyt_managed_free((uint64_t)dptr);
     r = flyt_call_handle(FLYT_OP_MEM_FREE, (uint64_t)dptr);
     if (r == CUDA_SUCCESS)
         flyt_range_remove(FLYT_RANGE_DEVICE, (uint64_t)dptr);
@@ -105,7 +115,8 @@ FLYT_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CU
     if (r != CUDA_SUCCESS)
         return r;
     uint64_t b = 0, n = 0;
-    if (flyt_range_find((uint64_t)dptr, &b, &n, NULL) != FLYT_RANGE_DEVICE)
+    int kind = flyt_range_find((uint64_t)dptr, &b, &n, NULL);
+    if (kind != FLYT_RANGE_DEVICE && kind != FLYT_RANGE_MANAGED)
         return CUDA_ERROR_NOT_FOUND;
     if (base)
         *base = flyt_dptr(b);
@@ -324,21 +335,76 @@ static void *memfd_mapping(const char *name, uint64_t len, int *fd)
     return p;
 }
 
+/* Asks the server to map fd at addr, device-mapped. CUDA_SUCCESS with the
+ * region id when the GPU reaches it at addr itself. */
+static CUresult host_map_at(int fd, uint64_t addr, uint64_t len, uint64_t *region)
+{
+    flyt_req_host_map_at req = {.size = len, .addr = addr};
+    flyt_rep_u64_pair rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    CUresult r = flyt_call_fd(FLYT_OP_HOST_MAP_AT, &req, sizeof req, fd, &sink);
+    if (r == CUDA_SUCCESS && rep.b != addr) {
+        /* a device without CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: one
+         * pointer cannot serve both sides */
+        flyt_call_handle(FLYT_OP_HOST_UNMAP, rep.a);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    *region = rep.a;
+    return r;
+}
+
+/* A new memfd of len bytes mapped here and in the server at one address the
+ * GPU reaches: the address, with the region in *region; MAP_FAILED when no
+ * address tried was free in the server. An address taken there is kept
+ * mapped here while trying, so that mmap hands out another. */
+void *flyt_same_address_mapping(const char *name, uint64_t len, uint64_t *region)
+{
+    int fd;
+    void *tried[SAME_ADDRESS_TRIES];
+    int ntried = 0;
+    void *p = memfd_mapping(name, len, &fd);
+    if (p == MAP_FAILED)
+        return MAP_FAILED; /* nothing left open */
+    while (p != MAP_FAILED) {
+        CUresult r = host_map_at(fd, (uint64_t)(uintptr_t)p, len, region);
+        if (r == CUDA_SUCCESS)
+            break;
+        tried[ntried++] = p;
+        p = MAP_FAILED;
+        if (r == CUDA_ERROR_ALREADY_MAPPED && ntried < SAME_ADDRESS_TRIES)
+            p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    while (ntried > 0)
+        munmap(tried[--ntried], len);
+    close(fd);
+    if (p != MAP_FAILED)
+        madvise(p, len, MADV_DONTFORK); /* as the driver's pinned memory */
+    return p;
+}
+
+/* Pinned memory is device-mapped at its own address, as CUDA's is under
+ * unified addressing; where no address is free in the server it is shared
+ * unmapped (copies by DMA still, but no device pointer). */
 static void *shared_alloc(size_t size, unsigned flags)
 {
-    uint64_t len = page_up(size);
-    int fd;
-    void *p = memfd_mapping("flyt-pinned", len, &fd);
-    if (p == MAP_FAILED)
-        return NULL;
-    uint64_t region = host_map(fd, len);
-    close(fd);
-    if (region == 0) {
-        munmap(p, len);
-        return NULL;
+    uint64_t len = page_up(size), region = 0;
+    void *p = flyt_same_address_mapping("flyt-pinned", len, &region);
+    if (p != MAP_FAILED) {
+        flags |= DEVICE_MAPPED;
+    } else {
+        int fd;
+        p = memfd_mapping("flyt-pinned", len, &fd);
+        if (p == MAP_FAILED)
+            return NULL;
+        region = host_map(fd, len);
+        close(fd);
+        if (region == 0) {
+            munmap(p, len);
+            return NULL;
+        }
+        /* pinned memory is not inherited by a forked child, natively either */
+        madvise(p, len, MADV_DONTFORK);
     }
-    /* pinned memory is not inherited by a forked child, natively either */
-    madvise(p, len, MADV_DONTFORK);
     flyt_range_add(FLYT_RANGE_PINNED, (uint64_t)(uintptr_t)p, size, flags);
     flyt_range_set_region((uint64_t)(uintptr_t)p, region);
     return p;
@@ -419,9 +485,12 @@ static int plain_anonymous(uint64_t lo, uint64_t hi)
 }
 
 /* Replaces the whole pages of [p, p + size) by a memfd mapping with the same
- * contents and shares it with the server. The region id, or 0 (then the
- * range stays as it was and copies take the pageable path). */
-static uint64_t share_in_place(void *p, size_t size, uint64_t *lo_out, uint64_t *len_out)
+ * contents and shares it with the server, at the same address there where it
+ * is free (*mapped then 1: the GPU reaches the pages at their address). The
+ * region id, or 0 (then the range stays as it was and copies take the
+ * pageable path). */
+static uint64_t share_in_place(void *p, size_t size, uint64_t *lo_out, uint64_t *len_out,
+                               int *mapped)
 {
     uint64_t lo = page_up((uint64_t)(uintptr_t)p);
     uint64_t hi = ((uint64_t)(uintptr_t)p + size) & ~(PAGE - 1);
@@ -433,7 +502,10 @@ static uint64_t share_in_place(void *p, size_t size, uint64_t *lo_out, uint64_t 
     if (view == MAP_FAILED)
         return 0;
     memcpy(view, (void *)(uintptr_t)lo, len);
-    uint64_t region = host_map(fd, len);
+    uint64_t region = 0;
+    *mapped = host_map_at(fd, lo, len, &region) == CUDA_SUCCESS;
+    if (!*mapped)
+        region = host_map(fd, len);
     if (region != 0 && mmap((void *)(uintptr_t)lo, len, PROT_READ | PROT_WRITE,
                             MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
         region_unmap(region);
@@ -460,8 +532,9 @@ FLYT_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int fla
     if (flags & (CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY))
         return flyt_unsupported_why("cuMemHostRegister", "I/O memory and read-only registration");
     uint64_t lo = 0, len = 0, region = 0;
+    int mapped = 0;
     if (flyt_conn_shares_memory())
-        region = share_in_place(p, size, &lo, &len);
+        region = share_in_place(p, size, &lo, &len, &mapped);
     if (region == 0) {
         flyt_range_add(FLYT_RANGE_REGISTERED, (uint64_t)(uintptr_t)p, size, flags);
         return CUDA_SUCCESS;
@@ -470,6 +543,9 @@ FLYT_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int fla
      * pages, with their region, and the parts of pages before and after
      * them, which copies reach through the pageable path */
     uint64_t start = (uint64_t)(uintptr_t)p, end = start + size, hi = lo + len;
+    /* kernels reach the range only when all of it lies in the shared pages */
+    if (mapped && start == lo && end == hi)
+        flags |= DEVICE_MAPPED;
     flyt_range_add(FLYT_RANGE_REGISTERED, lo, len, flags);
     flyt_range_set_region(lo, region);
     if (start < lo)
@@ -519,20 +595,35 @@ FLYT_EXPORT CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
     int kind = flyt_range_find((uint64_t)(uintptr_t)p, NULL, NULL, &f);
     if (flags == NULL || (kind != FLYT_RANGE_PINNED && kind != FLYT_RANGE_REGISTERED))
         return CUDA_ERROR_INVALID_VALUE;
-    *flags = f & ~TAIL_PIECE;
+    *flags = f & ~INTERNAL_FLAGS;
     return CUDA_SUCCESS;
 }
 
+/* Device-mapped host memory is reached at its host address. */
 FLYT_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dptr, void *p, unsigned int flags)
 {
-    (void)dptr, (void)p, (void)flags;
-    return flyt_unsupported_why("cuMemHostGetDevicePointer",
-                                "the GPU does not map this host's memory");
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    unsigned f = 0;
+    int kind = flyt_range_find((uint64_t)(uintptr_t)p, NULL, NULL, &f);
+    if (dptr == NULL || flags != 0 || (kind != FLYT_RANGE_PINNED && kind != FLYT_RANGE_REGISTERED))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(f & DEVICE_MAPPED))
+        return flyt_unsupported_why("cuMemHostGetDevicePointer",
+                                    flyt_conn_shares_memory()
+                                        ? "this host range is not mapped at its address in the server"
+                                        : "the GPU is on another machine and cannot map this memory");
+    *dptr = flyt_dptr((uint64_t)(uintptr_t)p);
+    return CUDA_SUCCESS;
 }
 
 /* ---- pointer attributes ---- */
 
-/* One attribute of ptr; CUDA_ERROR_INVALID_VALUE when it has none. */
+/* One attribute of ptr; CUDA_ERROR_INVALID_VALUE when it has none. Managed
+ * memory is device memory to the driver (IS_MANAGED tells it apart), and
+ * both pointers of it are ptr; device-mapped host memory has a device
+ * pointer equal to its host pointer. */
 static CUresult pointer_attr(void *data, CUpointer_attribute attr, uint64_t ptr)
 {
     uint64_t base = 0, size = 0;
@@ -540,7 +631,10 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uint64_t ptr)
     int kind = flyt_range_find(ptr, &base, &size, &flags);
     if (kind == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    int device = kind == FLYT_RANGE_DEVICE;
+    int managed = kind == FLYT_RANGE_MANAGED;
+    int device = kind == FLYT_RANGE_DEVICE || managed;
+    int device_reaches = device || (flags & DEVICE_MAPPED);
+    int host_reaches = !device || managed;
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
         *(CUcontext *)data = flyt_ctx_current();
@@ -549,14 +643,17 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uint64_t ptr)
         *(unsigned *)data = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-        if (!device)
+        if (!device_reaches)
             return CUDA_ERROR_INVALID_VALUE; /* not mapped into the GPU */
         *(CUdeviceptr *)data = flyt_dptr(ptr);
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        if (device)
+        if (!host_reaches)
             return CUDA_ERROR_INVALID_VALUE;
         *(void **)data = (void *)(uintptr_t)ptr;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(int *)data = managed;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
     case CU_POINTER_ATTRIBUTE_MAPPED:
@@ -565,7 +662,6 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uint64_t ptr)
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
         *(unsigned long long *)data = flyt_range_buffer_id(ptr);
         return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
         *(int *)data = 0;

@@ -308,6 +308,13 @@ typedef struct { uint32_t location_type; int32_t location_id; uint32_t flags, pa
 typedef struct { uint64_t size; } flyt_req_host_map;
 typedef struct { uint64_t device; uint64_t region; uint64_t offset; uint64_t size; uint64_t stream; } flyt_req_memcpy_mapped;
 
+/* HOST_MAP_AT: as HOST_MAP, but the server maps the memfd at the client's
+ * own address `addr` (page-aligned) and registers it device-mapped, so host
+ * code and kernels use one pointer. Reply: a = region id, b = the device
+ * pointer the driver gave (normally addr). CUDA_ERROR_ALREADY_MAPPED: the
+ * address is taken in the server; the client tries another. */
+typedef struct { uint64_t size; uint64_t addr; } flyt_req_host_map_at;
+
 /* MEMCPY_HTOD_PEER / MEMCPY_DTOH_PEER: src resp. dst is an address in the
  * client process. HTOD is answered once complete, or with FLYT_PEER_ASYNC
  * once the server has read the whole buffer (the DMA may still run, as with

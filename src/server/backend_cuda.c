@@ -1320,6 +1320,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .vmm_retain = flyt_cuda_vmm_retain,
     .host_register = flyt_cuda_host_register,
     .host_unregister = flyt_cuda_host_unregister,
+    .host_register_mapped = flyt_cuda_host_register_mapped,
     .htod_host = flyt_cuda_htod_host,
     .dtoh_host = flyt_cuda_dtoh_host,
     .stream_create = cuda_stream_create,

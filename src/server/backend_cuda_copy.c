@@ -331,6 +331,30 @@ CUresult flyt_cuda_host_register(flyt_backend *base, void *ptr, uint64_t size)
     return b->cu.cuMemHostRegister(ptr, (size_t)size, CU_MEMHOSTREGISTER_PORTABLE);
 }
 
+/* Portable and device-mapped: kernels in every context of the session (green
+ * ones too) reach the bytes, at the host address where the device allows
+ * (CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM). */
+CUresult flyt_cuda_host_register_mapped(flyt_backend *base, void *ptr, uint64_t size,
+                                        uint64_t *dptr)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (!b || !ptr || size == 0 || !dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = flyt_cuda_ctx(b);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = b->cu.cuMemHostRegister(ptr, (size_t)size,
+                                CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUdeviceptr d = 0;
+    r = b->cu.cuMemHostGetDevicePointer(&d, ptr, 0);
+    if (r != CUDA_SUCCESS)
+        b->cu.cuMemHostUnregister(ptr);
+    *dptr = (uint64_t)d;
+    return r;
+}
+
 CUresult flyt_cuda_host_unregister(flyt_backend *base, void *ptr)
 {
     struct flyt_cuda_backend *b = cb(base);

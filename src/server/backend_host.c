@@ -142,6 +142,10 @@ struct host_backend {
 
     struct halloc *allocs; /* sorted by addr */
     size_t nallocs, cap_allocs;
+    /* client memory registered device-mapped (HOST_MAP_AT): "kernels", i.e.
+     * copies and memsets here, reach it at its address */
+    struct halloc *mapped;
+    size_t nmapped, cap_mapped;
 
     ptrset streams, events, modules, pools;
     struct hpool *default_pool;
@@ -236,14 +240,14 @@ static void fill_props(struct host_backend *h)
     p->localL1CacheSupported = 1;
     p->sharedMemPerMultiprocessor = 228 << 10;
     p->regsPerMultiprocessor = 65536;
-    p->managedMemory = 0; /* no managed memory over Flyt */
+    p->managedMemory = 1; /* on one machine; the client hides it between machines */
     p->isMultiGpuBoard = 0;
     p->multiGpuBoardGroupID = 0;
     p->hostNativeAtomicSupported = 0;
     p->pageableMemoryAccess = 0;
-    p->concurrentManagedAccess = 0;
+    p->concurrentManagedAccess = 1;
     p->computePreemptionSupported = 1;
-    p->canUseHostPointerForRegisteredMem = 0;
+    p->canUseHostPointerForRegisteredMem = 1; /* as H100: registered memory at its host address */
     p->cooperativeLaunch = 1;
     p->sharedMemPerBlockOptin = 227 << 10;
     p->pageableMemoryAccessUsesHostPageTables = 0;
@@ -491,13 +495,23 @@ static int extent_2d(uint64_t pitch, uint64_t width, uint64_t rows, uint64_t *ex
     return 0;
 }
 
-/* CUDA_SUCCESS when [ptr, ptr + len) lies inside one live allocation. */
+/* The device-mapped client region holding ptr, or NULL. */
+static const struct halloc *find_mapped(const struct host_backend *h, uint64_t ptr)
+{
+    for (size_t i = 0; i < h->nmapped; i++)
+        if (ptr - h->mapped[i].addr < h->mapped[i].size)
+            return &h->mapped[i];
+    return NULL;
+}
+
+/* CUDA_SUCCESS when [ptr, ptr + len) lies inside one live allocation or
+ * device-mapped host region. */
 static CUresult check_range(const struct host_backend *h, uint64_t ptr, uint64_t len)
 {
     long i = find_alloc(h, ptr);
-    if (i < 0)
+    const struct halloc *a = i >= 0 ? &h->allocs[i] : find_mapped(h, ptr);
+    if (a == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    const struct halloc *a = &h->allocs[i];
     if (a->vmem && a->access != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
         return CUDA_ERROR_INVALID_VALUE; /* the GPU would fault on it */
     return len <= a->size - (ptr - a->addr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -660,6 +674,7 @@ static void host_close(flyt_backend *b)
     struct host_backend *h = HB(b);
     drop_all(h);
     free(h->allocs);
+    free(h->mapped);
     free(h->streams.items);
     free(h->events.items);
     free(h->modules.items);
@@ -1042,10 +1057,38 @@ static CUresult host_host_register(flyt_backend *b, void *ptr, uint64_t size)
     return ptr && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* The region is already at the client's address in this process: the
+ * device pointer is the host pointer, as on a GPU with
+ * CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM. */
+static CUresult host_host_register_mapped(flyt_backend *b, void *ptr, uint64_t size, uint64_t *dptr)
+{
+    struct host_backend *h = HB(b);
+    if (!ptr || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (h->nmapped == h->cap_mapped) {
+        size_t cap = h->cap_mapped ? h->cap_mapped * 2 : 16;
+        struct halloc *n = realloc(h->mapped, cap * sizeof *n);
+        if (n == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        h->mapped = n;
+        h->cap_mapped = cap;
+    }
+    h->mapped[h->nmapped++] = (struct halloc){.addr = (uint64_t)(uintptr_t)ptr, .size = size};
+    *dptr = (uint64_t)(uintptr_t)ptr;
+    return CUDA_SUCCESS;
+}
+
 static CUresult host_host_unregister(flyt_backend *b, void *ptr)
 {
-    (void)b;
-    return ptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    struct host_backend *h = HB(b);
+    if (!ptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < h->nmapped; i++)
+        if (h->mapped[i].addr == (uint64_t)(uintptr_t)ptr) {
+            h->mapped[i] = h->mapped[--h->nmapped];
+            break;
+        }
+    return CUDA_SUCCESS;
 }
 
 static CUresult host_htod_host(flyt_backend *b, uint64_t dst, const void *src, uint64_t n,
@@ -1802,6 +1845,7 @@ static const struct flyt_backend_ops host_ops = {
     .vmm_retain = host_vmm_retain,
     .host_register = host_host_register,
     .host_unregister = host_host_unregister,
+    .host_register_mapped = host_host_register_mapped,
     .htod_host = host_htod_host,
     .dtoh_host = host_dtoh_host,
     .stream_create = host_stream_create,

@@ -3,6 +3,9 @@
  * memory, shared with this process through a memfd passed over the Unix
  * socket, so bulk copies go between the GPU and the application's buffer by
  * DMA with no byte crossing the socket (the same-machine fast path).
+ * HOST_MAP_AT maps it at the client's own address and device-mapped, so a
+ * kernel dereferences the very pointer the application holds (mapped pinned
+ * and managed memory, docs/host-memory.md).
  */
 #include <string.h>
 #include <sys/mman.h>
@@ -18,36 +21,94 @@ static void region_drop(flyt_session *s, struct flyt_hentry *e)
     munmap(e->u.region.base, (size_t)e->u.region.size);
 }
 
+/* Only a memory file at least as large as claimed: never a device or a
+ * short file. */
+static CUresult memfd_ok(int fd, uint64_t size)
+{
+    struct stat st;
+    if (fd < 0 || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < size)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* Records a registered mapping as a region; undoes both when it cannot. */
+static CUresult region_add(flyt_session *s, void *base, uint64_t size, uint64_t *id)
+{
+    struct flyt_hentry *e = flyt_handles_add(&s->handles, FLYT_H_REGION, NULL);
+    if (e == NULL) {
+        s->b->ops->host_unregister(s->b, base);
+        munmap(base, (size_t)size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    e->u.region.base = base;
+    e->u.region.size = size;
+    *id = e->id;
+    return CUDA_SUCCESS;
+}
+
 int handle_HOST_MAP(flyt_session *s, flyt_call *c)
 {
     const flyt_req_host_map *r = c->req;
     flyt_rep_u64 *rep = c->rep;
     int fd = flyt_take_passed_fd(s);
-    struct stat st;
-    if (fd < 0 || r->size == 0 || !s->b->ops->host_register) {
-        c->result = fd < 0 || r->size == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
-    } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < r->size) {
-        /* only a memory file at least as large as claimed: never a device or a short file */
-        c->result = CUDA_ERROR_INVALID_VALUE;
-    } else {
+    c->result = memfd_ok(fd, r->size);
+    if (c->result == CUDA_SUCCESS && !s->b->ops->host_register)
+        c->result = CUDA_ERROR_NOT_SUPPORTED;
+    if (c->result == CUDA_SUCCESS) {
         void *base = mmap(NULL, (size_t)r->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (base == MAP_FAILED) {
             c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        } else if ((c->result = s->b->ops->host_register(s->b, base, r->size)) != CUDA_SUCCESS) {
+            munmap(base, (size_t)r->size);
         } else {
-            c->result = s->b->ops->host_register(s->b, base, r->size);
-            struct flyt_hentry *e =
-                c->result == CUDA_SUCCESS ? flyt_handles_add(&s->handles, FLYT_H_REGION, NULL) : NULL;
-            if (e == NULL) {
-                if (c->result == CUDA_SUCCESS) {
-                    s->b->ops->host_unregister(s->b, base);
-                    c->result = CUDA_ERROR_OUT_OF_MEMORY;
-                }
-                munmap(base, (size_t)r->size);
-            } else {
-                e->u.region.base = base;
-                e->u.region.size = r->size;
-                rep->value = e->id;
-            }
+            c->result = region_add(s, base, r->size, &rep->value);
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    return FLYT_CONT;
+}
+
+/* Maps fd at exactly addr, never over a mapping of ours: MAP_FAILED when the
+ * address is taken (a kernel without MAP_FIXED_NOREPLACE may place it
+ * elsewhere; that counts as taken too). */
+static void *map_exactly(int fd, uint64_t addr, uint64_t size)
+{
+    void *want = (void *)(uintptr_t)addr;
+    void *got = mmap(want, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE,
+                     fd, 0);
+    if (got != MAP_FAILED && got != want) {
+        munmap(got, (size_t)size);
+        return MAP_FAILED;
+    }
+    return got;
+}
+
+int handle_HOST_MAP_AT(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_host_map_at *r = c->req;
+    flyt_rep_u64_pair *rep = c->rep;
+    int fd = flyt_take_passed_fd(s);
+    c->result = memfd_ok(fd, r->size);
+    /* a user-space range of whole pages */
+    if (c->result == CUDA_SUCCESS &&
+        (r->addr == 0 || (r->addr & 4095) || (r->size & 4095) || r->addr >= (1ull << 47) ||
+         r->size > (1ull << 47) - r->addr))
+        c->result = CUDA_ERROR_INVALID_VALUE;
+    if (c->result == CUDA_SUCCESS && !s->b->ops->host_register_mapped)
+        c->result = CUDA_ERROR_NOT_SUPPORTED;
+    if (c->result == CUDA_SUCCESS) {
+        void *base = map_exactly(fd, r->addr, r->size);
+        uint64_t dptr = 0;
+        if (base == MAP_FAILED) {
+            c->result = CUDA_ERROR_ALREADY_MAPPED;
+        } else if ((c->result = s->b->ops->host_register_mapped(s->b, base, r->size, &dptr)) !=
+                   CUDA_SUCCESS) {
+            munmap(base, (size_t)r->size);
+        } else if ((c->result = region_add(s, base, r->size, &rep->a)) == CUDA_SUCCESS) {
+            rep->b = dptr;
         }
     }
     if (fd >= 0)

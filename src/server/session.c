@@ -569,6 +569,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
         s.b->ops->close(s.b);
     s.b = NULL;
     flyt_memtab_free(&s.mem); /* closing the backend freed it all */
+    flyt_regions_forget(&s); /* the client's shared memory: unmapped, not leaked */
     flyt_handles_clear(&s.handles);
     close(fd);
 

@@ -370,6 +370,164 @@ static void test_proc_address(void)
     dlclose(lib);
 }
 
+/* Whether this run's server shares memory with us (Unix socket, FLYT_SHM on). */
+static int shares_memory(void)
+{
+    const char *addr = getenv("FLYT_SERVER"), *shm = getenv("FLYT_SHM");
+    return addr && strncmp(addr, "unix:", 5) == 0 && !(shm && strcmp(shm, "0") == 0);
+}
+
+static int device_attr(CUdevice_attribute attr)
+{
+    int v = -1;
+    CU_OK(cuDeviceGetAttribute(&v, attr, 0));
+    return v;
+}
+
+/* Between machines: no managed memory and no device-mapped host memory,
+ * said by the attributes and by the calls. */
+static void test_unshared_host_memory(void)
+{
+    CHECK(device_attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) == 0, "no managed memory reported");
+    CHECK(device_attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS) == 0, "nor concurrent access");
+    CHECK(device_attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) == 0, "nor mapped host memory");
+    CUdeviceptr m = 1;
+    CHECK(cuMemAllocManaged(&m, 4096, CU_MEM_ATTACH_GLOBAL) == CUDA_ERROR_NOT_SUPPORTED && m == 0,
+          "managed allocation refused");
+    void *h = NULL;
+    CU_OK(cuMemHostAlloc(&h, 4096, CU_MEMHOSTALLOC_DEVICEMAP)); /* refused only at the pointer */
+    CUdeviceptr dp = 0;
+    CHECK(cuMemHostGetDevicePointer(&dp, h, 0) == CUDA_ERROR_NOT_SUPPORTED, "no device pointer");
+    CU_OK(cuMemFreeHost(h));
+}
+
+static int pointer_int(CUpointer_attribute attr, CUdeviceptr p)
+{
+    int v = -1;
+    CHECK(cuPointerGetAttribute(&v, attr, p) == CUDA_SUCCESS, "pointer attribute %d", (int)attr);
+    return v;
+}
+
+/* The server writes p's first n bytes with value (a memset running there, at
+ * the address we hold); true when this process sees them. */
+static int server_writes_here(CUdeviceptr p, unsigned char value, size_t n)
+{
+    CU_OK(cuMemsetD8(p, value, n));
+    CU_OK(cuCtxSynchronize());
+    for (size_t i = 0; i < n; i++)
+        if (((unsigned char *)(uintptr_t)p)[i] != value)
+            return 0;
+    return 1;
+}
+
+static void test_managed_memory(void)
+{
+    CHECK(device_attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) == 1, "managed memory reported");
+    enum { N = 3 * 4096 + 100 };
+    CUdeviceptr m = 0, d = 0;
+    CU_OK(cuMemAllocManaged(&m, N, CU_MEM_ATTACH_GLOBAL));
+    CHECK(cuMemAllocManaged(&d, N, 7) == CUDA_ERROR_INVALID_VALUE, "bad attach flags refused");
+    unsigned char *host = (unsigned char *)(uintptr_t)m, back[N];
+    for (int i = 0; i < N; i++)
+        host[i] = (unsigned char)(i * 7);
+    /* the server reads the same address: a device-to-device copy there */
+    CU_OK(cuMemAlloc(&d, N));
+    CU_OK(cuMemcpyDtoD(d, m, N));
+    CU_OK(cuMemcpyDtoH(back, d, N));
+    CHECK(memcmp(back, host, N) == 0, "the server sees the host's bytes at the same address");
+    CHECK(server_writes_here(m + 5, 0xab, 4000), "and the host sees the server's writes");
+    memset(back, 0x5c, N);
+    CU_OK(cuMemcpyHtoD(m, back, N));
+    CHECK(host[0] == 0x5c && host[N - 1] == 0x5c, "a copy into managed memory");
+    CU_OK(cuMemcpy(d, m, N));
+    CU_OK(cuMemsetD8(m, 0, N));
+    CU_OK(cuMemcpy(m, d, N));
+    CHECK(host[100] == 0x5c, "unified copies both ways");
+    CU_OK(cuMemcpyDtoH(back, m + 1, 10));
+    CHECK(back[0] == 0x5c, "a copy out of managed memory");
+
+    CHECK(pointer_int(CU_POINTER_ATTRIBUTE_IS_MANAGED, m + 10) == 1, "IS_MANAGED");
+    CHECK(pointer_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, m) == CU_MEMORYTYPE_DEVICE, "device memory type");
+    CUdeviceptr dp = 0;
+    void *hp = NULL;
+    CU_OK(cuPointerGetAttribute(&dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, m + 8));
+    CU_OK(cuPointerGetAttribute(&hp, CU_POINTER_ATTRIBUTE_HOST_POINTER, m + 8));
+    CHECK(dp == m + 8 && hp == host + 8, "one pointer for host and device");
+    CHECK(pointer_int(CU_POINTER_ATTRIBUTE_IS_MANAGED, d) == 0, "device memory is not managed");
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CU_OK(cuMemGetAddressRange(&base, &size, m + 77));
+    CHECK(base == m && size == N, "address range of managed memory");
+
+    CUmemLocation gpu = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
+    CUmemLocation cpu = {.type = CU_MEM_LOCATION_TYPE_HOST};
+    int v = 0, by[3] = {0};
+    CU_OK(cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, m, N));
+    CHECK(v == CU_DEVICE_INVALID, "never prefetched");
+    CU_OK(cuMemPrefetchAsync_v2(m, N, gpu, 0, NULL));
+    CU_OK(cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, m, N));
+    CHECK(v == 0, "prefetched to the device");
+    CUmemLocation gpu1 = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1};
+    CHECK(cuMemPrefetchAsync_v2(m, N, gpu1, 0, NULL) == CUDA_ERROR_INVALID_DEVICE, "no device 1");
+    CHECK(cuMemPrefetchAsync_v2(d, N, gpu, 0, NULL) == CUDA_ERROR_INVALID_VALUE, "device memory is no managed range");
+    CHECK(cuMemPrefetchAsync_v2(m, N + 1, gpu, 0, NULL) == CUDA_ERROR_INVALID_VALUE, "nor past its end");
+    CU_OK(cuMemAdvise_v2(m, N, CU_MEM_ADVISE_SET_READ_MOSTLY, gpu));
+    CU_OK(cuMemAdvise_v2(m, 4096, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, cpu));
+    CU_OK(cuMemAdvise_v2(m, N, CU_MEM_ADVISE_SET_ACCESSED_BY, gpu));
+    CHECK(cuMemAdvise_v2(m, N, (CUmem_advise)9, gpu) == CUDA_ERROR_INVALID_VALUE, "unknown advice");
+    CU_OK(cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, N));
+    CHECK(v == 1, "read mostly");
+    CU_OK(cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, m, N));
+    CHECK(v == CU_DEVICE_CPU, "preferred on the host");
+    CU_OK(cuMemRangeGetAttribute(by, sizeof by, CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY, m, N));
+    CHECK(by[0] == 0 && by[1] == CU_DEVICE_INVALID && by[2] == CU_DEVICE_INVALID, "accessed by device 0");
+    CU_OK(cuMemAdvise_v2(m, N, CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION, cpu));
+    CU_OK(cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE, m, N));
+    CHECK(v == CU_MEM_LOCATION_TYPE_INVALID, "preferred location unset");
+    CU_OK(cuStreamAttachMemAsync(NULL, m, 0, CU_MEM_ATTACH_HOST));
+    CHECK(cuStreamAttachMemAsync(NULL, m, 10, CU_MEM_ATTACH_HOST) == CUDA_ERROR_INVALID_VALUE,
+          "attach is of whole allocations");
+
+    CU_OK(cuMemFree(m));
+    CHECK(cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_IS_MANAGED, m) == CUDA_ERROR_INVALID_VALUE,
+          "freed managed memory is unknown");
+    CU_OK(cuMemFree(d));
+}
+
+/* Pinned and registered host memory that kernels reach at its own address. */
+static void test_mapped_host_memory(void)
+{
+    CHECK(device_attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) == 1, "mapped host memory reported");
+    CHECK(device_attr(CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM) == 1,
+          "at the host pointer");
+    void *h = NULL;
+    CU_OK(cuMemHostAlloc(&h, 8192, CU_MEMHOSTALLOC_DEVICEMAP));
+    CUdeviceptr dp = 0;
+    unsigned flags = 0;
+    CU_OK(cuMemHostGetDevicePointer(&dp, h, 0));
+    CHECK(dp == (CUdeviceptr)(uintptr_t)h, "device pointer of pinned memory is its host pointer");
+    CU_OK(cuMemHostGetFlags(&flags, h));
+    CHECK(flags == CU_MEMHOSTALLOC_DEVICEMAP, "its flags as given");
+    CHECK(server_writes_here(dp + 100, 0x3d, 5000), "the server writes it at that address");
+    CHECK(pointer_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dp) == CU_MEMORYTYPE_HOST, "host memory type");
+    CHECK(pointer_int(CU_POINTER_ATTRIBUTE_IS_MANAGED, dp) == 0, "not managed");
+    CUdeviceptr attr_dp = 0;
+    CU_OK(cuPointerGetAttribute(&attr_dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, dp + 4));
+    CHECK(attr_dp == dp + 4, "DEVICE_POINTER of mapped pinned memory");
+    CU_OK(cuMemFreeHost(h));
+
+    unsigned char *reg = aligned_alloc(4096, 3 * 4096);
+    CHECK(reg != NULL, "aligned buffer");
+    memset(reg, 1, 3 * 4096);
+    CU_OK(cuMemHostRegister(reg, 3 * 4096, CU_MEMHOSTREGISTER_DEVICEMAP));
+    CU_OK(cuMemHostGetDevicePointer(&dp, reg, 0));
+    CHECK(dp == (CUdeviceptr)(uintptr_t)reg, "registered memory at its own address");
+    CHECK(server_writes_here(dp, 0x77, 3 * 4096), "written by the server in place");
+    CU_OK(cuMemHostUnregister(reg));
+    CHECK(reg[4096] == 0x77, "the bytes stay after unregistering");
+    free(reg);
+}
+
 int main(void)
 {
     CUdevice dev = -1;
@@ -380,5 +538,11 @@ int main(void)
     test_streams();
     test_modules();
     test_proc_address();
+    if (shares_memory()) {
+        test_managed_memory();
+        test_mapped_host_memory();
+    } else {
+        test_unshared_host_memory();
+    }
     return CHECK_DONE();
 }

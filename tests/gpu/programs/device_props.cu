@@ -114,9 +114,7 @@ int main(void)
     printf("concurrentKernels: %d\n", p.concurrentKernels);
     printf("asyncEngineCount: %d\n", p.asyncEngineCount);
     printf("unifiedAddressing: %d\n", p.unifiedAddressing);
-    printf("managedMemory: %d\n", p.managedMemory);
     printf("integrated: %d\n", p.integrated);
-    printf("canMapHostMemory: %d\n", p.canMapHostMemory);
     printf("cooperativeLaunch: %d\n", p.cooperativeLaunch);
     printf("streamPrioritiesSupported: %d\n", p.streamPrioritiesSupported);
     printf("memoryPoolsSupported: %d\n", p.memoryPoolsSupported);
