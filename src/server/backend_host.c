@@ -125,6 +125,7 @@ struct host_backend {
     unsigned char attr_known[HOST_ATTR_MAX];
     uint64_t total, used;
     int sm_total; /* SMs of the fake device (FLYT_HOST_BACKEND_SMS, default 132) */
+    unsigned print_points; /* device syncs and memsets so far (flyt_host_fake_print) */
 
     struct halloc *allocs; /* sorted by addr */
     size_t nallocs, cap_allocs;
@@ -643,7 +644,7 @@ static CUresult host_device_attr(flyt_backend *b, int attr, int *value)
 
 static CUresult host_device_sync(flyt_backend *b)
 {
-    (void)b;
+    flyt_host_fake_print(HB(b)->print_points++);
     return CUDA_SUCCESS;
 }
 
@@ -1040,6 +1041,8 @@ static CUresult host_memset_2d(flyt_backend *b, uint64_t dst, uint64_t pitch, ui
     CUresult r = check_2d(h, dst, pitch, width, rows);
     if (r != CUDA_SUCCESS || !width || !rows)
         return r;
+    /* stands in for a launch, which flushes what earlier kernels printed */
+    flyt_host_fake_print(h->print_points++);
     for (uint64_t i = 0; i < rows; i++) {
         char *row = (char *)(uintptr_t)(dst + i * pitch);
         if (elem_size == 1)
