@@ -68,7 +68,7 @@ static int send_iov(flyt_session *s, struct iovec *iov, int n)
  * one: a reply to a call that synchronised brings its device output with
  * it, and a host function runs after the output printed before it (the
  * driver flushes device printf before running a stream callback). Costs an
- * fstat per stream when there is none. The caller holds the sender role. */
+ * lseek per stream when there is none. The caller holds the sender role. */
 static void send_output(flyt_session *s)
 {
     static char chunk[FLYT_MAX_OUTPUT_CHUNK]; /* one sender at a time */
