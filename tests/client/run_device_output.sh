@@ -48,6 +48,52 @@ for addr in "unix:$tmp/s.sock" "tcp://127.0.0.1:$port"; do
   compare "stdout to a pipe over $addr" "$tmp/got.out" "$tmp/want.out"
 done
 
+# On the wire, a raw client: protocol 2.1 gets OUTPUT frames (op 101) just
+# before the reply of the sync that printed, and none when nothing was
+# printed; a 2.0 client gets only replies, and the output stays in the log.
+"$server" --backend host --listen "unix:$tmp/raw.sock" > "$tmp/raw.log" 2>&1 & pids+=($!)
+for _ in $(seq 100); do [ -S "$tmp/raw.sock" ] && break; sleep 0.1; done
+raw_client() { # minor -> one line per frame received for two DEVICE_SYNCs
+  python3 - "$tmp/raw.sock" "$1" <<'PY'
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); minor = int(sys.argv[2])
+def recv(n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c: raise SystemExit("server closed the connection")
+        b += c
+    return b
+def call(op, payload, seq):
+    s.sendall(struct.pack("<IHHII", len(payload), op, 0, seq, 0) + payload)
+    while True:
+        length, rop, flags, rseq, _ = struct.unpack("<IHHII", recv(16))
+        body = recv(length)
+        if rop == 101:
+            fd, = struct.unpack("<I", body[:4])
+            print("OUTPUT fd %d %r" % (fd, body[8:].decode()))
+            continue
+        print("reply op %d seq %d result %d" % (rop, rseq, struct.unpack("<i", body[:4])[0]))
+        return
+call(1, struct.pack("<IHHII64s", 0x54594c46, 2, minor, 0, 0, b"raw"), 1)
+call(13, bytes(8), 2)
+call(13, bytes(8), 3)
+PY
+}
+raw_client 1 > "$tmp/raw1.out" 2>&1
+printf '%s\n' "reply op 1 seq 1 result 0" "OUTPUT fd 1 'device one\\ndevice two\\n'" \
+  "reply op 13 seq 2 result 0" "reply op 13 seq 3 result 0" > "$tmp/raw1.want"
+compare "protocol 2.1: OUTPUT frames before the reply, none when nothing was printed" \
+  "$tmp/raw1.out" "$tmp/raw1.want"
+raw_client 0 > "$tmp/raw0.out" 2>&1
+printf '%s\n' "reply op 1 seq 1 result 0" "reply op 13 seq 2 result 0" \
+  "reply op 13 seq 3 result 0" > "$tmp/raw0.want"
+compare "protocol 2.0: no OUTPUT frames" "$tmp/raw0.out" "$tmp/raw0.want"
+# (stdio flushes it when the session process ends)
+for _ in $(seq 50); do grep -q "^device one$" "$tmp/raw.log" && break; sleep 0.1; done
+grep -q "^device one$" "$tmp/raw.log" && echo "ok: for a 2.0 client the output stays in the log" ||
+  { echo "FAIL: a 2.0 client's device output is not in the server log"; rc=1; }
+
 if grep -q "device" "$tmp/server.log"; then
   echo "FAIL: the device's output reached the server log:"; grep "device" "$tmp/server.log" | head; rc=1
 fi
