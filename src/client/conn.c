@@ -339,18 +339,18 @@ static int read_reply_body(struct waiter *w, uint32_t length)
 /* How long the receiver busy-polls for a reply while a caller waits. */
 #define RECEIVER_SPIN_US 200
 
-/* An OUTPUT frame: the driver's output, written out before the reply that
- * follows it is handed to its caller. */
-static int read_output(uint32_t length)
+/* An OUTPUT frame's payload, read with read_fn: the driver's output,
+ * written out before the reply that follows it is handed to its caller. */
+static int read_output(uint32_t length, int (*read_fn)(void *, size_t))
 {
     struct flyt_msg_output m;
-    if (length < sizeof m || length - sizeof m > FLYT_MAX_OUTPUT_CHUNK || rx_read(&m, sizeof m) != 0 ||
-        (m.fd != 1 && m.fd != 2))
+    if (length < sizeof m || length - sizeof m > FLYT_MAX_OUTPUT_CHUNK ||
+        read_fn(&m, sizeof m) != 0 || (m.fd != 1 && m.fd != 2))
         return -1;
     char piece[8192];
     for (size_t left = length - sizeof m; left > 0;) {
         size_t n = left < sizeof piece ? left : sizeof piece;
-        if (rx_read(piece, n) != 0)
+        if (read_fn(piece, n) != 0)
             return -1;
         flyt_device_output(m.fd, piece, n);
         left -= n;
@@ -379,7 +379,7 @@ static void *receiver_thread(void *arg)
             continue;
         }
         if (h.op == FLYT_OP_OUTPUT && !(h.flags & FLYT_F_REPLY)) {
-            if (read_output(h.length) != 0) {
+            if (read_output(h.length, rx_read) != 0) {
                 fail_all("malformed output frame");
                 return NULL;
             }
@@ -570,6 +570,8 @@ static void set_io_timeout(int fd, int seconds)
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
+static int handshake_read(void *buf, size_t len) { return flyt_read_full(conn.fd, buf, len); }
+
 /* Sends one request and reads its reply: result and up to rep_size bytes of
  * the reply struct. 0, or -1 when the connection failed (errno: 0 at EOF). */
 static int handshake_call(uint16_t op, const void *req, size_t req_size, const void *data,
@@ -582,8 +584,11 @@ static int handshake_call(uint16_t op, const void *req, size_t req_size, const v
         return -1;
     struct flyt_frame_hdr rh;
     struct flyt_reply r;
-    if (flyt_read_full(conn.fd, &rh, sizeof rh) != 0)
-        return -1;
+    do { /* what the driver printed as the server opened the GPU comes first */
+        if (flyt_read_full(conn.fd, &rh, sizeof rh) != 0)
+            return -1;
+    } while (rh.op == FLYT_OP_OUTPUT && !(rh.flags & FLYT_F_REPLY) &&
+             read_output(rh.length, handshake_read) == 0);
     if (!(rh.flags & FLYT_F_REPLY) || rh.op != op || rh.seq != seq ||
         rh.length < sizeof r || rh.length > 65536) {
         errno = EPROTO;

@@ -125,7 +125,7 @@ struct host_backend {
     unsigned char attr_known[HOST_ATTR_MAX];
     uint64_t total, used;
     int sm_total; /* SMs of the fake device (FLYT_HOST_BACKEND_SMS, default 132) */
-    unsigned print_points; /* device syncs and memsets so far (flyt_host_fake_print) */
+    unsigned print_points; /* opening, device syncs and memsets so far (flyt_host_fake_print) */
 
     struct halloc *allocs; /* sorted by addr */
     size_t nallocs, cap_allocs;
@@ -1640,5 +1640,6 @@ flyt_backend *flyt_backend_host_open(int gpu, char *err, size_t errlen)
         host_close(&h->base);
         return NULL;
     }
+    flyt_host_fake_print(h->print_points++); /* as a driver warns when it starts */
     return &h->base;
 }

@@ -2,9 +2,10 @@
  * FLYT_HOST_BACKEND_PRINTF: what the host backend's fake device "prints",
  * so that CI can test how the driver's output reaches the application
  * (docs/device-output.md) without a GPU. The variable holds items separated
- * by ';'; the k-th is printed at the backend's k-th print point: a device
- * synchronise, or a memset standing in for a kernel launch (on a GPU a
- * launch flushes what earlier kernels printed). An item is pieces separated
+ * by ';'; the k-th is printed at the backend's k-th print point: its
+ * opening (the first; a driver may warn as it starts), a device synchronise,
+ * or a memset standing in for a kernel launch (on a GPU a launch flushes
+ * what earlier kernels printed). An item is pieces separated
  * by ',': out:TEXT (TEXT and a newline on stdout, through stdio as the
  * driver may print), err:TEXT (on stderr), big:N (N lines of 64 bytes on
  * stdout: "device line NNNNNNN " and x's); an empty item prints nothing.

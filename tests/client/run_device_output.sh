@@ -13,7 +13,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/nu
 trap cleanup EXIT
 
 big_lines=16384 # 1 MiB
-export FLYT_HOST_BACKEND_PRINTF="out:device one,out:device two;;err:device complains,out:device three;big:$big_lines;out:device before the host function;;out:device at exit"
+export FLYT_HOST_BACKEND_PRINTF="err:device opened;out:device one,out:device two;;err:device complains,out:device three;big:$big_lines;out:device before the host function;;out:device at exit"
 {
   echo "host: start"; echo "device one"; echo "device two"
   echo "host: after sync 1"; echo "host: after sync 2"; echo "device three"
@@ -23,7 +23,7 @@ export FLYT_HOST_BACKEND_PRINTF="out:device one,out:device two;;err:device compl
   echo "host: after the big one"; echo "device before the host function"; echo "host function"
   echo "host: after the host function"; echo "host: last line"; echo "device at exit"
 } > "$tmp/want.out"
-echo "device complains" > "$tmp/want.err"
+printf 'device opened\ndevice complains\n' > "$tmp/want.err"
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$server" --backend host --listen "unix:$tmp/s.sock" > "$tmp/server.log" 2>&1 & pids+=($!)
@@ -81,7 +81,7 @@ call(13, bytes(8), 3)
 PY
 }
 raw_client 1 > "$tmp/raw1.out" 2>&1
-printf '%s\n' "reply op 1 seq 1 result 0" "OUTPUT fd 1 'device one\\ndevice two\\n'" \
+printf '%s\n' "OUTPUT fd 2 'device opened\\n'" "reply op 1 seq 1 result 0" "OUTPUT fd 1 'device one\\ndevice two\\n'" \
   "reply op 13 seq 2 result 0" "reply op 13 seq 3 result 0" > "$tmp/raw1.want"
 compare "protocol 2.1: OUTPUT frames before the reply, none when nothing was printed" \
   "$tmp/raw1.out" "$tmp/raw1.want"

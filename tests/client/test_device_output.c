@@ -29,25 +29,25 @@ static void CUDART_CB host_function(void *arg)
 int main(void)
 {
     printf("host: start\n");
-    must(cudaSetDevice(0), "cudaSetDevice");
-    sync_device(); /* point 0: two lines on stdout */
+    must(cudaSetDevice(0), "cudaSetDevice"); /* point 0, the server opening: stderr */
+    sync_device(); /* point 1: two lines on stdout */
     printf("host: after sync 1\n");
-    sync_device(); /* point 1: nothing */
+    sync_device(); /* point 2: nothing */
     printf("host: after sync 2\n");
-    sync_device(); /* point 2: a line on stderr and one on stdout */
+    sync_device(); /* point 3: a line on stderr and one on stdout */
     printf("host: after sync 3\n");
-    sync_device(); /* point 3: 1 MiB */
+    sync_device(); /* point 4: 1 MiB */
     printf("host: after the big one\n");
 
     void *d = NULL;
     must(cudaMalloc(&d, 64), "cudaMalloc");
-    /* point 4: a memset stands in for a launch that flushes earlier output */
+    /* point 5: a memset stands in for a launch that flushes earlier output */
     must(cudaMemsetAsync(d, 0, 64, 0), "cudaMemsetAsync");
     must(cudaLaunchHostFunc(0, host_function, NULL), "cudaLaunchHostFunc");
-    sync_device(); /* point 5: nothing */
+    sync_device(); /* point 6: nothing */
     printf("host: after the host function\n");
 
-    must(cudaMemsetAsync(d, 0, 64, 0), "cudaMemsetAsync"); /* point 6, then no call waits */
+    must(cudaMemsetAsync(d, 0, 64, 0), "cudaMemsetAsync"); /* point 7, then no call waits */
     printf("host: last line\n");
     return 0;
 }
