@@ -8,7 +8,8 @@
  * stream.c (streams, events, host functions), module.c (modules, libraries,
  * kernels, globals, run-time linking), launch.c (launches, function
  * attributes, occupancy), entry.c (cuGetProcAddress, cuGetExportTable),
- * errors.c (names and strings of CUresult), registry.c (address ranges the
+ * errors.c (names and strings of CUresult), device_output.c (what the
+ * driver prints: device printf, assert messages), registry.c (address ranges the
  * client knows), export_tables.c and ctx_storage.c (the hidden tables).
  * Functions here use the flyt_ prefix; CUDA names are the API.
  */
@@ -65,6 +66,15 @@ int flyt_conn_shares_memory(void);
  * in stream order, when the server reports that the stream reached them. */
 uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CUstream stream,
                                 void *user);
+
+/* Whether this process's session gets the driver's output (OUTPUT frames):
+ * connected here (not a forked child), not lost, a server that sends it. */
+int flyt_conn_gets_output(void);
+
+/* ---- the driver's output (device_output.c, docs/device-output.md) ---- */
+/* Writes what the server's driver printed on its fd (1 or 2) to the
+ * program's stdout or stderr; called ahead of the reply it came before. */
+void flyt_device_output(uint32_t fd, const void *buf, size_t len);
 
 /* ---- small call helpers (conn.c) ---- */
 CUresult flyt_call_u64(uint16_t op, const void *req, size_t req_size, uint64_t *out);

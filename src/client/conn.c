@@ -59,6 +59,8 @@ static struct {
     pthread_t receiver;
     int device_count;
     int shares_memory;
+    int server_minor;
+    pid_t pid; /* the process that connected: a forked child has no receiver */
     flyt_rep_device_snapshot snapshot;
 
     /* callbacks: registered (by id) -> queued (received) -> run */
@@ -337,6 +339,25 @@ static int read_reply_body(struct waiter *w, uint32_t length)
 /* How long the receiver busy-polls for a reply while a caller waits. */
 #define RECEIVER_SPIN_US 200
 
+/* An OUTPUT frame's payload, read with read_fn: the driver's output,
+ * written out before the reply that follows it is handed to its caller. */
+static int read_output(uint32_t length, int (*read_fn)(void *, size_t))
+{
+    struct flyt_msg_output m;
+    if (length < sizeof m || length - sizeof m > FLYT_MAX_OUTPUT_CHUNK ||
+        read_fn(&m, sizeof m) != 0 || (m.fd != 1 && m.fd != 2))
+        return -1;
+    char piece[8192];
+    for (size_t left = length - sizeof m; left > 0;) {
+        size_t n = left < sizeof piece ? left : sizeof piece;
+        if (read_fn(piece, n) != 0)
+            return -1;
+        flyt_device_output(m.fd, piece, n);
+        left -= n;
+    }
+    return 0;
+}
+
 static void *receiver_thread(void *arg)
 {
     (void)arg;
@@ -355,6 +376,13 @@ static void *receiver_thread(void *arg)
                 return NULL;
             }
             callback_arrived(m.callback_id);
+            continue;
+        }
+        if (h.op == FLYT_OP_OUTPUT && !(h.flags & FLYT_F_REPLY)) {
+            if (read_output(h.length, rx_read) != 0) {
+                fail_all("malformed output frame");
+                return NULL;
+            }
             continue;
         }
         struct waiter *w = (h.flags & FLYT_F_REPLY) ? waiter_take(h.seq) : NULL;
@@ -542,6 +570,8 @@ static void set_io_timeout(int fd, int seconds)
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
+static int handshake_read(void *buf, size_t len) { return flyt_read_full(conn.fd, buf, len); }
+
 /* Sends one request and reads its reply: result and up to rep_size bytes of
  * the reply struct. 0, or -1 when the connection failed (errno: 0 at EOF). */
 static int handshake_call(uint16_t op, const void *req, size_t req_size, const void *data,
@@ -554,8 +584,11 @@ static int handshake_call(uint16_t op, const void *req, size_t req_size, const v
         return -1;
     struct flyt_frame_hdr rh;
     struct flyt_reply r;
-    if (flyt_read_full(conn.fd, &rh, sizeof rh) != 0)
-        return -1;
+    do { /* what the driver printed as the server opened the GPU comes first */
+        if (flyt_read_full(conn.fd, &rh, sizeof rh) != 0)
+            return -1;
+    } while (rh.op == FLYT_OP_OUTPUT && !(rh.flags & FLYT_F_REPLY) &&
+             read_output(rh.length, handshake_read) == 0);
     if (!(rh.flags & FLYT_F_REPLY) || rh.op != op || rh.seq != seq ||
         rh.length < sizeof r || rh.length > 65536) {
         errno = EPROTO;
@@ -596,6 +629,7 @@ static int handshake(const char *where, const struct target *t)
         return -1;
     }
     conn.device_count = (int)rep.device_count;
+    conn.server_minor = rep.minor;
     if (!(rep.flags & FLYT_HELLO_AUTH_REQUIRED))
         return 0;
     size_t len = strlen(t->token);
@@ -692,6 +726,7 @@ static int connect_server(void)
         conn.fd = -1;
         return -1;
     }
+    conn.pid = getpid();
     if (start_threads() != 0) {
         report_once("cannot start the client threads");
         return -1;
@@ -718,6 +753,12 @@ CUresult flyt_connect_once(void)
         pthread_mutex_unlock(&conn.init_lock);
     }
     return state == 1 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+}
+
+int flyt_conn_gets_output(void)
+{
+    return __atomic_load_n(&conn.initialized, __ATOMIC_ACQUIRE) == 1 && !atomic_load(&conn.broken) &&
+           conn.pid == getpid() && conn.server_minor >= FLYT_MINOR_DEVICE_OUTPUT;
 }
 
 int flyt_conn_device_count(void)

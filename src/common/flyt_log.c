@@ -10,12 +10,17 @@
 static const char *log_program = "flyt";
 static enum flyt_log_level log_level = FLYT_LOG_INFO;
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
+static int log_fd = STDERR_FILENO;
 
 void flyt_log_init(const char *program, enum flyt_log_level level)
 {
     log_program = program;
     log_level = level;
 }
+
+void flyt_log_set_fd(int fd) { log_fd = fd; }
+
+int flyt_log_fd(void) { return log_fd; }
 
 int flyt_log_level_parse(const char *name)
 {
@@ -48,7 +53,7 @@ void flyt_log(enum flyt_log_level level, const char *fmt, ...)
     /* one write per line so lines of concurrent processes do not interleave */
     size_t len = strnlen(line, sizeof line - 2);
     line[len++] = '\n';
-    if (write(STDERR_FILENO, line, len) < 0) {
+    if (write(log_fd, line, len) < 0) {
         /* nowhere left to report it */
     }
 }

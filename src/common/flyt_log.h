@@ -1,10 +1,15 @@
-/* Leveled logging to stderr, with the program name and pid on every line. */
+/* Leveled logging to stderr (or the descriptor set with flyt_log_set_fd),
+ * with the program name and pid on every line. */
 #ifndef FLYT_LOG_H
 #define FLYT_LOG_H
 
 enum flyt_log_level { FLYT_LOG_ERROR = 0, FLYT_LOG_WARN, FLYT_LOG_INFO, FLYT_LOG_DEBUG };
 
 void flyt_log_init(const char *program, enum flyt_log_level level);
+/* Log to fd instead of stderr: a session process whose fd 2 carries the
+ * driver's output to the client keeps its log on the original stderr. */
+void flyt_log_set_fd(int fd);
+int flyt_log_fd(void);
 /* Parses "error", "warn", "info", "debug"; -1 when unknown. */
 int flyt_log_level_parse(const char *name);
 enum flyt_log_level flyt_log_get_level(void);

@@ -16,7 +16,11 @@
 
 #define FLYT_PROTO_MAGIC 0x54594c46u /* "FLYT" little-endian */
 #define FLYT_PROTO_MAJOR 2           /* incompatible changes bump this */
-#define FLYT_PROTO_MINOR 0           /* compatible additions bump this */
+#define FLYT_PROTO_MINOR 1           /* compatible additions bump this */
+
+/* The minor version from which a server forwards the driver's output
+ * (OUTPUT frames, OUTPUT_DRAIN): only to a client that speaks it. */
+#define FLYT_MINOR_DEVICE_OUTPUT 1
 
 /* Limits. A frame over a limit ends the session. */
 #define FLYT_MAX_PAYLOAD    (1u << 30)      /* bulk data streams through in chunks */
@@ -37,6 +41,7 @@
 #define FLYT_OPF_RDATA 0x4u
 
 /* Server-to-client frames that answer no request. */
+#define FLYT_OP_OUTPUT   101 /* payload: struct flyt_msg_output, then the bytes */
 #define FLYT_OP_CALLBACK 200 /* payload: struct flyt_msg_callback */
 
 /* Stream ids with fixed meaning; other ids come from STREAM_CREATE. */
@@ -324,6 +329,18 @@ typedef struct { uint64_t size; uint64_t addr; } flyt_req_host_map_at;
  * through the socket. */
 #define FLYT_PEER_ASYNC 0x1u
 typedef struct { uint64_t dst, src, size, stream; uint32_t flags; uint32_t pad; } flyt_req_memcpy_peer;
+
+/* OUTPUT_DRAIN: sent by the client as its process exits, so that what the
+ * driver printed during its last pipelined calls still reaches it (the
+ * reply is preceded by OUTPUT frames like any other). sync = 1: the server
+ * first synchronises the device, as a context teardown at exit would. */
+typedef struct { uint32_t sync; uint32_t pad; } flyt_req_output_drain;
+
+/* server -> client, op FLYT_OP_OUTPUT, seq 0, before the reply or callback
+ * frame it precedes: bytes the driver wrote to the session process's stdout
+ * (fd 1) or stderr (fd 2), at most FLYT_MAX_OUTPUT_CHUNK per frame. */
+#define FLYT_MAX_OUTPUT_CHUNK (64u * 1024u)
+struct flyt_msg_output { uint32_t fd; uint32_t pad; };
 
 /* server -> client, op FLYT_OP_CALLBACK, seq 0 */
 struct flyt_msg_callback { uint64_t callback_id; int32_t status; int32_t pad; };

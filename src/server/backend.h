@@ -207,5 +207,8 @@ flyt_backend *flyt_backend_open(const char *kind, int gpu, char *err, size_t err
 
 flyt_backend *flyt_backend_cuda_open(int gpu, char *err, size_t errlen);
 flyt_backend *flyt_backend_host_open(int gpu, char *err, size_t errlen);
+/* The host backend's stand-in for device printf (backend_host_print.c):
+ * prints what FLYT_HOST_BACKEND_PRINTF gives for its point-th print point. */
+void flyt_host_fake_print(unsigned point);
 
 #endif

@@ -64,8 +64,30 @@ static int send_iov(flyt_session *s, struct iovec *iov, int n)
     return 0;
 }
 
+/* What the driver printed since the last frame goes out ahead of the next
+ * one: a reply to a call that synchronised brings its device output with
+ * it, and a host function runs after the output printed before it (the
+ * driver flushes device printf before running a stream callback). Costs an
+ * lseek per stream when there is none. The caller holds the sender role. */
+static void send_output(flyt_session *s)
+{
+    static char chunk[FLYT_MAX_OUTPUT_CHUNK]; /* one sender at a time */
+    if (!flyt_output_flush(&s->output))
+        return;
+    for (uint32_t stream = 0; stream < 2; stream++) {
+        size_t n;
+        while ((n = flyt_output_take(&s->output, (int)stream, chunk, sizeof chunk)) > 0) {
+            struct flyt_msg_output m = {stream + 1, 0};
+            struct flyt_frame_hdr h = {(uint32_t)(sizeof m + n), FLYT_OP_OUTPUT, 0, 0, 0};
+            struct iovec iov[3] = {{&h, sizeof h}, {&m, sizeof m}, {chunk, n}};
+            send_iov(s, iov, 3);
+        }
+    }
+}
+
 static void send_callback_frame(flyt_session *s, const struct flyt_cb_msg *m)
 {
+    send_output(s);
     struct flyt_frame_hdr h = {sizeof(struct flyt_msg_callback), FLYT_OP_CALLBACK, 0, 0, 0};
     struct flyt_msg_callback msg = {m->callback_id, 0, 0};
     struct iovec iov[2] = {{&h, sizeof h}, {&msg, sizeof msg}};
@@ -141,6 +163,7 @@ static int send_reply_head(flyt_session *s, flyt_call *c, int32_t result, uint64
     uint64_t length = sizeof(struct flyt_reply) + c->rep_size + data_len;
     if (length > UINT32_MAX)
         return -1; /* callers bound data_len far below this */
+    send_output(s);
     struct flyt_frame_hdr h = {(uint32_t)length, c->hdr->op, FLYT_F_REPLY, c->hdr->seq, 0};
     struct flyt_reply r = {result, take_deferred(s)};
     struct iovec iov[3] = {{&h, sizeof h}, {&r, sizeof r}, {c->rep, c->rep_size}};
@@ -389,6 +412,9 @@ static int hello(flyt_session *s)
     req.client_host[sizeof req.client_host - 1] = '\0';
     flyt_info("session for %s: client pid %u on '%s', protocol %u.%u", s->peer, req.client_pid,
               req.client_host, req.major, req.minor);
+    if (req.minor >= FLYT_MINOR_DEVICE_OUTPUT && flyt_output_capture(&s->output) != 0)
+        flyt_warn("the driver's output stays in this log, not with the client: %s",
+                  strerror(errno));
 
     c.rep = &rep;
     c.rep_size = sizeof rep;
@@ -527,7 +553,7 @@ static void admission_expired(int sig)
     (void)sig;
     static const char msg[] = "flyt-server: admission refused: no valid session token in time; "
                               "ending session\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    ssize_t w = write(flyt_log_fd(), msg, sizeof msg - 1);
     (void)w;
     _exit(FLYT_EXIT_AUTH);
 }
@@ -568,6 +594,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     if (s.b)
         s.b->ops->close(s.b);
     s.b = NULL;
+    flyt_output_to_log(&s.output);
     flyt_memtab_free(&s.mem); /* closing the backend freed it all */
     flyt_regions_forget(&s); /* the client's shared memory: unmapped, not leaked */
     flyt_handles_clear(&s.handles);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "device_output.h"
 #include "flyt_proto.h"
 #include "handles.h"
 #include "quota.h"
@@ -94,6 +95,7 @@ typedef struct flyt_session {
     int                              admitted;  /* may use the GPU: no token needed, or AUTH passed */
     int                              sm_count;  /* SMs of the share, 0 = whole GPU */
     struct flyt_memtab               mem;       /* live allocations, when accounted (quota.h) */
+    struct flyt_output               output;    /* the driver's stdout/stderr, for the client */
 
     /* Sending: one frame at a time. Driver threads (host functions) never
      * wait for the session thread: when a send is in progress they queue

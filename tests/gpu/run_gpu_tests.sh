@@ -41,11 +41,13 @@ set -u
 # the driver API
 DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   memcpy_variants symbols host_callbacks multithread
-                  device_props rdc errors
+                  device_props rdc errors device_printf device_assert
+                  managed_memory mapped_memory
                   vector_add_static matmul_tiled_static kernel_params_static
                   streams_events_static memcpy_variants_static symbols_static
                   host_callbacks_static multithread_static device_props_static
-                  rdc_static errors_static
+                  rdc_static errors_static device_printf_static device_assert_static
+                  managed_memory_static mapped_memory_static
                   static_runtime driver_api nvrtc_kernel cublas_gemm cufft_1d2d
                   curand_host_device cusparse_spmv cusolver_lu cudnn_conv vmm)
 

@@ -1,0 +1,58 @@
+/*
+ * What the driver prints on the server (device printf, device-side assert
+ * messages) is written here to the program's own stdout and stderr, before
+ * the call that synchronised returns, as NVIDIA's driver prints it in the
+ * process that synchronises. docs/device-output.md.
+ */
+#include "client.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+
+/* THE SWITCH for the order of device output among the program's own output.
+ * 1: through stdio's stdout/stderr FILEs (fwrite): device lines take their
+ * place among the program's printf output even when stdout is a fully
+ * buffered file or pipe, as when the driver prints with stdio.
+ * 0: straight to fd 1 / fd 2, ahead of whatever the program's stdio still
+ * buffers, as when the driver write()s its descriptors. */
+#define FLYT_DEVICE_OUTPUT_THROUGH_STDIO 1
+
+/* At exit: 0 fetches only what the driver already printed (NVIDIA documents
+ * that the printf buffer is not flushed when the program exits); 1 has the
+ * server synchronise first, printing what the last kernels printed, as a
+ * context destroyed at exit would. */
+#define FLYT_DEVICE_OUTPUT_SYNC_AT_EXIT 0
+
+static void write_fd(int fd, const char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return; /* the program closed it: the bytes go nowhere, as natively */
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+void flyt_device_output(uint32_t fd, const void *buf, size_t len)
+{
+    if (FLYT_DEVICE_OUTPUT_THROUGH_STDIO)
+        fwrite(buf, 1, len, fd == 2 ? stderr : stdout);
+    else
+        write_fd(fd == 2 ? STDERR_FILENO : STDOUT_FILENO, buf, len);
+}
+
+/* The last pipelined calls before exit may have made the driver print (a
+ * launch flushes what earlier kernels printed): one round trip fetches it.
+ * A destructor runs after the program's atexit handlers (NVIDIA's runtime
+ * tears down there) and before stdio flushes its buffers. */
+__attribute__((destructor)) static void drain_output_at_exit(void)
+{
+    if (!flyt_conn_gets_output())
+        return;
+    flyt_req_output_drain req = {.sync = FLYT_DEVICE_OUTPUT_SYNC_AT_EXIT};
+    flyt_call(FLYT_OP_OUTPUT_DRAIN, &req, sizeof req, NULL, 0, NULL);
+}
