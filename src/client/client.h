@@ -140,6 +140,10 @@ int flyt_range_set_region(uint64_t base, uint64_t region);
 uint64_t flyt_range_region(uint64_t addr, uint64_t n, uint64_t *offset);
 void flyt_range_forget_regions(void);
 
+/* ---- arrays (array.c) ---- */
+/* The server's id of a CUarray, or CUDA_ERROR_INVALID_HANDLE. */
+CUresult flyt_array_wire(CUarray a, uint64_t *id);
+
 /* ---- modules and functions (module.c) ---- */
 
 /* What CUfunction and CUkernel point to: one record per (module, name),

@@ -15,6 +15,7 @@
  */
 #include "backend.h"
 #include "flyt_calls.h"
+#include "flyt_mipmap.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -1644,18 +1645,6 @@ static CUresult host_array_destroy(flyt_backend *b, flyt_bhandle array)
     return CUDA_SUCCESS;
 }
 
-static size_t halve(size_t n, unsigned level) { return n >> level ? n >> level : 1; }
-
-/* Level l: each extent halved l times (at least 1); layers and faces stay. */
-static CUDA_ARRAY3D_DESCRIPTOR level_desc(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned l)
-{
-    CUDA_ARRAY3D_DESCRIPTOR ld = *d;
-    int whole_depth = d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP);
-    ld.Width = halve(d->Width, l);
-    ld.Height = d->Height ? halve(d->Height, l) : 0;
-    ld.Depth = d->Depth && !whole_depth ? halve(d->Depth, l) : d->Depth;
-    return ld;
-}
 
 static CUresult host_mipmap_create(flyt_backend *b, const CUDA_ARRAY3D_DESCRIPTOR *d,
                                    unsigned levels, flyt_bhandle *mipmap)
@@ -1679,7 +1668,7 @@ static CUresult host_mipmap_create(flyt_backend *b, const CUDA_ARRAY3D_DESCRIPTO
     }
     m->levels = levels;
     for (unsigned l = 0; l < levels; l++) {
-        CUDA_ARRAY3D_DESCRIPTOR ld = level_desc(d, l);
+        CUDA_ARRAY3D_DESCRIPTOR ld = flyt_mipmap_level_desc(d, l);
         CUresult r = array_new(h, &ld, m, &m->level[l]);
         if (r != CUDA_SUCCESS) {
             mipmap_free(h, m);
