@@ -161,6 +161,9 @@ void flyt_range_forget_regions(void);
 void *flyt_same_address_mapping(const char *name, uint64_t len, uint64_t *region);
 /* cuMemFree of a managed allocation. */
 CUresult flyt_managed_free(uint64_t base);
+/* ---- arrays (array.c) ---- */
+/* The server's id of a CUarray, or CUDA_ERROR_INVALID_HANDLE. */
+CUresult flyt_array_wire(CUarray a, uint64_t *id);
 
 /* ---- modules and functions (module.c) ---- */
 

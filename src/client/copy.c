@@ -252,11 +252,13 @@ FLYT_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dctx, CUd
 /* ---- 2D and 3D copies ---- */
 
 /* One side of a 3D copy as the client sees it. */
+enum { SIDE_HOST = 0, SIDE_DEVICE = 1, SIDE_ARRAY = 2 };
 struct side {
     char *ptr;
     size_t pitch, height; /* height: rows per slice of the allocation */
     size_t x, y, z;
-    int device;
+    int device;           /* SIDE_* */
+    uint64_t array;       /* SIDE_ARRAY: the server's id */
 };
 
 static char *side_row(const struct side *s, size_t y, size_t z)
@@ -302,57 +304,129 @@ static CUresult copy_3d_host(const struct side *dst, const struct side *src, siz
     return CUDA_SUCCESS;
 }
 
+/* Sends op with the host side's box packed as its data. */
+static CUresult send_packed(uint16_t op, const void *req, size_t req_size, const struct side *host,
+                            size_t width, size_t height, size_t depth, int async)
+{
+    uint64_t bytes = (uint64_t)width * height * depth;
+    int packed = side_is_packed(host, width, height, depth);
+    char *buf = packed ? host->ptr : malloc(bytes);
+    if (buf == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!packed)
+        host_rows(host, buf, width, height, depth, 1);
+    struct iovec data = {buf, bytes};
+    CUresult r = async ? flyt_send_async(op, req, req_size, &data, 1)
+                       : flyt_call(op, req, req_size, &data, 1, NULL);
+    if (!packed)
+        free(buf);
+    return r;
+}
+
+/* Sends op and receives the box, packed, into the host side. */
+static CUresult recv_packed(uint16_t op, const void *req, size_t req_size, const struct side *host,
+                            size_t width, size_t height, size_t depth)
+{
+    uint64_t bytes = (uint64_t)width * height * depth;
+    int packed = side_is_packed(host, width, height, depth);
+    char *buf = packed ? host->ptr : malloc(bytes);
+    if (buf == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    flyt_rep_none rep;
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep, .data = buf,
+                                   .data_max = bytes, .streamed = 1};
+    CUresult r = flyt_call(op, req, req_size, NULL, 0, &sink);
+    if (r == CUDA_SUCCESS && sink.data_got != bytes)
+        r = CUDA_ERROR_UNKNOWN;
+    if (r == CUDA_SUCCESS && !packed)
+        host_rows(host, buf, width, height, depth, 0);
+    if (!packed)
+        free(buf);
+    return r;
+}
+
+/* Bytes from a host side's base to just past the copy's last byte. */
+static uint64_t host_span(const struct side *s, size_t width, size_t height, size_t depth)
+{
+    return ((uint64_t)(s->z + depth - 1) * s->height + s->y + height - 1) * s->pitch + s->x + width;
+}
+
+/* A side of ARRAY_COPY: host memory shared with the server goes by DMA,
+ * other host memory packed through the socket. */
+static flyt_copy_side array_copy_side(const struct side *s, size_t width, size_t height,
+                                      size_t depth)
+{
+    flyt_copy_side w = {.pitch = s->pitch, .height = s->height, .x = s->x, .y = s->y, .z = s->z};
+    uint64_t offset = 0, region = 0;
+    if (s->device == SIDE_ARRAY) {
+        w.kind = FLYT_SIDE_ARRAY;
+        w.handle = s->array;
+    } else if (s->device == SIDE_DEVICE) {
+        w.kind = FLYT_SIDE_DEVICE;
+        w.handle = U64(s->ptr);
+    } else if ((region = flyt_range_region(U64(s->ptr), host_span(s, width, height, depth),
+                                           &offset)) != 0) {
+        w.kind = FLYT_SIDE_REGION;
+        w.handle = region;
+        w.offset = offset;
+    } else {
+        w = (flyt_copy_side){.kind = FLYT_SIDE_PACKED, .pitch = width, .height = height};
+    }
+    return w;
+}
+
+static CUresult copy_3d_array(const struct side *dst, const struct side *src, size_t width,
+                              size_t height, size_t depth, uint64_t stream, int async)
+{
+    flyt_req_array_copy req = {.stream = stream,
+                               .dst = array_copy_side(dst, width, height, depth),
+                               .src = array_copy_side(src, width, height, depth),
+                               .width_bytes = width, .height = height, .depth = depth};
+    if (req.src.kind == FLYT_SIDE_PACKED)
+        return send_packed(FLYT_OP_ARRAY_COPY, &req, sizeof req, src, width, height, depth, async);
+    if (req.dst.kind == FLYT_SIDE_PACKED)
+        return recv_packed(FLYT_OP_ARRAY_COPY, &req, sizeof req, dst, width, height, depth);
+    return request(FLYT_OP_ARRAY_COPY, &req, sizeof req, async);
+}
+
+static int pitch_too_small(const struct side *s, size_t width)
+{
+    return s->device != SIDE_ARRAY && width > s->pitch;
+}
+
 static CUresult copy_3d(struct side dst, struct side src, size_t width, size_t height, size_t depth,
                         CUstream stream, int per_thread, int async)
 {
     CUresult r = flyt_ctx_require();
     if (r != CUDA_SUCCESS || width == 0 || height == 0 || depth == 0)
         return r;
-    if ((height > 1 || depth > 1) && (width > dst.pitch || width > src.pitch))
+    if ((height > 1 || depth > 1) && (pitch_too_small(&dst, width) || pitch_too_small(&src, width)))
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t bytes = (uint64_t)width * height * depth;
     if (!dst.device && !src.device)
         return copy_3d_host(&dst, &src, width, height, depth);
     if (bytes > COPY_PIECE)
         return flyt_unsupported_why("cuMemcpy2D/3D", "copies over 1 GiB");
-    flyt_req_memcpy_3d req = {.stream = flyt_stream_wire(stream, per_thread),
-                              .dst = wire_side(&dst), .src = wire_side(&src),
+    uint64_t wire = flyt_stream_wire(stream, per_thread);
+    if (dst.device == SIDE_ARRAY || src.device == SIDE_ARRAY)
+        return copy_3d_array(&dst, &src, width, height, depth, wire, async);
+    flyt_req_memcpy_3d req = {.stream = wire, .dst = wire_side(&dst), .src = wire_side(&src),
                               .width_bytes = width, .height = height, .depth = depth};
     if (dst.device && src.device) {
         req.dir = FLYT_DIR_DTOD;
         return request(FLYT_OP_MEMCPY_3D, &req, sizeof req, async);
     }
-    const struct side *host = src.device ? &dst : &src;
-    int packed = side_is_packed(host, width, height, depth);
-    char *buf = packed ? host->ptr : malloc(bytes);
-    if (buf == NULL)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     if (dst.device) {
         req.dir = FLYT_DIR_HTOD;
         req.src = (flyt_pitched){0, width, height, 0, 0, 0};
-        if (!packed)
-            host_rows(&src, buf, width, height, depth, 1);
-        struct iovec data = {buf, bytes};
-        r = async ? flyt_send_async(FLYT_OP_MEMCPY_3D, &req, sizeof req, &data, 1)
-                  : flyt_call(FLYT_OP_MEMCPY_3D, &req, sizeof req, &data, 1, NULL);
-    } else {
-        req.dir = FLYT_DIR_DTOH;
-        req.dst = (flyt_pitched){0, width, height, 0, 0, 0};
-        flyt_rep_none rep;
-        struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep, .data = buf,
-                                       .data_max = bytes, .streamed = 1};
-        r = flyt_call(FLYT_OP_MEMCPY_3D, &req, sizeof req, NULL, 0, &sink);
-        if (r == CUDA_SUCCESS && sink.data_got != bytes)
-            r = CUDA_ERROR_UNKNOWN;
-        if (r == CUDA_SUCCESS && !packed)
-            host_rows(&dst, buf, width, height, depth, 0);
+        return send_packed(FLYT_OP_MEMCPY_3D, &req, sizeof req, &src, width, height, depth, async);
     }
-    if (!packed)
-        free(buf);
-    return r;
+    req.dir = FLYT_DIR_DTOH;
+    req.dst = (flyt_pitched){0, width, height, 0, 0, 0};
+    return recv_packed(FLYT_OP_MEMCPY_3D, &req, sizeof req, &dst, width, height, depth);
 }
 
-/* A side of a driver copy descriptor; arrays are not carried (yet). */
+/* A side of a driver copy descriptor. */
 static CUresult make_side(struct side *s, CUmemorytype type, const void *host, CUdeviceptr dev,
                           CUarray array, size_t pitch, size_t height, size_t x, size_t y, size_t z)
 {
@@ -370,8 +444,8 @@ static CUresult make_side(struct side *s, CUmemorytype type, const void *host, C
         s->device = is_device(dev);
         return CUDA_SUCCESS;
     case CU_MEMORYTYPE_ARRAY:
-        (void)array;
-        return flyt_unsupported_why("cuMemcpy2D/3D", "CUDA arrays");
+        s->device = SIDE_ARRAY;
+        return flyt_array_wire(array, &s->array);
     default:
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -432,6 +506,108 @@ FLYT_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s)
 FLYT_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *p, CUstream s)
 {
     return copy_3d_desc(p, s, 1, 1);
+}
+
+/* ---- 1D copies to and from arrays (byte offsets into the array) ---- */
+
+static struct side linear_side(uint64_t p, size_t n, int device)
+{
+    return (struct side){.ptr = (char *)(uintptr_t)p, .pitch = n, .height = 1, .device = device};
+}
+
+static CUresult array_at(struct side *s, CUarray a, size_t offset)
+{
+    return make_side(s, CU_MEMORYTYPE_ARRAY, NULL, 0, a, 0, 1, offset, 0, 0);
+}
+
+static CUresult to_array(CUarray dst, size_t off, struct side src, size_t n, CUstream stream,
+                         int per_thread, int async)
+{
+    struct side d;
+    CUresult r = array_at(&d, dst, off);
+    return r != CUDA_SUCCESS ? r : copy_3d(d, src, n, 1, 1, stream, per_thread, async);
+}
+
+static CUresult from_array(struct side dst, CUarray src, size_t off, size_t n, CUstream stream,
+                           int per_thread, int async)
+{
+    struct side s;
+    CUresult r = array_at(&s, src, off);
+    return r != CUDA_SUCCESS ? r : copy_3d(dst, s, n, 1, 1, stream, per_thread, async);
+}
+
+static CUresult array_to_array(CUarray dst, size_t doff, CUarray src, size_t soff, size_t n,
+                               int per_thread)
+{
+    struct side s;
+    CUresult r = array_at(&s, src, soff);
+    return r != CUDA_SUCCESS ? r : to_array(dst, doff, s, n, NULL, per_thread, 0);
+}
+
+#define HTOA(dst, off, src, n, s, pt, as) \
+    to_array(dst, off, linear_side(U64(src), n, SIDE_HOST), n, s, pt, as)
+#define ATOH(dst, src, off, n, s, pt, as) \
+    from_array(linear_side(U64(dst), n, SIDE_HOST), src, off, n, s, pt, as)
+
+FLYT_EXPORT CUresult cuMemcpyHtoA_v2(CUarray dst, size_t off, const void *src, size_t n)
+{
+    return HTOA(dst, off, src, n, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyHtoA_v2_ptds(CUarray dst, size_t off, const void *src, size_t n)
+{
+    return HTOA(dst, off, src, n, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyHtoAAsync_v2(CUarray dst, size_t off, const void *src, size_t n,
+                                          CUstream s)
+{
+    return HTOA(dst, off, src, n, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemcpyHtoAAsync_v2_ptsz(CUarray dst, size_t off, const void *src, size_t n,
+                                               CUstream s)
+{
+    return HTOA(dst, off, src, n, s, 1, 1);
+}
+FLYT_EXPORT CUresult cuMemcpyAtoH_v2(void *dst, CUarray src, size_t off, size_t n)
+{
+    return ATOH(dst, src, off, n, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyAtoH_v2_ptds(void *dst, CUarray src, size_t off, size_t n)
+{
+    return ATOH(dst, src, off, n, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyAtoHAsync_v2(void *dst, CUarray src, size_t off, size_t n, CUstream s)
+{
+    return ATOH(dst, src, off, n, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemcpyAtoHAsync_v2_ptsz(void *dst, CUarray src, size_t off, size_t n,
+                                               CUstream s)
+{
+    return ATOH(dst, src, off, n, s, 1, 1);
+}
+FLYT_EXPORT CUresult cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray src, size_t off, size_t n)
+{
+    return from_array(linear_side(dst, n, SIDE_DEVICE), src, off, n, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dst, CUarray src, size_t off, size_t n)
+{
+    return from_array(linear_side(dst, n, SIDE_DEVICE), src, off, n, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyDtoA_v2(CUarray dst, size_t off, CUdeviceptr src, size_t n)
+{
+    return to_array(dst, off, linear_side(src, n, SIDE_DEVICE), n, NULL, 0, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyDtoA_v2_ptds(CUarray dst, size_t off, CUdeviceptr src, size_t n)
+{
+    return to_array(dst, off, linear_side(src, n, SIDE_DEVICE), n, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyAtoA_v2(CUarray dst, size_t doff, CUarray src, size_t soff, size_t n)
+{
+    return array_to_array(dst, doff, src, soff, n, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyAtoA_v2_ptds(CUarray dst, size_t doff, CUarray src, size_t soff,
+                                          size_t n)
+{
+    return array_to_array(dst, doff, src, soff, n, 1);
 }
 
 /* ---- memset: 8/16/32-bit values, 1D and 2D ---- */

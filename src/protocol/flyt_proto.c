@@ -8,6 +8,9 @@ static_assert(sizeof(struct flyt_reply) == 8, "reply header is 8 bytes");
 static_assert(sizeof(flyt_req_launch) == 56, "launch request layout");
 static_assert(sizeof(flyt_launch_attr) == 72, "launch attribute layout");
 static_assert(sizeof(flyt_req_memcpy_3d) == 16 + 2 * 48 + 24, "3D copy layout");
+static_assert(sizeof(flyt_req_array_create) == 40, "array create layout");
+static_assert(sizeof(flyt_req_array_copy) == 8 + 2 * 64 + 24, "array copy layout");
+static_assert(sizeof(flyt_req_tex_create) == 56 + 56 + 48, "texture create layout");
 
 static const struct flyt_op_info op_table[FLYT_OP_MAX] = {
 #define FLYT_OP(name, num, req, rep, fl) \

@@ -341,6 +341,57 @@ typedef struct { uint32_t sync; uint32_t pad; } flyt_req_output_drain;
  * (fd 1) or stderr (fd 2), at most FLYT_MAX_OUTPUT_CHUNK per frame. */
 #define FLYT_MAX_OUTPUT_CHUNK (64u * 1024u)
 struct flyt_msg_output { uint32_t fd; uint32_t pad; };
+/* ---- CUDA arrays, mipmapped arrays, texture and surface objects ----
+ * ARRAY_CREATE / MIPMAP_CREATE: a CUDA_ARRAY3D_DESCRIPTOR (height 0: 1D,
+ * depth 0: not 3D or layered), levels for mipmaps; answered with an id. */
+typedef struct {
+    uint64_t width, height, depth;
+    uint32_t format, channels, flags, levels;
+} flyt_req_array_create;
+typedef struct { uint64_t mipmap; uint32_t level; uint32_t pad; } flyt_req_mipmap_level;
+
+/* ARRAY_COPY: a 3D copy whose sides may be arrays (CUDA_MEMCPY3D's shape).
+ * A PACKED side is host memory on the client: its bytes follow the request
+ * (source) or trail the reply as MEMCPY_3D's do (destination); at most one
+ * side is packed. REGION: client memory shared through HOST_MAP, its base
+ * `offset` bytes into the region. ARRAY: handle is an ARRAY_CREATE or
+ * MIPMAP_LEVEL id; x is in bytes, z a layer or cubemap face of layered ones. */
+enum { FLYT_SIDE_DEVICE = 1, FLYT_SIDE_ARRAY = 2, FLYT_SIDE_REGION = 3, FLYT_SIDE_PACKED = 4 };
+typedef struct {
+    uint32_t kind, pad;
+    uint64_t handle; /* device address, array id or region id */
+    uint64_t offset;
+    uint64_t pitch, height, x, y, z;
+} flyt_copy_side;
+typedef struct {
+    uint64_t       stream;
+    flyt_copy_side dst, src;
+    uint64_t       width_bytes, height, depth;
+} flyt_req_array_copy;
+
+/* CUDA_RESOURCE_DESC: handle is the array or mipmap id (ARRAY, MIPMAPPED)
+ * or the device address (LINEAR: size bytes; PITCH2D: width x height
+ * elements, pitch bytes apart). */
+typedef struct {
+    uint32_t type, flags;
+    uint64_t handle;
+    uint32_t format, channels;
+    uint64_t size, width, height, pitch;
+} flyt_res_desc;
+/* CUDA_TEXTURE_DESC without its reserved words. */
+typedef struct {
+    uint32_t address_mode[3], filter_mode, flags, max_anisotropy, mipmap_filter_mode;
+    float    mipmap_level_bias, min_mipmap_level_clamp, max_mipmap_level_clamp, border_color[4];
+} flyt_tex_desc;
+/* CUDA_RESOURCE_VIEW_DESC; present = 0: none given. */
+typedef struct {
+    uint32_t present, format;
+    uint64_t width, height, depth;
+    uint32_t first_mip, last_mip, first_layer, last_layer;
+} flyt_view_desc;
+/* TEX_CREATE / SURF_CREATE answer the driver's own CUtexObject /
+ * CUsurfObject value: kernels receive it as a plain parameter. */
+typedef struct { flyt_res_desc res; flyt_tex_desc tex; flyt_view_desc view; } flyt_req_tex_create;
 
 /* server -> client, op FLYT_OP_CALLBACK, seq 0 */
 struct flyt_msg_callback { uint64_t callback_id; int32_t status; int32_t pad; };

@@ -35,6 +35,22 @@ typedef void (*flyt_host_func_cb)(void *arg);
 
 typedef struct flyt_backend flyt_backend;
 
+/* One side of copy_3d, as a CUDA_MEMCPY3D side: host memory of the server
+ * (a staging buffer, a shared region), a device address or an array of the
+ * backend; x in bytes, pitch/height for host and device sides only. */
+enum flyt_bside_kind { FLYT_BSIDE_HOST = 1, FLYT_BSIDE_DEVICE, FLYT_BSIDE_ARRAY };
+struct flyt_bside {
+    enum flyt_bside_kind kind;
+    void                *host;
+    uint64_t             dptr;
+    flyt_bhandle         array;
+    uint64_t             pitch, height, x, y, z;
+};
+struct flyt_bcopy {
+    struct flyt_bside dst, src;
+    uint64_t          width, height, depth; /* width in bytes */
+};
+
 struct flyt_backend_ops {
     const char *name;
     void (*close)(flyt_backend *b); /* frees everything the session holds */
@@ -129,6 +145,25 @@ struct flyt_backend_ops {
     CUresult (*vmm_set_access)(flyt_backend *b, uint64_t ptr, uint64_t size, unsigned flags);
     /* the allocation mapped at addr, with one more reference (cuMemRetainAllocationHandle) */
     CUresult (*vmm_retain)(flyt_backend *b, uint64_t addr, flyt_bhandle *mem);
+    /* CUDA arrays (CUarray, CUmipmappedArray); a level belongs to its
+     * mipmapped array and goes with it. copy_3d runs on the stream; wait:
+     * returns only once the copy is done (its host side may then be reused). */
+    CUresult (*array_create)(flyt_backend *b, const CUDA_ARRAY3D_DESCRIPTOR *d, flyt_bhandle *array);
+    CUresult (*array_destroy)(flyt_backend *b, flyt_bhandle array);
+    CUresult (*mipmap_create)(flyt_backend *b, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels,
+                              flyt_bhandle *mipmap);
+    CUresult (*mipmap_destroy)(flyt_backend *b, flyt_bhandle mipmap);
+    CUresult (*mipmap_level)(flyt_backend *b, flyt_bhandle mipmap, unsigned level,
+                             flyt_bhandle *array);
+    CUresult (*copy_3d)(flyt_backend *b, const struct flyt_bcopy *c, flyt_bhandle stream, int wait);
+    /* Texture and surface objects: res names backend arrays; view may be
+     * NULL. *obj is the driver's value, which kernels receive as is. */
+    CUresult (*tex_create)(flyt_backend *b, const CUDA_RESOURCE_DESC *res,
+                           const CUDA_TEXTURE_DESC *tex, const CUDA_RESOURCE_VIEW_DESC *view,
+                           uint64_t *obj);
+    CUresult (*tex_destroy)(flyt_backend *b, uint64_t obj);
+    CUresult (*surf_create)(flyt_backend *b, const CUDA_RESOURCE_DESC *res, uint64_t *obj);
+    CUresult (*surf_destroy)(flyt_backend *b, uint64_t obj);
 
     /* streams; flags are CU_STREAM_* */
     CUresult (*stream_create)(flyt_backend *b, unsigned flags, int priority, flyt_bhandle *stream);

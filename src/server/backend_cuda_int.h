@@ -132,7 +132,17 @@
     X(cuGreenCtxCreate)                                   \
     X(cuGreenCtxDestroy)                                  \
     X(cuCtxFromGreenCtx)                                  \
-    X(cuGreenCtxStreamCreate)
+    X(cuGreenCtxStreamCreate)                             \
+    X(cuArray3DCreate)                                    \
+    X(cuArrayDestroy)                                     \
+    X(cuMipmappedArrayCreate)                             \
+    X(cuMipmappedArrayDestroy)                            \
+    X(cuMipmappedArrayGetLevel)                           \
+    X(cuMemcpy3DAsync)                                    \
+    X(cuTexObjectCreate)                                  \
+    X(cuTexObjectDestroy)                                 \
+    X(cuSurfObjectCreate)                                 \
+    X(cuSurfObjectDestroy)
 
 #define FLYT_CU_STR2(x) #x
 #define FLYT_CU_STR(x)  FLYT_CU_STR2(x) /* stringize after macro expansion */
@@ -335,6 +345,24 @@ CUresult flyt_cuda_dtoh_host(flyt_backend *base, void *dst, uint64_t src, uint64
 CUresult flyt_cuda_memset_2d(flyt_backend *base, uint64_t dst, uint64_t pitch, uint32_t value,
                              unsigned elem_size,
                              uint64_t width, uint64_t rows, flyt_bhandle stream);
+/* backend_cuda_array.c: CUDA arrays, texture and surface objects */
+CUresult flyt_cuda_array_create(flyt_backend *base, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                flyt_bhandle *array);
+CUresult flyt_cuda_array_destroy(flyt_backend *base, flyt_bhandle array);
+CUresult flyt_cuda_mipmap_create(flyt_backend *base, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                 unsigned levels, flyt_bhandle *mipmap);
+CUresult flyt_cuda_mipmap_destroy(flyt_backend *base, flyt_bhandle mipmap);
+CUresult flyt_cuda_mipmap_level(flyt_backend *base, flyt_bhandle mipmap, unsigned level,
+                                flyt_bhandle *array);
+CUresult flyt_cuda_copy_3d(flyt_backend *base, const struct flyt_bcopy *c, flyt_bhandle stream,
+                           int wait);
+CUresult flyt_cuda_tex_create(flyt_backend *base, const CUDA_RESOURCE_DESC *res,
+                              const CUDA_TEXTURE_DESC *tex, const CUDA_RESOURCE_VIEW_DESC *view,
+                              uint64_t *obj);
+CUresult flyt_cuda_tex_destroy(flyt_backend *base, uint64_t obj);
+CUresult flyt_cuda_surf_create(flyt_backend *base, const CUDA_RESOURCE_DESC *res, uint64_t *obj);
+CUresult flyt_cuda_surf_destroy(flyt_backend *base, uint64_t obj);
+
 /* Before a context reset or close: waits for every staging copy and drops
  * the driver state (events, registrations); the host memory stays, so a
  * buffer the server still holds remains valid. free_mem also frees it. */

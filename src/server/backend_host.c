@@ -15,6 +15,7 @@
  */
 #include "backend.h"
 #include "flyt_calls.h"
+#include "flyt_mipmap.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -129,8 +130,24 @@ struct hmodule {
     struct hglobal *globals;
 };
 
+/* A CUDA array as host memory: slices (depth, layers or cubemap faces) of
+ * rows of row bytes, packed. A level of a mipmapped array has its owner. */
+struct hmipmap;
+struct harray {
+    uint64_t        row, rows, slices;
+    unsigned        flags;
+    struct hmipmap *owner;
+    char           *mem;
+};
+
+struct hmipmap {
+    unsigned        levels;
+    struct harray **level;
+};
+
 struct host_backend;
 static void globals_free(struct host_backend *h, struct hmodule *m);
+static void arrays_free(struct host_backend *h);
 
 struct host_backend {
     flyt_backend base;
@@ -149,6 +166,8 @@ struct host_backend {
     size_t nmapped, cap_mapped;
 
     ptrset streams, events, modules, pools;
+    ptrset arrays, mipmaps; /* arrays holds the levels of mipmaps too */
+    uint64_t next_obj;      /* the last texture or surface object value handed out */
     struct hpool *default_pool;
     ptrset vranges, vmems; /* VMM: reservations; allocations with a live handle */
 
@@ -654,6 +673,7 @@ static void drop_all(struct host_backend *h)
         free(v);
     }
     h->streams.n = h->events.n = h->modules.n = h->pools.n = h->vranges.n = 0;
+    arrays_free(h);
     h->default_pool = NULL;
 }
 
@@ -682,6 +702,8 @@ static void host_close(flyt_backend *b)
     free(h->pools.items);
     free(h->vranges.items);
     free(h->vmems.items);
+    free(h->arrays.items);
+    free(h->mipmaps.items);
     for (size_t i = 0; i < h->nstaging; i++)
         free((char *)h->staging_cache[i] - STAGING_HDR);
     free(h);
@@ -1800,6 +1822,293 @@ static CUresult host_vmm_retain(flyt_backend *b, uint64_t addr, flyt_bhandle *me
     return CUDA_SUCCESS;
 }
 
+/* ---- CUDA arrays, texture and surface objects ---- */
+
+#define HOST_ARRAY_MAX   (1ull << 30)
+#define HOST_ARRAY_FLAGS (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP | \
+                          CUDA_ARRAY3D_TEXTURE_GATHER)
+
+/* Bytes of one element of format x channels; 0 for what this backend lacks. */
+static unsigned element_bytes(unsigned format, unsigned channels)
+{
+    unsigned size;
+    switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8: size = 1; break;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: size = 2; break;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT: size = 4; break;
+    default: return 0;
+    }
+    return channels == 1 || channels == 2 || channels == 4 ? size * channels : 0;
+}
+
+/* The shape CUDA allows: 1D (height 0), 2D (depth 0), 3D; layered 1D/2D
+ * (depth = layers); cubemaps square with 6 faces (per layer). */
+static CUresult array_shape(const CUDA_ARRAY3D_DESCRIPTOR *d, struct harray *a)
+{
+    unsigned elem = element_bytes(d->Format, d->NumChannels);
+    int layered = d->Flags & CUDA_ARRAY3D_LAYERED, cube = d->Flags & CUDA_ARRAY3D_CUBEMAP;
+    if (d->Flags & ~HOST_ARRAY_FLAGS)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (elem == 0 || d->Width == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (cube && (d->Width != d->Height || d->Depth == 0 || d->Depth % 6 || (!layered && d->Depth != 6)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((layered && d->Depth == 0) || (!layered && !cube && d->Depth && !d->Height))
+        return CUDA_ERROR_INVALID_VALUE;
+    a->row = (uint64_t)d->Width * elem;
+    a->rows = d->Height ? d->Height : 1;
+    a->slices = d->Depth ? d->Depth : 1;
+    a->flags = d->Flags;
+    uint64_t bytes;
+    if (__builtin_mul_overflow(a->row, a->rows, &bytes) ||
+        __builtin_mul_overflow(bytes, a->slices, &bytes) || bytes > HOST_ARRAY_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+static uint64_t array_bytes(const struct harray *a) { return a->row * a->rows * a->slices; }
+
+static CUresult array_new(struct host_backend *h, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                          struct hmipmap *owner, struct harray **out)
+{
+    struct harray shape = {0};
+    CUresult r = array_shape(d, &shape);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (array_bytes(&shape) > h->total - h->used)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct harray *a = malloc(sizeof *a);
+    char *mem = calloc(1, (size_t)array_bytes(&shape));
+    if (a == NULL || mem == NULL || set_add(&h->arrays, a) != 0) {
+        free(a);
+        free(mem);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *a = shape;
+    a->mem = mem;
+    a->owner = owner;
+    h->used += array_bytes(a);
+    *out = a;
+    return CUDA_SUCCESS;
+}
+
+static void array_free(struct host_backend *h, struct harray *a)
+{
+    set_del(&h->arrays, a);
+    h->used -= array_bytes(a);
+    free(a->mem);
+    free(a);
+}
+
+static void mipmap_free(struct host_backend *h, struct hmipmap *m)
+{
+    set_del(&h->mipmaps, m);
+    for (unsigned i = 0; i < m->levels; i++)
+        if (m->level[i])
+            array_free(h, m->level[i]);
+    free(m->level);
+    free(m);
+}
+
+static void arrays_free(struct host_backend *h)
+{
+    while (h->mipmaps.n > 0)
+        mipmap_free(h, h->mipmaps.items[h->mipmaps.n - 1]);
+    while (h->arrays.n > 0)
+        array_free(h, h->arrays.items[h->arrays.n - 1]);
+}
+
+static CUresult host_array_create(flyt_backend *b, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                  flyt_bhandle *array)
+{
+    struct harray *a = NULL;
+    CUresult r = array_new(HB(b), d, NULL, &a);
+    *array = a;
+    return r;
+}
+
+static CUresult host_array_destroy(flyt_backend *b, flyt_bhandle array)
+{
+    struct host_backend *h = HB(b);
+    struct harray *a = array;
+    if (!set_has(&h->arrays, a) || a->owner)
+        return CUDA_ERROR_INVALID_HANDLE;
+    array_free(h, a);
+    return CUDA_SUCCESS;
+}
+
+
+static CUresult host_mipmap_create(flyt_backend *b, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                   unsigned levels, flyt_bhandle *mipmap)
+{
+    struct host_backend *h = HB(b);
+    size_t largest = d->Width > d->Height ? d->Width : d->Height;
+    if (!(d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) && d->Depth > largest)
+        largest = d->Depth;
+    unsigned most = 1;
+    while (largest >> most)
+        most++;
+    if (levels == 0 || levels > most)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct hmipmap *m = calloc(1, sizeof *m);
+    if (m == NULL || (m->level = calloc(levels, sizeof *m->level)) == NULL ||
+        set_add(&h->mipmaps, m) != 0) {
+        if (m)
+            free(m->level);
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    m->levels = levels;
+    for (unsigned l = 0; l < levels; l++) {
+        CUDA_ARRAY3D_DESCRIPTOR ld = flyt_mipmap_level_desc(d, l);
+        CUresult r = array_new(h, &ld, m, &m->level[l]);
+        if (r != CUDA_SUCCESS) {
+            mipmap_free(h, m);
+            return r;
+        }
+    }
+    *mipmap = m;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_mipmap_destroy(flyt_backend *b, flyt_bhandle mipmap)
+{
+    struct host_backend *h = HB(b);
+    if (!set_has(&h->mipmaps, mipmap))
+        return CUDA_ERROR_INVALID_HANDLE;
+    mipmap_free(h, mipmap);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_mipmap_level(flyt_backend *b, flyt_bhandle mipmap, unsigned level,
+                                  flyt_bhandle *array)
+{
+    struct hmipmap *m = mipmap;
+    if (!set_has(&HB(b)->mipmaps, m))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (level >= m->levels)
+        return CUDA_ERROR_INVALID_VALUE;
+    *array = m->level[level];
+    return CUDA_SUCCESS;
+}
+
+/* Where a copy side starts, its pitch and slice pitch, checked against what
+ * it names (host sides were checked by the server). */
+static CUresult side_memory(struct host_backend *h, const struct flyt_bside *s,
+                            const struct flyt_bcopy *c, char **start, uint64_t *pitch,
+                            uint64_t *slice)
+{
+    uint64_t zy, end;
+    if (s->kind == FLYT_BSIDE_ARRAY) {
+        const struct harray *a = s->array;
+        if (!set_has(&h->arrays, a))
+            return CUDA_ERROR_INVALID_HANDLE;
+        if (s->x > a->row || c->width > a->row - s->x || s->y > a->rows ||
+            c->height > a->rows - s->y || s->z > a->slices || c->depth > a->slices - s->z)
+            return CUDA_ERROR_INVALID_VALUE;
+        *pitch = a->row;
+        *slice = a->row * a->rows;
+        *start = a->mem + s->z * *slice + s->y * *pitch + s->x;
+        return CUDA_SUCCESS;
+    }
+    *pitch = s->pitch;
+    if (__builtin_mul_overflow(s->pitch, s->height, slice) ||
+        __builtin_mul_overflow(s->z + c->depth - 1, s->height, &zy) ||
+        __builtin_add_overflow(zy, s->y + c->height - 1, &zy) ||
+        __builtin_mul_overflow(zy, s->pitch, &end) ||
+        __builtin_add_overflow(end, s->x + c->width, &end))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t base = s->kind == FLYT_BSIDE_HOST ? (uint64_t)(uintptr_t)s->host : s->dptr;
+    if (s->kind == FLYT_BSIDE_DEVICE && check_range(h, base, end) != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_VALUE;
+    *start = (char *)(uintptr_t)(base + s->z * *slice + s->y * s->pitch + s->x);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_copy_3d(flyt_backend *b, const struct flyt_bcopy *c, flyt_bhandle stream,
+                             int wait)
+{
+    (void)wait; /* every copy here is done when it returns */
+    struct host_backend *h = HB(b);
+    char *dst, *src;
+    uint64_t dpitch, dslice, spitch, sslice;
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (c->width == 0 || c->height == 0 || c->depth == 0)
+        return CUDA_SUCCESS;
+    CUresult r = side_memory(h, &c->dst, c, &dst, &dpitch, &dslice);
+    if (r == CUDA_SUCCESS)
+        r = side_memory(h, &c->src, c, &src, &spitch, &sslice);
+    for (uint64_t z = 0; r == CUDA_SUCCESS && z < c->depth; z++)
+        for (uint64_t y = 0; y < c->height; y++)
+            memmove(dst + z * dslice + y * dpitch, src + z * sslice + y * spitch, (size_t)c->width);
+    return r;
+}
+
+/* A resource a texture or surface reads: what it names must exist. */
+static CUresult check_resource(struct host_backend *h, const CUDA_RESOURCE_DESC *res)
+{
+    unsigned elem;
+    switch (res->resType) {
+    case CU_RESOURCE_TYPE_ARRAY:
+        return set_has(&h->arrays, res->res.array.hArray) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
+        return set_has(&h->mipmaps, res->res.mipmap.hMipmappedArray) ? CUDA_SUCCESS
+                                                                      : CUDA_ERROR_INVALID_HANDLE;
+    case CU_RESOURCE_TYPE_LINEAR:
+        elem = element_bytes(res->res.linear.format, res->res.linear.numChannels);
+        if (elem == 0 || res->res.linear.sizeInBytes == 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        return check_range(h, res->res.linear.devPtr, res->res.linear.sizeInBytes);
+    case CU_RESOURCE_TYPE_PITCH2D:
+        elem = element_bytes(res->res.pitch2D.format, res->res.pitch2D.numChannels);
+        if (elem == 0 || res->res.pitch2D.width == 0 || res->res.pitch2D.height == 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        return check_2d(h, res->res.pitch2D.devPtr, res->res.pitch2D.pitchInBytes,
+                        (uint64_t)res->res.pitch2D.width * elem, res->res.pitch2D.height);
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static CUresult host_tex_create(flyt_backend *b, const CUDA_RESOURCE_DESC *res,
+                                const CUDA_TEXTURE_DESC *tex, const CUDA_RESOURCE_VIEW_DESC *view,
+                                uint64_t *obj)
+{
+    (void)tex, (void)view;
+    struct host_backend *h = HB(b);
+    CUresult r = check_resource(h, res);
+    if (r == CUDA_SUCCESS)
+        *obj = ++h->next_obj;
+    return r;
+}
+
+static CUresult host_surf_create(flyt_backend *b, const CUDA_RESOURCE_DESC *res, uint64_t *obj)
+{
+    struct host_backend *h = HB(b);
+    if (res->resType != CU_RESOURCE_TYPE_ARRAY)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = check_resource(h, res);
+    const struct harray *a = (const struct harray *)res->res.array.hArray;
+    if (r == CUDA_SUCCESS && !(a->flags & CUDA_ARRAY3D_SURFACE_LDST))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *obj = ++h->next_obj;
+    return r;
+}
+
+/* The server only destroys the objects it saw created. */
+static CUresult host_obj_destroy(flyt_backend *b, uint64_t obj)
+{
+    (void)b;
+    return obj ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 static const struct flyt_backend_ops host_ops = {
     .name = "host",
     .close = host_close,
@@ -1851,6 +2160,16 @@ static const struct flyt_backend_ops host_ops = {
     .host_register_mapped = host_host_register_mapped,
     .htod_host = host_htod_host,
     .dtoh_host = host_dtoh_host,
+    .array_create = host_array_create,
+    .array_destroy = host_array_destroy,
+    .mipmap_create = host_mipmap_create,
+    .mipmap_destroy = host_mipmap_destroy,
+    .mipmap_level = host_mipmap_level,
+    .copy_3d = host_copy_3d,
+    .tex_create = host_tex_create,
+    .tex_destroy = host_obj_destroy,
+    .surf_create = host_surf_create,
+    .surf_destroy = host_obj_destroy,
     .stream_create = host_stream_create,
     .stream_destroy = host_stream_destroy,
     .stream_sync = host_stream_sync,

@@ -30,85 +30,25 @@ static int finish_sync_htod(flyt_session *s, flyt_call *c, flyt_bhandle stream)
     return FLYT_CONT;
 }
 
-/* ---- host to device ---- */
-
-/* Reads len bytes of the request into staging buffers and copies each to
- * dst (one row, split into pieces). Backend failures land in c->result;
- * the caller then skips what is left of the data. */
-static int recv_row_pieces(flyt_session *s, flyt_call *c, uint64_t dst, uint64_t len,
-                           flyt_bhandle stream)
-{
-    for (uint64_t off = 0; off < len && c->result == CUDA_SUCCESS;) {
-        size_t got = 0;
-        void *buf = s->b->ops->staging_get(s->b, (size_t)min_u64(len - off, CHUNK), &got);
-        if (buf == NULL || got == 0) {
-            c->result = CUDA_ERROR_OUT_OF_MEMORY;
-            break;
-        }
-        if (flyt_recv_data(s, c, buf, got) != 0) {
-            s->b->ops->staging_put(s->b, buf);
-            return FLYT_END_IO;
-        }
-        /* htod_2d owns buf from here on, even when it fails */
-        c->result = s->b->ops->htod_2d(s->b, dst + off, got, buf, got, 1, stream);
-        off += got;
-    }
-    return FLYT_CONT;
-}
-
-/* rows rows of width bytes to dst, pitch apart. */
-static int recv_rows(flyt_session *s, flyt_call *c, uint64_t dst, uint64_t pitch, uint64_t width,
-                     uint64_t rows, flyt_bhandle stream)
-{
-    while (rows > 0 && c->result == CUDA_SUCCESS) {
-        size_t got = 0;
-        void *buf = NULL;
-        if (width <= CHUNK) {
-            buf = s->b->ops->staging_get(s->b, (size_t)(min_u64(rows, CHUNK / width) * width), &got);
-            if (buf == NULL) {
-                c->result = CUDA_ERROR_OUT_OF_MEMORY;
-                break;
-            }
-        }
-        uint64_t n = buf ? got / width : 0;
-        if (n == 0) { /* a row wider than the staging buffer: piece by piece */
-            if (buf)
-                s->b->ops->staging_put(s->b, buf);
-            int rc = recv_row_pieces(s, c, dst, width, stream);
-            if (rc != FLYT_CONT)
-                return rc;
-            dst += pitch;
-            rows--;
-            continue;
-        }
-        if (flyt_recv_data(s, c, buf, (size_t)(n * width)) != 0) {
-            s->b->ops->staging_put(s->b, buf);
-            return FLYT_END_IO;
-        }
-        c->result = s->b->ops->htod_2d(s->b, dst, pitch, buf, width, n, stream);
-        dst += n * pitch;
-        rows -= n;
-    }
-    return FLYT_CONT;
-}
-
 /* ---- boxes: a device-side region of rows, slices apart ---- */
 
 typedef struct {
     flyt_pitched dev; /* the device side: address, pitch, slice height, position */
     uint64_t     width, height, depth;
+    /* not NULL: the side is this (an array), moved with copy_3d, and dev is unused */
+    const struct flyt_bside *side;
 } box;
 
 /* A 1D copy is one row of size bytes. */
 static box box_1d(uint64_t ptr, uint64_t size)
 {
-    box b = {{ptr, size, 1, 0, 0, 0}, size, 1, 1};
+    box b = {{ptr, size, 1, 0, 0, 0}, size, 1, 1, NULL};
     return b;
 }
 
 /* The box must lie in its pitch (x + width <= pitch) and every address
- * box_addr computes must fit in 64 bits. */
-static CUresult check_box(const box *b)
+ * box_addr computes must fit in 64 bits; *end: just past its last byte. */
+static CUresult box_end(const box *b, uint64_t *end)
 {
     const flyt_pitched *p = &b->dev;
     uint64_t row_end, slice, zoff, yoff, addr;
@@ -123,7 +63,14 @@ static CUresult check_box(const box *b)
         __builtin_add_overflow(addr, yoff, &addr) ||
         __builtin_add_overflow(addr, row_end, &addr))
         return CUDA_ERROR_INVALID_VALUE;
+    *end = addr;
     return CUDA_SUCCESS;
+}
+
+static CUresult check_box(const box *b)
+{
+    uint64_t end;
+    return box_end(b, &end);
 }
 
 /* Device address of row y of slice z; check_box proved it fits. */
@@ -133,24 +80,11 @@ static uint64_t box_addr(const box *b, uint64_t z, uint64_t y)
     return p->ptr + (p->z + z) * p->pitch * p->height + (p->y + y) * p->pitch + p->x;
 }
 
-/* ---- host to device ---- */
+/* ---- pieces: what fits a staging buffer ---- */
 
-static int recv_box(flyt_session *s, flyt_call *c, const box *b, flyt_bhandle stream)
-{
-    for (uint64_t z = 0; z < b->depth && c->result == CUDA_SUCCESS; z++) {
-        int rc = recv_rows(s, c, box_addr(b, z, 0), b->dev.pitch, b->width, b->height, stream);
-        if (rc != FLYT_CONT)
-            return rc;
-    }
-    return FLYT_CONT;
-}
-
-/* ---- device to host ---- */
-
-/* A piece of a box that fits the staging buffer: whole rows of one slice,
- * or part of a row wider than the buffer. */
+/* Whole rows of one slice, or part of a row wider than the buffer. */
 typedef struct {
-    uint64_t src, pitch, width, rows;
+    uint64_t z, y, off, width, rows;
 } piece;
 
 typedef struct {
@@ -163,14 +97,12 @@ static int next_piece(cursor *k, uint64_t cap, piece *p)
     const box *b = k->b;
     if (k->z >= b->depth)
         return 0;
-    uint64_t row = box_addr(b, k->z, k->y);
     if (b->width <= cap) {
-        *p = (piece){row, b->dev.pitch, b->width, min_u64(b->height - k->y, cap / b->width)};
+        *p = (piece){k->z, k->y, 0, b->width, min_u64(b->height - k->y, cap / b->width)};
         k->y += p->rows;
     } else {
-        uint64_t g = min_u64(b->width - k->off, cap);
-        *p = (piece){row + k->off, g, g, 1};
-        k->off += g;
+        *p = (piece){k->z, k->y, k->off, min_u64(b->width - k->off, cap), 1};
+        k->off += p->width;
         if (k->off == b->width) {
             k->off = 0;
             k->y++;
@@ -182,6 +114,76 @@ static int next_piece(cursor *k, uint64_t cap, piece *p)
     }
     return 1;
 }
+
+/* A piece of an array box as a copy between it and packed host memory. */
+static struct flyt_bcopy piece_copy(const box *b, const piece *p, void *host, int to_host)
+{
+    struct flyt_bside side = *b->side;
+    side.x += p->off;
+    side.y += p->y;
+    side.z += p->z;
+    struct flyt_bside packed = {.kind = FLYT_BSIDE_HOST, .host = host, .pitch = p->width,
+                                .height = p->rows};
+    struct flyt_bcopy c = {to_host ? packed : side, to_host ? side : packed, p->width, p->rows, 1};
+    return c;
+}
+
+/* Device to the staging buffer buf; done when it returns. */
+static CUresult get_piece(flyt_session *s, const box *b, const piece *p, void *buf,
+                          flyt_bhandle stream)
+{
+    if (b->side == NULL)
+        return s->b->ops->dtoh_2d(s->b, buf, box_addr(b, p->z, p->y) + p->off, b->dev.pitch,
+                                  p->width, p->rows, stream);
+    struct flyt_bcopy c = piece_copy(b, p, buf, 1);
+    return FLYT_BCALL(s, copy_3d, &c, stream, 1);
+}
+
+/* The staging buffer buf to the device; buf is given up here. */
+static CUresult put_piece(flyt_session *s, const box *b, const piece *p, void *buf,
+                          flyt_bhandle stream)
+{
+    if (b->side == NULL) /* htod_2d owns buf from here on, even when it fails */
+        return s->b->ops->htod_2d(s->b, box_addr(b, p->z, p->y) + p->off, b->dev.pitch, buf,
+                                  p->width, p->rows, stream);
+    struct flyt_bcopy c = piece_copy(b, p, buf, 0);
+    CUresult r = FLYT_BCALL(s, copy_3d, &c, stream, 1);
+    s->b->ops->staging_put(s->b, buf);
+    return r;
+}
+
+/* ---- host to device ---- */
+
+/* Reads the box's total bytes from the request into staging buffers, piece
+ * by piece. Backend failures land in c->result; the caller then skips what
+ * is left of the data. */
+static int recv_box(flyt_session *s, flyt_call *c, const box *b, uint64_t total,
+                    flyt_bhandle stream)
+{
+    cursor k = {b, 0, 0, 0};
+    piece p;
+    for (uint64_t left = total; left > 0 && c->result == CUDA_SUCCESS;) {
+        size_t got = 0;
+        void *buf = s->b->ops->staging_get(s->b, (size_t)min_u64(left, CHUNK), &got);
+        if (buf == NULL || got == 0) {
+            if (buf)
+                s->b->ops->staging_put(s->b, buf);
+            c->result = CUDA_ERROR_OUT_OF_MEMORY;
+            break;
+        }
+        next_piece(&k, got, &p);
+        uint64_t n = p.width * p.rows;
+        if (flyt_recv_data(s, c, buf, (size_t)n) != 0) {
+            s->b->ops->staging_put(s->b, buf);
+            return FLYT_END_IO;
+        }
+        c->result = put_piece(s, b, &p, buf, stream);
+        left -= n;
+    }
+    return FLYT_CONT;
+}
+
+/* ---- device to host ---- */
 
 static int send_zeros(flyt_session *s, uint64_t len)
 {
@@ -209,7 +211,7 @@ static int send_pieces(flyt_session *s, cursor *k, void *buf, size_t cap, piece 
         sent += p.width * p.rows;
         if (!next_piece(k, cap, &p))
             break;
-        err = s->b->ops->dtoh_2d(s->b, buf, p.src, p.pitch, p.width, p.rows, stream);
+        err = get_piece(s, k->b, &p, buf, stream);
         if (err != CUDA_SUCCESS)
             break;
     }
@@ -248,7 +250,7 @@ static int send_box(flyt_session *s, flyt_call *c, const box *b, uint64_t total,
     cursor k = {b, 0, 0, 0};
     piece p;
     next_piece(&k, cap, &p);
-    c->result = s->b->ops->dtoh_2d(s->b, buf, p.src, p.pitch, p.width, p.rows, stream);
+    c->result = get_piece(s, b, &p, buf, stream);
     if (c->result != CUDA_SUCCESS) {
         s->b->ops->staging_put(s->b, buf);
         return FLYT_CONT;
@@ -275,7 +277,7 @@ int handle_MEMCPY_HTOD(flyt_session *s, flyt_call *c)
     if (c->result == CUDA_SUCCESS && r->size > 0)
         c->result = check_box(&b);
     if (c->result == CUDA_SUCCESS && r->size > 0)
-        rc = recv_box(s, c, &b, stream);
+        rc = recv_box(s, c, &b, r->size, stream);
     if (rc != FLYT_CONT)
         return rc;
     /* after a failure the rest of the data still has to leave the socket */
@@ -321,17 +323,17 @@ int handle_MEMCPY_DTOD(flyt_session *s, flyt_call *c)
 
 static box side_box(const flyt_pitched *side, const flyt_req_memcpy_3d *r)
 {
-    box b = {*side, r->width_bytes, r->height, r->depth};
+    box b = {*side, r->width_bytes, r->height, r->depth, NULL};
     return b;
 }
 
 static int copy3d_htod(flyt_session *s, flyt_call *c, const flyt_req_memcpy_3d *r,
-                       flyt_bhandle stream)
+                       flyt_bhandle stream, uint64_t total)
 {
     box dst = side_box(&r->dst, r);
     c->result = check_box(&dst);
     if (c->result == CUDA_SUCCESS) {
-        int rc = recv_box(s, c, &dst, stream);
+        int rc = recv_box(s, c, &dst, total, stream);
         if (rc != FLYT_CONT)
             return rc;
     }
@@ -393,7 +395,7 @@ int handle_MEMCPY_3D(flyt_session *s, flyt_call *c)
         return flyt_skip_data(s, c) == 0 ? FLYT_CONT : FLYT_END_IO;
     switch (r->dir) {
     case FLYT_DIR_HTOD:
-        return total == 0 ? FLYT_CONT : copy3d_htod(s, c, r, stream);
+        return total == 0 ? FLYT_CONT : copy3d_htod(s, c, r, stream, total);
     case FLYT_DIR_DTOH:
         return copy3d_dtoh(s, c, r, stream, total);
     default:
@@ -401,6 +403,83 @@ int handle_MEMCPY_3D(flyt_session *s, flyt_call *c)
             copy3d_dtod(s, c, r, stream);
         return FLYT_CONT;
     }
+}
+
+/* ---- copies with array sides (ARRAY_COPY) ---- */
+
+/* A side as copy_3d takes it, checked: device boxes as any copy's, arrays
+ * by id, shared regions by their size. A packed side is the staging buffers. */
+static CUresult resolve_side(flyt_session *s, const flyt_copy_side *w,
+                             const flyt_req_array_copy *r, struct flyt_bside *out)
+{
+    *out = (struct flyt_bside){.pitch = w->pitch, .height = w->height, .x = w->x, .y = w->y,
+                               .z = w->z};
+    box b = {{w->handle, w->pitch, w->height, w->x, w->y, w->z}, r->width_bytes, r->height,
+             r->depth, NULL};
+    uint64_t end;
+    switch (w->kind) {
+    case FLYT_SIDE_DEVICE:
+        out->kind = FLYT_BSIDE_DEVICE;
+        out->dptr = w->handle;
+        return check_box(&b);
+    case FLYT_SIDE_ARRAY:
+        out->kind = FLYT_BSIDE_ARRAY;
+        return flyt_lookup(s, w->handle, FLYT_H_ARRAY, &out->array);
+    case FLYT_SIDE_REGION:
+        out->kind = FLYT_BSIDE_HOST;
+        b.dev.ptr = 0;
+        if (box_end(&b, &end) != CUDA_SUCCESS)
+            return CUDA_ERROR_INVALID_VALUE;
+        return flyt_region_span(s, w->handle, w->offset, end, (char **)&out->host);
+    case FLYT_SIDE_PACKED:
+        out->kind = FLYT_BSIDE_HOST;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+int handle_ARRAY_COPY(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_array_copy *r = c->req;
+    uint64_t total;
+    int overflow = __builtin_mul_overflow(r->width_bytes, r->height, &total) ||
+                   __builtin_mul_overflow(total, r->depth, &total);
+    int from_client = r->src.kind == FLYT_SIDE_PACKED, to_client = r->dst.kind == FLYT_SIDE_PACKED;
+    if (from_client && to_client)
+        return flyt_violation(s, c, "both sides of an array copy are packed");
+    int rc = flyt_expect_data(s, c, from_client ? (overflow ? UINT64_MAX : total) : 0);
+    if (rc != FLYT_CONT)
+        return rc;
+    struct flyt_bcopy bc = {.width = r->width_bytes, .height = r->height, .depth = r->depth};
+    flyt_bhandle stream;
+    int noreply = (c->hdr->flags & FLYT_F_NOREPLY) != 0;
+    if (overflow || (to_client && (noreply || total > MAX_DTOH_DATA)))
+        c->result = CUDA_ERROR_INVALID_VALUE; /* data to the client needs a reply to go in */
+    else
+        c->result = flyt_lookup_stream(s, r->stream, &stream);
+    if (c->result == CUDA_SUCCESS && total > 0)
+        c->result = resolve_side(s, &r->dst, r, &bc.dst);
+    if (c->result == CUDA_SUCCESS && total > 0)
+        c->result = resolve_side(s, &r->src, r, &bc.src);
+    if (c->result != CUDA_SUCCESS || (total == 0 && !to_client))
+        return flyt_skip_data(s, c) == 0 ? FLYT_CONT : FLYT_END_IO;
+    if (to_client) {
+        box b = {{0}, r->width_bytes, r->height, r->depth, &bc.src};
+        return send_box(s, c, &b, total, stream);
+    }
+    if (from_client) {
+        box b = {{0}, r->width_bytes, r->height, r->depth, &bc.dst};
+        rc = recv_box(s, c, &b, total, stream);
+        if (rc != FLYT_CONT)
+            return rc;
+        if (flyt_skip_data(s, c) != 0)
+            return FLYT_END_IO;
+        return finish_sync_htod(s, c, stream);
+    }
+    /* a copy the client waits for is complete when answered */
+    c->result = FLYT_BCALL(s, copy_3d, &bc, stream, !noreply);
+    return FLYT_CONT;
 }
 
 /* ---- memset ---- */

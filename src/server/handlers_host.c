@@ -131,15 +131,15 @@ int handle_HOST_UNMAP(flyt_session *s, flyt_call *c)
     return FLYT_CONT;
 }
 
-/* The shared bytes [offset, offset + size) of the request's region. */
-static CUresult region_range(flyt_session *s, const flyt_req_memcpy_mapped *r, char **host)
+CUresult flyt_region_span(flyt_session *s, uint64_t region, uint64_t offset, uint64_t size,
+                          char **host)
 {
-    struct flyt_hentry *e = flyt_handles_get(&s->handles, r->region, FLYT_H_REGION);
+    struct flyt_hentry *e = flyt_handles_get(&s->handles, region, FLYT_H_REGION);
     if (e == NULL)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (r->offset > e->u.region.size || r->size > e->u.region.size - r->offset)
+    if (offset > e->u.region.size || size > e->u.region.size - offset)
         return CUDA_ERROR_INVALID_VALUE;
-    *host = (char *)e->u.region.base + r->offset;
+    *host = (char *)e->u.region.base + offset;
     return CUDA_SUCCESS;
 }
 
@@ -150,7 +150,7 @@ static int mapped_copy(flyt_session *s, flyt_call *c, int to_device)
     char *host = NULL;
     c->result = flyt_lookup_stream(s, r->stream, &stream);
     if (c->result == CUDA_SUCCESS)
-        c->result = region_range(s, r, &host);
+        c->result = flyt_region_span(s, r->region, r->offset, r->size, &host);
     if (c->result == CUDA_SUCCESS && r->size > 0)
         c->result = to_device ? FLYT_BCALL(s, htod_host, r->device, host, r->size, stream)
                               : FLYT_BCALL(s, dtoh_host, host, r->device, r->size, stream);

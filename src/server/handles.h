@@ -25,6 +25,10 @@ enum flyt_htype {
     FLYT_H_POOL,
     FLYT_H_REGION, /* client memory shared through HOST_MAP */
     FLYT_H_VMEM,   /* a physical allocation of cuMemCreate */
+    FLYT_H_ARRAY,  /* a CUDA array, or a level of a mipmapped array */
+    FLYT_H_MIPMAP,
+    FLYT_H_TEXOBJ, /* bh: the backend's CUtexObject value, which the client holds */
+    FLYT_H_SURFOBJ,
 };
 
 struct flyt_module_info {
@@ -49,6 +53,10 @@ struct flyt_vmem_info {
     uint32_t refs; /* cuMemCreate and each cuMemRetainAllocationHandle */
 };
 
+struct flyt_array_info {
+    uint64_t mipmap; /* id of the mipmapped array it is a level of, else 0 */
+};
+
 struct flyt_hentry {
     uint64_t        id;
     enum flyt_htype type;
@@ -58,6 +66,7 @@ struct flyt_hentry {
         struct flyt_func_info   func;
         struct flyt_region_info region;
         struct flyt_vmem_info   vmem;
+        struct flyt_array_info  array;
     } u;
 };
 

@@ -175,6 +175,9 @@ int flyt_take_passed_fd(flyt_session *s);
  * closed again and err says why. CUDA_SUCCESS or the failing result. */
 int32_t flyt_session_open_backend(flyt_session *s, char *err, size_t errlen);
 
+/* The shared bytes [offset, offset + size) of a HOST_MAP region, in *host. */
+CUresult flyt_region_span(flyt_session *s, uint64_t region, uint64_t offset, uint64_t size,
+                          char **host);
 /* Unmaps the shared host-memory regions (device reset). */
 void flyt_regions_forget(flyt_session *s);
 
