@@ -13,9 +13,16 @@
 #include <stdio.h>
 #include "test_util.h"
 
-__global__ void one_line(int step, float x, const char *tag)
+// The tags live in device memory: a host string literal is no address a
+// kernel may read.
+enum { T_DEFAULT, T_EVENT, T_QUEUED, T_HOST_FN, T_RESET, T_EXIT };
+__device__ const char *const tags[] = {"default stream", "before an event", "queued launches",
+                                       "before a host function", "before cudaDeviceReset",
+                                       "at exit, never synchronised"};
+
+__global__ void one_line(int step, float x, int tag)
 {
-    printf("device: step %d, x = %f, %s\n", step, x, tag);
+    printf("device: step %d, x = %f, %s\n", step, x, tags[tag]);
 }
 
 // Many threads in several blocks; one chosen thread prints.
@@ -59,7 +66,7 @@ int main(void)
     CHECK(cudaStreamCreate(&stream));
     CHECK(cudaEventCreate(&event));
 
-    one_line<<<1, 1>>>(1, 1.5f, "default stream");
+    one_line<<<1, 1>>>(1, 1.5f, T_DEFAULT);
     CHECK(cudaDeviceSynchronize());
     printf("host: after cudaDeviceSynchronize\n");
 
@@ -67,7 +74,7 @@ int main(void)
     CHECK(cudaStreamSynchronize(stream));
     printf("host: after cudaStreamSynchronize\n");
 
-    one_line<<<1, 1, 0, stream>>>(3, -0.25f, "before an event");
+    one_line<<<1, 1, 0, stream>>>(3, -0.25f, T_EVENT);
     CHECK(cudaEventRecord(event, stream));
     CHECK(cudaEventSynchronize(event));
     printf("host: after cudaEventSynchronize\n");
@@ -82,23 +89,23 @@ int main(void)
     printf("host: after 3000 device lines\n");
 
     for (int i = 0; i < 5; i++)
-        one_line<<<1, 1, 0, stream>>>(10 + i, i * 0.125f, "queued launches");
+        one_line<<<1, 1, 0, stream>>>(10 + i, i * 0.125f, T_QUEUED);
     CHECK(cudaStreamSynchronize(stream));
     printf("host: after five queued launches\n");
 
-    one_line<<<1, 1, 0, stream>>>(20, 2.0f, "before a host function");
+    one_line<<<1, 1, 0, stream>>>(20, 2.0f, T_HOST_FN);
     CHECK(cudaLaunchHostFunc(stream, host_function, &callback_arg));
     CHECK(cudaStreamSynchronize(stream));
     printf("host: after the host function\n");
 
-    one_line<<<1, 1>>>(30, 3.0f, "before cudaDeviceReset");
+    one_line<<<1, 1>>>(30, 3.0f, T_RESET);
     CHECK(cudaStreamDestroy(stream));
     CHECK(cudaEventDestroy(event));
     CHECK(cudaFree(d));
     CHECK(cudaDeviceReset());
     printf("host: after cudaDeviceReset\n");
 
-    one_line<<<1, 1>>>(40, 4.0f, "at exit, never synchronised");
+    one_line<<<1, 1>>>(40, 4.0f, T_EXIT);
     CHECK(cudaGetLastError());
     printf("host: returning from main\n");
     return 0;
