@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 /* THE SWITCH for the order of device output among the program's own output.
@@ -37,8 +38,18 @@ static void write_fd(int fd, const char *p, size_t len)
     }
 }
 
+/* Set once the program has begun to exit: from then on nothing the driver
+ * prints reaches the program. Natively the runtime's teardown at exit
+ * (unloading the program's modules) prints nothing of what kernels left in
+ * the printf buffer (measured: a kernel that printed but was never
+ * synchronised shows no line), while the server's driver, which is not
+ * exiting, flushes that buffer when the module is unloaded. */
+static int exiting;
+
 void flyt_device_output(uint32_t fd, const void *buf, size_t len)
 {
+    if (__atomic_load_n(&exiting, __ATOMIC_ACQUIRE))
+        return;
     if (FLYT_DEVICE_OUTPUT_THROUGH_STDIO)
         fwrite(buf, 1, len, fd == 2 ? stderr : stdout);
     else
@@ -46,13 +57,20 @@ void flyt_device_output(uint32_t fd, const void *buf, size_t len)
 }
 
 /* The last pipelined calls before exit may have made the driver print (a
- * launch flushes what earlier kernels printed): one round trip fetches it.
- * A destructor runs after the program's atexit handlers (NVIDIA's runtime
- * tears down there) and before stdio flushes its buffers. */
-__attribute__((destructor)) static void drain_output_at_exit(void)
+ * launch flushes what earlier kernels printed): one round trip fetches it,
+ * then the door closes. Registered when libcuda.so.1 is loaded, which for a
+ * runtime program is after the program's constructors registered the
+ * runtime's teardown (__cudaUnregisterFatBinary), so this runs before it. */
+static void output_at_exit(void)
 {
-    if (!flyt_conn_gets_output())
-        return;
-    flyt_req_output_drain req = {.sync = FLYT_DEVICE_OUTPUT_SYNC_AT_EXIT};
-    flyt_call(FLYT_OP_OUTPUT_DRAIN, &req, sizeof req, NULL, 0, NULL);
+    if (flyt_conn_gets_output()) {
+        flyt_req_output_drain req = {.sync = FLYT_DEVICE_OUTPUT_SYNC_AT_EXIT};
+        flyt_call(FLYT_OP_OUTPUT_DRAIN, &req, sizeof req, NULL, 0, NULL);
+    }
+    __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
+}
+
+__attribute__((constructor)) static void output_at_exit_register(void)
+{
+    atexit(output_at_exit);
 }
