@@ -24,6 +24,9 @@ enum flyt_htype {
     FLYT_H_FUNC,
     FLYT_H_POOL,
     FLYT_H_REGION, /* client memory shared through HOST_MAP */
+    FLYT_H_GRAPH,
+    FLYT_H_GRAPH_EXEC,
+    FLYT_H_GRAPH_NODE, /* owned by its graph: forgotten with it */
 };
 
 struct flyt_module_info {
@@ -51,6 +54,7 @@ struct flyt_hentry {
         struct flyt_module_info module;
         struct flyt_func_info   func;
         struct flyt_region_info region;
+        uint64_t                graph; /* a node's graph id */
     } u;
 };
 

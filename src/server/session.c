@@ -67,7 +67,7 @@ static int send_iov(flyt_session *s, struct iovec *iov, int n)
 static void send_callback_frame(flyt_session *s, const struct flyt_cb_msg *m)
 {
     struct flyt_frame_hdr h = {sizeof(struct flyt_msg_callback), FLYT_OP_CALLBACK, 0, 0, 0};
-    struct flyt_msg_callback msg = {m->callback_id, 0, 0};
+    struct flyt_msg_callback msg = {m->callback_id, 0, m->keep};
     struct iovec iov[2] = {{&h, sizeof h}, {&msg, sizeof msg}};
     send_iov(s, iov, 2);
 }
@@ -569,6 +569,11 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
         s.b->ops->close(s.b);
     s.b = NULL;
     flyt_memtab_free(&s.mem); /* closing the backend freed it all */
+    while (s.kept) {
+        struct flyt_cb_msg *next = s.kept->next;
+        free(s.kept);
+        s.kept = next;
+    }
     flyt_handles_clear(&s.handles);
     close(fd);
 

@@ -372,9 +372,13 @@ static void test_errors(void)
           "launch of an unregistered function is cudaErrorInvalidResourceHandle");
     cudaGetLastError();
     /* an unimplemented API says so instead of crashing */
-    cudaGraph_t g;
-    CHECK(cudaGraphCreate(&g, 0) == cudaErrorNotSupported, "unsupported API -> cudaErrorNotSupported");
+    void *managed = NULL;
+    CHECK(cudaMallocManaged(&managed, 16, cudaMemAttachGlobal) == cudaErrorNotSupported,
+          "unsupported API -> cudaErrorNotSupported");
     cudaGetLastError();
+    cudaGraph_t g = NULL;
+    CHECK(cudaGraphCreate(&g, 0) == cudaSuccess && cudaGraphDestroy(g) == cudaSuccess,
+          "graphs go through NVIDIA's runtime");
 }
 
 struct worker {
