@@ -207,8 +207,8 @@ struct flyt_backend_ops {
                                size_t ndeps, const flyt_gnode *p, const void *params,
                                flyt_host_func_cb host_fn, void *host_arg, flyt_bhandle *node,
                                uint64_t *dptr);
-    CUresult (*graph_add_deps)(flyt_backend *b, flyt_bhandle graph, const flyt_bhandle *from, const flyt_bhandle *to,
-                               size_t n, int remove);
+    CUresult (*graph_add_deps)(flyt_backend *b, flyt_bhandle graph, const flyt_bhandle *from,
+                               const flyt_bhandle *to, size_t n, int remove);
 };
 
 /* Every backend's state starts with this. */

@@ -255,12 +255,12 @@ CUresult flyt_cuda_graph_add_node(flyt_backend *base, flyt_bhandle graph, const 
     }
 }
 
-CUresult flyt_cuda_graph_add_deps(flyt_backend *base, flyt_bhandle graph, const flyt_bhandle *from, const flyt_bhandle *to,
-                                  size_t n, int remove)
+CUresult flyt_cuda_graph_add_deps(flyt_backend *base, flyt_bhandle graph, const flyt_bhandle *from,
+                                  const flyt_bhandle *to, size_t n, int remove)
 {
     ENTER(b, base);
+    const CUgraphNode *f = (const CUgraphNode *)from, *t = (const CUgraphNode *)to;
     if (remove)
-        return b->cu.cuGraphRemoveDependencies((CUgraph)graph, (const CUgraphNode *)from, (const CUgraphNode *)to,
-                                               NULL, n);
-    return b->cu.cuGraphAddDependencies((CUgraph)graph, (const CUgraphNode *)from, (const CUgraphNode *)to, NULL, n);
+        return b->cu.cuGraphRemoveDependencies((CUgraph)graph, f, t, NULL, n);
+    return b->cu.cuGraphAddDependencies((CUgraph)graph, f, t, NULL, n);
 }

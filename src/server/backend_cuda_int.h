@@ -309,8 +309,8 @@ CUresult flyt_cuda_graph_add_node(flyt_backend *base, flyt_bhandle graph, const 
                                   size_t ndeps, const flyt_gnode *p, const void *params,
                                   flyt_host_func_cb host_fn, void *host_arg, flyt_bhandle *node,
                                   uint64_t *dptr);
-CUresult flyt_cuda_graph_add_deps(flyt_backend *base, flyt_bhandle graph, const flyt_bhandle *from, const flyt_bhandle *to,
-                                  size_t n, int remove);
+CUresult flyt_cuda_graph_add_deps(flyt_backend *base, flyt_bhandle graph, const flyt_bhandle *from,
+                                  const flyt_bhandle *to, size_t n, int remove);
 
 static inline CUfunction flyt_cuda_func_handle(flyt_bhandle func)
 {

@@ -159,8 +159,12 @@ int handle_CAPTURE_BEGIN(flyt_session *s, flyt_call *c)
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
     s->captures++;
-    /* the driver owns the graph until the capture ends */
-    if (flyt_handles_add_id(&s->handles, r->graph, FLYT_H_GRAPH, graph) == NULL)
+    /* the driver owns the graph until the capture ends; the entry remembers
+     * the stream, since an invalidated capture no longer names its graph */
+    struct flyt_hentry *e = flyt_handles_add_id(&s->handles, r->graph, FLYT_H_GRAPH, graph);
+    if (e)
+        e->u.graph = r->stream;
+    else
         c->result = CUDA_ERROR_INVALID_VALUE;
     return FLYT_CONT;
 }
@@ -168,6 +172,20 @@ int handle_CAPTURE_BEGIN(flyt_session *s, flyt_call *c)
 static uint64_t graph_id(flyt_session *s, flyt_bhandle graph)
 {
     return id_of(s, FLYT_H_GRAPH, graph);
+}
+
+struct capture_find {
+    uint64_t stream;
+    struct flyt_hentry *e;
+};
+
+static int capture_match(struct flyt_hentry *e, void *arg)
+{
+    struct capture_find *f = arg;
+    if (e->type != FLYT_H_GRAPH || e->u.graph != f->stream)
+        return 0;
+    f->e = e;
+    return 1;
 }
 
 int handle_CAPTURE_END(flyt_session *s, flyt_call *c)
@@ -178,26 +196,21 @@ int handle_CAPTURE_END(flyt_session *s, flyt_call *c)
     c->result = flyt_lookup_stream(s, r->handle, &st);
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
-    /* the graph the capture began with, whatever the end says */
-    int status = 0;
-    uint64_t cap = 0;
-    const flyt_bhandle *deps = NULL;
-    size_t ndeps = 0;
-    flyt_bhandle began = NULL;
-    if (FLYT_BCALL(s, capture_info, st, &status, &cap, &began, &deps, &ndeps) != CUDA_SUCCESS)
-        began = NULL;
-    uint64_t id = graph_id(s, began);
+    struct capture_find f = {r->handle, NULL};
+    flyt_handles_foreach(&s->handles, capture_match, &f); /* the graph the capture began */
     c->result = FLYT_BCALL(s, capture_end, st, &graph);
     if (c->result == CUDA_ERROR_ILLEGAL_STATE || c->result == CUDA_ERROR_INVALID_HANDLE)
         return FLYT_CONT; /* it was not capturing */
     if (s->captures > 0)
         s->captures--;
-    if (c->result != CUDA_SUCCESS) {
-        if (id)
-            forget_graph(s, id); /* the driver destroyed the invalidated graph */
+    if (f.e == NULL)
         return FLYT_CONT;
-    }
-    rep->value = graph_id(s, graph);
+    uint64_t id = f.e->id;
+    f.e->u.graph = 0;
+    if (c->result != CUDA_SUCCESS)
+        forget_graph(s, id); /* the driver destroyed the invalidated graph */
+    else
+        rep->value = id;
     return FLYT_CONT;
 }
 

@@ -54,7 +54,7 @@ struct flyt_hentry {
         struct flyt_module_info module;
         struct flyt_func_info   func;
         struct flyt_region_info region;
-        uint64_t                graph; /* a node's graph id */
+        uint64_t                graph; /* a node: its graph id; a graph: the stream capturing it, or 0 */
     } u;
 };
 
