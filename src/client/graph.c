@@ -233,10 +233,12 @@ FLYT_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream s, CUgra
     return update_deps(s, 1, deps, edges, n, flags);
 }
 
-/* The thread's capture interaction mode is kept here: the server runs
- * every thread's calls on one thread, so it cannot tell the threads apart
- * (docs/graphs.md). */
+/* The thread's capture interaction mode is answered here. The server runs
+ * every thread's calls on one thread, which takes the mode the client's
+ * threads set last (a program guarding its allocations during a capture
+ * with RELAXED, as PyTorch's allocator does, needs the server to know). */
 static _Thread_local CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static atomic_int server_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 FLYT_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
     if (mode == NULL || *mode > CU_STREAM_CAPTURE_MODE_RELAXED)
@@ -244,6 +246,11 @@ FLYT_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode
     CUstreamCaptureMode old = capture_mode;
     capture_mode = *mode;
     *mode = old;
+    if (flyt_ctx_current() != NULL &&
+        atomic_exchange(&server_mode, (int)capture_mode) != (int)capture_mode) {
+        flyt_req_i32 req = {.value = (int32_t)capture_mode};
+        return flyt_send_async(FLYT_OP_CAPTURE_MODE, &req, sizeof req, NULL, 0);
+    }
     return CUDA_SUCCESS;
 }
 

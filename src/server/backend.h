@@ -180,6 +180,9 @@ struct flyt_backend_ops {
     CUresult (*capture_begin)(flyt_backend *b, flyt_bhandle stream, int mode /* CUstreamCaptureMode */,
                               flyt_bhandle *graph);
     CUresult (*capture_end)(flyt_backend *b, flyt_bhandle stream, flyt_bhandle *graph);
+    /* The serving thread's CUstreamCaptureMode (what calls a capture in
+     * progress refuses). */
+    CUresult (*capture_mode)(flyt_backend *b, int mode);
     /* *deps: the backend's array, valid until the next work on the stream */
     CUresult (*capture_info)(flyt_backend *b, flyt_bhandle stream, int *status, uint64_t *id,
                              flyt_bhandle *graph, const flyt_bhandle **deps, size_t *ndeps);

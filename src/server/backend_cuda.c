@@ -1289,6 +1289,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .close = cuda_close,
     .capture_begin = flyt_cuda_capture_begin,
     .capture_end = flyt_cuda_capture_end,
+    .capture_mode = flyt_cuda_capture_mode,
     .capture_info = flyt_cuda_capture_info,
     .capture_deps = flyt_cuda_capture_deps,
     .graph_create = flyt_cuda_graph_create,

@@ -35,6 +35,13 @@ CUresult flyt_cuda_capture_end(flyt_backend *base, flyt_bhandle stream, flyt_bha
     return r;
 }
 
+CUresult flyt_cuda_capture_mode(flyt_backend *base, int mode)
+{
+    ENTER(b, base);
+    CUstreamCaptureMode m = (CUstreamCaptureMode)mode;
+    return b->cu.cuThreadExchangeStreamCaptureMode(&m);
+}
+
 CUresult flyt_cuda_capture_info(flyt_backend *base, flyt_bhandle stream, int *status, uint64_t *id,
                                 flyt_bhandle *graph, const flyt_bhandle **deps, size_t *ndeps)
 {

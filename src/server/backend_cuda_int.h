@@ -125,6 +125,7 @@
     X(cuGreenCtxStreamCreate)                            \
     X(cuStreamBeginCapture)                               \
     X(cuStreamIsCapturing)                                \
+    X(cuThreadExchangeStreamCaptureMode)                  \
     X(cuStreamEndCapture)                                 \
     X(cuStreamGetCaptureInfo)                             \
     X(cuStreamUpdateCaptureDependencies)                  \
@@ -289,6 +290,7 @@ CUresult flyt_cuda_kernel_args(struct flyt_cuda_backend *b, const struct flyt_cu
 /* backend_cuda_graph.c: the graph operations of the ops table */
 CUresult flyt_cuda_capture_begin(flyt_backend *base, flyt_bhandle stream, int mode, flyt_bhandle *graph);
 CUresult flyt_cuda_capture_end(flyt_backend *base, flyt_bhandle stream, flyt_bhandle *graph);
+CUresult flyt_cuda_capture_mode(flyt_backend *base, int mode);
 CUresult flyt_cuda_capture_info(flyt_backend *base, flyt_bhandle stream, int *status, uint64_t *id,
                                 flyt_bhandle *graph, const flyt_bhandle **deps, size_t *ndeps);
 CUresult flyt_cuda_capture_deps(flyt_backend *base, flyt_bhandle stream, const flyt_bhandle *deps,

@@ -1603,6 +1603,13 @@ static CUresult host_capture_end(flyt_backend *b, flyt_bhandle stream, flyt_bhan
     return *graph ? CUDA_SUCCESS : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
 }
 
+static CUresult host_capture_mode(flyt_backend *b, int mode)
+{
+    (void)b; /* nothing here refuses calls during a capture but the stream's own */
+    return mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED
+               ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
 static CUresult host_capture_info(flyt_backend *b, flyt_bhandle stream, int *status, uint64_t *id,
                                   flyt_bhandle *graph, const flyt_bhandle **deps, size_t *ndeps)
 {
@@ -1935,6 +1942,7 @@ static const struct flyt_backend_ops host_ops = {
     .call = host_call,
     .capture_begin = host_capture_begin,
     .capture_end = host_capture_end,
+    .capture_mode = host_capture_mode,
     .capture_info = host_capture_info,
     .capture_deps = host_capture_deps,
     .graph_create = host_graph_create,

@@ -214,6 +214,15 @@ int handle_CAPTURE_END(flyt_session *s, flyt_call *c)
     return FLYT_CONT;
 }
 
+/* The client's threads share the server's one thread: it takes the mode of
+ * the client thread that set one last (docs/graphs.md). */
+int handle_CAPTURE_MODE(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_i32 *r = c->req;
+    c->result = FLYT_BCALL(s, capture_mode, r->value);
+    return FLYT_CONT;
+}
+
 int handle_CAPTURE_INFO(flyt_session *s, flyt_call *c)
 {
     const flyt_req_handle *r = c->req;

@@ -135,6 +135,19 @@ static void test_capture(CUdeviceptr a, CUdeviceptr b)
         fclose(f);
     unlink(path);
 
+    CUgraph g2 = NULL;
+    /* an allocation in RELAXED mode during a capture, as PyTorch's allocator makes */
+    CU_OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    CU_OK(cuThreadExchangeStreamCaptureMode(&mode));
+    CUdeviceptr extra = 0;
+    CU_OK(cuMemAlloc(&extra, 64));
+    CU_OK(cuThreadExchangeStreamCaptureMode(&mode));
+    CHECK(mode == CU_STREAM_CAPTURE_MODE_RELAXED, "the thread's mode is exchanged back");
+    CU_OK(cuStreamEndCapture(s1, &g2));
+    CU_OK(cuGraphDestroy(g2));
+    CU_OK(cuMemFree(extra));
+
     /* a synchronisation inside a capture fails and invalidates it */
     CU_OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
     CHECK(cuStreamSynchronize(s1) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
@@ -152,7 +165,7 @@ static void test_capture(CUdeviceptr a, CUdeviceptr b)
     uint32_t pageable[4] = {1, 2, 3, 4};
     CU_OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
     CUresult copy = cuMemcpyHtoDAsync(a, pageable, sizeof pageable, s1);
-    CUgraph g2 = NULL;
+    g2 = NULL;
     CUresult end = cuStreamEndCapture(s1, &g2);
     CHECK(copy == CUDA_ERROR_NOT_SUPPORTED || end == CUDA_ERROR_NOT_SUPPORTED,
           "a pageable copy in a capture is refused (%d, %d)", (int)copy, (int)end);
