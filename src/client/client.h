@@ -193,6 +193,25 @@ CUresult flyt_function_use(const void *handle, struct flyt_function **f, uint64_
 /* After a primary context reset every server id is gone. */
 void flyt_modules_reset(void);
 
+/* ---- launches (launch.c) ---- */
+/* A kernel's server id and its parameters packed as LAUNCH carries them. */
+struct flyt_packed {
+    uint64_t func;
+    uint32_t bytes;
+    char    *params; /* small, or malloc'd when it does not fit */
+    char     small[1024];
+};
+/* Checks a launch of the CUfunction/CUkernel handle as cuLaunchKernel does
+ * and packs its parameters (args or extra, as cuLaunchKernel takes them);
+ * on success the caller frees out with flyt_packed_free. */
+CUresult flyt_launch_pack(const void *handle, const unsigned grid[3], const unsigned block[3],
+                          unsigned shared_mem, void **args, void **extra, struct flyt_packed *out);
+void flyt_packed_free(struct flyt_packed *p);
+
+/* ---- graphs (graph.c) ---- */
+/* A new client-chosen id for a stream, event, graph, exec or node. */
+uint64_t flyt_new_id(void);
+
 static inline CUdeviceptr flyt_dptr(uint64_t v) { return (CUdeviceptr)v; }
 /* Handles are our records, always 8-byte aligned: anything else (NVIDIA's
  * runtime passes host function addresses to see whether they are kernels)

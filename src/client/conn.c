@@ -188,16 +188,27 @@ uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CU
     return cb->id;
 }
 
-static void callback_arrived(uint64_t id)
+/* keep: the callback is a graph's host node, which runs at every launch of
+ * the graph, so a copy runs and the registration stays (for the life of
+ * the process: the client does not learn when the last graph holding it is
+ * destroyed). */
+static void callback_arrived(uint64_t id, int keep)
 {
     pthread_mutex_lock(&conn.cb_lock);
     struct callback **pp = &conn.cb_registered, *cb = NULL;
     for (; *pp; pp = &(*pp)->next)
         if ((*pp)->id == id) {
             cb = *pp;
-            *pp = cb->next;
+            if (!keep)
+                *pp = cb->next;
             break;
         }
+    if (cb && keep) {
+        struct callback *copy = malloc(sizeof *copy);
+        if (copy)
+            *copy = *cb;
+        cb = copy;
+    }
     conn.cb_received++;
     if (cb == NULL) {
         conn.cb_done++; /* unknown id: nothing to run */
@@ -375,7 +386,7 @@ static void *receiver_thread(void *arg)
                 fail_all("malformed callback frame");
                 return NULL;
             }
-            callback_arrived(m.callback_id);
+            callback_arrived(m.callback_id, m.keep != 0);
             continue;
         }
         if (h.op == FLYT_OP_OUTPUT && !(h.flags & FLYT_F_REPLY)) {

@@ -62,6 +62,34 @@ static CUresult pack_params(const struct flyt_function *f, void **args, void **e
     return CUDA_SUCCESS;
 }
 
+CUresult flyt_launch_pack(const void *handle, const unsigned grid[3], const unsigned block[3],
+                          unsigned shared_mem, void **args, void **extra, struct flyt_packed *out)
+{
+    struct flyt_function *f;
+    CUresult r;
+    out->params = out->small;
+    if ((r = flyt_function_use(handle, &f, &out->func)) != CUDA_SUCCESS)
+        return flyt_trace("a launch", r);
+    if ((r = check_config(f, grid, block, shared_mem)) != CUDA_SUCCESS)
+        return flyt_trace("a launch's configuration", r);
+    if (args != NULL && extra != NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    out->bytes = f->param_bytes;
+    if (f->param_bytes > sizeof out->small && (out->params = malloc(f->param_bytes)) == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r = pack_params(f, args, extra, out->params);
+    if (r != CUDA_SUCCESS)
+        flyt_packed_free(out);
+    return r;
+}
+
+void flyt_packed_free(struct flyt_packed *p)
+{
+    if (p->params != p->small)
+        free(p->params);
+    p->params = p->small;
+}
+
 static CUresult launch(const void *handle, const unsigned grid[3], const unsigned block[3],
                        unsigned shared_mem, CUstream stream, int per_thread, void **args,
                        void **extra, const CUlaunchAttribute *attrs, unsigned attr_count)
@@ -69,36 +97,25 @@ static CUresult launch(const void *handle, const unsigned grid[3], const unsigne
     CUresult r = flyt_ctx_require();
     if (r != CUDA_SUCCESS)
         return r;
-    struct flyt_function *f;
-    uint64_t server_id;
-    if ((r = flyt_function_use(handle, &f, &server_id)) != CUDA_SUCCESS)
-        return flyt_trace("a launch", r);
-    if ((r = check_config(f, grid, block, shared_mem)) != CUDA_SUCCESS)
-        return flyt_trace("a launch's configuration", r);
-    if (attr_count > FLYT_MAX_LAUNCH_ATTRS || (attr_count && attrs == NULL) ||
-        (args != NULL && extra != NULL))
+    if (attr_count > FLYT_MAX_LAUNCH_ATTRS || (attr_count && attrs == NULL))
         return CUDA_ERROR_INVALID_VALUE;
-    char small[1024];
-    char *params = f->param_bytes <= sizeof small ? small : malloc(f->param_bytes);
-    if (params == NULL)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    r = pack_params(f, args, extra, params);
+    struct flyt_packed p;
+    if ((r = flyt_launch_pack(handle, grid, block, shared_mem, args, extra, &p)) != CUDA_SUCCESS)
+        return r;
     _Static_assert(sizeof(CUlaunchAttribute) == sizeof(flyt_launch_attr), "attribute layout");
     flyt_req_launch req = {
-        .func = server_id,
+        .func = p.func,
         .stream = flyt_stream_wire(stream, per_thread),
         .grid = {grid[0], grid[1], grid[2]},
         .block = {block[0], block[1], block[2]},
         .shared_mem = shared_mem,
         .attr_count = attr_count,
-        .param_bytes = f->param_bytes,
+        .param_bytes = p.bytes,
     };
     struct iovec data[2] = {{(void *)attrs, attr_count * sizeof(flyt_launch_attr)},
-                            {params, f->param_bytes}};
-    if (r == CUDA_SUCCESS)
-        r = flyt_send_async(FLYT_OP_LAUNCH, &req, sizeof req, data, 2);
-    if (params != small)
-        free(params);
+                            {p.params, p.bytes}};
+    r = flyt_send_async(FLYT_OP_LAUNCH, &req, sizeof req, data, 2);
+    flyt_packed_free(&p);
     return r;
 }
 

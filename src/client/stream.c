@@ -21,6 +21,7 @@
 static atomic_ullong next_id = FLYT_CLIENT_IDS;
 
 static uint64_t new_id(void) { return atomic_fetch_add(&next_id, 1); }
+uint64_t flyt_new_id(void) { return new_id(); }
 
 /* ---- each thread's default stream ---- */
 
@@ -213,63 +214,6 @@ FLYT_EXPORT CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long *id)
     if (r == CUDA_SUCCESS)
         *id = flyt_stream_wire(s, 1);
     return r;
-}
-
-/* ---- stream capture: not carried yet, so no stream is ever capturing ---- */
-
-FLYT_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
-{
-    (void)s;
-    CUresult r = flyt_ctx_require();
-    if (r == CUDA_SUCCESS && status == NULL)
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
-        *status = CU_STREAM_CAPTURE_STATUS_NONE;
-    return r;
-}
-FLYT_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *status)
-{
-    return cuStreamIsCapturing(s, status);
-}
-
-FLYT_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *status,
-                                               cuuint64_t *id, CUgraph *graph,
-                                               const CUgraphNode **deps, const CUgraphEdgeData **edges,
-                                               size_t *ndeps)
-{
-    (void)id, (void)graph, (void)deps, (void)edges, (void)ndeps;
-    return cuStreamIsCapturing(s, status);
-}
-FLYT_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus *status,
-                                                    cuuint64_t *id, CUgraph *graph,
-                                                    const CUgraphNode **deps,
-                                                    const CUgraphEdgeData **edges, size_t *ndeps)
-{
-    return cuStreamGetCaptureInfo_v3(s, status, id, graph, deps, edges, ndeps);
-}
-FLYT_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus *status,
-                                               cuuint64_t *id, CUgraph *graph,
-                                               const CUgraphNode **deps, size_t *ndeps)
-{
-    return cuStreamGetCaptureInfo_v3(s, status, id, graph, deps, NULL, ndeps);
-}
-FLYT_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus *status,
-                                                    cuuint64_t *id, CUgraph *graph,
-                                                    const CUgraphNode **deps, size_t *ndeps)
-{
-    return cuStreamGetCaptureInfo_v3(s, status, id, graph, deps, NULL, ndeps);
-}
-
-/* The thread's capture interaction mode is the thread's own business. */
-static _Thread_local CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-FLYT_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
-{
-    if (mode == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUstreamCaptureMode old = capture_mode;
-    capture_mode = *mode;
-    *mode = old;
-    return CUDA_SUCCESS;
 }
 
 /* ---- host functions ---- */

@@ -392,9 +392,56 @@ typedef struct {
 /* TEX_CREATE / SURF_CREATE answer the driver's own CUtexObject /
  * CUsurfObject value: kernels receive it as a plain parameter. */
 typedef struct { flyt_res_desc res; flyt_tex_desc tex; flyt_view_desc view; } flyt_req_tex_create;
+/* ---- CUDA graphs (docs/graphs.md) ----
+ * CAPTURE_BEGIN: graph is the id the client chose for the graph the capture
+ * builds (the driver makes it at begin). CAPTURE_END answers that id. */
+typedef struct { uint64_t stream; uint64_t graph; uint32_t mode; uint32_t pad; } flyt_req_capture_begin;
+/* CAPTURE_INFO: ndeps node ids trail the reply. */
+typedef struct { int32_t status; uint32_t ndeps; uint64_t capture_id; uint64_t graph; } flyt_rep_capture_info;
+/* CAPTURE_DEPS: n node ids follow; flags: CU_STREAM_ADD/SET_CAPTURE_DEPENDENCIES. */
+typedef struct { uint64_t stream; uint32_t n; uint32_t flags; } flyt_req_capture_deps;
+typedef struct { uint64_t graph; uint32_t flags; uint32_t pad; } flyt_req_graph_create;
+/* GRAPH_INSTANTIATE: upload_stream is used when flags has CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD. */
+typedef struct { uint64_t exec; uint64_t graph; uint64_t flags; uint64_t upload_stream; } flyt_req_graph_inst;
+/* INSTANTIATE / EXEC_UPDATE: result is CUgraphInstantiateResult resp.
+ * CUgraphExecUpdateResult; node / from_node: the nodes at fault, or 0. */
+typedef struct { int32_t result; int32_t pad; uint64_t node; uint64_t from_node; } flyt_rep_graph_info;
+/* GRAPH_NODES: which = FLYT_GNODES_*; at most max ids (edges: max from/to
+ * pairs) trail the reply, whose value is how many there are in all.
+ * GRAPH_DOT: which = the CUgraphDebugDot_flags; the text trails the reply. */
+enum { FLYT_GNODES_ALL = 0, FLYT_GNODES_ROOTS = 1, FLYT_GNODES_EDGES = 2 };
+#define FLYT_MAX_GRAPH_NODES (1u << 20)
+#define FLYT_MAX_GRAPH_DOT   (64u << 20)
+typedef struct { uint64_t graph; uint32_t which; uint32_t max; } flyt_req_graph_nodes;
+/* GRAPH_ADD_NODE: node is the id the client chose; ndeps dependency node
+ * ids follow, then a flyt_gnode, then (kernel nodes) param_bytes of
+ * parameters packed as LAUNCH packs them. The reply's value: a memory-alloc
+ * node's address. */
+typedef struct { uint64_t graph; uint64_t node; uint32_t ndeps; uint32_t pad; } flyt_req_graph_node;
+/* One node's parameters. Copies and memsets are 2D (width bytes x rows);
+ * a copy side with a region id (HOST_MAP) is offset bytes into that region.
+ * value: memset value, host node callback id, event id, child graph id,
+ * freed address. Kernel nodes: func, grid, block, shared_mem, param_bytes. */
+typedef struct {
+    uint32_t type; /* CUgraphNodeType */
+    uint32_t elem_size;
+    uint64_t dst, dst_pitch, dst_region;
+    uint64_t src, src_pitch, src_region;
+    uint64_t width, rows;
+    uint64_t value;
+    uint64_t func;
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint32_t shared_mem;
+    uint32_t param_bytes;
+} flyt_gnode;
+/* GRAPH_ADD_DEPS: n from ids, then n to ids; remove = 1 removes them. */
+typedef struct { uint64_t graph; uint32_t n; uint32_t remove; } flyt_req_graph_deps;
 
 /* server -> client, op FLYT_OP_CALLBACK, seq 0 */
-struct flyt_msg_callback { uint64_t callback_id; int32_t status; int32_t pad; };
+/* keep = 1: the callback belongs to a graph and comes again at its next
+ * launch, so the client keeps it registered. */
+struct flyt_msg_callback { uint64_t callback_id; int32_t status; int32_t keep; };
 
 /* ---- the op table ---- */
 struct flyt_op_info {

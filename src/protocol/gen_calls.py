@@ -32,6 +32,9 @@ HANDLE_KINDS = {
     "CUdevice": "DEVICE",
     "CUcontext": "CTX",
     "CUdeviceptr": "DPTR",
+    "CUgraph": "GRAPH",
+    "CUgraphExec": "GEXEC",
+    "CUgraphNode": "GNODE",
 }
 SCALAR_TYPES = {"int", "unsigned", "unsigned int", "size_t", "cuuint32_t", "cuuint64_t",
                 "unsigned long long", "long long"}
@@ -58,14 +61,17 @@ def read_api(path):
             if cid in ids or cid == 0:
                 raise CallError(f"{path}:{n}: call id {cid} used twice or zero")
             ids.add(cid)
-            dirs = {}
+            dirs, void_types = {}, {}
             for w in words[3:]:
                 name, _, d = w.partition(":")
+                d, _, vtype = d.partition(":")
                 if d not in ("in", "out"):
                     raise CallError(f"{path}:{n}: {w}: direction must be in or out")
                 dirs[name] = d
+                if vtype:
+                    void_types[name] = vtype
             calls.append({"id": cid, "symbol": words[1], "async": words[2] == "async",
-                          "dirs": dirs, "where": f"{path}:{n}"})
+                          "dirs": dirs, "void_types": void_types, "where": f"{path}:{n}"})
     return calls
 
 
@@ -93,7 +99,7 @@ def symbol_typedefs(typedef_paths, exports):
     return by_symbol
 
 
-def parse_param(text, dirs, where):
+def parse_param(text, dirs, where, void_types=None):
     text = " ".join(text.split())
     m = re.match(r"^(.*?)(\**)\s*(\w+)$", text)
     if not m or not m.group(1).strip():
@@ -108,6 +114,11 @@ def parse_param(text, dirs, where):
             raise CallError(f"{where}: pointer parameter {name} needs :in or :out")
         if "*" in ctype or (stars and len(stars) > 1):
             raise CallError(f"{where}: {name}: pointers to pointers are not plain")
+        if base == "void" and (void_types or {}).get(name) in SCALAR_TYPES:
+            # a void * the driver documents as pointing to one number
+            pointee = ("const " if "const" in ctype else "") + void_types[name]
+            return {"name": name, "kind": "IN" if d == "in" else "OUT", "pointee": pointee,
+                    "declared": ctype}
         if base == "void" or (base in HANDLE_KINDS and base != "CUdeviceptr"):
             # the server's handles mean nothing in the client: hand-written
             raise CallError(f"{where}: {name}: a {base} cannot travel as plain bytes")
@@ -127,7 +138,7 @@ def describe(call, by_symbol, params_text, exports):
     if pfn is None or pfn not in params_text:
         raise CallError(f"{where}: no typedef implements {sym}")
     text = params_text[pfn].strip()
-    params = [] if text in ("", "void") else [parse_param(p, call["dirs"], where)
+    params = [] if text in ("", "void") else [parse_param(p, call["dirs"], where, call["void_types"])
                                               for p in text.split(",")]
     if len(params) > MAX_ARGS:
         raise CallError(f"{where}: {len(params)} parameters, at most {MAX_ARGS}")
@@ -172,6 +183,8 @@ def cuda_arg(p, i):
         return f"flyt_cuda_enqueue(b, (flyt_bhandle)(uintptr_t)a[{i}])"
     if k == "EVENT":
         return f"(CUevent)(uintptr_t)a[{i}]"
+    if k in ("GRAPH", "GEXEC", "GNODE"):
+        return f"({p['ctype']})(uintptr_t)a[{i}]"
     if k == "FUNC":
         return f"flyt_cuda_func_handle((flyt_bhandle)(uintptr_t)a[{i}])"
     if k == "DEVICE":
@@ -198,7 +211,7 @@ def cuda_text(calls):
 
 def client_param(p):
     if p["kind"] in ("IN", "OUT"):
-        return f"{p['pointee']} *{p['name']}"
+        return f"{p.get('declared', p['pointee'])} *{p['name']}"
     return f"{p['ctype']} {p['name']}"
 
 
@@ -215,14 +228,14 @@ def client_function(c, symbol, per_thread):
         elif k == "FUNC":
             body.append(f"    if (flyt_call_func_arg(&call, {i}, {n}) != CUDA_SUCCESS)")
             body.append("        return call.result;")
-        elif k in ("EVENT", "CTX"):
+        elif k in ("EVENT", "CTX", "GRAPH", "GEXEC", "GNODE"):
             body.append(f"    call.args[{i}] = (uint64_t)(uintptr_t){n};")
         elif k == "IN":
             body.append(f"    call.in = {n};")
-            body.append(f"    call.in_size = sizeof *{n};")
+            body.append(f"    call.in_size = sizeof({p['pointee']});")
         elif k == "OUT":
             body.append(f"    call.out = {n};")
-            body.append(f"    call.out_size = sizeof *{n};")
+            body.append(f"    call.out_size = sizeof({p['pointee']});")
         else:
             body.append(f"    call.args[{i}] = (uint64_t){n};")
     body += ["    return flyt_generic_call_send(&call);", "}", ""]

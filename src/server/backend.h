@@ -230,6 +230,44 @@ struct flyt_backend_ops {
                                   uint32_t attr_count, int *count);
     CUresult (*occupancy_smem)(flyt_backend *b, flyt_bhandle func, int num_blocks, int block_size,
                                uint64_t *smem);
+
+    /* CUDA graphs (docs/graphs.md). Nodes are flyt_bhandles owned by their
+     * graph. Work enqueued on a capturing stream is recorded, not run. */
+    CUresult (*capture_begin)(flyt_backend *b, flyt_bhandle stream, int mode /* CUstreamCaptureMode */,
+                              flyt_bhandle *graph);
+    CUresult (*capture_end)(flyt_backend *b, flyt_bhandle stream, flyt_bhandle *graph);
+    /* The serving thread's CUstreamCaptureMode (what calls a capture in
+     * progress refuses). */
+    CUresult (*capture_mode)(flyt_backend *b, int mode);
+    /* *deps: the backend's array, valid until the next work on the stream */
+    CUresult (*capture_info)(flyt_backend *b, flyt_bhandle stream, int *status, uint64_t *id,
+                             flyt_bhandle *graph, const flyt_bhandle **deps, size_t *ndeps);
+    CUresult (*capture_deps)(flyt_backend *b, flyt_bhandle stream, const flyt_bhandle *deps, size_t n,
+                             unsigned flags);
+    CUresult (*graph_create)(flyt_backend *b, unsigned flags, flyt_bhandle *graph);
+    CUresult (*graph_destroy)(flyt_backend *b, flyt_bhandle graph);
+    CUresult (*graph_clone)(flyt_backend *b, flyt_bhandle graph, flyt_bhandle *clone);
+    /* err_node: the node at fault when it fails, else NULL */
+    CUresult (*graph_instantiate)(flyt_backend *b, flyt_bhandle graph, uint64_t flags,
+                                  flyt_bhandle upload_stream, flyt_bhandle *exec,
+                                  flyt_bhandle *err_node);
+    CUresult (*exec_destroy)(flyt_backend *b, flyt_bhandle exec);
+    CUresult (*exec_update)(flyt_backend *b, flyt_bhandle exec, flyt_bhandle graph, int *result,
+                            flyt_bhandle *err_node, flyt_bhandle *err_from);
+    /* which: FLYT_GNODES_*; *n: in, room in out (edges: pairs); out, how many */
+    CUresult (*graph_nodes)(flyt_backend *b, flyt_bhandle graph, unsigned which, flyt_bhandle *out,
+                            size_t *n);
+    /* *text: malloc'd, NUL-terminated; the caller frees it */
+    CUresult (*graph_dot)(flyt_backend *b, flyt_bhandle graph, unsigned flags, char **text);
+    /* p: translated (host sides are server addresses, handles backend
+     * handles); params: a kernel node's packed parameters. *dptr: a memory
+     * allocation node's address. */
+    CUresult (*graph_add_node)(flyt_backend *b, flyt_bhandle graph, const flyt_bhandle *deps,
+                               size_t ndeps, const flyt_gnode *p, const void *params,
+                               flyt_host_func_cb host_fn, void *host_arg, flyt_bhandle *node,
+                               uint64_t *dptr);
+    CUresult (*graph_add_deps)(flyt_backend *b, flyt_bhandle graph, const flyt_bhandle *from,
+                               const flyt_bhandle *to, size_t n, int remove);
 };
 
 /* Every backend's state starts with this. */

@@ -1163,6 +1163,39 @@ static_assert(sizeof(CUlaunchAttributeID) == sizeof(uint32_t), "launch attr id s
  * launch. `extra` remains the fallback for a function whose layout the
  * driver could not report.
  */
+/* A kernel's parameters as the driver takes them (see above); ka points
+ * into params and b's scratch, valid until the next call. */
+CUresult flyt_cuda_kernel_args(struct flyt_cuda_backend *b, const struct flyt_cuda_func *f,
+                               const void *params, uint32_t param_bytes, struct flyt_kargs *ka)
+{
+    ka->kp = NULL;
+    ka->extra = NULL;
+    ka->buf_size = param_bytes;
+    if (f->nparams > 0) {
+        if ((size_t)f->nparams > b->kparams_cap) {
+            void **n = realloc(b->kparams, (size_t)f->nparams * sizeof *n);
+            if (!n)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            b->kparams = n;
+            b->kparams_cap = (size_t)f->nparams;
+        }
+        for (int i = 0; i < f->nparams; i++) {
+            if ((uint64_t)f->poff[i] + f->psize[i] > param_bytes)
+                return CUDA_ERROR_INVALID_VALUE; /* buffer shorter than the layout */
+            b->kparams[i] = (char *)params + f->poff[i];
+        }
+        ka->kp = b->kparams;
+    } else if (f->nparams < 0 && param_bytes) {
+        ka->ex[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+        ka->ex[1] = (void *)params;
+        ka->ex[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+        ka->ex[3] = &ka->buf_size;
+        ka->ex[4] = CU_LAUNCH_PARAM_END;
+        ka->extra = ka->ex;
+    }
+    return CUDA_SUCCESS;
+}
+
 static CUresult cuda_occupancy_cluster(flyt_backend *base, flyt_bhandle func, unsigned what,
                                        const uint32_t grid[3], const uint32_t block[3],
                                        uint32_t shared_mem, const flyt_launch_attr *attrs,
@@ -1215,32 +1248,11 @@ static CUresult cuda_launch(flyt_backend *base, flyt_bhandle func, const uint32_
     cfg.attrs = attr_count ? la : NULL;
     cfg.numAttrs = attr_count;
 
-    void **kp = NULL, **extra = NULL;
-    size_t buf_size = param_bytes;
-    void *ex[5];
-    if (f->nparams > 0) {
-        if ((size_t)f->nparams > b->kparams_cap) {
-            void **n = realloc(b->kparams, (size_t)f->nparams * sizeof *n);
-            if (!n)
-                return CUDA_ERROR_OUT_OF_MEMORY;
-            b->kparams = n;
-            b->kparams_cap = (size_t)f->nparams;
-        }
-        for (int i = 0; i < f->nparams; i++) {
-            if ((uint64_t)f->poff[i] + f->psize[i] > param_bytes)
-                return CUDA_ERROR_INVALID_VALUE; /* buffer shorter than the layout */
-            b->kparams[i] = (char *)params + f->poff[i];
-        }
-        kp = b->kparams;
-    } else if (f->nparams < 0 && param_bytes) {
-        ex[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
-        ex[1] = (void *)params;
-        ex[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
-        ex[3] = &buf_size;
-        ex[4] = CU_LAUNCH_PARAM_END;
-        extra = ex;
-    }
-    return b->cu.cuLaunchKernelEx(&cfg, f->fn, kp, extra);
+    struct flyt_kargs ka;
+    CUresult r = flyt_cuda_kernel_args(b, f, params, param_bytes, &ka);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return b->cu.cuLaunchKernelEx(&cfg, f->fn, ka.kp, ka.extra);
 }
 
 static CUresult cuda_occupancy(flyt_backend *base, flyt_bhandle func, int block_size, uint64_t dyn_smem,
@@ -1275,6 +1287,21 @@ static CUresult cuda_occupancy_smem(flyt_backend *base, flyt_bhandle func, int n
 static const struct flyt_backend_ops cuda_ops = {
     .name = "cuda",
     .close = cuda_close,
+    .capture_begin = flyt_cuda_capture_begin,
+    .capture_end = flyt_cuda_capture_end,
+    .capture_mode = flyt_cuda_capture_mode,
+    .capture_info = flyt_cuda_capture_info,
+    .capture_deps = flyt_cuda_capture_deps,
+    .graph_create = flyt_cuda_graph_create,
+    .graph_destroy = flyt_cuda_graph_destroy,
+    .graph_clone = flyt_cuda_graph_clone,
+    .graph_instantiate = flyt_cuda_graph_instantiate,
+    .exec_destroy = flyt_cuda_exec_destroy,
+    .exec_update = flyt_cuda_exec_update,
+    .graph_nodes = flyt_cuda_graph_nodes,
+    .graph_dot = flyt_cuda_graph_dot,
+    .graph_add_node = flyt_cuda_graph_add_node,
+    .graph_add_deps = flyt_cuda_graph_add_deps,
     .device_count = cuda_device_count,
     .device_props = flyt_cuda_device_props,
     .device_attr = cuda_device_attr,

@@ -142,7 +142,35 @@
     X(cuTexObjectCreate)                                  \
     X(cuTexObjectDestroy)                                 \
     X(cuSurfObjectCreate)                                 \
-    X(cuSurfObjectDestroy)
+    X(cuSurfObjectDestroy)                                \
+    X(cuStreamBeginCapture)                               \
+    X(cuStreamIsCapturing)                                \
+    X(cuThreadExchangeStreamCaptureMode)                  \
+    X(cuStreamEndCapture)                                 \
+    X(cuStreamGetCaptureInfo)                             \
+    X(cuStreamUpdateCaptureDependencies)                  \
+    X(cuGraphCreate)                                      \
+    X(cuGraphDestroy)                                     \
+    X(cuGraphClone)                                       \
+    X(cuGraphInstantiateWithParams)                       \
+    X(cuGraphExecDestroy)                                 \
+    X(cuGraphExecUpdate)                                  \
+    X(cuGraphGetNodes)                                    \
+    X(cuGraphGetRootNodes)                                \
+    X(cuGraphGetEdges)                                    \
+    X(cuGraphDebugDotPrint)                               \
+    X(cuGraphAddEmptyNode)                                \
+    X(cuGraphAddKernelNode)                               \
+    X(cuGraphAddMemsetNode)                               \
+    X(cuGraphAddMemcpyNode)                               \
+    X(cuGraphAddHostNode)                                 \
+    X(cuGraphAddEventRecordNode)                          \
+    X(cuGraphAddEventWaitNode)                            \
+    X(cuGraphAddChildGraphNode)                           \
+    X(cuGraphAddMemAllocNode)                             \
+    X(cuGraphAddMemFreeNode)                              \
+    X(cuGraphAddDependencies)                             \
+    X(cuGraphRemoveDependencies)
 
 #define FLYT_CU_STR2(x) #x
 #define FLYT_CU_STR(x)  FLYT_CU_STR2(x) /* stringize after macro expansion */
@@ -238,6 +266,7 @@ struct flyt_cuda_backend {
     int                   nblocking, cap_blocking;
     CUevent               legacy_ev;
     uint64_t              legacy_gen; /* bumped before each piece of legacy-stream work */
+    int                   captures;   /* stream captures begun here and not ended */
 
     void *calls[FLYT_CALL_LIMIT]; /* the plain calls' driver functions, by call id */
 
@@ -268,6 +297,42 @@ static inline struct flyt_cuda_backend *cb(flyt_backend *base)
         if (enter_r_ != CUDA_SUCCESS)                    \
             return enter_r_;                             \
     } while (0)
+
+/* A kernel's parameters as cuLaunchKernelEx and kernel nodes take them. */
+struct flyt_kargs {
+    void **kp, **extra;
+    void  *ex[5];
+    size_t buf_size;
+};
+CUresult flyt_cuda_kernel_args(struct flyt_cuda_backend *b, const struct flyt_cuda_func *f,
+                               const void *params, uint32_t param_bytes, struct flyt_kargs *ka);
+
+/* backend_cuda_graph.c: the graph operations of the ops table */
+CUresult flyt_cuda_capture_begin(flyt_backend *base, flyt_bhandle stream, int mode, flyt_bhandle *graph);
+CUresult flyt_cuda_capture_end(flyt_backend *base, flyt_bhandle stream, flyt_bhandle *graph);
+CUresult flyt_cuda_capture_mode(flyt_backend *base, int mode);
+CUresult flyt_cuda_capture_info(flyt_backend *base, flyt_bhandle stream, int *status, uint64_t *id,
+                                flyt_bhandle *graph, const flyt_bhandle **deps, size_t *ndeps);
+CUresult flyt_cuda_capture_deps(flyt_backend *base, flyt_bhandle stream, const flyt_bhandle *deps,
+                                size_t n, unsigned flags);
+CUresult flyt_cuda_graph_create(flyt_backend *base, unsigned flags, flyt_bhandle *graph);
+CUresult flyt_cuda_graph_destroy(flyt_backend *base, flyt_bhandle graph);
+CUresult flyt_cuda_graph_clone(flyt_backend *base, flyt_bhandle graph, flyt_bhandle *clone);
+CUresult flyt_cuda_graph_instantiate(flyt_backend *base, flyt_bhandle graph, uint64_t flags,
+                                     flyt_bhandle upload_stream, flyt_bhandle *exec,
+                                     flyt_bhandle *err_node);
+CUresult flyt_cuda_exec_destroy(flyt_backend *base, flyt_bhandle exec);
+CUresult flyt_cuda_exec_update(flyt_backend *base, flyt_bhandle exec, flyt_bhandle graph, int *result,
+                               flyt_bhandle *err_node, flyt_bhandle *err_from);
+CUresult flyt_cuda_graph_nodes(flyt_backend *base, flyt_bhandle graph, unsigned which,
+                               flyt_bhandle *out, size_t *n);
+CUresult flyt_cuda_graph_dot(flyt_backend *base, flyt_bhandle graph, unsigned flags, char **text);
+CUresult flyt_cuda_graph_add_node(flyt_backend *base, flyt_bhandle graph, const flyt_bhandle *deps,
+                                  size_t ndeps, const flyt_gnode *p, const void *params,
+                                  flyt_host_func_cb host_fn, void *host_arg, flyt_bhandle *node,
+                                  uint64_t *dptr);
+CUresult flyt_cuda_graph_add_deps(flyt_backend *base, flyt_bhandle graph, const flyt_bhandle *from,
+                                  const flyt_bhandle *to, size_t n, int remove);
 
 static inline CUfunction flyt_cuda_func_handle(flyt_bhandle func)
 {

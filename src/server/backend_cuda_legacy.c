@@ -78,15 +78,24 @@ void flyt_cuda_blocking_clear(struct flyt_cuda_backend *b)
     b->legacy_ev = NULL;
 }
 
+/* A capturing stream records its work into a graph: an implicit wait for
+ * the legacy stream there would tie the graph to work outside it. */
+static int capturing(struct flyt_cuda_backend *b, CUstream s)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return b->captures > 0 && b->cu.cuStreamIsCapturing(s, &st) == CUDA_SUCCESS &&
+           st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 CUstream flyt_cuda_enqueue(struct flyt_cuda_backend *b, flyt_bhandle stream)
 {
     CUstream s = flyt_cuda_stream(b, stream);
-    if (!b->green)
+    if (!b->green || capturing(b, s))
         return s;
     if (is_legacy(stream)) {
         for (int i = 0; i < b->nblocking; i++) {
             struct flyt_blocking *e = &b->blocking[i];
-            if (!e->dirty)
+            if (!e->dirty || capturing(b, e->s))
                 continue;
             if (b->cu.cuEventRecord(e->ev, e->s) == CUDA_SUCCESS)
                 b->cu.cuStreamWaitEvent(s, e->ev, 0);

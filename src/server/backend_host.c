@@ -14,6 +14,7 @@
  * or write anything else through this backend.
  */
 #include "backend.h"
+#include "backend_host_graph.h"
 #include "flyt_calls.h"
 #include "flyt_mipmap.h"
 
@@ -109,12 +110,20 @@ struct hvmem {
 struct hstream {
     unsigned flags;
     int priority;
+    struct hg_cap cap; /* its capture, if it captures */
 };
 
 struct hevent {
     unsigned flags;
     int recorded;
     struct timespec when;
+    struct hg_cap cap; /* where a capture stood when it was recorded there */
+};
+
+/* An executable graph: its own copy of the graph. */
+struct hexec {
+    struct hg_graph *g;
+    uint64_t flags;
 };
 
 /* A module's global variable, as this backend imagines it (below). */
@@ -165,9 +174,10 @@ struct host_backend {
     struct halloc *mapped;
     size_t nmapped, cap_mapped;
 
-    ptrset streams, events, modules, pools;
+    ptrset streams, events, modules, pools, graphs, execs;
     ptrset arrays, mipmaps; /* arrays holds the levels of mipmaps too */
     uint64_t next_obj;      /* the last texture or surface object value handed out */
+    uint64_t capture_ids;
     struct hpool *default_pool;
     ptrset vranges, vmems; /* VMM: reservations; allocations with a live handle */
 
@@ -635,6 +645,32 @@ static int stream_ok(const struct host_backend *h, flyt_bhandle s)
            set_has(&h->streams, s);
 }
 
+/* The capture a created stream records into, NULL when it runs its work. */
+static struct hg_cap *capture_of(const struct host_backend *h, flyt_bhandle s)
+{
+    if (s == FLYT_BSTREAM_DEFAULT || s == FLYT_BSTREAM_LEGACY || s == FLYT_BSTREAM_PER_THREAD ||
+        !set_has(&h->streams, s))
+        return NULL;
+    struct hg_cap *c = &((struct hstream *)s)->cap;
+    return hg_capturing(c) ? c : NULL;
+}
+
+/* What CUDA does to a capture on a call that cannot be captured (a
+ * synchronization, an allocation): the capture is invalidated. */
+static CUresult capture_unsupported(struct hg_cap *c)
+{
+    c->sess->invalid = 1;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+/* Work CUDA could capture but this backend cannot (it needs a GPU): the
+ * capture is invalidated all the same. */
+static CUresult capture_refused(struct hg_cap *c)
+{
+    c->sess->invalid = 1;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 static struct hpool *new_pool(uint64_t max_size)
 {
     struct hpool *p = calloc(1, sizeof *p);
@@ -650,10 +686,21 @@ static void drop_all(struct host_backend *h)
 {
     while (h->nallocs > 0)
         alloc_remove(h, h->nallocs - 1);
-    for (size_t i = 0; i < h->streams.n; i++)
+    for (size_t i = 0; i < h->streams.n; i++) {
+        hg_cap_drop(&((struct hstream *)h->streams.items[i])->cap);
         free(h->streams.items[i]);
-    for (size_t i = 0; i < h->events.n; i++)
+    }
+    for (size_t i = 0; i < h->events.n; i++) {
+        hg_cap_drop(&((struct hevent *)h->events.items[i])->cap);
         free(h->events.items[i]);
+    }
+    for (size_t i = 0; i < h->graphs.n; i++)
+        hg_graph_free(h->graphs.items[i]);
+    for (size_t i = 0; i < h->execs.n; i++) {
+        hg_graph_free(((struct hexec *)h->execs.items[i])->g);
+        free(h->execs.items[i]);
+    }
+    h->graphs.n = h->execs.n = 0;
     for (size_t i = 0; i < h->modules.n; i++) {
         struct hmodule *m = h->modules.items[i];
         globals_free(h, m);
@@ -704,6 +751,8 @@ static void host_close(flyt_backend *b)
     free(h->vmems.items);
     free(h->arrays.items);
     free(h->mipmaps.items);
+    free(h->graphs.items);
+    free(h->execs.items);
     for (size_t i = 0; i < h->nstaging; i++)
         free((char *)h->staging_cache[i] - STAGING_HDR);
     free(h);
@@ -883,6 +932,8 @@ static CUresult host_mem_alloc_async(flyt_backend *b, uint64_t size, flyt_bhandl
     struct host_backend *h = HB(b);
     if (!stream_ok(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
+    if (capture_of(h, stream)) /* memory nodes need a GPU */
+        return capture_refused(capture_of(h, stream));
     if (pool == NULL)
         pool = h->default_pool;
     else if (!set_has(&h->pools, pool))
@@ -895,6 +946,8 @@ static CUresult host_mem_free_async(flyt_backend *b, uint64_t dptr, flyt_bhandle
     struct host_backend *h = HB(b);
     if (!stream_ok(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
+    if (capture_of(h, stream))
+        return capture_refused(capture_of(h, stream));
     return alloc_free(h, dptr);
 }
 
@@ -1052,6 +1105,8 @@ static CUresult host_htod_2d(flyt_backend *b, uint64_t dst, uint64_t dst_pitch, 
 {
     struct host_backend *h = HB(b);
     CUresult r = stream_ok(h, stream) ? check_2d(h, dst, dst_pitch, width, rows) : CUDA_ERROR_INVALID_HANDLE;
+    if (r == CUDA_SUCCESS && capture_of(h, stream))
+        r = CUDA_ERROR_NOT_SUPPORTED; /* the bytes came with the request (handlers refuse it first) */
     if (r == CUDA_SUCCESS && width && rows)
         for (uint64_t i = 0; i < rows; i++)
             memcpy((char *)(uintptr_t)(dst + i * dst_pitch), (char *)staging + i * width, width);
@@ -1065,6 +1120,8 @@ static CUresult host_dtoh_2d(flyt_backend *b, void *dst, uint64_t src, uint64_t 
     struct host_backend *h = HB(b);
     if (!stream_ok(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
+    if (capture_of(h, stream))
+        return capture_unsupported(capture_of(h, stream)); /* it waits for the data */
     CUresult r = check_2d(h, src, src_pitch, width, rows);
     if (r != CUDA_SUCCESS || !width || !rows)
         return r;
@@ -1121,6 +1178,13 @@ static CUresult host_htod_host(flyt_backend *b, uint64_t dst, const void *src, u
     if (!stream_ok(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = check_2d(h, dst, n, n, 1);
+    struct hg_cap *cap = capture_of(h, stream);
+    if (r == CUDA_SUCCESS && cap) {
+        flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_MEMCPY, .dst = dst, .dst_pitch = n,
+                        .src = (uint64_t)(uintptr_t)src, .src_pitch = n, .src_region = 1,
+                        .width = n, .rows = 1};
+        return hg_cap_record(cap, &p, NULL, NULL);
+    }
     if (r == CUDA_SUCCESS && n)
         memcpy((char *)(uintptr_t)dst, src, n);
     return r;
@@ -1129,7 +1193,14 @@ static CUresult host_htod_host(flyt_backend *b, uint64_t dst, const void *src, u
 static CUresult host_dtoh_host(flyt_backend *b, void *dst, uint64_t src, uint64_t n,
                                flyt_bhandle stream)
 {
-    return host_dtoh_2d(b, dst, src, n, n, 1, stream);
+    struct host_backend *h = HB(b);
+    struct hg_cap *cap = stream_ok(h, stream) ? capture_of(h, stream) : NULL;
+    if (cap == NULL)
+        return host_dtoh_2d(b, dst, src, n, n, 1, stream);
+    CUresult r = check_2d(h, src, n, n, 1);
+    flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_MEMCPY, .dst = (uint64_t)(uintptr_t)dst, .dst_pitch = n,
+                    .dst_region = 1, .src = src, .src_pitch = n, .width = n, .rows = 1};
+    return r == CUDA_SUCCESS ? hg_cap_record(cap, &p, NULL, NULL) : r;
 }
 
 static CUresult host_dtod_2d(flyt_backend *b, uint64_t dst, uint64_t dst_pitch, uint64_t src,
@@ -1141,6 +1212,12 @@ static CUresult host_dtod_2d(flyt_backend *b, uint64_t dst, uint64_t dst_pitch, 
     CUresult r = check_2d(h, dst, dst_pitch, width, rows);
     if (r == CUDA_SUCCESS)
         r = check_2d(h, src, src_pitch, width, rows);
+    struct hg_cap *cap = capture_of(h, stream);
+    if (r == CUDA_SUCCESS && cap) {
+        flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_MEMCPY, .dst = dst, .dst_pitch = dst_pitch,
+                        .src = src, .src_pitch = src_pitch, .width = width, .rows = rows};
+        return hg_cap_record(cap, &p, NULL, NULL);
+    }
     if (r != CUDA_SUCCESS || !width || !rows)
         return r;
     for (uint64_t i = 0; i < rows; i++)
@@ -1156,6 +1233,12 @@ static CUresult host_memset_2d(flyt_backend *b, uint64_t dst, uint64_t pitch, ui
     if (!stream_ok(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = check_2d(h, dst, pitch, width, rows);
+    struct hg_cap *cap = capture_of(h, stream);
+    if (r == CUDA_SUCCESS && cap) {
+        flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_MEMSET, .elem_size = elem_size, .dst = dst,
+                        .dst_pitch = pitch, .width = width, .rows = rows, .value = value};
+        return hg_cap_record(cap, &p, NULL, NULL);
+    }
     if (r != CUDA_SUCCESS || !width || !rows)
         return r;
     /* stands in for a launch, which flushes what earlier kernels printed */
@@ -1189,6 +1272,7 @@ static CUresult host_stream_create(flyt_backend *b, unsigned flags, int priority
         priority = HOST_PRIO_GREATEST;
     s->flags = flags;
     s->priority = priority;
+    memset(&s->cap, 0, sizeof s->cap);
     *stream = s;
     return CUDA_SUCCESS;
 }
@@ -1205,18 +1289,22 @@ static CUresult host_stream_destroy(flyt_backend *b, flyt_bhandle stream)
     if (!is_created_stream(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     set_del(&h->streams, stream);
+    hg_cap_drop(&((struct hstream *)stream)->cap);
     free(stream);
     return CUDA_SUCCESS;
 }
 
 static CUresult host_stream_sync(flyt_backend *b, flyt_bhandle stream)
 {
+    struct hg_cap *cap = capture_of(HB(b), stream);
+    if (cap)
+        return capture_unsupported(cap);
     return stream_ok(HB(b), stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 static CUresult host_stream_query(flyt_backend *b, flyt_bhandle stream)
 {
-    return stream_ok(HB(b), stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    return host_stream_sync(b, stream);
 }
 
 static CUresult host_stream_wait_event(flyt_backend *b, flyt_bhandle stream, flyt_bhandle event,
@@ -1227,6 +1315,14 @@ static CUresult host_stream_wait_event(flyt_backend *b, flyt_bhandle stream, fly
         return CUDA_ERROR_INVALID_HANDLE;
     if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
+    struct hevent *e = event;
+    struct hg_cap *cap = capture_of(h, stream);
+    if (hg_capturing(&e->cap) && is_created_stream(h, stream)) /* a fork or a join */
+        return cap ? hg_cap_merge(cap, &e->cap) : hg_cap_copy(&((struct hstream *)stream)->cap, &e->cap);
+    if (cap && (flags & CU_EVENT_WAIT_EXTERNAL)) {
+        flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT, .value = (uint64_t)(uintptr_t)event};
+        return hg_cap_record(cap, &p, NULL, NULL);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1255,6 +1351,11 @@ static CUresult host_stream_host_func(flyt_backend *b, flyt_bhandle stream, flyt
         return CUDA_ERROR_INVALID_HANDLE;
     if (fn == NULL)
         return CUDA_ERROR_INVALID_VALUE;
+    struct hg_cap *cap = capture_of(HB(b), stream);
+    if (cap) {
+        flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_HOST};
+        return hg_cap_record(cap, &p, fn, arg);
+    }
     fn(arg); /* all earlier work is done: everything is synchronous */
     return CUDA_SUCCESS;
 }
@@ -1290,6 +1391,7 @@ static CUresult host_event_destroy(flyt_backend *b, flyt_bhandle event)
     if (!event_ok(h, event))
         return CUDA_ERROR_INVALID_HANDLE;
     set_del(&h->events, event);
+    hg_cap_drop(&((struct hevent *)event)->cap);
     free(event);
     return CUDA_SUCCESS;
 }
@@ -1303,6 +1405,14 @@ static CUresult host_event_record(flyt_backend *b, flyt_bhandle event, flyt_bhan
     if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
     struct hevent *e = event;
+    struct hg_cap *cap = capture_of(h, stream);
+    if (cap && (flags & CU_EVENT_RECORD_EXTERNAL)) {
+        flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD, .value = (uint64_t)(uintptr_t)event};
+        return hg_cap_record(cap, &p, NULL, NULL);
+    }
+    if (cap) /* where the capture stands, for the streams that will wait for it */
+        return hg_cap_copy(&e->cap, cap);
+    hg_cap_drop(&e->cap);
     clock_gettime(CLOCK_MONOTONIC, &e->when);
     e->recorded = 1;
     return CUDA_SUCCESS;
@@ -1571,6 +1681,245 @@ static CUresult host_occupancy_cluster(flyt_backend *b, flyt_bhandle func, unsig
     return CUDA_SUCCESS;
 }
 
+/* ---- graphs (backend_host_graph.c): copies, memsets, host functions,
+ * events and child graphs; kernels and memory nodes need a GPU ---- */
+
+static CUresult host_capture_begin(flyt_backend *b, flyt_bhandle stream, int mode, flyt_bhandle *graph)
+{
+    struct host_backend *h = HB(b);
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!is_created_stream(h, stream))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot capture */
+    if (mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct hg_cap *c = &((struct hstream *)stream)->cap;
+    CUresult r = hg_cap_begin(c, ++h->capture_ids);
+    if (r == CUDA_SUCCESS && set_add(&h->graphs, c->sess->graph) != 0) {
+        hg_cap_drop(c);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r == CUDA_SUCCESS)
+        *graph = c->sess->graph;
+    return r;
+}
+
+static CUresult host_capture_end(flyt_backend *b, flyt_bhandle stream, flyt_bhandle *graph)
+{
+    struct host_backend *h = HB(b);
+    if (!is_created_stream(h, stream))
+        return stream_ok(h, stream) ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_INVALID_HANDLE;
+    struct hg_cap *c = &((struct hstream *)stream)->cap;
+    if (c->sess == NULL || c->sess->ended)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    struct hg_session *sess = c->sess;
+    sess->ended = 1; /* the streams that joined it stop capturing too */
+    *graph = sess->invalid ? NULL : sess->graph;
+    if (sess->invalid) {
+        set_del(&h->graphs, sess->graph);
+        hg_graph_free(sess->graph);
+    }
+    hg_cap_drop(c);
+    return *graph ? CUDA_SUCCESS : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+}
+
+static CUresult host_capture_mode(flyt_backend *b, int mode)
+{
+    (void)b; /* nothing here refuses calls during a capture but the stream's own */
+    return mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED
+               ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+static CUresult host_capture_info(flyt_backend *b, flyt_bhandle stream, int *status, uint64_t *id,
+                                  flyt_bhandle *graph, const flyt_bhandle **deps, size_t *ndeps)
+{
+    struct host_backend *h = HB(b);
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct hg_cap *c = is_created_stream(h, stream) ? &((struct hstream *)stream)->cap : NULL;
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    *id = 0;
+    *graph = NULL;
+    *deps = NULL;
+    *ndeps = 0;
+    if (c == NULL || c->sess == NULL || c->sess->ended)
+        return CUDA_SUCCESS;
+    *id = c->sess->id;
+    if (c->sess->invalid) {
+        *status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+        return CUDA_SUCCESS;
+    }
+    *status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    *graph = c->sess->graph;
+    *deps = (const flyt_bhandle *)c->deps;
+    *ndeps = c->ndeps;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_capture_deps(flyt_backend *b, flyt_bhandle stream, const flyt_bhandle *deps,
+                                  size_t n, unsigned flags)
+{
+    struct hg_cap *c = capture_of(HB(b), stream);
+    if (c == NULL)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    if (flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES)
+        return CUDA_ERROR_INVALID_VALUE;
+    return hg_cap_set_deps(c, (struct hg_node *const *)deps, n, flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES);
+}
+
+static CUresult add_graph(struct host_backend *h, struct hg_graph *g, flyt_bhandle *out)
+{
+    if (g == NULL || set_add(&h->graphs, g) != 0) {
+        hg_graph_free(g);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = g;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_graph_create(flyt_backend *b, unsigned flags, flyt_bhandle *graph)
+{
+    return flags ? CUDA_ERROR_INVALID_VALUE : add_graph(HB(b), hg_graph_new(), graph);
+}
+
+static CUresult host_graph_destroy(flyt_backend *b, flyt_bhandle graph)
+{
+    if (!set_del(&HB(b)->graphs, graph))
+        return CUDA_ERROR_INVALID_VALUE;
+    hg_graph_free(graph);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_graph_clone(flyt_backend *b, flyt_bhandle graph, flyt_bhandle *clone)
+{
+    return add_graph(HB(b), hg_graph_clone(graph), clone);
+}
+
+static CUresult host_graph_instantiate(flyt_backend *b, flyt_bhandle graph, uint64_t flags,
+                                       flyt_bhandle upload_stream, flyt_bhandle *exec,
+                                       flyt_bhandle *err_node)
+{
+    struct host_backend *h = HB(b);
+    *err_node = NULL;
+    if ((flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) && !stream_ok(h, upload_stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct hexec *x = calloc(1, sizeof *x);
+    if (x == NULL || (x->g = hg_graph_clone(graph)) == NULL || set_add(&h->execs, x) != 0) {
+        if (x)
+            hg_graph_free(x->g);
+        free(x);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    x->flags = flags;
+    *exec = x;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_exec_destroy(flyt_backend *b, flyt_bhandle exec)
+{
+    if (!set_del(&HB(b)->execs, exec))
+        return CUDA_ERROR_INVALID_VALUE;
+    hg_graph_free(((struct hexec *)exec)->g);
+    free(exec);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_exec_update(flyt_backend *b, flyt_bhandle exec, flyt_bhandle graph, int *result,
+                                 flyt_bhandle *err_node, flyt_bhandle *err_from)
+{
+    (void)b;
+    struct hexec *x = exec;
+    *err_node = *err_from = NULL;
+    if (!hg_same_shape(x->g, graph)) {
+        *result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    struct hg_graph *g = hg_graph_clone(graph);
+    if (g == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    hg_graph_free(x->g);
+    x->g = g;
+    *result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_graph_nodes(flyt_backend *b, flyt_bhandle graph, unsigned which, flyt_bhandle *out,
+                                 size_t *n)
+{
+    (void)b;
+    hg_nodes(graph, which, out, n);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_graph_dot(flyt_backend *b, flyt_bhandle graph, unsigned flags, char **text)
+{
+    (void)b, (void)flags;
+    *text = hg_dot(graph);
+    return *text ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* A node's device sides must be allocations; host sides were checked
+ * against their region by the server. */
+static CUresult check_node(struct host_backend *h, const flyt_gnode *p)
+{
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+        return check_2d(h, p->dst, p->dst_pitch, p->width, p->rows);
+    case CU_GRAPH_NODE_TYPE_MEMCPY: {
+        CUresult r = p->dst_region ? CUDA_SUCCESS : check_2d(h, p->dst, p->dst_pitch, p->width, p->rows);
+        return r != CUDA_SUCCESS || p->src_region ? r : check_2d(h, p->src, p->src_pitch, p->width, p->rows);
+    }
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+        return event_ok(h, (flyt_bhandle)(uintptr_t)p->value) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    default:
+        return CUDA_SUCCESS;
+    }
+}
+
+static CUresult host_graph_add_node(flyt_backend *b, flyt_bhandle graph, const flyt_bhandle *deps,
+                                    size_t ndeps, const flyt_gnode *p, const void *params,
+                                    flyt_host_func_cb host_fn, void *host_arg, flyt_bhandle *node,
+                                    uint64_t *dptr)
+{
+    (void)params, (void)dptr;
+    CUresult r = check_node(HB(b), p);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return hg_add(graph, (struct hg_node *const *)deps, ndeps, p, host_fn, host_arg,
+                  (struct hg_node **)node);
+}
+
+static CUresult host_graph_add_deps(flyt_backend *b, flyt_bhandle graph, const flyt_bhandle *from,
+                                    const flyt_bhandle *to, size_t n, int remove)
+{
+    (void)b;
+    return hg_add_deps(graph, (struct hg_node *const *)from, (struct hg_node *const *)to, n, remove);
+}
+
+static void record_event_now(void *event)
+{
+    struct hevent *e = event;
+    clock_gettime(CLOCK_MONOTONIC, &e->when);
+    e->recorded = 1;
+}
+
+/* A launch runs the graph at once, or, on a capturing stream, becomes a
+ * child graph node of the capture. */
+static CUresult host_graph_launch(struct host_backend *h, flyt_bhandle exec, flyt_bhandle stream)
+{
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct hexec *x = exec;
+    struct hg_cap *cap = capture_of(h, stream);
+    if (cap) {
+        flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_GRAPH, .value = (uint64_t)(uintptr_t)x->g};
+        return hg_cap_record(cap, &p, NULL, NULL);
+    }
+    hg_run(x->g, record_event_now);
+    return CUDA_SUCCESS;
+}
+
 /* Plain calls: the stream memory operations, which this backend can do on
  * its host memory; the rest need a GPU. Work runs at once here, so a wait
  * whose condition does not hold yet would wait forever: refused. */
@@ -1608,8 +1957,27 @@ static CUresult host_wait_value(struct host_backend *h, const uint64_t *a, unsig
 
 static CUresult host_call(flyt_backend *b, uint32_t id, const uint64_t *a, const void *in, void *out)
 {
-    (void)in, (void)out;
+    (void)in;
     struct host_backend *h = HB(b);
+    flyt_bhandle a0 = (flyt_bhandle)(uintptr_t)a[0], a1 = (flyt_bhandle)(uintptr_t)a[1];
+    switch (id) {
+    case FLYT_CALL_cuGraphLaunch: return host_graph_launch(h, a0, a1);
+    case FLYT_CALL_cuGraphUpload: return stream_ok(h, a1) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    case FLYT_CALL_cuGraphNodeGetType:
+        *(CUgraphNodeType *)out = (CUgraphNodeType)hg_node_type(a0);
+        return CUDA_SUCCESS;
+    case FLYT_CALL_cuGraphExecGetFlags:
+        *(cuuint64_t *)out = ((struct hexec *)a0)->flags;
+        return CUDA_SUCCESS;
+    case FLYT_CALL_cuDeviceGetGraphMemAttribute:
+        *(cuuint64_t *)out = 0; /* no graph memory here */
+        return CUDA_SUCCESS;
+    case FLYT_CALL_cuDeviceGraphMemTrim:
+    case FLYT_CALL_cuDeviceSetGraphMemAttribute: return CUDA_SUCCESS;
+    default: break;
+    }
+    if (capture_of(h, a0)) /* the stream memory operations: recorded nowhere here */
+        return capture_refused(capture_of(h, a0));
     switch (id) {
     case FLYT_CALL_cuStreamWriteValue32_v2:
     case FLYT_CALL_cuStreamWriteValue32: return host_write_value(h, a, 4);
@@ -2198,6 +2566,21 @@ static const struct flyt_backend_ops host_ops = {
     .occupancy_smem = host_occupancy_smem,
     .occupancy_cluster = host_occupancy_cluster,
     .call = host_call,
+    .capture_begin = host_capture_begin,
+    .capture_end = host_capture_end,
+    .capture_mode = host_capture_mode,
+    .capture_info = host_capture_info,
+    .capture_deps = host_capture_deps,
+    .graph_create = host_graph_create,
+    .graph_destroy = host_graph_destroy,
+    .graph_clone = host_graph_clone,
+    .graph_instantiate = host_graph_instantiate,
+    .exec_destroy = host_exec_destroy,
+    .exec_update = host_exec_update,
+    .graph_nodes = host_graph_nodes,
+    .graph_dot = host_graph_dot,
+    .graph_add_node = host_graph_add_node,
+    .graph_add_deps = host_graph_add_deps,
 };
 
 /* FLYT_HOST_BACKEND_SMS: SMs of the fake device (default 132), so that a

@@ -21,6 +21,9 @@ enum flyt_arg_kind {
     FLYT_ARG_CTX,        /* the session's context, whatever the client named */
     FLYT_ARG_IN,         /* the pointee that followed the request */
     FLYT_ARG_OUT,        /* the pointee the reply carries back */
+    FLYT_ARG_GRAPH,      /* a graph id of the session */
+    FLYT_ARG_GEXEC,      /* an executable graph id of the session */
+    FLYT_ARG_GNODE,      /* a graph node id of the session */
 };
 
 struct flyt_call_desc {

@@ -34,6 +34,14 @@ static CUresult translate_args(flyt_session *s, const struct flyt_call_desc *d, 
             r = flyt_lookup(s, a[i], FLYT_H_FUNC, &bh);
             a[i] = (uint64_t)(uintptr_t)bh;
             break;
+        case FLYT_ARG_GRAPH:
+        case FLYT_ARG_GEXEC:
+        case FLYT_ARG_GNODE:
+            r = flyt_lookup(s, a[i], d->kinds[i] == FLYT_ARG_GRAPH   ? FLYT_H_GRAPH
+                                     : d->kinds[i] == FLYT_ARG_GEXEC ? FLYT_H_GRAPH_EXEC
+                                                                     : FLYT_H_GRAPH_NODE, &bh);
+            a[i] = (uint64_t)(uintptr_t)bh;
+            break;
         case FLYT_ARG_DEVICE:
             r = a[i] == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
             break;

@@ -274,6 +274,8 @@ int handle_MEMCPY_HTOD(flyt_session *s, flyt_call *c)
     flyt_bhandle stream;
     box b = box_1d(r->dst, r->size);
     c->result = flyt_lookup_stream(s, r->stream, &stream);
+    if (c->result == CUDA_SUCCESS)
+        c->result = flyt_capture_refuse(s, stream, "a host-to-device copy from pageable memory");
     if (c->result == CUDA_SUCCESS && r->size > 0)
         c->result = check_box(&b);
     if (c->result == CUDA_SUCCESS && r->size > 0)
@@ -391,6 +393,8 @@ int handle_MEMCPY_3D(flyt_session *s, flyt_call *c)
     if (c->result == CUDA_SUCCESS && r->dir != FLYT_DIR_HTOD && r->dir != FLYT_DIR_DTOH &&
         r->dir != FLYT_DIR_DTOD)
         c->result = CUDA_ERROR_INVALID_VALUE;
+    if (c->result == CUDA_SUCCESS && r->dir == FLYT_DIR_HTOD)
+        c->result = flyt_capture_refuse(s, stream, "a 3D copy from pageable memory");
     if (c->result != CUDA_SUCCESS)
         return flyt_skip_data(s, c) == 0 ? FLYT_CONT : FLYT_END_IO;
     switch (r->dir) {

@@ -62,6 +62,8 @@ int handle_MEMCPY_HTOD_PEER(flyt_session *s, flyt_call *c)
     const flyt_req_memcpy_peer *r = c->req;
     flyt_bhandle stream;
     c->result = peer_ready(s, r, &stream);
+    if (c->result == CUDA_SUCCESS)
+        c->result = flyt_capture_refuse(s, stream, "a host-to-device copy from pageable memory");
     for (uint64_t off = 0; c->result == CUDA_SUCCESS && off < r->size;) {
         size_t want = r->size - off < CHUNK ? (size_t)(r->size - off) : CHUNK, got = 0;
         void *buf = s->b->ops->staging_get(s->b, want, &got);

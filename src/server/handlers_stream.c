@@ -110,14 +110,6 @@ int handle_STREAM_GET_PRIO(flyt_session *s, flyt_call *c)
     return FLYT_CONT;
 }
 
-/* Runs on a driver thread when the stream reaches the host function: tell
- * the client which of its functions to run. The server does not wait for
- * the client to run it. */
-static void host_func_trampoline(void *arg)
-{
-    flyt_post_callback(arg);
-}
-
 int handle_STREAM_HOST_FUNC(flyt_session *s, flyt_call *c)
 {
     const flyt_req_host_func *r = c->req;
@@ -125,15 +117,13 @@ int handle_STREAM_HOST_FUNC(flyt_session *s, flyt_call *c)
     c->result = flyt_lookup_stream(s, r->stream, &st);
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
-    struct flyt_cb_msg *m = calloc(1, sizeof *m);
+    struct flyt_cb_msg *m = flyt_host_func_msg(s, st, 0, r->callback_id);
     if (m == NULL) {
         c->result = CUDA_ERROR_OUT_OF_MEMORY;
         return FLYT_CONT;
     }
-    m->s = s;
-    m->callback_id = r->callback_id;
-    c->result = FLYT_BCALL(s, stream_host_func, st, host_func_trampoline, m);
-    if (c->result != CUDA_SUCCESS)
+    c->result = FLYT_BCALL(s, stream_host_func, st, flyt_host_func_run, m);
+    if (c->result != CUDA_SUCCESS && !m->keep)
         free(m); /* never enqueued, so never called */
     return FLYT_CONT;
 }

@@ -29,6 +29,9 @@ enum flyt_htype {
     FLYT_H_MIPMAP,
     FLYT_H_TEXOBJ, /* bh: the backend's CUtexObject value, which the client holds */
     FLYT_H_SURFOBJ,
+    FLYT_H_GRAPH,
+    FLYT_H_GRAPH_EXEC,
+    FLYT_H_GRAPH_NODE, /* owned by its graph: forgotten with it */
 };
 
 struct flyt_module_info {
@@ -67,6 +70,7 @@ struct flyt_hentry {
         struct flyt_region_info region;
         struct flyt_vmem_info   vmem;
         struct flyt_array_info  array;
+        uint64_t                graph; /* a node: its graph id; a graph: the stream capturing it, or 0 */
     } u;
 };
 

@@ -89,7 +89,7 @@ static void send_callback_frame(flyt_session *s, const struct flyt_cb_msg *m)
 {
     send_output(s);
     struct flyt_frame_hdr h = {sizeof(struct flyt_msg_callback), FLYT_OP_CALLBACK, 0, 0, 0};
-    struct flyt_msg_callback msg = {m->callback_id, 0, 0};
+    struct flyt_msg_callback msg = {m->callback_id, 0, m->keep};
     struct iovec iov[2] = {{&h, sizeof h}, {&msg, sizeof msg}};
     send_iov(s, iov, 2);
 }
@@ -597,6 +597,11 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     flyt_output_to_log(&s.output);
     flyt_memtab_free(&s.mem); /* closing the backend freed it all */
     flyt_regions_forget(&s); /* the client's shared memory: unmapped, not leaked */
+    while (s.kept) {
+        struct flyt_cb_msg *next = s.kept->next;
+        free(s.kept);
+        s.kept = next;
+    }
     flyt_handles_clear(&s.handles);
     close(fd);
 

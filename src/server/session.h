@@ -68,6 +68,7 @@ struct flyt_cb_msg {
     struct flyt_cb_msg    *next;
     struct flyt_session   *s;
     uint64_t               callback_id;
+    int                    keep; /* a graph's host node: posted as a copy, kept by the session */
 };
 
 typedef struct flyt_session {
@@ -105,6 +106,8 @@ typedef struct flyt_session {
     int                 send_busy;
     int                 send_failed;
     struct flyt_cb_msg *cbq_head, *cbq_tail;
+    struct flyt_cb_msg *kept;     /* graph host nodes' messages, freed at the end */
+    int                 captures; /* stream captures begun and not yet ended */
 
     /* kernel images of the session: shipped by the client (bytes) or found
      * in the cache dir, said when the session ends */
@@ -157,6 +160,17 @@ void flyt_reply_end(flyt_session *s);
 /* Sends an unsolicited CALLBACK frame for m and frees m. Safe from any
  * thread; never waits for a send in progress (it queues m instead). */
 void flyt_post_callback(struct flyt_cb_msg *m);
+
+/* A host function's message for stream st (a graph's host node when graph
+ * is not NULL or st is capturing); NULL when out of memory. */
+struct flyt_cb_msg *flyt_host_func_msg(flyt_session *s, flyt_bhandle st, int graph_node,
+                                       uint64_t callback_id);
+/* The trampoline the backend calls a host function message through. */
+void flyt_host_func_run(void *msg);
+
+/* CUDA_ERROR_NOT_SUPPORTED (and a warning saying why) when st is capturing:
+ * for copies whose source bytes came with the request. */
+CUresult flyt_capture_refuse(flyt_session *s, flyt_bhandle st, const char *what);
 
 /* Stream ids 0/1/2 map to the backend's fixed streams; others must be
  * STREAM_CREATE ids. CUDA_SUCCESS or CUDA_ERROR_INVALID_HANDLE. */

@@ -371,10 +371,18 @@ static void test_errors(void)
                            0) == cudaErrorInvalidResourceHandle,
           "launch of an unregistered function is cudaErrorInvalidResourceHandle");
     cudaGetLastError();
-    /* an unimplemented API says so instead of crashing */
-    cudaGraph_t g;
-    CHECK(cudaGraphCreate(&g, 0) == cudaErrorNotSupported, "unsupported API -> cudaErrorNotSupported");
+    /* a refused API says so instead of crashing (IPC: no other process of
+     * the VM can open the handle on the GPU node) */
+    void *dev = NULL;
+    cudaIpcMemHandle_t ipc;
+    CHECK(cudaMalloc(&dev, 16) == cudaSuccess &&
+              cudaIpcGetMemHandle(&ipc, dev) == cudaErrorNotSupported,
+          "unsupported API -> cudaErrorNotSupported");
+    cudaFree(dev);
     cudaGetLastError();
+    cudaGraph_t g = NULL;
+    CHECK(cudaGraphCreate(&g, 0) == cudaSuccess && cudaGraphDestroy(g) == cudaSuccess,
+          "graphs go through NVIDIA's runtime");
 }
 
 struct worker {

@@ -1,0 +1,66 @@
+/*
+ * Graphs of the host test backend: a graph is its nodes in the order they
+ * were added (which is an order their dependencies allow, since a node can
+ * only depend on nodes already there), and running it runs them in that
+ * order. Streams record into a graph while they capture.
+ */
+#ifndef FLYT_BACKEND_HOST_GRAPH_H
+#define FLYT_BACKEND_HOST_GRAPH_H
+
+#include <cuda.h>
+#include <stddef.h>
+
+#include "backend.h"
+
+struct hg_graph;
+struct hg_node;
+
+/* A capture in progress, shared by the streams that joined it. */
+struct hg_session {
+    struct hg_graph *graph;
+    uint64_t         id;
+    int              refs;  /* streams and events holding it */
+    int              ended; /* its origin stream ended it */
+    int              invalid;
+};
+
+/* Where a stream (or an event recorded during capture) stands in one. */
+struct hg_cap {
+    struct hg_session *sess;
+    struct hg_node   **deps;
+    size_t             ndeps;
+};
+
+struct hg_graph *hg_graph_new(void);
+void hg_graph_free(struct hg_graph *g);
+struct hg_graph *hg_graph_clone(const struct hg_graph *g);
+
+/* p: a translated node; fn/arg: a host node's function. child graphs are
+ * cloned into the node. */
+CUresult hg_add(struct hg_graph *g, struct hg_node *const *deps, size_t ndeps, const flyt_gnode *p,
+                flyt_host_func_cb fn, void *arg, struct hg_node **out);
+CUresult hg_add_deps(struct hg_graph *g, struct hg_node *const *from, struct hg_node *const *to,
+                     size_t n, int remove);
+unsigned hg_node_type(const struct hg_node *n); /* CUgraphNodeType */
+/* FLYT_GNODES_*; out NULL: *n = how many */
+void hg_nodes(const struct hg_graph *g, unsigned which, flyt_bhandle *out, size_t *n);
+char *hg_dot(const struct hg_graph *g);
+/* Same nodes of the same kinds with the same dependencies: an exec made
+ * from a can take b's parameters. */
+int hg_same_shape(const struct hg_graph *a, const struct hg_graph *b);
+/* record_event: what an event record node does. */
+void hg_run(const struct hg_graph *g, void (*record_event)(void *event));
+
+/* ---- capture ---- */
+int hg_capturing(const struct hg_cap *c); /* active and not invalidated */
+CUresult hg_cap_begin(struct hg_cap *c, uint64_t id);
+/* Adds a node after the capture's current dependencies. */
+CUresult hg_cap_record(struct hg_cap *c, const flyt_gnode *p, flyt_host_func_cb fn, void *arg);
+/* dst takes src's place in its capture (event record, stream wait). */
+CUresult hg_cap_copy(struct hg_cap *dst, const struct hg_cap *src);
+/* dst also depends on src's dependencies (a capturing stream waits). */
+CUresult hg_cap_merge(struct hg_cap *dst, const struct hg_cap *src);
+void hg_cap_drop(struct hg_cap *c);
+CUresult hg_cap_set_deps(struct hg_cap *c, struct hg_node *const *deps, size_t n, int add);
+
+#endif

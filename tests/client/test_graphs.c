@@ -1,0 +1,254 @@
+/*
+ * CUDA graphs through Flyt's libcuda.so.1 against the host-memory test
+ * backend (run by run_with_server.sh): stream capture across two streams,
+ * instantiate, launch, update, clone, inspection, explicit graphs of copies,
+ * memsets, host functions and child graphs, and the errors CUDA gives.
+ */
+#include <cuda.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define CU_OK(call)                                                             \
+    do {                                                                        \
+        CUresult r_ = (call);                                                   \
+        CHECK(r_ == CUDA_SUCCESS, "%s (got %d)", #call, (int)r_);               \
+    } while (0)
+
+#define N 256 /* 32-bit words per buffer */
+
+static atomic_int host_calls;
+static void count_call(void *arg) { atomic_fetch_add((atomic_int *)arg, 1); }
+
+static uint32_t word(CUdeviceptr p, size_t i)
+{
+    uint32_t v = 0;
+    cuMemcpyDtoH(&v, p + i * 4, 4);
+    return v;
+}
+
+/* memset a to value, then (on s2, forked and joined by events) copy a to
+ * b, then a host function: the graph a captured stream makes. */
+static CUgraph capture(CUstream s1, CUstream s2, CUevent fork, CUevent join, CUdeviceptr a,
+                       CUdeviceptr b, unsigned value)
+{
+    CUgraph g = NULL;
+    CU_OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CU_OK(cuMemsetD32Async(a, value, N, s1));
+    CU_OK(cuEventRecord(fork, s1));
+    CU_OK(cuStreamWaitEvent(s2, fork, 0));
+    CU_OK(cuMemcpyDtoDAsync(b, a, N * 4, s2));
+    CU_OK(cuEventRecord(join, s2));
+    CU_OK(cuStreamWaitEvent(s1, join, 0));
+    CU_OK(cuLaunchHostFunc(s1, count_call, &host_calls));
+    CU_OK(cuStreamEndCapture(s1, &g));
+    return g;
+}
+
+static void test_capture(CUdeviceptr a, CUdeviceptr b)
+{
+    CUstream s1, s2;
+    CUevent fork, join;
+    CU_OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+    CU_OK(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    CU_OK(cuStreamIsCapturing(s1, &st));
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE, "no stream captures at first");
+
+    CU_OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CU_OK(cuStreamIsCapturing(s1, &st));
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE, "a begun capture is active");
+    CHECK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL) != CUDA_SUCCESS,
+          "a capturing stream cannot begin another");
+    CU_OK(cuMemsetD32Async(a, 5, N, s1));
+    cuuint64_t id = 0;
+    CUgraph cg = NULL;
+    const CUgraphNode *deps = NULL;
+    size_t ndeps = 0;
+    CU_OK(cuStreamGetCaptureInfo(s1, &st, &id, &cg, &deps, NULL, &ndeps));
+    CHECK(cg != NULL && ndeps == 1 && deps && deps[0], "capture info: the graph and one dependency");
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+    CU_OK(cuGraphNodeGetType(deps[0], &type));
+    CHECK(type == CU_GRAPH_NODE_TYPE_MEMSET, "the dependency is the memset node (%d)", (int)type);
+    CUgraph g0 = NULL;
+    CU_OK(cuStreamEndCapture(s1, &g0));
+    CHECK(g0 == cg, "the ended capture gives the graph it built");
+    CHECK(word(a, 0) == 0, "captured work did not run");
+    CU_OK(cuGraphDestroy(g0));
+
+    CUgraph g = capture(s1, s2, fork, join, a, b, 7);
+    CHECK(g != NULL && atomic_load(&host_calls) == 0, "a captured host function does not run");
+    size_t n = 0;
+    CU_OK(cuGraphGetNodes(g, NULL, &n));
+    CHECK(n == 3, "three nodes: memset, copy, host function (%zu)", n);
+    CUgraphNode roots[4] = {0}, from[4] = {0}, to[4] = {0};
+    size_t nroots = 4, nedges = 4;
+    CU_OK(cuGraphGetRootNodes(g, roots, &nroots));
+    CU_OK(cuGraphGetEdges(g, from, to, NULL, &nedges));
+    /* the join adds the copy to the memset the host function depends on */
+    CHECK(nroots == 1 && nedges == 3 && from[0] == roots[0] && to[2] == to[1],
+          "one root, three edges, from the root (%zu, %zu)", nroots, nedges);
+
+    CUgraphExec x = NULL;
+    CU_OK(cuGraphInstantiateWithFlags(&x, g, 0));
+    for (int i = 0; i < 3; i++)
+        CU_OK(cuGraphLaunch(x, s1));
+    CU_OK(cuStreamSynchronize(s1));
+    CHECK(atomic_load(&host_calls) == 3, "the host function ran at each of 3 launches (%d)",
+          atomic_load(&host_calls));
+    CHECK(word(b, N - 1) == 7, "the launches copied the memset value (%u)", word(b, N - 1));
+
+    CUgraph g9 = capture(s1, s2, fork, join, a, b, 9);
+    CUgraphExecUpdateResultInfo info;
+    CU_OK(cuGraphExecUpdate_v2(x, g9, &info));
+    CHECK(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS, "an exec takes a graph of the same shape");
+    CU_OK(cuGraphUpload(x, s1));
+    CU_OK(cuGraphLaunch(x, s1));
+    CU_OK(cuStreamSynchronize(s1));
+    CHECK(word(b, 0) == 9, "the updated exec runs the new values (%u)", word(b, 0));
+
+    CUgraph clone = NULL;
+    CUgraphExec xc = NULL;
+    CU_OK(cuGraphClone(&clone, g));
+    CU_OK(cuGraphInstantiateWithFlags(&xc, clone, 0));
+    CU_OK(cuGraphLaunch(xc, s1));
+    CU_OK(cuStreamSynchronize(s1));
+    CHECK(word(b, 0) == 7, "a clone runs the original's work (%u)", word(b, 0));
+
+    char path[] = "/tmp/flyt-test-dot-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0)
+        close(fd);
+    CU_OK(cuGraphDebugDotPrint(g, path, 0));
+    FILE *f = fopen(path, "r");
+    char line[64] = "";
+    CHECK(f && fgets(line, sizeof line, f) && strncmp(line, "digraph", 7) == 0,
+          "the dot text lands in the caller's file");
+    if (f)
+        fclose(f);
+    unlink(path);
+
+    CUgraph g2 = NULL;
+    /* an allocation in RELAXED mode during a capture, as PyTorch's allocator makes */
+    CU_OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    CU_OK(cuThreadExchangeStreamCaptureMode(&mode));
+    CUdeviceptr extra = 0;
+    CU_OK(cuMemAlloc(&extra, 64));
+    CU_OK(cuThreadExchangeStreamCaptureMode(&mode));
+    CHECK(mode == CU_STREAM_CAPTURE_MODE_RELAXED, "the thread's mode is exchanged back");
+    CU_OK(cuStreamEndCapture(s1, &g2));
+    CU_OK(cuGraphDestroy(g2));
+    CU_OK(cuMemFree(extra));
+
+    /* a synchronisation inside a capture fails and invalidates it */
+    CU_OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuStreamSynchronize(s1) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+          "synchronising a capturing stream is unsupported");
+    CU_OK(cuStreamIsCapturing(s1, &st));
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED, "and invalidates the capture");
+    CUgraph bad = (CUgraph)1;
+    CHECK(cuStreamEndCapture(s1, &bad) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED && bad == NULL,
+          "ending it says so and gives no graph");
+    CHECK(cuStreamEndCapture(s1, &bad) == CUDA_ERROR_ILLEGAL_STATE, "nothing left to end");
+    CHECK(cuStreamBeginCapture(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL) ==
+              CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "the legacy stream cannot capture");
+
+    /* bytes that travel with a request would be stale at the next launch */
+    uint32_t pageable[4] = {1, 2, 3, 4};
+    CU_OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUresult copy = cuMemcpyHtoDAsync(a, pageable, sizeof pageable, s1);
+    g2 = NULL;
+    CUresult end = cuStreamEndCapture(s1, &g2);
+    CHECK(copy == CUDA_ERROR_NOT_SUPPORTED || end == CUDA_ERROR_NOT_SUPPORTED,
+          "a pageable copy in a capture is refused (%d, %d)", (int)copy, (int)end);
+    if (g2)
+        cuGraphDestroy(g2);
+
+    CU_OK(cuGraphExecDestroy(xc));
+    CU_OK(cuGraphExecDestroy(x));
+    CU_OK(cuGraphDestroy(clone));
+    CU_OK(cuGraphDestroy(g9));
+    CU_OK(cuGraphDestroy(g));
+    CU_OK(cuEventDestroy(fork));
+    CU_OK(cuEventDestroy(join));
+    CU_OK(cuStreamDestroy(s1));
+    CU_OK(cuStreamDestroy(s2));
+}
+
+static void test_explicit(CUdeviceptr a, CUdeviceptr b)
+{
+    CUgraph child = NULL, g = NULL;
+    CU_OK(cuGraphCreate(&child, 0));
+    CUgraphNode set_b, set_a, copy, host, sub, empty;
+    CUDA_MEMSET_NODE_PARAMS m = {.dst = b, .value = 3, .elementSize = 4, .width = N, .height = 1};
+    CU_OK(cuGraphAddMemsetNode(&set_b, child, NULL, 0, &m, NULL));
+
+    CU_OK(cuGraphCreate(&g, 0));
+    m.dst = a;
+    m.value = 0x11223344;
+    CU_OK(cuGraphAddMemsetNode(&set_a, g, NULL, 0, &m, NULL));
+    CUDA_MEMCPY3D c = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a,
+                       .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b + 4 * N / 2,
+                       .WidthInBytes = 4 * N / 2, .Height = 1, .Depth = 1};
+    CU_OK(cuGraphAddChildGraphNode(&sub, g, &set_a, 1, child));
+    CU_OK(cuGraphAddMemcpyNode(&copy, g, &sub, 1, &c, NULL));
+    CUDA_HOST_NODE_PARAMS h = {.fn = count_call, .userData = &host_calls};
+    CU_OK(cuGraphAddHostNode(&host, g, NULL, 0, &h));
+    CU_OK(cuGraphAddEmptyNode(&empty, g, NULL, 0));
+    CU_OK(cuGraphAddDependencies(g, &copy, &host, NULL, 1));
+    size_t nedges = 0;
+    CU_OK(cuGraphGetEdges(g, NULL, NULL, NULL, &nedges));
+    CHECK(nedges == 3, "three edges (%zu)", nedges);
+
+    uint32_t pageable[N];
+    CUDA_MEMCPY3D up = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = pageable,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = a,
+                        .WidthInBytes = sizeof pageable, .Height = 1, .Depth = 1};
+    CUgraphNode refused;
+    CHECK(cuGraphAddMemcpyNode(&refused, g, NULL, 0, &up, NULL) == CUDA_ERROR_NOT_SUPPORTED,
+          "a copy node from pageable memory is refused");
+
+    int before = atomic_load(&host_calls);
+    CUgraphExec x = NULL;
+    CU_OK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CU_OK(cuGraphLaunch(x, NULL));
+    CU_OK(cuCtxSynchronize());
+    CHECK(word(b, 0) == 3 && word(b, N - 1) == 0x11223344, "child memset, then the copy (%x %x)",
+          word(b, 0), word(b, N - 1));
+    CHECK(atomic_load(&host_calls) == before + 1, "the host node ran once");
+    cuuint64_t flags = 1;
+    CU_OK(cuGraphExecGetFlags(x, &flags));
+    CHECK(flags == 0, "the exec's flags");
+    CU_OK(cuGraphExecDestroy(x));
+    CU_OK(cuGraphDestroy(g));
+    CU_OK(cuGraphDestroy(child));
+}
+
+int main(void)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    CU_OK(cuInit(0));
+    CU_OK(cuDeviceGet(&dev, 0));
+    CU_OK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CU_OK(cuCtxSetCurrent(ctx));
+    CUdeviceptr a = 0, b = 0;
+    CU_OK(cuMemAlloc(&a, N * 4));
+    CU_OK(cuMemAlloc(&b, N * 4));
+    test_capture(a, b);
+    test_explicit(a, b);
+    cuuint64_t used = 1;
+    CU_OK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used));
+    CU_OK(cuDeviceGraphMemTrim(dev));
+    CU_OK(cuMemFree(a));
+    CU_OK(cuMemFree(b));
+    return CHECK_DONE();
+}
