@@ -320,6 +320,10 @@ static CUresult instantiate(CUgraphExec *exec, CUgraph graph, uint64_t flags, CU
 }
 FLYT_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long long flags)
 {
+    /* uploading needs a stream, which only cuGraphInstantiateWithParams
+     * names: the driver refuses the flag here (measured on the H100) */
+    if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)
+        return CUDA_ERROR_INVALID_VALUE;
     return instantiate(exec, g, flags, NULL, 0, NULL, NULL);
 }
 FLYT_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph g, CUgraphNode *err_node,

@@ -117,6 +117,9 @@ static void test_capture(CUdeviceptr a, CUdeviceptr b)
     CUgraph clone = NULL;
     CUgraphExec xc = NULL;
     CU_OK(cuGraphClone(&clone, g));
+    CHECK(cuGraphInstantiateWithFlags(&xc, clone, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) ==
+              CUDA_ERROR_INVALID_VALUE,
+          "the upload flag without the params form's stream is refused, as by the driver");
     CU_OK(cuGraphInstantiateWithFlags(&xc, clone, 0));
     CU_OK(cuGraphLaunch(xc, s1));
     CU_OK(cuStreamSynchronize(s1));

@@ -128,7 +128,15 @@ int main(void)
     cudaGraph_t clone;
     cudaGraphExec_t xc;
     CHECK(cudaGraphClone(&clone, g));
-    CHECK(cudaGraphInstantiateWithFlags(&xc, clone, cudaGraphInstantiateFlagUpload));
+    // the upload flag needs the stream only the params form names
+    printf("instantiate with the upload flag but no stream: %s\n",
+           cudaGetErrorName(cudaGraphInstantiateWithFlags(&xc, clone, cudaGraphInstantiateFlagUpload)));
+    cudaGraphInstantiateParams ip;
+    memset(&ip, 0, sizeof ip);
+    ip.flags = cudaGraphInstantiateFlagUpload;
+    ip.uploadStream = B.s1;
+    CHECK(cudaGraphInstantiateWithParams(&xc, clone, &ip));
+    expect(ip.result_out == cudaGraphInstantiateSuccess, "the clone instantiated and uploaded");
     CHECK(cudaGraphLaunch(xc, B.s1));
     CHECK(cudaStreamSynchronize(B.s1));
     expect(out_is(&B, 5.0f), "the clone runs the original's work");
