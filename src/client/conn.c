@@ -695,6 +695,26 @@ static int start_threads(void)
     return rc;
 }
 
+/* The first of the comma-separated alternatives of endpoint that accepts a
+ * connection, in order: a node lists its server's Unix socket before its
+ * TCP address, so a client on the same machine gets the Unix socket (and
+ * with it shared memory), one elsewhere finds no such path and goes on.
+ * The fd, -1 when none connected, -2 when an alternative is malformed. */
+static int connect_any(const char *endpoint, int timeout_s, flyt_addr *addr, char *err,
+                       size_t errlen)
+{
+    char list[sizeof ((struct target *)0)->endpoint], *save = NULL;
+    snprintf(list, sizeof list, "%s", endpoint);
+    snprintf(err, errlen, "no address");
+    int fd = -1;
+    for (char *one = strtok_r(list, ",", &save); one && fd < 0; one = strtok_r(NULL, ",", &save)) {
+        if (flyt_addr_parse(one, addr, err, errlen) != 0)
+            return -2;
+        fd = flyt_connect_timeout(addr, timeout_s * 1000, err, errlen);
+    }
+    return fd;
+}
+
 static int connect_server(void)
 {
     struct target t;
@@ -716,14 +736,14 @@ static int connect_server(void)
     const char *where = t.endpoint;
     flyt_addr addr;
     char err[256];
-    if (flyt_addr_parse(where, &addr, err, sizeof err) != 0) {
-        report_once("bad server address from %s: %s", t.origin, err);
-        return -1;
-    }
     int timeout_s = env_seconds("FLYT_CONNECT_TIMEOUT", 20);
-    conn.fd = flyt_connect_timeout(&addr, timeout_s * 1000, err, sizeof err);
-    if (conn.fd < 0) {
+    conn.fd = connect_any(where, timeout_s, &addr, err, sizeof err);
+    if (conn.fd == -2)
+        report_once("bad server address from %s: %s", t.origin, err);
+    else if (conn.fd < 0)
         report_once("no GPU server reachable at %s (from %s): %s", where, t.origin, err);
+    if (conn.fd < 0) {
+        conn.fd = -1;
         return -1;
     }
     const char *shm = getenv("FLYT_SHM");

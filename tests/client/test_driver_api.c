@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -370,11 +371,24 @@ static void test_proc_address(void)
     dlclose(lib);
 }
 
-/* Whether this run's server shares memory with us (Unix socket, FLYT_SHM on). */
+/* Whether this run's server shares memory with us (Unix socket, FLYT_SHM on):
+ * the client takes the first alternative of FLYT_SERVER that accepts, so the
+ * first one that is a TCP address or an existing Unix socket decides. */
 static int shares_memory(void)
 {
     const char *addr = getenv("FLYT_SERVER"), *shm = getenv("FLYT_SHM");
-    return addr && strncmp(addr, "unix:", 5) == 0 && !(shm && strcmp(shm, "0") == 0);
+    if (addr == NULL || (shm && strcmp(shm, "0") == 0))
+        return 0;
+    char list[512], *save = NULL;
+    snprintf(list, sizeof list, "%s", addr);
+    for (char *one = strtok_r(list, ",", &save); one; one = strtok_r(NULL, ",", &save)) {
+        struct stat st;
+        if (strncmp(one, "unix:", 5) != 0)
+            return 0;
+        if (stat(one + 5, &st) == 0 && S_ISSOCK(st.st_mode))
+            return 1;
+    }
+    return 0;
 }
 
 static int device_attr(CUdevice_attribute attr)
