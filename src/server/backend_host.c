@@ -423,7 +423,7 @@ static void fill_attrs(struct host_backend *h)
     A(HOST_REGISTER_SUPPORTED, p->hostRegisterSupported);
     A(PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, p->pageableMemoryAccessUsesHostPageTables);
     A(DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, p->directManagedMemAccessFromHost);
-    A(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
+    A(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1); /* reserve/create/map: host_vmm_* */
     A(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0);
     A(HANDLE_TYPE_WIN32_HANDLE_SUPPORTED, 0);
     A(HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED, 0);

@@ -200,6 +200,9 @@ static void test_vmm(void)
     CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                                 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    int vmm = 0;
+    CU_OK(cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+    CHECK(vmm == 1, "the device says it supports virtual memory management");
     size_t gran = 0;
     CU_OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
     CHECK(gran == 2u << 20, "VMM granularity %zu", gran);

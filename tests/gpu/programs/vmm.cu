@@ -45,6 +45,9 @@ static unsigned long long device_sum(CUdeviceptr p, size_t n, unsigned long long
 int main(void)
 {
     CHECK(cudaFree(0));
+    int vmm = 0;
+    DRV(cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+    printf("virtual memory management supported: %d\n", vmm);
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof prop);
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
