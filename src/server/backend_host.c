@@ -2310,7 +2310,6 @@ static CUresult host_array_destroy(flyt_backend *b, flyt_bhandle array)
     return CUDA_SUCCESS;
 }
 
-
 static CUresult host_mipmap_create(flyt_backend *b, const CUDA_ARRAY3D_DESCRIPTOR *d,
                                    unsigned levels, flyt_bhandle *mipmap)
 {
@@ -2318,8 +2317,8 @@ static CUresult host_mipmap_create(flyt_backend *b, const CUDA_ARRAY3D_DESCRIPTO
     size_t largest = d->Width > d->Height ? d->Width : d->Height;
     if (!(d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) && d->Depth > largest)
         largest = d->Depth;
-    unsigned most = 1;
-    while (largest >> most)
+    unsigned most = 1; /* levels down to 1x1: 1 + floor(log2(largest)) */
+    while (most < 64 && (largest >> most))
         most++;
     if (levels == 0 || levels > most)
         return CUDA_ERROR_INVALID_VALUE;
