@@ -17,6 +17,8 @@
 
 static pid_t peer_pid(flyt_session *s)
 {
+    if (s->peer_pid == 0 && s->cfg->no_peer_memory)
+        s->peer_pid = -1;
     if (s->peer_pid == 0) {
         struct ucred cred;
         socklen_t len = sizeof cred;

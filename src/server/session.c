@@ -603,6 +603,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
         s.kept = next;
     }
     flyt_handles_clear(&s.handles);
+    free(s.in);
     close(fd);
 
     switch (rc) {

@@ -59,6 +59,11 @@ struct flyt_server_config {
     const int *sm_groups;
     int        sm_ngroups;
     unsigned   sm_granularity;
+
+    /* In-process fuzzing: the peer is this very process, so the server must
+     * never read or write the peer's memory (peer copies are refused and the
+     * client falls back to the socket). */
+    int no_peer_memory;
 };
 
 /* A host-function notification: made when the host function is enqueued

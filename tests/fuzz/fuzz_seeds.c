@@ -1,0 +1,75 @@
+/*
+ * Writes the session target's seed corpus into DIR: for every op of
+ * flyt_ops.def one frame with its request zeroed (and for CALL one per call
+ * id), and a few sequences a client really sends (an allocation;
+ * a stream with a client-chosen id, synchronised and destroyed). libFuzzer
+ * mutates from these; the replay runs them in CI.
+ * usage: fuzz_seeds DIR
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flyt_proto.h"
+
+static unsigned char seq_buf[1 << 16];
+static size_t seq_len;
+
+static void frame(uint16_t op, uint16_t flags, const void *req, size_t len)
+{
+    struct flyt_frame_hdr h = {(uint32_t)len, op, flags, (uint32_t)(seq_len + 2), 0};
+    memcpy(seq_buf + seq_len, &h, sizeof h);
+    memcpy(seq_buf + seq_len + sizeof h, req, len);
+    seq_len += sizeof h + len;
+}
+
+static void write_seed(const char *dir, const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(seq_buf, 1, seq_len, f) != seq_len || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+    seq_len = 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+        return 2;
+    }
+    const char *dir = argv[1];
+    static const unsigned char zeros[4096];
+    char name[96];
+#define FLYT_OP(op_name, num, req, rep, fl)                        \
+    frame(num, 0, zeros, sizeof(req) <= sizeof zeros ? sizeof(req) : 0); \
+    write_seed(dir, "op-" #op_name);
+#include "flyt_ops.def"
+#undef FLYT_OP
+    for (uint32_t id = 1; id < 64; id++) {
+        flyt_req_call call = {.id = id};
+        frame(FLYT_OP_CALL, 0, &call, sizeof call);
+        snprintf(name, sizeof name, "call-%u", id);
+        write_seed(dir, name);
+    }
+
+    /* an allocation (its address is the backend's: later frames cannot know it) */
+    flyt_req_mem_alloc alloc = {.size = 4096};
+    frame(FLYT_OP_MEM_ALLOC, 0, &alloc, sizeof alloc);
+    write_seed(dir, "seq-alloc");
+
+    /* a stream and an event with client-chosen ids, recorded and synchronised */
+    flyt_req_stream_create sc;
+    memset(&sc, 0, sizeof sc);
+    sc.id = FLYT_CLIENT_IDS + 1;
+    frame(FLYT_OP_STREAM_CREATE, FLYT_F_NOREPLY, &sc, sizeof sc);
+    flyt_req_handle sync = {.handle = FLYT_CLIENT_IDS + 1};
+    frame(FLYT_OP_STREAM_SYNC, 0, &sync, sizeof sync);
+    frame(FLYT_OP_STREAM_DESTROY, 0, &sync, sizeof sync);
+    write_seed(dir, "seq-stream");
+    return 0;
+}
