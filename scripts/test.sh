@@ -27,14 +27,18 @@ if [ "${1:-}" != "--quick" ]; then
   echo "=== fuzz build (clang, libFuzzer) and ${fuzz_seconds}s per target"
   CC=clang cmake -S "$root" -B "$dir" -DFLYT_GPU_PROGRAMS=OFF -DFLYT_FUZZ=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
-  cmake --build "$dir" -j "$jobs" --target fuzz_session fuzz_seeds > "$dir.build.log" 2>&1 \
+  cmake --build "$dir" -j "$jobs" --target fuzz_session fuzz_config fuzz_seeds > "$dir.build.log" 2>&1 \
     || { cat "$dir.build.log"; exit 1; }
-  work="$dir/corpus-session"
-  rm -rf "$work" "$dir/artifacts" && mkdir -p "$work" "$dir/artifacts"
-  "$dir/bin/fuzz_seeds" "$work"
-  cp "$root"/tests/fuzz/corpus/session/* "$work"/
-  # a crash, leak, hang (10 s) or undefined behaviour fails CI; the input is
-  # kept in build-fuzz/artifacts and belongs in tests/fuzz/corpus/session
-  "$dir/bin/fuzz_session" "$work" -max_total_time="$fuzz_seconds" -timeout=10 \
-    -rss_limit_mb=4096 -artifact_prefix="$dir/artifacts/" -print_final_stats=1 2>&1 | tail -n 15
+  rm -rf "$dir/artifacts" && mkdir -p "$dir/artifacts"
+  for target in session config; do
+    work="$dir/corpus-$target"
+    rm -rf "$work" && mkdir -p "$work"
+    [ $target = session ] && "$dir/bin/fuzz_seeds" "$work"
+    cp "$root"/tests/fuzz/corpus/$target/* "$work"/
+    # a crash, leak, hang (10 s) or undefined behaviour fails CI; the input
+    # is kept in build-fuzz/artifacts and belongs in tests/fuzz/corpus/TARGET
+    echo "--- fuzz_$target"
+    "$dir/bin/fuzz_$target" "$work" -max_total_time="$fuzz_seconds" -timeout=10 \
+      -rss_limit_mb=4096 -artifact_prefix="$dir/artifacts/" -print_final_stats=1 2>&1 | tail -n 8
+  done
 fi
