@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -60,6 +61,7 @@ static struct {
     int device_count;
     int shares_memory;
     int server_minor;
+    pid_t server_pid; /* the session's process, from HELLO */
     pid_t pid; /* the process that connected: a forked child has no receiver */
     flyt_rep_device_snapshot snapshot;
 
@@ -641,6 +643,7 @@ static int handshake(const char *where, const struct target *t)
     }
     conn.device_count = (int)rep.device_count;
     conn.server_minor = rep.minor;
+    conn.server_pid = (pid_t)rep.server_pid;
     if (!(rep.flags & FLYT_HELLO_AUTH_REQUIRED))
         return 0;
     size_t len = strlen(t->token);
@@ -757,6 +760,11 @@ static int connect_server(void)
         conn.fd = -1;
         return -1;
     }
+    /* The server copies pageable memory of this process as this process's
+     * user; where Yama restricts such access to ancestors, this names the
+     * session's process as allowed (no effect elsewhere). */
+    if (addr.kind == FLYT_ADDR_UNIX && conn.server_pid > 0)
+        prctl(PR_SET_PTRACER, (unsigned long)conn.server_pid, 0, 0, 0);
     conn.pid = getpid();
     if (start_threads() != 0) {
         report_once("cannot start the client threads");

@@ -3,12 +3,19 @@
  * machine. The server moves the bytes between the client's buffer and its
  * pinned staging buffers with process_vm_readv/writev (one copy, no socket),
  * and the staging ring overlaps that with the DMA of the previous chunk.
- * The process is the socket's peer by SO_PEERCRED: a client can only name
- * addresses of its own.
+ * The process is the socket's peer by SO_PEERCRED, and every access runs
+ * with the credentials the client connected with: the kernel's own ptrace
+ * check then allows exactly what the client could do itself. A process that
+ * since became another user's (the client forked, kept the socket in the
+ * child and the parent exec'd a setuid program; or its pid was reused) is
+ * refused like memory of another machine (CUDA_ERROR_NOT_PERMITTED: the
+ * client falls back to the socket), and its addresses are never probed.
  */
 #include <errno.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "flyt_log.h"
 #include "session.h"
@@ -25,28 +32,73 @@ static pid_t peer_pid(flyt_session *s)
         s->peer_pid = getsockopt(s->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0
                           ? cred.pid
                           : -1;
+        s->peer_uid = cred.uid;
+        s->peer_gid = cred.gid;
     }
     return s->peer_pid;
 }
 
-/* Moves len bytes between local and the peer's remote address. */
-static CUresult peer_io(pid_t pid, void *local, uint64_t remote, size_t len, int write)
+/* This thread takes the client's user and group for real and effective ids
+ * (raw system calls: only this thread changes; the saved ids keep what it
+ * was, to come back). Effective ids other than root's also leave no
+ * capability, so CAP_SYS_PTRACE cannot bypass the kernel's check. 0, or -1
+ * when this server may not act as that user. */
+static int become_peer(const flyt_session *s, uid_t *uid_was, gid_t *gid_was)
 {
-    while (len > 0) {
+    *uid_was = geteuid();
+    *gid_was = getegid();
+    if (*uid_was == s->peer_uid && *gid_was == s->peer_gid)
+        return 0; /* already the client's user: the kernel checks with these */
+    if (*uid_was != 0)
+        return -1; /* another unprivileged user: never on its behalf */
+    if (syscall(SYS_setresgid, s->peer_gid, s->peer_gid, (gid_t)-1) != 0)
+        return -1;
+    if (syscall(SYS_setresuid, s->peer_uid, s->peer_uid, (uid_t)-1) != 0) {
+        syscall(SYS_setresgid, *gid_was, *gid_was, (gid_t)-1);
+        return -1;
+    }
+    return 0;
+}
+
+static void become_server(uid_t uid_was, gid_t gid_was)
+{
+    if (geteuid() == uid_was && getegid() == gid_was)
+        return;
+    /* both back from the saved ids; failing here would leave the session
+     * thread as the client: nothing it could safely go on doing */
+    if (syscall(SYS_setresuid, uid_was, uid_was, (uid_t)-1) != 0 ||
+        syscall(SYS_setresgid, gid_was, gid_was, (gid_t)-1) != 0)
+        abort();
+}
+
+/* Moves len bytes between local and the peer's remote address, as the peer's
+ * user (become_peer). */
+static CUresult peer_io(const flyt_session *s, void *local, uint64_t remote, size_t len, int write)
+{
+    uid_t uid_was;
+    gid_t gid_was;
+    if (become_peer(s, &uid_was, &gid_was) != 0)
+        return CUDA_ERROR_NOT_PERMITTED;
+    CUresult res = CUDA_SUCCESS;
+    pid_t pid = s->peer_pid;
+    while (len > 0 && res == CUDA_SUCCESS) {
         struct iovec l = {local, len}, r = {(void *)(uintptr_t)remote, len};
         ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
                           : process_vm_readv(pid, &l, 1, &r, 1, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
-            return errno == EFAULT ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_PERMITTED;
-        if (n == 0)
-            return CUDA_ERROR_INVALID_VALUE;
-        local = (char *)local + n;
-        remote += (uint64_t)n;
-        len -= (size_t)n;
+            res = errno == EFAULT ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_PERMITTED;
+        else if (n == 0)
+            res = CUDA_ERROR_INVALID_VALUE;
+        else {
+            local = (char *)local + n;
+            remote += (uint64_t)n;
+            len -= (size_t)n;
+        }
     }
-    return CUDA_SUCCESS;
+    become_server(uid_was, gid_was);
+    return res;
 }
 
 static CUresult peer_ready(flyt_session *s, const flyt_req_memcpy_peer *r, flyt_bhandle *stream)
@@ -73,7 +125,7 @@ int handle_MEMCPY_HTOD_PEER(flyt_session *s, flyt_call *c)
             c->result = CUDA_ERROR_OUT_OF_MEMORY;
             break;
         }
-        c->result = peer_io(s->peer_pid, buf, r->src + off, got, 0);
+        c->result = peer_io(s, buf, r->src + off, got, 0);
         if (c->result != CUDA_SUCCESS) {
             s->b->ops->staging_put(s->b, buf);
             break;
@@ -152,7 +204,7 @@ int handle_MEMCPY_DTOH_PEER(flyt_session *s, flyt_call *c)
         if (c->result == CUDA_SUCCESS)
             c->result = FLYT_BCALL(s, event_sync, p.done[cur]);
         if (c->result == CUDA_SUCCESS)
-            c->result = peer_io(s->peer_pid, p.buf[cur], r->dst + off, n, 1);
+            c->result = peer_io(s, p.buf[cur], r->dst + off, n, 1);
         off += n;
         cur = !cur;
     }

@@ -80,6 +80,8 @@ typedef struct flyt_session {
     int                              fd;
     int                              passed_fd; /* a descriptor that came with a frame, or -1 */
     pid_t                            peer_pid;  /* SO_PEERCRED pid; 0 unknown yet, -1 none (TCP) */
+    uid_t                            peer_uid;  /* and its credentials at connect */
+    gid_t                            peer_gid;
 
     /* Input buffer: one recv brings in as many pipelined frames as have
      * arrived (a launch costs no syscall of its own). Offsets count bytes
