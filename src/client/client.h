@@ -66,6 +66,8 @@ int flyt_conn_shares_memory(void);
  * in stream order, when the server reports that the stream reached them. */
 uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CUstream stream,
                                 void *user);
+/* A registered host function and its argument: 0, or -1 for an unknown id. */
+int flyt_callback_find(uint64_t id, CUhostFn *host_fn, void **user);
 
 /* Whether this process's session gets the driver's output (OUTPUT frames):
  * connected here (not a forked child), not lost, a server that sends it. */
@@ -153,6 +155,8 @@ void flyt_range_clear_device(void);
 int flyt_range_set_region(uint64_t base, uint64_t region);
 /* The region holding all of [addr, addr + n), with addr's offset in it; 0 if none. */
 uint64_t flyt_range_region(uint64_t addr, uint64_t n, uint64_t *offset);
+/* The client address of a region's start; 0 if none. */
+uint64_t flyt_range_region_base(uint64_t region);
 void flyt_range_forget_regions(void);
 
 /* ---- host memory at one address in client and server (memory.c, managed.c) ---- */
@@ -190,6 +194,8 @@ CUresult flyt_function_ready(struct flyt_function *f, uint64_t *server_id);
 /* flyt_function_from and flyt_function_ready at once: the record behind a
  * CUfunction/CUkernel with its server id, or CUDA_ERROR_INVALID_HANDLE. */
 CUresult flyt_function_use(const void *handle, struct flyt_function **f, uint64_t *server_id);
+/* The record whose server id is id (this reset generation); NULL if none. */
+struct flyt_function *flyt_function_by_server_id(uint64_t id);
 /* After a primary context reset every server id is gone. */
 void flyt_modules_reset(void);
 
@@ -211,6 +217,18 @@ void flyt_packed_free(struct flyt_packed *p);
 /* ---- graphs (graph.c) ---- */
 /* A new client-chosen id for a stream, event, graph, exec or node. */
 uint64_t flyt_new_id(void);
+/* A node's parameters as the wire carries them (graph.c): checked as the
+ * driver checks them; a host node's function gets registered; a kernel
+ * node's packed parameters are in pk (freed with flyt_packed_free). */
+CUresult flyt_gnode_memset(const CUDA_MEMSET_NODE_PARAMS *m, flyt_gnode *p);
+CUresult flyt_gnode_copy(const char *call, const CUDA_MEMCPY3D *c, flyt_gnode *p);
+CUresult flyt_gnode_host(const CUDA_HOST_NODE_PARAMS *h, flyt_gnode *p);
+CUresult flyt_gnode_kernel(const CUDA_KERNEL_NODE_PARAMS *k, flyt_gnode *p, struct flyt_packed *pk);
+CUDA_KERNEL_NODE_PARAMS flyt_kernel_params_v2(const CUDA_KERNEL_NODE_PARAMS_v1 *k);
+/* Adds a node with an id chosen here; params: a kernel node's packed
+ * parameters; *dptr (may be NULL): a memory-alloc node's address. */
+CUresult flyt_graph_add_node(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                             const flyt_gnode *p, const void *params, uint64_t *dptr);
 
 static inline CUdeviceptr flyt_dptr(uint64_t v) { return (CUdeviceptr)v; }
 /* Handles are our records, always 8-byte aligned: anything else (NVIDIA's

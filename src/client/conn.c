@@ -190,6 +190,20 @@ uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CU
     return cb->id;
 }
 
+int flyt_callback_find(uint64_t id, CUhostFn *host_fn, void **user)
+{
+    pthread_mutex_lock(&conn.cb_lock);
+    struct callback *cb = conn.cb_registered;
+    while (cb && cb->id != id)
+        cb = cb->next;
+    if (cb) {
+        *host_fn = cb->host_fn;
+        *user = cb->user;
+    }
+    pthread_mutex_unlock(&conn.cb_lock);
+    return cb ? 0 : -1;
+}
+
 /* keep: the callback is a graph's host node, which runs at every launch of
  * the graph, so a copy runs and the registration stays (for the life of
  * the process: the client does not learn when the last graph holding it is

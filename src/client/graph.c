@@ -427,6 +427,33 @@ FLYT_EXPORT CUresult cuGraphGetRootNodes(CUgraph g, CUgraphNode *nodes, size_t *
 {
     return graph_nodes(g, FLYT_GNODES_ROOTS, 1, nodes, NULL, n);
 }
+/* A node's dependencies or dependents (edge data: only the default). */
+static CUresult node_edges(CUgraphNode node, unsigned which, CUgraphNode *nodes, CUgraphEdgeData *edges,
+                           size_t *n)
+{
+    CUresult r = graph_nodes((CUgraph)node, which, 1, nodes, NULL, n);
+    if (r == CUDA_SUCCESS && edges && nodes)
+        memset(edges, 0, *n * sizeof *edges);
+    return r;
+}
+FLYT_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode node, CUgraphNode *deps,
+                                                   CUgraphEdgeData *edges, size_t *n)
+{
+    return node_edges(node, FLYT_GNODES_DEPS, deps, edges, n);
+}
+FLYT_EXPORT CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode *deps, size_t *n)
+{
+    return node_edges(node, FLYT_GNODES_DEPS, deps, NULL, n);
+}
+FLYT_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode node, CUgraphNode *dependents,
+                                                     CUgraphEdgeData *edges, size_t *n)
+{
+    return node_edges(node, FLYT_GNODES_DEPENDENTS, dependents, edges, n);
+}
+FLYT_EXPORT CUresult cuGraphNodeGetDependentNodes(CUgraphNode node, CUgraphNode *dependents, size_t *n)
+{
+    return node_edges(node, FLYT_GNODES_DEPENDENTS, dependents, NULL, n);
+}
 FLYT_EXPORT CUresult cuGraphGetEdges_v2(CUgraph g, CUgraphNode *from, CUgraphNode *to,
                                         CUgraphEdgeData *edges, size_t *n)
 {
@@ -480,8 +507,8 @@ FLYT_EXPORT CUresult cuGraphDebugDotPrint(CUgraph g, const char *path, unsigned 
 
 /* Adds a node with the id chosen here; params: a kernel node's packed
  * parameters. The answer is waited for: a bad node fails where CUDA fails. */
-static CUresult add_node(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps,
-                         const flyt_gnode *p, const void *params, uint64_t *dptr)
+CUresult flyt_graph_add_node(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                             const flyt_gnode *p, const void *params, uint64_t *dptr)
 {
     CUresult r = flyt_ctx_require();
     if (r != CUDA_SUCCESS)
@@ -509,19 +536,26 @@ static CUresult add_node(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, 
 FLYT_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n)
 {
     flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_EMPTY};
-    return add_node(node, g, deps, n, &p, NULL, NULL);
+    return flyt_graph_add_node(node, g, deps, n, &p, NULL, NULL);
+}
+
+CUresult flyt_gnode_memset(const CUDA_MEMSET_NODE_PARAMS *m, flyt_gnode *p)
+{
+    if (m == NULL || (m->elementSize != 1 && m->elementSize != 2 && m->elementSize != 4))
+        return CUDA_ERROR_INVALID_VALUE;
+    *p = (flyt_gnode){.type = CU_GRAPH_NODE_TYPE_MEMSET, .elem_size = m->elementSize, .dst = m->dst,
+                      .dst_pitch = m->height > 1 ? m->pitch : (uint64_t)m->width * m->elementSize,
+                      .width = (uint64_t)m->width * m->elementSize, .rows = m->height, .value = m->value};
+    return CUDA_SUCCESS;
 }
 
 FLYT_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
                                           const CUDA_MEMSET_NODE_PARAMS *m, CUcontext ctx)
 {
     (void)ctx; /* the session has one context */
-    if (m == NULL || (m->elementSize != 1 && m->elementSize != 2 && m->elementSize != 4))
-        return CUDA_ERROR_INVALID_VALUE;
-    flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_MEMSET, .elem_size = m->elementSize, .dst = m->dst,
-                    .dst_pitch = m->height > 1 ? m->pitch : (uint64_t)m->width * m->elementSize,
-                    .width = (uint64_t)m->width * m->elementSize, .rows = m->height, .value = m->value};
-    return add_node(node, g, deps, n, &p, NULL, NULL);
+    flyt_gnode p;
+    CUresult r = flyt_gnode_memset(m, &p);
+    return r == CUDA_SUCCESS ? flyt_graph_add_node(node, g, deps, n, &p, NULL, NULL) : r;
 }
 
 /* One side of a copy node: a device address, or host memory the server
@@ -545,40 +579,56 @@ static void copy_side(CUmemorytype type, const void *host, CUdeviceptr dev, size
     *ok = *region != 0;
 }
 
+CUresult flyt_gnode_copy(const char *call, const CUDA_MEMCPY3D *c, flyt_gnode *p)
+{
+    if (c == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (c->Depth > 1 || c->srcZ || c->dstZ || c->srcMemoryType == CU_MEMORYTYPE_ARRAY ||
+        c->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+        return flyt_unsupported_why(call, "arrays and 3D copies");
+    size_t rows = c->Height ? c->Height : 1;
+    size_t spitch = c->srcPitch ? c->srcPitch : c->WidthInBytes;
+    size_t dpitch = c->dstPitch ? c->dstPitch : c->WidthInBytes;
+    *p = (flyt_gnode){.type = CU_GRAPH_NODE_TYPE_MEMCPY, .width = c->WidthInBytes, .rows = rows,
+                      .src_pitch = spitch, .dst_pitch = dpitch};
+    int ok = 1;
+    copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, spitch,
+              (rows - 1) * spitch + c->WidthInBytes, &p->src, &p->src_region, &ok);
+    copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, dpitch,
+              (rows - 1) * dpitch + c->WidthInBytes, &p->dst, &p->dst_region, &ok);
+    if (!ok)
+        return flyt_unsupported_why(call, "pageable host memory, which the server cannot reach "
+                                          "when the graph runs; use cuMemHostAlloc memory on a "
+                                          "Unix socket");
+    return CUDA_SUCCESS;
+}
+
 FLYT_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
                                           const CUDA_MEMCPY3D *c, CUcontext ctx)
 {
     (void)ctx;
-    if (c == NULL || c->Depth > 1 || c->srcZ || c->dstZ ||
-        c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY)
-        return flyt_unsupported_why("cuGraphAddMemcpyNode", "arrays and 3D copies");
-    size_t rows = c->Height ? c->Height : 1;
-    size_t spitch = c->srcPitch ? c->srcPitch : c->WidthInBytes;
-    size_t dpitch = c->dstPitch ? c->dstPitch : c->WidthInBytes;
-    flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_MEMCPY, .width = c->WidthInBytes, .rows = rows,
-                    .src_pitch = spitch, .dst_pitch = dpitch};
-    int ok = 1;
-    copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, spitch,
-              (rows - 1) * spitch + c->WidthInBytes, &p.src, &p.src_region, &ok);
-    copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, dpitch,
-              (rows - 1) * dpitch + c->WidthInBytes, &p.dst, &p.dst_region, &ok);
-    if (!ok)
-        return flyt_unsupported_why("cuGraphAddMemcpyNode",
-                                    "pageable host memory, which the server cannot reach when the "
-                                    "graph runs; use cuMemHostAlloc memory on a Unix socket");
-    return add_node(node, g, deps, n, &p, NULL, NULL);
+    flyt_gnode p;
+    CUresult r = flyt_gnode_copy("cuGraphAddMemcpyNode", c, &p);
+    return r == CUDA_SUCCESS ? flyt_graph_add_node(node, g, deps, n, &p, NULL, NULL) : r;
 }
 
-FLYT_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
-                                        const CUDA_HOST_NODE_PARAMS *h)
+CUresult flyt_gnode_host(const CUDA_HOST_NODE_PARAMS *h, flyt_gnode *p)
 {
     if (h == NULL || h->fn == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t id = flyt_callback_register(h->fn, NULL, NULL, h->userData);
     if (id == 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_HOST, .value = id};
-    return add_node(node, g, deps, n, &p, NULL, NULL);
+    *p = (flyt_gnode){.type = CU_GRAPH_NODE_TYPE_HOST, .value = id};
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                        const CUDA_HOST_NODE_PARAMS *h)
+{
+    flyt_gnode p;
+    CUresult r = flyt_gnode_host(h, &p);
+    return r == CUDA_SUCCESS ? flyt_graph_add_node(node, g, deps, n, &p, NULL, NULL) : r;
 }
 
 static CUresult add_handle_node(CUgraphNodeType type, CUgraphNode *node, CUgraph g,
@@ -587,7 +637,7 @@ static CUresult add_handle_node(CUgraphNodeType type, CUgraphNode *node, CUgraph
     if (handle == 0)
         return CUDA_ERROR_INVALID_VALUE;
     flyt_gnode p = {.type = type, .value = handle};
-    return add_node(node, g, deps, n, &p, NULL, NULL);
+    return flyt_graph_add_node(node, g, deps, n, &p, NULL, NULL);
 }
 FLYT_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
                                                size_t n, CUevent e)
@@ -621,36 +671,30 @@ FLYT_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const 
         return flyt_unsupported_why("cuGraphAddMemAllocNode", "pools other than the device's");
     flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC, .width = m->bytesize};
     uint64_t dptr = 0;
-    CUresult r = add_node(node, g, deps, n, &p, NULL, &dptr);
+    CUresult r = flyt_graph_add_node(node, g, deps, n, &p, NULL, &dptr);
     if (r == CUDA_SUCCESS)
         m->dptr = (CUdeviceptr)dptr;
     return r;
 }
 
-FLYT_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
-                                             size_t n, const CUDA_KERNEL_NODE_PARAMS *k)
+CUresult flyt_gnode_kernel(const CUDA_KERNEL_NODE_PARAMS *k, flyt_gnode *p, struct flyt_packed *pk)
 {
     if (k == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     const void *fn = k->func ? (const void *)k->func : (const void *)k->kern;
     unsigned grid[3] = {k->gridDimX, k->gridDimY, k->gridDimZ};
     unsigned block[3] = {k->blockDimX, k->blockDimY, k->blockDimZ};
-    struct flyt_packed pk;
-    CUresult r = flyt_launch_pack(fn, grid, block, k->sharedMemBytes, k->kernelParams, k->extra, &pk);
+    CUresult r = flyt_launch_pack(fn, grid, block, k->sharedMemBytes, k->kernelParams, k->extra, pk);
     if (r != CUDA_SUCCESS)
         return r;
-    flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_KERNEL, .func = pk.func,
-                    .grid = {grid[0], grid[1], grid[2]}, .block = {block[0], block[1], block[2]},
-                    .shared_mem = k->sharedMemBytes, .param_bytes = pk.bytes};
-    r = add_node(node, g, deps, n, &p, pk.params, NULL);
-    flyt_packed_free(&pk);
-    return r;
+    *p = (flyt_gnode){.type = CU_GRAPH_NODE_TYPE_KERNEL, .func = pk->func,
+                      .grid = {grid[0], grid[1], grid[2]}, .block = {block[0], block[1], block[2]},
+                      .shared_mem = k->sharedMemBytes, .param_bytes = pk->bytes};
+    return CUDA_SUCCESS;
 }
-FLYT_EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
-                                          const CUDA_KERNEL_NODE_PARAMS_v1 *k)
+
+CUDA_KERNEL_NODE_PARAMS flyt_kernel_params_v2(const CUDA_KERNEL_NODE_PARAMS_v1 *k)
 {
-    if (k == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
     CUDA_KERNEL_NODE_PARAMS v2;
     memset(&v2, 0, sizeof v2);
     v2.func = k->func;
@@ -659,6 +703,27 @@ FLYT_EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph g, const CU
     v2.sharedMemBytes = k->sharedMemBytes;
     v2.kernelParams = k->kernelParams;
     v2.extra = k->extra;
+    return v2;
+}
+
+FLYT_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                             size_t n, const CUDA_KERNEL_NODE_PARAMS *k)
+{
+    flyt_gnode p;
+    struct flyt_packed pk;
+    CUresult r = flyt_gnode_kernel(k, &p, &pk);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = flyt_graph_add_node(node, g, deps, n, &p, pk.params, NULL);
+    flyt_packed_free(&pk);
+    return r;
+}
+FLYT_EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                          const CUDA_KERNEL_NODE_PARAMS_v1 *k)
+{
+    if (k == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUDA_KERNEL_NODE_PARAMS v2 = flyt_kernel_params_v2(k);
     return cuGraphAddKernelNode_v2(node, g, deps, n, &v2);
 }
 

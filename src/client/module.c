@@ -381,6 +381,18 @@ CUresult flyt_function_use(const void *handle, struct flyt_function **f, uint64_
     return *f == NULL ? CUDA_ERROR_INVALID_HANDLE : flyt_function_ready(*f, server_id);
 }
 
+struct flyt_function *flyt_function_by_server_id(uint64_t id)
+{
+    struct flyt_function *found = NULL;
+    pthread_mutex_lock(&lock);
+    for (struct flyt_module *m = modules; m && !found; m = m->next)
+        for (struct flyt_function *f = m->funcs; f && !found; f = f->next)
+            if (id && f->server_id == id && f->gen == reset_gen)
+                found = f;
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
 CUresult flyt_function_ready(struct flyt_function *f, uint64_t *server_id)
 {
     unsigned gen = __atomic_load_n(&f->gen, __ATOMIC_ACQUIRE);

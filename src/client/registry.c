@@ -158,6 +158,17 @@ uint64_t flyt_range_region(uint64_t addr, uint64_t n, uint64_t *offset)
     return region;
 }
 
+uint64_t flyt_range_region_base(uint64_t region)
+{
+    uint64_t base = 0;
+    pthread_rwlock_rdlock(&ranges.lock);
+    for (size_t i = 0; region && base == 0 && i < ranges.count; i++)
+        if (ranges.items[i].region == region)
+            base = ranges.items[i].base;
+    pthread_rwlock_unlock(&ranges.lock);
+    return base;
+}
+
 void flyt_range_forget_regions(void)
 {
     pthread_rwlock_wrlock(&ranges.lock);

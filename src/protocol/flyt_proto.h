@@ -410,6 +410,8 @@ typedef struct { int32_t result; int32_t pad; uint64_t node; uint64_t from_node;
  * pairs) trail the reply, whose value is how many there are in all.
  * GRAPH_DOT: which = the CUgraphDebugDot_flags; the text trails the reply. */
 enum { FLYT_GNODES_ALL = 0, FLYT_GNODES_ROOTS = 1, FLYT_GNODES_EDGES = 2 };
+/* GRAPH_NODES of one node: graph is then the node's id. */
+enum { FLYT_GNODES_DEPS = 3, FLYT_GNODES_DEPENDENTS = 4 };
 #define FLYT_MAX_GRAPH_NODES (1u << 20)
 #define FLYT_MAX_GRAPH_DOT   (64u << 20)
 typedef struct { uint64_t graph; uint32_t which; uint32_t max; } flyt_req_graph_nodes;
@@ -437,6 +439,16 @@ typedef struct {
 } flyt_gnode;
 /* GRAPH_ADD_DEPS: n from ids, then n to ids; remove = 1 removes them. */
 typedef struct { uint64_t graph; uint32_t n; uint32_t remove; } flyt_req_graph_deps;
+/* GRAPH_NODE_GET: the node's parameters as a flyt_gnode (handles as ids; a
+ * host copy side as region and offset), then a kernel node's packed
+ * parameters. GRAPH_NODE_SET: a flyt_gnode and a kernel node's packed
+ * parameters follow; exec 0 sets the graph's node, else the exec's copy of
+ * it (cuGraphExec*SetParams). */
+typedef struct { uint64_t exec; uint64_t node; } flyt_req_graph_node_ref;
+/* GRAPH_NODE_MISC: what = FLYT_GNODE_*; other: FIND_IN_CLONE's clone. The
+ * reply's value: the node or graph found (a child graph gets an id here). */
+enum { FLYT_GNODE_DESTROY = 0, FLYT_GNODE_FIND_IN_CLONE = 1, FLYT_GNODE_CHILD_GRAPH = 2 };
+typedef struct { uint64_t node; uint64_t other; uint32_t what; uint32_t pad; } flyt_req_graph_node_misc;
 
 /* server -> client, op FLYT_OP_CALLBACK, seq 0 */
 /* keep = 1: the callback belongs to a graph and comes again at its next

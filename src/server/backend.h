@@ -254,7 +254,8 @@ struct flyt_backend_ops {
     CUresult (*exec_destroy)(flyt_backend *b, flyt_bhandle exec);
     CUresult (*exec_update)(flyt_backend *b, flyt_bhandle exec, flyt_bhandle graph, int *result,
                             flyt_bhandle *err_node, flyt_bhandle *err_from);
-    /* which: FLYT_GNODES_*; *n: in, room in out (edges: pairs); out, how many */
+    /* which: FLYT_GNODES_* (DEPS, DEPENDENTS: graph is a node); *n: in, room
+     * in out (edges: pairs); out, how many */
     CUresult (*graph_nodes)(flyt_backend *b, flyt_bhandle graph, unsigned which, flyt_bhandle *out,
                             size_t *n);
     /* *text: malloc'd, NUL-terminated; the caller frees it */
@@ -268,6 +269,19 @@ struct flyt_backend_ops {
                                uint64_t *dptr);
     CUresult (*graph_add_deps)(flyt_backend *b, flyt_bhandle graph, const flyt_bhandle *from,
                                const flyt_bhandle *to, size_t n, int remove);
+    /* A node's parameters as graph_add_node takes them (backend handles,
+     * server addresses; a host copy side has its region field 1); params:
+     * room for FLYT_MAX_PARAM_BYTES; *host_arg: a host node's argument. */
+    CUresult (*graph_node_get)(flyt_backend *b, flyt_bhandle node, flyt_gnode *p, void *params,
+                               void **host_arg);
+    /* exec NULL: sets the graph's node, else the exec's copy of it. */
+    CUresult (*graph_node_set)(flyt_backend *b, flyt_bhandle exec, flyt_bhandle node,
+                               const flyt_gnode *p, const void *params, flyt_host_func_cb host_fn,
+                               void *host_arg);
+    /* what: FLYT_GNODE_*; *out: the node found in the clone other, or the
+     * child graph (owned by its node). */
+    CUresult (*graph_node_misc)(flyt_backend *b, unsigned what, flyt_bhandle node, flyt_bhandle other,
+                                flyt_bhandle *out);
 };
 
 /* Every backend's state starts with this. */

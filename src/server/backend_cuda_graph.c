@@ -126,6 +126,10 @@ CUresult flyt_cuda_graph_nodes(flyt_backend *base, flyt_bhandle graph, unsigned 
     switch (which) {
     case FLYT_GNODES_ALL: return b->cu.cuGraphGetNodes(g, (CUgraphNode *)out, n);
     case FLYT_GNODES_ROOTS: return b->cu.cuGraphGetRootNodes(g, (CUgraphNode *)out, n);
+    case FLYT_GNODES_DEPS:
+        return b->cu.cuGraphNodeGetDependencies((CUgraphNode)graph, (CUgraphNode *)out, NULL, n);
+    case FLYT_GNODES_DEPENDENTS:
+        return b->cu.cuGraphNodeGetDependentNodes((CUgraphNode)graph, (CUgraphNode *)out, NULL, n);
     default:
         if (out == NULL)
             return b->cu.cuGraphGetEdges(g, NULL, NULL, NULL, n);
@@ -175,46 +179,57 @@ CUresult flyt_cuda_graph_dot(flyt_backend *base, flyt_bhandle graph, unsigned fl
     return r;
 }
 
-static CUresult add_copy(struct flyt_cuda_backend *b, CUgraphNode *node, CUgraph g,
-                         const CUgraphNode *deps, size_t n, const flyt_gnode *p)
+/* ---- node parameters: the wire's flyt_gnode as the driver's structs ---- */
+
+static void fill_copy(const flyt_gnode *p, CUDA_MEMCPY3D *c)
 {
-    CUDA_MEMCPY3D c;
-    memset(&c, 0, sizeof c);
-    c.dstMemoryType = p->dst_region ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
-    c.srcMemoryType = p->src_region ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+    memset(c, 0, sizeof *c);
+    c->dstMemoryType = p->dst_region ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+    c->srcMemoryType = p->src_region ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
     if (p->dst_region)
-        c.dstHost = (void *)(uintptr_t)p->dst;
+        c->dstHost = (void *)(uintptr_t)p->dst;
     else
-        c.dstDevice = p->dst;
+        c->dstDevice = p->dst;
     if (p->src_region)
-        c.srcHost = (const void *)(uintptr_t)p->src;
+        c->srcHost = (const void *)(uintptr_t)p->src;
     else
-        c.srcDevice = p->src;
-    c.dstPitch = p->dst_pitch;
-    c.srcPitch = p->src_pitch;
-    c.WidthInBytes = p->width;
-    c.Height = p->rows;
-    c.Depth = 1;
-    return b->cu.cuGraphAddMemcpyNode(node, g, deps, n, &c, b->ctx);
+        c->srcDevice = p->src;
+    c->dstPitch = p->dst_pitch;
+    c->srcPitch = p->src_pitch;
+    c->WidthInBytes = p->width;
+    c->Height = p->rows;
+    c->Depth = 1;
 }
 
-static CUresult add_kernel(struct flyt_cuda_backend *b, CUgraphNode *node, CUgraph g,
-                           const CUgraphNode *deps, size_t n, const flyt_gnode *p, const void *params)
+static void fill_memset(const flyt_gnode *p, CUDA_MEMSET_NODE_PARAMS *m)
+{
+    unsigned es = p->elem_size ? p->elem_size : 1;
+    memset(m, 0, sizeof *m);
+    m->dst = p->dst;
+    m->pitch = p->dst_pitch;
+    m->value = (unsigned)p->value;
+    m->elementSize = es;
+    m->width = p->width / es;
+    m->height = p->rows;
+}
+
+/* k points into params and b's scratch: valid until the next call. */
+static CUresult fill_kernel(struct flyt_cuda_backend *b, const flyt_gnode *p, const void *params,
+                            CUDA_KERNEL_NODE_PARAMS *k)
 {
     struct flyt_cuda_func *f = (struct flyt_cuda_func *)(uintptr_t)p->func;
     struct flyt_kargs ka;
     CUresult r = flyt_cuda_kernel_args(b, f, params, p->param_bytes, &ka);
     if (r != CUDA_SUCCESS)
         return r;
-    CUDA_KERNEL_NODE_PARAMS k;
-    memset(&k, 0, sizeof k);
-    k.func = f->fn;
-    k.gridDimX = p->grid[0], k.gridDimY = p->grid[1], k.gridDimZ = p->grid[2];
-    k.blockDimX = p->block[0], k.blockDimY = p->block[1], k.blockDimZ = p->block[2];
-    k.sharedMemBytes = p->shared_mem;
-    k.kernelParams = ka.kp;
-    k.extra = ka.extra;
-    return b->cu.cuGraphAddKernelNode(node, g, deps, n, &k);
+    memset(k, 0, sizeof *k);
+    k->func = f->fn;
+    k->gridDimX = p->grid[0], k->gridDimY = p->grid[1], k->gridDimZ = p->grid[2];
+    k->blockDimX = p->block[0], k->blockDimY = p->block[1], k->blockDimZ = p->block[2];
+    k->sharedMemBytes = p->shared_mem;
+    k->kernelParams = ka.kp;
+    k->extra = ka.extra;
+    return CUDA_SUCCESS;
 }
 
 CUresult flyt_cuda_graph_add_node(flyt_backend *base, flyt_bhandle graph, const flyt_bhandle *deps,
@@ -226,16 +241,21 @@ CUresult flyt_cuda_graph_add_node(flyt_backend *base, flyt_bhandle graph, const 
     CUgraph g = graph;
     CUgraphNode *out = (CUgraphNode *)node;
     const CUgraphNode *d = (const CUgraphNode *)deps;
+    CUDA_KERNEL_NODE_PARAMS k;
+    CUDA_MEMCPY3D c;
+    CUDA_MEMSET_NODE_PARAMS m;
+    CUresult r;
     switch (p->type) {
     case CU_GRAPH_NODE_TYPE_EMPTY: return b->cu.cuGraphAddEmptyNode(out, g, d, ndeps);
-    case CU_GRAPH_NODE_TYPE_KERNEL: return add_kernel(b, out, g, d, ndeps, p, params);
-    case CU_GRAPH_NODE_TYPE_MEMCPY: return add_copy(b, out, g, d, ndeps, p);
-    case CU_GRAPH_NODE_TYPE_MEMSET: {
-        unsigned es = p->elem_size ? p->elem_size : 1;
-        CUDA_MEMSET_NODE_PARAMS m = {.dst = p->dst, .pitch = p->dst_pitch, .value = (unsigned)p->value,
-                                     .elementSize = es, .width = p->width / es, .height = p->rows};
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        r = fill_kernel(b, p, params, &k);
+        return r == CUDA_SUCCESS ? b->cu.cuGraphAddKernelNode(out, g, d, ndeps, &k) : r;
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        fill_copy(p, &c);
+        return b->cu.cuGraphAddMemcpyNode(out, g, d, ndeps, &c, b->ctx);
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+        fill_memset(p, &m);
         return b->cu.cuGraphAddMemsetNode(out, g, d, ndeps, &m, b->ctx);
-    }
     case CU_GRAPH_NODE_TYPE_HOST: {
         CUDA_HOST_NODE_PARAMS h = {.fn = (CUhostFn)host_fn, .userData = host_arg};
         return b->cu.cuGraphAddHostNode(out, g, d, ndeps, &h);
@@ -247,14 +267,14 @@ CUresult flyt_cuda_graph_add_node(flyt_backend *base, flyt_bhandle graph, const 
     case CU_GRAPH_NODE_TYPE_GRAPH:
         return b->cu.cuGraphAddChildGraphNode(out, g, d, ndeps, (CUgraph)(uintptr_t)p->value);
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
-        CUDA_MEM_ALLOC_NODE_PARAMS m;
-        memset(&m, 0, sizeof m);
-        m.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-        m.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        m.poolProps.location.id = b->ordinal;
-        m.bytesize = p->width;
-        CUresult r = b->cu.cuGraphAddMemAllocNode(out, g, d, ndeps, &m);
-        *dptr = m.dptr;
+        CUDA_MEM_ALLOC_NODE_PARAMS a;
+        memset(&a, 0, sizeof a);
+        a.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        a.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        a.poolProps.location.id = b->ordinal;
+        a.bytesize = p->width;
+        r = b->cu.cuGraphAddMemAllocNode(out, g, d, ndeps, &a);
+        *dptr = a.dptr;
         return r;
     }
     case CU_GRAPH_NODE_TYPE_MEM_FREE: return b->cu.cuGraphAddMemFreeNode(out, g, d, ndeps, p->value);
@@ -270,4 +290,200 @@ CUresult flyt_cuda_graph_add_deps(flyt_backend *base, flyt_bhandle graph, const 
     if (remove)
         return b->cu.cuGraphRemoveDependencies((CUgraph)graph, f, t, NULL, n);
     return b->cu.cuGraphAddDependencies((CUgraph)graph, f, t, NULL, n);
+}
+
+/* ---- one node's parameters ---- */
+
+/* The session's function the driver's kernel node runs (a CUfunction, or
+ * the CUkernel a library gave). */
+static struct flyt_cuda_func *func_of(struct flyt_cuda_backend *b, CUfunction fn, CUkernel kern)
+{
+    for (struct flyt_cuda_module *m = b->modules; m; m = m->next)
+        for (struct flyt_cuda_func *f = m->funcs; f; f = f->next)
+            if (f->fn == fn || (kern && f->fn == (CUfunction)kern))
+                return f;
+    return NULL;
+}
+
+/* A kernel node's parameters packed at the offsets of its function's
+ * layout, as a launch carries them. */
+static CUresult get_kernel(struct flyt_cuda_backend *b, CUgraphNode n, flyt_gnode *p, void *params)
+{
+    CUDA_KERNEL_NODE_PARAMS k;
+    memset(&k, 0, sizeof k);
+    CUresult r = b->cu.cuGraphKernelNodeGetParams(n, &k);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct flyt_cuda_func *f = func_of(b, k.func, k.kern);
+    if (f == NULL || f->nparams < 0 || (f->nparams > 0 && k.kernelParams == NULL))
+        return CUDA_ERROR_NOT_SUPPORTED; /* not the session's, or no known layout */
+    uint32_t bytes = 0;
+    for (int i = 0; i < f->nparams; i++) {
+        if ((uint64_t)f->poff[i] + f->psize[i] > FLYT_MAX_PARAM_BYTES)
+            return CUDA_ERROR_NOT_SUPPORTED;
+        memcpy((char *)params + f->poff[i], k.kernelParams[i], f->psize[i]);
+        if (f->poff[i] + f->psize[i] > bytes)
+            bytes = f->poff[i] + f->psize[i];
+    }
+    p->func = (uint64_t)(uintptr_t)f;
+    p->grid[0] = k.gridDimX, p->grid[1] = k.gridDimY, p->grid[2] = k.gridDimZ;
+    p->block[0] = k.blockDimX, p->block[1] = k.blockDimY, p->block[2] = k.blockDimZ;
+    p->shared_mem = k.sharedMemBytes;
+    p->param_bytes = bytes;
+    return CUDA_SUCCESS;
+}
+
+/* One side of a copy: a host side keeps its server address, region 1. */
+static CUresult copy_side_of(CUmemorytype type, const void *host, CUdeviceptr dev, size_t x, size_t y,
+                             size_t pitch, uint64_t *addr, uint64_t *region)
+{
+    if (type == CU_MEMORYTYPE_ARRAY)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    *region = type == CU_MEMORYTYPE_HOST;
+    *addr = (*region ? (uint64_t)(uintptr_t)host : (uint64_t)dev) + y * pitch + x;
+    return CUDA_SUCCESS;
+}
+
+static CUresult get_copy(struct flyt_cuda_backend *b, CUgraphNode n, flyt_gnode *p)
+{
+    CUDA_MEMCPY3D c;
+    memset(&c, 0, sizeof c);
+    CUresult r = b->cu.cuGraphMemcpyNodeGetParams(n, &c);
+    if (r == CUDA_SUCCESS && (c.Depth > 1 || c.srcZ || c.dstZ))
+        r = CUDA_ERROR_NOT_SUPPORTED;
+    if (r == CUDA_SUCCESS)
+        r = copy_side_of(c.dstMemoryType, c.dstHost, c.dstDevice, c.dstXInBytes, c.dstY, c.dstPitch,
+                         &p->dst, &p->dst_region);
+    if (r == CUDA_SUCCESS)
+        r = copy_side_of(c.srcMemoryType, c.srcHost, c.srcDevice, c.srcXInBytes, c.srcY, c.srcPitch,
+                         &p->src, &p->src_region);
+    p->width = c.WidthInBytes;
+    p->rows = c.Height ? c.Height : 1;
+    p->dst_pitch = c.dstPitch ? c.dstPitch : c.WidthInBytes;
+    p->src_pitch = c.srcPitch ? c.srcPitch : c.WidthInBytes;
+    return r;
+}
+
+static CUresult get_memset(struct flyt_cuda_backend *b, CUgraphNode n, flyt_gnode *p)
+{
+    CUDA_MEMSET_NODE_PARAMS m;
+    memset(&m, 0, sizeof m);
+    CUresult r = b->cu.cuGraphMemsetNodeGetParams(n, &m);
+    p->elem_size = m.elementSize;
+    p->dst = m.dst;
+    p->width = (uint64_t)m.width * m.elementSize;
+    p->rows = m.height ? m.height : 1;
+    p->dst_pitch = p->rows > 1 ? m.pitch : p->width;
+    p->value = m.value;
+    return r;
+}
+
+CUresult flyt_cuda_graph_node_get(flyt_backend *base, flyt_bhandle node, flyt_gnode *p, void *params,
+                                  void **host_arg)
+{
+    ENTER(b, base);
+    CUgraphNode n = node;
+    CUgraphNodeType type;
+    CUresult r = b->cu.cuGraphNodeGetType(n, &type);
+    if (r != CUDA_SUCCESS)
+        return r;
+    memset(p, 0, sizeof *p);
+    p->type = type;
+    switch (type) {
+    case CU_GRAPH_NODE_TYPE_EMPTY: return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_KERNEL: return get_kernel(b, n, p, params);
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return get_copy(b, n, p);
+    case CU_GRAPH_NODE_TYPE_MEMSET: return get_memset(b, n, p);
+    case CU_GRAPH_NODE_TYPE_HOST: {
+        CUDA_HOST_NODE_PARAMS h = {0};
+        r = b->cu.cuGraphHostNodeGetParams(n, &h);
+        p->value = (uint64_t)(uintptr_t)h.fn;
+        *host_arg = h.userData;
+        return r;
+    }
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: {
+        CUevent e = NULL;
+        r = type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? b->cu.cuGraphEventRecordNodeGetEvent(n, &e)
+                                                    : b->cu.cuGraphEventWaitNodeGetEvent(n, &e);
+        p->value = (uint64_t)(uintptr_t)e;
+        return r;
+    }
+    case CU_GRAPH_NODE_TYPE_GRAPH: {
+        CUgraph g = NULL;
+        r = b->cu.cuGraphChildGraphNodeGetGraph(n, &g);
+        p->value = (uint64_t)(uintptr_t)g;
+        return r;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+        CUDA_MEM_ALLOC_NODE_PARAMS a;
+        memset(&a, 0, sizeof a);
+        r = b->cu.cuGraphMemAllocNodeGetParams(n, &a);
+        p->width = a.bytesize;
+        p->value = a.dptr;
+        return r;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: {
+        CUdeviceptr d = 0;
+        r = b->cu.cuGraphMemFreeNodeGetParams(n, &d);
+        p->value = d;
+        return r;
+    }
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+
+/* exec NULL: the graph's node. */
+CUresult flyt_cuda_graph_node_set(flyt_backend *base, flyt_bhandle exec, flyt_bhandle node,
+                                  const flyt_gnode *p, const void *params, flyt_host_func_cb host_fn,
+                                  void *host_arg)
+{
+    ENTER(b, base);
+    CUgraphExec x = exec;
+    CUgraphNode n = node;
+    CUDA_KERNEL_NODE_PARAMS k;
+    CUDA_MEMCPY3D c;
+    CUDA_MEMSET_NODE_PARAMS m;
+    CUDA_HOST_NODE_PARAMS h = {.fn = (CUhostFn)host_fn, .userData = host_arg};
+    CUevent e = (CUevent)(uintptr_t)p->value;
+    CUresult r;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        r = fill_kernel(b, p, params, &k);
+        if (r != CUDA_SUCCESS)
+            return r;
+        return x ? b->cu.cuGraphExecKernelNodeSetParams(x, n, &k) : b->cu.cuGraphKernelNodeSetParams(n, &k);
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        fill_copy(p, &c);
+        return x ? b->cu.cuGraphExecMemcpyNodeSetParams(x, n, &c, b->ctx)
+                 : b->cu.cuGraphMemcpyNodeSetParams(n, &c);
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+        fill_memset(p, &m);
+        return x ? b->cu.cuGraphExecMemsetNodeSetParams(x, n, &m, b->ctx)
+                 : b->cu.cuGraphMemsetNodeSetParams(n, &m);
+    case CU_GRAPH_NODE_TYPE_HOST:
+        return x ? b->cu.cuGraphExecHostNodeSetParams(x, n, &h) : b->cu.cuGraphHostNodeSetParams(n, &h);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+        return x ? b->cu.cuGraphExecEventRecordNodeSetEvent(x, n, e)
+                 : b->cu.cuGraphEventRecordNodeSetEvent(n, e);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+        return x ? b->cu.cuGraphExecEventWaitNodeSetEvent(x, n, e) : b->cu.cuGraphEventWaitNodeSetEvent(n, e);
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        /* a graph's child graph node takes no new graph: only an exec's does */
+        return x ? b->cu.cuGraphExecChildGraphNodeSetParams(x, n, (CUgraph)(uintptr_t)p->value)
+                 : CUDA_ERROR_INVALID_VALUE;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+CUresult flyt_cuda_graph_node_misc(flyt_backend *base, unsigned what, flyt_bhandle node,
+                                   flyt_bhandle other, flyt_bhandle *out)
+{
+    ENTER(b, base);
+    switch (what) {
+    case FLYT_GNODE_DESTROY: return b->cu.cuGraphDestroyNode((CUgraphNode)node);
+    case FLYT_GNODE_FIND_IN_CLONE:
+        return b->cu.cuGraphNodeFindInClone((CUgraphNode *)out, (CUgraphNode)node, (CUgraph)other);
+    default: return b->cu.cuGraphChildGraphNodeGetGraph((CUgraphNode)node, (CUgraph *)out);
+    }
 }

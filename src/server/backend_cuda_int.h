@@ -170,7 +170,34 @@
     X(cuGraphAddMemAllocNode)                             \
     X(cuGraphAddMemFreeNode)                              \
     X(cuGraphAddDependencies)                             \
-    X(cuGraphRemoveDependencies)
+    X(cuGraphRemoveDependencies)                          \
+    X(cuGraphNodeGetType)                                 \
+    X(cuGraphNodeGetDependencies)                         \
+    X(cuGraphNodeGetDependentNodes)                       \
+    X(cuGraphNodeFindInClone)                             \
+    X(cuGraphDestroyNode)                                 \
+    X(cuGraphChildGraphNodeGetGraph)                      \
+    X(cuGraphKernelNodeGetParams)                         \
+    X(cuGraphKernelNodeSetParams)                         \
+    X(cuGraphMemsetNodeGetParams)                         \
+    X(cuGraphMemsetNodeSetParams)                         \
+    X(cuGraphMemcpyNodeGetParams)                         \
+    X(cuGraphMemcpyNodeSetParams)                         \
+    X(cuGraphHostNodeGetParams)                           \
+    X(cuGraphHostNodeSetParams)                           \
+    X(cuGraphEventRecordNodeGetEvent)                     \
+    X(cuGraphEventRecordNodeSetEvent)                     \
+    X(cuGraphEventWaitNodeGetEvent)                       \
+    X(cuGraphEventWaitNodeSetEvent)                       \
+    X(cuGraphMemAllocNodeGetParams)                       \
+    X(cuGraphMemFreeNodeGetParams)                        \
+    X(cuGraphExecKernelNodeSetParams)                     \
+    X(cuGraphExecMemsetNodeSetParams)                     \
+    X(cuGraphExecMemcpyNodeSetParams)                     \
+    X(cuGraphExecHostNodeSetParams)                       \
+    X(cuGraphExecChildGraphNodeSetParams)                 \
+    X(cuGraphExecEventRecordNodeSetEvent)                 \
+    X(cuGraphExecEventWaitNodeSetEvent)
 
 #define FLYT_CU_STR2(x) #x
 #define FLYT_CU_STR(x)  FLYT_CU_STR2(x) /* stringize after macro expansion */
@@ -333,6 +360,13 @@ CUresult flyt_cuda_graph_add_node(flyt_backend *base, flyt_bhandle graph, const 
                                   uint64_t *dptr);
 CUresult flyt_cuda_graph_add_deps(flyt_backend *base, flyt_bhandle graph, const flyt_bhandle *from,
                                   const flyt_bhandle *to, size_t n, int remove);
+CUresult flyt_cuda_graph_node_get(flyt_backend *base, flyt_bhandle node, flyt_gnode *p, void *params,
+                                  void **host_arg);
+CUresult flyt_cuda_graph_node_set(flyt_backend *base, flyt_bhandle exec, flyt_bhandle node,
+                                  const flyt_gnode *p, const void *params, flyt_host_func_cb host_fn,
+                                  void *host_arg);
+CUresult flyt_cuda_graph_node_misc(flyt_backend *base, unsigned what, flyt_bhandle node,
+                                   flyt_bhandle other, flyt_bhandle *out);
 
 static inline CUfunction flyt_cuda_func_handle(flyt_bhandle func)
 {

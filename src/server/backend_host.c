@@ -1847,7 +1847,10 @@ static CUresult host_graph_nodes(flyt_backend *b, flyt_bhandle graph, unsigned w
                                  size_t *n)
 {
     (void)b;
-    hg_nodes(graph, which, out, n);
+    if (which >= FLYT_GNODES_DEPS)
+        hg_node_edges(graph, which, out, n);
+    else
+        hg_nodes(graph, which, out, n);
     return CUDA_SUCCESS;
 }
 
@@ -1895,6 +1898,56 @@ static CUresult host_graph_add_deps(flyt_backend *b, flyt_bhandle graph, const f
 {
     (void)b;
     return hg_add_deps(graph, (struct hg_node *const *)from, (struct hg_node *const *)to, n, remove);
+}
+
+static CUresult host_graph_node_get(flyt_backend *b, flyt_bhandle node, flyt_gnode *p, void *params,
+                                    void **host_arg)
+{
+    (void)b, (void)params;
+    flyt_host_func_cb fn;
+    hg_node_get(node, p, &fn, host_arg);
+    if (p->type == CU_GRAPH_NODE_TYPE_HOST)
+        p->value = (uint64_t)(uintptr_t)fn;
+    if (p->type == CU_GRAPH_NODE_TYPE_MEMCPY) { /* a host side: its server address, region 1 */
+        p->dst_region = p->dst_region != 0;
+        p->src_region = p->src_region != 0;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_graph_node_set(flyt_backend *b, flyt_bhandle exec, flyt_bhandle node,
+                                    const flyt_gnode *p, const void *params, flyt_host_func_cb host_fn,
+                                    void *host_arg)
+{
+    (void)params;
+    CUresult r = check_node(HB(b), p);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (p->type == CU_GRAPH_NODE_TYPE_GRAPH && exec == NULL)
+        return CUDA_ERROR_INVALID_VALUE; /* only an exec's child graph node takes a new graph */
+    struct hg_node *n = exec ? hg_same_node(((struct hexec *)exec)->g, node) : node;
+    return n ? hg_node_set(n, p, host_fn, host_arg) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult host_graph_node_misc(flyt_backend *b, unsigned what, flyt_bhandle node,
+                                     flyt_bhandle other, flyt_bhandle *out)
+{
+    (void)b;
+    flyt_gnode p;
+    flyt_host_func_cb fn;
+    void *arg;
+    switch (what) {
+    case FLYT_GNODE_DESTROY:
+        hg_destroy_node(node);
+        return CUDA_SUCCESS;
+    case FLYT_GNODE_FIND_IN_CLONE:
+        *out = hg_same_node(other, node);
+        return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    default:
+        hg_node_get(node, &p, &fn, &arg);
+        *out = (flyt_bhandle)(uintptr_t)p.value;
+        return p.type == CU_GRAPH_NODE_TYPE_GRAPH ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    }
 }
 
 static void record_event_now(void *event)
@@ -2580,6 +2633,9 @@ static const struct flyt_backend_ops host_ops = {
     .graph_dot = host_graph_dot,
     .graph_add_node = host_graph_add_node,
     .graph_add_deps = host_graph_add_deps,
+    .graph_node_get = host_graph_node_get,
+    .graph_node_set = host_graph_node_set,
+    .graph_node_misc = host_graph_node_misc,
 };
 
 /* FLYT_HOST_BACKEND_SMS: SMs of the fake device (default 132), so that a

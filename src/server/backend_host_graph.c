@@ -13,6 +13,7 @@ struct hg_node {
     struct hg_node   **deps;
     size_t             ndeps;
     size_t             index; /* place in its graph */
+    struct hg_graph   *owner;
 };
 
 struct hg_graph {
@@ -55,6 +56,7 @@ static CUresult append(struct hg_graph *g, struct hg_node *n)
         g->cap = cap;
     }
     n->index = g->n;
+    n->owner = g;
     g->nodes[g->n++] = n;
     return CUDA_SUCCESS;
 }
@@ -165,6 +167,85 @@ CUresult hg_add_deps(struct hg_graph *g, struct hg_node *const *from, struct hg_
 }
 
 unsigned hg_node_type(const struct hg_node *n) { return n->p.type; }
+
+void hg_node_get(const struct hg_node *n, flyt_gnode *p, flyt_host_func_cb *fn, void **arg)
+{
+    *p = n->p;
+    if (n->child)
+        p->value = (uint64_t)(uintptr_t)n->child;
+    *fn = n->fn;
+    *arg = n->arg;
+}
+
+CUresult hg_node_set(struct hg_node *n, const flyt_gnode *p, flyt_host_func_cb fn, void *arg)
+{
+    if (p->type != n->p.type)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n->child) { /* an exec's child graph node takes a copy of the new graph */
+        struct hg_graph *c = hg_graph_clone((const struct hg_graph *)(uintptr_t)p->value);
+        if (c == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (!hg_same_shape(c, n->child)) {
+            hg_graph_free(c);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        hg_graph_free(n->child);
+        n->child = c;
+    }
+    n->p = *p;
+    if (p->type == CU_GRAPH_NODE_TYPE_HOST) {
+        n->fn = fn;
+        n->arg = arg;
+    }
+    return CUDA_SUCCESS;
+}
+
+struct hg_node *hg_same_node(const struct hg_graph *g, const struct hg_node *n)
+{
+    if (n->index >= g->n || g->nodes[n->index]->p.type != n->p.type)
+        return NULL;
+    return g->nodes[n->index];
+}
+
+void hg_destroy_node(struct hg_node *n)
+{
+    struct hg_graph *g = n->owner;
+    for (size_t i = n->index + 1; i < g->n; i++) {
+        g->nodes[i - 1] = g->nodes[i];
+        g->nodes[i - 1]->index = i - 1;
+    }
+    g->n--;
+    for (size_t i = 0; i < g->n; i++) { /* and every edge from it */
+        struct hg_node *x = g->nodes[i];
+        for (size_t d = 0; d < x->ndeps;)
+            if (x->deps[d] == n)
+                x->deps[d] = x->deps[--x->ndeps];
+            else
+                d++;
+    }
+    node_free(n);
+}
+
+void hg_node_edges(const struct hg_node *n, unsigned which, flyt_bhandle *out, size_t *count)
+{
+    size_t room = *count, k = 0;
+    if (which == FLYT_GNODES_DEPS) {
+        for (; k < n->ndeps; k++)
+            if (out && k < room)
+                out[k] = n->deps[k];
+    } else {
+        for (size_t i = 0; i < n->owner->n; i++) {
+            struct hg_node *x = n->owner->nodes[i];
+            for (size_t d = 0; d < x->ndeps; d++)
+                if (x->deps[d] == n) {
+                    if (out && k < room)
+                        out[k] = x;
+                    k++;
+                }
+        }
+    }
+    *count = out && k > room ? room : k;
+}
 
 void hg_nodes(const struct hg_graph *g, unsigned which, flyt_bhandle *out, size_t *n)
 {

@@ -42,6 +42,15 @@ CUresult hg_add(struct hg_graph *g, struct hg_node *const *deps, size_t ndeps, c
 CUresult hg_add_deps(struct hg_graph *g, struct hg_node *const *from, struct hg_node *const *to,
                      size_t n, int remove);
 unsigned hg_node_type(const struct hg_node *n); /* CUgraphNodeType */
+/* The node's parameters (a child graph node: its own graph in value). */
+void hg_node_get(const struct hg_node *n, flyt_gnode *p, flyt_host_func_cb *fn, void **arg);
+/* New parameters of the node's kind (a child graph node copies the new graph). */
+CUresult hg_node_set(struct hg_node *n, const flyt_gnode *p, flyt_host_func_cb fn, void *arg);
+/* n's counterpart in g, a clone or an exec's copy of n's graph; NULL if none. */
+struct hg_node *hg_same_node(const struct hg_graph *g, const struct hg_node *n);
+void hg_destroy_node(struct hg_node *n);
+/* which: FLYT_GNODES_DEPS or FLYT_GNODES_DEPENDENTS; out NULL: *count = how many */
+void hg_node_edges(const struct hg_node *n, unsigned which, flyt_bhandle *out, size_t *count);
 /* FLYT_GNODES_*; out NULL: *n = how many */
 void hg_nodes(const struct hg_graph *g, unsigned which, flyt_bhandle *out, size_t *n);
 char *hg_dot(const struct hg_graph *g);

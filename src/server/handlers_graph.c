@@ -132,6 +132,17 @@ static int read_nodes(flyt_session *s, flyt_call *c, uint32_t n, flyt_bhandle *o
     return FLYT_CONT;
 }
 
+/* A node and the id of its graph. */
+static CUresult lookup_node(flyt_session *s, uint64_t id, flyt_bhandle *node, uint64_t *graph)
+{
+    struct flyt_hentry *e = flyt_handles_get(&s->handles, id, FLYT_H_GRAPH_NODE);
+    if (e == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *node = e->bh;
+    *graph = e->u.graph;
+    return CUDA_SUCCESS;
+}
+
 static CUresult publish(flyt_session *s, uint64_t id, enum flyt_htype type, flyt_bhandle bh)
 {
     struct flyt_hentry *e = flyt_handles_add_id(&s->handles, id, type, bh);
@@ -367,8 +378,13 @@ int handle_GRAPH_NODES(flyt_session *s, flyt_call *c)
     const flyt_req_graph_nodes *r = c->req;
     flyt_rep_u64 *rep = c->rep;
     flyt_bhandle graph;
-    c->result = r->which > FLYT_GNODES_EDGES ? CUDA_ERROR_INVALID_VALUE
-                                             : flyt_lookup(s, r->graph, FLYT_H_GRAPH, &graph);
+    uint64_t owner = r->graph; /* the graph whose nodes are named */
+    if (r->which > FLYT_GNODES_DEPENDENTS)
+        c->result = CUDA_ERROR_INVALID_VALUE;
+    else if (r->which >= FLYT_GNODES_DEPS) /* of one node: "graph" names the node */
+        c->result = lookup_node(s, r->graph, &graph, &owner);
+    else
+        c->result = flyt_lookup(s, r->graph, FLYT_H_GRAPH, &graph);
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
     size_t per = r->which == FLYT_GNODES_EDGES ? 2 : 1;
@@ -387,7 +403,7 @@ int handle_GRAPH_NODES(flyt_session *s, flyt_call *c)
     if (c->result == CUDA_SUCCESS) {
         size_t send = have < r->max ? have : r->max;
         for (size_t i = 0; i < send * per; i++)
-            ids[i] = node_id(s, r->graph, nodes[i]);
+            ids[i] = node_id(s, owner, nodes[i]);
         rep->value = have;
         if (flyt_reply(s, c, CUDA_SUCCESS, ids, send * per * sizeof *ids) != 0)
             rc = FLYT_END_IO;
@@ -474,6 +490,20 @@ static CUresult translate_node(flyt_session *s, flyt_gnode *p, uint64_t graph, v
     return r;
 }
 
+/* The flyt_gnode and a kernel node's packed parameters that trail a
+ * request (params: room for FLYT_MAX_PARAM_BYTES). */
+static int read_gnode(flyt_session *s, flyt_call *c, flyt_gnode *p, uint64_t *params)
+{
+    if (c->data_len < sizeof *p)
+        return flyt_violation(s, c, "node parameters missing");
+    if (flyt_recv_data(s, c, p, sizeof *p) != 0)
+        return FLYT_END_IO;
+    uint32_t pbytes = p->type == CU_GRAPH_NODE_TYPE_KERNEL ? p->param_bytes : 0;
+    if (pbytes > FLYT_MAX_PARAM_BYTES || c->data_len != pbytes)
+        return flyt_violation(s, c, "%u node parameter bytes, %u sent", pbytes, c->data_len);
+    return flyt_recv_data(s, c, params, pbytes) != 0 ? FLYT_END_IO : FLYT_CONT;
+}
+
 int handle_GRAPH_ADD_NODE(flyt_session *s, flyt_call *c)
 {
     const flyt_req_graph_node *r = c->req;
@@ -494,18 +524,10 @@ int handle_GRAPH_ADD_NODE(flyt_session *s, flyt_call *c)
         free(deps);
         return rc == FLYT_CONT ? (flyt_skip_data(s, c) ? FLYT_END_IO : FLYT_CONT) : rc;
     }
-    if (flyt_recv_data(s, c, &p, sizeof p) != 0) {
+    rc = read_gnode(s, c, &p, params);
+    if (rc != FLYT_CONT) {
         free(deps);
-        return FLYT_END_IO;
-    }
-    uint32_t pbytes = p.type == CU_GRAPH_NODE_TYPE_KERNEL ? p.param_bytes : 0;
-    if (pbytes > FLYT_MAX_PARAM_BYTES || c->data_len != pbytes) {
-        free(deps);
-        return flyt_violation(s, c, "%u node parameter bytes, %u sent", pbytes, c->data_len);
-    }
-    if (flyt_recv_data(s, c, params, pbytes) != 0) {
-        free(deps);
-        return FLYT_END_IO;
+        return rc;
     }
     void *host_arg = NULL;
     flyt_bhandle node = NULL;
@@ -547,4 +569,141 @@ int handle_GRAPH_ADD_DEPS(flyt_session *s, flyt_call *c)
         c->result = FLYT_BCALL(s, graph_add_deps, graph, nodes, nodes + r->n, r->n, r->remove != 0);
     free(nodes);
     return rc;
+}
+
+/* ---- one node's parameters ---- */
+
+struct region_find {
+    uint64_t addr;
+    uint64_t id, offset;
+};
+
+static int region_match(struct flyt_hentry *e, void *arg)
+{
+    struct region_find *f = arg;
+    uint64_t base = (uint64_t)(uintptr_t)e->u.region.base;
+    if (e->type != FLYT_H_REGION || f->addr < base || f->addr - base >= e->u.region.size)
+        return 0;
+    f->id = e->id;
+    f->offset = f->addr - base;
+    return 1;
+}
+
+/* A host side of a copy node (region 1: a server address) as the region
+ * the client shared and the offset in it. */
+static CUresult region_side(flyt_session *s, uint64_t *region, uint64_t *addr)
+{
+    if (*region == 0)
+        return CUDA_SUCCESS;
+    struct region_find f = {*addr, 0, 0};
+    if (!flyt_handles_foreach(&s->handles, region_match, &f)) {
+        flyt_warn("a copy node's host memory is not memory the client shared; its parameters "
+                  "cannot be reported");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    *region = f.id;
+    *addr = f.offset;
+    return CUDA_SUCCESS;
+}
+
+/* The id of a graph (a child graph, owned by its node, gets one here). */
+static uint64_t graph_named(flyt_session *s, flyt_bhandle graph)
+{
+    uint64_t id = graph_id(s, graph);
+    struct flyt_hentry *e = id || !graph ? NULL : flyt_handles_add(&s->handles, FLYT_H_GRAPH, graph);
+    return e ? e->id : id;
+}
+
+/* The reverse of translate_node: backend handles and server addresses
+ * made the client's ids. */
+static CUresult untranslate_node(flyt_session *s, flyt_gnode *p, void *host_arg)
+{
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_MEMCPY: {
+        CUresult r = region_side(s, &p->dst_region, &p->dst);
+        return r == CUDA_SUCCESS ? region_side(s, &p->src_region, &p->src) : r;
+    }
+    case CU_GRAPH_NODE_TYPE_HOST:
+        if (p->value != (uint64_t)(uintptr_t)flyt_host_func_run)
+            return CUDA_ERROR_NOT_SUPPORTED; /* not a function of the client */
+        p->value = ((struct flyt_cb_msg *)host_arg)->callback_id;
+        return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+        p->value = id_of(s, FLYT_H_EVENT, (flyt_bhandle)(uintptr_t)p->value);
+        return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        p->value = graph_named(s, (flyt_bhandle)(uintptr_t)p->value);
+        return p->value ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        p->func = id_of(s, FLYT_H_FUNC, (flyt_bhandle)(uintptr_t)p->func);
+        return p->func ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+    default:
+        return CUDA_SUCCESS;
+    }
+}
+
+int handle_GRAPH_NODE_GET(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_graph_node_ref *r = c->req;
+    flyt_gnode *p = c->rep;
+    uint64_t params[(FLYT_MAX_PARAM_BYTES + 7) / 8];
+    flyt_bhandle node;
+    uint64_t graph;
+    void *host_arg = NULL;
+    c->result = lookup_node(s, r->node, &node, &graph);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, graph_node_get, node, p, params, &host_arg);
+    if (c->result == CUDA_SUCCESS)
+        c->result = untranslate_node(s, p, host_arg);
+    if (c->result != CUDA_SUCCESS)
+        return FLYT_CONT;
+    uint32_t n = p->type == CU_GRAPH_NODE_TYPE_KERNEL ? p->param_bytes : 0;
+    return flyt_reply(s, c, CUDA_SUCCESS, params, n) != 0 ? FLYT_END_IO : FLYT_CONT;
+}
+
+int handle_GRAPH_NODE_SET(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_graph_node_ref *r = c->req;
+    flyt_gnode p;
+    uint64_t params[(FLYT_MAX_PARAM_BYTES + 7) / 8];
+    int rc = read_gnode(s, c, &p, params);
+    if (rc != FLYT_CONT)
+        return rc;
+    flyt_bhandle node, exec = NULL;
+    uint64_t graph;
+    void *host_arg = NULL;
+    c->result = lookup_node(s, r->node, &node, &graph);
+    if (c->result == CUDA_SUCCESS && r->exec)
+        c->result = flyt_lookup(s, r->exec, FLYT_H_GRAPH_EXEC, &exec);
+    if (c->result == CUDA_SUCCESS)
+        c->result = translate_node(s, &p, graph, &host_arg);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, graph_node_set, exec, node, &p, params, flyt_host_func_run, host_arg);
+    return FLYT_CONT;
+}
+
+int handle_GRAPH_NODE_MISC(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_graph_node_misc *r = c->req;
+    flyt_rep_u64 *rep = c->rep;
+    flyt_bhandle node, other = NULL, out = NULL;
+    uint64_t graph;
+    c->result = r->what > FLYT_GNODE_CHILD_GRAPH ? CUDA_ERROR_INVALID_VALUE
+                                                 : lookup_node(s, r->node, &node, &graph);
+    if (c->result == CUDA_SUCCESS && r->what == FLYT_GNODE_FIND_IN_CLONE)
+        c->result = flyt_lookup(s, r->other, FLYT_H_GRAPH, &other);
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, graph_node_misc, r->what, node, other, &out);
+    if (c->result != CUDA_SUCCESS)
+        return FLYT_CONT;
+    if (r->what == FLYT_GNODE_DESTROY)
+        flyt_handles_remove(&s->handles, r->node);
+    else if (r->what == FLYT_GNODE_FIND_IN_CLONE)
+        rep->value = node_id(s, r->other, out);
+    else
+        rep->value = graph_named(s, out);
+    if (rep->value == 0 && r->what != FLYT_GNODE_DESTROY)
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
+    return FLYT_CONT;
 }

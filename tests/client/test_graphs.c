@@ -2,7 +2,8 @@
  * CUDA graphs through Flyt's libcuda.so.1 against the host-memory test
  * backend (run by run_with_server.sh): stream capture across two streams,
  * instantiate, launch, update, clone, inspection, explicit graphs of copies,
- * memsets, host functions and child graphs, and the errors CUDA gives.
+ * memsets, host functions and child graphs, node parameters read back and
+ * changed, and the errors CUDA gives.
  */
 #include <cuda.h>
 #include <stdatomic.h>
@@ -235,6 +236,148 @@ static void test_explicit(CUdeviceptr a, CUdeviceptr b)
     CU_OK(cuGraphDestroy(child));
 }
 
+static atomic_int other_calls;
+
+/* Node parameters read back and changed: in the graph (then a new exec
+ * sees them) and in an exec (the graph keeps its own). */
+static void test_node_params(CUdeviceptr a, CUdeviceptr b)
+{
+    CUgraph g = NULL, child = NULL;
+    CUgraphNode set, copy, host, rec, sub, empty;
+    CUevent e1, e2;
+    CU_OK(cuEventCreate(&e1, CU_EVENT_DISABLE_TIMING));
+    CU_OK(cuEventCreate(&e2, CU_EVENT_DISABLE_TIMING));
+    CU_OK(cuGraphCreate(&child, 0));
+    CU_OK(cuGraphCreate(&g, 0));
+    CUDA_MEMSET_NODE_PARAMS m = {.dst = a, .value = 7, .elementSize = 4, .width = N, .height = 1};
+    CU_OK(cuGraphAddMemsetNode(&set, g, NULL, 0, &m, NULL));
+    CUDA_MEMCPY3D c = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a,
+                       .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = b,
+                       .WidthInBytes = 4 * N, .Height = 1, .Depth = 1};
+    CU_OK(cuGraphAddMemcpyNode(&copy, g, &set, 1, &c, NULL));
+    CUDA_HOST_NODE_PARAMS h = {.fn = count_call, .userData = &host_calls};
+    CU_OK(cuGraphAddHostNode(&host, g, &copy, 1, &h));
+    CU_OK(cuGraphAddEventRecordNode(&rec, g, &copy, 1, e1));
+    CUgraphNode deps2[2] = {host, rec};
+    CU_OK(cuGraphAddChildGraphNode(&sub, g, deps2, 2, child));
+    CU_OK(cuGraphAddEmptyNode(&empty, g, NULL, 0));
+
+    /* getters: what was set */
+    CUDA_MEMSET_NODE_PARAMS m2;
+    memset(&m2, 0, sizeof m2);
+    CU_OK(cuGraphMemsetNodeGetParams(set, &m2));
+    CHECK(m2.dst == a && m2.value == 7 && m2.elementSize == 4 && m2.width == N && m2.height == 1,
+          "memset parameters read back");
+    CUDA_MEMCPY3D c2;
+    memset(&c2, 0, sizeof c2);
+    CU_OK(cuGraphMemcpyNodeGetParams(copy, &c2));
+    CHECK(c2.srcDevice == a && c2.dstDevice == b && c2.WidthInBytes == 4 * N &&
+              c2.dstMemoryType == CU_MEMORYTYPE_DEVICE, "copy parameters read back");
+    CUDA_HOST_NODE_PARAMS h2 = {0};
+    CU_OK(cuGraphHostNodeGetParams(host, &h2));
+    CHECK(h2.fn == count_call && h2.userData == &host_calls, "host node read back");
+    CUevent got = NULL;
+    CU_OK(cuGraphEventRecordNodeGetEvent(rec, &got));
+    CHECK(got == e1, "event record node's event");
+    CHECK(cuGraphEventWaitNodeGetEvent(rec, &got) == CUDA_ERROR_INVALID_VALUE,
+          "a getter of another kind fails");
+    CHECK(cuGraphMemsetNodeGetParams(copy, &m2) == CUDA_ERROR_INVALID_VALUE,
+          "a memset getter of a copy node fails");
+    CUgraph owned = NULL, owned2 = NULL;
+    CU_OK(cuGraphChildGraphNodeGetGraph(sub, &owned));
+    CU_OK(cuGraphChildGraphNodeGetGraph(sub, &owned2));
+    CHECK(owned && owned == owned2 && owned != child, "the child graph is the node's, one id");
+
+    /* dependencies and dependents */
+    CUgraphNode list[4] = {0};
+    size_t n = 4;
+    CU_OK(cuGraphNodeGetDependencies(sub, list, NULL, &n));
+    CHECK(n == 2 && ((list[0] == host && list[1] == rec) || (list[0] == rec && list[1] == host)),
+          "the child node's two dependencies (%zu)", n);
+    n = 0;
+    CU_OK(cuGraphNodeGetDependentNodes(copy, NULL, NULL, &n));
+    CHECK(n == 2, "the copy has two dependents (%zu)", n);
+    CUgraphEdgeData ed[4];
+    memset(ed, 0xff, sizeof ed);
+    n = 4;
+    CU_OK(cuGraphNodeGetDependentNodes_v2(set, list, ed, &n));
+    CHECK(n == 1 && list[0] == copy && ed[0].type == 0, "the memset's one dependent, default edge");
+
+    /* find in a clone, destroy a node */
+    CUgraph clone = NULL;
+    CU_OK(cuGraphClone(&clone, g));
+    CUgraphNode in_clone = NULL;
+    CU_OK(cuGraphNodeFindInClone(&in_clone, copy, clone));
+    CUgraphNodeType type;
+    CU_OK(cuGraphNodeGetType(in_clone, &type));
+    CHECK(in_clone != copy && type == CU_GRAPH_NODE_TYPE_MEMCPY, "the copy found in the clone");
+    CU_OK(cuGraphDestroyNode(empty));
+    n = 0;
+    CU_OK(cuGraphGetNodes(g, NULL, &n));
+    CHECK(n == 5, "five nodes after destroying one (%zu)", n);
+
+    /* setters: the graph's node, then an exec's copy */
+    m.value = 9;
+    CU_OK(cuGraphMemsetNodeSetParams(set, &m));
+    CU_OK(cuGraphEventRecordNodeSetEvent(rec, e2));
+    CU_OK(cuGraphEventRecordNodeGetEvent(rec, &got));
+    CHECK(got == e2, "the record node's new event");
+    CUgraphExec x = NULL;
+    CU_OK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CU_OK(cuGraphLaunch(x, NULL));
+    CU_OK(cuCtxSynchronize());
+    CHECK(word(b, 0) == 9 && word(b, N - 1) == 9, "the new memset value ran (%u)", word(b, 0));
+    m.value = 5;
+    CU_OK(cuGraphExecMemsetNodeSetParams(x, set, &m, NULL));
+    CUDA_HOST_NODE_PARAMS h3 = {.fn = count_call, .userData = &other_calls};
+    CU_OK(cuGraphExecHostNodeSetParams(x, host, &h3));
+    c.WidthInBytes = 4 * N / 2;
+    CU_OK(cuGraphExecMemcpyNodeSetParams(x, copy, &c, NULL));
+    CU_OK(cuMemsetD32(b, 0, N));
+    int before = atomic_load(&host_calls);
+    CU_OK(cuGraphLaunch(x, NULL));
+    CU_OK(cuCtxSynchronize());
+    CHECK(word(b, 0) == 5 && word(b, N - 1) == 0, "the exec's new memset and copy (%u %u)",
+          word(b, 0), word(b, N - 1));
+    CHECK(atomic_load(&other_calls) == 1 && atomic_load(&host_calls) == before,
+          "the exec's new host function ran instead");
+    CU_OK(cuGraphMemsetNodeGetParams(set, &m2));
+    CHECK(m2.value == 9, "the graph keeps its own memset value (%u)", m2.value);
+
+    /* the generic forms */
+    CUgraphNodeParams np;
+    memset(&np, 0, sizeof np);
+    np.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    np.memset.dst = a;
+    np.memset.value = 3;
+    np.memset.elementSize = 4;
+    np.memset.width = N;
+    np.memset.height = 1;
+    CU_OK(cuGraphExecNodeSetParams(x, set, &np));
+    CU_OK(cuGraphLaunch(x, NULL));
+    CU_OK(cuCtxSynchronize());
+    CHECK(word(b, 0) == 3, "cuGraphExecNodeSetParams's memset (%u)", word(b, 0));
+    CUgraphNode gen = NULL;
+    np.memset.value = 4;
+    CU_OK(cuGraphAddNode(&gen, g, &sub, NULL, 1, &np));
+    CU_OK(cuGraphMemsetNodeGetParams(gen, &m2));
+    CHECK(m2.value == 4 && m2.dst == a, "cuGraphAddNode's memset node");
+    np.memset.value = 6;
+    CU_OK(cuGraphNodeSetParams(gen, &np));
+    CU_OK(cuGraphMemsetNodeGetParams(gen, &m2));
+    CHECK(m2.value == 6, "cuGraphNodeSetParams (%u)", m2.value);
+    np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    CHECK(cuGraphAddNode(&gen, g, NULL, NULL, 0, &np) == CUDA_ERROR_NOT_SUPPORTED,
+          "conditional nodes are refused");
+
+    CU_OK(cuGraphExecDestroy(x));
+    CU_OK(cuGraphDestroy(clone));
+    CU_OK(cuGraphDestroy(g));
+    CU_OK(cuGraphDestroy(child));
+    CU_OK(cuEventDestroy(e1));
+    CU_OK(cuEventDestroy(e2));
+}
+
 int main(void)
 {
     CUdevice dev;
@@ -248,6 +391,7 @@ int main(void)
     CU_OK(cuMemAlloc(&b, N * 4));
     test_capture(a, b);
     test_explicit(a, b);
+    test_node_params(a, b);
     cuuint64_t used = 1;
     CU_OK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used));
     CU_OK(cuDeviceGraphMemTrim(dev));
