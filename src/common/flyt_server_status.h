@@ -14,6 +14,18 @@
  * Readers (the node manager) pread() the file: every field is a naturally
  * aligned 32- or 64-bit value written with an atomic store, so each one reads
  * whole; the page as a whole is not a snapshot.
+ *
+ * Live resize (docs/server.md, "Live resize"): the node manager, which
+ * starts the server and owns the file, maps it too and writes
+ *   - memory_quota: in force for the next allocation of every session;
+ *   - the SM share: share_gen made odd, share_groups/share_ngroups written,
+ *     share_gen made even again (a sequence lock), share_posted_ns set, then
+ *     SIGURG to each session child. A session applies a new even share_gen
+ *     at its next request boundary (an idle one is woken by the signal),
+ *     after draining its work, and acknowledges it in its slot: share_gen,
+ *     share_result (a CUresult), share_sms and its times.
+ * A session that starts later takes the page's share (share_gen > 0)
+ * instead of its command line's.
  */
 #ifndef FLYT_SERVER_STATUS_H
 #define FLYT_SERVER_STATUS_H
@@ -21,13 +33,20 @@
 #include <stdint.h>
 
 #define FLYT_STATUS_MAGIC   0x3153555441545346ull /* "FSTATUS1" little-endian */
-#define FLYT_STATUS_VERSION 1u
+#define FLYT_STATUS_VERSION 2u
 #define FLYT_STATUS_SLOTS   64 /* concurrent connections of one managed server */
+#define FLYT_STATUS_GROUPS  512 /* SM groups a resized share may list */
 
 struct flyt_status_slot {
     int32_t  pid;      /* the session child, 0: free, -1: being started */
     uint32_t admitted; /* 1 once the client may use the GPU (token accepted, or none asked) */
     uint64_t used;     /* bytes this session holds */
+    uint64_t share_gen;      /* the last resize this session applied (or failed) */
+    int32_t  share_result;   /* its CUresult */
+    uint32_t share_sms;      /* SMs the session runs on since */
+    uint64_t share_drain_ns; /* waiting for its in-flight work */
+    uint64_t share_apply_ns; /* making the new share current, after the drain */
+    uint64_t share_done_ns;  /* CLOCK_MONOTONIC when it was in force */
 };
 
 struct flyt_server_status {
@@ -43,6 +62,12 @@ struct flyt_server_status {
     uint32_t sm_count;       /* SMs of the --sm-groups share, 0 when none */
     uint32_t pad;
     struct flyt_status_slot slots[FLYT_STATUS_SLOTS];
+    /* the SM share of a live resize (above); written by the node manager */
+    uint64_t share_gen;        /* 0: the command line's share; odd: being written */
+    uint64_t share_posted_ns;  /* CLOCK_MONOTONIC when the node manager posted it */
+    uint32_t share_granularity;
+    uint32_t share_ngroups;
+    uint16_t share_groups[FLYT_STATUS_GROUPS];
 };
 
 #endif

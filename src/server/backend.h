@@ -79,6 +79,16 @@ struct flyt_backend_ops {
      * backend cannot (the session then fails to start). */
     CUresult (*set_sm_share)(flyt_backend *b, unsigned granularity, const int *groups, int ngroups,
                              int *sm_count);
+    /* Live resize: the session's work moves to these SM groups, without a
+     * restart. The caller has drained the work; streams the session made are
+     * re-created in the new share with their flags and priority, and
+     * remap(arg, old, now) is called for each so that the caller points its
+     * ids at the new one. Memory, modules, events, pools are untouched. On
+     * failure the old share stays. NULL: the backend cannot resize. */
+    CUresult (*resize_sm_share)(flyt_backend *b, unsigned granularity, const int *groups,
+                                int ngroups, int *sm_count,
+                                void (*remap)(void *arg, flyt_bhandle old, flyt_bhandle now),
+                                void *arg);
 
     /* memory */
     CUresult (*mem_alloc)(flyt_backend *b, uint64_t size, uint64_t *dptr);

@@ -664,12 +664,9 @@ static CUresult cuda_pool_get_attr(flyt_backend *base, flyt_bhandle pool, int at
 
 /* ---- streams ---- */
 
-static CUresult cuda_stream_create(flyt_backend *base, unsigned flags, int priority,
-                                   flyt_bhandle *stream)
+CUresult flyt_cuda_stream_make(struct flyt_cuda_backend *b, unsigned flags, int priority,
+                               CUstream *out)
 {
-    ENTER(b, base);
-    if (!stream)
-        return CUDA_ERROR_INVALID_VALUE;
     CUstream s = NULL;
     CUresult r;
     /* In a green context: non-blocking streams through cuGreenCtxStreamCreate
@@ -691,8 +688,21 @@ static CUresult cuda_stream_create(flyt_backend *base, unsigned flags, int prior
         b->cu.cuStreamDestroy(s);
         return r != CUDA_SUCCESS ? r : CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *stream = (flyt_bhandle)s;
+    *out = s;
     return CUDA_SUCCESS;
+}
+
+static CUresult cuda_stream_create(flyt_backend *base, unsigned flags, int priority,
+                                   flyt_bhandle *stream)
+{
+    ENTER(b, base);
+    if (!stream)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstream s = NULL;
+    CUresult r = flyt_cuda_stream_make(b, flags, priority, &s);
+    if (r == CUDA_SUCCESS)
+        *stream = (flyt_bhandle)s;
+    return r;
 }
 
 static CUresult cuda_stream_destroy(flyt_backend *base, flyt_bhandle stream)
@@ -1321,6 +1331,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .set_ctx_flags = cuda_set_ctx_flags,
     .driver_version = cuda_driver_version,
     .set_sm_share = flyt_cuda_set_sm_share,
+    .resize_sm_share = flyt_cuda_resize_sm_share,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
     .mem_alloc_pitch = cuda_mem_alloc_pitch,

@@ -407,6 +407,16 @@ CUresult flyt_cuda_green_build(struct flyt_cuda_backend *b);
 void     flyt_cuda_green_drop(struct flyt_cuda_backend *b);
 CUresult flyt_cuda_set_sm_share(flyt_backend *base, unsigned granularity, const int *groups,
                                 int ngroups, int *sm_count);
+/* Live resize: a green context of the new groups replaces the current one
+ * (or the primary context); the streams move to it (backend.h). */
+CUresult flyt_cuda_resize_sm_share(flyt_backend *base, unsigned granularity, const int *groups,
+                                   int ngroups, int *sm_count,
+                                   void (*remap)(void *arg, flyt_bhandle old, flyt_bhandle now),
+                                   void *arg);
+/* A stream of the current share (green or primary), recorded in b->streams
+ * (and as blocking when it is one); backend_cuda.c. */
+CUresult flyt_cuda_stream_make(struct flyt_cuda_backend *b, unsigned flags, int priority,
+                               CUstream *out);
 
 /* backend_cuda_props.c */
 CUresult flyt_cuda_device_props(flyt_backend *base, struct cudaDeviceProp *out);

@@ -893,6 +893,16 @@ static CUresult host_set_sm_share(flyt_backend *b, unsigned granularity, const i
     return CUDA_SUCCESS;
 }
 
+/* Its streams are not tied to SMs: a resize changes only the count. */
+static CUresult host_resize_sm_share(flyt_backend *b, unsigned granularity, const int *groups,
+                                     int ngroups, int *sm_count,
+                                     void (*remap)(void *arg, flyt_bhandle old, flyt_bhandle now),
+                                     void *arg)
+{
+    (void)remap, (void)arg;
+    return host_set_sm_share(b, granularity, groups, ngroups, sm_count);
+}
+
 static CUresult host_driver_version(flyt_backend *b, int *version)
 {
     (void)b;
@@ -2548,6 +2558,7 @@ static const struct flyt_backend_ops host_ops = {
     .set_ctx_flags = host_set_ctx_flags,
     .driver_version = host_driver_version,
     .set_sm_share = host_set_sm_share,
+    .resize_sm_share = host_resize_sm_share,
     .mem_alloc = host_mem_alloc,
     .mem_free = host_mem_free,
     .mem_alloc_pitch = host_mem_alloc_pitch,

@@ -118,7 +118,9 @@ void flyt_quota_child_admitted(void)
 
 int flyt_quota_active(void) { return page != NULL; }
 
-uint64_t flyt_quota_limit(void) { return page ? page->memory_quota : 0; }
+uint64_t flyt_quota_limit(void) { return page ? LOAD(&page->memory_quota) : 0; }
+
+int flyt_quota_my_slot(void) { return my_slot; }
 
 uint64_t flyt_quota_used_total(void) { return page ? LOAD(&page->memory_used) : 0; }
 
@@ -126,7 +128,7 @@ int flyt_quota_charge(struct flyt_memtab *t, uint64_t size)
 {
     if (!page)
         return 0;
-    uint64_t quota = page->memory_quota;
+    uint64_t quota = LOAD(&page->memory_quota); /* a live resize may change it */
     uint64_t cur = LOAD(&page->memory_used);
     for (;;) {
         if (size > UINT64_MAX - cur || (quota && (size > quota || cur > quota - size)))

@@ -42,6 +42,8 @@ void flyt_status_session_ended(pid_t pid);
 
 /* In the child, first thing: which slot it owns. */
 void flyt_quota_child_init(int slot);
+/* The slot of this session child, -1 when none. */
+int flyt_quota_my_slot(void);
 /* The child's client was admitted (marks its slot: a client is connected). */
 void flyt_quota_child_admitted(void);
 

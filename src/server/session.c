@@ -4,6 +4,7 @@
  * answer it. Also the one path every outgoing frame takes.
  */
 #include "session.h"
+#include "resize.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -455,13 +456,16 @@ int32_t flyt_session_open_backend(flyt_session *s, char *err, size_t errlen)
                  why);
         return CUDA_ERROR_NO_DEVICE;
     }
-    if (cfg->sm_ngroups > 0) {
+    const int *groups = cfg->sm_groups;
+    int ngroups = cfg->sm_ngroups;
+    unsigned gran = cfg->sm_granularity;
+    flyt_resize_initial(s, &groups, &ngroups, &gran); /* resized before this session began */
+    if (ngroups > 0) {
         int sms = 0;
-        CUresult r = FLYT_BCALL(s, set_sm_share, cfg->sm_granularity, cfg->sm_groups,
-                                cfg->sm_ngroups, &sms);
+        CUresult r = FLYT_BCALL(s, set_sm_share, gran, groups, ngroups, &sms);
         if (r != CUDA_SUCCESS) {
             snprintf(err, errlen, "cannot run on SM groups of %u SMs as asked (--sm-groups): "
-                     "CUDA error %d", cfg->sm_granularity, (int)r);
+                     "CUDA error %d", gran, (int)r);
             s->b->ops->close(s->b);
             s->b = NULL;
             return CUDA_ERROR_NO_DEVICE;
@@ -530,6 +534,10 @@ static int serve(flyt_session *s)
         struct flyt_frame_hdr h;
         if (s->cfg->poll_us && s->in_pos == s->in_len)
             flyt_spin_readable(s->fd, s->cfg->poll_us);
+        if (s->in_pos == s->in_len)
+            flyt_resize_idle(s); /* a live resize posted meanwhile applies here */
+        else
+            flyt_resize_poll(s);
         if (read_header(s, &h, "") != 0)
             return FLYT_END_IO;
         const char *why = flyt_check_request(&h);
@@ -577,6 +585,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     }
     s.peer = peer;
     s.cfg = cfg;
+    flyt_resize_init(&s);
     flyt_handles_init(&s.handles);
     pthread_mutex_init(&s.send_mu, NULL);
     pthread_cond_init(&s.send_cv, NULL);

@@ -103,6 +103,8 @@ typedef struct flyt_session {
     int                              admitted;  /* may use the GPU: no token needed, or AUTH passed */
     int                              sm_count;  /* SMs of the share, 0 = whole GPU */
     struct flyt_memtab               mem;       /* live allocations, when accounted (quota.h) */
+    int                              share_sigfd; /* SIGURG: a live resize was posted (resize.h) */
+    uint64_t                         share_gen;   /* the page's share this session runs on */
     struct flyt_output               output;    /* the driver's stdout/stderr, for the client */
 
     /* Sending: one frame at a time. Driver threads (host functions) never

@@ -470,6 +470,164 @@ static int client_has_tokens(void)
     return found;
 }
 
+/* ---- live resize (docs/api.md "Live resize") ---- */
+
+static long resize(const char *what, const char *id, const char *body, json_t **ans)
+{
+    char path[200];
+    snprintf(path, sizeof path, "/v1/%s/%s/resize", what, id);
+    return call(&cm, "POST", path, cm.op_token, body, ans);
+}
+
+/* The tenant's SM count and memory size as a connected client reads them. */
+static int seen_sms(int fd)
+{
+    flyt_req_device dev = {0, 0};
+    flyt_rep_props props;
+    if (frame_call(fd, FLYT_OP_DEVICE_PROPS, &dev, sizeof dev, NULL, 0, &props, sizeof props) != 0)
+        return -1;
+    struct cudaDeviceProp dp;
+    memcpy(&dp, props.bytes, sizeof dp);
+    return dp.multiProcessorCount;
+}
+
+static int alloc(int fd, uint64_t size, uint64_t *ptr)
+{
+    flyt_req_mem_alloc ma = {size, 0, 0};
+    flyt_rep_u64 mr = {0};
+    int r = frame_call(fd, FLYT_OP_MEM_ALLOC, &ma, sizeof ma, NULL, 0, &mr, sizeof mr);
+    *ptr = mr.value;
+    return r;
+}
+
+/* The GPU's allocated SM count as the cluster manager derives it. */
+static long long gpu_sm_allocated(int gpu)
+{
+    json_t *a = NULL;
+    char key[64];
+    snprintf(key, sizeof key, "node.gpus.%d.sm_allocated", gpu);
+    long long v = call(&cm, "GET", "/v1/nodes/n1", cm.op_token, NULL, &a) == 200 ? jint(a, key) : -1;
+    json_decref(a);
+    return v;
+}
+
+static void check_resize(void)
+{
+    json_t *a = NULL;
+    CHECK(call(&cm, "POST", "/v1/vms", cm.op_token,
+               "{\"vm_ip\": \"10.9.0.2\", \"host_ip\": \"127.0.0.1\", \"compute_units\": 16, "
+               "\"memory\": \"1GiB\"}", &a) == 201 && jstr(a, "token"), "POST /v1/vms: %s", call_err);
+    char vm_token[80], vm_id[80];
+    snprintf(vm_token, sizeof vm_token, "%s", jstr(a, "token"));
+    snprintf(vm_id, sizeof vm_id, "%s", jstr(a, "vm.id"));
+    json_decref(a);
+    char sa[80], ea[128], ta[512], sb[80], eb[128], tb[512];
+    new_session(vm_token, 5001, sa, ea, ta);
+    new_session(vm_token, 5002, sb, eb, tb);
+    int fa = tcp_connect(ea), fb = tcp_connect(eb);
+    flyt_rep_hello hr;
+    CHECK(fa >= 0 && hello(fa, &hr) == 0 && auth(fa, ta) == 0 && fb >= 0 && hello(fb, &hr) == 0 &&
+              auth(fb, tb) == 0, "two sessions of 16 SMs, clients connected");
+    CHECK(seen_sms(fa) == 16, "A sees 16 SMs");
+    char path[200];
+    snprintf(path, sizeof path, "/v1/sessions/%s", sa);
+    CHECK(call(&cm, "GET", path, cm.op_token, NULL, &a) == 200, "GET A");
+    int gpu = (int)jint(a, "session.gpu_index");
+    json_decref(a);
+    long long before = gpu_sm_allocated(gpu);
+
+    CHECK(resize("sessions", sa, "{\"sm_delta\": 16}", &a) == 200 &&
+              jint(a, "session.sm_count") == 32 && strcmp(jstr(a, "granted"), "full") == 0 &&
+              jint(a, "node.applied") == 1,
+          "resize A +16: 32 SMs, granted in full, applied by its connected session: %s", call_err);
+    double in_force = json_real_value(json_object_get(json_object_get(a, "node"), "in_force_ms"));
+    double apply = json_real_value(json_object_get(json_object_get(a, "node"), "apply_ms"));
+    double e2e = json_real_value(json_object_get(a, "cluster_ms"));
+    printf("        times: server apply %.3f ms, in force %.3f ms after the node posted it, "
+           "%.3f ms end to end through the cluster\n", apply, in_force, e2e);
+    CHECK(e2e < 1000 && in_force <= e2e, "times recorded");
+    json_decref(a);
+    CHECK(seen_sms(fa) == 32, "the running session now reports 32 SMs (no reconnect)");
+    CHECK(gpu_sm_allocated(gpu) == before + 16, "the GPU's allocated SMs grew by 16, not 32");
+    CHECK(resize("sessions", sa, "{\"sm_count\": 8}", &a) == 200 && jint(a, "session.sm_count") == 8,
+          "resize A to 8: %s", call_err);
+    json_decref(a);
+    CHECK(seen_sms(fa) == 8 && gpu_sm_allocated(gpu) == before - 8, "down to 8, capacity freed");
+
+    static const struct {
+        const char *body, *want;
+        long status;
+    } bad[] = {
+        {"{\"sm_count\": 6}", "granularity, 4 SMs per group", 400},
+        {"{\"sm_count\": 136}", "more than GPU", 400},
+        {"{\"sm_delta\": -8}", "at least one group", 400},
+        {"{\"memory_quota\": 0}", "bytes of memory", 400},
+        {"{\"sm_count\": 8, \"sm_delta\": 4}", "not both", 400},
+        {"{}", "at least one", 400},
+        {"{\"sm_count\": 132}", "add partial", 409},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        long st = resize("sessions", sa, bad[i].body, NULL);
+        CHECK(st == bad[i].status && strstr(call_err, bad[i].want),
+              "resize %s: %ld %s", bad[i].body, st, call_err);
+    }
+    CHECK(resize("sessions", "s-none", "{\"sm_count\": 8}", NULL) == 404, "an unknown session: 404");
+    CHECK(gpu_sm_allocated(gpu) == before - 8, "refusals changed nothing");
+
+    CHECK(resize("sessions", sa, "{\"sm_count\": 132, \"partial\": true}", &a) == 200 &&
+              strcmp(jstr(a, "granted"), "partial") == 0 && jint(a, "session.sm_count") == 116,
+          "with partial: 116 of 132 SMs (B holds 16): %s", call_err);
+    json_decref(a);
+    CHECK(seen_sms(fa) == 116 && gpu_sm_allocated(gpu) == 132, "the GPU is full, counted once");
+    CHECK(resize("sessions", sb, "{\"sm_delta\": 4}", NULL) == 409, "B cannot grow now: 409");
+
+    printf("== live resize: memory below use\n");
+    uint64_t p1 = 0, p2 = 0;
+    char pattern[64];
+    memset(pattern, 0x5a, sizeof pattern);
+    CHECK(alloc(fa, 512 << 20, &p1) == 0 && p1, "A allocates 512 MiB");
+    flyt_req_memcpy mc = {p1, 0, sizeof pattern, 0};
+    CHECK(frame_call(fa, FLYT_OP_MEMCPY_HTOD, &mc, sizeof mc, pattern, sizeof pattern, NULL, 0) == 0,
+          "and writes to it");
+    CHECK(resize("sessions", sa, "{\"memory_quota\": 268435456}", &a) == 200 &&
+              jint(a, "session.memory_quota") == 256 << 20, "quota lowered to 256 MiB: %s", call_err);
+    json_decref(a);
+    CHECK(alloc(fa, 1 << 20, &p2) == 2, "a new allocation fails with out of memory");
+    mc.dst = 0;
+    mc.src = p1;
+    struct {
+        flyt_rep_none none; /* the reply struct, then the bytes */
+        char bytes[sizeof pattern];
+    } back;
+    CHECK(frame_call(fa, FLYT_OP_MEMCPY_DTOH, &mc, sizeof mc, NULL, 0, &back, sizeof back) == 0 &&
+              memcmp(back.bytes, pattern, sizeof pattern) == 0, "the data is intact");
+    CHECK(resize("sessions", sa, "{\"memory_quota\": 4294967296}", NULL) == 409,
+          "4 GiB while B holds 1 GiB: refused");
+    CHECK(resize("sessions", sa, "{\"memory_quota\": 4294967296, \"partial\": true}", &a) == 200 &&
+              jint(a, "session.memory_quota") == 3 * GiB, "with partial: 3 GiB: %s", call_err);
+    json_decref(a);
+    CHECK(alloc(fa, 1 << 20, &p2) == 0, "allocations work again");
+
+    printf("== live resize of a VM's sessions\n");
+    CHECK(resize("vms", vm_id, "{\"sm_count\": 8, \"memory_quota\": 536870912}", &a) == 200 &&
+              jint(a, "resized") == 2, "both sessions of the VM to 8 SMs: %s", call_err);
+    json_decref(a);
+    CHECK(seen_sms(fa) == 8 && seen_sms(fb) == 8 && gpu_sm_allocated(gpu) == before - 16,
+          "each sees 8 SMs; the GPU holds 16 SMs for them, 8 each");
+    CHECK(resize("vms", "vm-none", "{\"sm_count\": 8}", NULL) == 404, "an unknown VM: 404");
+    close(fa);
+    close(fb);
+    CHECK(call(&cm, "GET", "/v1/events", cm.op_token, NULL, &a) == 200, "GET /v1/events");
+    char *ev = json_dumps(a, 0);
+    CHECK(ev && strstr(ev, "session.resized"), "the store recorded session.resized events");
+    free(ev);
+    json_decref(a);
+    snprintf(path, sizeof path, "/v1/sessions/%s", sa);
+    CHECK(call(&cm, "DELETE", path, cm.op_token, NULL, NULL) == 204, "A released");
+    snprintf(path, sizeof path, "/v1/sessions/%s", sb);
+    CHECK(call(&cm, "DELETE", path, cm.op_token, NULL, NULL) == 204, "B released");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4 && argc != 7) {
@@ -700,6 +858,9 @@ int main(int argc, char **argv)
     } else {
         printf("== (the client library does not send session tokens: client program skipped)\n");
     }
+
+    printf("== live resize: SMs of running sessions\n");
+    check_resize();
 
     printf("== release: the server stops\n");
     char path[200];

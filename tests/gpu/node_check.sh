@@ -17,14 +17,16 @@
 # checks: blocks on at most 32 SMs on every stream kind, allocation past the
 # quota refused); two sessions of 56 SMs run at once (with NODE_CHECK_MPS=1
 # the node manager runs MPS and their kernel times should be those of one
-# alone); release stops the server; SIGTERM leaves nothing running.
+# alone); release stops the server; a live resize of a running program from
+# 16 to 64 SMs and back (a table of its kernel time and distinct SMs per
+# interval, and the resize times); SIGTERM leaves nothing running.
 #
 # Environment (optional): OUT (results), NODE_CHECK_MPS (0),
 # FLYT_TEST_CUDA_LIB (/usr/local/cuda/lib64, not needed by the daemons).
 # Exit status 0 when every check passed.
 set -u
 die() { echo "node_check: $*" >&2; exit 2; }
-[ $# -ge 1 ] || { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 BUILD=$(cd "$1" 2>/dev/null && pwd) || die "no build directory $1"
 for f in bin/flyt-cluster-manager bin/flyt-node-manager bin/flyt-server gpu-tests/share_check; do
     [ -x "$BUILD/$f" ] || die "no $BUILD/$f"
@@ -188,6 +190,60 @@ read -r _ body < <(api GET "$CM/v1/sessions/$S2" "$OP")
 echo "node_check: groups A $(jget "$body" session.sm_groups)"
 read -r _ body < <(api GET "$CM/v1/sessions/$S3" "$OP")
 echo "node_check: groups B $(jget "$body" session.sm_groups)"
+
+# live resize: a running program's share goes 16 -> 64 -> 16 SMs (flytctl session resize's
+# API); its streams, events and memory stay, its kernel time and SM ids follow the share
+api DELETE "$CM/v1/sessions/$S2" "$V2" >/dev/null
+api DELETE "$CM/v1/sessions/$S3" "$V3" >/dev/null
+sleep 1
+V4=$(vm 10.250.0.4 16 8GiB)
+read -r S4 E4 T4 < <(session "$V4" 1004) || die "no session"
+env FLYT_SERVER="$E4" FLYT_SESSION_TOKEN="$T4" LD_LIBRARY_PATH="$BUILD/lib" SHARE_EXPECT_SMS=16 \
+    SHARE_INTERVALS=24 SHARE_INTERVAL_MS=200 timeout 300 "$BUILD/gpu-tests/share_check" \
+    >"$DIR/resize.txt" 2>&1 &
+rp=$!
+intervals() { grep -c '^interval ' "$DIR/resize.txt"; }
+until_intervals() {
+    for _ in $(seq 1 600); do [ "$(intervals)" -ge "$1" ] && return 0; sleep 0.05; done
+    return 1
+}
+: >"$DIR/resize-marks.txt"
+for step in "6 64" "14 16"; do
+    read -r at sms <<<"$step"
+    until_intervals "$at" || fail "the program did not reach interval $at"
+    read -r st body < <(api POST "$CM/v1/sessions/$S4/resize" "$OP" "{\"sm_count\": $sms}")
+    echo "$(intervals) $sms" >>"$DIR/resize-marks.txt"
+    if [ "$st" = 200 ] && [ "$(jget "$body" node.applied)" = 1 ]; then
+        ok "resize to $sms SMs: server apply $(jget "$body" node.apply_ms) ms after a drain of" \
+           "$(jget "$body" node.drain_ms) ms, in force $(jget "$body" node.in_force_ms) ms after" \
+           "the node posted it, $(jget "$body" cluster_ms) ms end to end"
+    else
+        fail "resize to $sms SMs: $st $body"
+    fi
+done
+wait $rp || fail "share_check during the resizes: $(grep FAIL "$DIR/resize.txt" | head -3)"
+python3 - "$DIR/resize.txt" "$DIR/resize-marks.txt" <<'EOF' || FAILED=1
+import re, sys
+rows = [tuple(map(float, re.findall(r"[-0-9.]+", l)[:3]))
+        for l in open(sys.argv[1]) if l.startswith("interval ")]
+marks = [tuple(map(int, l.split())) for l in open(sys.argv[2])]
+def share(i):  # intervals begun after the command returned run on the new share
+    s = 16
+    for at, sms in marks:
+        if i > at:
+            s = sms
+    return s
+print("node_check: interval  share  kernel ms  distinct SMs")
+bad = 0
+for i, ms, d in rows:
+    s = share(int(i))
+    print("node_check: %8d  %5d  %9.3f  %12d" % (i, s, ms, d))
+    bad += d > s
+print("node_check: %s no interval ran on more SMs than its share"
+      % ("ok  " if not bad else "FAIL"))
+sys.exit(1 if bad else 0)
+EOF
+api DELETE "$CM/v1/sessions/$S4" "$V4" >/dev/null
 
 kill -TERM "$NM_PID"
 if wait "$NM_PID"; then ok "the node manager stopped (exit 0)"; else fail "node manager exit status $?"; fi

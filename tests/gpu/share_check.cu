@@ -10,7 +10,13 @@
 // Environment (optional): SHARE_EXPECT_SMS=N (multiProcessorCount must be N),
 // SHARE_EXPECT_QUOTA=BYTES (totalGlobalMem and cudaMemGetInfo's total must be
 // BYTES, an allocation past it must fail with cudaErrorMemoryAllocation),
-// SHARE_ITERS (kernel length, default 20000), SHARE_REPEATS (default 5).
+// SHARE_ITERS (kernel length, default 20000), SHARE_REPEATS (default 5),
+// SHARE_INTERVALS=N (a live resize check: after the checks, N timed
+// intervals, each a kernel on the created blocking stream, one on the
+// non-blocking one and one on the NULL stream, printed as
+// "interval I ms=... distinct=... stream_distinct=..." a line each, with
+// SHARE_INTERVAL_MS (default 250) between them; the share may change while
+// they run and the times and SM counts follow it).
 // Prints one "share_check:" line per fact and "RESULT ms=... sms=...
 // distinct=..." last; exits 0 when every check passed, 1 otherwise.
 #include <cuda_runtime.h>
@@ -19,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 #define BLOCKS 2048 /* 8 resident blocks per SM: 16 full waves on 16 SMs, 8 on 32, 4 on 64 */
@@ -69,6 +76,38 @@ static long long env_ll(const char *name, long long def)
 {
     const char *v = getenv(name);
     return v && *v ? atoll(v) : def;
+}
+
+/* The SM ids of a kernel on stream s: distinct count. */
+static int run_on(cudaStream_t s, float *out, unsigned *smids, int iters)
+{
+    std::vector<unsigned> host(BLOCKS);
+    CK(cudaMemsetAsync(smids, 0xff, BLOCKS * sizeof(unsigned), s));
+    spin<<<BLOCKS, THREADS, 0, s>>>(out, smids, iters);
+    CK(cudaGetLastError());
+    CK(cudaMemcpyAsync(host.data(), smids, BLOCKS * sizeof(unsigned), cudaMemcpyDeviceToHost, s));
+    CK(cudaStreamSynchronize(s));
+    return distinct(host);
+}
+
+/* SHARE_INTERVALS: the same streams and memory across a live resize. */
+static void live_intervals(float *out, unsigned *smids, int iters, cudaStream_t blocking,
+                           cudaStream_t nonblocking, cudaEvent_t a, cudaEvent_t b)
+{
+    long long n = env_ll("SHARE_INTERVALS", 0), pause_ms = env_ll("SHARE_INTERVAL_MS", 250);
+    for (long long i = 0; i < n; i++) {
+        CK(cudaEventRecord(a, blocking));
+        int d = run_on(blocking, out, smids, iters);
+        CK(cudaEventRecord(b, blocking));
+        CK(cudaEventSynchronize(b));
+        float t = 0;
+        CK(cudaEventElapsedTime(&t, a, b));
+        int dn = run_on(nonblocking, out, smids, iters / 10 + 1);
+        int d0 = run_on(0, out, smids, iters / 10 + 1);
+        fprintf(stderr, "interval %lld ms=%.3f distinct=%d stream_distinct=%d,%d\n", i, t, d, dn, d0);
+        struct timespec ts = {(time_t)(pause_ms / 1000), (long)(pause_ms % 1000) * 1000000L};
+        nanosleep(&ts, nullptr);
+    }
 }
 
 int main()
@@ -164,6 +203,7 @@ int main()
     printf("share_check: kernel %d blocks x %d threads, %d iterations: median %.3f ms of %d (min %.3f, max %.3f)\n",
            BLOCKS, THREADS, iters, median, repeats, ms.front(), ms.back());
 
+    live_intervals(out, smids, iters, blocking, nonblocking, a, b);
     CK(cudaStreamDestroy(blocking));
     CK(cudaStreamDestroy(nonblocking));
     CK(cudaFree(out));

@@ -33,6 +33,8 @@ const struct flyt_http_route cm_routes[] = {
     {"GET", "/v1/sessions/{id}", h_session_get},
     {"DELETE", "/v1/sessions/{id}", h_session_delete},
     {"POST", "/v1/sessions/{id}/alive", h_session_alive},
+    {"POST", "/v1/sessions/{id}/resize", h_session_resize},
+    {"POST", "/v1/vms/{id}/resize", h_vm_resize},
     {NULL, NULL, NULL}};
 
 int api_fail(struct api_error *e, int status, const char *code, const char *fmt, ...)

@@ -5,6 +5,7 @@
  *   api_vms.c     /v1/vms (operator)            api_nodes.c   /v1/nodes (operator)
  *   api_node_calls.c  register, heartbeat, ended (node managers, with reconciliation)
  *   api_sessions.c /v1/sessions (operator, VM)  metrics.c     /metrics
+ *   api_resize.c  live resize of a session's or a VM's sessions' shares
  *   lifecycle.c   ending sessions, node loss, calls to node managers, the timer thread
  *   capacity.c    GPU capacity derived from live sessions (store.h INVARIANT)
  *   cm_json.c     records -> JSON
@@ -143,6 +144,7 @@ handler_fn h_vms_list, h_vms_create, h_vms_import, h_vm_get, h_vm_patch, h_vm_de
 handler_fn h_nodes_list, h_nodes_create, h_node_get, h_node_delete, h_node_register,
     h_node_heartbeat, h_node_session_ended;
 handler_fn h_sessions_list, h_sessions_create, h_session_get, h_session_delete, h_session_alive;
+handler_fn h_session_resize, h_vm_resize; /* api_resize.c */
 handler_fn h_events, h_health, h_metrics;
 extern const struct flyt_http_route cm_routes[];
 

@@ -113,6 +113,9 @@ int store_gpus_get(struct store *st, const char *node_id, struct gpu_rec **out, 
 int store_session_insert(struct store *st, const struct session_rec *s, char *err, size_t errlen);
 /* Updates everything but the id, VM, node, GPU and share (those never change). */
 int store_session_update(struct store *st, const struct session_rec *s, char *err, size_t errlen);
+/* A live resize: the session's SM count, groups and memory quota. */
+int store_session_set_share(struct store *st, const struct session_rec *s, char *err,
+                            size_t errlen);
 int store_session_get(struct store *st, const char *id, struct session_rec *s, char *err,
                       size_t errlen);
 int store_session_list(struct store *st, const struct session_filter *f, struct session_rec **out,

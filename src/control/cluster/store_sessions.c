@@ -65,6 +65,17 @@ int store_session_update(struct store *st, const struct session_rec *s, char *er
                    a, 8, NULL, err, errlen);
 }
 
+int store_session_set_share(struct store *st, const struct session_rec *s, char *err,
+                            size_t errlen)
+{
+    char groups[MAX_SM_GROUPS * 4 + 1];
+    groups_format(s->groups, s->ngroups, groups, sizeof groups);
+    struct db_arg a[] = {DB_I(s->sm_count), DB_S(groups), DB_I(s->memory_quota), DB_S(s->id)};
+    return db_exec(store_db_(st),
+                   "UPDATE sessions SET sm_count = ?, sm_groups = ?, memory_quota = ? WHERE id = ?",
+                   a, 4, NULL, err, errlen);
+}
+
 int store_session_get(struct store *st, const char *id, struct session_rec *s, char *err,
                       size_t errlen)
 {

@@ -346,6 +346,9 @@ const struct ctl_cmd ctl_session_cmds[] = {
      session_show},
     {"session", "release", "ID", 1, 1, no_opts,
      "Release a session: its server is stopped and its share freed.", NULL, session_release},
+    {"session", "resize", "ID", 1, 1, ctl_resize_opts,
+     "Resize a running session's SMs and memory, live (no restart).", CTL_RESIZE_HELP,
+     ctl_session_resize},
     {NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL}};
 
 const struct ctl_cmd ctl_misc_cmds[] = {

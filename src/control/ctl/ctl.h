@@ -5,7 +5,8 @@
  *   ctl_fmt.c    tables, sizes, times, JSON output
  *   cmd_vm.c     vm list|show|add|update|remove|import
  *   cmd_node.c   node list|show|add|remove
- *   cmd_misc.c   session list|show|release, events, status, version */
+ *   cmd_misc.c   session list|show|release, events, status, version
+ *   cmd_resize.c session resize, vm resize */
 #ifndef FLYT_CTL_H
 #define FLYT_CTL_H
 
@@ -72,6 +73,17 @@ struct ctl_cmd {
     ctl_run_fn *run;
 };
 
+/* cmd_resize.c: session resize / vm resize */
+extern const struct ctl_opt ctl_resize_opts[];
+ctl_run_fn ctl_session_resize, ctl_vm_resize;
+#define CTL_RESIZE_HELP                                                                         \
+    "The change goes through the cluster manager and the node to the running server: new\n"     \
+    "work runs on the new share, nothing is copied. Lowering memory below what is in use\n"     \
+    "frees nothing: new allocations fail until use is under the quota. A request beyond\n"     \
+    "what the GPU has free is refused, or with --partial granted as far as it goes.\n"         \
+    "\nExamples:\n  flytctl session resize s-0123 --sm +16\n"                                  \
+    "  flytctl session resize s-0123 --sm 64 --memory 8GiB --partial\n"                        \
+    "  flytctl vm resize vm-10.0.0.5 --memory -1GiB\n"
 extern const struct ctl_cmd ctl_vm_cmds[], ctl_node_cmds[], ctl_session_cmds[],
     ctl_misc_cmds[];
 

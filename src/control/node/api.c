@@ -4,6 +4,7 @@
  *   POST   /v1/servers              start a server, answer once it listens
  *   DELETE /v1/servers/{session_id} stop it; 204 once nothing of it runs
  *   GET    /v1/servers              the servers, alive and connected
+ *   POST   /v1/servers/{id}/resize  a live resize of its share (resize.c)
  * and, without a token, GET /v1/health and GET /metrics (counts only).
  */
 #include "nm.h"
@@ -16,7 +17,7 @@
 #include <string.h>
 
 /* Only the cluster manager's token, once registration told us what it is. */
-static int authorized(struct nm *g, const struct flyt_http_request *req,
+int nm_authorized(struct nm *g, const struct flyt_http_request *req,
                       struct flyt_http_response *res)
 {
     char tok[NM_STR];
@@ -39,10 +40,51 @@ static int authorized(struct nm *g, const struct flyt_http_request *req,
     return 1;
 }
 
+int nm_parse_share(const struct nm_gpu *gpu, json_t *groups, json_t *sc, json_t *mq,
+                   struct nm_start_req *r, struct flyt_http_response *res)
+{
+    size_t n = json_is_array(groups) ? json_array_size(groups) : 0;
+    int avail = gpu->sm_count / gpu->sm_granularity;
+    if (n == 0 || n > NM_MAX_GROUPS) {
+        flyt_http_reply_error(res, 400, "bad_request", "sm_groups: expected a non-empty array of "
+                              "SM group indices");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(groups, i);
+        long long x = json_is_integer(v) ? json_integer_value(v) : -1;
+        int dup = 0;
+        for (size_t k = 0; k < i; k++)
+            dup |= r->groups[k] == x;
+        if (x < 0 || x >= avail || dup) {
+            flyt_http_reply_error(res, 400, "bad_request",
+                                  "sm_groups[%zu]: GPU %d has groups 0..%d of %d SMs, each once",
+                                  i, gpu->index, avail - 1, gpu->sm_granularity);
+            return -1;
+        }
+        r->groups[i] = (int)x;
+    }
+    r->ngroups = (int)n;
+    if (!json_is_integer(sc) || json_integer_value(sc) != (json_int_t)n * gpu->sm_granularity) {
+        flyt_http_reply_error(res, 400, "bad_request", "sm_count: expected %zu groups x %d SMs = %zu",
+                              n, gpu->sm_granularity, n * (size_t)gpu->sm_granularity);
+        return -1;
+    }
+    r->sm_count = (int)json_integer_value(sc);
+    if (!json_is_integer(mq) || json_integer_value(mq) < 1 ||
+        json_integer_value(mq) > gpu->memory_total) {
+        flyt_http_reply_error(res, 400, "bad_request", "memory_quota: expected bytes, 1 to %lld",
+                              gpu->memory_total);
+        return -1;
+    }
+    r->memory_quota = json_integer_value(mq);
+    return 0;
+}
+
 static void h_start(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
     struct nm *g = ctx;
-    if (!authorized(g, req, res))
+    if (!nm_authorized(g, req, res))
         return;
     json_t *b = req->body;
     if (!json_is_object(b)) {
@@ -72,41 +114,8 @@ static void h_start(void *ctx, const struct flyt_http_request *req, struct flyt_
                               "GPU(s))", g->ngpus);
         goto out;
     }
-    size_t n = json_is_array(groups) ? json_array_size(groups) : 0;
-    int avail = gpu->sm_count / gpu->sm_granularity;
-    if (n == 0 || n > NM_MAX_GROUPS) {
-        flyt_http_reply_error(res, 400, "bad_request", "sm_groups: expected a non-empty array of "
-                              "SM group indices");
+    if (nm_parse_share(gpu, groups, sc, mq, r, res) != 0)
         goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = json_array_get(groups, i);
-        long long x = json_is_integer(v) ? json_integer_value(v) : -1;
-        int dup = 0;
-        for (size_t k = 0; k < i; k++)
-            dup |= r->groups[k] == x;
-        if (x < 0 || x >= avail || dup) {
-            flyt_http_reply_error(res, 400, "bad_request",
-                                  "sm_groups[%zu]: GPU %d has groups 0..%d of %d SMs, each once",
-                                  i, gpu->index, avail - 1, gpu->sm_granularity);
-            goto out;
-        }
-        r->groups[i] = (int)x;
-    }
-    r->ngroups = (int)n;
-    if (!json_is_integer(sc) || json_integer_value(sc) != (json_int_t)n * gpu->sm_granularity) {
-        flyt_http_reply_error(res, 400, "bad_request", "sm_count: expected %zu groups x %d SMs = %zu",
-                              n, gpu->sm_granularity, n * (size_t)gpu->sm_granularity);
-        goto out;
-    }
-    r->sm_count = (int)json_integer_value(sc);
-    if (!json_is_integer(mq) || json_integer_value(mq) < 1 ||
-        json_integer_value(mq) > gpu->memory_total) {
-        flyt_http_reply_error(res, 400, "bad_request", "memory_quota: expected bytes, 1 to %lld",
-                              gpu->memory_total);
-        goto out;
-    }
-    r->memory_quota = json_integer_value(mq);
     snprintf(r->sid, sizeof r->sid, "%s", sid);
     r->gpu_index = gpu->index;
 
@@ -126,7 +135,7 @@ out:
 static void h_stop(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
     struct nm *g = ctx;
-    if (!authorized(g, req, res))
+    if (!nm_authorized(g, req, res))
         return;
     if (nm_server_stop_wait(g, req->params[0]) != 0) {
         flyt_http_reply_error(res, 404, "not_found", "no server for session %s", req->params[0]);
@@ -148,7 +157,7 @@ static const char *state_name(enum nm_state s)
 static void h_list(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
     struct nm *g = ctx;
-    if (!authorized(g, req, res))
+    if (!nm_authorized(g, req, res))
         return;
     json_t *arr = json_array();
     char host[NM_STR + 2];
@@ -246,4 +255,5 @@ const struct flyt_http_route nm_routes[] = {
     {"POST", "/v1/servers", h_start},
     {"GET", "/v1/servers", h_list},
     {"DELETE", "/v1/servers/{id}", h_stop},
+    {"POST", "/v1/servers/{id}/resize", nm_h_resize},
     {NULL, NULL, NULL}};

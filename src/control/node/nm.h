@@ -164,6 +164,15 @@ void nm_report_ended(struct nm *g, int timeout_ms);
 
 /* ---- the node manager's API (api.c) ---- */
 extern const struct flyt_http_route nm_routes[];
+/* Whether the request carries the cluster manager's token (else answered). */
+int nm_authorized(struct nm *g, const struct flyt_http_request *req,
+                  struct flyt_http_response *res);
+/* "sm_groups", "sm_count", "memory_quota" of a share on gpu into r; -1 once
+ * answered with a 400. */
+int nm_parse_share(const struct nm_gpu *gpu, json_t *groups, json_t *sc, json_t *mq,
+                   struct nm_start_req *r, struct flyt_http_response *res);
+/* POST /v1/servers/{id}/resize (resize.c). */
+void nm_h_resize(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res);
 
 /* ---- MPS (mps.c), main thread ---- */
 int  nm_mps_start(struct nm *g, char *err, size_t errlen);

@@ -1,0 +1,189 @@
+/* Live resize, the session's side: see resize.h. */
+#include "resize.h"
+
+#include "flyt_log.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOAD(p)     __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+
+static int      share_groups[FLYT_STATUS_GROUPS]; /* the page's share, read once whole */
+static int      my_slot_index = -1;
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+void flyt_resize_init(flyt_session *s)
+{
+    s->share_sigfd = -1;
+    if (!flyt_status_page())
+        return;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGURG);
+    /* threads the driver makes later inherit the mask: none takes the signal */
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0)
+        return;
+    s->share_sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (s->share_sigfd < 0)
+        flyt_warn("no signalfd (%s): an idle session applies a resize at its next request",
+                  strerror(errno));
+    my_slot_index = flyt_quota_my_slot();
+}
+
+/* A consistent copy of the page's share (sequence lock): its generation, 0
+ * when there is none. */
+static uint64_t read_share(int *ngroups, unsigned *granularity)
+{
+    struct flyt_server_status *p = flyt_status_page();
+    if (!p)
+        return 0;
+    for (;;) {
+        uint64_t g1 = LOAD(&p->share_gen);
+        if (g1 == 0)
+            return 0;
+        if (g1 & 1) { /* being written */
+            sched_yield();
+            continue;
+        }
+        uint32_t n = LOAD(&p->share_ngroups);
+        unsigned gran = LOAD(&p->share_granularity);
+        if (n > FLYT_STATUS_GROUPS)
+            n = FLYT_STATUS_GROUPS;
+        for (uint32_t i = 0; i < n; i++)
+            share_groups[i] = __atomic_load_n(&p->share_groups[i], __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (LOAD(&p->share_gen) == g1) {
+            *ngroups = (int)n;
+            *granularity = gran;
+            return g1;
+        }
+    }
+}
+
+void flyt_resize_initial(flyt_session *s, const int **groups, int *ngroups, unsigned *granularity)
+{
+    int n = 0;
+    unsigned gran = 0;
+    uint64_t gen = read_share(&n, &gran);
+    if (gen == 0 || n <= 0 || gran == 0)
+        return;
+    s->share_gen = gen;
+    *groups = share_groups;
+    *ngroups = n;
+    *granularity = gran;
+}
+
+struct remap_ctx {
+    flyt_bhandle old, now;
+};
+
+static int remap_one(struct flyt_hentry *e, void *arg)
+{
+    const struct remap_ctx *m = arg;
+    if (e->type == FLYT_H_STREAM && e->bh == m->old)
+        e->bh = m->now;
+    return 0;
+}
+
+/* The backend moved a stream: the client's id now names the new one. */
+static void remap_stream(void *arg, flyt_bhandle old, flyt_bhandle now)
+{
+    flyt_session *s = arg;
+    struct remap_ctx m = {old, now};
+    flyt_handles_foreach(&s->handles, remap_one, &m);
+}
+
+static void acknowledge(uint64_t gen, int32_t result, int sms, uint64_t drain_ns, uint64_t apply_ns)
+{
+    struct flyt_server_status *p = flyt_status_page();
+    if (!p || my_slot_index < 0)
+        return;
+    struct flyt_status_slot *sl = &p->slots[my_slot_index];
+    STORE(&sl->share_result, result);
+    STORE(&sl->share_sms, (uint32_t)sms);
+    STORE(&sl->share_drain_ns, drain_ns);
+    STORE(&sl->share_apply_ns, apply_ns);
+    STORE(&sl->share_done_ns, now_ns());
+    STORE(&sl->share_gen, gen); /* last: the node manager waits for it */
+}
+
+static void apply(flyt_session *s, uint64_t gen, int ngroups, unsigned gran)
+{
+    s->share_gen = gen;
+    if (!s->b) { /* not admitted yet: it starts on the page's share (flyt_resize_initial) */
+        acknowledge(gen, CUDA_SUCCESS, 0, 0, 0);
+        return;
+    }
+    uint64_t t0 = now_ns();
+    /* the drain: nothing of the old share runs once the new one is in force */
+    CUresult r = s->b->ops->device_sync ? s->b->ops->device_sync(s->b) : CUDA_SUCCESS;
+    uint64_t t1 = now_ns();
+    int sms = s->sm_count;
+    if (r == CUDA_SUCCESS)
+        r = FLYT_BCALL(s, resize_sm_share, gran, share_groups, ngroups, &sms, remap_stream, s);
+    uint64_t t2 = now_ns();
+    if (r == CUDA_SUCCESS) {
+        s->sm_count = sms;
+        struct flyt_server_status *p = flyt_status_page();
+        STORE(&p->sm_count, (uint32_t)sms);
+        flyt_info("session for %s resized to %d SMs (%d group(s) of %u): drain %.3f ms, apply "
+                  "%.3f ms", s->peer, sms, ngroups, gran, (double)(t1 - t0) / 1e6,
+                  (double)(t2 - t1) / 1e6);
+    } else {
+        flyt_error("session for %s: resize to %d SM group(s) of %u failed (CUDA error %d); the "
+                   "share stays %d SMs", s->peer, ngroups, gran, (int)r, s->sm_count);
+    }
+    acknowledge(gen, (int32_t)r, s->sm_count, t1 - t0, t2 - t1);
+}
+
+void flyt_resize_poll(flyt_session *s)
+{
+    struct flyt_server_status *p = flyt_status_page();
+    if (!p || LOAD(&p->share_gen) == s->share_gen)
+        return; /* the common case: one load */
+    int n = 0;
+    unsigned gran = 0;
+    uint64_t gen = read_share(&n, &gran);
+    if (gen != 0 && gen != s->share_gen)
+        apply(s, gen, n, gran);
+}
+
+static void drain_signals(int fd)
+{
+    struct signalfd_siginfo si;
+    while (read(fd, &si, sizeof si) == (ssize_t)sizeof si)
+        ;
+}
+
+void flyt_resize_idle(flyt_session *s)
+{
+    if (s->share_sigfd < 0)
+        return;
+    for (;;) {
+        flyt_resize_poll(s);
+        struct pollfd pf[2] = {{.fd = s->fd, .events = POLLIN}, {.fd = s->share_sigfd, .events = POLLIN}};
+        int n = poll(pf, 2, -1);
+        if (n < 0 && errno != EINTR)
+            return; /* the read that follows reports the socket */
+        if (n > 0 && (pf[1].revents & POLLIN))
+            drain_signals(s->share_sigfd);
+        if (n > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+            flyt_resize_poll(s);
+            return;
+        }
+    }
+}
