@@ -5,11 +5,12 @@
  *
  * The server creates the file (mode 0644, truncated), maps it shared and
  * keeps it up to date: the listening parent sets `listen_port` and then
- * `magic` once it listens, and counts its session children in `sessions`;
+ * `magic` once it listens, and counts its admitted sessions in `sessions`;
  * each session child keeps its allocations in its own `slots[]` entry and in
  * `memory_used` (the sum, which the memory quota is checked against, so the
- * quota holds across every connection of the server). The parent clears the
- * slot of a session that ended, whatever way it ended.
+ * quota holds across every connection of the server). A child takes its slot
+ * when its client is admitted: connections that never are take none. The
+ * parent clears the slot of a session that ended, whatever way it ended.
  *
  * Readers (the node manager) pread() the file: every field is a naturally
  * aligned 32- or 64-bit value written with an atomic store, so each one reads
@@ -38,7 +39,7 @@
 #define FLYT_STATUS_GROUPS  512 /* SM groups a resized share may list */
 
 struct flyt_status_slot {
-    int32_t  pid;      /* the session child, 0: free, -1: being started */
+    int32_t  pid;      /* the session child, 0: free (taken once its client is admitted) */
     uint32_t admitted; /* 1 once the client may use the GPU (token accepted, or none asked) */
     uint64_t used;     /* bytes this session holds */
     uint64_t share_gen;      /* the last resize this session applied (or failed) */
@@ -54,9 +55,9 @@ struct flyt_server_status {
     uint32_t version;        /* FLYT_STATUS_VERSION */
     uint32_t server_pid;     /* the listening parent */
     uint32_t listen_port;    /* bound TCP port (0 for a Unix socket) */
-    uint32_t sessions;       /* connections (live session children), admitted or not;
+    uint32_t sessions;       /* admitted connections (live session children holding a slot);
                               * a client is connected when a slot has pid > 0 and admitted */
-    uint64_t sessions_total; /* connections accepted since start */
+    uint64_t sessions_total; /* connections admitted since start */
     uint64_t memory_used;    /* bytes allocated by all sessions */
     uint64_t memory_quota;   /* --memory-quota, 0 when none */
     uint32_t sm_count;       /* SMs of the --sm-groups share, 0 when none */

@@ -48,6 +48,10 @@ int handle_AUTH(flyt_session *s, flyt_call *c)
         return FLYT_END_AUTH;
     }
 
+    if (flyt_session_admit(s) != 0) {
+        flyt_reply(s, c, CUDA_ERROR_NOT_PERMITTED, NULL, 0);
+        return FLYT_END_AUTH;
+    }
     char err[512] = "";
     int32_t result = flyt_session_open_backend(s, err, sizeof err);
     if (result != CUDA_SUCCESS) {

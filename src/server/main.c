@@ -37,6 +37,7 @@
 
 #define MAX_SM_GROUPS 256
 #define MAX_SESSION_KEY 128 /* bytes */
+#define MAX_UNADMITTED 1024
 
 struct options {
     const char               *listen;
@@ -44,6 +45,7 @@ struct options {
     int                       log_level;
     const char               *key_file;
     const char               *status_file;
+    unsigned                  max_unadmitted, max_unadmitted_per_peer;
     int                       sm_groups[MAX_SM_GROUPS];
     unsigned char             key[MAX_SESSION_KEY];
 };
@@ -70,7 +72,11 @@ static void usage(FILE *f)
             "                      clients must AUTH with a session token for ID signed\n"
             "                      with it (docs/api.md) before anything else\n"
             "  --admission-timeout S  drop a connection not admitted within S seconds\n"
-            "                      (default 10)\n"
+            "                      (a valid HELLO; managed: and a session token; default 5)\n"
+            "  --max-unadmitted N  connections not yet admitted at once (default 32); past\n"
+            "                      it the oldest of them is dropped for the newcomer\n"
+            "  --max-unadmitted-per-peer N  the same from one IP address (or one user on\n"
+            "                      a Unix socket; default 8)\n"
             "  --memory-quota SIZE refuse allocations past SIZE bytes in all (units: KiB MiB\n"
             "                      GiB TiB, KB MB GB TB); the device reports SIZE as its memory\n"
             "  --sm-groups LIST    run kernels on these SM groups only (e.g. 0,1,2), as a\n"
@@ -200,13 +206,18 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"sm-granularity", required_argument, NULL, 'G'},
         {"status-file", required_argument, NULL, 'S'},
         {"admission-timeout", required_argument, NULL, 'A'},
+        {"max-unadmitted", required_argument, NULL, 'U'},
+        {"max-unadmitted-per-peer", required_argument, NULL, 'u'},
         {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
     o->cfg.backend_kind = "cuda";
     o->cfg.poll_us = 100;
     o->cfg.sm_granularity = 8;
-    o->cfg.admission_timeout_s = 10;
+    o->cfg.admission_timeout_s = 5;
+    o->cfg.admitted_fd = -1;
+    o->max_unadmitted = 32;
+    o->max_unadmitted_per_peer = 8;
     o->log_level = FLYT_LOG_INFO;
     opterr = 0; /* our own messages */
     int ch;
@@ -270,6 +281,15 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return bad_arg("--admission-timeout wants seconds (1 to 3600), got '%s'", optarg);
             o->cfg.admission_timeout_s = (unsigned)v;
             break;
+        case 'U':
+        case 'u':
+            errno = 0;
+            v = strtol(optarg, &end, 10);
+            if (errno || *optarg == '\0' || *end != '\0' || v < 1 || v > MAX_UNADMITTED)
+                return bad_arg("--max-unadmitted[-per-peer] wants a count (1 to 1024), got '%s'",
+                               optarg);
+            *(ch == 'U' ? &o->max_unadmitted : &o->max_unadmitted_per_peer) = (unsigned)v;
+            break;
         case 'L':
             o->log_level = flyt_log_level_parse(optarg);
             if (o->log_level < 0)
@@ -298,34 +318,107 @@ static int parse_args(int argc, char **argv, struct options *o)
     return -1;
 }
 
-/* ---- children ---- */
+/* ---- children ----
+ * Each connection forks a child at once, but until its client is admitted (a valid HELLO,
+ * and on a managed server a valid session token; the child then writes one byte on its
+ * pipe) it holds no session slot and is cheap to drop: at most max_unadmitted of them live
+ * at a time, max_unadmitted_per_peer from one peer, and a newcomer over either cap
+ * replaces the oldest (of its peer first). Idle connections thus can hold nobody out, and
+ * each ends itself after --admission-timeout. */
 
-static pid_t *children;
+struct child {
+    pid_t         pid;
+    int           admit_fd;  /* read end of its admission pipe; -1 once admitted or dropped */
+    int           dropped;   /* killed by us before admission: its end is not news */
+    unsigned long seq;       /* accept order, to find the oldest */
+    unsigned char peer[16];  /* IP address, or the uid on a Unix socket */
+};
+
+static struct child *children;
 static size_t n_children, cap_children;
+static unsigned long accept_seq;
 
-static void add_child(pid_t pid)
+static struct child *add_child(pid_t pid, int admit_fd, const unsigned char peer[16])
 {
     if (n_children == cap_children) {
         size_t cap = cap_children ? cap_children * 2 : 16;
-        pid_t *p = realloc(children, cap * sizeof *p);
+        struct child *p = realloc(children, cap * sizeof *p);
         if (p == NULL) {
             /* still reaped through waitpid(-1); only SIGTERM at shutdown misses it */
             flyt_warn("out of memory tracking session %d", (int)pid);
-            return;
+            return NULL;
         }
         children = p;
         cap_children = cap;
     }
-    children[n_children++] = pid;
+    struct child *c = &children[n_children++];
+    c->pid = pid;
+    c->admit_fd = admit_fd;
+    c->dropped = 0;
+    c->seq = ++accept_seq;
+    memcpy(c->peer, peer, sizeof c->peer);
+    return c;
+}
+
+static struct child *find_child(pid_t pid)
+{
+    for (size_t i = 0; i < n_children; i++)
+        if (children[i].pid == pid)
+            return &children[i];
+    return NULL;
+}
+
+static void child_admitted(struct child *c)
+{
+    if (c->admit_fd >= 0)
+        close(c->admit_fd);
+    c->admit_fd = -1;
 }
 
 static void forget_child(pid_t pid)
 {
-    for (size_t i = 0; i < n_children; i++)
-        if (children[i] == pid) {
-            children[i] = children[--n_children];
-            return;
+    struct child *c = find_child(pid);
+    if (c) {
+        child_admitted(c);
+        *c = children[--n_children];
+    }
+}
+
+/* The oldest connection not yet admitted (from peer, or from anyone when peer is NULL),
+ * and how many there are. */
+static struct child *oldest_unadmitted(const unsigned char *peer, unsigned *count)
+{
+    struct child *oldest = NULL;
+    *count = 0;
+    for (size_t i = 0; i < n_children; i++) {
+        struct child *c = &children[i];
+        if (c->admit_fd < 0 || (peer && memcmp(c->peer, peer, sizeof c->peer) != 0))
+            continue;
+        (*count)++;
+        if (!oldest || c->seq < oldest->seq)
+            oldest = c;
+    }
+    return oldest;
+}
+
+static unsigned long long dropped_total, dropped_logged;
+
+/* Drops the oldest unadmitted connection of peer (or of anyone) while there are limit or
+ * more, to make room for a new one. */
+static void make_room(const unsigned char *peer, unsigned limit, const char *which)
+{
+    unsigned count;
+    struct child *c;
+    while ((c = oldest_unadmitted(peer, &count)) != NULL && count >= limit) {
+        kill(c->pid, SIGKILL);
+        child_admitted(c);
+        c->dropped = 1;
+        if (dropped_total++ == dropped_logged) { /* 1, 2, 4, 8 ...: a flood logs a few lines */
+            flyt_warn("dropped %llu connection(s) not admitted in time for newer ones (%s "
+                      "limit %u)", dropped_total, which, limit);
+            dropped_logged = dropped_logged ? dropped_logged * 2 : 1;
         }
+    }
 }
 
 static int stopping; /* our own SIGTERM is an expected end */
@@ -348,7 +441,11 @@ static void reap(void)
     int status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        log_exit(pid, status);
+        struct child *c = find_child(pid);
+        if (c && c->dropped)
+            flyt_debug("session %d dropped before admission", (int)pid);
+        else
+            log_exit(pid, status);
         forget_child(pid);
         flyt_status_session_ended(pid);
     }
@@ -359,7 +456,7 @@ static void stop_children(void)
 {
     stopping = 1;
     for (size_t i = 0; i < n_children; i++)
-        kill(children[i], SIGTERM);
+        kill(children[i].pid, SIGTERM);
     if (n_children)
         flyt_info("stopping %zu session(s)", n_children);
     sigset_t chld;
@@ -373,7 +470,7 @@ static void stop_children(void)
             return;
         if (!killed && time(NULL) >= deadline) {
             for (size_t i = 0; i < n_children; i++)
-                kill(children[i], SIGKILL);
+                kill(children[i].pid, SIGKILL);
             flyt_warn("%zu session(s) ignored SIGTERM; killed", n_children);
             killed = 1;
         }
@@ -420,22 +517,32 @@ static void setup_signals(sigset_t *wait_mask, sigset_t *orig)
 
 /* ---- connections ---- */
 
-static void describe_peer(int fd, char *out, size_t len)
+/* The peer in words, and as a key for the per-peer limit: its IP address, or its uid on a
+ * Unix socket. */
+static void describe_peer(int fd, char *out, size_t len, unsigned char key[16])
 {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     snprintf(out, len, "unknown peer");
+    memset(key, 0, 16);
     if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0)
         return;
     if (ss.ss_family == AF_UNIX) {
         struct ucred cred;
         socklen_t cl = sizeof cred;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
             snprintf(out, len, "unix peer pid %d uid %d", (int)cred.pid, (int)cred.uid);
-        else
+            key[0] = 'u';
+            memcpy(key + 4, &cred.uid, sizeof cred.uid);
+        } else {
             snprintf(out, len, "unix peer");
+        }
         return;
     }
+    if (ss.ss_family == AF_INET)
+        memcpy(key, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+    else if (ss.ss_family == AF_INET6)
+        memcpy(key, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
     char host[NI_MAXHOST], port[NI_MAXSERV];
     if (getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port,
                     NI_NUMERICHOST | NI_NUMERICSERV) == 0)
@@ -445,34 +552,54 @@ static void describe_peer(int fd, char *out, size_t len)
 static void start_session(int lfd, int fd, const struct options *o, const sigset_t *orig)
 {
     char peer[160];
-    describe_peer(fd, peer, sizeof peer);
-    int slot = flyt_status_slot_take();
-    if (slot == -1) {
-        flyt_warn("refusing %s: this server already has %d connections", peer, FLYT_STATUS_SLOTS);
+    unsigned char key[16];
+    describe_peer(fd, peer, sizeof peer, key);
+    make_room(key, o->max_unadmitted_per_peer, "per-peer");
+    make_room(NULL, o->max_unadmitted, "total");
+    int admit[2];
+    if (pipe2(admit, O_CLOEXEC) != 0) {
+        flyt_error("refusing %s: no pipe: %s", peer, strerror(errno));
         close(fd);
         return;
     }
     pid_t pid = fork();
     if (pid < 0) {
         flyt_error("cannot fork a session for %s: %s", peer, strerror(errno));
-        flyt_status_slot_drop(slot);
+        close(admit[0]);
+        close(admit[1]);
         close(fd);
         return;
     }
     if (pid == 0) {
-        /* the child: plain signal handling, no listening socket, then the session */
-        flyt_quota_child_init(slot);
+        /* the child: plain signal handling, no listening socket nor other children's
+         * pipes, then the session */
         close(lfd);
+        close(admit[0]);
+        for (size_t i = 0; i < n_children; i++)
+            if (children[i].admit_fd >= 0)
+                close(children[i].admit_fd);
         signal(SIGCHLD, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         signal(SIGINT, SIG_DFL);
         sigprocmask(SIG_SETMASK, orig, NULL);
-        exit(flyt_session_run(fd, peer, &o->cfg));
+        struct flyt_server_config cfg = o->cfg;
+        cfg.admitted_fd = admit[1];
+        exit(flyt_session_run(fd, peer, &cfg));
     }
     close(fd);
-    add_child(pid);
-    flyt_status_slot_bind(slot, pid);
+    close(admit[1]);
+    fcntl(admit[0], F_SETFL, O_NONBLOCK);
+    if (!add_child(pid, admit[0], key))
+        close(admit[0]);
     flyt_info("session %d started for %s", (int)pid, peer);
+}
+
+/* A child's admission pipe spoke: admitted (a byte), or it ended (end of file). */
+static void admission_news(pid_t pid)
+{
+    struct child *c = find_child(pid);
+    if (c)
+        child_admitted(c);
 }
 
 static void accept_one(int lfd, const struct options *o, const sigset_t *orig)
@@ -556,10 +683,26 @@ int main(int argc, char **argv)
     flyt_status_listening(port);
 
     int status = 0;
+    /* the listening socket, then the admission pipes of connections not yet admitted */
+    struct pollfd *p = calloc(1 + MAX_UNADMITTED + 1, sizeof *p);
+    pid_t *p_pid = calloc(1 + MAX_UNADMITTED + 1, sizeof *p_pid);
+    if (!p || !p_pid) {
+        flyt_error("out of memory");
+        got_stop = status = 1;
+    }
     while (!got_stop) {
-        struct pollfd p = {lfd, POLLIN, 0};
-        int n = ppoll(&p, 1, NULL, &wait_mask);
+        nfds_t np = 1;
+        p[0] = (struct pollfd){lfd, POLLIN, 0};
+        for (size_t i = 0; i < n_children && np < 1 + MAX_UNADMITTED + 1; i++)
+            if (children[i].admit_fd >= 0) {
+                p_pid[np] = children[i].pid;
+                p[np++] = (struct pollfd){children[i].admit_fd, POLLIN, 0};
+            }
+        int n = ppoll(p, np, NULL, &wait_mask);
         int poll_errno = errno; /* reaping below sets errno too */
+        for (nfds_t i = 1; n > 0 && i < np; i++)
+            if (p[i].revents)
+                admission_news(p_pid[i]);
         if (got_chld) {
             got_chld = 0;
             reap();
@@ -569,9 +712,11 @@ int main(int argc, char **argv)
             status = 1;
             break;
         }
-        if (!got_stop && n > 0 && (p.revents & POLLIN))
+        if (!got_stop && n > 0 && (p[0].revents & POLLIN))
             accept_one(lfd, &o, &orig);
     }
+    free(p);
+    free(p_pid);
 
     flyt_info("shutting down");
     close(lfd);

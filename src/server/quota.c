@@ -62,36 +62,6 @@ void flyt_status_listening(unsigned port)
     }
 }
 
-int flyt_status_slot_take(void)
-{
-    if (!page)
-        return -2;
-    for (int i = 0; i < FLYT_STATUS_SLOTS; i++)
-        if (LOAD(&page->slots[i].pid) == 0) {
-            STORE(&page->slots[i].used, 0);
-            STORE(&page->slots[i].admitted, 0);
-            STORE(&page->slots[i].pid, -1);
-            return i;
-        }
-    return -1;
-}
-
-void flyt_status_slot_bind(int slot, pid_t pid)
-{
-    if (!page || slot < 0)
-        return;
-    STORE(&page->slots[slot].pid, (int32_t)pid);
-    ADD(&page->sessions, 1);
-    ADD(&page->sessions_total, 1);
-}
-
-void flyt_status_slot_drop(int slot)
-{
-    if (!page || slot < 0)
-        return;
-    STORE(&page->slots[slot].pid, 0);
-}
-
 void flyt_status_session_ended(pid_t pid)
 {
     if (!page)
@@ -108,12 +78,25 @@ void flyt_status_session_ended(pid_t pid)
         }
 }
 
-void flyt_quota_child_init(int slot) { my_slot = slot; }
-
-void flyt_quota_child_admitted(void)
+int flyt_quota_child_admitted(void)
 {
-    if (page && my_slot >= 0)
-        STORE(&page->slots[my_slot].admitted, 1);
+    if (!page || my_slot >= 0)
+        return 0;
+    int32_t me = (int32_t)getpid();
+    for (int i = 0; i < FLYT_STATUS_SLOTS; i++) {
+        int32_t free_slot = 0;
+        /* the parent frees a slot (by pid) only after its holder was reaped */
+        if (__atomic_compare_exchange_n(&page->slots[i].pid, &free_slot, me, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            STORE(&page->slots[i].used, 0);
+            STORE(&page->slots[i].admitted, 1);
+            ADD(&page->sessions, 1);
+            ADD(&page->sessions_total, 1);
+            my_slot = i;
+            return 0;
+        }
+    }
+    return -1;
 }
 
 int flyt_quota_active(void) { return page != NULL; }

@@ -28,24 +28,19 @@ int flyt_status_open(const char *path, uint64_t quota, char *err, size_t errlen)
 struct flyt_server_status *flyt_status_page(void);
 /* After the listen socket is bound: publishes the port and the magic. */
 void flyt_status_listening(unsigned port);
-/* Before fork: a free slot index for the next session, or -1 when all are
- * taken (or there is no page: then -2). */
-int flyt_status_slot_take(void);
-/* After fork, in the parent: the slot belongs to pid now. */
-void flyt_status_slot_bind(int slot, pid_t pid);
-/* fork failed: the slot is free again. */
-void flyt_status_slot_drop(int slot);
+/* Slots are taken by session children once their client is admitted (so connections
+ * that never are hold none): see flyt_quota_child_admitted. */
 /* A session child was reaped: whatever it still held is subtracted. */
 void flyt_status_session_ended(pid_t pid);
 
 /* ---- the session (child side) ---- */
 
-/* In the child, first thing: which slot it owns. */
-void flyt_quota_child_init(int slot);
-/* The slot of this session child, -1 when none. */
+/* The child's client was admitted: takes a free slot for this process (marked admitted:
+ * a client is connected) and counts the session. 0, or -1 when every slot is taken (the
+ * client is then refused). A no-op without a page. */
+int flyt_quota_child_admitted(void);
+/* The slot of this session child, -1 when none (not admitted yet). */
 int flyt_quota_my_slot(void);
-/* The child's client was admitted (marks its slot: a client is connected). */
-void flyt_quota_child_admitted(void);
 
 /* Pointer -> size of the session's live allocations. */
 struct flyt_memtab {

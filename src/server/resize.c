@@ -16,8 +16,7 @@
 #define LOAD(p)     __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
-static int      share_groups[FLYT_STATUS_GROUPS]; /* the page's share, read once whole */
-static int      my_slot_index = -1;
+static int share_groups[FLYT_STATUS_GROUPS]; /* the page's share, read once whole */
 
 static uint64_t now_ns(void)
 {
@@ -41,7 +40,6 @@ void flyt_resize_init(flyt_session *s)
     if (s->share_sigfd < 0)
         flyt_warn("no signalfd (%s): an idle session applies a resize at its next request",
                   strerror(errno));
-    my_slot_index = flyt_quota_my_slot();
 }
 
 /* A consistent copy of the page's share (sequence lock): its generation, 0
@@ -110,9 +108,9 @@ static void remap_stream(void *arg, flyt_bhandle old, flyt_bhandle now)
 static void acknowledge(uint64_t gen, int32_t result, int sms, uint64_t drain_ns, uint64_t apply_ns)
 {
     struct flyt_server_status *p = flyt_status_page();
-    if (!p || my_slot_index < 0)
+    if (!p || flyt_quota_my_slot() < 0)
         return;
-    struct flyt_status_slot *sl = &p->slots[my_slot_index];
+    struct flyt_status_slot *sl = &p->slots[flyt_quota_my_slot()];
     STORE(&sl->share_result, result);
     STORE(&sl->share_sms, (uint32_t)sms);
     STORE(&sl->share_drain_ns, drain_ns);

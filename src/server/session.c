@@ -419,6 +419,10 @@ static int hello(flyt_session *s)
 
     c.rep = &rep;
     c.rep_size = sizeof rep;
+    if (!s->cfg->session_id && flyt_session_admit(s) != 0) {
+        refuse(s, &h, &rep, sizeof rep);
+        return FLYT_END_AUTH;
+    }
     if (s->cfg->session_id) {
         /* Admission first: the GPU opens only for a client whose session
          * token verifies (handle_AUTH). The session sees one device. */
@@ -477,9 +481,27 @@ int32_t flyt_session_open_backend(flyt_session *s, char *err, size_t errlen)
         flyt_info("session for %s runs on %d SMs", s->peer, sms);
     }
     s->admitted = 1;
-    flyt_quota_child_admitted();
-    alarm(0); /* admitted: no admission deadline any more */
     return CUDA_SUCCESS;
+}
+
+static int admitted_fd = -1; /* one session per process */
+
+int flyt_session_admit(flyt_session *s)
+{
+    alarm(0); /* admitted: no admission deadline any more */
+    if (flyt_quota_child_admitted() != 0) {
+        flyt_error("refusing %s: this server already has %d sessions", s->peer,
+                   FLYT_STATUS_SLOTS);
+        return -1;
+    }
+    if (admitted_fd >= 0) {
+        char one = 'A';
+        ssize_t w = write(admitted_fd, &one, 1);
+        (void)w; /* the parent gone: nothing to tell */
+        close(admitted_fd);
+        admitted_fd = -1;
+    }
+    return 0;
 }
 
 /* Before admission: a short error answer (for a request that wants one),
@@ -554,21 +576,28 @@ static int serve(flyt_session *s)
     }
 }
 
-/* A connection that has not been admitted in time (a managed server): the
- * process just ends; the parent logs its exit status. */
+/* A connection that has not been admitted in time (a valid HELLO, and on a managed
+ * server a valid session token): the process just ends; the parent logs its exit status. */
+static int admission_wants_token; /* which of the two lines admission_expired writes */
+
 static void admission_expired(int sig)
 {
     (void)sig;
-    static const char msg[] = "flyt-server: admission refused: no valid session token in time; "
-                              "ending session\n";
-    ssize_t w = write(flyt_log_fd(), msg, sizeof msg - 1);
+    static const char token[] = "flyt-server: admission refused: no valid session token in time; "
+                                "ending session\n";
+    static const char hello[] = "flyt-server: admission refused: no valid HELLO in time; "
+                                "ending session\n";
+    ssize_t w = admission_wants_token ? write(flyt_log_fd(), token, sizeof token - 1)
+                                      : write(flyt_log_fd(), hello, sizeof hello - 1);
     (void)w;
     _exit(FLYT_EXIT_AUTH);
 }
 
 int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *cfg)
 {
-    if (cfg->session_id && cfg->admission_timeout_s) {
+    admitted_fd = cfg->admitted_fd;
+    if (cfg->admission_timeout_s) {
+        admission_wants_token = cfg->session_id != NULL;
         signal(SIGALRM, admission_expired);
         alarm(cfg->admission_timeout_s);
     }

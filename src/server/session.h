@@ -53,6 +53,7 @@ struct flyt_server_config {
     const unsigned char *session_key;
     size_t               session_key_len;
     unsigned             admission_timeout_s; /* a client not admitted by then is dropped */
+    int                  admitted_fd; /* one byte is written here at admission (-1: none) */
 
     /* The share (--memory-quota, --sm-groups): 0 / no groups = the whole GPU. */
     uint64_t   memory_quota;
@@ -193,6 +194,11 @@ int flyt_expect_data(flyt_session *s, flyt_call *c, uint64_t extra);
 
 /* The descriptor passed with the current frame, or -1; the caller owns it. */
 int flyt_take_passed_fd(flyt_session *s);
+
+/* The client proved itself (a valid HELLO on a standalone server, a valid session token on
+ * a managed one): its admission deadline ends, it takes a slot of the status page, and
+ * the parent learns it may no longer drop it. -1 (logged) when every slot is taken. */
+int flyt_session_admit(flyt_session *s);
 
 /* Opens the backend and applies the SM share; on failure the backend is
  * closed again and err says why. CUDA_SUCCESS or the failing result. */

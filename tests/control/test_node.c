@@ -694,7 +694,7 @@ int main(int argc, char **argv)
     snprintf(conf, sizeof conf,
              "# written by test_node\n"
              "node_id = n1\nnode_token_file = node.token\ncluster_manager = %s\n"
-             "listen = 127.0.0.1:0\nserver_path = %s\nserver_listen_host = 127.0.0.1\n"
+             "listen = 127.0.0.1:0\nserver_path = %s\n"
              "server_port_min = %d\nserver_port_max = %d\nserver_stop_grace = 3s\n"
              "state_dir = state\nbackend = host\nlog_level = debug\n"
              "mps = true\nmps_control = %s/fake-mps-control\nmps_pipe_dir = %s/mps-pipe\n"

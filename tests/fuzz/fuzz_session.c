@@ -10,6 +10,7 @@
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static int quiet = -1;
     if (quiet < 0) { /* every input ends a session, often with an error line: noise */
         flyt_log_init("fuzz_session", FLYT_LOG_ERROR);
+        signal(SIGPIPE, SIG_IGN); /* a session that ended early: its socket is closed */
         quiet = open("/dev/null", O_WRONLY | O_CLOEXEC);
         if (quiet >= 0)
             flyt_log_set_fd(quiet);

@@ -4,20 +4,25 @@
  * the key file must not be readable by others; HELLO asks for a token; no
  * token, a malformed, badly signed, expired or other session's token is
  * refused with an error reply, the session ends and the server logs why; a
- * good token opens the GPU. A standalone server asks for nothing.
+ * good token opens the GPU. A standalone server asks for nothing. Idle
+ * connections that never HELLO (issue 8) take no session slot, cannot lock the
+ * tenant out, cost a bounded number of processes and end at the deadline.
  *
  * usage: test_server_admission PATH-TO-flyt-server
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "flyt_server_status.h"
 #include "flyt_token.h"
 #include "harness.h"
 
@@ -70,6 +75,151 @@ static void write_key(const char *path, mode_t mode)
 static void make_token(const unsigned char *k, const char *sid, long long expiry, char *out)
 {
     CHECK(flyt_session_token_make(k, 32, sid, expiry, out, 256) == 0, "token for %s made", sid);
+}
+
+/* The status page's field, read whole (src/common/flyt_server_status.h). */
+static struct flyt_server_status read_status(const char *path)
+{
+    struct flyt_server_status st;
+    memset(&st, 0, sizeof st);
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0 && pread(fd, &st, sizeof st, 0) != (ssize_t)sizeof st)
+        memset(&st, 0, sizeof st);
+    if (fd >= 0)
+        close(fd);
+    return st;
+}
+
+/* Live children of pid (from /proc). */
+static int children_of(pid_t pid)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        const char *rp = strrchr(buf, ')'); /* "pid (comm) state ppid ..." */
+        char state;
+        int ppid;
+        if (rp && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == (int)pid && state != 'Z')
+            n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+#define IDLE_MANY 300
+
+/* Opens n idle connections (no HELLO) into fds. */
+static void open_idle(int *fds, int n)
+{
+    for (int i = 0; i < n; i++) {
+        fds[i] = th_connect();
+        if (fds[i] < 0)
+            CHECK(0, "idle connection %d refused", i);
+    }
+}
+
+/* How many of the n connections the server has closed (a read sees EOF or a reset). */
+static int count_closed(const int *fds, int n)
+{
+    int closed_n = 0;
+    for (int i = 0; i < n; i++) {
+        char ch;
+        ssize_t r = recv(fds[i], &ch, 1, MSG_DONTWAIT);
+        closed_n += r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    }
+    return closed_n;
+}
+
+static void close_all(int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+/* Issue 8: idle unauthenticated connections take no session slot and cannot hold the
+ * tenant out: with 70 of them open, an admitted session keeps working and the tenant's
+ * next client is admitted. */
+static void test_idle_cannot_lock_out(const char *bin)
+{
+    th_say("70 idle connections do not lock the tenant out");
+    th_prepare_dir();
+    snprintf(key_path, sizeof key_path, "%s/session.key", th_temp_dir());
+    write_key(key_path, 0600);
+    char status[300];
+    snprintf(status, sizeof status, "%s/status", th_temp_dir());
+    const char *args[] = {"--session-id", SID, "--session-key-file", key_path,
+                          "--admission-timeout", "30", "--status-file", status, NULL};
+    th_server_start_args(bin, NULL, args);
+    char good[256];
+    make_token(key, SID, (long long)time(NULL) + 3600, good);
+    flyt_rep_hello hr;
+    flyt_rep_i32 v;
+    int first = th_connect();
+    CHECK(first >= 0 && hello_flags(first, &hr) == 0 && auth(first, good) == 0,
+          "the tenant's first client is admitted");
+    static int idle[70];
+    open_idle(idle, 70);
+    struct timespec settle = {0, 300 * 1000 * 1000};
+    nanosleep(&settle, NULL);
+    struct flyt_server_status st = read_status(status);
+    CHECK(st.sessions == 1, "the idle connections hold no session slot (sessions %u)", st.sessions);
+    int second = th_connect();
+    CHECK(second >= 0 && hello_flags(second, &hr) == 0 && auth(second, good) == 0,
+          "the tenant's next client is admitted");
+    CHECK(th_call_rep(second, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v) == 0,
+          "and works");
+    CHECK(th_call_rep(first, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v) == 0,
+          "the first client's session was not reset");
+    pid_t server = (pid_t)read_status(status).server_pid;
+    int kids = children_of(server);
+    CHECK(kids <= 2 + 32, "%d session processes (2 admitted, at most 32 not admitted)", kids);
+    close(first);
+    close(second);
+    close_all(idle, 70);
+    CHECK(th_server_alive() && th_server_log_clean(), "the server is alive and clean");
+    unlink(key_path);
+    th_server_stop();
+}
+
+/* Issue 8: a standalone server and 300 idle connections: a bounded number of processes,
+ * and every connection closed by the admission deadline. */
+static void test_idle_flood_standalone(const char *bin)
+{
+    th_say("%d idle connections to a standalone server", IDLE_MANY);
+    th_prepare_dir();
+    char status[300];
+    snprintf(status, sizeof status, "%s/status", th_temp_dir());
+    const char *args[] = {"--admission-timeout", "2", "--status-file", status, NULL};
+    th_server_start_args(bin, NULL, args);
+    pid_t server = (pid_t)read_status(status).server_pid;
+    static int idle[IDLE_MANY];
+    open_idle(idle, IDLE_MANY);
+    struct timespec settle = {0, 500 * 1000 * 1000};
+    nanosleep(&settle, NULL);
+    int kids = children_of(server);
+    CHECK(kids <= 8 + 1, "%d session processes for %d idle connections from one user "
+          "(at most 8 not admitted per peer)", kids, IDLE_MANY);
+    struct timespec deadline = {3, 0}; /* --admission-timeout 2, and a second of slack */
+    nanosleep(&deadline, NULL);
+    int closed_n = count_closed(idle, IDLE_MANY);
+    CHECK(closed_n == IDLE_MANY, "all closed after the admission deadline (%d of %d)", closed_n,
+          IDLE_MANY);
+    close_all(idle, IDLE_MANY);
+    CHECK(th_server_works(), "the server still works");
+    CHECK(th_server_log_has("no valid HELLO in time"), "and said why it closed them");
+    CHECK(th_server_alive() && th_server_log_clean(), "the server is alive and clean");
+    th_server_stop();
 }
 
 /* Runs the server with args and returns its exit status; its stderr in out. */
@@ -246,6 +396,9 @@ int main(int argc, char **argv)
     close(fd);
     CHECK(th_server_works() && th_server_log_clean(), "standalone server works");
     th_server_stop();
+
+    test_idle_cannot_lock_out(bin);
+    test_idle_flood_standalone(bin);
 
     th_passed();
     printf("all admission checks passed\n");

@@ -31,6 +31,7 @@ struct cm_settings {
     enum placement_policy policy;
     int overcommit;
     int log_level;
+    struct flyt_http_limits api;
 };
 
 struct cm {
@@ -40,6 +41,9 @@ struct cm {
     struct flyt_http_server *http;
     pthread_mutex_t lock;
     long long started_ms;          /* nodes count as alive until node_timeout after this */
+    /* timer thread only: when it last ran, when it found itself late, when it last said
+     * that a node's loss waits for the manager to hear again */
+    long long last_tick_ms, late_ms, deaf_logged_ms;
     /* timer thread */
     pthread_t timer;
     pthread_mutex_t timer_lock;
@@ -134,7 +138,8 @@ int node_start_server(struct cm *cm, const struct node_rec *node, const struct s
 int lifecycle_recover(struct cm *cm, char *err, size_t errlen);
 int lifecycle_start(struct cm *cm);
 void lifecycle_stop(struct cm *cm);
-/* One pass of the timer: nodes past node_timeout are lost. Lock not held. */
+/* One pass of the timer: nodes past node_timeout are lost, counting only time in which
+ * the manager could hear them (lifecycle.c, "deaf"). Lock not held. */
 void lifecycle_tick(struct cm *cm);
 
 /* ---- handlers ---- */

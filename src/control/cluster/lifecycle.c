@@ -149,12 +149,47 @@ int lifecycle_recover(struct cm *cm, char *err, size_t errlen)
     return store_commit(cm->store, err, errlen);
 }
 
+/* Since when the manager has been able to hear every node: heartbeats missed before then
+ * may have been lost by the manager itself, so they do not count against a node. Deaf
+ * were: the time before this process started; the moment the API last refused a
+ * connection at its limits (a flood of slow clients: the heartbeat may have been the one
+ * refused); the moment this timer found it had not run for a heartbeat interval (the
+ * process was starved or stopped, and heartbeats may be queued unread). A flood that never
+ * ends postpones node losses for as long: the safe side, since a loss ends sessions. */
+static long long hearing_since(struct cm *cm, long long now)
+{
+    if (cm->last_tick_ms && now - cm->last_tick_ms > cm->set.heartbeat_interval_ms)
+        cm->late_ms = now;
+    cm->last_tick_ms = now;
+    long long since = cm->started_ms;
+    long long refused = flyt_http_refused_at(cm->http);
+    if (refused > since)
+        since = refused;
+    if (cm->late_ms > since)
+        since = cm->late_ms;
+    return since;
+}
+
+/* The node has been silent past node_timeout, but not for that long since the manager
+ * could hear it: say so, at most every 10 s. */
+static void note_deaf(struct cm *cm, const struct node_rec *n, long long now, long long since)
+{
+    if (cm->deaf_logged_ms && now - cm->deaf_logged_ms < 10000)
+        return;
+    cm->deaf_logged_ms = now;
+    flyt_warn("node %s: no heartbeat for %lld ms, but the manager itself could not hear "
+              "%lld ms ago (API connections refused at their limits, or this process late): "
+              "not lost unless silent for node_timeout after that",
+              n->id, now - n->last_heartbeat, now - since);
+}
+
 void lifecycle_tick(struct cm *cm)
 {
     char err[512];
     struct node_rec *nodes;
     int n;
     long long now = now_ms();
+    long long hearing = hearing_since(cm, now);
     pthread_mutex_lock(&cm->lock);
     if (store_begin(cm->store, err, sizeof err) < 0) {
         flyt_error("timer: %s", err);
@@ -165,13 +200,14 @@ void lifecycle_tick(struct cm *cm)
     for (int i = 0; ok && i < n; i++) {
         if (strcmp(nodes[i].state, "ready") != 0)
             continue;
-        /* after a restart every node gets a full node_timeout from the start */
-        long long seen = nodes[i].last_heartbeat > cm->started_ms ? nodes[i].last_heartbeat
-                                                                  : cm->started_ms;
+        /* after a restart (or any deaf spell) every node gets a full node_timeout */
+        long long seen = nodes[i].last_heartbeat > hearing ? nodes[i].last_heartbeat : hearing;
         if (now - seen > cm->set.node_timeout_ms) {
             char why[128];
             snprintf(why, sizeof why, "no heartbeat for %lld ms", now - seen);
             ok = node_mark_lost(cm, &nodes[i], why, err, sizeof err) >= 0;
+        } else if (now - nodes[i].last_heartbeat > cm->set.node_timeout_ms) {
+            note_deaf(cm, &nodes[i], now, hearing);
         }
     }
     free(nodes);

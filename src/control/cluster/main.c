@@ -108,7 +108,7 @@ int main(int argc, char **argv)
         return 1;
     }
     pthread_mutex_lock(&cm.lock);   /* no request runs before cm.http is set */
-    cm.http = flyt_http_start(cm.set.listen, cm_routes, &cm, err, sizeof err);
+    cm.http = flyt_http_start_limited(cm.set.listen, cm_routes, &cm, &cm.set.api, err, sizeof err);
     pthread_mutex_unlock(&cm.lock);
     if (!cm.http) {
         flyt_error("%s", err);

@@ -31,6 +31,13 @@ const struct flyt_cfg_key cm_config_keys[] = {
     {"server_start_timeout", FLYT_CFG_DURATION, "30s",
      "how long a node manager may take to start a server", false, 100, 600000},
     {"log_level", FLYT_CFG_STRING, "info", "error, warn, info or debug", false, 0, 0},
+    {"api_max_connections", FLYT_CFG_INT, "512",
+     "API connections open at once, from all peers (more are closed at accept)", false, 8, 60000},
+    {"api_max_connections_per_peer", FLYT_CFG_INT, "64",
+     "API connections open at once from one IP address", false, 1, 60000},
+    {"api_request_timeout", FLYT_CFG_DURATION, "10s",
+     "a request's headers and body must arrive within this (and its answer leave within it)",
+     false, 100, 600000},
     {NULL, 0, NULL, NULL, false, 0, 0}};
 
 static int copy_str(char *dst, size_t cap, const char *src, const char *path,
@@ -122,6 +129,10 @@ int settings_load(const char *path, struct cm_settings *set, char *token, size_t
     set->session_token_ttl_ms = (long long)flyt_config_duration_ms(cfg, "session_token_ttl");
     set->server_start_timeout_ms = (long long)flyt_config_duration_ms(cfg, "server_start_timeout");
     set->overcommit = flyt_config_bool(cfg, "overcommit");
+    set->api.max_connections = (unsigned)flyt_config_int(cfg, "api_max_connections");
+    set->api.max_per_peer = (unsigned)flyt_config_int(cfg, "api_max_connections_per_peer");
+    set->api.request_timeout_ms = (unsigned)flyt_config_duration_ms(cfg, "api_request_timeout");
+    set->api.idle_timeout_s = FLYT_HTTP_IDLE_TIMEOUT_S;
     if (placement_policy_parse(flyt_config_str(cfg, "placement_policy"), &set->policy) < 0) {
         snprintf(err, errlen, "%s:%d: placement_policy: \"%s\" is not spread or pack", path,
                  flyt_config_line(cfg, "placement_policy"), flyt_config_str(cfg, "placement_policy"));

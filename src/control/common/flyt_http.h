@@ -49,11 +49,35 @@ struct flyt_http_route {
 
 struct flyt_http_server;
 
+/* What one server accepts. A connection past max_connections, or past max_per_peer from
+ * one IP address, is closed at accept; a request whose headers and body have not all
+ * arrived within request_timeout_ms of its start (or whose answer has not left within it)
+ * is cut; a connection silent for idle_timeout_s is closed. */
+struct flyt_http_limits {
+    unsigned max_connections;
+    unsigned max_per_peer;
+    unsigned request_timeout_ms;
+    unsigned idle_timeout_s;
+};
+#define FLYT_HTTP_MAX_CONNECTIONS 512
+#define FLYT_HTTP_MAX_PER_PEER 64
+#define FLYT_HTTP_REQUEST_TIMEOUT_MS 10000
+#define FLYT_HTTP_IDLE_TIMEOUT_S 30
+#define FLYT_HTTP_HEADER_MEMORY (32u << 10)   /* request line and headers: 431 past this */
+
 /* Starts serving on listen = "HOST:PORT" (IPv4 literal, [IPv6] literal or a host name;
- * PORT 0 takes a free port). routes must outlive the server. NULL with err on failure. */
+ * PORT 0 takes a free port) with the default limits above, or limits. routes must
+ * outlive the server. NULL with err on failure. */
 struct flyt_http_server *flyt_http_start(const char *listen, const struct flyt_http_route *routes,
                                          void *ctx, char *err, size_t errlen);
+struct flyt_http_server *flyt_http_start_limited(const char *listen,
+                                                 const struct flyt_http_route *routes, void *ctx,
+                                                 const struct flyt_http_limits *limits, char *err,
+                                                 size_t errlen);
 int flyt_http_port(const struct flyt_http_server *srv);
+/* Wall-clock ms when a limit last refused a connection (0: never): requests may have been
+ * lost then through no fault of their sender. */
+long long flyt_http_refused_at(struct flyt_http_server *srv);
 /* Stops accepting, finishes or closes connections, joins the threads, frees. */
 void flyt_http_stop(struct flyt_http_server *srv);
 
@@ -71,7 +95,8 @@ void flyt_http_reply_error(struct flyt_http_response *res, int status, const cha
 
 /* Per-route counters (requests by status class, errors, latency histogram) in Prometheus
  * text format, metric names flyt_http_requests_total, flyt_http_request_errors_total,
- * flyt_http_request_duration_seconds. Requests that matched no route count as route
+ * flyt_http_request_duration_seconds; and flyt_http_connections_open,
+ * flyt_http_connections_refused_total, flyt_http_requests_timed_out_total. Requests that matched no route count as route
  * "unmatched". */
 void flyt_http_metrics(struct flyt_http_server *srv, struct flyt_buf *out);
 

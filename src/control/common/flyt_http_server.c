@@ -1,6 +1,8 @@
 /* The HTTP server side of flyt_http.h over libmicrohttpd: one thread per connection,
- * bodies collected up to FLYT_HTTP_BODY_LIMIT, routes with {name} captures, counters. */
+ * bodies collected up to FLYT_HTTP_BODY_LIMIT, routes with {name} captures, counters;
+ * connection limits and request deadlines in flyt_http_guard.c. */
 #include "flyt_http.h"
+#include "flyt_http_guard.h"
 
 #include "flyt_log.h"
 
@@ -37,6 +39,7 @@ struct flyt_http_server {
     int port;
     pthread_mutex_t lock;
     struct route_stats *stats;          /* nroutes + 1 ("unmatched") */
+    struct flyt_http_guard *guard;
 };
 
 struct conn_state {
@@ -252,6 +255,13 @@ static void dispatch(struct flyt_http_server *srv, struct MHD_Connection *c, con
     }
 }
 
+static void *conn_track(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info ? info->socket_context : NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls)
@@ -291,6 +301,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    void *track = conn_track(c);
+    flyt_http_guard_handling(srv->guard, track);
     struct flyt_http_response res = {0};
     size_t route = srv->nroutes;
     dispatch(srv, c, url, method, cs, &res, &route);
@@ -299,21 +311,49 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     flyt_debug("http: %s %s -> %d (%.1f ms)", method, url, res.status, secs * 1e3);
     enum MHD_Result rc = send_response(c, &res);
     free(res.body);
+    flyt_http_guard_rearm(srv->guard, track);   /* the answer must leave in time too */
     return rc;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)c;
+    struct flyt_http_server *srv = cls;
     (void)toe;
+    flyt_http_guard_rearm(srv->guard, conn_track(c));   /* the next request's deadline */
     struct conn_state *cs = *con_cls;
     if (cs) {
         free(cs->body);
         free(cs);
         *con_cls = NULL;
     }
+}
+
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)addrlen;
+    struct flyt_http_server *srv = cls;
+    return flyt_http_guard_admit(srv->guard, addr) ? MHD_YES : MHD_NO;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    struct flyt_http_server *srv = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        flyt_http_guard_closed(srv->guard, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *peer =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!fd) {
+        *socket_context = NULL;
+        return;
+    }
+    flyt_http_guard_opened(srv->guard, fd->connect_fd, peer ? peer->client_addr : NULL,
+                           socket_context);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -380,6 +420,25 @@ struct flyt_http_server *flyt_http_start(const char *listen_addr,
                                          const struct flyt_http_route *routes, void *ctx,
                                          char *err, size_t errlen)
 {
+    const struct flyt_http_limits defaults = {FLYT_HTTP_MAX_CONNECTIONS, FLYT_HTTP_MAX_PER_PEER,
+                                              FLYT_HTTP_REQUEST_TIMEOUT_MS,
+                                              FLYT_HTTP_IDLE_TIMEOUT_S};
+    return flyt_http_start_limited(listen_addr, routes, ctx, &defaults, err, errlen);
+}
+
+static void server_free(struct flyt_http_server *srv)
+{
+    flyt_http_guard_free(srv->guard);
+    pthread_mutex_destroy(&srv->lock);
+    free(srv->stats);
+    free(srv);
+}
+
+struct flyt_http_server *flyt_http_start_limited(const char *listen_addr,
+                                                 const struct flyt_http_route *routes, void *ctx,
+                                                 const struct flyt_http_limits *limits, char *err,
+                                                 size_t errlen)
+{
     struct flyt_http_server *srv = calloc(1, sizeof *srv);
     if (!srv) {
         snprintf(err, errlen, "out of memory");
@@ -391,28 +450,32 @@ struct flyt_http_server *flyt_http_start(const char *listen_addr,
     srv->ctx = ctx;
     srv->stats = calloc(srv->nroutes + 1, sizeof *srv->stats);
     pthread_mutex_init(&srv->lock, NULL);
-    int fd = srv->stats ? bind_listen(listen_addr, &srv->port, err, errlen) : -1;
+    srv->guard = flyt_http_guard_new(limits);
+    int fd = srv->stats && srv->guard ? bind_listen(listen_addr, &srv->port, err, errlen) : -1;
     if (fd < 0) {
-        pthread_mutex_destroy(&srv->lock);
-        free(srv->stats);
-        free(srv);
+        if (!srv->stats || !srv->guard)
+            snprintf(err, errlen, "out of memory");
+        server_free(srv);
         return NULL;
     }
+    /* The guard refuses first (and notes it); the daemon's own limits, one above, only back
+     * it up for a connection the guard could not track. */
     srv->daemon = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, srv,
+        0, on_accept, srv, on_request, srv,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)512,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+        MHD_OPTION_CONNECTION_TIMEOUT, limits->idle_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, limits->max_connections + 1,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, limits->max_per_peer + 1,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)FLYT_HTTP_HEADER_MEMORY,
         MHD_OPTION_END);
     if (!srv->daemon) {
         snprintf(err, errlen, "cannot start the HTTP server on %s", listen_addr);
         close(fd);
-        pthread_mutex_destroy(&srv->lock);
-        free(srv->stats);
-        free(srv);
+        server_free(srv);
         return NULL;
     }
     return srv;
@@ -425,9 +488,12 @@ void flyt_http_stop(struct flyt_http_server *srv)
     if (!srv)
         return;
     MHD_stop_daemon(srv->daemon);
-    pthread_mutex_destroy(&srv->lock);
-    free(srv->stats);
-    free(srv);
+    server_free(srv);
+}
+
+long long flyt_http_refused_at(struct flyt_http_server *srv)
+{
+    return flyt_http_guard_refused_at(srv->guard);
 }
 
 static void metric_route(struct flyt_http_server *srv, size_t i, char *out, size_t len)
@@ -474,4 +540,5 @@ void flyt_http_metrics(struct flyt_http_server *srv, struct flyt_buf *out)
                         name, st->count, name, st->sum, name, st->count);
     }
     pthread_mutex_unlock(&srv->lock);
+    flyt_http_guard_metrics(srv->guard, out);
 }

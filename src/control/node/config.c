@@ -26,8 +26,10 @@ const struct flyt_cfg_key nm_config_keys[] = {
      false, 0, 0},
     {"server_path", FLYT_CFG_STRING, "/usr/local/bin/flyt-server", "the flyt-server program",
      false, 0, 0},
-    {"server_listen_host", FLYT_CFG_STRING, "0.0.0.0", "address the servers listen on", false, 0,
-     0},
+    {"server_listen_host", FLYT_CFG_STRING, "",
+     "address the servers listen on; default (empty): advertise_host, the address clients "
+     "are given, so that servers listen only where their clients reach them",
+     false, 0, 0},
     {"server_port_min", FLYT_CFG_INT, "9600", "lowest TCP port given to a server", false, 1, 65535},
     {"server_port_max", FLYT_CFG_INT, "9699", "highest TCP port given to a server", false, 1,
      65535},
@@ -187,6 +189,12 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
         FAIL("advertise_host", "expected an IPv4 or IPv6 address, got \"%s\"", c->advertise_host);
     }
 
+    if (!c->server_listen_host[0])
+        snprintf(c->server_listen_host, sizeof c->server_listen_host, "%s", c->advertise_host);
+    else if (strcmp(c->server_listen_host, "0.0.0.0") == 0 || strcmp(c->server_listen_host, "::") == 0)
+        flyt_warn("%s: server_listen_host = %s: session servers listen on every address, not "
+                  "only on %s where their clients reach them", path, c->server_listen_host,
+                  c->advertise_host);
     c->port_min = (int)flyt_config_int(cfg, "server_port_min");
     c->port_max = (int)flyt_config_int(cfg, "server_port_max");
     if (c->port_max < c->port_min)
