@@ -193,6 +193,10 @@ int flyt_expect_data(flyt_session *s, flyt_call *c, uint64_t extra);
 
 /* The descriptor passed with the current frame, or -1; the caller owns it. */
 int flyt_take_passed_fd(flyt_session *s);
+/* For loops a request drives: 1 when the client has hung up, so the work
+ * can stop (nobody is left to see it). Looks at the socket every 256th step
+ * only. */
+int flyt_client_gone(flyt_session *s, uint64_t step);
 
 /* Opens the backend and applies the SM share; on failure the backend is
  * closed again and err says why. CUDA_SUCCESS or the failing result. */

@@ -122,6 +122,19 @@ int th_server_log_has(const char *needle)
     return found;
 }
 
+int th_server_log_count(const char *needle)
+{
+    FILE *f = log_path[0] ? fopen(log_path, "r") : NULL;
+    if (f == NULL)
+        return 0;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
 const char *th_socket_path(void)
 {
     return sock_path;

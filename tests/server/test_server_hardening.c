@@ -1,0 +1,208 @@
+/*
+ * flyt-server against requests that used to spin a session forever (issue 8,
+ * item 5): a memset or 3D copy whose slices all land on the same bytes (zero
+ * slice pitch or zero slice height) and a huge depth. Each is sent by a raw
+ * client that then disconnects; the session must end within a few seconds.
+ * The same geometry on a kept connection answers CUDA_ERROR_INVALID_VALUE,
+ * as the driver does, and a long but valid memset stops when its client
+ * leaves.
+ *
+ * usage: test_server_hardening PATH-TO-flyt-server
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Sessions the server's log shows started and not yet ended. */
+static int sessions_live(void)
+{
+    return th_server_log_count(" started for ") - th_server_log_count(" ended (exit status") -
+           th_server_log_count(" ended with exit status") - th_server_log_count(" killed by signal");
+}
+
+/* Waits up to seconds until no session is left; the seconds it took, or -1. */
+static double wait_no_session(double seconds)
+{
+    double t0 = now_s();
+    while (now_s() - t0 < seconds) {
+        if (sessions_live() == 0)
+            return now_s() - t0;
+        usleep(20 * 1000);
+    }
+    return -1;
+}
+
+/* A fresh admitted connection with an allocation of size bytes at *ptr. */
+static int session_with_alloc(uint64_t size, uint64_t *ptr)
+{
+    int fd = th_connect();
+    CHECK(fd >= 0 && th_hello(fd) == 0, "connect and HELLO");
+    CHECK(th_alloc(fd, size, ptr) == 0, "MEM_ALLOC of %llu bytes", (unsigned long long)size);
+    return fd;
+}
+
+/* Sends the request (a reply wanted), hangs up at once, and checks that the
+ * session ends within the limit. */
+static void hang_up_after(uint16_t op, const void *req, size_t len, const char *what)
+{
+    uint64_t ptr;
+    CHECK(wait_no_session(5.0) >= 0, "no session left from before");
+    int fd = session_with_alloc(1 << 20, &ptr);
+    /* the request's addresses point into the allocation */
+    unsigned char buf[512];
+    memcpy(buf, req, len);
+    CHECK(th_send(fd, op, 0, th_next_seq(), buf, len, NULL, 0) == 0, "send %s", what);
+    close(fd);
+    double took = wait_no_session(5.0);
+    CHECK(took >= 0, "%s, client gone: the session ended (%.2f s)", what, took);
+}
+
+static flyt_req_memset spin_memset(uint64_t dst)
+{
+    flyt_req_memset r = {.dst = dst, .pitch = 1, .slice_pitch = 0, .width_bytes = 1,
+                         .height = 1, .depth = (uint64_t)1 << 40, .value = 7, .elem_size = 1};
+    return r;
+}
+
+static flyt_req_memcpy_3d spin_copy_3d(uint64_t dst, uint64_t src)
+{
+    flyt_req_memcpy_3d r = {.dir = FLYT_DIR_DTOD, .dst = {dst, 1, 0, 0, 0, 0},
+                            .src = {src, 1, 0, 0, 0, 0}, .width_bytes = 1, .height = 1,
+                            .depth = (uint64_t)1 << 40};
+    return r;
+}
+
+static flyt_req_array_copy spin_array_copy(uint64_t dst, uint64_t src)
+{
+    flyt_req_array_copy r = {.dst = {FLYT_SIDE_DEVICE, 0, dst, 0, 1, 0, 0, 0, 0},
+                             .src = {FLYT_SIDE_DEVICE, 0, src, 0, 1, 0, 0, 0, 0},
+                             .width_bytes = 1, .height = 1, .depth = (uint64_t)1 << 40};
+    return r;
+}
+
+/* The session's first allocation lands at the same address every time
+ * (one process per session, the same backend): learn it once. */
+static uint64_t first_alloc_address(void)
+{
+    uint64_t ptr;
+    int fd = session_with_alloc(1 << 20, &ptr);
+    close(fd);
+    return ptr;
+}
+
+static void spinning_requests_end_with_their_client(void)
+{
+    th_say("aliased slices and a huge depth, then the client hangs up");
+    uint64_t p = first_alloc_address();
+    flyt_req_memset m = spin_memset(p);
+    hang_up_after(FLYT_OP_MEMSET, &m, sizeof m, "memset with slice pitch 0, depth 2^40");
+    flyt_req_memcpy_3d c = spin_copy_3d(p + 4096, p);
+    hang_up_after(FLYT_OP_MEMCPY_3D, &c, sizeof c, "3D copy with slice height 0, depth 2^40");
+    flyt_req_array_copy a = spin_array_copy(p + 4096, p);
+    hang_up_after(FLYT_OP_ARRAY_COPY, &a, sizeof a,
+                  "array copy of device sides with slice height 0, depth 2^40");
+}
+
+static void impossible_geometry_is_refused(void)
+{
+    th_say("the same geometry on a kept connection answers an error");
+    uint64_t p;
+    int fd = session_with_alloc(1 << 20, &p);
+    flyt_req_memset m = spin_memset(p);
+    int r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
+    CHECK(r == T_INVALID_VALUE, "memset, slice pitch 0, depth 2^40: %d (want %d)", r,
+          T_INVALID_VALUE);
+    m.depth = 2;
+    m.slice_pitch = 0;
+    r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
+    CHECK(r == T_INVALID_VALUE, "memset, slice pitch 0, depth 2: %d", r);
+    m.pitch = 16;
+    m.height = 4;
+    m.slice_pitch = 32; /* the second slice would overlap the first's rows */
+    r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
+    CHECK(r == T_INVALID_VALUE, "memset, slices overlapping: %d", r);
+    m.slice_pitch = 64;
+    m.depth = 3;
+    r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
+    CHECK(r == T_SUCCESS, "memset, 3 slices of 4 rows of 16 bytes: %d", r);
+    unsigned char back[192];
+    int had = 0;
+    CHECK(th_dtoh(fd, p, sizeof back, back, &had) == 0 && had, "read it back");
+    int good = 1;
+    for (unsigned z = 0; z < 3; z++)
+        for (unsigned y = 0; y < 4; y++)
+            good &= back[z * 64 + y * 16] == 7;
+    CHECK(good, "every row of every slice was set where it lies");
+
+    flyt_req_memcpy_3d c = spin_copy_3d(p + 4096, p);
+    r = th_call(fd, FLYT_OP_MEMCPY_3D, &c, sizeof c, NULL, 0, NULL);
+    CHECK(r == T_INVALID_VALUE, "3D copy, slice height 0, depth 2^40: %d", r);
+    c.depth = 1;
+    r = th_call(fd, FLYT_OP_MEMCPY_3D, &c, sizeof c, NULL, 0, NULL);
+    CHECK(r == T_SUCCESS, "3D copy, slice height 0, depth 1 (CUDA allows it): %d", r);
+    flyt_req_array_copy a = spin_array_copy(p + 4096, p);
+    r = th_call(fd, FLYT_OP_ARRAY_COPY, &a, sizeof a, NULL, 0, NULL);
+    CHECK(r == T_INVALID_VALUE, "array copy, slice height 0, depth 2^40: %d", r);
+    close(fd);
+}
+
+/* Valid geometry whose work is long (millions of slices): timed once to the
+ * end on a kept connection, then sent again by a client that hangs up at
+ * once; that session must stop well before the work could have finished. */
+static void long_work_stops_when_client_leaves(void)
+{
+    th_say("a long valid memset stops when the client hangs up");
+    uint64_t p;
+    const uint64_t size = 64 << 20;
+    int fd = session_with_alloc(size, &p);
+    flyt_req_memset m = {.dst = p, .pitch = 1, .slice_pitch = 2, .width_bytes = 1, .height = 1,
+                         .depth = size / 2, .value = 1, .elem_size = 1};
+    double t0 = now_s();
+    int r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
+    double whole = now_s() - t0;
+    CHECK(r == T_SUCCESS, "a memset of %llu one-byte slices, 2 bytes apart: %.2f s",
+          (unsigned long long)m.depth, whole);
+    close(fd);
+    CHECK(wait_no_session(5.0) >= 0, "no session left from before");
+    fd = session_with_alloc(size, &p);
+    m.dst = p;
+    CHECK(th_send(fd, FLYT_OP_MEMSET, 0, th_next_seq(), &m, sizeof m, NULL, 0) == 0,
+          "the same memset again, then the client hangs up");
+    usleep(20 * 1000);
+    close(fd);
+    double took = wait_no_session(whole + 5.0);
+    CHECK(took >= 0 && took < whole / 2, "the session ended %.2f s after the hang-up (the work "
+          "takes %.2f s)", took, whole);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH-TO-flyt-server\n", argv[0]);
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGPIPE, SIG_IGN);
+    th_watchdog(120);
+    th_server_start(argv[1], "FLYT_HOST_BACKEND_MEM=268435456");
+    spinning_requests_end_with_their_client();
+    impossible_geometry_is_refused();
+    long_work_stops_when_client_leaves();
+    CHECK(th_server_works(), "the server still serves new sessions");
+    CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
+    th_server_stop();
+    th_passed();
+    printf("all hardening checks passed\n");
+    return 0;
+}
