@@ -3,6 +3,7 @@
 #include "nm.h"
 
 #include "flyt_log.h"
+#include "flyt_token.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -253,14 +254,12 @@ out:
 
 int nm_read_token(const char *path, char *out, size_t outlen, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
+    char whyf[1024];
+    FILE *f = flyt_secret_open(path, whyf, sizeof whyf);
     if (!f) {
-        snprintf(err, errlen, "node_token_file %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "node_token_file: %s", whyf);
         return -1;
     }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && (sb.st_mode & 0077))
-        flyt_warn("%s is readable by group or others (chmod 600 it)", path);
     char buf[1024] = "";
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
