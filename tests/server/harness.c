@@ -125,6 +125,8 @@ static int scan_log(const char *needle, int first)
     return n;
 }
 
+const char *th_server_log_path(void) { return log_path; }
+
 int th_server_log_has(const char *needle) { return scan_log(needle, 1); }
 
 int th_server_log_count(const char *needle) { return scan_log(needle, 0); }

@@ -186,6 +186,38 @@ static void long_work_stops_when_client_leaves(void)
           "takes %.2f s)", took, whole);
 }
 
+/* A client's host name with a newline and a made-up log line after it: the
+ * server logs the name, and the made-up line must not start a line. */
+static void client_text_cannot_forge_log_lines(void)
+{
+    th_say("a client's text in the server log cannot forge a line");
+    int fd = th_connect();
+    CHECK(fd >= 0, "connect");
+    flyt_req_hello h;
+    memset(&h, 0, sizeof h);
+    h.magic = FLYT_PROTO_MAGIC;
+    h.major = FLYT_PROTO_MAJOR;
+    h.minor = FLYT_PROTO_MINOR;
+    h.client_pid = 1;
+    snprintf(h.client_host, sizeof h.client_host, "x\nFORGED flyt-server[1] error: \x1b[2Jfake");
+    flyt_rep_hello rep;
+    CHECK(th_call_rep(fd, FLYT_OP_HELLO, &h, sizeof h, NULL, 0, &rep, sizeof rep) == 0,
+          "HELLO with a host name holding a newline and an escape sequence");
+    close(fd);
+    CHECK(wait_no_session(5.0) >= 0, "the session ended");
+    CHECK(th_server_log_count("x\\nFORGED flyt-server[1] error: \\x1b[2Jfake") == 1,
+          "the name is logged escaped, on the session's own line");
+    int forged = 0;
+    FILE *f = fopen(th_server_log_path(), "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f))
+        forged += strncmp(line, "FORGED", 6) == 0 || strchr(line, 0x1b) != NULL;
+    if (f)
+        fclose(f);
+    CHECK(f != NULL && forged == 0, "no line of the log starts with the client's text (%d did)",
+          forged);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -199,6 +231,7 @@ int main(int argc, char **argv)
     spinning_requests_end_with_their_client();
     impossible_geometry_is_refused();
     long_work_stops_when_client_leaves();
+    client_text_cannot_forge_log_lines();
     CHECK(th_server_works(), "the server still serves new sessions");
     CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
     th_server_stop();
