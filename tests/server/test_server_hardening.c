@@ -9,12 +9,17 @@
  *
  * usage: test_server_hardening PATH-TO-flyt-server
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "flyt_transport.h"
 #include "harness.h"
 
 static double now_s(void)
@@ -218,6 +223,76 @@ static void client_text_cannot_forge_log_lines(void)
           forged);
 }
 
+/* HOST_MAP with memfd passed along; the result, the region in *region. */
+static int host_map(int fd, int memfd, uint64_t size, uint64_t *region)
+{
+    flyt_req_host_map req = {.size = size};
+    struct flyt_frame_hdr h = {sizeof req, FLYT_OP_HOST_MAP, 0, th_next_seq(), 0};
+    struct iovec iov[2] = {{&h, sizeof h}, {&req, sizeof req}};
+    struct th_reply r;
+    if (flyt_writev_full_fd(fd, iov, 2, memfd) != 0 || th_read_frame(fd, &r) != 0)
+        return -1000;
+    int result = r.result;
+    *region = 0;
+    if (result == 0 && r.body_len >= sizeof *region)
+        memcpy(region, r.body, sizeof *region);
+    th_reply_free(&r);
+    return result;
+}
+
+static int memfd_of(uint64_t size, int seal)
+{
+    int fd = memfd_create("test-shared", MFD_CLOEXEC | (seal ? MFD_ALLOW_SEALING : 0));
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)size) == 0, "a memfd of %llu bytes",
+          (unsigned long long)size);
+    if (seal)
+        CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0, "sealed");
+    return fd;
+}
+
+/* A client maps an unsealed memfd into its session, cuts it to nothing and
+ * asks for a copy from it: the server touched pages that no longer exist and
+ * died of SIGBUS. Now the unsealed file is refused; a sealed one works. */
+static void unsealed_shared_memory_is_refused(void)
+{
+    th_say("shared memory must be sealed against shrinking");
+    uint64_t dptr, region = 0;
+    const uint64_t size = 1 << 20;
+    int fd = session_with_alloc(size, &dptr);
+    int memfd = memfd_of(size, 0);
+    int r = host_map(fd, memfd, size, &region);
+    if (r == T_SUCCESS) { /* the attack goes on: cut the file, then copy from it */
+        CHECK(ftruncate(memfd, 0) == 0, "the client cuts the mapped file to 0 bytes");
+        flyt_req_memcpy_mapped m = {.device = dptr, .region = region, .size = 4096};
+        r = th_call(fd, FLYT_OP_MEMCPY_HTOD_MAPPED, &m, sizeof m, NULL, 0, NULL);
+        CHECK(0, "an unsealed memfd was mapped (the copy from it then answered %d)", r);
+    }
+    CHECK(r == T_INVALID_VALUE, "HOST_MAP of an unsealed memfd: %d (want %d)", r,
+          T_INVALID_VALUE);
+    close(memfd);
+
+    memfd = memfd_of(size, 1);
+    r = host_map(fd, memfd, size, &region);
+    CHECK(r == T_SUCCESS && region != 0, "HOST_MAP of a sealed memfd: %d", r);
+    CHECK(ftruncate(memfd, 0) != 0 && errno == EPERM, "the client can no longer cut it");
+    unsigned char *view = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    CHECK(view != MAP_FAILED, "map it here too");
+    memset(view, 0x5a, 4096);
+    flyt_req_memcpy_mapped m = {.device = dptr, .region = region, .size = 4096};
+    CHECK(th_call(fd, FLYT_OP_MEMCPY_HTOD_MAPPED, &m, sizeof m, NULL, 0, NULL) == T_SUCCESS,
+          "a copy from it to the device");
+    unsigned char back[4096];
+    int had = 0;
+    CHECK(th_dtoh(fd, dptr, sizeof back, back, &had) == 0 && had && back[0] == 0x5a &&
+              back[4095] == 0x5a,
+          "the device holds its bytes");
+    munmap(view, size);
+    close(memfd);
+    close(fd);
+    CHECK(wait_no_session(5.0) >= 0, "the session ended");
+    CHECK(!th_server_log_has("killed by signal"), "no session died of a signal");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -232,6 +307,7 @@ int main(int argc, char **argv)
     impossible_geometry_is_refused();
     long_work_stops_when_client_leaves();
     client_text_cannot_forge_log_lines();
+    unsealed_shared_memory_is_refused();
     CHECK(th_server_works(), "the server still serves new sessions");
     CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
     th_server_stop();
