@@ -9,12 +9,15 @@
  *
  * usage: test_server_hardening PATH-TO-flyt-server
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -293,6 +296,72 @@ static void unsealed_shared_memory_is_refused(void)
     CHECK(!th_server_log_has("killed by signal"), "no session died of a signal");
 }
 
+static char cache_dir[256];
+
+/* The cache file of image (its hash's name) into path. */
+static void cache_file_of(const void *image, size_t size, char *path, size_t len)
+{
+    unsigned char sha[32];
+    unsigned int n = 0;
+    EVP_Digest(image, size, sha, &n, EVP_sha256(), NULL);
+    int at = snprintf(path, len, "%s/", cache_dir);
+    for (int i = 0; i < 32; i++)
+        at += snprintf(path + at, len - (size_t)at, "%02x", sha[i]);
+    snprintf(path + at, len - (size_t)at, ".fatbin");
+}
+
+/* The image cache keeps only images the driver took: junk that failed to
+ * load used to stay on disk for good (outside any quota), and a cached image
+ * that fails to load is dropped. */
+static void cache_keeps_only_loadable_images(void)
+{
+    th_say("the image cache keeps only images that loaded");
+    int fd = th_connect();
+    CHECK(fd >= 0 && th_hello(fd) == 0, "connect and HELLO");
+    char path[512];
+    struct stat st;
+    unsigned char junk[4096];
+    memset(junk, 'J', sizeof junk);
+    uint64_t module = 0;
+    int r = th_module_load(fd, junk, sizeof junk, &module);
+    CHECK(r == T_INVALID_IMAGE, "MODULE_LOAD of 4 KiB of junk: %d (want %d)", r, T_INVALID_IMAGE);
+    cache_file_of(junk, sizeof junk, path, sizeof path);
+    CHECK(stat(path, &st) != 0, "the junk is not in the cache dir");
+
+    size_t size = 0;
+    unsigned char *image = th_fake_fatbin(&size);
+    CHECK(th_module_load(fd, image, size, &module) == T_SUCCESS, "MODULE_LOAD of a fatbinary");
+    cache_file_of(image, size, path, sizeof path);
+    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "it is cached, 0600");
+    free(image);
+
+    /* junk under its hash's name, as an older server left it */
+    cache_file_of(junk, sizeof junk, path, sizeof path);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fwrite(junk, 1, sizeof junk, f) == sizeof junk && fclose(f) == 0,
+          "plant junk in the cache dir");
+    r = th_module_load(fd, junk, sizeof junk, &module);
+    CHECK(r == T_INVALID_IMAGE, "MODULE_LOAD of the cached junk: %d", r);
+    CHECK(stat(path, &st) != 0, "the cached junk was dropped");
+    close(fd);
+}
+
+/* Removes what the cache test left, so the temporary dir can go. */
+static void remove_cache_dir(void)
+{
+    DIR *d = opendir(cache_dir);
+    struct dirent *e;
+    char path[600];
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
+            unlink(path);
+        }
+    if (d)
+        closedir(d);
+    rmdir(cache_dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -302,14 +371,20 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGPIPE, SIG_IGN);
     th_watchdog(120);
-    th_server_start(argv[1], "FLYT_HOST_BACKEND_MEM=268435456");
+    th_prepare_dir();
+    snprintf(cache_dir, sizeof cache_dir, "%s/cache", th_temp_dir());
+    CHECK(mkdir(cache_dir, 0700) == 0, "a cache dir");
+    static const char *const args[] = {"--cache-dir", cache_dir, NULL};
+    th_server_start_args(argv[1], "FLYT_HOST_BACKEND_MEM=268435456", args);
     spinning_requests_end_with_their_client();
     impossible_geometry_is_refused();
     long_work_stops_when_client_leaves();
     client_text_cannot_forge_log_lines();
     unsealed_shared_memory_is_refused();
+    cache_keeps_only_loadable_images();
     CHECK(th_server_works(), "the server still serves new sessions");
     CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
+    remove_cache_dir();
     th_server_stop();
     th_passed();
     printf("all hardening checks passed\n");

@@ -39,8 +39,9 @@ const struct flyt_cfg_key nm_config_keys[] = {
     {"state_dir", FLYT_CFG_STRING, "/run/flyt-node",
      "directory of the servers' session key files (0600) and status files", false, 0, 0},
     {"module_cache_dir", FLYT_CFG_STRING, "",
-     "where servers keep kernel images by content hash, so that later sessions need not send "
-     "them again (cuBLAS ships about 26 MB on first use); empty: state_dir/modules; off: none",
+     "where servers keep kernel images by content hash, a folder per VM, so that later sessions "
+     "of the VM need not send them again (cuBLAS ships about 26 MB on first use); empty: "
+     "state_dir/modules; off: none",
      false, 0, 0},
     {"backend", FLYT_CFG_STRING, "cuda",
      "cuda (the GPUs, through the CUDA driver) or host (test mode: fake GPUs of [test], "
