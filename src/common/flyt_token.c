@@ -141,9 +141,10 @@ int flyt_session_token_verify(const unsigned char *key, size_t keylen, const cha
     return 0;
 }
 
-static int private_mode(const char *path, const struct stat *st, char *why, size_t whylen)
+static int private_mode(const char *path, const struct stat *st, unsigned refused, char *why,
+                        size_t whylen)
 {
-    if (!(st->st_mode & 0077))
+    if (!(st->st_mode & refused))
         return 0;
     snprintf(why, whylen, "%s is open to other users (mode %04o) and holds secrets: refusing it; "
              "chmod %s %s", path, (unsigned)(st->st_mode & 07777),
@@ -156,10 +157,10 @@ int flyt_private_check(const char *path, char *why, size_t whylen)
     struct stat st;
     if (stat(path, &st) != 0)
         return 0; /* nothing there yet: it is created private */
-    return private_mode(path, &st, why, whylen);
+    return private_mode(path, &st, 0077, why, whylen);
 }
 
-FILE *flyt_secret_open(const char *path, char *why, size_t whylen)
+FILE *flyt_secret_open(const char *path, unsigned refused, char *why, size_t whylen)
 {
     FILE *f = fopen(path, "re");
     struct stat st;
@@ -172,7 +173,7 @@ FILE *flyt_secret_open(const char *path, char *why, size_t whylen)
         fclose(f);
         return NULL;
     }
-    if (private_mode(path, &st, why, whylen) != 0) {
+    if (private_mode(path, &st, refused, why, whylen) != 0) {
         fclose(f);
         return NULL;
     }

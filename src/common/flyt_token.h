@@ -41,8 +41,9 @@ int flyt_session_token_verify(const unsigned char *key, size_t keylen, const cha
  * others may read, write or enter it; else -1 and why names the file, its
  * mode and the fix (chmod 600 / 700). */
 int flyt_private_check(const char *path, char *why, size_t whylen);
-/* Opens a secret file for reading, refused as flyt_private_check says (and
- * unless it is a regular file): NULL with why. */
-FILE *flyt_secret_open(const char *path, char *why, size_t whylen);
+/* Opens a secret file for reading, refused unless it is a regular file
+ * without any of the mode bits refused (0077: the owner's alone; 0007: its
+ * group may read it too): NULL with why. */
+FILE *flyt_secret_open(const char *path, unsigned refused, char *why, size_t whylen);
 
 #endif

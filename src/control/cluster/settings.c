@@ -49,7 +49,7 @@ static int read_token(const char *cfgpath, int line, const char *file, char *tok
                       size_t tokenlen, char *err, size_t errlen)
 {
     char refused[1024];
-    FILE *f = flyt_secret_open(file, refused, sizeof refused);
+    FILE *f = flyt_secret_open(file, 0077, refused, sizeof refused);
     if (!f) {
         snprintf(err, errlen, "%s:%d: operator_token_file: %s", cfgpath, line, refused);
         return -1;

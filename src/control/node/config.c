@@ -256,7 +256,7 @@ out:
 int nm_read_token(const char *path, char *out, size_t outlen, char *err, size_t errlen)
 {
     char whyf[1024];
-    FILE *f = flyt_secret_open(path, whyf, sizeof whyf);
+    FILE *f = flyt_secret_open(path, 0077, whyf, sizeof whyf);
     if (!f) {
         snprintf(err, errlen, "node_token_file: %s", whyf);
         return -1;
