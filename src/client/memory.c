@@ -17,6 +17,7 @@
  */
 #include "client.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,14 +322,17 @@ static uint64_t host_map(int fd, uint64_t len)
 }
 
 /* A new memfd of len bytes mapped shared: the mapping, and the fd in *fd;
- * MAP_FAILED with nothing left open when either cannot be had. */
+ * MAP_FAILED with nothing left open when either cannot be had. Its size is
+ * final, so it is sealed: the server maps only sealed files (a file cut
+ * under its mapping would end the session with SIGBUS). */
 static void *memfd_mapping(const char *name, uint64_t len, int *fd)
 {
-    *fd = memfd_create(name, MFD_CLOEXEC);
+    *fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (*fd < 0)
         return MAP_FAILED;
     void *p = MAP_FAILED;
-    if (ftruncate(*fd, (off_t)len) == 0)
+    if (ftruncate(*fd, (off_t)len) == 0 &&
+        fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
         p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
     if (p == MAP_FAILED)
         close(*fd);

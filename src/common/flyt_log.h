@@ -3,6 +3,8 @@
 #ifndef FLYT_LOG_H
 #define FLYT_LOG_H
 
+#include <stddef.h>
+
 enum flyt_log_level { FLYT_LOG_ERROR = 0, FLYT_LOG_WARN, FLYT_LOG_INFO, FLYT_LOG_DEBUG };
 
 void flyt_log_init(const char *program, enum flyt_log_level level);
@@ -13,6 +15,10 @@ int flyt_log_fd(void);
 /* Parses "error", "warn", "info", "debug"; -1 when unknown. */
 int flyt_log_level_parse(const char *name);
 enum flyt_log_level flyt_log_get_level(void);
+/* in with control characters written as \n, \r, \t or \xHH, cut to fit
+ * cap (with its NUL); the length written. flyt_log applies it to every
+ * message, so a peer's text in one cannot forge a line of its own. */
+size_t flyt_log_escape(char *out, size_t cap, const char *in);
 void flyt_log(enum flyt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

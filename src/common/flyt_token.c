@@ -6,9 +6,11 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void flyt_hex_encode(const unsigned char *in, size_t len, char *out)
 {
@@ -137,4 +139,43 @@ int flyt_session_token_verify(const unsigned char *key, size_t keylen, const cha
         return -1;
     }
     return 0;
+}
+
+static int private_mode(const char *path, const struct stat *st, unsigned refused, char *why,
+                        size_t whylen)
+{
+    if (!(st->st_mode & refused))
+        return 0;
+    snprintf(why, whylen, "%s is open to other users (mode %04o) and holds secrets: refusing it; "
+             "chmod %s %s", path, (unsigned)(st->st_mode & 07777),
+             S_ISDIR(st->st_mode) ? "700" : "600", path);
+    return -1;
+}
+
+int flyt_private_check(const char *path, char *why, size_t whylen)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return 0; /* nothing there yet: it is created private */
+    return private_mode(path, &st, 0077, why, whylen);
+}
+
+FILE *flyt_secret_open(const char *path, unsigned refused, char *why, size_t whylen)
+{
+    FILE *f = fopen(path, "re");
+    struct stat st;
+    if (f == NULL) {
+        snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(why, whylen, "%s is not a regular file", path);
+        fclose(f);
+        return NULL;
+    }
+    if (private_mode(path, &st, refused, why, whylen) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    return f;
 }

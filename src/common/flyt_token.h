@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #define FLYT_TOKEN_BYTES 32                        /* API tokens and session keys */
 #define FLYT_TOKEN_HEX_LEN (2 * FLYT_TOKEN_BYTES)  /* 64 hex characters */
@@ -34,5 +35,15 @@ int flyt_session_token_make(const unsigned char *key, size_t keylen, const char 
 int flyt_session_token_verify(const unsigned char *key, size_t keylen, const char *token,
                               const char *session_id, long long now_unix, char *err,
                               size_t errlen);
+
+/* Files that hold secrets (tokens, keys, the store) must be the owner's
+ * alone. flyt_private_check: 0 when path is missing or neither group nor
+ * others may read, write or enter it; else -1 and why names the file, its
+ * mode and the fix (chmod 600 / 700). */
+int flyt_private_check(const char *path, char *why, size_t whylen);
+/* Opens a secret file for reading, refused unless it is a regular file
+ * without any of the mode bits refused (0077: the owner's alone; 0007: its
+ * group may read it too): NULL with why. */
+FILE *flyt_secret_open(const char *path, unsigned refused, char *why, size_t whylen);
 
 #endif

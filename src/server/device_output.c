@@ -102,6 +102,22 @@ size_t flyt_output_take(struct flyt_output *o, int stream, void *buf, size_t cap
     return 0;
 }
 
+/* The tenant's text: one log line per line of it, escaped by flyt_log, so
+ * it cannot pass for the server's own lines. */
+static void log_output_lines(int stream, const char *piece, size_t n)
+{
+    const char *name = stream ? "stderr" : "stdout";
+    while (n > 0) {
+        const char *nl = memchr(piece, '\n', n);
+        size_t len = nl ? (size_t)(nl - piece) : n;
+        size_t shown = len < 512 ? len : 512;
+        flyt_info("session %s: %.*s%s", name, (int)shown, piece, shown < len ? "..." : "");
+        len += nl != NULL;
+        piece += len;
+        n -= len;
+    }
+}
+
 void flyt_output_to_log(struct flyt_output *o)
 {
     char piece[4096];
@@ -110,8 +126,7 @@ void flyt_output_to_log(struct flyt_output *o)
     for (int stream = 0; stream < 2; stream++) {
         size_t n;
         while ((n = flyt_output_take(o, stream, piece, sizeof piece)) > 0)
-            if (write(flyt_log_fd(), piece, n) < 0)
-                return; /* nowhere left to put it */
+            log_output_lines(stream, piece, n);
     }
 }
 

@@ -46,13 +46,18 @@ static box box_1d(uint64_t ptr, uint64_t size)
     return b;
 }
 
-/* The box must lie in its pitch (x + width <= pitch) and every address
- * box_addr computes must fit in 64 bits; *end: just past its last byte. */
+/* The box must lie in its pitch (x + width <= pitch), slices of several
+ * must not share rows (a slice height of at least the box's, which CUDA asks
+ * too: "may be 0 if Depth==1"; else a huge depth would copy the same bytes
+ * without end) and every address box_addr computes must fit in 64 bits;
+ * *end: just past its last byte. */
 static CUresult box_end(const box *b, uint64_t *end)
 {
     const flyt_pitched *p = &b->dev;
     uint64_t row_end, slice, zoff, yoff, addr;
     if (__builtin_add_overflow(p->x, b->width, &row_end) || row_end > p->pitch)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (b->depth > 1 && p->height < b->height)
         return CUDA_ERROR_INVALID_VALUE;
     if (__builtin_mul_overflow(p->pitch, p->height, &slice) ||
         __builtin_add_overflow(p->z, b->depth - 1, &zoff) ||
@@ -362,16 +367,22 @@ static int copy3d_dtoh(flyt_session *s, flyt_call *c, const flyt_req_memcpy_3d *
     return send_box(s, c, &src, total, stream);
 }
 
-static void copy3d_dtod(flyt_session *s, flyt_call *c, const flyt_req_memcpy_3d *r,
-                        flyt_bhandle stream)
+static int copy3d_dtod(flyt_session *s, flyt_call *c, const flyt_req_memcpy_3d *r,
+                       flyt_bhandle stream)
 {
     box dst = side_box(&r->dst, r), src = side_box(&r->src, r);
     c->result = check_box(&dst);
     if (c->result == CUDA_SUCCESS)
         c->result = check_box(&src);
-    for (uint64_t z = 0; z < r->depth && c->result == CUDA_SUCCESS; z++)
+    if (c->result != CUDA_SUCCESS)
+        return FLYT_CONT;
+    for (uint64_t z = 0; z < r->depth && c->result == CUDA_SUCCESS; z++) {
+        if (flyt_client_gone(s, z))
+            return FLYT_END_IO;
         c->result = FLYT_BCALL(s, dtod_2d, box_addr(&dst, z, 0), r->dst.pitch, box_addr(&src, z, 0),
                                r->src.pitch, r->width_bytes, r->height, stream);
+    }
+    return FLYT_CONT;
 }
 
 int handle_MEMCPY_3D(flyt_session *s, flyt_call *c)
@@ -403,9 +414,7 @@ int handle_MEMCPY_3D(flyt_session *s, flyt_call *c)
     case FLYT_DIR_DTOH:
         return copy3d_dtoh(s, c, r, stream, total);
     default:
-        if (total != 0)
-            copy3d_dtod(s, c, r, stream);
-        return FLYT_CONT;
+        return total == 0 ? FLYT_CONT : copy3d_dtod(s, c, r, stream);
     }
 }
 
@@ -502,19 +511,30 @@ int handle_MEMSET(flyt_session *s, flyt_call *c)
         c->result = CUDA_ERROR_INVALID_VALUE;
         return FLYT_CONT;
     }
-    /* one row needs no pitch; several must not overlap */
+    /* one row needs no pitch; several must not overlap, nor may slices:
+     * else a huge depth would set the same bytes without end */
     uint64_t pitch = r->height == 1 ? (r->pitch > r->width_bytes ? r->pitch : r->width_bytes)
                                     : r->pitch;
-    uint64_t zoff, yoff, end;
-    if (pitch < r->width_bytes || __builtin_mul_overflow(r->depth - 1, r->slice_pitch, &zoff) ||
-        __builtin_mul_overflow(r->height - 1, pitch, &yoff) ||
-        __builtin_add_overflow(r->dst, zoff, &end) || __builtin_add_overflow(end, yoff, &end) ||
-        __builtin_add_overflow(end, r->width_bytes, &end)) {
+    uint64_t span, zoff, end, rows = r->height, depth = r->depth, slice;
+    if (pitch < r->width_bytes || __builtin_mul_overflow(r->height - 1, pitch, &span) ||
+        __builtin_add_overflow(span, r->width_bytes, &span) ||
+        (r->depth > 1 && r->slice_pitch < span) ||
+        __builtin_mul_overflow(r->depth - 1, r->slice_pitch, &zoff) ||
+        __builtin_add_overflow(r->dst, zoff, &end) || __builtin_add_overflow(end, span, &end)) {
         c->result = CUDA_ERROR_INVALID_VALUE;
         return FLYT_CONT;
     }
-    for (uint64_t z = 0; z < r->depth && c->result == CUDA_SUCCESS; z++)
+    /* slices that follow each other are one memset of all their rows */
+    if (depth > 1 && pitch % elem == 0 && !__builtin_mul_overflow(pitch, rows, &slice) &&
+        slice == r->slice_pitch && !__builtin_mul_overflow(rows, depth, &rows))
+        depth = 1;
+    else
+        rows = r->height;
+    for (uint64_t z = 0; z < depth && c->result == CUDA_SUCCESS; z++) {
+        if (flyt_client_gone(s, z))
+            return FLYT_END_IO;
         c->result = FLYT_BCALL(s, memset_2d, r->dst + z * r->slice_pitch, pitch, r->value, elem,
-                               r->width_bytes, r->height, stream);
+                               r->width_bytes, rows, stream);
+    }
     return FLYT_CONT;
 }

@@ -70,6 +70,9 @@ static void load_known(flyt_session *s, flyt_call *c, const flyt_req_module_load
     }
     c->result = load_image(s, image, r->size, r->sha256, rep);
     s->images_from_cache++;
+    if (c->result == CUDA_ERROR_INVALID_IMAGE || c->result == CUDA_ERROR_NO_BINARY_FOR_GPU ||
+        c->result == CUDA_ERROR_INVALID_PTX || c->result == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+        flyt_cache_drop(s->cfg->cache_dir, r->sha256);
     free(image);
 }
 
@@ -102,8 +105,10 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
                    s->peer, (unsigned long long)r->size, got, want);
         c->result = CUDA_ERROR_INVALID_VALUE;
     } else if (!reuse_loaded(s, sha, rep)) {
-        flyt_cache_store(s->cfg->cache_dir, sha, image, r->size);
+        /* only an image the driver took is kept: junk must not fill the disk */
         c->result = load_image(s, image, r->size, sha, rep);
+        if (c->result == CUDA_SUCCESS)
+            flyt_cache_store(s->cfg->cache_dir, sha, image, r->size);
     }
     free(image);
     return FLYT_CONT;

@@ -7,6 +7,7 @@
  * kernel dereferences the very pointer the application holds (mapped pinned
  * and managed memory, docs/host-memory.md).
  */
+#include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -22,7 +23,8 @@ static void region_drop(flyt_session *s, struct flyt_hentry *e)
 }
 
 /* Only a memory file at least as large as claimed: never a device or a
- * short file. */
+ * short file, and sealed against shrinking: a client that cut the file
+ * under our mapping would have this process die of SIGBUS on its next copy. */
 static CUresult memfd_ok(int fd, uint64_t size)
 {
     struct stat st;
@@ -30,6 +32,11 @@ static CUresult memfd_ok(int fd, uint64_t size)
         return CUDA_ERROR_INVALID_VALUE;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < size)
         return CUDA_ERROR_INVALID_VALUE;
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        flyt_debug("refusing a shared-memory file not sealed against shrinking");
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     return CUDA_SUCCESS;
 }
 

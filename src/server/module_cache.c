@@ -112,7 +112,7 @@ void flyt_cache_store(const char *dir, const uint8_t sha[32], const void *data, 
         return; /* another session stored it already */
     /* pid-unique temporary name, so concurrent sessions never share one */
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         flyt_warn("cannot create %s: %s", tmp, strerror(errno));
         return;
@@ -125,4 +125,13 @@ void flyt_cache_store(const char *dir, const uint8_t sha[32], const void *data, 
     }
     flyt_warn("cannot store %s: %s", path, strerror(errno));
     unlink(tmp);
+}
+
+void flyt_cache_drop(const char *dir, const uint8_t sha[32])
+{
+    char path[4096];
+    if (dir == NULL || cache_path(dir, sha, path, sizeof path) != 0)
+        return;
+    if (unlink(path) == 0)
+        flyt_info("dropped cached fatbinary %s: the driver refused it", path);
 }

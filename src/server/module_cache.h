@@ -19,5 +19,7 @@ void *flyt_cache_load(const char *dir, const uint8_t sha[32], uint64_t size);
 /* Stores an image atomically (temporary file, then rename). Failures are
  * logged and otherwise ignored: the cache only saves transfers. */
 void flyt_cache_store(const char *dir, const uint8_t sha[32], const void *data, uint64_t size);
+/* Removes the image of this hash (one the driver refused: it must not stay). */
+void flyt_cache_drop(const char *dir, const uint8_t sha[32]);
 
 #endif

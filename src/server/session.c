@@ -271,6 +271,14 @@ int flyt_take_passed_fd(flyt_session *s)
     return fd;
 }
 
+int flyt_client_gone(flyt_session *s, uint64_t step)
+{
+    if (step % 256 != 0 || !flyt_peer_hung_up(s->fd))
+        return 0;
+    flyt_info("%s hung up during a request; ending its session", s->peer);
+    return 1;
+}
+
 /* A descriptor that arrived with this frame or an earlier one and that no
  * handler took is closed; one for a later frame stays. */
 static void drop_stray_fd(flyt_session *s)

@@ -194,6 +194,10 @@ int flyt_expect_data(flyt_session *s, flyt_call *c, uint64_t extra);
 
 /* The descriptor passed with the current frame, or -1; the caller owns it. */
 int flyt_take_passed_fd(flyt_session *s);
+/* For loops a request drives: 1 when the client has hung up, so the work
+ * can stop (nobody is left to see it). Looks at the socket every 256th step
+ * only. */
+int flyt_client_gone(flyt_session *s, uint64_t step);
 
 /* The client proved itself (a valid HELLO on a standalone server, a valid session token on
  * a managed one): its admission deadline ends, it takes a slot of the status page, and

@@ -384,6 +384,12 @@ int flyt_skip(int fd, size_t len)
     return 0;
 }
 
+int flyt_peer_hung_up(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 int flyt_spin_readable(int fd, unsigned spin_us)
 {
     struct timespec t0, t;

@@ -50,6 +50,9 @@ int flyt_writev_full_fd(int fd, struct iovec *iov, int iovcnt, int pass_fd);
  * readable, 0 otherwise (the caller then blocks as usual). A reply that comes
  * within the spin costs no thread wake-up, which is most of a local round trip. */
 int flyt_spin_readable(int fd, unsigned spin_us);
+/* 1 when the peer of a connected socket has hung up (or the connection
+ * failed), without reading anything: data still queued does not hide it. */
+int flyt_peer_hung_up(int fd);
 /* Reads and drops len bytes. */
 int flyt_skip(int fd, size_t len);
 

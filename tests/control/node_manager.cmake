@@ -16,3 +16,11 @@ if(TARGET flyt-cluster-manager)
             ${FLYT_CUDA_HOME}/lib64)
   set_tests_properties(control_node_manager PROPERTIES TIMEOUT 180)
 endif()
+
+# Secrets on disk: the store, token files and the state dir private, refused otherwise.
+if(TARGET flyt-cluster-manager)
+  add_test(NAME control_secrets
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/run_secrets.sh $<TARGET_FILE:flyt-cluster-manager>
+            $<TARGET_FILE:flyt-node-manager> $<TARGET_FILE:flyt-server>)
+  set_tests_properties(control_secrets PROPERTIES TIMEOUT 60)
+endif()

@@ -87,6 +87,19 @@ snapshot "$tmp/before-preload"
 "$cmgr" --uninstall --root "$R" > "$tmp/out" 2>&1 || { cat "$tmp/out"; fail "preload uninstall"; }
 snapshot "$tmp/after"
 diff "$tmp/before-preload" "$tmp/after" && pass "uninstall left ld.so.preload exactly as it was" || fail "preload not restored"
+echo "== uninstall restores ld.so.preload exactly: mode, owner, a last line without newline"
+printf '/opt/other/libhook.so\n/opt/more/libx.so' > "$R/etc/ld.so.preload"
+chmod 600 "$R/etc/ld.so.preload"; chown 4321:4322 "$R/etc/ld.so.preload" 2>/dev/null || true
+preload_state() { stat -c '%a %u:%g' "$R/etc/ld.so.preload"; sha256sum < "$R/etc/ld.so.preload"; }
+before=$(preload_state)
+"$cmgr" --install --root "$R" --lib "$flytlib" --preload > "$tmp/out" 2>&1 || { cat "$tmp/out"; fail "preload install (0600)"; }
+[ "$(cat "$R/etc/ld.so.preload")" = "$(printf '/opt/other/libhook.so\n/opt/more/libx.so\n%s/libcuda.so.1' $P)" ] \
+  && pass "Flyt's line after the others, on its own line" || fail "preload content: $(cat "$R/etc/ld.so.preload")"
+[ "$(stat -c '%a %u:%g' "$R/etc/ld.so.preload")" = "$(head -1 <<<"$before")" ] \
+  && pass "install kept its mode and owner ($(head -1 <<<"$before"))" || fail "install changed mode/owner: $(stat -c '%a %u:%g' "$R/etc/ld.so.preload")"
+"$cmgr" --uninstall --root "$R" > "$tmp/out" 2>&1 || { cat "$tmp/out"; fail "preload uninstall (0600)"; }
+[ "$(preload_state)" = "$before" ] && pass "uninstall left ld.so.preload byte for byte, mode and owner as they were" \
+  || fail "preload not restored: $(preload_state) vs $before"
 rm "$R/etc/ld.so.preload"
 "$cmgr" --install --root "$R" --lib "$flytlib" --preload > /dev/null 2>&1 && [ -f "$R/etc/ld.so.preload" ] || fail "preload file not made"
 "$cmgr" --uninstall --root "$R" > /dev/null 2>&1 && [ ! -e "$R/etc/ld.so.preload" ] && pass "an ld.so.preload it made is removed" || fail "made preload file left"

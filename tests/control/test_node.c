@@ -279,6 +279,29 @@ static int alive(pid_t pid)
     return rp && rp[1] == ' ' && rp[2] != 'Z'; /* a zombie is not running */
 }
 
+/* pid's command line, arguments joined by spaces, into cmd; 0, or -1 when it is gone. */
+static int cmdline_of(int pid, char *cmd, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t len = fread(cmd, 1, cap - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < len; i++)
+        if (!cmd[i])
+            cmd[i] = ' ';
+    cmd[len] = 0;
+    return 0;
+}
+
+static int cmdline_has(pid_t pid, const char *text)
+{
+    char cmd[8192];
+    return cmdline_of((int)pid, cmd, sizeof cmd) == 0 && strstr(cmd, text) != NULL;
+}
+
 /* Processes whose command line mentions our directory (servers, MPS stand-ins). */
 static int leftovers(void)
 {
@@ -289,17 +312,9 @@ static int leftovers(void)
         int pid = atoi(e->d_name);
         if (pid <= 0 || pid == getpid() || pid == nm_pid || pid == cm.pid)
             continue;
-        char path[64], cmd[4096];
-        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
-        FILE *f = fopen(path, "r");
-        if (!f)
+        char cmd[4096];
+        if (cmdline_of(pid, cmd, sizeof cmd) != 0)
             continue;
-        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < len; i++)
-            if (!cmd[i])
-                cmd[i] = ' ';
-        cmd[len] = 0;
         if (strstr(cmd, dir) && alive(pid)) {
             printf("        left running: %d %s\n", pid, cmd);
             n++;
@@ -798,13 +813,14 @@ int main(int argc, char **argv)
           "the servers' image cache is state_dir/modules, private");
 
     printf("== a session: its server, admission with the session token\n");
-    char vm_token[80];
+    char vm_token[80], vm_id[80];
     CHECK(call(&cm, "POST", "/v1/vms", cm.op_token,
                "{\"vm_ip\": \"10.9.0.1\", \"host_ip\": \"127.0.0.1\", \"compute_units\": 132, "
                "\"memory\": \"1GiB\"}",
-               &a) == 201 && jstr(a, "token"),
+               &a) == 201 && jstr(a, "token") && jstr(a, "vm.id"),
           "POST /v1/vms: %s", call_err);
     snprintf(vm_token, sizeof vm_token, "%s", jstr(a, "token"));
+    snprintf(vm_id, sizeof vm_id, "%s", jstr(a, "vm.id"));
     json_decref(a);
     char sid[80], endpoint[128], token[512];
     new_session(vm_token, 4242, sid, endpoint, token);
@@ -814,6 +830,13 @@ int main(int argc, char **argv)
     snprintf(key_path, sizeof key_path, "%s/state/%s.key", dir, sid);
     struct stat st;
     CHECK(stat(key_path, &st) == 0 && (st.st_mode & 0777) == 0600, "its session key file is 0600");
+    /* a cache shared by all tenants told each whether another had loaded an image */
+    char vm_cache[700];
+    snprintf(vm_cache, sizeof vm_cache, "--cache-dir %s/state/modules/vm-%s ", dir, vm_id);
+    CHECK(cmdline_has(spid, vm_cache), "its image cache is the VM's own: %s", vm_cache);
+    snprintf(vm_cache, sizeof vm_cache, "%s/state/modules/vm-%s", dir, vm_id);
+    CHECK(stat(vm_cache, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700,
+          "the VM's cache folder is 0700");
 
     int fd = tcp_connect(endpoint);
     flyt_rep_hello hr;

@@ -106,21 +106,30 @@ int th_server_log_clean(void)
            !th_server_log_has("runtime error");
 }
 
-int th_server_log_has(const char *needle)
+/* Lines of the server log containing needle: all counted, or (first) the
+ * first one printed and 1 returned. */
+static int scan_log(const char *needle, int first)
 {
     FILE *f = log_path[0] ? fopen(log_path, "r") : NULL;
     if (f == NULL)
         return 0;
     char line[1024];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f))
+    int n = 0;
+    while (fgets(line, sizeof line, f) && !(first && n))
         if (strstr(line, needle)) {
-            printf("        (server log: %s)\n", strtok(line, "\n"));
-            found = 1;
+            if (first)
+                printf("        (server log: %s)\n", strtok(line, "\n"));
+            n++;
         }
     fclose(f);
-    return found;
+    return n;
 }
+
+const char *th_server_log_path(void) { return log_path; }
+
+int th_server_log_has(const char *needle) { return scan_log(needle, 1); }
+
+int th_server_log_count(const char *needle) { return scan_log(needle, 0); }
 
 const char *th_socket_path(void)
 {

@@ -44,6 +44,10 @@ void th_server_stop(void);
 /* The server's stderr goes to a log in the temp dir, printed if the test
  * fails. th_server_log_has: whether a line contains needle (printed). */
 int th_server_log_has(const char *needle);
+/* The server log's path ("" before a start). */
+const char *th_server_log_path(void);
+/* How many lines of the server log contain needle (quiet). */
+int th_server_log_count(const char *needle);
 /* No session died of a signal and no sanitizer spoke (server log). */
 int th_server_log_clean(void);
 /* Call before a successful exit (else the log is printed at exit). */

@@ -96,9 +96,10 @@ int node_start_server(struct cm *cm, const struct node_rec *node, const struct s
     json_t *groups = json_array();
     for (int i = 0; i < s->ngroups; i++)
         json_array_append_new(groups, json_integer(s->groups[i]));
-    json_t *body = json_pack("{s:s,s:i,s:o,s:i,s:I}", "session_id", s->id, "gpu_index",
+    /* vm_id: the node keeps each VM's kernel images apart */
+    json_t *body = json_pack("{s:s,s:i,s:o,s:i,s:I,s:s}", "session_id", s->id, "gpu_index",
                              s->gpu_index, "sm_groups", groups, "sm_count", s->sm_count,
-                             "memory_quota", (json_int_t)s->memory_quota);
+                             "memory_quota", (json_int_t)s->memory_quota, "vm_id", s->vm_id);
     long status;
     json_t *ans = NULL;
     int rc = flyt_http_call_timeout("POST", url, node->manager_token, body,

@@ -3,6 +3,7 @@
 #include "cm.h"
 
 #include "flyt_log.h"
+#include "flyt_token.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -54,15 +55,12 @@ static int copy_str(char *dst, size_t cap, const char *src, const char *path,
 static int read_token(const char *cfgpath, int line, const char *file, char *token,
                       size_t tokenlen, char *err, size_t errlen)
 {
-    FILE *f = fopen(file, "r");
+    char refused[1024];
+    FILE *f = flyt_secret_open(file, 0077, refused, sizeof refused);
     if (!f) {
-        snprintf(err, errlen, "%s:%d: operator_token_file: cannot open %s: %s", cfgpath, line,
-                 file, strerror(errno));
+        snprintf(err, errlen, "%s:%d: operator_token_file: %s", cfgpath, line, refused);
         return -1;
     }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && (sb.st_mode & 0077))
-        flyt_warn("%s is readable by group or others (chmod 600 it)", file);
     char buf[1024] = "";
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);

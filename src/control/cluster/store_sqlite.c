@@ -3,9 +3,13 @@
 
 #include <sqlite3.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "flyt_token.h"
 
 struct db_sqlite {
     struct db base;
@@ -83,8 +87,36 @@ static void sq_close(struct db *db)
 
 static const struct db_ops sqlite_ops = {sq_exec, sq_close};
 
+/* The store holds node session keys and manager tokens: it and its WAL and
+ * shared-memory files must be the owner's alone. An existing one open to
+ * others is refused; a new one is made 0600 before SQLite opens it (SQLite
+ * gives the WAL and -shm files the database file's mode). */
+static int private_store(const char *path, char *err, size_t errlen)
+{
+    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+    char file[4096], why[1024];
+    if (strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0)
+        return 0;
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        if (snprintf(file, sizeof file, "%s%s", path, suffixes[i]) >= (int)sizeof file) {
+            snprintf(err, errlen, "sqlite: path too long: %s", path);
+            return -1;
+        }
+        if (flyt_private_check(file, why, sizeof why) != 0) {
+            snprintf(err, errlen, "sqlite store: %s", why);
+            return -1;
+        }
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0)
+        close(fd);
+    return 0; /* a file that cannot be made is SQLite's to report */
+}
+
 struct db *db_open_sqlite(const char *path, char *err, size_t errlen)
 {
+    if (private_store(path, err, errlen) != 0)
+        return NULL;
     struct db_sqlite *d = calloc(1, sizeof *d);
     if (!d) {
         snprintf(err, errlen, "out of memory");

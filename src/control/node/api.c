@@ -116,6 +116,13 @@ static void h_start(void *ctx, const struct flyt_http_request *req, struct flyt_
     }
     if (nm_parse_share(gpu, groups, sc, mq, r, res) != 0)
         goto out;
+    json_t *vm = json_object_get(b, "vm_id");
+    if (vm && (!json_is_string(vm) || !nm_valid_sid(json_string_value(vm)))) {
+        flyt_http_reply_error(res, 400, "bad_request",
+                              "vm_id: expected 1 to 64 of A-Z a-z 0-9 . _ -");
+        goto out;
+    }
+    snprintf(r->vm_id, sizeof r->vm_id, "%s", vm ? json_string_value(vm) : "");
     snprintf(r->sid, sizeof r->sid, "%s", sid);
     r->gpu_index = gpu->index;
 

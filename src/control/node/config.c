@@ -3,6 +3,7 @@
 #include "nm.h"
 
 #include "flyt_log.h"
+#include "flyt_token.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -40,8 +41,9 @@ const struct flyt_cfg_key nm_config_keys[] = {
     {"state_dir", FLYT_CFG_STRING, "/run/flyt-node",
      "directory of the servers' session key files (0600) and status files", false, 0, 0},
     {"module_cache_dir", FLYT_CFG_STRING, "",
-     "where servers keep kernel images by content hash, so that later sessions need not send "
-     "them again (cuBLAS ships about 26 MB on first use); empty: state_dir/modules; off: none",
+     "where servers keep kernel images by content hash, a folder per VM, so that later sessions "
+     "of the VM need not send them again (cuBLAS ships about 26 MB on first use); empty: "
+     "state_dir/modules; off: none",
      false, 0, 0},
     {"backend", FLYT_CFG_STRING, "cuda",
      "cuda (the GPUs, through the CUDA driver) or host (test mode: fake GPUs of [test], "
@@ -261,14 +263,12 @@ out:
 
 int nm_read_token(const char *path, char *out, size_t outlen, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
+    char whyf[1024];
+    FILE *f = flyt_secret_open(path, 0077, whyf, sizeof whyf);
     if (!f) {
-        snprintf(err, errlen, "node_token_file %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "node_token_file: %s", whyf);
         return -1;
     }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && (sb.st_mode & 0077))
-        flyt_warn("%s is readable by group or others (chmod 600 it)", path);
     char buf[1024] = "";
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);

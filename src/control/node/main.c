@@ -2,6 +2,7 @@
 #include "nm.h"
 
 #include "flyt_log.h"
+#include "flyt_token.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -99,6 +100,11 @@ static int make_private_dir(const char *key, const char *path)
     }
     if (access(path, W_OK) != 0) {
         flyt_error("%s %s: %s", key, path, strerror(errno));
+        return -1;
+    }
+    char why[1024]; /* it holds the session keys */
+    if (flyt_private_check(path, why, sizeof why) != 0) {
+        flyt_error("%s: %s", key, why);
         return -1;
     }
     return 0;

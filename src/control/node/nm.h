@@ -91,6 +91,7 @@ struct nm_server {
     int       sm_count, ngroups;
     int       groups[NM_MAX_GROUPS];
     long long memory_quota;
+    char      vm_id[NM_SID_MAX]; /* "" when the cluster manager did not say */
     char      key_path[PATH_MAX + NM_SID_MAX + 16];
     char      status_path[PATH_MAX + NM_SID_MAX + 16];
 };
@@ -135,6 +136,7 @@ struct nm_start_req {
     int  groups[NM_MAX_GROUPS];
     int  sm_count;
     long long memory_quota;
+    char vm_id[NM_SID_MAX]; /* the tenant: its own image cache; "" none */
 };
 int nm_server_start(struct nm *g, const struct nm_start_req *r, int *http_status, char *msg,
                     size_t msglen, char *endpoint, size_t eplen, pid_t *pid);

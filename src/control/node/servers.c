@@ -412,10 +412,29 @@ static void endpoint_of(const struct nm *g, int port, char *out, size_t len)
     snprintf(out, len, "tcp://%s:%d", host, port);
 }
 
+/* The server's image cache: the VM's own folder of module_cache_dir (0700), so
+ * whether an image is cached never tells one tenant what another loaded and
+ * one tenant's files never reach another's driver. "" (no cache) when the VM
+ * is not known or the folder cannot be made. */
+static void vm_cache_dir(const struct nm_config *c, const struct nm_server *s, char *out,
+                         size_t len)
+{
+    out[0] = '\0';
+    if (!c->module_cache_dir[0] || !s->vm_id[0] ||
+        snprintf(out, len, "%s/vm-%s", c->module_cache_dir, s->vm_id) >= (int)len ||
+        (mkdir(out, 0700) != 0 && errno != EEXIST)) {
+        if (c->module_cache_dir[0])
+            flyt_debug("session %s: no image cache (VM \"%s\")", s->sid, s->vm_id);
+        out[0] = '\0';
+    }
+}
+
 /* Spawns the server of s (lock held; s->port chosen). */
 static int spawn_server(struct nm *g, struct nm_server *s, char *err, size_t errlen)
 {
     const struct nm_config *c = &g->cfg;
+    char cache[PATH_MAX];
+    vm_cache_dir(c, s, cache, sizeof cache);
     const struct nm_gpu *gpu = nm_gpu_by_index(g, s->gpu_index);
     char listen[NM_STR + 32], quota[32], groups[NM_MAX_GROUPS * 6], gran[16], host[NM_STR + 2];
     nm_host_for_url(c->server_listen_host, host, sizeof host);
@@ -433,7 +452,7 @@ static int spawn_server(struct nm *g, struct nm_server *s, char *err, size_t err
                           "--sm-groups", groups, "--sm-granularity", gran, "--gpu", "0",
                           "--backend", c->host_backend ? "host" : "cuda", "--status-file",
                           s->status_path, "--log-level", levels[c->log_level],
-                          c->module_cache_dir[0] ? "--cache-dir" : NULL, c->module_cache_dir, NULL};
+                          cache[0] ? "--cache-dir" : NULL, cache, NULL};
     /* the environment: this GPU only, or the fake GPU; its MPS daemon */
     const char *fin[6];
     int nf = 0;
@@ -510,6 +529,7 @@ int nm_server_start(struct nm *g, const struct nm_start_req *r, int *http_status
     memcpy(s->groups, r->groups, sizeof r->groups[0] * (size_t)r->ngroups);
     s->sm_count = r->sm_count;
     s->memory_quota = r->memory_quota;
+    snprintf(s->vm_id, sizeof s->vm_id, "%s", r->vm_id);
     s->state = NM_STARTING;
     s->waiters = 1; /* this request: nobody else frees the entry meanwhile */
     snprintf(s->key_path, sizeof s->key_path, "%s/%s.key", c->state_dir, s->sid);

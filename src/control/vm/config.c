@@ -5,6 +5,7 @@
 
 #include "flyt_config.h"
 #include "flyt_log.h"
+#include "flyt_token.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -77,18 +78,9 @@ static int copy(char *dst, size_t cap, const char *src)
 /* Reads the VM token: one line, printable, no spaces; the file not open to others. */
 static int read_token(const char *path, char *tok, size_t cap, char *why, size_t whylen)
 {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno));
+    FILE *f = flyt_secret_open(path, 0007, why, whylen); /* 0640 allowed, as documented */
+    if (f == NULL)
         return -1;
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 0007)) {
-        fclose(f);
-        snprintf(why, whylen, "%s is open to other users (mode %03o): chmod 600 it", path,
-                 (unsigned)(st.st_mode & 0777));
-        return -1;
-    }
     char line[1024];
     if (fgets(line, sizeof line, f) == NULL)
         line[0] = '\0';

@@ -314,9 +314,54 @@ static int make_dirs(const struct install_opts *o, struct manifest *m, const cha
 
 /* ---- /etc/ld.so.preload ---- */
 
+/* old less our line, byte for byte: the line goes with its newline or, when it ends the
+ * file without one, with the newline before it (how add_line put it there). *other: a line
+ * of someone else's is left. */
+static void drop_line(struct flyt_buf *b, const char *old, const char *line, int *found,
+                      int *other)
+{
+    size_t ll = strlen(line);
+    for (const char *p = old, *next; p && *p; p = next) {
+        next = strchr(p, '\n');
+        size_t l = next ? (size_t)(next - p) : strlen(p);
+        next = next ? next + 1 : p + l;
+        if (l == ll && strncmp(p, line, l) == 0) {
+            *found = 1;
+            if (*next == '\0' && next == p + l && b->len > 0 && b->data[b->len - 1] == '\n')
+                b->data[--b->len] = '\0'; /* the last line had none: its newline came before */
+            continue;
+        }
+        flyt_buf_append(b, p, (size_t)(next - p));
+        for (size_t i = 0; i < l; i++)
+            *other |= p[i] != ' ' && p[i] != '\t';
+    }
+}
+
+/* old and our line after it: on a line of its own, the file's last newline kept as it was */
+static void add_line(struct flyt_buf *b, const char *old, size_t n, const char *line)
+{
+    flyt_buf_append(b, old ? old : "", n);
+    if (n > 0 && old[n - 1] != '\n')
+        flyt_buf_printf(b, "\n%s", line);
+    else
+        flyt_buf_printf(b, "%s\n", line);
+}
+
+/* Rewrites path with text, with the mode and owner it had (st), or 0644 when new. */
+static int write_like(const char *path, const char *text, const struct stat *st)
+{
+    if (write_atomic(path, text ? text : "", text ? strlen(text) : 0,
+                     st ? st->st_mode & 07777 : 0644) != 0)
+        return -1;
+    if (st && (st->st_uid != geteuid() || st->st_gid != getegid()))
+        return chown(path, st->st_uid, st->st_gid);
+    return 0;
+}
+
 /* Adds (add=1) or removes (add=0) our line. *created: the file was made now (add) / the
- * file may be removed when it ends up empty (remove). 1 when the line was added or
- * removed, 0 when there was nothing to do (already there / not there), -1 with err. */
+ * file may be removed when it ends up empty (remove). The rest of the file, its mode and
+ * owner stay exactly as they were. 1 when the line was added or removed, 0 when there was
+ * nothing to do (already there / not there), -1 with err. */
 static int preload_edit(const struct install_opts *o, const char *line, int add, int *created,
                         char *err, size_t errlen)
 {
@@ -324,35 +369,25 @@ static int preload_edit(const struct install_opts *o, const char *line, int add,
     rooted(o, PRELOAD_REL, path, sizeof path);
     char *old = NULL;
     size_t n = 0;
-    int exists = read_all(path, &old, &n, 1 << 20) == 0;
+    struct stat st;
+    int exists = read_all(path, &old, &n, 1 << 20) == 0 && stat(path, &st) == 0;
     if (!exists && errno != ENOENT) {
         snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        free(old);
         return -1;
     }
     struct flyt_buf b = {0};
     int found = 0, other = 0;
-    for (char *p = old, *next; p && *p; p = next) {
-        next = strchr(p, '\n');
-        size_t l = next ? (size_t)(next - p) : strlen(p);
-        if (next)
-            next++;
-        int ours = l == strlen(line) && strncmp(p, line, l) == 0;
-        found |= ours;
-        if (ours && !add)
-            continue;
-        flyt_buf_printf(&b, "%.*s\n", (int)l, p);
-        for (size_t i = 0; i < l; i++)
-            other |= p[i] != ' ' && p[i] != '\t';
-    }
-    free(old);
+    drop_line(&b, old, line, &found, &other);
     int rc = 0, did = 0;
     if (add) {
         *created = !exists;
         if (!found) {
             did = 1;
-            flyt_buf_printf(&b, "%s\n", line);
+            flyt_buf_free(&b);
+            add_line(&b, old, n, line);
             char *text = flyt_buf_take(&b);
-            rc = text ? write_atomic(path, text, strlen(text), 0644) : -1;
+            rc = text ? write_like(path, text, exists ? &st : NULL) : -1;
             free(text);
         }
     } else if (found) {
@@ -361,9 +396,10 @@ static int preload_edit(const struct install_opts *o, const char *line, int add,
         if (*created && !other)
             rc = unlink(path);
         else
-            rc = write_atomic(path, text ? text : "", text ? strlen(text) : 0, 0644);
+            rc = write_like(path, text, &st);
         free(text);
     }
+    free(old);
     free(flyt_buf_take(&b));
     if (rc < 0) {
         snprintf(err, errlen, "cannot update %s: %s", path, strerror(errno));

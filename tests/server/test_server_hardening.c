@@ -1,0 +1,392 @@
+/*
+ * flyt-server against requests that used to spin a session forever (issue 8,
+ * item 5): a memset or 3D copy whose slices all land on the same bytes (zero
+ * slice pitch or zero slice height) and a huge depth. Each is sent by a raw
+ * client that then disconnects; the session must end within a few seconds.
+ * The same geometry on a kept connection answers CUDA_ERROR_INVALID_VALUE,
+ * as the driver does, and a long but valid memset stops when its client
+ * leaves.
+ *
+ * usage: test_server_hardening PATH-TO-flyt-server
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "flyt_transport.h"
+#include "harness.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Sessions the server's log shows started and not yet ended. */
+static int sessions_live(void)
+{
+    return th_server_log_count(" started for ") - th_server_log_count(" ended (exit status") -
+           th_server_log_count(" ended with exit status") - th_server_log_count(" killed by signal");
+}
+
+/* Waits up to seconds until no session is left; the seconds it took, or -1. */
+static double wait_no_session(double seconds)
+{
+    double t0 = now_s();
+    while (now_s() - t0 < seconds) {
+        if (sessions_live() == 0)
+            return now_s() - t0;
+        usleep(20 * 1000);
+    }
+    return -1;
+}
+
+/* A fresh admitted connection with an allocation of size bytes at *ptr. */
+static int session_with_alloc(uint64_t size, uint64_t *ptr)
+{
+    int fd = th_connect();
+    CHECK(fd >= 0 && th_hello(fd) == 0, "connect and HELLO");
+    CHECK(th_alloc(fd, size, ptr) == 0, "MEM_ALLOC of %llu bytes", (unsigned long long)size);
+    return fd;
+}
+
+/* Sends the request (a reply wanted), hangs up at once, and checks that the
+ * session ends within the limit. */
+static void hang_up_after(uint16_t op, const void *req, size_t len, const char *what)
+{
+    uint64_t ptr;
+    CHECK(wait_no_session(5.0) >= 0, "no session left from before");
+    int fd = session_with_alloc(1 << 20, &ptr);
+    /* the request's addresses point into the allocation */
+    unsigned char buf[512];
+    memcpy(buf, req, len);
+    CHECK(th_send(fd, op, 0, th_next_seq(), buf, len, NULL, 0) == 0, "send %s", what);
+    close(fd);
+    double took = wait_no_session(5.0);
+    CHECK(took >= 0, "%s, client gone: the session ended (%.2f s)", what, took);
+}
+
+static flyt_req_memset spin_memset(uint64_t dst)
+{
+    flyt_req_memset r = {.dst = dst, .pitch = 1, .slice_pitch = 0, .width_bytes = 1,
+                         .height = 1, .depth = (uint64_t)1 << 40, .value = 7, .elem_size = 1};
+    return r;
+}
+
+static flyt_req_memcpy_3d spin_copy_3d(uint64_t dst, uint64_t src)
+{
+    flyt_req_memcpy_3d r = {.dir = FLYT_DIR_DTOD, .dst = {dst, 1, 0, 0, 0, 0},
+                            .src = {src, 1, 0, 0, 0, 0}, .width_bytes = 1, .height = 1,
+                            .depth = (uint64_t)1 << 40};
+    return r;
+}
+
+static flyt_req_array_copy spin_array_copy(uint64_t dst, uint64_t src)
+{
+    flyt_req_array_copy r = {.dst = {FLYT_SIDE_DEVICE, 0, dst, 0, 1, 0, 0, 0, 0},
+                             .src = {FLYT_SIDE_DEVICE, 0, src, 0, 1, 0, 0, 0, 0},
+                             .width_bytes = 1, .height = 1, .depth = (uint64_t)1 << 40};
+    return r;
+}
+
+/* The session's first allocation lands at the same address every time
+ * (one process per session, the same backend): learn it once. */
+static uint64_t first_alloc_address(void)
+{
+    uint64_t ptr;
+    int fd = session_with_alloc(1 << 20, &ptr);
+    close(fd);
+    return ptr;
+}
+
+static void spinning_requests_end_with_their_client(void)
+{
+    th_say("aliased slices and a huge depth, then the client hangs up");
+    uint64_t p = first_alloc_address();
+    flyt_req_memset m = spin_memset(p);
+    hang_up_after(FLYT_OP_MEMSET, &m, sizeof m, "memset with slice pitch 0, depth 2^40");
+    flyt_req_memcpy_3d c = spin_copy_3d(p + 4096, p);
+    hang_up_after(FLYT_OP_MEMCPY_3D, &c, sizeof c, "3D copy with slice height 0, depth 2^40");
+    flyt_req_array_copy a = spin_array_copy(p + 4096, p);
+    hang_up_after(FLYT_OP_ARRAY_COPY, &a, sizeof a,
+                  "array copy of device sides with slice height 0, depth 2^40");
+}
+
+static void impossible_geometry_is_refused(void)
+{
+    th_say("the same geometry on a kept connection answers an error");
+    uint64_t p;
+    int fd = session_with_alloc(1 << 20, &p);
+    flyt_req_memset m = spin_memset(p);
+    int r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
+    CHECK(r == T_INVALID_VALUE, "memset, slice pitch 0, depth 2^40: %d (want %d)", r,
+          T_INVALID_VALUE);
+    m.depth = 2;
+    m.slice_pitch = 0;
+    r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
+    CHECK(r == T_INVALID_VALUE, "memset, slice pitch 0, depth 2: %d", r);
+    m.pitch = 16;
+    m.height = 4;
+    m.slice_pitch = 32; /* the second slice would overlap the first's rows */
+    r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
+    CHECK(r == T_INVALID_VALUE, "memset, slices overlapping: %d", r);
+    m.slice_pitch = 64;
+    m.depth = 3;
+    r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
+    CHECK(r == T_SUCCESS, "memset, 3 slices of 4 rows of 16 bytes: %d", r);
+    unsigned char back[192];
+    int had = 0;
+    CHECK(th_dtoh(fd, p, sizeof back, back, &had) == 0 && had, "read it back");
+    int good = 1;
+    for (unsigned z = 0; z < 3; z++)
+        for (unsigned y = 0; y < 4; y++)
+            good &= back[z * 64 + y * 16] == 7;
+    CHECK(good, "every row of every slice was set where it lies");
+
+    flyt_req_memcpy_3d c = spin_copy_3d(p + 4096, p);
+    r = th_call(fd, FLYT_OP_MEMCPY_3D, &c, sizeof c, NULL, 0, NULL);
+    CHECK(r == T_INVALID_VALUE, "3D copy, slice height 0, depth 2^40: %d", r);
+    c.depth = 1;
+    r = th_call(fd, FLYT_OP_MEMCPY_3D, &c, sizeof c, NULL, 0, NULL);
+    CHECK(r == T_SUCCESS, "3D copy, slice height 0, depth 1 (CUDA allows it): %d", r);
+    flyt_req_array_copy a = spin_array_copy(p + 4096, p);
+    r = th_call(fd, FLYT_OP_ARRAY_COPY, &a, sizeof a, NULL, 0, NULL);
+    CHECK(r == T_INVALID_VALUE, "array copy, slice height 0, depth 2^40: %d", r);
+    close(fd);
+}
+
+/* Valid geometry whose work is long (millions of slices): timed once to the
+ * end on a kept connection, then sent again by a client that hangs up at
+ * once; that session must stop well before the work could have finished. */
+static void long_work_stops_when_client_leaves(void)
+{
+    th_say("a long valid memset stops when the client hangs up");
+    uint64_t p;
+    const uint64_t size = 64 << 20;
+    int fd = session_with_alloc(size, &p);
+    flyt_req_memset m = {.dst = p, .pitch = 1, .slice_pitch = 2, .width_bytes = 1, .height = 1,
+                         .depth = size / 2, .value = 1, .elem_size = 1};
+    double t0 = now_s();
+    int r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
+    double whole = now_s() - t0;
+    CHECK(r == T_SUCCESS, "a memset of %llu one-byte slices, 2 bytes apart: %.2f s",
+          (unsigned long long)m.depth, whole);
+    close(fd);
+    CHECK(wait_no_session(5.0) >= 0, "no session left from before");
+    fd = session_with_alloc(size, &p);
+    m.dst = p;
+    CHECK(th_send(fd, FLYT_OP_MEMSET, 0, th_next_seq(), &m, sizeof m, NULL, 0) == 0,
+          "the same memset again, then the client hangs up");
+    usleep(20 * 1000);
+    close(fd);
+    double took = wait_no_session(whole + 5.0);
+    CHECK(took >= 0 && took < whole / 2, "the session ended %.2f s after the hang-up (the work "
+          "takes %.2f s)", took, whole);
+}
+
+/* A client's host name with a newline and a made-up log line after it: the
+ * server logs the name, and the made-up line must not start a line. */
+static void client_text_cannot_forge_log_lines(void)
+{
+    th_say("a client's text in the server log cannot forge a line");
+    int fd = th_connect();
+    CHECK(fd >= 0, "connect");
+    flyt_req_hello h;
+    memset(&h, 0, sizeof h);
+    h.magic = FLYT_PROTO_MAGIC;
+    h.major = FLYT_PROTO_MAJOR;
+    h.minor = FLYT_PROTO_MINOR;
+    h.client_pid = 1;
+    snprintf(h.client_host, sizeof h.client_host, "x\nFORGED flyt-server[1] error: \x1b[2Jfake");
+    flyt_rep_hello rep;
+    CHECK(th_call_rep(fd, FLYT_OP_HELLO, &h, sizeof h, NULL, 0, &rep, sizeof rep) == 0,
+          "HELLO with a host name holding a newline and an escape sequence");
+    close(fd);
+    CHECK(wait_no_session(5.0) >= 0, "the session ended");
+    CHECK(th_server_log_count("x\\nFORGED flyt-server[1] error: \\x1b[2Jfake") == 1,
+          "the name is logged escaped, on the session's own line");
+    int forged = 0;
+    FILE *f = fopen(th_server_log_path(), "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f))
+        forged += strncmp(line, "FORGED", 6) == 0 || strchr(line, 0x1b) != NULL;
+    if (f)
+        fclose(f);
+    CHECK(f != NULL && forged == 0, "no line of the log starts with the client's text (%d did)",
+          forged);
+}
+
+/* HOST_MAP with memfd passed along; the result, the region in *region. */
+static int host_map(int fd, int memfd, uint64_t size, uint64_t *region)
+{
+    flyt_req_host_map req = {.size = size};
+    struct flyt_frame_hdr h = {sizeof req, FLYT_OP_HOST_MAP, 0, th_next_seq(), 0};
+    struct iovec iov[2] = {{&h, sizeof h}, {&req, sizeof req}};
+    struct th_reply r;
+    if (flyt_writev_full_fd(fd, iov, 2, memfd) != 0 || th_read_frame(fd, &r) != 0)
+        return -1000;
+    int result = r.result;
+    *region = 0;
+    if (result == 0 && r.body_len >= sizeof *region)
+        memcpy(region, r.body, sizeof *region);
+    th_reply_free(&r);
+    return result;
+}
+
+static int memfd_of(uint64_t size, int seal)
+{
+    int fd = memfd_create("test-shared", MFD_CLOEXEC | (seal ? MFD_ALLOW_SEALING : 0));
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)size) == 0, "a memfd of %llu bytes",
+          (unsigned long long)size);
+    if (seal)
+        CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0, "sealed");
+    return fd;
+}
+
+/* A client maps an unsealed memfd into its session, cuts it to nothing and
+ * asks for a copy from it: the server touched pages that no longer exist and
+ * died of SIGBUS. Now the unsealed file is refused; a sealed one works. */
+static void unsealed_shared_memory_is_refused(void)
+{
+    th_say("shared memory must be sealed against shrinking");
+    uint64_t dptr, region = 0;
+    const uint64_t size = 1 << 20;
+    int fd = session_with_alloc(size, &dptr);
+    int memfd = memfd_of(size, 0);
+    int r = host_map(fd, memfd, size, &region);
+    if (r == T_SUCCESS) { /* the attack goes on: cut the file, then copy from it */
+        CHECK(ftruncate(memfd, 0) == 0, "the client cuts the mapped file to 0 bytes");
+        flyt_req_memcpy_mapped m = {.device = dptr, .region = region, .size = 4096};
+        r = th_call(fd, FLYT_OP_MEMCPY_HTOD_MAPPED, &m, sizeof m, NULL, 0, NULL);
+        CHECK(0, "an unsealed memfd was mapped (the copy from it then answered %d)", r);
+    }
+    CHECK(r == T_INVALID_VALUE, "HOST_MAP of an unsealed memfd: %d (want %d)", r,
+          T_INVALID_VALUE);
+    close(memfd);
+
+    memfd = memfd_of(size, 1);
+    r = host_map(fd, memfd, size, &region);
+    CHECK(r == T_SUCCESS && region != 0, "HOST_MAP of a sealed memfd: %d", r);
+    CHECK(ftruncate(memfd, 0) != 0 && errno == EPERM, "the client can no longer cut it");
+    unsigned char *view = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    CHECK(view != MAP_FAILED, "map it here too");
+    memset(view, 0x5a, 4096);
+    flyt_req_memcpy_mapped m = {.device = dptr, .region = region, .size = 4096};
+    CHECK(th_call(fd, FLYT_OP_MEMCPY_HTOD_MAPPED, &m, sizeof m, NULL, 0, NULL) == T_SUCCESS,
+          "a copy from it to the device");
+    unsigned char back[4096];
+    int had = 0;
+    CHECK(th_dtoh(fd, dptr, sizeof back, back, &had) == 0 && had && back[0] == 0x5a &&
+              back[4095] == 0x5a,
+          "the device holds its bytes");
+    munmap(view, size);
+    close(memfd);
+    close(fd);
+    CHECK(wait_no_session(5.0) >= 0, "the session ended");
+    CHECK(!th_server_log_has("killed by signal"), "no session died of a signal");
+}
+
+static char cache_dir[256];
+
+/* The cache file of image (its hash's name) into path. */
+static void cache_file_of(const void *image, size_t size, char *path, size_t len)
+{
+    unsigned char sha[32];
+    unsigned int n = 0;
+    EVP_Digest(image, size, sha, &n, EVP_sha256(), NULL);
+    int at = snprintf(path, len, "%s/", cache_dir);
+    for (int i = 0; i < 32; i++)
+        at += snprintf(path + at, len - (size_t)at, "%02x", sha[i]);
+    snprintf(path + at, len - (size_t)at, ".fatbin");
+}
+
+/* The image cache keeps only images the driver took: junk that failed to
+ * load used to stay on disk for good (outside any quota), and a cached image
+ * that fails to load is dropped. */
+static void cache_keeps_only_loadable_images(void)
+{
+    th_say("the image cache keeps only images that loaded");
+    int fd = th_connect();
+    CHECK(fd >= 0 && th_hello(fd) == 0, "connect and HELLO");
+    char path[512];
+    struct stat st;
+    unsigned char junk[4096];
+    memset(junk, 'J', sizeof junk);
+    uint64_t module = 0;
+    int r = th_module_load(fd, junk, sizeof junk, &module);
+    CHECK(r == T_INVALID_IMAGE, "MODULE_LOAD of 4 KiB of junk: %d (want %d)", r, T_INVALID_IMAGE);
+    cache_file_of(junk, sizeof junk, path, sizeof path);
+    CHECK(stat(path, &st) != 0, "the junk is not in the cache dir");
+
+    size_t size = 0;
+    unsigned char *image = th_fake_fatbin(&size);
+    CHECK(th_module_load(fd, image, size, &module) == T_SUCCESS, "MODULE_LOAD of a fatbinary");
+    cache_file_of(image, size, path, sizeof path);
+    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "it is cached, 0600");
+    free(image);
+
+    /* junk under its hash's name, as an older server left it */
+    cache_file_of(junk, sizeof junk, path, sizeof path);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fwrite(junk, 1, sizeof junk, f) == sizeof junk && fclose(f) == 0,
+          "plant junk in the cache dir");
+    r = th_module_load(fd, junk, sizeof junk, &module);
+    CHECK(r == T_INVALID_IMAGE, "MODULE_LOAD of the cached junk: %d", r);
+    CHECK(stat(path, &st) != 0, "the cached junk was dropped");
+    close(fd);
+}
+
+/* Removes what the cache test left, so the temporary dir can go. */
+static void remove_cache_dir(void)
+{
+    DIR *d = opendir(cache_dir);
+    struct dirent *e;
+    char path[600];
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
+            unlink(path);
+        }
+    if (d)
+        closedir(d);
+    rmdir(cache_dir);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH-TO-flyt-server\n", argv[0]);
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGPIPE, SIG_IGN);
+    th_watchdog(120);
+    th_prepare_dir();
+    snprintf(cache_dir, sizeof cache_dir, "%s/cache", th_temp_dir());
+    CHECK(mkdir(cache_dir, 0700) == 0, "a cache dir");
+    static const char *const args[] = {"--cache-dir", cache_dir, NULL};
+    th_server_start_args(argv[1], "FLYT_HOST_BACKEND_MEM=268435456", args);
+    spinning_requests_end_with_their_client();
+    impossible_geometry_is_refused();
+    long_work_stops_when_client_leaves();
+    client_text_cannot_forge_log_lines();
+    unsealed_shared_memory_is_refused();
+    cache_keeps_only_loadable_images();
+    CHECK(th_server_works(), "the server still serves new sessions");
+    CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
+    remove_cache_dir();
+    th_server_stop();
+    th_passed();
+    printf("all hardening checks passed\n");
+    return 0;
+}
