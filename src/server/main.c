@@ -74,7 +74,8 @@ static void usage(FILE *f)
             "  --admission-timeout S  drop a connection not admitted within S seconds\n"
             "                      (a valid HELLO; managed: and a session token; default 5)\n"
             "  --max-unadmitted N  connections not yet admitted at once (default 32); past\n"
-            "                      it the oldest of them is dropped for the newcomer\n"
+            "                      it the oldest of them (older than 250 ms) is dropped for\n"
+            "                      the newcomer, else the newcomer is refused\n"
             "  --max-unadmitted-per-peer N  the same from one IP address (or one user on\n"
             "                      a Unix socket; default 8)\n"
             "  --memory-quota SIZE refuse allocations past SIZE bytes in all (units: KiB MiB\n"
@@ -331,8 +332,23 @@ struct child {
     int           admit_fd;  /* read end of its admission pipe; -1 once admitted or dropped */
     int           dropped;   /* killed by us before admission: its end is not news */
     unsigned long seq;       /* accept order, to find the oldest */
+    long long     born_ms;   /* when it was accepted (monotonic) */
     unsigned char peer[16];  /* IP address, or the uid on a Unix socket */
 };
+
+/* A connection younger than this is never dropped for a newcomer: a real
+ * client sends its HELLO within milliseconds, even when many processes of
+ * one user start at once on a busy machine, while idle ones grow older than
+ * this. Past the per-peer cap young connections are let in; past the total
+ * cap, with all of them young, a newcomer is refused. */
+#define UNADMITTED_GRACE_MS 250
+
+static long long monotonic_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
 
 static struct child *children;
 static size_t n_children, cap_children;
@@ -356,6 +372,7 @@ static struct child *add_child(pid_t pid, int admit_fd, const unsigned char peer
     c->admit_fd = admit_fd;
     c->dropped = 0;
     c->seq = ++accept_seq;
+    c->born_ms = monotonic_ms();
     memcpy(c->peer, peer, sizeof c->peer);
     return c;
 }
@@ -392,6 +409,10 @@ static struct child *oldest_unadmitted(const unsigned char *peer, unsigned *coun
     *count = 0;
     for (size_t i = 0; i < n_children; i++) {
         struct child *c = &children[i];
+        char byte;
+        /* its admission may still wait unread in the pipe: never drop an admitted session */
+        if (c->admit_fd >= 0 && read(c->admit_fd, &byte, 1) == 1)
+            child_admitted(c);
         if (c->admit_fd < 0 || (peer && memcmp(c->peer, peer, sizeof c->peer) != 0))
             continue;
         (*count)++;
@@ -404,12 +425,16 @@ static struct child *oldest_unadmitted(const unsigned char *peer, unsigned *coun
 static unsigned long long dropped_total, dropped_logged;
 
 /* Drops the oldest unadmitted connection of peer (or of anyone) while there are limit or
- * more, to make room for a new one. */
-static void make_room(const unsigned char *peer, unsigned limit, const char *which)
+ * more and it is past its grace, to make room for a new one. 0, or -1 when the newcomer
+ * must be refused: the total limit reached with every one within its grace. */
+static int make_room(const unsigned char *peer, unsigned limit, const char *which)
 {
     unsigned count;
     struct child *c;
+    long long now = monotonic_ms();
     while ((c = oldest_unadmitted(peer, &count)) != NULL && count >= limit) {
+        if (now - c->born_ms < UNADMITTED_GRACE_MS)
+            return peer ? 0 : -1;
         kill(c->pid, SIGKILL);
         child_admitted(c);
         c->dropped = 1;
@@ -419,6 +444,7 @@ static void make_room(const unsigned char *peer, unsigned limit, const char *whi
             dropped_logged = dropped_logged ? dropped_logged * 2 : 1;
         }
     }
+    return 0;
 }
 
 static int stopping; /* our own SIGTERM is an expected end */
@@ -554,8 +580,12 @@ static void start_session(int lfd, int fd, const struct options *o, const sigset
     char peer[160];
     unsigned char key[16];
     describe_peer(fd, peer, sizeof peer, key);
-    make_room(key, o->max_unadmitted_per_peer, "per-peer");
-    make_room(NULL, o->max_unadmitted, "total");
+    if (make_room(key, o->max_unadmitted_per_peer, "per-peer") != 0 ||
+        make_room(NULL, o->max_unadmitted, "total") != 0) {
+        flyt_warn("refusing %s: too many connections not admitted yet", peer);
+        close(fd);
+        return;
+    }
     int admit[2];
     if (pipe2(admit, O_CLOEXEC) != 0) {
         flyt_error("refusing %s: no pipe: %s", peer, strerror(errno));
