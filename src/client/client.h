@@ -63,9 +63,13 @@ CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size, const st
 int flyt_conn_shares_memory(void);
 
 /* Host functions and stream callbacks run on the client's callback thread,
- * in stream order, when the server reports that the stream reached them. */
+ * in stream order, when the server reports that the stream reached them.
+ * counted: a stream's host function outside any capture, which
+ * flyt_host_funcs_wait waits for. */
 uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CUstream stream,
-                                void *user);
+                                void *user, int counted);
+/* Waits until the counted host functions registered so far have run. */
+void flyt_host_funcs_wait(void);
 
 /* Whether this process's session gets the driver's output (OUTPUT frames):
  * connected here (not a forked child), not lost, a server that sends it. */
@@ -211,6 +215,8 @@ void flyt_packed_free(struct flyt_packed *p);
 /* ---- graphs (graph.c) ---- */
 /* A new client-chosen id for a stream, event, graph, exec or node. */
 uint64_t flyt_new_id(void);
+/* Whether some stream capture is open. */
+int flyt_captures_open(void);
 
 static inline CUdeviceptr flyt_dptr(uint64_t v) { return (CUdeviceptr)v; }
 /* Handles are our records, always 8-byte aligned: anything else (NVIDIA's

@@ -40,6 +40,7 @@ struct waiter {
 
 struct callback {
     uint64_t id;
+    int counted; /* a stream's host function: counted in cb_stream_sent/run */
     void (*host_fn)(void *);
     CUstreamCallback stream_cb;
     CUstream stream;
@@ -71,6 +72,8 @@ static struct {
     uint64_t cb_next_id;
     uint64_t cb_received;
     uint64_t cb_done;
+    uint64_t cb_stream_sent; /* stream host functions enqueued outside any capture */
+    uint64_t cb_stream_run;  /* ... of which have run */
     pthread_t cb_thread;
 } conn = {
     .init_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -171,7 +174,7 @@ static void fail_all(const char *why)
 /* ---- callbacks ---- */
 
 uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CUstream stream,
-                                void *user)
+                                void *user, int counted)
 {
     struct callback *cb = calloc(1, sizeof *cb);
     if (cb == NULL)
@@ -180,8 +183,10 @@ uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CU
     cb->stream_cb = stream_cb;
     cb->stream = stream;
     cb->user = user;
+    cb->counted = counted;
     pthread_mutex_lock(&conn.cb_lock);
     cb->id = conn.cb_next_id++;
+    __atomic_add_fetch(&conn.cb_stream_sent, counted != 0, __ATOMIC_RELEASE);
     cb->next = conn.cb_registered;
     conn.cb_registered = cb;
     pthread_mutex_unlock(&conn.cb_lock);
@@ -192,7 +197,7 @@ uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CU
  * the graph, so a copy runs and the registration stays (for the life of
  * the process: the client does not learn when the last graph holding it is
  * destroyed). */
-static void callback_arrived(uint64_t id, int keep)
+static void callback_arrived(uint64_t id, int keep, int32_t status)
 {
     pthread_mutex_lock(&conn.cb_lock);
     struct callback **pp = &conn.cb_registered, *cb = NULL;
@@ -205,13 +210,21 @@ static void callback_arrived(uint64_t id, int keep)
         }
     if (cb && keep) {
         struct callback *copy = malloc(sizeof *copy);
-        if (copy)
+        if (copy) {
             *copy = *cb;
+            copy->counted = 0;
+        }
         cb = copy;
     }
+    if (cb && status != 0) { /* never enqueued: runs nothing, counts as run */
+        cb->host_fn = NULL;
+        cb->stream_cb = NULL;
+    }
+    if (cb == NULL) /* unknown id: nothing to run, but acknowledged in its turn */
+        cb = calloc(1, sizeof *cb);
     conn.cb_received++;
     if (cb == NULL) {
-        conn.cb_done++; /* unknown id: nothing to run */
+        conn.cb_done++; /* out of memory: the server waits in vain for this one */
     } else {
         cb->next = NULL;
         if (conn.cb_queue_tail)
@@ -240,12 +253,35 @@ static void *callback_thread(void *arg)
             cb->host_fn(cb->user);
         else if (cb->stream_cb)
             cb->stream_cb(cb->stream, CUDA_SUCCESS, cb->user);
+        int counted = cb->counted;
         free(cb);
+        /* the server holds the stream until it hears this (docs/protocol.md) */
+        if (conn.server_minor >= FLYT_MINOR_HOST_FUNC_ACK) {
+            flyt_req_none done = {0};
+            flyt_send_async(FLYT_OP_HOST_FUNC_DONE, &done, sizeof done, NULL, 0);
+        }
         pthread_mutex_lock(&conn.cb_lock);
         conn.cb_done++;
+        __atomic_add_fetch(&conn.cb_stream_run, counted != 0, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&conn.cb_cond);
     }
     return NULL;
+}
+
+/* Bytes of pinned memory that cross the socket are read when the copy is
+ * called, not when its stream reaches it: a host function enqueued before
+ * may still have to write them. So such a copy first waits for the stream
+ * host functions enqueued so far (those of graphs are not counted). */
+void flyt_host_funcs_wait(void)
+{
+    if (__atomic_load_n(&conn.cb_stream_run, __ATOMIC_ACQUIRE) ==
+        __atomic_load_n(&conn.cb_stream_sent, __ATOMIC_ACQUIRE))
+        return; /* none pending: the usual case costs no lock */
+    pthread_mutex_lock(&conn.cb_lock);
+    uint64_t sent = conn.cb_stream_sent;
+    while (conn.cb_stream_run < sent && !atomic_load(&conn.broken))
+        pthread_cond_wait(&conn.cb_cond, &conn.cb_lock);
+    pthread_mutex_unlock(&conn.cb_lock);
 }
 
 /* A synchronizing call returns only after the host functions that the
@@ -386,7 +422,7 @@ static void *receiver_thread(void *arg)
                 fail_all("malformed callback frame");
                 return NULL;
             }
-            callback_arrived(m.callback_id, m.keep != 0);
+            callback_arrived(m.callback_id, m.keep != 0, m.status);
             continue;
         }
         if (h.op == FLYT_OP_OUTPUT && !(h.flags & FLYT_F_REPLY)) {

@@ -226,7 +226,7 @@ static CUresult host_func(CUstream stream, CUhostFn fn, CUstreamCallback cb, voi
         return r;
     if (fn == NULL && cb == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t id = flyt_callback_register(fn, cb, stream, user);
+    uint64_t id = flyt_callback_register(fn, cb, stream, user, !flyt_captures_open());
     if (id == 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     flyt_req_host_func req = {.stream = flyt_stream_wire(stream, per_thread), .callback_id = id};
