@@ -262,7 +262,7 @@ FLYT_EXPORT CUresult cuEventCreate(CUevent *event, unsigned int flags)
     if (event == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (flags & CU_EVENT_INTERPROCESS)
-        return flyt_unsupported_why("cuEventCreate", "interprocess events");
+        return flyt_unsupported_why("cuEventCreate", "CU_EVENT_INTERPROCESS: no IPC across VMs");
     if (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_VALUE;
     flyt_req_event_create req = {.flags = flags, .id = new_id()};
