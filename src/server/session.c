@@ -534,6 +534,8 @@ int handle_GOODBYE(flyt_session *s, flyt_call *c)
 static int read_header(flyt_session *s, struct flyt_frame_hdr *h, const char *when)
 {
     int taken = role_take(s);
+    if (s->cfg->poll_us && s->in_pos == s->in_len)
+        flyt_spin_readable(s->fd, s->cfg->poll_us);
     s->frame_start = s->in_total - (s->in_len - s->in_pos);
     int rc = sess_read_owned(s, h, sizeof *h);
     if (rc == 0) {
@@ -710,8 +712,6 @@ static int serve(flyt_session *s)
 {
     for (;;) {
         struct flyt_frame_hdr h;
-        if (s->cfg->poll_us && s->in_pos == s->in_len)
-            flyt_spin_readable(s->fd, s->cfg->poll_us);
         if (read_header(s, &h, "") != 0)
             return FLYT_END_IO;
         const char *why = flyt_check_request(&h);
