@@ -67,9 +67,10 @@ int flyt_conn_shares_memory(void);
  * counted: a stream's host function outside any capture, which
  * flyt_host_funcs_wait waits for. */
 uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CUstream stream,
-                                void *user, int counted);
-/* Waits until the counted host functions registered so far have run. */
-void flyt_host_funcs_wait(void);
+                                void *user, int counted, uint64_t wire);
+/* Waits until the counted host functions of stream wire (of all streams
+ * for the default and legacy streams) have run. */
+void flyt_host_funcs_wait(uint64_t wire);
 
 /* Whether this process's session gets the driver's output (OUTPUT frames):
  * connected here (not a forked child), not lost, a server that sends it. */

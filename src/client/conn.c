@@ -41,6 +41,7 @@ struct waiter {
 struct callback {
     uint64_t id;
     int counted; /* a stream's host function: counted in cb_stream_sent/run */
+    uint64_t wire; /* its stream's wire id */
     void (*host_fn)(void *);
     CUstreamCallback stream_cb;
     CUstream stream;
@@ -74,6 +75,7 @@ static struct {
     uint64_t cb_done;
     uint64_t cb_stream_sent; /* stream host functions enqueued outside any capture */
     uint64_t cb_stream_run;  /* ... of which have run */
+    uint64_t cb_running_wire; /* the running counted callback's stream + 1, or 0 */
     pthread_t cb_thread;
 } conn = {
     .init_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -174,7 +176,7 @@ static void fail_all(const char *why)
 /* ---- callbacks ---- */
 
 uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CUstream stream,
-                                void *user, int counted)
+                                void *user, int counted, uint64_t wire)
 {
     struct callback *cb = calloc(1, sizeof *cb);
     if (cb == NULL)
@@ -184,6 +186,7 @@ uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CU
     cb->stream = stream;
     cb->user = user;
     cb->counted = counted;
+    cb->wire = wire;
     pthread_mutex_lock(&conn.cb_lock);
     cb->id = conn.cb_next_id++;
     __atomic_add_fetch(&conn.cb_stream_sent, counted != 0, __ATOMIC_RELEASE);
@@ -248,6 +251,7 @@ static void *callback_thread(void *arg)
         conn.cb_queue_head = cb->next;
         if (conn.cb_queue_head == NULL)
             conn.cb_queue_tail = NULL;
+        conn.cb_running_wire = cb->counted ? cb->wire + 1 : 0;
         pthread_mutex_unlock(&conn.cb_lock);
         if (cb->host_fn)
             cb->host_fn(cb->user);
@@ -263,23 +267,35 @@ static void *callback_thread(void *arg)
         pthread_mutex_lock(&conn.cb_lock);
         conn.cb_done++;
         __atomic_add_fetch(&conn.cb_stream_run, counted != 0, __ATOMIC_RELEASE);
+        conn.cb_running_wire = 0;
         pthread_cond_broadcast(&conn.cb_cond);
     }
     return NULL;
 }
 
+static int pending_in(const struct callback *cb, uint64_t wire)
+{
+    for (; cb; cb = cb->next)
+        if (cb->counted && (wire <= FLYT_STREAM_LEGACY || cb->wire == wire))
+            return 1;
+    return 0;
+}
+
 /* Bytes of pinned memory that cross the socket are read when the copy is
  * called, not when its stream reaches it: a host function enqueued before
- * may still have to write them. So such a copy first waits for the stream
- * host functions enqueued so far (those of graphs are not counted). */
-void flyt_host_funcs_wait(void)
+ * may still have to write them. So such a copy first waits for the host
+ * functions of its stream (of every stream, for the legacy one) that have
+ * not run yet; those of graphs are not counted. */
+void flyt_host_funcs_wait(uint64_t wire)
 {
     if (__atomic_load_n(&conn.cb_stream_run, __ATOMIC_ACQUIRE) ==
         __atomic_load_n(&conn.cb_stream_sent, __ATOMIC_ACQUIRE))
         return; /* none pending: the usual case costs no lock */
     pthread_mutex_lock(&conn.cb_lock);
-    uint64_t sent = conn.cb_stream_sent;
-    while (conn.cb_stream_run < sent && !atomic_load(&conn.broken))
+    while ((pending_in(conn.cb_registered, wire) || pending_in(conn.cb_queue_head, wire) ||
+            (wire <= FLYT_STREAM_LEGACY ? conn.cb_running_wire != 0
+                                        : conn.cb_running_wire == wire + 1)) &&
+           !atomic_load(&conn.broken))
         pthread_cond_wait(&conn.cb_cond, &conn.cb_lock);
     pthread_mutex_unlock(&conn.cb_lock);
 }

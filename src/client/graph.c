@@ -576,7 +576,7 @@ FLYT_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *node, CUgraph g, const CUgr
 {
     if (h == NULL || h->fn == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t id = flyt_callback_register(h->fn, NULL, NULL, h->userData, 0);
+    uint64_t id = flyt_callback_register(h->fn, NULL, NULL, h->userData, 0, 0);
     if (id == 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_HOST, .value = id};

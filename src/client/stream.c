@@ -226,10 +226,11 @@ static CUresult host_func(CUstream stream, CUhostFn fn, CUstreamCallback cb, voi
         return r;
     if (fn == NULL && cb == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t id = flyt_callback_register(fn, cb, stream, user, !flyt_captures_open());
+    uint64_t wire = flyt_stream_wire(stream, per_thread);
+    uint64_t id = flyt_callback_register(fn, cb, stream, user, !flyt_captures_open(), wire);
     if (id == 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    flyt_req_host_func req = {.stream = flyt_stream_wire(stream, per_thread), .callback_id = id};
+    flyt_req_host_func req = {.stream = wire, .callback_id = id};
     return flyt_send_async(FLYT_OP_STREAM_HOST_FUNC, &req, sizeof req, NULL, 0);
 }
 

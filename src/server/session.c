@@ -279,6 +279,11 @@ static void note_fd(flyt_session *s, int before);
  * buffer, leaves only the wake-up to wait for (and a timeout, to look again). */
 static int read_ahead_step(flyt_session *s)
 {
+    if (s->passed_fd >= 0 && s->n_ahead_fds < FLYT_AHEAD_FDS) {
+        s->ahead_fds[s->n_ahead_fds].fd = s->passed_fd;
+        s->ahead_fds[s->n_ahead_fds++].end = s->fd_end;
+        s->passed_fd = -1;
+    }
     int can_read = s->passed_fd < 0 && make_room(s, IN_BUF) == 0;
     struct pollfd p[2] = {{.fd = s->wake_fd, .events = POLLIN}, {.fd = s->fd, .events = POLLIN}};
     if (poll(p, can_read ? 2 : 1, can_read ? -1 : 50) < 0)
@@ -428,13 +433,24 @@ static int sess_skip(flyt_session *s, uint64_t len)
     return 0;
 }
 
+/* Descriptors and the read-ahead: each passed descriptor belongs to the
+ * frame that ends where the read that brought it ended. A read-ahead moves
+ * the one not yet taken aside (ahead_fds) before it reads on, so that a
+ * later one does not replace it. All of this with the reader role. */
 int flyt_take_passed_fd(flyt_session *s)
 {
+    int taken = role_take(s);
     int fd = -1;
     if (s->passed_fd >= 0 && s->fd_end == s->frame_end) {
         fd = s->passed_fd;
         s->passed_fd = -1;
     }
+    for (int i = 0; fd < 0 && i < s->n_ahead_fds; i++)
+        if (s->ahead_fds[i].end == s->frame_end) {
+            fd = s->ahead_fds[i].fd;
+            s->ahead_fds[i] = s->ahead_fds[--s->n_ahead_fds];
+        }
+    role_give(s, taken);
     return fd;
 }
 
@@ -442,10 +458,19 @@ int flyt_take_passed_fd(flyt_session *s)
  * handler took is closed; one for a later frame stays. */
 static void drop_stray_fd(flyt_session *s)
 {
+    int taken = role_take(s);
     if (s->passed_fd >= 0 && s->fd_end <= s->frame_end) {
         close(s->passed_fd);
         s->passed_fd = -1;
     }
+    for (int i = 0; i < s->n_ahead_fds;)
+        if (s->ahead_fds[i].end <= s->frame_end) {
+            close(s->ahead_fds[i].fd);
+            s->ahead_fds[i] = s->ahead_fds[--s->n_ahead_fds];
+        } else {
+            i++;
+        }
+    role_give(s, taken);
 }
 
 int flyt_recv_data(flyt_session *s, flyt_call *c, void *buf, size_t len)
@@ -795,6 +820,8 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
         s.kept = next;
     }
     flyt_handles_clear(&s.handles);
+    for (int i = 0; i < s.n_ahead_fds; i++)
+        close(s.ahead_fds[i].fd);
     close(s.wake_fd);
     close(fd);
 

@@ -73,6 +73,7 @@ struct flyt_cb_msg {
 };
 
 enum { FLYT_RD_NONE, FLYT_RD_SESSION, FLYT_RD_AHEAD };
+#define FLYT_AHEAD_FDS 16 /* descriptors a read-ahead may hold for later frames */
 
 typedef struct flyt_session {
     int                              fd;
@@ -130,6 +131,8 @@ typedef struct flyt_session {
     size_t              in_cap;    /* the input buffer grows while reading ahead */
     uint64_t            scan_pos;  /* offset of the first frame not yet looked at */
     uint64_t            cb_acked;  /* HOST_FUNC_DONE frames seen (atomic) */
+    struct { int fd; uint64_t end; } ahead_fds[FLYT_AHEAD_FDS]; /* passed, read ahead */
+    int                 n_ahead_fds;
 
     /* kernel images of the session: shipped by the client (bytes) or found
      * in the cache dir, said when the session ends */
