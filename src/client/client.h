@@ -63,9 +63,14 @@ CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size, const st
 int flyt_conn_shares_memory(void);
 
 /* Host functions and stream callbacks run on the client's callback thread,
- * in stream order, when the server reports that the stream reached them. */
+ * in stream order, when the server reports that the stream reached them.
+ * counted: a stream's host function outside any capture, which
+ * flyt_host_funcs_wait waits for. */
 uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CUstream stream,
-                                void *user);
+                                void *user, int counted, uint64_t wire);
+/* Waits until the counted host functions of stream wire (of all streams
+ * for the default and legacy streams) have run. */
+void flyt_host_funcs_wait(uint64_t wire);
 /* A registered host function and its argument: 0, or -1 for an unknown id. */
 int flyt_callback_find(uint64_t id, CUhostFn *host_fn, void **user);
 
@@ -229,6 +234,8 @@ CUDA_KERNEL_NODE_PARAMS flyt_kernel_params_v2(const CUDA_KERNEL_NODE_PARAMS_v1 *
  * parameters; *dptr (may be NULL): a memory-alloc node's address. */
 CUresult flyt_graph_add_node(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps,
                              const flyt_gnode *p, const void *params, uint64_t *dptr);
+/* Whether some stream capture is open. */
+int flyt_captures_open(void);
 
 static inline CUdeviceptr flyt_dptr(uint64_t v) { return (CUdeviceptr)v; }
 /* Handles are our records, always 8-byte aligned: anything else (NVIDIA's

@@ -41,6 +41,8 @@ struct waiter {
 
 struct callback {
     uint64_t id;
+    int counted; /* a stream's host function: counted in cb_stream_sent/run */
+    uint64_t wire; /* its stream's wire id */
     void (*host_fn)(void *);
     CUstreamCallback stream_cb;
     CUstream stream;
@@ -73,6 +75,9 @@ static struct {
     uint64_t cb_next_id;
     uint64_t cb_received;
     uint64_t cb_done;
+    uint64_t cb_stream_sent; /* stream host functions enqueued outside any capture */
+    uint64_t cb_stream_run;  /* ... of which have run */
+    uint64_t cb_running_wire; /* the running counted callback's stream + 1, or 0 */
     pthread_t cb_thread;
 } conn = {
     .init_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -173,7 +178,7 @@ static void fail_all(const char *why)
 /* ---- callbacks ---- */
 
 uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CUstream stream,
-                                void *user)
+                                void *user, int counted, uint64_t wire)
 {
     struct callback *cb = calloc(1, sizeof *cb);
     if (cb == NULL)
@@ -182,8 +187,11 @@ uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CU
     cb->stream_cb = stream_cb;
     cb->stream = stream;
     cb->user = user;
+    cb->counted = counted;
+    cb->wire = wire;
     pthread_mutex_lock(&conn.cb_lock);
     cb->id = conn.cb_next_id++;
+    __atomic_add_fetch(&conn.cb_stream_sent, counted != 0, __ATOMIC_RELEASE);
     cb->next = conn.cb_registered;
     conn.cb_registered = cb;
     pthread_mutex_unlock(&conn.cb_lock);
@@ -208,7 +216,7 @@ int flyt_callback_find(uint64_t id, CUhostFn *host_fn, void **user)
  * the graph, so a copy runs and the registration stays (for the life of
  * the process: the client does not learn when the last graph holding it is
  * destroyed). */
-static void callback_arrived(uint64_t id, int keep)
+static void callback_arrived(uint64_t id, int keep, int32_t status)
 {
     pthread_mutex_lock(&conn.cb_lock);
     struct callback **pp = &conn.cb_registered, *cb = NULL;
@@ -221,13 +229,21 @@ static void callback_arrived(uint64_t id, int keep)
         }
     if (cb && keep) {
         struct callback *copy = malloc(sizeof *copy);
-        if (copy)
+        if (copy) {
             *copy = *cb;
+            copy->counted = 0;
+        }
         cb = copy;
     }
+    if (cb && status != 0) { /* never enqueued: runs nothing, counts as run */
+        cb->host_fn = NULL;
+        cb->stream_cb = NULL;
+    }
+    if (cb == NULL) /* unknown id: nothing to run, but acknowledged in its turn */
+        cb = calloc(1, sizeof *cb);
     conn.cb_received++;
     if (cb == NULL) {
-        conn.cb_done++; /* unknown id: nothing to run */
+        conn.cb_done++; /* out of memory: the server waits in vain for this one */
     } else {
         cb->next = NULL;
         if (conn.cb_queue_tail)
@@ -251,17 +267,53 @@ static void *callback_thread(void *arg)
         conn.cb_queue_head = cb->next;
         if (conn.cb_queue_head == NULL)
             conn.cb_queue_tail = NULL;
+        conn.cb_running_wire = cb->counted ? cb->wire + 1 : 0;
         pthread_mutex_unlock(&conn.cb_lock);
         if (cb->host_fn)
             cb->host_fn(cb->user);
         else if (cb->stream_cb)
             cb->stream_cb(cb->stream, CUDA_SUCCESS, cb->user);
+        int counted = cb->counted;
         free(cb);
+        /* the server holds the stream until it hears this (docs/protocol.md) */
+        if (conn.server_minor >= FLYT_MINOR_HOST_FUNC_ACK) {
+            flyt_req_none done = {0};
+            flyt_send_async(FLYT_OP_HOST_FUNC_DONE, &done, sizeof done, NULL, 0);
+        }
         pthread_mutex_lock(&conn.cb_lock);
         conn.cb_done++;
+        __atomic_add_fetch(&conn.cb_stream_run, counted != 0, __ATOMIC_RELEASE);
+        conn.cb_running_wire = 0;
         pthread_cond_broadcast(&conn.cb_cond);
     }
     return NULL;
+}
+
+static int pending_in(const struct callback *cb, uint64_t wire)
+{
+    for (; cb; cb = cb->next)
+        if (cb->counted && (wire <= FLYT_STREAM_LEGACY || cb->wire == wire))
+            return 1;
+    return 0;
+}
+
+/* Bytes of pinned memory that cross the socket are read when the copy is
+ * called, not when its stream reaches it: a host function enqueued before
+ * may still have to write them. So such a copy first waits for the host
+ * functions of its stream (of every stream, for the legacy one) that have
+ * not run yet; those of graphs are not counted. */
+void flyt_host_funcs_wait(uint64_t wire)
+{
+    if (__atomic_load_n(&conn.cb_stream_run, __ATOMIC_ACQUIRE) ==
+        __atomic_load_n(&conn.cb_stream_sent, __ATOMIC_ACQUIRE))
+        return; /* none pending: the usual case costs no lock */
+    pthread_mutex_lock(&conn.cb_lock);
+    while ((pending_in(conn.cb_registered, wire) || pending_in(conn.cb_queue_head, wire) ||
+            (wire <= FLYT_STREAM_LEGACY ? conn.cb_running_wire != 0
+                                        : conn.cb_running_wire == wire + 1)) &&
+           !atomic_load(&conn.broken))
+        pthread_cond_wait(&conn.cb_cond, &conn.cb_lock);
+    pthread_mutex_unlock(&conn.cb_lock);
 }
 
 /* A synchronizing call returns only after the host functions that the
@@ -402,7 +454,7 @@ static void *receiver_thread(void *arg)
                 fail_all("malformed callback frame");
                 return NULL;
             }
-            callback_arrived(m.callback_id, m.keep != 0);
+            callback_arrived(m.callback_id, m.keep != 0, m.status);
             continue;
         }
         if (h.op == FLYT_OP_OUTPUT && !(h.flags & FLYT_F_REPLY)) {

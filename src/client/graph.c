@@ -19,6 +19,8 @@
  * the capture queries are answered here. */
 static atomic_int captures_open;
 
+int flyt_captures_open(void) { return atomic_load(&captures_open) > 0; }
+
 /* ---- capture ---- */
 
 static CUresult begin_capture(CUstream stream, CUstreamCaptureMode mode, int per_thread)
@@ -616,7 +618,7 @@ CUresult flyt_gnode_host(const CUDA_HOST_NODE_PARAMS *h, flyt_gnode *p)
 {
     if (h == NULL || h->fn == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t id = flyt_callback_register(h->fn, NULL, NULL, h->userData);
+    uint64_t id = flyt_callback_register(h->fn, NULL, NULL, h->userData, 0, 0);
     if (id == 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     *p = (flyt_gnode){.type = CU_GRAPH_NODE_TYPE_HOST, .value = id};

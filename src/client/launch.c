@@ -201,10 +201,17 @@ static CUresult func_attr_set(CUfunction_attribute attr, int value, const void *
         return r;
     flyt_req_func_attr req = {.func = id, .attr = (int32_t)attr, .value = value};
     r = flyt_call(FLYT_OP_FUNC_SET_ATTR, &req, sizeof req, NULL, 0, NULL);
-    if (r == CUDA_SUCCESS) {
-        __atomic_store_n(&f->attrs[attr], value, __ATOMIC_RELAXED);
-        __atomic_fetch_add(&f->settings, 1, __ATOMIC_RELAXED); /* occupancy answers change */
-    }
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* the snapshot answers cuFuncGetAttribute: keep the driver's value, which
+     * may differ from the one given (rare calls: one more round trip) */
+    int32_t now = value;
+    flyt_rep_i32 rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    if (flyt_call(FLYT_OP_FUNC_GET_ATTR, &req, sizeof req, NULL, 0, &sink) == CUDA_SUCCESS)
+        now = rep.value;
+    __atomic_store_n(&f->attrs[attr], now, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&f->settings, 1, __ATOMIC_RELAXED); /* occupancy answers change */
     return r;
 }
 
@@ -236,8 +243,12 @@ FLYT_EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config)
 }
 FLYT_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction f, CUsharedconfig config)
 {
-    (void)config; /* bank size is fixed on every GPU CUDA 13 runs */
-    return flyt_function_from(f) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    /* deprecated: the bank size is fixed on every GPU CUDA 13 runs, and the
+     * driver accepts any valid setting and changes nothing */
+    if (flyt_function_from(f) == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return (unsigned)config <= CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE ? CUDA_SUCCESS
+                                                                         : CUDA_ERROR_INVALID_VALUE;
 }
 FLYT_EXPORT CUresult cuKernelGetAttribute(int *value, CUfunction_attribute attr, CUkernel k,
                                           CUdevice dev)

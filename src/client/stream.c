@@ -226,10 +226,11 @@ static CUresult host_func(CUstream stream, CUhostFn fn, CUstreamCallback cb, voi
         return r;
     if (fn == NULL && cb == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t id = flyt_callback_register(fn, cb, stream, user);
+    uint64_t wire = flyt_stream_wire(stream, per_thread);
+    uint64_t id = flyt_callback_register(fn, cb, stream, user, !flyt_captures_open(), wire);
     if (id == 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    flyt_req_host_func req = {.stream = flyt_stream_wire(stream, per_thread), .callback_id = id};
+    flyt_req_host_func req = {.stream = wire, .callback_id = id};
     return flyt_send_async(FLYT_OP_STREAM_HOST_FUNC, &req, sizeof req, NULL, 0);
 }
 
@@ -262,7 +263,7 @@ FLYT_EXPORT CUresult cuEventCreate(CUevent *event, unsigned int flags)
     if (event == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (flags & CU_EVENT_INTERPROCESS)
-        return flyt_unsupported_why("cuEventCreate", "interprocess events");
+        return flyt_unsupported_why("cuEventCreate", "CU_EVENT_INTERPROCESS: no IPC across VMs");
     if (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_VALUE;
     flyt_req_event_create req = {.flags = flags, .id = new_id()};

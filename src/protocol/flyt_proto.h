@@ -16,11 +16,14 @@
 
 #define FLYT_PROTO_MAGIC 0x54594c46u /* "FLYT" little-endian */
 #define FLYT_PROTO_MAJOR 2           /* incompatible changes bump this */
-#define FLYT_PROTO_MINOR 1           /* compatible additions bump this */
+#define FLYT_PROTO_MINOR 2           /* compatible additions bump this */
 
 /* The minor version from which a server forwards the driver's output
  * (OUTPUT frames, OUTPUT_DRAIN): only to a client that speaks it. */
 #define FLYT_MINOR_DEVICE_OUTPUT 1
+/* From 2 a client acknowledges each CALLBACK frame with HOST_FUNC_DONE once
+ * the host function ran, and the server holds the stream until then. */
+#define FLYT_MINOR_HOST_FUNC_ACK 2
 
 /* Limits. A frame over a limit ends the session. */
 #define FLYT_MAX_PAYLOAD    (1u << 30)      /* bulk data streams through in chunks */

@@ -14,20 +14,24 @@
 /* ---- host functions of graphs ---- */
 
 /* Runs on a driver thread when a stream or a graph reaches the host
- * function: tell the client which of its functions to run. A graph's host
- * node runs at every launch, so its message is posted as a copy. */
+ * function: tell the client which of its functions to run, then hold the
+ * stream until the client says it ran (CUDA: work after a host function
+ * waits for it). The session thread may be blocked in the driver on this
+ * very host function; flyt_host_func_wait then reads the acknowledgement
+ * off the socket itself (session.c). A graph's host node runs at every
+ * launch, so its message is posted as a copy. */
 void flyt_host_func_run(void *msg)
 {
     struct flyt_cb_msg *m = msg;
-    if (!m->keep) {
-        flyt_post_callback(m);
-        return;
+    flyt_session *s = m->s;
+    struct flyt_cb_msg *post = m;
+    if (m->keep) {
+        post = malloc(sizeof *post);
+        if (post == NULL)
+            return; /* the client then never runs it: nothing better to do on a driver thread */
+        *post = *m;
     }
-    struct flyt_cb_msg *copy = malloc(sizeof *copy);
-    if (copy == NULL)
-        return; /* the client then never runs it: nothing better to do on a driver thread */
-    *copy = *m;
-    flyt_post_callback(copy);
+    flyt_host_func_wait(s, flyt_post_callback(post));
 }
 
 static int stream_capturing(flyt_session *s, flyt_bhandle st)
@@ -51,6 +55,7 @@ struct flyt_cb_msg *flyt_host_func_msg(flyt_session *s, flyt_bhandle st, int gra
         return NULL;
     m->s = s;
     m->callback_id = callback_id;
+    s->hf_used = 1; /* from now on a host function may read the socket (session.c) */
     m->keep = graph_node || stream_capturing(s, st);
     if (m->keep) {
         m->next = s->kept;

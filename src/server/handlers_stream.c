@@ -110,21 +110,28 @@ int handle_STREAM_GET_PRIO(flyt_session *s, flyt_call *c)
     return FLYT_CONT;
 }
 
+/* A host function that is never enqueued is still reported (status set),
+ * so that the client forgets it and waits for it no more. */
 int handle_STREAM_HOST_FUNC(flyt_session *s, flyt_call *c)
 {
     const flyt_req_host_func *r = c->req;
-    flyt_bhandle st;
+    flyt_bhandle st = NULL;
     c->result = flyt_lookup_stream(s, r->stream, &st);
-    if (c->result != CUDA_SUCCESS)
-        return FLYT_CONT;
-    struct flyt_cb_msg *m = flyt_host_func_msg(s, st, 0, r->callback_id);
+    struct flyt_cb_msg *m = c->result == CUDA_SUCCESS
+                                ? flyt_host_func_msg(s, st, 0, r->callback_id)
+                                : calloc(1, sizeof *m);
     if (m == NULL) {
         c->result = CUDA_ERROR_OUT_OF_MEMORY;
-        return FLYT_CONT;
+        return FLYT_CONT; /* the client then waits in vain: nothing better to do */
     }
-    c->result = FLYT_BCALL(s, stream_host_func, st, flyt_host_func_run, m);
-    if (c->result != CUDA_SUCCESS && !m->keep)
-        free(m); /* never enqueued, so never called */
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, stream_host_func, st, flyt_host_func_run, m);
+    if (c->result != CUDA_SUCCESS && !m->keep) {
+        m->s = s;
+        m->callback_id = r->callback_id;
+        m->status = c->result;
+        flyt_post_callback(m);
+    }
     return FLYT_CONT;
 }
 

@@ -167,21 +167,15 @@ static void drain_signals(int fd)
         ;
 }
 
-void flyt_resize_idle(flyt_session *s)
+int flyt_resize_wait(flyt_session *s)
 {
     if (s->share_sigfd < 0)
-        return;
-    for (;;) {
-        flyt_resize_poll(s);
-        struct pollfd pf[2] = {{.fd = s->fd, .events = POLLIN}, {.fd = s->share_sigfd, .events = POLLIN}};
-        int n = poll(pf, 2, -1);
-        if (n < 0 && errno != EINTR)
-            return; /* the read that follows reports the socket */
-        if (n > 0 && (pf[1].revents & POLLIN))
-            drain_signals(s->share_sigfd);
-        if (n > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-            flyt_resize_poll(s);
-            return;
-        }
+        return 0;
+    struct pollfd pf[2] = {{.fd = s->fd, .events = POLLIN}, {.fd = s->share_sigfd, .events = POLLIN}};
+    int n = poll(pf, 2, -1);
+    if (n > 0 && (pf[1].revents & POLLIN)) {
+        drain_signals(s->share_sigfd);
+        return !(pf[0].revents & (POLLIN | POLLHUP | POLLERR));
     }
+    return 0; /* data, an end, or an error: the read that follows tells */
 }

@@ -19,8 +19,9 @@ void flyt_resize_init(flyt_session *s);
 void flyt_resize_initial(flyt_session *s, const int **groups, int *ngroups, unsigned *granularity);
 /* At a request boundary: applies a share posted since the last one. */
 void flyt_resize_poll(flyt_session *s);
-/* Before reading the next frame when none is buffered: waits for the socket,
- * applying shares posted meanwhile (the wait ends on SIGURG). */
-void flyt_resize_idle(flyt_session *s);
+/* For an idle session (nothing buffered): blocks until the socket has
+ * something or a resize was signalled; 1 when only the latter (the caller
+ * then applies it with flyt_resize_poll, outside the reader role). */
+int flyt_resize_wait(flyt_session *s);
 
 #endif

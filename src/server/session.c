@@ -7,11 +7,13 @@
 #include "resize.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "flyt_log.h"
@@ -90,7 +92,7 @@ static void send_callback_frame(flyt_session *s, const struct flyt_cb_msg *m)
 {
     send_output(s);
     struct flyt_frame_hdr h = {sizeof(struct flyt_msg_callback), FLYT_OP_CALLBACK, 0, 0, 0};
-    struct flyt_msg_callback msg = {m->callback_id, 0, m->keep};
+    struct flyt_msg_callback msg = {m->callback_id, m->status, m->keep};
     struct iovec iov[2] = {{&h, sizeof h}, {&msg, sizeof msg}};
     send_iov(s, iov, 2);
 }
@@ -115,11 +117,14 @@ static void send_release(flyt_session *s)
     pthread_mutex_unlock(&s->send_mu);
 }
 
-void flyt_post_callback(struct flyt_cb_msg *m)
+uint64_t flyt_post_callback(struct flyt_cb_msg *m)
 {
     flyt_session *s = m->s;
     m->next = NULL;
     pthread_mutex_lock(&s->send_mu);
+    /* tickets in the order the frames go out, which is the order the client
+     * runs and acknowledges them */
+    uint64_t ticket = ++s->cb_posted;
     if (s->send_busy) {
         if (s->cbq_tail)
             s->cbq_tail->next = m;
@@ -127,13 +132,14 @@ void flyt_post_callback(struct flyt_cb_msg *m)
             s->cbq_head = m;
         s->cbq_tail = m;
         pthread_mutex_unlock(&s->send_mu);
-        return;
+        return ticket;
     }
     s->send_busy = 1;
     pthread_mutex_unlock(&s->send_mu);
     send_callback_frame(s, m);
     free(m);
     send_release(s);
+    return ticket;
 }
 
 static int32_t take_deferred(flyt_session *s)
@@ -213,8 +219,175 @@ static void note_fd(flyt_session *s, int before)
         s->fd_end = s->in_total;
 }
 
+/* ---- the reader role (host functions in stream order) ------------------
+ * A host function's driver thread waits for the client's HOST_FUNC_DONE.
+ * The session thread may itself be blocked in the driver on that very host
+ * function (a synchronisation, a copy on its stream), so the waiting thread
+ * reads the socket itself whenever the session thread is not reading: it
+ * appends what arrives to the input buffer, which the session thread later
+ * consumes as if it had read it, and counts the acknowledgements among the
+ * frames. The session thread takes the role around each read only once the
+ * session has had a host function; before that no such thread exists. */
+
+static void note_frame(flyt_session *s, const struct flyt_frame_hdr *h, uint64_t at)
+{
+    if (at < s->scan_pos)
+        return; /* looked at already, by a read-ahead */
+    if (h->op == FLYT_OP_HOST_FUNC_DONE && !(h->flags & FLYT_F_REPLY))
+        __atomic_add_fetch(&s->cb_acked, 1, __ATOMIC_RELEASE);
+    s->scan_pos = at + sizeof *h + h->length;
+}
+
+/* The frame headers among the buffered bytes beyond scan_pos. */
+static void scan_ahead(flyt_session *s)
+{
+    while (s->scan_pos + sizeof(struct flyt_frame_hdr) <= s->in_total) {
+        struct flyt_frame_hdr h;
+        memcpy(&h, s->in + s->in_len - (size_t)(s->in_total - s->scan_pos), sizeof h);
+        note_frame(s, &h, s->scan_pos);
+    }
+}
+
+/* Room for at least want more bytes after in_len; 0, or -1 at the limit. */
+static int make_room(flyt_session *s, size_t want)
+{
+    if (s->in_pos == s->in_len)
+        s->in_pos = s->in_len = 0;
+    if (s->in_cap - s->in_len >= want)
+        return 0;
+    if (s->in_pos > 0) {
+        memmove(s->in, s->in + s->in_pos, s->in_len - s->in_pos);
+        s->in_len -= s->in_pos;
+        s->in_pos = 0;
+        if (s->in_cap - s->in_len >= want)
+            return 0;
+    }
+    size_t cap = s->in_cap * 2;
+    if (cap > (size_t)FLYT_MAX_PAYLOAD * 2)
+        return -1;
+    char *in = realloc(s->in, cap);
+    if (in == NULL)
+        return -1;
+    s->in = in;
+    s->in_cap = cap;
+    return 0;
+}
+
+static void note_fd(flyt_session *s, int before);
+
+/* One step of reading ahead, as the role's holder: waits for bytes or for
+ * the session thread's wake-up. A descriptor not yet taken, or a full
+ * buffer, leaves only the wake-up to wait for (and a timeout, to look again). */
+static int read_ahead_step(flyt_session *s)
+{
+    if (s->passed_fd >= 0 && s->n_ahead_fds < FLYT_AHEAD_FDS) {
+        s->ahead_fds[s->n_ahead_fds].fd = s->passed_fd;
+        s->ahead_fds[s->n_ahead_fds++].end = s->fd_end;
+        s->passed_fd = -1;
+    }
+    int can_read = s->passed_fd < 0 && make_room(s, IN_BUF) == 0;
+    struct pollfd p[2] = {{.fd = s->wake_fd, .events = POLLIN}, {.fd = s->fd, .events = POLLIN}};
+    if (poll(p, can_read ? 2 : 1, can_read ? -1 : 50) < 0)
+        return 0;
+    if (p[0].revents & POLLIN) {
+        uint64_t n;
+        if (read(s->wake_fd, &n, sizeof n) < 0) {
+            /* counted down already by another read */
+        }
+        return 0;
+    }
+    if (!can_read || !(p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+        return 0;
+    int before = s->passed_fd;
+    long n = flyt_recv_some(s->fd, s->in + s->in_len, s->in_cap - s->in_len, &s->passed_fd);
+    if (n <= 0)
+        return -1; /* the connection is gone: the session thread finds out too */
+    s->in_len += (size_t)n;
+    s->in_total += (uint64_t)n;
+    note_fd(s, before);
+    scan_ahead(s);
+    return 0;
+}
+
+void flyt_host_func_wait(flyt_session *s, uint64_t ticket)
+{
+    if (!s->hf_ack)
+        return;
+    pthread_mutex_lock(&s->rd_mu);
+    while (__atomic_load_n(&s->cb_acked, __ATOMIC_ACQUIRE) < ticket && !s->rd_over) {
+        if (s->rd_owner != FLYT_RD_NONE || s->rd_want) {
+            pthread_cond_wait(&s->rd_cv, &s->rd_mu);
+            continue;
+        }
+        s->rd_owner = FLYT_RD_AHEAD;
+        pthread_mutex_unlock(&s->rd_mu);
+        int gone = read_ahead_step(s);
+        pthread_mutex_lock(&s->rd_mu);
+        if (gone)
+            s->rd_over = 1;
+        s->rd_owner = FLYT_RD_NONE;
+        pthread_cond_broadcast(&s->rd_cv);
+    }
+    pthread_mutex_unlock(&s->rd_mu);
+}
+
+/* The session thread's side: 1 when it took the role (give it back). */
+static int role_take(flyt_session *s)
+{
+    if (!s->hf_used)
+        return 0;
+    pthread_mutex_lock(&s->rd_mu);
+    s->rd_want = 1;
+    int woke = 0;
+    while (s->rd_owner == FLYT_RD_AHEAD) {
+        if (!woke++) {
+            uint64_t one = 1;
+            if (write(s->wake_fd, &one, sizeof one) < 0) {
+                /* an eventfd write fails only at its limit: it is readable then */
+            }
+        }
+        pthread_cond_wait(&s->rd_cv, &s->rd_mu);
+    }
+    s->rd_owner = FLYT_RD_SESSION;
+    s->rd_want = 0;
+    pthread_mutex_unlock(&s->rd_mu);
+    return 1;
+}
+
+static void role_give(flyt_session *s, int taken)
+{
+    if (!taken)
+        return;
+    pthread_mutex_lock(&s->rd_mu);
+    s->rd_owner = FLYT_RD_NONE;
+    pthread_cond_broadcast(&s->rd_cv);
+    pthread_mutex_unlock(&s->rd_mu);
+}
+
+/* No more reading: host functions still waiting return (session end). */
+static void reading_over(flyt_session *s)
+{
+    pthread_mutex_lock(&s->rd_mu);
+    s->rd_over = 1;
+    uint64_t one = 1;
+    if (s->wake_fd >= 0 && write(s->wake_fd, &one, sizeof one) < 0) {
+        /* readable already */
+    }
+    pthread_cond_broadcast(&s->rd_cv);
+    pthread_mutex_unlock(&s->rd_mu);
+}
+
 /* Exactly len bytes: from the buffer first; bulk data straight into buf. */
+static int sess_read_owned(flyt_session *s, void *buf, size_t len);
 static int sess_read(flyt_session *s, void *buf, size_t len)
+{
+    int taken = role_take(s);
+    int rc = sess_read_owned(s, buf, len);
+    role_give(s, taken);
+    return rc;
+}
+
+static int sess_read_owned(flyt_session *s, void *buf, size_t len)
 {
     char *p = buf;
     while (len > 0) {
@@ -261,13 +434,24 @@ static int sess_skip(flyt_session *s, uint64_t len)
     return 0;
 }
 
+/* Descriptors and the read-ahead: each passed descriptor belongs to the
+ * frame that ends where the read that brought it ended. A read-ahead moves
+ * the one not yet taken aside (ahead_fds) before it reads on, so that a
+ * later one does not replace it. All of this with the reader role. */
 int flyt_take_passed_fd(flyt_session *s)
 {
+    int taken = role_take(s);
     int fd = -1;
     if (s->passed_fd >= 0 && s->fd_end == s->frame_end) {
         fd = s->passed_fd;
         s->passed_fd = -1;
     }
+    for (int i = 0; fd < 0 && i < s->n_ahead_fds; i++)
+        if (s->ahead_fds[i].end == s->frame_end) {
+            fd = s->ahead_fds[i].fd;
+            s->ahead_fds[i] = s->ahead_fds[--s->n_ahead_fds];
+        }
+    role_give(s, taken);
     return fd;
 }
 
@@ -283,10 +467,19 @@ int flyt_client_gone(flyt_session *s, uint64_t step)
  * handler took is closed; one for a later frame stays. */
 static void drop_stray_fd(flyt_session *s)
 {
+    int taken = role_take(s);
     if (s->passed_fd >= 0 && s->fd_end <= s->frame_end) {
         close(s->passed_fd);
         s->passed_fd = -1;
     }
+    for (int i = 0; i < s->n_ahead_fds;)
+        if (s->ahead_fds[i].end <= s->frame_end) {
+            close(s->ahead_fds[i].fd);
+            s->ahead_fds[i] = s->ahead_fds[--s->n_ahead_fds];
+        } else {
+            i++;
+        }
+    role_give(s, taken);
 }
 
 int flyt_recv_data(flyt_session *s, flyt_call *c, void *buf, size_t len)
@@ -355,6 +548,14 @@ int handle_HELLO(flyt_session *s, flyt_call *c)
     return flyt_violation(s, c, "HELLO after the session started");
 }
 
+/* Counted as it was read (note_frame): nothing more to do. */
+int handle_HOST_FUNC_DONE(flyt_session *s, flyt_call *c)
+{
+    (void)s;
+    (void)c;
+    return FLYT_CONT;
+}
+
 int handle_GOODBYE(flyt_session *s, flyt_call *c)
 {
     if (flyt_reply(s, c, CUDA_SUCCESS, NULL, 0) != 0)
@@ -364,13 +565,28 @@ int handle_GOODBYE(flyt_session *s, flyt_call *c)
 
 /* ---- the loop -------------------------------------------------------- */
 
+/* 0: a header was read; 1: woken for a live resize before any byte came;
+ * -1: the connection ended. */
 static int read_header(flyt_session *s, struct flyt_frame_hdr *h, const char *when)
 {
-    s->frame_start = s->in_total - (s->in_len - s->in_pos);
-    if (sess_read(s, h, sizeof *h) == 0) {
-        s->frame_end = s->frame_start + sizeof *h + h->length;
-        return 0;
+    int taken = role_take(s);
+    if (s->cfg->poll_us && s->in_pos == s->in_len)
+        flyt_spin_readable(s->fd, s->cfg->poll_us);
+    /* idle: a live resize wakes us too, and is applied by serve() without the role
+     * (it drains the device, which may wait for a host function's acknowledgement) */
+    if (s->in_pos == s->in_len && flyt_resize_wait(s)) {
+        role_give(s, taken);
+        return 1;
     }
+    s->frame_start = s->in_total - (s->in_len - s->in_pos);
+    int rc = sess_read_owned(s, h, sizeof *h);
+    if (rc == 0) {
+        s->frame_end = s->frame_start + sizeof *h + h->length;
+        note_frame(s, h, s->frame_start); /* with the role: counted once */
+    }
+    role_give(s, taken);
+    if (rc == 0)
+        return 0;
     if (errno == 0)
         flyt_info("%s closed the connection%s", s->peer, when);
     else
@@ -395,7 +611,10 @@ static void refuse(flyt_session *s, const struct flyt_frame_hdr *req, const void
 static int hello(flyt_session *s)
 {
     struct flyt_frame_hdr h;
-    if (read_header(s, &h, " before HELLO") != 0)
+    int got;
+    while ((got = read_header(s, &h, " before HELLO")) > 0)
+        ; /* a resize before HELLO: the backend opens on the latest share anyway */
+    if (got != 0)
         return FLYT_END_IO;
     flyt_call c = {.hdr = &h};
     flyt_rep_hello rep = {.major = FLYT_PROTO_MAJOR, .minor = FLYT_PROTO_MINOR,
@@ -421,6 +640,7 @@ static int hello(flyt_session *s)
     req.client_host[sizeof req.client_host - 1] = '\0';
     flyt_info("session for %s: client pid %u on '%s', protocol %u.%u", s->peer, req.client_pid,
               req.client_host, req.major, req.minor);
+    s->hf_ack = req.minor >= FLYT_MINOR_HOST_FUNC_ACK;
     if (req.minor >= FLYT_MINOR_DEVICE_OUTPUT && flyt_output_capture(&s->output) != 0)
         flyt_warn("the driver's output stays in this log, not with the client: %s",
                   strerror(errno));
@@ -562,13 +782,11 @@ static int serve(flyt_session *s)
 {
     for (;;) {
         struct flyt_frame_hdr h;
-        if (s->cfg->poll_us && s->in_pos == s->in_len)
-            flyt_spin_readable(s->fd, s->cfg->poll_us);
-        if (s->in_pos == s->in_len)
-            flyt_resize_idle(s); /* a live resize posted meanwhile applies here */
-        else
-            flyt_resize_poll(s);
-        if (read_header(s, &h, "") != 0)
+        flyt_resize_poll(s); /* a live resize posted since the last request applies here */
+        int got = read_header(s, &h, "");
+        if (got > 0)
+            continue; /* woken by a resize while idle */
+        if (got != 0)
             return FLYT_END_IO;
         const char *why = flyt_check_request(&h);
         if (why) {
@@ -620,12 +838,20 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
         flyt_error("out of memory for session %s", peer);
         return FLYT_EXIT_BACKEND;
     }
+    s.in_cap = IN_BUF;
     s.peer = peer;
     s.cfg = cfg;
     flyt_resize_init(&s);
     flyt_handles_init(&s.handles);
     pthread_mutex_init(&s.send_mu, NULL);
     pthread_cond_init(&s.send_cv, NULL);
+    pthread_mutex_init(&s.rd_mu, NULL);
+    pthread_cond_init(&s.rd_cv, NULL);
+    s.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s.wake_fd < 0) {
+        flyt_error("no eventfd for session %s: %s", peer, strerror(errno));
+        return FLYT_EXIT_BACKEND;
+    }
 
     int rc = hello(&s);
     if (rc == FLYT_CONT)
@@ -636,7 +862,9 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
                   (unsigned long long)s.image_bytes_received, (unsigned long long)s.images_from_cache);
 
     /* Closing the backend frees the session's GPU objects; host functions
-     * still pending may run now and send (or fail to) on the socket. */
+     * still pending may run now and send (or fail to) on the socket, and
+     * wait for no acknowledgement. */
+    reading_over(&s);
     if (s.b)
         s.b->ops->close(s.b);
     s.b = NULL;
@@ -649,6 +877,9 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
         s.kept = next;
     }
     flyt_handles_clear(&s.handles);
+    for (int i = 0; i < s.n_ahead_fds; i++)
+        close(s.ahead_fds[i].fd);
+    close(s.wake_fd);
     free(s.in);
     close(fd);
 

@@ -75,7 +75,11 @@ struct flyt_cb_msg {
     struct flyt_session   *s;
     uint64_t               callback_id;
     int                    keep; /* a graph's host node: posted as a copy, kept by the session */
+    int32_t                status; /* not 0: enqueueing failed, the client runs nothing */
 };
+
+enum { FLYT_RD_NONE, FLYT_RD_SESSION, FLYT_RD_AHEAD };
+#define FLYT_AHEAD_FDS 16 /* descriptors a read-ahead may hold for later frames */
 
 typedef struct flyt_session {
     int                              fd;
@@ -118,6 +122,27 @@ typedef struct flyt_session {
     struct flyt_cb_msg *cbq_head, *cbq_tail;
     struct flyt_cb_msg *kept;     /* graph host nodes' messages, freed at the end */
     int                 captures; /* stream captures begun and not yet ended */
+    uint64_t            cb_posted; /* CALLBACK frames sent or queued: a host function's ticket */
+
+    /* Host functions in stream order (flyt_host_func_wait, docs/protocol.md).
+     * Whoever reads the socket holds the reader role (rd_owner): the session
+     * thread while it reads a frame, or a host function waiting for its
+     * HOST_FUNC_DONE while the session thread is busy in a handler (the
+     * read-ahead: it buffers what comes in, counting acknowledgements). Until
+     * the first host function the session thread reads without the role. */
+    int                 hf_ack;    /* the client acknowledges host functions */
+    int                 hf_used;   /* a host function was enqueued: reads take the role */
+    pthread_mutex_t     rd_mu;
+    pthread_cond_t      rd_cv;
+    int                 rd_owner;  /* FLYT_RD_NONE, FLYT_RD_SESSION, FLYT_RD_AHEAD */
+    int                 rd_want;   /* the session thread waits for the role */
+    int                 rd_over;   /* no more reading: waiting host functions return */
+    int                 wake_fd;   /* eventfd: the session thread wakes a read-ahead */
+    size_t              in_cap;    /* the input buffer grows while reading ahead */
+    uint64_t            scan_pos;  /* offset of the first frame not yet looked at */
+    uint64_t            cb_acked;  /* HOST_FUNC_DONE frames seen (atomic) */
+    struct { int fd; uint64_t end; } ahead_fds[FLYT_AHEAD_FDS]; /* passed, read ahead */
+    int                 n_ahead_fds;
 
     /* kernel images of the session: shipped by the client (bytes) or found
      * in the cache dir, said when the session ends */
@@ -168,8 +193,12 @@ int  flyt_reply_data(flyt_session *s, const void *buf, size_t len);
 void flyt_reply_end(flyt_session *s);
 
 /* Sends an unsolicited CALLBACK frame for m and frees m. Safe from any
- * thread; never waits for a send in progress (it queues m instead). */
-void flyt_post_callback(struct flyt_cb_msg *m);
+ * thread; never waits for a send in progress (it queues m instead).
+ * Returns the frame's ticket for flyt_host_func_wait. */
+uint64_t flyt_post_callback(struct flyt_cb_msg *m);
+/* Returns once the client acknowledged the host function of ticket (or the
+ * session ends, or the client does not acknowledge). Any thread. */
+void flyt_host_func_wait(flyt_session *s, uint64_t ticket);
 
 /* A host function's message for stream st (a graph's host node when graph
  * is not NULL or st is capturing); NULL when out of memory. */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -320,6 +321,76 @@ static void test_streams(void)
     free(ids[1]);
 }
 
+/* ---- host functions in stream order ---- */
+
+struct pinned_word {
+    volatile uint32_t *word;
+    uint32_t value;
+};
+
+/* Writes late, so that a copy that did not wait for it reads the old value. */
+static void write_word_late(void *arg)
+{
+    struct pinned_word *w = arg;
+    usleep(20000);
+    *w->word = w->value;
+}
+
+/* One stream's host function writes pinned memory; the copy after it must
+ * read what it wrote (CUDA: work after a host function waits for it). */
+static void *host_func_then_copy(void *arg)
+{
+    uintptr_t lane = (uintptr_t)arg;
+    CUstream s;
+    CUdeviceptr d;
+    uint32_t *pin = NULL;
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuMemAlloc(&d, 4));
+    CU_OK(cuMemHostAlloc((void **)&pin, 4096, 0));
+    for (uint32_t i = 0; i < 3; i++) {
+        struct pinned_word w = {pin, 0x1000u * (uint32_t)lane + i + 1};
+        *pin = 0;
+        CU_OK(cuLaunchHostFunc(s, write_word_late, &w));
+        CU_OK(cuMemcpyHtoDAsync(d, pin, 4, s));
+        CU_OK(cuStreamSynchronize(s));
+        uint32_t got = 0;
+        CU_OK(cuMemcpyDtoH(&got, d, 4));
+        CHECK(got == w.value, "lane %u: the copy after the host function read %#x, want %#x",
+              (unsigned)lane, got, w.value);
+    }
+    CU_OK(cuMemFreeHost(pin));
+    CU_OK(cuMemFree(d));
+    CU_OK(cuStreamDestroy(s));
+    return NULL;
+}
+
+static CUcontext order_ctx;
+
+static void *host_func_ctx_thread(void *lane)
+{
+    cuCtxSetCurrent(order_ctx);
+    return host_func_then_copy(lane);
+}
+
+static void test_host_func_order(void)
+{
+    cuCtxGetCurrent(&order_ctx);
+    host_func_then_copy((void *)0);
+    pthread_t t[2];
+    for (uintptr_t i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, host_func_ctx_thread, (void *)(i + 1));
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    /* a host function the server cannot enqueue is an error later, not a hang */
+    CU_OK(cuLaunchHostFunc((CUstream)(uintptr_t)0x7fff0001, write_word_late, NULL));
+    CUdeviceptr d;
+    uint32_t v = 1;
+    CUresult r = cuMemAlloc(&d, 4);
+    if (r == CUDA_SUCCESS)
+        r = cuMemcpyHtoD(d, &v, 4);
+    CHECK(r == CUDA_ERROR_INVALID_HANDLE, "host function on no stream: %d", (int)r);
+}
+
 static void test_modules(void)
 {
     CUmodule m;
@@ -553,6 +624,7 @@ int main(void)
     test_memory();
     test_vmm();
     test_streams();
+    test_host_func_order();
     test_modules();
     test_proc_address();
     if (shares_memory()) {

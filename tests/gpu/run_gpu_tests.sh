@@ -42,13 +42,15 @@ set -u
 DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   memcpy_variants symbols host_callbacks multithread
                   device_props rdc errors device_printf device_assert
-                  managed_memory mapped_memory textures_surfaces graphs_capture graphs_explicit graphs_params
+                  managed_memory mapped_memory textures_surfaces graphs_capture graphs_explicit
+                  graphs_params host_func_order streams_attributes
                   vector_add_static matmul_tiled_static kernel_params_static
                   streams_events_static memcpy_variants_static symbols_static
                   host_callbacks_static multithread_static device_props_static
                   rdc_static errors_static device_printf_static device_assert_static
                   managed_memory_static mapped_memory_static textures_surfaces_static
                   graphs_capture_static graphs_explicit_static graphs_params_static
+                  host_func_order_static streams_attributes_static
                   static_runtime driver_api nvrtc_kernel cublas_gemm cufft_1d2d
                   curand_host_device cusparse_spmv cusolver_lu cudnn_conv vmm)
 

@@ -371,6 +371,10 @@ int th_call(int fd, uint16_t op, const void *req, size_t req_len, const void *da
                 th_callbacks[0] = ~0ull;
             }
             th_reply_free(&r);
+            /* as a 2.2 client: the host function "ran" (the server holds
+             * its stream until it hears so) */
+            flyt_req_none done = {0};
+            th_post(fd, FLYT_OP_HOST_FUNC_DONE, &done, sizeof done, NULL, 0);
             continue;
         }
         break;
