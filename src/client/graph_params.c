@@ -135,7 +135,11 @@ FLYT_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL
     if (r != CUDA_SUCCESS)
         return r;
     memset(out, 0, sizeof *out);
+    /* one record is both the CUkernel and the CUfunction: NVIDIA's runtime,
+     * which launches by CUkernel, finds its kernel by the kern field */
     out->func = (CUfunction)f;
+    out->kern = (CUkernel)(void *)f;
+    out->ctx = flyt_ctx_current();
     out->gridDimX = p.grid[0], out->gridDimY = p.grid[1], out->gridDimZ = p.grid[2];
     out->blockDimX = p.block[0], out->blockDimY = p.block[1], out->blockDimZ = p.block[2];
     out->sharedMemBytes = p.shared_mem;
