@@ -34,7 +34,7 @@ done
 command -v python3 >/dev/null || die "python3 is needed for the HTTP calls"
 DIR="${OUT:-$(mktemp -d /tmp/flyt-node-check.XXXXXX)}/node-check"
 rm -rf "$DIR"
-mkdir -p "$DIR/state" || die "cannot create $DIR"
+mkdir -p "$DIR/state" && chmod 700 "$DIR/state" || die "cannot create $DIR"
 MPS="${NODE_CHECK_MPS:-0}"
 FAILED=0
 fail() { echo "node_check: FAIL $*"; FAILED=1; }
