@@ -37,10 +37,12 @@
 
 #define MAX_SM_GROUPS 256
 #define MAX_SESSION_KEY 128 /* bytes */
+#define FLYT_MAX_LISTEN 4
 #define MAX_UNADMITTED 1024
 
 struct options {
-    const char               *listen;
+    const char               *listen[FLYT_MAX_LISTEN]; /* --listen, once or more */
+    int                       nlisten;
     struct flyt_server_config cfg;
     int                       log_level;
     const char               *key_file;
@@ -57,7 +59,8 @@ static void usage(FILE *f)
             "\n"
             "Runs CUDA calls of Flyt clients on a GPU, one child process per connection.\n"
             "\n"
-            "  --listen ADDR       address to listen on (required)\n"
+            "  --listen ADDR       address to listen on (required); up to 4 of them, e.g. a\n"
+            "                      TCP address and a Unix socket for clients on this machine\n"
             "  --gpu N             GPU index to use (default 0)\n"
             "  --backend KIND      cuda (default) or host (host memory, for tests only)\n"
             "  --cache-dir DIR     keep fatbinaries here by content hash across sessions\n"
@@ -226,7 +229,11 @@ static int parse_args(int argc, char **argv, struct options *o)
         char *end;
         long v;
         switch (ch) {
-        case 'l': o->listen = optarg; break;
+        case 'l':
+            if (o->nlisten == FLYT_MAX_LISTEN)
+                return bad_arg("%s", "at most 4 --listen addresses");
+            o->listen[o->nlisten++] = optarg;
+            break;
         case 'g':
             errno = 0;
             v = strtol(optarg, &end, 10);
@@ -307,7 +314,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     }
     if (optind < argc)
         return bad_arg("unexpected argument '%s'", argv[optind]);
-    if (o->listen == NULL)
+    if (o->nlisten == 0)
         return bad_arg("%s", "--listen is required");
     if ((o->cfg.session_id != NULL) != (o->key_file != NULL))
         return bad_arg("%s", "--session-id and --session-key-file go together");
@@ -575,7 +582,11 @@ static void describe_peer(int fd, char *out, size_t len, unsigned char key[16])
         snprintf(out, len, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
 }
 
-static void start_session(int lfd, int fd, const struct options *o, const sigset_t *orig)
+/* The listening sockets, which a session child closes first. */
+static int listen_fds[FLYT_MAX_LISTEN];
+static int n_listen;
+
+static void start_session(int fd, const struct options *o, const sigset_t *orig)
 {
     char peer[160];
     unsigned char key[16];
@@ -603,7 +614,8 @@ static void start_session(int lfd, int fd, const struct options *o, const sigset
     if (pid == 0) {
         /* the child: plain signal handling, no listening socket nor other children's
          * pipes, then the session */
-        close(lfd);
+        for (int i = 0; i < n_listen; i++)
+            close(listen_fds[i]);
         close(admit[0]);
         for (size_t i = 0; i < n_children; i++)
             if (children[i].admit_fd >= 0)
@@ -636,7 +648,7 @@ static void accept_one(int lfd, const struct options *o, const sigset_t *orig)
 {
     int fd = flyt_accept(lfd);
     if (fd >= 0) {
-        start_session(lfd, fd, o, orig);
+        start_session(fd, o, orig);
         return;
     }
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED)
@@ -674,10 +686,11 @@ int main(int argc, char **argv)
         return rc;
     flyt_log_init("flyt-server", (enum flyt_log_level)o.log_level);
 
-    flyt_addr addr;
+    flyt_addr addrs[FLYT_MAX_LISTEN];
     char err[512];
-    if (flyt_addr_parse(o.listen, &addr, err, sizeof err) != 0)
-        return bad_arg("--listen: %s", err);
+    for (int i = 0; i < o.nlisten; i++)
+        if (flyt_addr_parse(o.listen[i], &addrs[i], err, sizeof err) != 0)
+            return bad_arg("--listen: %s", err);
     if (strcmp(o.cfg.backend_kind, "host") == 0)
         flyt_warn("backend 'host' keeps memory on the host and runs no kernels: it is for tests");
     if (o.key_file && read_session_key(&o) != 0)
@@ -690,16 +703,22 @@ int main(int argc, char **argv)
 
     sigset_t wait_mask, orig;
     setup_signals(&wait_mask, &orig);
-    int lfd = flyt_listen(&addr, err, sizeof err);
-    if (lfd < 0) {
-        flyt_error("%s", err);
-        return 1;
+    unsigned port = 0; /* the first TCP address's, for the status page */
+    for (n_listen = 0; n_listen < o.nlisten; n_listen++) {
+        int lfd = flyt_listen(&addrs[n_listen], err, sizeof err);
+        if (lfd < 0) {
+            flyt_error("%s", err);
+            return 1;
+        }
+        fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK); /* poll said ready, but it may not be */
+        listen_fds[n_listen] = lfd;
+        char where[400];
+        unsigned this_port;
+        bound_address(lfd, &addrs[n_listen], where, sizeof where, &this_port);
+        if (port == 0)
+            port = this_port;
+        flyt_info("listening on %s (backend %s, gpu %d)", where, o.cfg.backend_kind, o.cfg.gpu);
     }
-    fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK); /* poll said ready, but it may not be */
-    char where[400];
-    unsigned port;
-    bound_address(lfd, &addr, where, sizeof where, &port);
-    flyt_info("listening on %s (backend %s, gpu %d)", where, o.cfg.backend_kind, o.cfg.gpu);
     if (o.cfg.session_id || o.cfg.memory_quota || o.cfg.sm_ngroups) {
         char share[96] = "whole GPU";
         if (o.cfg.sm_ngroups)
@@ -713,24 +732,26 @@ int main(int argc, char **argv)
     flyt_status_listening(port);
 
     int status = 0;
-    /* the listening socket, then the admission pipes of connections not yet admitted */
-    struct pollfd *p = calloc(1 + MAX_UNADMITTED + 1, sizeof *p);
-    pid_t *p_pid = calloc(1 + MAX_UNADMITTED + 1, sizeof *p_pid);
+    /* the listening sockets, then the admission pipes of connections not yet admitted */
+    size_t room = (size_t)n_listen + MAX_UNADMITTED + 1;
+    struct pollfd *p = calloc(room, sizeof *p);
+    pid_t *p_pid = calloc(room, sizeof *p_pid);
     if (!p || !p_pid) {
         flyt_error("out of memory");
         got_stop = status = 1;
     }
     while (!got_stop) {
-        nfds_t np = 1;
-        p[0] = (struct pollfd){lfd, POLLIN, 0};
-        for (size_t i = 0; i < n_children && np < 1 + MAX_UNADMITTED + 1; i++)
+        nfds_t np = 0;
+        for (int i = 0; i < n_listen; i++)
+            p[np++] = (struct pollfd){listen_fds[i], POLLIN, 0};
+        for (size_t i = 0; i < n_children && np < room; i++)
             if (children[i].admit_fd >= 0) {
                 p_pid[np] = children[i].pid;
                 p[np++] = (struct pollfd){children[i].admit_fd, POLLIN, 0};
             }
         int n = ppoll(p, np, NULL, &wait_mask);
         int poll_errno = errno; /* reaping below sets errno too */
-        for (nfds_t i = 1; n > 0 && i < np; i++)
+        for (nfds_t i = (nfds_t)n_listen; n > 0 && i < np; i++)
             if (p[i].revents)
                 admission_news(p_pid[i]);
         if (got_chld) {
@@ -742,17 +763,20 @@ int main(int argc, char **argv)
             status = 1;
             break;
         }
-        if (!got_stop && n > 0 && (p[0].revents & POLLIN))
-            accept_one(lfd, &o, &orig);
+        for (int i = 0; !got_stop && n > 0 && i < n_listen; i++)
+            if (p[i].revents & POLLIN)
+                accept_one(listen_fds[i], &o, &orig);
     }
     free(p);
     free(p_pid);
 
     flyt_info("shutting down");
-    close(lfd);
+    for (int i = 0; i < n_listen; i++)
+        close(listen_fds[i]);
     stop_children();
-    if (addr.kind == FLYT_ADDR_UNIX)
-        unlink(addr.path);
+    for (int i = 0; i < n_listen; i++)
+        if (addrs[i].kind == FLYT_ADDR_UNIX)
+            unlink(addrs[i].path);
     free(children);
     flyt_info("stopped");
     return status;

@@ -20,8 +20,9 @@ wait_listening() { # $1 = unix path or tcp port
 
 # a port the kernel says is free now, so that runs side by side do not collide
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$server" --backend host --listen "unix:$tmp/s.sock" > "$tmp/unix.log" 2>&1 & pids+=($!)
-"$server" --backend host --listen "tcp://127.0.0.1:$port" > "$tmp/tcp.log" 2>&1 & pids+=($!)
+# one server on both: a Unix socket for this machine and a TCP address
+"$server" --backend host --listen "unix:$tmp/s.sock" --listen "tcp://127.0.0.1:$port" \
+  > "$tmp/unix.log" 2>&1 & pids+=($!)
 wait_listening "$tmp/s.sock" || exit 1
 wait_listening "$port" || exit 1
 

@@ -187,7 +187,9 @@ static int tcp_connect(const char *endpoint)
 {
     char host[64];
     int port = 0;
-    CHECK(sscanf(endpoint, "tcp://%63[^:]:%d", host, &port) == 2, "endpoint %s parses", endpoint);
+    /* the TCP one of its alternatives (a Unix socket may come first) */
+    const char *tcp = strstr(endpoint, "tcp://");
+    CHECK(tcp && sscanf(tcp, "tcp://%63[^:]:%d", host, &port) == 2, "endpoint %s parses", endpoint);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};
     a.sin_family = AF_INET;

@@ -238,6 +238,7 @@ listen = ${addr[$h]}:8601
 advertise_host = ${addr[$h]}
 server_path = $bin/flyt-server
 server_listen_host = ${addr[$h]}
+server_unix_socket = false
 server_port_min = 9600
 server_port_max = 9650
 server_start_timeout = 15s

@@ -31,6 +31,11 @@ const struct flyt_cfg_key nm_config_keys[] = {
      "address the servers listen on; default (empty): advertise_host, the address clients "
      "are given, so that servers listen only where their clients reach them",
      false, 0, 0},
+    {"server_unix_socket", FLYT_CFG_BOOL, "true",
+     "each server also listens on a Unix socket in state_dir, listed first in its endpoint: "
+     "clients on this machine that may open state_dir get shared memory (pinned, mapped and "
+     "managed memory); false where separate machines share a file system (tests)",
+     false, 0, 0},
     {"server_port_min", FLYT_CFG_INT, "9600", "lowest TCP port given to a server", false, 1, 65535},
     {"server_port_max", FLYT_CFG_INT, "9699", "highest TCP port given to a server", false, 1,
      65535},
@@ -232,6 +237,7 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
         FAIL("log_level", "expected error, warn, info or debug");
     c->log_level = lvl;
     c->mps = flyt_config_bool(cfg, "mps");
+    c->server_unix_socket = flyt_config_bool(cfg, "server_unix_socket");
 
     if (!c->state_dir[0])
         FAIL("state_dir", "must not be empty");

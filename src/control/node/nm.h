@@ -41,6 +41,7 @@ struct nm_config {
     char state_dir[PATH_MAX];
     char module_cache_dir[PATH_MAX]; /* "": servers keep no images on disk */
     int  host_backend;              /* backend = host (test mode) */
+    int  server_unix_socket;        /* servers listen on a Unix socket in state_dir too */
     int  sm_granularity;            /* 0: from the driver */
     long long heartbeat_ms;         /* 0: as the cluster manager says */
     int  log_level;
@@ -94,6 +95,7 @@ struct nm_server {
     char      vm_id[NM_SID_MAX]; /* "" when the cluster manager did not say */
     char      key_path[PATH_MAX + NM_SID_MAX + 16];
     char      status_path[PATH_MAX + NM_SID_MAX + 16];
+    char      sock_path[108]; /* its Unix socket, for clients on this machine; "" if none */
 };
 
 struct nm {

@@ -224,6 +224,8 @@ void nm_server_free(struct nm_server *s)
         unlink(s->key_path);
     if (s->status_path[0])
         unlink(s->status_path);
+    if (s->sock_path[0])
+        unlink(s->sock_path);
     free(s);
 }
 
@@ -405,11 +407,16 @@ static const char *exit_text(int st, char *buf, size_t len)
         snprintf(msg, msglen, __VA_ARGS__);                \
     } while (0)
 
-static void endpoint_of(const struct nm *g, int port, char *out, size_t len)
+/* Where clients reach s: its Unix socket first (a client on this machine that
+ * may open the state dir connects there, and gets shared memory: pinned,
+ * mapped and managed memory at full speed), then its TCP address (clients
+ * elsewhere, which find no such path). docs/node-manager.md. */
+static void endpoint_of(const struct nm *g, const struct nm_server *s, char *out, size_t len)
 {
     char host[NM_STR + 2];
     nm_host_for_url(g->cfg.advertise_host, host, sizeof host);
-    snprintf(out, len, "tcp://%s:%d", host, port);
+    snprintf(out, len, "%s%s%stcp://%s:%d", s->sock_path[0] ? "unix:" : "", s->sock_path,
+             s->sock_path[0] ? "," : "", host, s->port);
 }
 
 /* The server's image cache: the VM's own folder of module_cache_dir (0700), so
@@ -447,12 +454,23 @@ static int spawn_server(struct nm *g, struct nm_server *s, char *err, size_t err
         used += (size_t)snprintf(groups + used, sizeof groups - used, "%s%d", i ? "," : "",
                                  s->groups[i]);
     static const char *const levels[] = {"error", "warn", "info", "debug"};
-    const char *argv[] = {c->server_path, "--listen", listen, "--session-id", s->sid,
-                          "--session-key-file", s->key_path, "--memory-quota", quota,
-                          "--sm-groups", groups, "--sm-granularity", gran, "--gpu", "0",
-                          "--backend", c->host_backend ? "host" : "cuda", "--status-file",
-                          s->status_path, "--log-level", levels[c->log_level],
-                          cache[0] ? "--cache-dir" : NULL, cache, NULL};
+    char local[sizeof s->sock_path + 8];
+    snprintf(local, sizeof local, "unix:%s", s->sock_path);
+    const char *argv[32] = {c->server_path, "--listen", listen, "--session-id", s->sid,
+                            "--session-key-file", s->key_path, "--memory-quota", quota,
+                            "--sm-groups", groups, "--sm-granularity", gran, "--gpu", "0",
+                            "--backend", c->host_backend ? "host" : "cuda", "--status-file",
+                            s->status_path, "--log-level", levels[c->log_level]};
+    int argc = 21; /* the fixed ones above; then the optional pairs */
+    if (s->sock_path[0]) {
+        argv[argc++] = "--listen";
+        argv[argc++] = local;
+    }
+    if (cache[0]) {
+        argv[argc++] = "--cache-dir";
+        argv[argc++] = cache;
+    }
+    argv[argc] = NULL;
     /* the environment: this GPU only, or the fake GPU; its MPS daemon */
     const char *fin[6];
     int nf = 0;
@@ -506,7 +524,7 @@ int nm_server_start(struct nm *g, const struct nm_start_req *r, int *http_status
                    old->memory_quota == r->memory_quota &&
                    memcmp(old->groups, r->groups, sizeof r->groups[0] * (size_t)r->ngroups) == 0;
         if (old->state == NM_RUNNING && same) { /* a retry: the same answer */
-            endpoint_of(g, old->port, endpoint, eplen);
+            endpoint_of(g, old, endpoint, eplen);
             *pid = old->pid;
             pthread_mutex_unlock(&g->lock);
             *http_status = 200;
@@ -534,6 +552,10 @@ int nm_server_start(struct nm *g, const struct nm_start_req *r, int *http_status
     s->waiters = 1; /* this request: nobody else frees the entry meanwhile */
     snprintf(s->key_path, sizeof s->key_path, "%s/%s.key", c->state_dir, s->sid);
     snprintf(s->status_path, sizeof s->status_path, "%s/%s.status", c->state_dir, s->sid);
+    if (!c->server_unix_socket ||
+        snprintf(s->sock_path, sizeof s->sock_path, "%s/%s.sock", c->state_dir, s->sid) >=
+            (int)sizeof s->sock_path)
+        s->sock_path[0] = '\0'; /* a state dir too deep for a socket path: TCP only */
     char err[512];
     if (write_key(s->key_path, g->session_key_hex, err, sizeof err) != 0) {
         pthread_mutex_unlock(&g->lock);
@@ -582,7 +604,7 @@ int nm_server_start(struct nm *g, const struct nm_start_req *r, int *http_status
         if (s->state == NM_STARTING && server_ready(s)) {
             s->state = NM_RUNNING;
             pthread_cond_broadcast(&g->cond);
-            endpoint_of(g, s->port, endpoint, eplen);
+            endpoint_of(g, s, endpoint, eplen);
             *pid = s->pid;
             g->starts++;
             s->waiters--;
