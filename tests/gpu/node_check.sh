@@ -227,11 +227,13 @@ import re, sys
 rows = [tuple(map(float, re.findall(r"[-0-9.]+", l)[:3]))
         for l in open(sys.argv[1]) if l.startswith("interval ")]
 marks = [tuple(map(int, l.split())) for l in open(sys.argv[2])]
-def share(i):  # intervals begun after the command returned run on the new share
-    s = 16
+def share(i):  # intervals begun after the command returned run on the new share;
+    s = 16     # the one during which it ran may run on either
     for at, sms in marks:
         if i > at:
             s = sms
+        elif i == at:
+            s = max(s, sms)
     return s
 print("node_check: interval  share  kernel ms  distinct SMs")
 bad = 0
