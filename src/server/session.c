@@ -309,19 +309,31 @@ static int read_ahead_step(flyt_session *s)
     return 0;
 }
 
+static int acked(flyt_session *s, uint64_t ticket)
+{
+    return __atomic_load_n(&s->cb_acked, __ATOMIC_ACQUIRE) >= ticket;
+}
+
 void flyt_host_func_wait(flyt_session *s, uint64_t ticket)
 {
     if (!s->hf_ack)
         return;
+    flyt_debug("host function %llu waits for its acknowledgement (%llu so far)",
+               (unsigned long long)ticket,
+               (unsigned long long)__atomic_load_n(&s->cb_acked, __ATOMIC_RELAXED));
     pthread_mutex_lock(&s->rd_mu);
-    while (__atomic_load_n(&s->cb_acked, __ATOMIC_ACQUIRE) < ticket && !s->rd_over) {
+    while (!acked(s, ticket) && !s->rd_over) {
         if (s->rd_owner != FLYT_RD_NONE || s->rd_want) {
             pthread_cond_wait(&s->rd_cv, &s->rd_mu);
             continue;
         }
         s->rd_owner = FLYT_RD_AHEAD;
         pthread_mutex_unlock(&s->rd_mu);
-        int gone = read_ahead_step(s);
+        /* The session thread's last read may have brought the acknowledgement
+         * in with its own frame (one recv takes what has arrived), then blocked
+         * in the driver on this very host function: look at the buffer first. */
+        scan_ahead(s);
+        int gone = acked(s, ticket) ? 0 : read_ahead_step(s);
         pthread_mutex_lock(&s->rd_mu);
         if (gone)
             s->rd_over = 1;
@@ -329,6 +341,8 @@ void flyt_host_func_wait(flyt_session *s, uint64_t ticket)
         pthread_cond_broadcast(&s->rd_cv);
     }
     pthread_mutex_unlock(&s->rd_mu);
+    flyt_debug("host function %llu acknowledged%s", (unsigned long long)ticket,
+               s->rd_over ? " (or the session ended)" : "");
 }
 
 /* The session thread's side: 1 when it took the role (give it back). */
