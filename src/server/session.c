@@ -124,7 +124,7 @@ uint64_t flyt_post_callback(struct flyt_cb_msg *m)
     pthread_mutex_lock(&s->send_mu);
     /* tickets in the order the frames go out, which is the order the client
      * runs and acknowledges them */
-    uint64_t ticket = ++s->cb_posted;
+    uint64_t ticket = ++s->cb_posted, id = m->callback_id; /* m is freed once sent */
     if (s->send_busy) {
         if (s->cbq_tail)
             s->cbq_tail->next = m;
@@ -132,10 +132,14 @@ uint64_t flyt_post_callback(struct flyt_cb_msg *m)
             s->cbq_head = m;
         s->cbq_tail = m;
         pthread_mutex_unlock(&s->send_mu);
+        flyt_debug("CALLBACK %llu (host function %llu) queued behind a send in progress",
+                   (unsigned long long)id, (unsigned long long)ticket);
         return ticket;
     }
     s->send_busy = 1;
     pthread_mutex_unlock(&s->send_mu);
+    flyt_debug("CALLBACK %llu (host function %llu) sent", (unsigned long long)id,
+               (unsigned long long)ticket);
     send_callback_frame(s, m);
     free(m);
     send_release(s);
@@ -340,9 +344,10 @@ void flyt_host_func_wait(flyt_session *s, uint64_t ticket)
         s->rd_owner = FLYT_RD_NONE;
         pthread_cond_broadcast(&s->rd_cv);
     }
+    int over = s->rd_over;
     pthread_mutex_unlock(&s->rd_mu);
-    flyt_debug("host function %llu acknowledged%s", (unsigned long long)ticket,
-               s->rd_over ? " (or the session ended)" : "");
+    flyt_debug("host function %llu %s", (unsigned long long)ticket,
+               over ? "waits no more: the session ends" : "acknowledged");
 }
 
 /* The session thread's side: 1 when it took the role (give it back). */
