@@ -2,7 +2,9 @@
  * The "host" backend: a fake GPU in host memory, for tests only.
  *
  * Memory, stream, event and pool calls work; everything runs synchronously
- * on the calling thread, so streams and events are plain records. Modules are
+ * on the calling thread, so streams and events are plain records, except
+ * host functions: they run on a thread of their own, as the driver's do,
+ * and work that must follow one waits for it (backend_host_hf.h). Modules are
  * checked for a plausible image and kept; every function and global name
  * resolves (libraries look theirs up at start-up) and occupancy is answered
  * as a Hopper SM would, but no kernel ever runs: launches, run-time linking
@@ -15,6 +17,7 @@
  */
 #include "backend.h"
 #include "backend_host_graph.h"
+#include "backend_host_hf.h"
 #include "flyt_calls.h"
 #include "flyt_mipmap.h"
 
@@ -187,6 +190,8 @@ struct host_backend {
 
     void *staging_cache[HOST_STAGING_CACHE];
     size_t nstaging;
+
+    struct hf_runner *hf; /* host functions' thread */
 };
 
 #define HB(b) ((struct host_backend *)(b))
@@ -645,6 +650,31 @@ static int stream_ok(const struct host_backend *h, flyt_bhandle s)
            set_has(&h->streams, s);
 }
 
+/* A stream's place in CUDA's implicit synchronisation; the NULL stream is
+ * the legacy one (as one stream: host functions' order is per stream). */
+static enum hf_kind stream_kind(const struct host_backend *h, flyt_bhandle *s)
+{
+    if (*s == FLYT_BSTREAM_DEFAULT || *s == FLYT_BSTREAM_LEGACY) {
+        *s = FLYT_BSTREAM_LEGACY;
+        return HF_LEGACY;
+    }
+    if (*s != FLYT_BSTREAM_PER_THREAD && set_has(&h->streams, *s) &&
+        (((struct hstream *)*s)->flags & CU_STREAM_NON_BLOCKING))
+        return HF_NON_BLOCKING;
+    return HF_BLOCKING;
+}
+
+/* stream_ok for work on the stream: it runs now, so first the host
+ * functions it must follow return. */
+static int stream_ready(const struct host_backend *h, flyt_bhandle s)
+{
+    if (!stream_ok(h, s))
+        return 0;
+    enum hf_kind kind = stream_kind(h, &s);
+    hf_drain(h->hf, s, kind);
+    return 1;
+}
+
 /* The capture a created stream records into, NULL when it runs its work. */
 static struct hg_cap *capture_of(const struct host_backend *h, flyt_bhandle s)
 {
@@ -740,6 +770,7 @@ static int make_default_pool(struct host_backend *h)
 static void host_close(flyt_backend *b)
 {
     struct host_backend *h = HB(b);
+    hf_runner_stop(h->hf); /* what is still queued runs first */
     drop_all(h);
     free(h->allocs);
     free(h->mapped);
@@ -782,6 +813,7 @@ static CUresult host_device_attr(flyt_backend *b, int attr, int *value)
 
 static CUresult host_device_sync(flyt_backend *b)
 {
+    hf_drain(HB(b)->hf, NULL, HF_EVERY);
     flyt_host_fake_print(HB(b)->print_points++);
     return CUDA_SUCCESS;
 }
@@ -789,6 +821,7 @@ static CUresult host_device_sync(flyt_backend *b)
 static CUresult host_device_reset(flyt_backend *b)
 {
     struct host_backend *h = HB(b);
+    hf_drain(h->hf, NULL, HF_EVERY);
     drop_all(h);
     reset_context_state(h);
     return make_default_pool(h) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
@@ -940,7 +973,7 @@ static CUresult host_mem_alloc_async(flyt_backend *b, uint64_t size, flyt_bhandl
                                      flyt_bhandle stream, uint64_t *dptr)
 {
     struct host_backend *h = HB(b);
-    if (!stream_ok(h, stream))
+    if (!stream_ready(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     if (capture_of(h, stream)) /* memory nodes need a GPU */
         return capture_refused(capture_of(h, stream));
@@ -954,7 +987,7 @@ static CUresult host_mem_alloc_async(flyt_backend *b, uint64_t size, flyt_bhandl
 static CUresult host_mem_free_async(flyt_backend *b, uint64_t dptr, flyt_bhandle stream)
 {
     struct host_backend *h = HB(b);
-    if (!stream_ok(h, stream))
+    if (!stream_ready(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     if (capture_of(h, stream))
         return capture_refused(capture_of(h, stream));
@@ -1114,7 +1147,7 @@ static CUresult host_htod_2d(flyt_backend *b, uint64_t dst, uint64_t dst_pitch, 
                              uint64_t width, uint64_t rows, flyt_bhandle stream)
 {
     struct host_backend *h = HB(b);
-    CUresult r = stream_ok(h, stream) ? check_2d(h, dst, dst_pitch, width, rows) : CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = stream_ready(h, stream) ? check_2d(h, dst, dst_pitch, width, rows) : CUDA_ERROR_INVALID_HANDLE;
     if (r == CUDA_SUCCESS && capture_of(h, stream))
         r = CUDA_ERROR_NOT_SUPPORTED; /* the bytes came with the request (handlers refuse it first) */
     if (r == CUDA_SUCCESS && width && rows)
@@ -1128,7 +1161,7 @@ static CUresult host_dtoh_2d(flyt_backend *b, void *dst, uint64_t src, uint64_t 
                              uint64_t width, uint64_t rows, flyt_bhandle stream)
 {
     struct host_backend *h = HB(b);
-    if (!stream_ok(h, stream))
+    if (!stream_ready(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     if (capture_of(h, stream))
         return capture_unsupported(capture_of(h, stream)); /* it waits for the data */
@@ -1185,7 +1218,7 @@ static CUresult host_htod_host(flyt_backend *b, uint64_t dst, const void *src, u
                                flyt_bhandle stream)
 {
     struct host_backend *h = HB(b);
-    if (!stream_ok(h, stream))
+    if (!stream_ready(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = check_2d(h, dst, n, n, 1);
     struct hg_cap *cap = capture_of(h, stream);
@@ -1204,7 +1237,7 @@ static CUresult host_dtoh_host(flyt_backend *b, void *dst, uint64_t src, uint64_
                                flyt_bhandle stream)
 {
     struct host_backend *h = HB(b);
-    struct hg_cap *cap = stream_ok(h, stream) ? capture_of(h, stream) : NULL;
+    struct hg_cap *cap = stream_ready(h, stream) ? capture_of(h, stream) : NULL;
     if (cap == NULL)
         return host_dtoh_2d(b, dst, src, n, n, 1, stream);
     CUresult r = check_2d(h, src, n, n, 1);
@@ -1217,7 +1250,7 @@ static CUresult host_dtod_2d(flyt_backend *b, uint64_t dst, uint64_t dst_pitch, 
                              uint64_t src_pitch, uint64_t width, uint64_t rows, flyt_bhandle stream)
 {
     struct host_backend *h = HB(b);
-    if (!stream_ok(h, stream))
+    if (!stream_ready(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = check_2d(h, dst, dst_pitch, width, rows);
     if (r == CUDA_SUCCESS)
@@ -1240,7 +1273,7 @@ static CUresult host_memset_2d(flyt_backend *b, uint64_t dst, uint64_t pitch, ui
                                unsigned elem_size, uint64_t width, uint64_t rows, flyt_bhandle stream)
 {
     struct host_backend *h = HB(b);
-    if (!stream_ok(h, stream))
+    if (!stream_ready(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = check_2d(h, dst, pitch, width, rows);
     struct hg_cap *cap = capture_of(h, stream);
@@ -1298,6 +1331,7 @@ static CUresult host_stream_destroy(flyt_backend *b, flyt_bhandle stream)
     struct host_backend *h = HB(b);
     if (!is_created_stream(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
+    stream_ready(h, stream); /* its host functions still run; its handle then goes */
     set_del(&h->streams, stream);
     hg_cap_drop(&((struct hstream *)stream)->cap);
     free(stream);
@@ -1309,11 +1343,17 @@ static CUresult host_stream_sync(flyt_backend *b, flyt_bhandle stream)
     struct hg_cap *cap = capture_of(HB(b), stream);
     if (cap)
         return capture_unsupported(cap);
-    return stream_ok(HB(b), stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    return stream_ready(HB(b), stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 static CUresult host_stream_query(flyt_backend *b, flyt_bhandle stream)
 {
+    struct host_backend *h = HB(b);
+    if (stream_ok(h, stream) && !capture_of(h, stream)) {
+        enum hf_kind kind = stream_kind(h, &stream);
+        if (hf_pending(h->hf, stream, kind))
+            return CUDA_ERROR_NOT_READY;
+    }
     return host_stream_sync(b, stream);
 }
 
@@ -1366,8 +1406,8 @@ static CUresult host_stream_host_func(flyt_backend *b, flyt_bhandle stream, flyt
         flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_HOST};
         return hg_cap_record(cap, &p, fn, arg);
     }
-    fn(arg); /* all earlier work is done: everything is synchronous */
-    return CUDA_SUCCESS;
+    enum hf_kind kind = stream_kind(HB(b), &stream);
+    return hf_enqueue(HB(b)->hf, stream, kind, fn, arg);
 }
 
 /* ---- events ---- */
@@ -1410,7 +1450,7 @@ static CUresult host_event_record(flyt_backend *b, flyt_bhandle event, flyt_bhan
                                   unsigned flags)
 {
     struct host_backend *h = HB(b);
-    if (!event_ok(h, event) || !stream_ok(h, stream))
+    if (!event_ok(h, event) || !stream_ready(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
@@ -1971,7 +2011,7 @@ static void record_event_now(void *event)
  * child graph node of the capture. */
 static CUresult host_graph_launch(struct host_backend *h, flyt_bhandle exec, flyt_bhandle stream)
 {
-    if (!stream_ok(h, stream))
+    if (!stream_ready(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     struct hexec *x = exec;
     struct hg_cap *cap = capture_of(h, stream);
@@ -1988,7 +2028,7 @@ static CUresult host_graph_launch(struct host_backend *h, flyt_bhandle exec, fly
  * whose condition does not hold yet would wait forever: refused. */
 static CUresult host_write_value(struct host_backend *h, const uint64_t *a, unsigned size)
 {
-    if (!stream_ok(h, (flyt_bhandle)(uintptr_t)a[0]))
+    if (!stream_ready(h, (flyt_bhandle)(uintptr_t)a[0]))
         return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = check_2d(h, a[1], size, size, 1);
     if (r == CUDA_SUCCESS)
@@ -1998,7 +2038,7 @@ static CUresult host_write_value(struct host_backend *h, const uint64_t *a, unsi
 
 static CUresult host_wait_value(struct host_backend *h, const uint64_t *a, unsigned size)
 {
-    if (!stream_ok(h, (flyt_bhandle)(uintptr_t)a[0]))
+    if (!stream_ready(h, (flyt_bhandle)(uintptr_t)a[0]))
         return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = check_2d(h, a[1], size, size, 1);
     if (r != CUDA_SUCCESS)
@@ -2467,7 +2507,7 @@ static CUresult host_copy_3d(flyt_backend *b, const struct flyt_bcopy *c, flyt_b
     struct host_backend *h = HB(b);
     char *dst, *src;
     uint64_t dpitch, dslice, spitch, sslice;
-    if (!stream_ok(h, stream))
+    if (!stream_ready(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     if (c->width == 0 || c->height == 0 || c->depth == 0)
         return CUDA_SUCCESS;
@@ -2707,7 +2747,8 @@ flyt_backend *flyt_backend_host_open(int gpu, char *err, size_t errlen)
     fill_props(h);
     fill_attrs(h);
     reset_context_state(h);
-    if (make_default_pool(h) != 0) {
+    h->hf = hf_runner_start();
+    if (h->hf == NULL || make_default_pool(h) != 0) {
         snprintf(err, errlen, "out of memory");
         host_close(&h->base);
         return NULL;

@@ -124,7 +124,7 @@ uint64_t flyt_post_callback(struct flyt_cb_msg *m)
     pthread_mutex_lock(&s->send_mu);
     /* tickets in the order the frames go out, which is the order the client
      * runs and acknowledges them */
-    uint64_t ticket = ++s->cb_posted;
+    uint64_t ticket = ++s->cb_posted, id = m->callback_id; /* m is freed once sent */
     if (s->send_busy) {
         if (s->cbq_tail)
             s->cbq_tail->next = m;
@@ -132,10 +132,14 @@ uint64_t flyt_post_callback(struct flyt_cb_msg *m)
             s->cbq_head = m;
         s->cbq_tail = m;
         pthread_mutex_unlock(&s->send_mu);
+        flyt_debug("CALLBACK %llu (host function %llu) queued behind a send in progress",
+                   (unsigned long long)id, (unsigned long long)ticket);
         return ticket;
     }
     s->send_busy = 1;
     pthread_mutex_unlock(&s->send_mu);
+    flyt_debug("CALLBACK %llu (host function %llu) sent", (unsigned long long)id,
+               (unsigned long long)ticket);
     send_callback_frame(s, m);
     free(m);
     send_release(s);
@@ -309,26 +313,41 @@ static int read_ahead_step(flyt_session *s)
     return 0;
 }
 
+static int acked(flyt_session *s, uint64_t ticket)
+{
+    return __atomic_load_n(&s->cb_acked, __ATOMIC_ACQUIRE) >= ticket;
+}
+
 void flyt_host_func_wait(flyt_session *s, uint64_t ticket)
 {
     if (!s->hf_ack)
         return;
+    flyt_debug("host function %llu waits for its acknowledgement (%llu so far)",
+               (unsigned long long)ticket,
+               (unsigned long long)__atomic_load_n(&s->cb_acked, __ATOMIC_RELAXED));
     pthread_mutex_lock(&s->rd_mu);
-    while (__atomic_load_n(&s->cb_acked, __ATOMIC_ACQUIRE) < ticket && !s->rd_over) {
+    while (!acked(s, ticket) && !s->rd_over) {
         if (s->rd_owner != FLYT_RD_NONE || s->rd_want) {
             pthread_cond_wait(&s->rd_cv, &s->rd_mu);
             continue;
         }
         s->rd_owner = FLYT_RD_AHEAD;
         pthread_mutex_unlock(&s->rd_mu);
-        int gone = read_ahead_step(s);
+        /* The session thread's last read may have brought the acknowledgement
+         * in with its own frame (one recv takes what has arrived), then blocked
+         * in the driver on this very host function: look at the buffer first. */
+        scan_ahead(s);
+        int gone = acked(s, ticket) ? 0 : read_ahead_step(s);
         pthread_mutex_lock(&s->rd_mu);
         if (gone)
             s->rd_over = 1;
         s->rd_owner = FLYT_RD_NONE;
         pthread_cond_broadcast(&s->rd_cv);
     }
+    int over = s->rd_over;
     pthread_mutex_unlock(&s->rd_mu);
+    flyt_debug("host function %llu %s", (unsigned long long)ticket,
+               over ? "waits no more: the session ends" : "acknowledged");
 }
 
 /* The session thread's side: 1 when it took the role (give it back). */

@@ -3,6 +3,7 @@
  * without the server: the fake device, the allocation table and its range
  * checks, copies with pitches, pools, streams, events and modules.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -308,10 +309,34 @@ static void test_pools(void)
     CHECK(OPS->stream_destroy(b, s) == CUDA_SUCCESS, "stream destroyed");
 }
 
-static int host_func_calls;
+static atomic_int host_func_calls, host_func_gate = 1;
 static void host_func(void *arg)
 {
+    while (!atomic_load(&host_func_gate))
+        usleep(1000);
     host_func_calls += *(int *)arg;
+}
+
+/* Host functions run on a thread of their own, as the driver's do: work
+ * that must follow one (its stream's, the legacy stream's and the blocking
+ * streams' across each other) waits for it; a non-blocking stream does not. */
+static void test_host_func_order(flyt_bhandle nonblocking)
+{
+    flyt_bhandle blocking;
+    int seven = 7;
+    CHECK(OPS->stream_create(b, 0, 0, &blocking) == CUDA_SUCCESS, "a blocking stream");
+    atomic_store(&host_func_gate, 0);
+    CHECK(OPS->stream_host_func(b, blocking, host_func, &seven) == CUDA_SUCCESS,
+          "host function queued");
+    CHECK(OPS->stream_query(b, blocking) == CUDA_ERROR_NOT_READY &&
+              OPS->stream_query(b, FLYT_BSTREAM_LEGACY) == CUDA_ERROR_NOT_READY &&
+              OPS->stream_query(b, nonblocking) == CUDA_SUCCESS,
+          "its stream and the legacy one wait for it, a non-blocking stream does not");
+    atomic_store(&host_func_gate, 1);
+    CHECK(OPS->stream_sync(b, blocking) == CUDA_SUCCESS && atomic_load(&host_func_calls) == 14 &&
+              OPS->stream_query(b, FLYT_BSTREAM_LEGACY) == CUDA_SUCCESS,
+          "a synchronisation waits until it returned");
+    CHECK(OPS->stream_destroy(b, blocking) == CUDA_SUCCESS, "stream destroyed");
 }
 
 static void test_streams_events(void)
@@ -338,8 +363,10 @@ static void test_streams_events(void)
               OPS->dtoh_2d(b, buf, a, 8, 8, 1, &dummy) == CUDA_ERROR_INVALID_HANDLE &&
               OPS->memset_2d(b, a, 8, 0, 1, 8, 1, s1) == CUDA_SUCCESS && OPS->mem_free(b, a) == CUDA_SUCCESS,
           "copies check their stream");
-    CHECK(OPS->stream_host_func(b, s1, host_func, &seven) == CUDA_SUCCESS && host_func_calls == 7,
-          "host function ran at once");
+    CHECK(OPS->stream_host_func(b, s1, host_func, &seven) == CUDA_SUCCESS &&
+              OPS->stream_sync(b, s1) == CUDA_SUCCESS && atomic_load(&host_func_calls) == 7,
+          "host function ran before the stream's synchronisation returned");
+    test_host_func_order(s1);
 
     CHECK(OPS->event_create(b, 0, &e1) == CUDA_SUCCESS && OPS->event_create(b, CU_EVENT_BLOCKING_SYNC, &e2) == CUDA_SUCCESS &&
               OPS->event_create(b, CU_EVENT_DISABLE_TIMING, &e3) == CUDA_SUCCESS,
