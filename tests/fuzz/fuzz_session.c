@@ -70,6 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const struct flyt_server_config cfg = {
         .backend_kind = "host",
         .no_peer_memory = 1,
+        .admitted_fd = -1, /* no listening parent to tell */
     };
     flyt_session_run(sv[1], "fuzz", &cfg); /* closes sv[1] */
     pthread_join(feeder, NULL);
