@@ -71,6 +71,8 @@ uint64_t flyt_callback_register(CUhostFn host_fn, CUstreamCallback stream_cb, CU
 /* Waits until the counted host functions of stream wire (of all streams
  * for the default and legacy streams) have run. */
 void flyt_host_funcs_wait(uint64_t wire);
+/* Whether some counted host function has not run yet (no lock). */
+int flyt_host_funcs_pending(void);
 /* A registered host function and its argument: 0, or -1 for an unknown id. */
 int flyt_callback_find(uint64_t id, CUhostFn *host_fn, void **user);
 

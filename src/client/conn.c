@@ -302,10 +302,15 @@ static int pending_in(const struct callback *cb, uint64_t wire)
  * may still have to write them. So such a copy first waits for the host
  * functions of its stream (of every stream, for the legacy one) that have
  * not run yet; those of graphs are not counted. */
+int flyt_host_funcs_pending(void)
+{
+    return __atomic_load_n(&conn.cb_stream_run, __ATOMIC_ACQUIRE) !=
+           __atomic_load_n(&conn.cb_stream_sent, __ATOMIC_ACQUIRE);
+}
+
 void flyt_host_funcs_wait(uint64_t wire)
 {
-    if (__atomic_load_n(&conn.cb_stream_run, __ATOMIC_ACQUIRE) ==
-        __atomic_load_n(&conn.cb_stream_sent, __ATOMIC_ACQUIRE))
+    if (!flyt_host_funcs_pending())
         return; /* none pending: the usual case costs no lock */
     pthread_mutex_lock(&conn.cb_lock);
     while ((pending_in(conn.cb_registered, wire) || pending_in(conn.cb_queue_head, wire) ||

@@ -74,9 +74,11 @@ static CUresult copy_htod(uint64_t dst, const void *src, size_t n, uint64_t stre
         return copy_mapped(FLYT_OP_MEMCPY_HTOD_MAPPED, dst, region, offset, n, stream, async);
     /* the bytes are read now: after the host functions the stream reaches
      * first, as CUDA reads pinned memory when the stream gets there */
-    int kind = flyt_range_find((uint64_t)(uintptr_t)src, NULL, NULL, NULL);
-    if (kind == FLYT_RANGE_PINNED || kind == FLYT_RANGE_REGISTERED)
-        flyt_host_funcs_wait(stream);
+    if (flyt_host_funcs_pending()) { /* else no lookup: every pageable copy passes here */
+        int kind = flyt_range_find((uint64_t)(uintptr_t)src, NULL, NULL, NULL);
+        if (kind == FLYT_RANGE_PINNED || kind == FLYT_RANGE_REGISTERED)
+            flyt_host_funcs_wait(stream);
+    }
     CUresult err = CUDA_SUCCESS;
     if (peer_copy(FLYT_OP_MEMCPY_HTOD_PEER, dst, (uint64_t)(uintptr_t)src, n, stream,
                   async ? FLYT_PEER_ASYNC : 0, &err))
