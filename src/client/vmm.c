@@ -22,6 +22,7 @@ struct vmm_map {
 struct vmm_alloc {
     uint64_t handle;
     CUmemAllocationProp prop;
+    unsigned refs; /* cuMemCreate and each retain, as the server counts them */
 };
 
 static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -132,10 +133,25 @@ FLYT_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
         return r;
     pthread_mutex_lock(&vmm_lock);
     if (grow((void **)&allocs, &cap_allocs, nallocs, sizeof *allocs) == 0)
-        allocs[nallocs++] = (struct vmm_alloc){.handle = id, .prop = *prop};
+        allocs[nallocs++] = (struct vmm_alloc){.handle = id, .prop = *prop, .refs = 1};
     pthread_mutex_unlock(&vmm_lock);
     *handle = id;
     return CUDA_SUCCESS;
+}
+
+/* One reference more (+1) or less (-1) to handle's record; at none left the
+ * record goes (expandable segments create and release handles all along). */
+static void alloc_count(uint64_t handle, int delta)
+{
+    pthread_mutex_lock(&vmm_lock);
+    for (size_t i = 0; i < nallocs; i++)
+        if (allocs[i].handle == handle) {
+            allocs[i].refs += (unsigned)delta;
+            if (allocs[i].refs == 0)
+                allocs[i] = allocs[--nallocs];
+            break;
+        }
+    pthread_mutex_unlock(&vmm_lock);
 }
 
 FLYT_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
@@ -143,9 +159,10 @@ FLYT_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     CUresult r = flyt_ctx_require();
     if (r != CUDA_SUCCESS)
         return r;
-    /* the properties stay known while a retained reference or a mapping may
-     * still name the handle; they are small */
-    return flyt_call_handle(FLYT_OP_VMM_RELEASE, handle);
+    r = flyt_call_handle(FLYT_OP_VMM_RELEASE, handle);
+    if (r == CUDA_SUCCESS)
+        alloc_count(handle, -1); /* the last release forgets its properties */
+    return r;
 }
 
 FLYT_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
@@ -246,8 +263,10 @@ FLYT_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h
     uint64_t id = 0;
     flyt_req_handle req = {.handle = (uint64_t)(uintptr_t)addr};
     r = flyt_call_u64(FLYT_OP_VMM_RETAIN, &req, sizeof req, &id);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
+        alloc_count(id, +1);
         *handle = id;
+    }
     return r;
 }
 

@@ -248,6 +248,8 @@ static void test_vmm(void)
     CU_OK(cuMemcpyDtoH(back, va + gran + 16, sizeof back));
     CHECK(memcmp(back, word, sizeof word) == 0, "released but mapped memory keeps its data");
     CHECK(cuMemRelease(h[1]) == CUDA_ERROR_INVALID_VALUE, "a handle released twice");
+    CHECK(cuMemGetAllocationPropertiesFromHandle(&got, h[1]) == CUDA_ERROR_INVALID_VALUE,
+          "a released handle has no properties any more");
     CHECK(cuMemAddressFree(va, 3 * gran) != CUDA_SUCCESS, "no freeing a range still mapped");
     CU_OK(cuMemUnmap(va, 3 * gran));
     CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 100) ==
