@@ -80,10 +80,10 @@ static struct {
     uint64_t cb_running_wire; /* the running counted callback's stream + 1, or 0 */
     pthread_t cb_thread;
 } conn = {
-    .init_lock = PTHREAD_MUTEX_INITIALIZER,
-    .send_lock = PTHREAD_MUTEX_INITIALIZER,
-    .wait_lock = PTHREAD_MUTEX_INITIALIZER,
-    .cb_lock = PTHREAD_MUTEX_INITIALIZER,
+    .init_lock = FLYT_MUTEX_INITIALIZER,
+    .send_lock = FLYT_MUTEX_INITIALIZER,
+    .wait_lock = FLYT_MUTEX_INITIALIZER,
+    .cb_lock = FLYT_MUTEX_INITIALIZER,
     .cb_cond = PTHREAD_COND_INITIALIZER,
     .fd = -1,
     .next_seq = 1,
