@@ -242,6 +242,7 @@ static void callback_arrived(uint64_t id, int keep, int32_t status)
     if (cb == NULL) /* unknown id: nothing to run, but acknowledged in its turn */
         cb = calloc(1, sizeof *cb);
     conn.cb_received++;
+    FLYT_ASSERT((conn.cb_queue_head == NULL) == (conn.cb_queue_tail == NULL));
     if (cb == NULL) {
         conn.cb_done++; /* out of memory: the server waits in vain for this one */
     } else {
@@ -282,6 +283,7 @@ static void *callback_thread(void *arg)
         }
         pthread_mutex_lock(&conn.cb_lock);
         conn.cb_done++;
+        FLYT_ASSERT(conn.cb_done <= conn.cb_received); /* each one runs once, in order */
         __atomic_add_fetch(&conn.cb_stream_run, counted != 0, __ATOMIC_RELEASE);
         conn.cb_running_wire = 0;
         pthread_cond_broadcast(&conn.cb_cond);
