@@ -33,7 +33,7 @@ struct flyt_mipmap {
     struct flyt_array     **level; /* made on first cuMipmappedArrayGetLevel */
 };
 
-static pthread_mutex_t objects_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t objects_mu = FLYT_MUTEX_INITIALIZER;
 
 static struct flyt_array *array_from(CUarray a)
 {

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "flyt_assert.h" /* FLYT_MUTEX_INITIALIZER, FLYT_ASSERT_HELD */
 #include "flyt_proto.h"
 
 #define FLYT_EXPORT __attribute__((visibility("default")))

@@ -80,10 +80,10 @@ static struct {
     uint64_t cb_running_wire; /* the running counted callback's stream + 1, or 0 */
     pthread_t cb_thread;
 } conn = {
-    .init_lock = PTHREAD_MUTEX_INITIALIZER,
-    .send_lock = PTHREAD_MUTEX_INITIALIZER,
-    .wait_lock = PTHREAD_MUTEX_INITIALIZER,
-    .cb_lock = PTHREAD_MUTEX_INITIALIZER,
+    .init_lock = FLYT_MUTEX_INITIALIZER,
+    .send_lock = FLYT_MUTEX_INITIALIZER,
+    .wait_lock = FLYT_MUTEX_INITIALIZER,
+    .cb_lock = FLYT_MUTEX_INITIALIZER,
     .cb_cond = PTHREAD_COND_INITIALIZER,
     .fd = -1,
     .next_seq = 1,
@@ -242,6 +242,7 @@ static void callback_arrived(uint64_t id, int keep, int32_t status)
     if (cb == NULL) /* unknown id: nothing to run, but acknowledged in its turn */
         cb = calloc(1, sizeof *cb);
     conn.cb_received++;
+    FLYT_ASSERT((conn.cb_queue_head == NULL) == (conn.cb_queue_tail == NULL));
     if (cb == NULL) {
         conn.cb_done++; /* out of memory: the server waits in vain for this one */
     } else {
@@ -282,6 +283,7 @@ static void *callback_thread(void *arg)
         }
         pthread_mutex_lock(&conn.cb_lock);
         conn.cb_done++;
+        FLYT_ASSERT(conn.cb_done <= conn.cb_received); /* each one runs once, in order */
         __atomic_add_fetch(&conn.cb_stream_run, counted != 0, __ATOMIC_RELEASE);
         conn.cb_running_wire = 0;
         pthread_cond_broadcast(&conn.cb_cond);

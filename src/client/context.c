@@ -35,10 +35,10 @@ static struct {
     pthread_mutex_t lock;
     int refs;       /* primary context retains not yet released */
     int flags_set;  /* flags chosen before the primary context became active */
-} primary = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} primary = {.lock = FLYT_MUTEX_INITIALIZER};
 static atomic_ullong next_ctx_id = 2;
 static struct CUctx_st *created; /* kept reachable: records are never freed */
-static pthread_mutex_t created_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t created_lock = FLYT_MUTEX_INITIALIZER;
 
 static _Thread_local CUcontext ctx_stack[STACK_DEPTH];
 static _Thread_local int ctx_depth;

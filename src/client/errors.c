@@ -54,7 +54,7 @@ static struct {
     pthread_mutex_t lock;
     char names[NOTICE_SLOTS][96];
     int count;
-} notices = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} notices = {.lock = FLYT_MUTEX_INITIALIZER};
 
 static int first_notice(const char *key)
 {

@@ -9,6 +9,7 @@
  * project's DRIVER-API-FACTS.md and ZLUDA's dark_api write-up.
  */
 #include "export_tables.h"
+#include "flyt_assert.h"
 
 #include "ctx_storage.h"
 #include "flyt_proto.h"
@@ -254,7 +255,7 @@ struct tools_stream {
 static struct {
     pthread_mutex_t lock;
     struct tools_stream *list;
-} tools_streams = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} tools_streams = {.lock = FLYT_MUTEX_INITIALIZER};
 
 /* Exported by this library; cuda.h declares it only for per-thread builds. */
 CUresult cuStreamGetId_ptsz(CUstream stream, unsigned long long *id);
@@ -914,7 +915,7 @@ static int quiet(const uint8_t *id)
 
 /* Names each unknown UUID once; past this many distinct ones, no more. */
 #define MAX_REPORTED 32
-static pthread_mutex_t reported_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t reported_lock = FLYT_MUTEX_INITIALIZER;
 static uint8_t reported[MAX_REPORTED][16];
 static unsigned reported_count;
 

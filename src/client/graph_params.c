@@ -73,7 +73,7 @@ struct kparams {
     void          **ptrs;
     struct kparams *next;
 };
-static pthread_mutex_t kparams_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t kparams_lock = FLYT_MUTEX_INITIALIZER;
 static struct kparams *kparams_list;
 
 static void kparams_forget(uint64_t node)

@@ -283,7 +283,7 @@ struct occ_entry {
 static struct {
     pthread_mutex_t lock;
     struct occ_entry e[OCC_SLOTS];
-} occ = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} occ = {.lock = FLYT_MUTEX_INITIALIZER};
 
 static size_t occ_slot(uint64_t func, int block, uint64_t smem, unsigned flags)
 {
@@ -417,7 +417,7 @@ static struct {
     pthread_mutex_t lock;
     struct cluster_key key[CLUSTER_SLOTS];
     int value[CLUSTER_SLOTS];
-} cluster_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} cluster_cache = {.lock = FLYT_MUTEX_INITIALIZER};
 
 static void digest(struct cluster_key *k, const void *p, size_t n)
 {

@@ -26,7 +26,7 @@ struct hints {
     struct hints *next;
 };
 
-static pthread_mutex_t hints_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t hints_mu = FLYT_MUTEX_INITIALIZER;
 static struct hints *hints_list;
 
 static struct hints **hints_slot(uint64_t base)

@@ -47,7 +47,7 @@ struct flyt_module {
     struct flyt_module *next; /* every module loaded, unloaded ones too */
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* records and first loads */
+static pthread_mutex_t lock = FLYT_MUTEX_INITIALIZER; /* records and first loads */
 static unsigned reset_gen = 1;
 static struct flyt_module *modules; /* kept reachable: records are never freed */
 
@@ -133,6 +133,7 @@ static int image_extent(const void *image, const void **start, size_t *size)
 
 static CUresult ship_locked(struct flyt_module *m)
 {
+    FLYT_ASSERT_HELD(&lock);
     if (m->server_id != 0 && m->gen == reset_gen)
         return CUDA_SUCCESS;
     if (m->image == NULL)
@@ -343,6 +344,7 @@ struct flyt_function *flyt_function_from(const void *handle)
 /* Asks the server for the function's id, layout and attributes. */
 static CUresult fetch_locked(struct flyt_function *f)
 {
+    FLYT_ASSERT_HELD(&lock);
     CUresult r = ship_locked(f->module);
     if (r != CUDA_SUCCESS)
         return r;

@@ -25,7 +25,7 @@ struct vmm_alloc {
     unsigned refs; /* cuMemCreate and each retain, as the server counts them */
 };
 
-static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t vmm_lock = FLYT_MUTEX_INITIALIZER;
 static struct vmm_map *maps;
 static size_t nmaps, cap_maps;
 static struct vmm_alloc *allocs;

@@ -67,6 +67,7 @@ static const char *flyt_nvml_resolve(void *lib)
  * application shares it, so it is never closed. */
 nvmlReturn_t flyt_nvml_cuda_load(void)
 {
+    flyt_nvml_assert_locked();
     if (flyt_nvml_libcuda != NULL)
         return NVML_SUCCESS;
     const char *name = getenv(FLYT_NVML_LIBCUDA_ENV);
@@ -269,6 +270,7 @@ nvmlReturn_t flyt_nvml_free_memory(struct nvmlDevice_st *d, unsigned long long *
 /* Called with the NVML lock held, on the last nvmlShutdown. */
 void flyt_nvml_release_context(struct nvmlDevice_st *d)
 {
+    flyt_nvml_assert_locked();
     if (d->primary != NULL && flyt_nvml_cu.primary_ctx_release != NULL)
         flyt_nvml_cu.primary_ctx_release(d->cu);
     d->primary = NULL;

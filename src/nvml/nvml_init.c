@@ -9,16 +9,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "flyt_assert.h"
 #include "nvml_internal.h"
 
 struct nvmlDevice_st flyt_nvml_devices[FLYT_NVML_MAX_DEVICES];
 unsigned int flyt_nvml_device_count;
 
-static pthread_mutex_t flyt_nvml_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t flyt_nvml_mutex = FLYT_MUTEX_INITIALIZER;
 static int flyt_nvml_refs; /* nvmlInit calls not yet matched by nvmlShutdown */
 
 void flyt_nvml_lock(void) { pthread_mutex_lock(&flyt_nvml_mutex); }
 void flyt_nvml_unlock(void) { pthread_mutex_unlock(&flyt_nvml_mutex); }
+void flyt_nvml_assert_locked(void) { FLYT_ASSERT_HELD(&flyt_nvml_mutex); }
 
 int flyt_nvml_is_ready(void) { return __atomic_load_n(&flyt_nvml_refs, __ATOMIC_ACQUIRE) > 0; }
 

@@ -71,6 +71,8 @@ extern struct nvmlDevice_st flyt_nvml_devices[FLYT_NVML_MAX_DEVICES];
 extern unsigned int flyt_nvml_device_count;
 int flyt_nvml_is_ready(void);
 void flyt_nvml_lock(void);
+/* Aborts unless the calling thread holds the NVML lock (asserting builds only). */
+void flyt_nvml_assert_locked(void);
 void flyt_nvml_unlock(void);
 void flyt_nvml_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 nvmlReturn_t flyt_nvml_copy_string(char *dst, unsigned int length, const char *src);

@@ -88,6 +88,70 @@ static const char *cu_errdesc(struct flyt_cu_api *cu, CUresult r, char *buf, siz
     return buf;
 }
 
+/* ---- the table a backend calls: libcuda.so.1's, or a test's ---- */
+
+/* NULL in production: backends load libcuda.so.1 (flyt_cuda_driver_use). */
+static const struct flyt_cu_api *given_table;
+
+void flyt_cuda_driver_use(const struct flyt_cu_api *table) { given_table = table; }
+
+/* The entry named name: its cuda.h name ("cuMemAlloc") or its symbol
+ * ("cuMemAlloc_v2"). NULL when the table has none. */
+static const struct flyt_cu_sym *cu_sym_find(const char *name)
+{
+    size_t len = strlen(name);
+    for (size_t i = 0; i < flyt_cu_nsyms; i++)
+        if (strcmp(flyt_cu_syms[i].name, name) == 0)
+            return &flyt_cu_syms[i];
+    for (size_t i = 0; i < flyt_cu_nsyms; i++) /* cuda.h renamed it to a versioned symbol */
+        if (strncmp(flyt_cu_syms[i].name, name, len) == 0 &&
+            strncmp(flyt_cu_syms[i].name + len, "_v", 2) == 0)
+            return &flyt_cu_syms[i];
+    return NULL;
+}
+
+int flyt_cu_table_set(struct flyt_cu_api *table, const char *name, void *fn, void **old)
+{
+    const struct flyt_cu_sym *sym = table && name ? cu_sym_find(name) : NULL;
+    if (!sym)
+        return -1;
+    char *entry = (char *)table + sym->offset;
+    if (old)
+        memcpy(old, entry, sizeof fn);
+    memcpy(entry, &fn, sizeof fn);
+    return 0;
+}
+
+int flyt_cuda_table_override(flyt_backend *base, const char *name, void *fn, void **old)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    return b ? flyt_cu_table_set(&b->cu, name, fn, old) : -1;
+}
+
+/* Fills cu from libcuda.so.1 (or copies the table a test gave). 0, or -1
+ * with the reason in err; nothing of the driver ran yet then. */
+static int driver_load(struct flyt_cu_api *cu, char *err, size_t errlen)
+{
+    if (given_table) {
+        *cu = *given_table;
+        cu->lib = NULL; /* no library: the plain calls answer CUDA_ERROR_NOT_SUPPORTED */
+        return 0;
+    }
+    dlerror();
+    cu->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!cu->lib) {
+        const char *why = dlerror();
+        snprintf(err, errlen, "libcuda.so.1 not found: no NVIDIA driver on this machine (%s)",
+                 why ? why : "dlopen failed");
+        return -1;
+    }
+    if (cu_resolve(cu, err, errlen) != 0 || is_flyt_client(cu, err, errlen)) {
+        dlclose(cu->lib);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- pointer set: open addressing, linear probing, backward-shift delete ---- */
 
 static size_t pset_hash(const void *p, size_t mask)
@@ -1424,21 +1488,10 @@ flyt_backend *flyt_backend_cuda_open(int gpu, char *err, size_t errlen)
     b->base.ops = &cuda_ops;
     b->ordinal = gpu;
 
-    dlerror();
-    b->cu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!b->cu.lib) {
-        const char *why = dlerror();
-        snprintf(err, errlen, "libcuda.so.1 not found: no NVIDIA driver on this machine (%s)",
-                 why ? why : "dlopen failed");
+    if (driver_load(&b->cu, err, errlen) != 0) {
         free(b);
         return NULL;
     }
-    if (cu_resolve(&b->cu, err, errlen) != 0 || is_flyt_client(&b->cu, err, errlen)) {
-        dlclose(b->cu.lib); /* nothing of it ran yet */
-        free(b);
-        return NULL;
-    }
-
     flyt_cuda_calls_resolve(b);
 
     /* From here on the driver may have started threads: never dlclose it. */

@@ -10,7 +10,7 @@ void flyt_cuda_calls_resolve(struct flyt_cuda_backend *b)
 {
     for (uint32_t id = 0; id < FLYT_CALL_LIMIT; id++) {
         const struct flyt_call_desc *d = flyt_call_desc(id);
-        b->calls[id] = d ? dlsym(b->cu.lib, d->symbol) : NULL;
+        b->calls[id] = d && b->cu.lib ? dlsym(b->cu.lib, d->symbol) : NULL;
     }
 }
 

@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 
 #include "backend_cuda_int.h"
+#include "flyt_assert.h"
 #include "flyt_log.h"
 
 
@@ -218,6 +219,7 @@ CUresult flyt_cuda_htod_2d(flyt_backend *base, uint64_t dst, uint64_t dst_pitch,
         return r;
     }
 
+    FLYT_ASSERT(s->state == STG_OUT); /* handed out by staging_get, not yet given back */
     if (width == 0 || rows == 0) {
         s->state = STG_FREE;
         return CUDA_SUCCESS;

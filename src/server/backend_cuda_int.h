@@ -217,6 +217,20 @@ struct flyt_cu_sym {
 extern const struct flyt_cu_sym flyt_cu_syms[];
 extern const size_t flyt_cu_nsyms;
 
+/* ---- fault injection (tests only) ----
+ * As SQLite overrides its system calls: a test runs the backend on a driver
+ * table of its own (no libcuda.so.1, no GPU) and replaces entries to make the
+ * driver fail where it wants. Production never calls these and pays nothing:
+ * the backend calls b->cu either way. Names are cuda.h's ("cuMemAlloc") or
+ * the versioned symbols ("cuMemAlloc_v2"). */
+/* Backends opened from now on call a copy of table (NULL: libcuda.so.1). */
+void flyt_cuda_driver_use(const struct flyt_cu_api *table);
+/* Sets entry name of table to fn (the former entry in *old when old is not
+ * NULL). 0, or -1 when the table has no such entry. */
+int  flyt_cu_table_set(struct flyt_cu_api *table, const char *name, void *fn, void **old);
+/* The same on the table of an open cuda backend. */
+int  flyt_cuda_table_override(flyt_backend *b, const char *name, void *fn, void **old);
+
 /* ---- a set of pointers (the backend's live streams, events, pools) ---- */
 struct flyt_pset {
     void  **slot; /* NULL = empty */

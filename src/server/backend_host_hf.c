@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "flyt_assert.h"
+
 struct hf_item {
     flyt_bhandle       stream;
     enum hf_kind       kind;
@@ -50,7 +52,7 @@ struct hf_runner *hf_runner_start(void)
     struct hf_runner *r = calloc(1, sizeof *r);
     if (r == NULL)
         return NULL;
-    pthread_mutex_init(&r->mu, NULL);
+    flyt_mutex_init(&r->mu);
     pthread_cond_init(&r->queued, NULL);
     pthread_cond_init(&r->ran, NULL);
     if (pthread_create(&r->thread, NULL, hf_thread, r) != 0) {
@@ -106,6 +108,7 @@ static int follows(const struct hf_item *it, flyt_bhandle stream, enum hf_kind k
 
 static int pending_locked(struct hf_runner *r, flyt_bhandle stream, enum hf_kind kind)
 {
+    FLYT_ASSERT_HELD(&r->mu);
     for (const struct hf_item *it = r->head; it; it = it->next)
         if (follows(it, stream, kind))
             return 1;

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flyt_assert.h"
+
 /* First id handed out; 0, 1 and 2 are the fixed stream ids. */
 #define FIRST_ID 16u
 
@@ -74,6 +76,7 @@ struct flyt_hentry *flyt_handles_add(flyt_handles *t, enum flyt_htype type, flyt
     if (e == NULL)
         return NULL;
     e->id = t->next_id++;
+    FLYT_ASSERT(e->id > 2 && e->id < FLYT_CLIENT_IDS); /* not a fixed stream, not a client's id */
     e->type = type;
     e->bh = bh;
     insert_slot(t, e);

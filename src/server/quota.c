@@ -9,6 +9,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "flyt_assert.h"
+
 static struct flyt_server_status *page;
 static int my_slot = -1; /* in a session child */
 
@@ -130,6 +132,7 @@ void flyt_quota_uncharge(struct flyt_memtab *t, uint64_t size)
 {
     if (!page || size == 0)
         return;
+    FLYT_ASSERT(size <= t->used); /* only what was charged is given back */
     if (size > t->used) /* never below zero, whatever a caller does */
         size = t->used;
     t->used -= size;
@@ -212,6 +215,7 @@ void flyt_memtab_remove(struct flyt_memtab *t, uint64_t ptr)
     size_t i = find(t, ptr);
     if (i == (size_t)-1)
         return;
+    FLYT_ASSERT(t->count > 0 && t->e[i].size <= t->used); /* used covers every tracked size */
     flyt_quota_uncharge(t, t->e[i].size);
     size_t mask = t->cap - 1;
     t->e[i].ptr = 0;

@@ -16,6 +16,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "flyt_assert.h"
 #include "flyt_log.h"
 #include "flyt_transport.h"
 
@@ -57,6 +58,7 @@ static void send_acquire(flyt_session *s)
  * the frame stream would be broken anyway. */
 static int send_iov(flyt_session *s, struct iovec *iov, int n)
 {
+    FLYT_ASSERT(s->send_busy);
     if (s->send_failed)
         return -1;
     if (flyt_writev_full(s->fd, iov, n) != 0) {
@@ -75,6 +77,7 @@ static int send_iov(flyt_session *s, struct iovec *iov, int n)
 static void send_output(flyt_session *s)
 {
     static char chunk[FLYT_MAX_OUTPUT_CHUNK]; /* one sender at a time */
+    FLYT_ASSERT(s->send_busy);
     if (!flyt_output_flush(&s->output))
         return;
     for (uint32_t stream = 0; stream < 2; stream++) {
@@ -100,6 +103,7 @@ static void send_callback_frame(flyt_session *s, const struct flyt_cb_msg *m)
 static void send_release(flyt_session *s)
 {
     pthread_mutex_lock(&s->send_mu);
+    FLYT_ASSERT(s->send_busy); /* released only by its holder */
     while (s->cbq_head) {
         struct flyt_cb_msg *m = s->cbq_head;
         s->cbq_head = s->cbq_tail = NULL;
@@ -125,6 +129,9 @@ uint64_t flyt_post_callback(struct flyt_cb_msg *m)
     /* tickets in the order the frames go out, which is the order the client
      * runs and acknowledges them */
     uint64_t ticket = ++s->cb_posted, id = m->callback_id; /* m is freed once sent */
+    /* the queue waits only behind a send in progress */
+    FLYT_ASSERT((s->cbq_head == NULL) == (s->cbq_tail == NULL));
+    FLYT_ASSERT(s->send_busy || s->cbq_head == NULL);
     if (s->send_busy) {
         if (s->cbq_tail)
             s->cbq_tail->next = m;
@@ -171,6 +178,7 @@ static void note_failure(flyt_session *s, const flyt_call *c, int32_t result)
  * also carries data_len more bytes. The caller holds the sender role. */
 static int send_reply_head(flyt_session *s, flyt_call *c, int32_t result, uint64_t data_len)
 {
+    FLYT_ASSERT(s->send_busy);
     uint64_t length = sizeof(struct flyt_reply) + c->rep_size + data_len;
     if (length > UINT32_MAX)
         return -1; /* callers bound data_len far below this */
@@ -284,6 +292,7 @@ static void note_fd(flyt_session *s, int before);
  * buffer, leaves only the wake-up to wait for (and a timeout, to look again). */
 static int read_ahead_step(flyt_session *s)
 {
+    FLYT_ASSERT(s->rd_owner == FLYT_RD_AHEAD); /* no other thread writes it meanwhile */
     if (s->passed_fd >= 0 && s->n_ahead_fds < FLYT_AHEAD_FDS) {
         s->ahead_fds[s->n_ahead_fds].fd = s->passed_fd;
         s->ahead_fds[s->n_ahead_fds++].end = s->fd_end;
@@ -367,6 +376,7 @@ static int role_take(flyt_session *s)
         }
         pthread_cond_wait(&s->rd_cv, &s->rd_mu);
     }
+    FLYT_ASSERT(s->rd_owner == FLYT_RD_NONE); /* only the session thread takes it so */
     s->rd_owner = FLYT_RD_SESSION;
     s->rd_want = 0;
     pthread_mutex_unlock(&s->rd_mu);
@@ -378,6 +388,7 @@ static void role_give(flyt_session *s, int taken)
     if (!taken)
         return;
     pthread_mutex_lock(&s->rd_mu);
+    FLYT_ASSERT(s->rd_owner == FLYT_RD_SESSION);
     s->rd_owner = FLYT_RD_NONE;
     pthread_cond_broadcast(&s->rd_cv);
     pthread_mutex_unlock(&s->rd_mu);
@@ -862,9 +873,9 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     s.cfg = cfg;
     flyt_resize_init(&s);
     flyt_handles_init(&s.handles);
-    pthread_mutex_init(&s.send_mu, NULL);
+    flyt_mutex_init(&s.send_mu);
     pthread_cond_init(&s.send_cv, NULL);
-    pthread_mutex_init(&s.rd_mu, NULL);
+    flyt_mutex_init(&s.rd_mu);
     pthread_cond_init(&s.rd_cv, NULL);
     s.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s.wake_fd < 0) {
