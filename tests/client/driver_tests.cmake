@@ -26,4 +26,5 @@ if(TARGET ${FLYT_DRIVER_TARGET})
     COMMAND ${CMAKE_CURRENT_LIST_DIR}/check_driver_exports.sh $<TARGET_FILE:${FLYT_DRIVER_TARGET}>
             ${FLYT_DRIVER_EXPORTS} ${FLYT_CUDA_HOME}/lib64/stubs/libcuda.so
             ${PROJECT_SOURCE_DIR}/docs/driver-coverage.md)
+  set_tests_properties(driver_exports PROPERTIES SKIP_RETURN_CODE 77)
 endif()

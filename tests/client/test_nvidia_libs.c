@@ -20,9 +20,7 @@ static void test_cublas(void)
 {
     cublasHandle_t h;
     int st = cublasCreate(&h);
-    CHECK_EQ(st, CUBLAS_STATUS_SUCCESS, "cublasCreate (%d)", st);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return;
+    CHECK_EQ(st, CUBLAS_STATUS_SUCCESS, "cublasCreate");
     cudaStream_t s;
     CHECK_EQ(cudaStreamCreate(&s), cudaSuccess, "cublasSetStream");
     CHECK_EQ(cublasSetStream(h, s), CUBLAS_STATUS_SUCCESS, "cublasSetStream");
@@ -51,9 +49,7 @@ static void test_cudnn(void)
 {
     cudnnHandle_t h;
     int st = cudnnCreate(&h);
-    CHECK_EQ(st, CUDNN_STATUS_SUCCESS, "cudnnCreate (%d)", st);
-    if (st != CUDNN_STATUS_SUCCESS)
-        return;
+    CHECK_EQ(st, CUDNN_STATUS_SUCCESS, "cudnnCreate");
     cudaStream_t s;
     CHECK_EQ(cudaStreamCreate(&s), cudaSuccess, "cudnnSetStream");
     CHECK_EQ(cudnnSetStream(h, s), CUDNN_STATUS_SUCCESS, "cudnnSetStream");
