@@ -271,19 +271,24 @@ static void ask_unknown_twice(void)
 {
     CUuuid u = uuid_of("00112233445566778899aabbccddeeff");
     const void *t = (const void *)&u;
-    CHECK_EQ(flyt_export_table(&t, &u), CUDA_ERROR_INVALID_VALUE, "flyt_export_table(&t, &u) == CUDA_ERROR_INVALID_VALUE");
+    CHECK_EQ(flyt_export_table(&t, &u), CUDA_ERROR_INVALID_VALUE,
+             "flyt_export_table(&t, &u) == CUDA_ERROR_INVALID_VALUE");
     CHECK_EQ(t, NULL, "t == NULL");
-    CHECK_EQ(flyt_export_table(&t, &u), CUDA_ERROR_INVALID_VALUE, "flyt_export_table(&t, &u) == CUDA_ERROR_INVALID_VALUE");
+    CHECK_EQ(flyt_export_table(&t, &u), CUDA_ERROR_INVALID_VALUE,
+             "flyt_export_table(&t, &u) == CUDA_ERROR_INVALID_VALUE");
     CUuuid f8 = uuid_of("f8cff95121468b4eb9e2fb469e7c0dd9");
-    CHECK_EQ(flyt_export_table(&t, &f8), CUDA_ERROR_INVALID_VALUE, "flyt_export_table(&t, &f8) == CUDA_ERROR_INVALID_VALUE");
-    CHECK_EQ(flyt_export_table(NULL, &u), CUDA_ERROR_INVALID_VALUE, "flyt_export_table(NULL, &u) == CUDA_ERROR_INVALID_VALUE");
+    CHECK_EQ(flyt_export_table(&t, &f8), CUDA_ERROR_INVALID_VALUE,
+             "flyt_export_table(&t, &f8) == CUDA_ERROR_INVALID_VALUE");
+    CHECK_EQ(flyt_export_table(NULL, &u), CUDA_ERROR_INVALID_VALUE,
+             "flyt_export_table(NULL, &u) == CUDA_ERROR_INVALID_VALUE");
 }
 
 static void test_unknown(void)
 {
     const char *said = stderr_of(ask_unknown_twice);
     CHECK_EQ(count_lines(said), 1, "count_lines(said) == 1"); /* once per UUID; f8cff951 quietly */
-    CHECK_NE(strstr(said, "00112233-4455-6677-8899-aabbccddeeff"), NULL, "strstr(said, \"00112233-4455-6677-8899-aabbccddeeff\") != NULL");
+    CHECK_NE(strstr(said, "00112233-4455-6677-8899-aabbccddeeff"), NULL,
+             "strstr(said, \"00112233-4455-6677-8899-aabbccddeeff\") != NULL");
 }
 
 /* ---- context-local storage ---- */
@@ -300,7 +305,8 @@ static void record_dtor(CUcontext ctx, void *key, void *value)
     dtor_calls[dtor_count++] = (struct dtor_call){ctx, key, value};
     /* the store is usable from a dtor, and the entry is already gone */
     void *v;
-    CHECK_EQ(flyt_ctx_storage_get(&v, ctx, key), CUDA_ERROR_INVALID_HANDLE, "flyt_ctx_storage_get(&v, ctx, key) == CUDA_ERROR_INVALID_HANDLE");
+    CHECK_EQ(flyt_ctx_storage_get(&v, ctx, key), CUDA_ERROR_INVALID_HANDLE,
+             "flyt_ctx_storage_get(&v, ctx, key) == CUDA_ERROR_INVALID_HANDLE");
 }
 
 #define K(n) ((void *)(uintptr_t)(n))
@@ -309,29 +315,45 @@ static void test_cls(void)
 {
     void *v = NULL;
     fake_current = NULL;
-    CHECK_EQ(flyt_ctx_storage_get(&v, NULL, K(1)), CUDA_ERROR_INVALID_CONTEXT, "flyt_ctx_storage_get(&v, NULL, K(1)) == CUDA_ERROR_INVALID_CONTEXT");
-    CHECK_EQ(flyt_ctx_storage_put(NULL, K(1), K(2), NULL), CUDA_ERROR_INVALID_CONTEXT, "flyt_ctx_storage_put(NULL, K(1), K(2), NULL) == CUDA_ERROR_INVALID_CONTEXT");
-    CHECK_EQ(flyt_ctx_storage_put(OTHER, K(1), K(11), record_dtor), CUDA_SUCCESS, "flyt_ctx_storage_put(OTHER, K(1), K(11), record_dtor) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_get(&v, NULL, K(1)), CUDA_ERROR_INVALID_CONTEXT,
+             "flyt_ctx_storage_get(&v, NULL, K(1)) == CUDA_ERROR_INVALID_CONTEXT");
+    CHECK_EQ(flyt_ctx_storage_put(NULL, K(1), K(2), NULL), CUDA_ERROR_INVALID_CONTEXT,
+             "flyt_ctx_storage_put(NULL, K(1), K(2), NULL) == CUDA_ERROR_INVALID_CONTEXT");
+    CHECK_EQ(flyt_ctx_storage_put(OTHER, K(1), K(11), record_dtor), CUDA_SUCCESS,
+             "flyt_ctx_storage_put(OTHER, K(1), K(11), record_dtor) == CUDA_SUCCESS");
 
     fake_current = PRIMARY;
-    CHECK_EQ(flyt_ctx_storage_get(&v, NULL, K(1)), CUDA_ERROR_INVALID_HANDLE, "flyt_ctx_storage_get(&v, NULL, K(1)) == CUDA_ERROR_INVALID_HANDLE");
-    CHECK_EQ(flyt_ctx_storage_put(NULL, K(1), K(21), record_dtor), CUDA_SUCCESS, "flyt_ctx_storage_put(NULL, K(1), K(21), record_dtor) == CUDA_SUCCESS");
-    CHECK_EQ(flyt_ctx_storage_put(PRIMARY, K(1), K(22), record_dtor), CUDA_ERROR_INVALID_HANDLE, "flyt_ctx_storage_put(PRIMARY, K(1), K(22), record_dtor) == CUDA_ERROR_INVALID_HANDLE");
-    CHECK_EQ(flyt_ctx_storage_get(&v, NULL, K(1)), CUDA_SUCCESS, "flyt_ctx_storage_get(&v, NULL, K(1)) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_get(&v, NULL, K(1)), CUDA_ERROR_INVALID_HANDLE,
+             "flyt_ctx_storage_get(&v, NULL, K(1)) == CUDA_ERROR_INVALID_HANDLE");
+    CHECK_EQ(flyt_ctx_storage_put(NULL, K(1), K(21), record_dtor), CUDA_SUCCESS,
+             "flyt_ctx_storage_put(NULL, K(1), K(21), record_dtor) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_put(PRIMARY, K(1), K(22), record_dtor), CUDA_ERROR_INVALID_HANDLE,
+             "flyt_ctx_storage_put(PRIMARY, K(1), K(22), record_dtor) == CUDA_ERROR_INVALID_HANDLE");
+    CHECK_EQ(flyt_ctx_storage_get(&v, NULL, K(1)), CUDA_SUCCESS,
+             "flyt_ctx_storage_get(&v, NULL, K(1)) == CUDA_SUCCESS");
     CHECK_EQ(v, K(21), "v == K(21)");
-    CHECK_EQ(flyt_ctx_storage_get(&v, (CUcontext)(uintptr_t)-1, K(1)), CUDA_SUCCESS, "flyt_ctx_storage_get(&v, (CUcontext)(uintptr_t)-1, K(1)) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_get(&v, (CUcontext)(uintptr_t)-1, K(1)), CUDA_SUCCESS,
+             "flyt_ctx_storage_get(&v, (CUcontext)(uintptr_t)-1, K(1)) == CUDA_SUCCESS");
     CHECK_EQ(v, K(21), "v == K(21)");
-    CHECK_EQ(flyt_ctx_storage_get(&v, PRIMARY, K(1)), CUDA_SUCCESS, "flyt_ctx_storage_get(&v, PRIMARY, K(1)) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_get(&v, PRIMARY, K(1)), CUDA_SUCCESS,
+             "flyt_ctx_storage_get(&v, PRIMARY, K(1)) == CUDA_SUCCESS");
     CHECK_EQ(v, K(21), "v == K(21)");
-    CHECK_EQ(flyt_ctx_storage_get(&v, OTHER, K(1)), CUDA_SUCCESS, "flyt_ctx_storage_get(&v, OTHER, K(1)) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_get(&v, OTHER, K(1)), CUDA_SUCCESS,
+             "flyt_ctx_storage_get(&v, OTHER, K(1)) == CUDA_SUCCESS");
     CHECK_EQ(v, K(11), "v == K(11)");
-    CHECK_EQ(flyt_ctx_storage_get(NULL, PRIMARY, K(1)), CUDA_ERROR_INVALID_VALUE, "flyt_ctx_storage_get(NULL, PRIMARY, K(1)) == CUDA_ERROR_INVALID_VALUE");
+    CHECK_EQ(flyt_ctx_storage_get(NULL, PRIMARY, K(1)), CUDA_ERROR_INVALID_VALUE,
+             "flyt_ctx_storage_get(NULL, PRIMARY, K(1)) == CUDA_ERROR_INVALID_VALUE");
 
-    CHECK_EQ(flyt_ctx_storage_put(PRIMARY, K(2), K(23), record_dtor), CUDA_SUCCESS, "flyt_ctx_storage_put(PRIMARY, K(2), K(23), record_dtor) == CUDA_SUCCESS");
-    CHECK_EQ(flyt_ctx_storage_put(PRIMARY, K(3), K(24), NULL), CUDA_SUCCESS, "flyt_ctx_storage_put(PRIMARY, K(3), K(24), NULL) == CUDA_SUCCESS");
-    CHECK_EQ(flyt_ctx_storage_delete(NULL, K(2)), CUDA_SUCCESS, "flyt_ctx_storage_delete(NULL, K(2)) == CUDA_SUCCESS");
-    CHECK_EQ(flyt_ctx_storage_get(&v, PRIMARY, K(2)), CUDA_ERROR_INVALID_HANDLE, "flyt_ctx_storage_get(&v, PRIMARY, K(2)) == CUDA_ERROR_INVALID_HANDLE");
-    CHECK_EQ(flyt_ctx_storage_delete(PRIMARY, K(2)), CUDA_ERROR_INVALID_HANDLE, "flyt_ctx_storage_delete(PRIMARY, K(2)) == CUDA_ERROR_INVALID_HANDLE");
+    CHECK_EQ(flyt_ctx_storage_put(PRIMARY, K(2), K(23), record_dtor), CUDA_SUCCESS,
+             "flyt_ctx_storage_put(PRIMARY, K(2), K(23), record_dtor) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_put(PRIMARY, K(3), K(24), NULL), CUDA_SUCCESS,
+             "flyt_ctx_storage_put(PRIMARY, K(3), K(24), NULL) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_delete(NULL, K(2)), CUDA_SUCCESS,
+             "flyt_ctx_storage_delete(NULL, K(2)) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_get(&v, PRIMARY, K(2)), CUDA_ERROR_INVALID_HANDLE,
+             "flyt_ctx_storage_get(&v, PRIMARY, K(2)) == CUDA_ERROR_INVALID_HANDLE");
+    CHECK_EQ(flyt_ctx_storage_delete(PRIMARY, K(2)), CUDA_ERROR_INVALID_HANDLE,
+             "flyt_ctx_storage_delete(PRIMARY, K(2)) == CUDA_ERROR_INVALID_HANDLE");
 
     /* only entries still there and with a dtor are destroyed, once */
     dtor_count = 0;
@@ -340,10 +362,12 @@ static void test_cls(void)
     CHECK_EQ(dtor_calls[0].ctx, PRIMARY, "dtor_calls[0].ctx == PRIMARY");
     CHECK_EQ(dtor_calls[0].key, K(1), "dtor_calls[0].key == K(1)");
     CHECK_EQ(dtor_calls[0].value, K(21), "dtor_calls[0].value == K(21)");
-    CHECK_EQ(flyt_ctx_storage_get(&v, PRIMARY, K(3)), CUDA_ERROR_INVALID_HANDLE, "flyt_ctx_storage_get(&v, PRIMARY, K(3)) == CUDA_ERROR_INVALID_HANDLE");
+    CHECK_EQ(flyt_ctx_storage_get(&v, PRIMARY, K(3)), CUDA_ERROR_INVALID_HANDLE,
+             "flyt_ctx_storage_get(&v, PRIMARY, K(3)) == CUDA_ERROR_INVALID_HANDLE");
     flyt_ctx_storage_drop(PRIMARY);
     CHECK_EQ(dtor_count, 1, "dtor_count == 1");
-    CHECK_EQ(flyt_ctx_storage_get(&v, OTHER, K(1)), CUDA_SUCCESS, "flyt_ctx_storage_get(&v, OTHER, K(1)) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_get(&v, OTHER, K(1)), CUDA_SUCCESS,
+             "flyt_ctx_storage_get(&v, OTHER, K(1)) == CUDA_SUCCESS");
     CHECK_EQ(v, K(11), "v == K(11)");
     flyt_ctx_storage_drop(OTHER);
     CHECK_EQ(dtor_count, 2, "dtor_count == 2");
@@ -375,8 +399,10 @@ static void *cls_thread(void *arg)
 
 static void test_cls_threads(void)
 {
-    CHECK_EQ(flyt_ctx_storage_put(PRIMARY, K(7), (void *)PRIMARY, NULL), CUDA_SUCCESS, "flyt_ctx_storage_put(PRIMARY, K(7), (void *)PRIMARY, NULL) == CUDA_SUCCESS");
-    CHECK_EQ(flyt_ctx_storage_put(OTHER, K(7), (void *)OTHER, NULL), CUDA_SUCCESS, "flyt_ctx_storage_put(OTHER, K(7), (void *)OTHER, NULL) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_put(PRIMARY, K(7), (void *)PRIMARY, NULL), CUDA_SUCCESS,
+             "flyt_ctx_storage_put(PRIMARY, K(7), (void *)PRIMARY, NULL) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_put(OTHER, K(7), (void *)OTHER, NULL), CUDA_SUCCESS,
+             "flyt_ctx_storage_put(OTHER, K(7), (void *)OTHER, NULL) == CUDA_SUCCESS");
     pthread_t t[4];
     for (int i = 0; i < 4; i++)
         pthread_create(&t[i], NULL, cls_thread, i % 2 ? OTHER : PRIMARY);
@@ -414,11 +440,14 @@ static void test_slots(void)
     CUcontext ctx = NULL;
     /* the handle, without a reference: as NVIDIA's driver */
     primary_refs = 0;
-    CHECK_EQ(((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 0), CUDA_SUCCESS, "((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 0) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 0), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 0) == CUDA_SUCCESS");
     CHECK_EQ(ctx, PRIMARY, "ctx == PRIMARY");
     CHECK_EQ(primary_refs, 0, "primary_refs == 0");
-    CHECK_EQ(((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 1), CUDA_ERROR_INVALID_DEVICE, "((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 1) == CUDA_ERROR_INVALID_DEVICE");
-    CHECK_EQ(((CUresult(*)(void))cudart[12])(), CUDA_SUCCESS, "((CUresult(*)(void))cudart[12])() == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 1), CUDA_ERROR_INVALID_DEVICE,
+             "((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 1) == CUDA_ERROR_INVALID_DEVICE");
+    CHECK_EQ(((CUresult(*)(void))cudart[12])(), CUDA_SUCCESS,
+             "((CUresult(*)(void))cudart[12])() == CUDA_SUCCESS");
 
     void *const *hooks = table_of(HOOKS);
     void *area = NULL;
@@ -433,60 +462,80 @@ static void test_slots(void)
     void *const *tls = table_of(TLS);
     fake_current = OTHER;
     ctx = NULL;
-    CHECK_EQ(((CUresult(*)(CUcontext *))tls[2])(&ctx), CUDA_SUCCESS, "((CUresult(*)(CUcontext *))tls[2])(&ctx) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUcontext *))tls[2])(&ctx), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext *))tls[2])(&ctx) == CUDA_SUCCESS");
     CHECK_EQ(ctx, OTHER, "ctx == OTHER");
     fake_current = NULL;
-    CHECK_EQ(((CUresult(*)(CUcontext *))tls[2])(&ctx), CUDA_SUCCESS, "((CUresult(*)(CUcontext *))tls[2])(&ctx) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUcontext *))tls[2])(&ctx), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext *))tls[2])(&ctx) == CUDA_SUCCESS");
     CHECK_EQ(ctx, NULL, "ctx == NULL");
 
     void *const *checks = table_of(CHECKS);
     uint32_t flags = 5;
     void *extra = K(9);
-    CHECK_EQ(((CUresult(*)(CUcontext, uint32_t *, void **))checks[2])(PRIMARY, &flags, &extra), CUDA_SUCCESS, "((CUresult(*)(CUcontext, uint32_t *, void **))checks[2])(PRIMARY, &flags, &extra) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUcontext, uint32_t *, void **))checks[2])(PRIMARY, &flags, &extra), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext, uint32_t *, void **))checks[2])(PRIMARY, &flags, &extra) == CUDA_SUCCESS");
     CHECK_EQ(flags, 0, "flags == 0");
     CHECK_EQ(extra, K(9), "extra == K(9)");
 
     void *const *tctx = table_of(TOOLS_CTX);
     uint64_t id = 99;
-    CHECK_EQ(((CUresult(*)(CUcontext, uint64_t *))tctx[4])(OTHER, &id), CUDA_SUCCESS, "((CUresult(*)(CUcontext, uint64_t *))tctx[4])(OTHER, &id) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUcontext, uint64_t *))tctx[4])(OTHER, &id), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext, uint64_t *))tctx[4])(OTHER, &id) == CUDA_SUCCESS");
     CHECK_EQ(id, 2, "id == 2");
-    CHECK_EQ(((CUresult(*)(CUcontext, uint64_t *))tctx[4])(NULL, &id), CUDA_SUCCESS, "((CUresult(*)(CUcontext, uint64_t *))tctx[4])(NULL, &id) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUcontext, uint64_t *))tctx[4])(NULL, &id), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext, uint64_t *))tctx[4])(NULL, &id) == CUDA_SUCCESS");
     CHECK_EQ(id, 0, "id == 0");
 
     /* stream handles: one per stream, found again by their unique ids */
     typedef CUresult (*handle_fn)(CUcontext, CUstream, void **, uint8_t);
     typedef CUresult (*id_fn)(CUcontext, void *, uint64_t *);
     void *h_null = NULL, *h_legacy = NULL, *h_ptds = NULL, *h_ptds2 = NULL, *h_s = NULL, *h_s2 = NULL;
-    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, NULL, &h_null, 0), CUDA_SUCCESS, "((handle_fn)tctx[51])(PRIMARY, NULL, &h_null, 0) == CUDA_SUCCESS");
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, NULL, &h_null, 0), CUDA_SUCCESS,
+             "((handle_fn)tctx[51])(PRIMARY, NULL, &h_null, 0) == CUDA_SUCCESS");
     CHECK_NE(h_null, NULL, "h_null != NULL");
-    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, CU_STREAM_LEGACY, &h_legacy, 0), CUDA_SUCCESS, "((handle_fn)tctx[51])(PRIMARY, CU_STREAM_LEGACY, &h_legacy, 0) == CUDA_SUCCESS");
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, CU_STREAM_LEGACY, &h_legacy, 0), CUDA_SUCCESS,
+             "((handle_fn)tctx[51])(PRIMARY, CU_STREAM_LEGACY, &h_legacy, 0) == CUDA_SUCCESS");
     CHECK_EQ(h_legacy, h_null, "h_legacy == h_null"); /* two names of the legacy stream */
-    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, NULL, &h_ptds, 1), CUDA_SUCCESS, "((handle_fn)tctx[51])(PRIMARY, NULL, &h_ptds, 1) == CUDA_SUCCESS");
-    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, CU_STREAM_PER_THREAD, &h_ptds2, 0), CUDA_SUCCESS, "((handle_fn)tctx[51])(PRIMARY, CU_STREAM_PER_THREAD, &h_ptds2, 0) == CUDA_SUCCESS");
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, NULL, &h_ptds, 1), CUDA_SUCCESS,
+             "((handle_fn)tctx[51])(PRIMARY, NULL, &h_ptds, 1) == CUDA_SUCCESS");
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, CU_STREAM_PER_THREAD, &h_ptds2, 0), CUDA_SUCCESS,
+             "((handle_fn)tctx[51])(PRIMARY, CU_STREAM_PER_THREAD, &h_ptds2, 0) == CUDA_SUCCESS");
     CHECK_EQ(h_ptds, h_ptds2, "h_ptds == h_ptds2");
     CHECK_NE(h_ptds, h_null, "h_ptds != h_null");
-    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s, 0), CUDA_SUCCESS, "((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s, 0) == CUDA_SUCCESS");
-    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s2, 1), CUDA_SUCCESS, "((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s2, 1) == CUDA_SUCCESS");
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s, 0), CUDA_SUCCESS,
+             "((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s, 0) == CUDA_SUCCESS");
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s2, 1), CUDA_SUCCESS,
+             "((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s2, 1) == CUDA_SUCCESS");
     CHECK_EQ(h_s2, h_s, "h_s2 == h_s");
-    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, NULL, NULL, 0), CUDA_ERROR_INVALID_VALUE, "((handle_fn)tctx[51])(PRIMARY, NULL, NULL, 0) == CUDA_ERROR_INVALID_VALUE");
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, NULL, NULL, 0), CUDA_ERROR_INVALID_VALUE,
+             "((handle_fn)tctx[51])(PRIMARY, NULL, NULL, 0) == CUDA_ERROR_INVALID_VALUE");
     id = 0;
-    CHECK_EQ(((id_fn)tctx[39])(PRIMARY, h_s, &id), CUDA_SUCCESS, "((id_fn)tctx[39])(PRIMARY, h_s, &id) == CUDA_SUCCESS");
+    CHECK_EQ(((id_fn)tctx[39])(PRIMARY, h_s, &id), CUDA_SUCCESS,
+             "((id_fn)tctx[39])(PRIMARY, h_s, &id) == CUDA_SUCCESS");
     CHECK_EQ(id, 0x500, "id == 0x500");
-    CHECK_EQ(((id_fn)tctx[39])(PRIMARY, h_null, &id), CUDA_SUCCESS, "((id_fn)tctx[39])(PRIMARY, h_null, &id) == CUDA_SUCCESS");
+    CHECK_EQ(((id_fn)tctx[39])(PRIMARY, h_null, &id), CUDA_SUCCESS,
+             "((id_fn)tctx[39])(PRIMARY, h_null, &id) == CUDA_SUCCESS");
     CHECK_EQ(id, 1, "id == 1");
-    CHECK_EQ(((id_fn)tctx[39])(PRIMARY, h_ptds, &id), CUDA_SUCCESS, "((id_fn)tctx[39])(PRIMARY, h_ptds, &id) == CUDA_SUCCESS");
+    CHECK_EQ(((id_fn)tctx[39])(PRIMARY, h_ptds, &id), CUDA_SUCCESS,
+             "((id_fn)tctx[39])(PRIMARY, h_ptds, &id) == CUDA_SUCCESS");
     CHECK_EQ(id, 77, "id == 77");
-    CHECK_EQ(((id_fn)tctx[39])(PRIMARY, K(1), &id), CUDA_ERROR_INVALID_HANDLE, "((id_fn)tctx[39])(PRIMARY, K(1), &id) == CUDA_ERROR_INVALID_HANDLE");
+    CHECK_EQ(((id_fn)tctx[39])(PRIMARY, K(1), &id), CUDA_ERROR_INVALID_HANDLE,
+             "((id_fn)tctx[39])(PRIMARY, K(1), &id) == CUDA_ERROR_INVALID_HANDLE");
     CUstream pub = NULL;
-    CHECK_EQ(((CUresult(*)(void *, CUstream *))tctx[16])(h_s, &pub), CUDA_SUCCESS, "((CUresult(*)(void *, CUstream *))tctx[16])(h_s, &pub) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(void *, CUstream *))tctx[16])(h_s, &pub), CUDA_SUCCESS,
+             "((CUresult(*)(void *, CUstream *))tctx[16])(h_s, &pub) == CUDA_SUCCESS");
     CHECK_EQ(pub, (CUstream)0x500, "pub == (CUstream)0x500");
     uint8_t yes = 9;
-    CHECK_EQ(((CUresult(*)(void *, uint8_t *))tctx[32])(h_s, &yes), CUDA_SUCCESS, "((CUresult(*)(void *, uint8_t *))tctx[32])(h_s, &yes) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(void *, uint8_t *))tctx[32])(h_s, &yes), CUDA_SUCCESS,
+             "((CUresult(*)(void *, uint8_t *))tctx[32])(h_s, &yes) == CUDA_SUCCESS");
     CHECK_EQ(yes, 1, "yes == 1");
-    CHECK_EQ(((CUresult(*)(CUcontext, void *, uint8_t *))tctx[12])(PRIMARY, h_null, &yes), CUDA_SUCCESS, "((CUresult(*)(CUcontext, void *, uint8_t *))tctx[12])(PRIMARY, h_null, &yes) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUcontext, void *, uint8_t *))tctx[12])(PRIMARY, h_null, &yes), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext, void *, uint8_t *))tctx[12])(PRIMARY, h_null, &yes) == CUDA_SUCCESS");
     CHECK_EQ(yes, 1, "yes == 1");
     uint32_t device = 9;
-    CHECK_EQ(((CUresult(*)(CUcontext, uint32_t *))tctx[3])(OTHER, &device), CUDA_SUCCESS, "((CUresult(*)(CUcontext, uint32_t *))tctx[3])(OTHER, &device) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUcontext, uint32_t *))tctx[3])(OTHER, &device), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext, uint32_t *))tctx[3])(OTHER, &device) == CUDA_SUCCESS");
     CHECK_EQ(device, 1, "device == 1");
 
     /* the cluster prototype table: its controls are the public attributes */
@@ -495,23 +544,29 @@ static void test_slots(void)
     CHECK_EQ((uintptr_t)cl[0], 17 * sizeof(void *), "(uintptr_t)cl[0] == 17 * sizeof(void *)");
     CUfunction fn = (CUfunction)0x4000;
     int x = 0, y = 0, z = 0, n = 0;
-    CHECK_EQ(((CUresult(*)(CUfunction, int, int, int))cl[1])(fn, 2, 1, 1), CUDA_SUCCESS, "((CUresult(*)(CUfunction, int, int, int))cl[1])(fn, 2, 1, 1) == CUDA_SUCCESS");
-    CHECK_EQ(((CUresult(*)(CUfunction, int *, int *, int *))cl[5])(fn, &x, &y, &z), CUDA_SUCCESS, "((CUresult(*)(CUfunction, int *, int *, int *))cl[5])(fn, &x, &y, &z) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUfunction, int, int, int))cl[1])(fn, 2, 1, 1), CUDA_SUCCESS,
+             "((CUresult(*)(CUfunction, int, int, int))cl[1])(fn, 2, 1, 1) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUfunction, int *, int *, int *))cl[5])(fn, &x, &y, &z), CUDA_SUCCESS,
+             "((CUresult(*)(CUfunction, int *, int *, int *))cl[5])(fn, &x, &y, &z) == CUDA_SUCCESS");
     CHECK_EQ(x, 2, "x == 2");
     CHECK_EQ(y, 1, "y == 1");
     CHECK_EQ(z, 1, "z == 1");
-    CHECK_EQ(((CUresult(*)(CUfunction, int, size_t, int *))cl[9])(fn, 128, 0, &n), CUDA_SUCCESS, "((CUresult(*)(CUfunction, int, size_t, int *))cl[9])(fn, 128, 0, &n) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUfunction, int, size_t, int *))cl[9])(fn, 128, 0, &n), CUDA_SUCCESS,
+             "((CUresult(*)(CUfunction, int, size_t, int *))cl[9])(fn, 128, 0, &n) == CUDA_SUCCESS");
     CHECK_EQ(n, 16, "n == 16");
-    CHECK_EQ(((CUresult(*)(CUfunction, int, size_t, int, int *))cl[10])(fn, 128, 0, 4, &n), CUDA_SUCCESS, "((CUresult(*)(CUfunction, int, size_t, int, int *))cl[10])(fn, 128, 0, 4, &n) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUfunction, int, size_t, int, int *))cl[10])(fn, 128, 0, 4, &n), CUDA_SUCCESS,
+             "((CUresult(*)(CUfunction, int, size_t, int, int *))cl[10])(fn, 128, 0, 4, &n) == CUDA_SUCCESS");
     CHECK_EQ(n, 30, "n == 30");
     n = 5;
-    CHECK_EQ(((CUresult(*)(CUdevice, int *))cl[16])(0, &n), CUDA_SUCCESS, "((CUresult(*)(CUdevice, int *))cl[16])(0, &n) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUdevice, int *))cl[16])(0, &n), CUDA_SUCCESS,
+             "((CUresult(*)(CUdevice, int *))cl[16])(0, &n) == CUDA_SUCCESS");
     CHECK_EQ(n, 0, "n == 0");
 
     void *const *tmod = table_of(TOOLS_MODULE);
     typedef uint64_t (*iterate_fn)(CUcontext, CUmodule, void *, void *);
     memset(&seen, 0, sizeof seen);
-    CHECK_EQ(((iterate_fn)tmod[7])(PRIMARY, FAKE_MODULE, (void *)seen_function, K(0x77)), 3, "((iterate_fn)tmod[7])(PRIMARY, FAKE_MODULE, (void *)seen_function, K(0x77)) == 3");
+    CHECK_EQ(((iterate_fn)tmod[7])(PRIMARY, FAKE_MODULE, (void *)seen_function, K(0x77)), 3,
+             "((iterate_fn)tmod[7])(PRIMARY, FAKE_MODULE, (void *)seen_function, K(0x77)) == 3");
     CHECK_EQ(seen.n, 3, "seen.n == 3");
     CHECK_EQ(seen.opaque, K(0x77), "seen.opaque == K(0x77)");
     CHECK_EQ(seen.fn[0], (CUfunction)0x4000, "seen.fn[0] == (CUfunction)0x4000");
@@ -533,7 +588,8 @@ static void test_refused_slot(void)
     const char *said = stderr_of(call_refused_twice);
     CHECK_EQ(refused_result, CUDA_ERROR_NOT_SUPPORTED, "refused_result == CUDA_ERROR_NOT_SUPPORTED");
     CHECK_EQ(count_lines(said), 1, "count_lines(said) == 1");
-    CHECK_NE(strstr(said, "TOOLS_CONTEXT, slot 50"), NULL, "strstr(said, \"TOOLS_CONTEXT, slot 50\") != NULL");
+    CHECK_NE(strstr(said, "TOOLS_CONTEXT, slot 50"), NULL,
+             "strstr(said, \"TOOLS_CONTEXT, slot 50\") != NULL");
 }
 
 /* ---- MD2: RFC 1319's test suite ---- */
@@ -704,7 +760,8 @@ static void test_integrity_slot(void)
     typedef CUresult (*check_fn)(uint32_t, uint64_t, uint64_t *);
     fake_devices = 2;
     uint64_t got[2] = {0, 0}, want[2] = {1, 1};
-    CHECK_EQ(((check_fn)integrity[1])(13002, 1234567, got), CUDA_SUCCESS, "((check_fn)integrity[1])(13002, 1234567, got) == CUDA_SUCCESS");
+    CHECK_EQ(((check_fn)integrity[1])(13002, 1234567, got), CUDA_SUCCESS,
+             "((check_fn)integrity[1])(13002, 1234567, got) == CUDA_SUCCESS");
     struct flyt_integrity_input in = {
         .driver_version = 13000,
         .asked_version = 13002,
@@ -725,7 +782,8 @@ static void test_integrity_slot(void)
     flyt_integrity_hash(want, &in, devs, 2);
     CHECK_EQ(got[0], want[0], "got[0] == want[0]");
     CHECK_EQ(got[1], want[1], "got[1] == want[1]");
-    CHECK_EQ(((check_fn)integrity[1])(13002, 1234567, NULL), CUDA_ERROR_INVALID_VALUE, "((check_fn)integrity[1])(13002, 1234567, NULL) == CUDA_ERROR_INVALID_VALUE");
+    CHECK_EQ(((check_fn)integrity[1])(13002, 1234567, NULL), CUDA_ERROR_INVALID_VALUE,
+             "((check_fn)integrity[1])(13002, 1234567, NULL) == CUDA_ERROR_INVALID_VALUE");
     fake_devices = 1;
 }
 

@@ -90,12 +90,17 @@ static void test_before_init(void)
     int version;
     CHECK_EQ(nvmlDeviceGetCount_v2(&count), NVML_ERROR_UNINITIALIZED, "nvmlDeviceGetCount_v2(&count)");
     CHECK_EQ(count, 7, "count == 7");
-    CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, &dev), NVML_ERROR_UNINITIALIZED, "nvmlDeviceGetHandleByIndex_v2(0, &dev)");
-    CHECK_EQ(nvmlSystemGetCudaDriverVersion_v2(&version), NVML_ERROR_UNINITIALIZED, "nvmlSystemGetCudaDriverVersion_v2(&version)");
+    CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, &dev), NVML_ERROR_UNINITIALIZED,
+             "nvmlDeviceGetHandleByIndex_v2(0, &dev)");
+    CHECK_EQ(nvmlSystemGetCudaDriverVersion_v2(&version), NVML_ERROR_UNINITIALIZED,
+             "nvmlSystemGetCudaDriverVersion_v2(&version)");
     CHECK_EQ(nvmlShutdown(), NVML_ERROR_UNINITIALIZED, "nvmlShutdown()");
-    CHECK_STR_EQ(nvmlErrorString(NVML_SUCCESS), "Success", "strcmp(nvmlErrorString(NVML_SUCCESS), \"Success\") == 0");
-    CHECK_GT(strlen(nvmlErrorString(NVML_ERROR_UNINITIALIZED)), 0, "strlen(nvmlErrorString(NVML_ERROR_UNINITIALIZED)) > 0");
-    CHECK_GT(strlen(nvmlErrorString((nvmlReturn_t)12345)), 0, "strlen(nvmlErrorString((nvmlReturn_t)12345)) > 0");
+    CHECK_STR_EQ(nvmlErrorString(NVML_SUCCESS), "Success",
+                 "strcmp(nvmlErrorString(NVML_SUCCESS), \"Success\") == 0");
+    CHECK_GT(strlen(nvmlErrorString(NVML_ERROR_UNINITIALIZED)), 0,
+             "strlen(nvmlErrorString(NVML_ERROR_UNINITIALIZED)) > 0");
+    CHECK_GT(strlen(nvmlErrorString((nvmlReturn_t)12345)), 0,
+             "strlen(nvmlErrorString((nvmlReturn_t)12345)) > 0");
 }
 
 /* Without a driver NVML fails as NVIDIA's does, says so in one line, and
@@ -110,7 +115,8 @@ static void test_failed_init(void)
     capture_begin(&cap);
     CHECK_EQ(nvmlInit_v2(), NVML_ERROR_LIBRARY_NOT_FOUND, "nvmlInit_v2()");
     CHECK_EQ(capture_end(&cap, text, sizeof text), 1, "capture_end(&cap, text, sizeof text) == 1");
-    CHECK_NE(strstr(text, "NVML_ERROR_LIBRARY_NOT_FOUND"), NULL, "strstr(text, \"NVML_ERROR_LIBRARY_NOT_FOUND\") != NULL");
+    CHECK_NE(strstr(text, "NVML_ERROR_LIBRARY_NOT_FOUND"), NULL,
+             "strstr(text, \"NVML_ERROR_LIBRARY_NOT_FOUND\") != NULL");
     CHECK_EQ(nvmlDeviceGetCount_v2(&count), NVML_ERROR_UNINITIALIZED, "nvmlDeviceGetCount_v2(&count)");
     CHECK_EQ(nvmlShutdown(), NVML_ERROR_UNINITIALIZED, "nvmlShutdown()");
     unsetenv("FLYT_NVML_LIBCUDA");
@@ -119,15 +125,18 @@ static void test_failed_init(void)
     capture_begin(&cap);
     CHECK_EQ(nvmlInit_v2(), NVML_ERROR_DRIVER_NOT_LOADED, "nvmlInit_v2()");
     CHECK_EQ(capture_end(&cap, text, sizeof text), 1, "capture_end(&cap, text, sizeof text) == 1");
-    CHECK_NE(strstr(text, "NVML_ERROR_DRIVER_NOT_LOADED"), NULL, "strstr(text, \"NVML_ERROR_DRIVER_NOT_LOADED\") != NULL");
+    CHECK_NE(strstr(text, "NVML_ERROR_DRIVER_NOT_LOADED"), NULL,
+             "strstr(text, \"NVML_ERROR_DRIVER_NOT_LOADED\") != NULL");
     CHECK_EQ(nvmlDeviceGetCount_v2(&count), NVML_ERROR_UNINITIALIZED, "nvmlDeviceGetCount_v2(&count)");
     /* NVML_INIT_FLAG_NO_GPUS: a driver without GPUs is no failure. */
-    CHECK_EQ(nvmlInitWithFlags(NVML_INIT_FLAG_NO_GPUS), NVML_SUCCESS, "nvmlInitWithFlags(NVML_INIT_FLAG_NO_GPUS)");
+    CHECK_EQ(nvmlInitWithFlags(NVML_INIT_FLAG_NO_GPUS), NVML_SUCCESS,
+             "nvmlInitWithFlags(NVML_INIT_FLAG_NO_GPUS)");
     CHECK_EQ(nvmlDeviceGetCount_v2(&count), NVML_SUCCESS, "nvmlDeviceGetCount_v2(&count)");
     CHECK_EQ(count, 0, "count == 0");
     CHECK_EQ(nvmlShutdown(), NVML_SUCCESS, "nvmlShutdown()");
     setenv("FLYT_FAKE_CUDA_INIT_ERROR", "999", 1); /* anything else, even with the flag */
-    CHECK_EQ(nvmlInitWithFlags(NVML_INIT_FLAG_NO_GPUS), NVML_ERROR_DRIVER_NOT_LOADED, "nvmlInitWithFlags(NVML_INIT_FLAG_NO_GPUS)");
+    CHECK_EQ(nvmlInitWithFlags(NVML_INIT_FLAG_NO_GPUS), NVML_ERROR_DRIVER_NOT_LOADED,
+             "nvmlInitWithFlags(NVML_INIT_FLAG_NO_GPUS)");
     unsetenv("FLYT_FAKE_CUDA_INIT_ERROR");
 }
 
@@ -137,22 +146,30 @@ static void test_system(void)
     int version = 0;
     unsigned int count = 7;
 
-    CHECK_EQ(nvmlSystemGetCudaDriverVersion(&version), NVML_SUCCESS, "nvmlSystemGetCudaDriverVersion(&version)");
+    CHECK_EQ(nvmlSystemGetCudaDriverVersion(&version), NVML_SUCCESS,
+             "nvmlSystemGetCudaDriverVersion(&version)");
     CHECK_EQ(version, 13000, "version == 13000");
     version = 0;
-    CHECK_EQ(nvmlSystemGetCudaDriverVersion_v2(&version), NVML_SUCCESS, "nvmlSystemGetCudaDriverVersion_v2(&version)");
+    CHECK_EQ(nvmlSystemGetCudaDriverVersion_v2(&version), NVML_SUCCESS,
+             "nvmlSystemGetCudaDriverVersion_v2(&version)");
     CHECK_EQ(version, 13000, "version == 13000");
-    CHECK_EQ(nvmlSystemGetCudaDriverVersion_v2(NULL), NVML_ERROR_INVALID_ARGUMENT, "nvmlSystemGetCudaDriverVersion_v2(NULL)");
+    CHECK_EQ(nvmlSystemGetCudaDriverVersion_v2(NULL), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlSystemGetCudaDriverVersion_v2(NULL)");
 
     unsetenv("FLYT_NVML_DRIVER_VERSION");
-    CHECK_EQ(nvmlSystemGetDriverVersion(text, sizeof text), NVML_ERROR_NOT_SUPPORTED, "nvmlSystemGetDriverVersion(text, sizeof text)");
-    CHECK_EQ(nvmlSystemGetNVMLVersion(text, sizeof text), NVML_SUCCESS, "nvmlSystemGetNVMLVersion(text, sizeof text)");
+    CHECK_EQ(nvmlSystemGetDriverVersion(text, sizeof text), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlSystemGetDriverVersion(text, sizeof text)");
+    CHECK_EQ(nvmlSystemGetNVMLVersion(text, sizeof text), NVML_SUCCESS,
+             "nvmlSystemGetNVMLVersion(text, sizeof text)");
     CHECK_STR_EQ(text, "13", "strcmp(text, \"13\") == 0"); /* the CUDA driver's major version */
     setenv("FLYT_NVML_DRIVER_VERSION", "580.95.05", 1);
-    CHECK_EQ(nvmlSystemGetDriverVersion(text, sizeof text), NVML_SUCCESS, "nvmlSystemGetDriverVersion(text, sizeof text)");
+    CHECK_EQ(nvmlSystemGetDriverVersion(text, sizeof text), NVML_SUCCESS,
+             "nvmlSystemGetDriverVersion(text, sizeof text)");
     CHECK_STR_EQ(text, "580.95.05", "strcmp(text, \"580.95.05\") == 0");
-    CHECK_EQ(nvmlSystemGetDriverVersion(text, 9), NVML_ERROR_INSUFFICIENT_SIZE, "nvmlSystemGetDriverVersion(text, 9)");
-    CHECK_EQ(nvmlSystemGetNVMLVersion(text, sizeof text), NVML_SUCCESS, "nvmlSystemGetNVMLVersion(text, sizeof text)");
+    CHECK_EQ(nvmlSystemGetDriverVersion(text, 9), NVML_ERROR_INSUFFICIENT_SIZE,
+             "nvmlSystemGetDriverVersion(text, 9)");
+    CHECK_EQ(nvmlSystemGetNVMLVersion(text, sizeof text), NVML_SUCCESS,
+             "nvmlSystemGetNVMLVersion(text, sizeof text)");
     CHECK_STR_EQ(text, "13.580.95.05", "strcmp(text, \"13.580.95.05\") == 0");
     unsetenv("FLYT_NVML_DRIVER_VERSION");
 
@@ -166,11 +183,13 @@ static void test_system(void)
 static void check_handle_by_pci(const char *bus_id, nvmlDevice_t want, nvmlReturn_t want_ret)
 {
     nvmlDevice_t got = NULL;
-    CHECK_EQ(nvmlDeviceGetHandleByPciBusId_v2(bus_id, &got), want_ret, "nvmlDeviceGetHandleByPciBusId_v2(bus_id, &got)");
+    CHECK_EQ(nvmlDeviceGetHandleByPciBusId_v2(bus_id, &got), want_ret,
+             "nvmlDeviceGetHandleByPciBusId_v2(bus_id, &got)");
     if (want_ret == NVML_SUCCESS)
         CHECK_EQ(got, want, "%s finds its device", bus_id);
     got = NULL;
-    CHECK_EQ(nvmlDeviceGetHandleByPciBusId(bus_id, &got), want_ret, "nvmlDeviceGetHandleByPciBusId(bus_id, &got)");
+    CHECK_EQ(nvmlDeviceGetHandleByPciBusId(bus_id, &got), want_ret,
+             "nvmlDeviceGetHandleByPciBusId(bus_id, &got)");
     if (want_ret == NVML_SUCCESS)
         CHECK_EQ(got, want, "%s finds its device (v1)", bus_id);
 }
@@ -188,27 +207,37 @@ static void test_lookup(nvmlDevice_t dev[2])
     CHECK_EQ(count, 2, "count == 2");
     CHECK_EQ(nvmlDeviceGetCount_v2(NULL), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetCount_v2(NULL)");
 
-    CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, &dev[0]), NVML_SUCCESS, "nvmlDeviceGetHandleByIndex_v2(0, &dev[0])");
-    CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(1, &dev[1]), NVML_SUCCESS, "nvmlDeviceGetHandleByIndex_v2(1, &dev[1])");
+    CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, &dev[0]), NVML_SUCCESS,
+             "nvmlDeviceGetHandleByIndex_v2(0, &dev[0])");
+    CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(1, &dev[1]), NVML_SUCCESS,
+             "nvmlDeviceGetHandleByIndex_v2(1, &dev[1])");
     CHECK_NE(dev[0], NULL, "dev[0] != NULL");
     CHECK_NE(dev[1], NULL, "dev[1] != NULL");
     CHECK_NE(dev[0], dev[1], "dev[0] != dev[1]");
     CHECK_EQ(nvmlDeviceGetHandleByIndex(1, &h), NVML_SUCCESS, "nvmlDeviceGetHandleByIndex(1, &h)");
     CHECK_EQ(h, dev[1], "h == dev[1]");
-    CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(2, &h), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetHandleByIndex_v2(2, &h)");
-    CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, NULL), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetHandleByIndex_v2(0, NULL)");
+    CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(2, &h), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetHandleByIndex_v2(2, &h)");
+    CHECK_EQ(nvmlDeviceGetHandleByIndex_v2(0, NULL), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetHandleByIndex_v2(0, NULL)");
 
     CHECK_EQ(nvmlDeviceGetIndex(dev[1], &index), NVML_SUCCESS, "nvmlDeviceGetIndex(dev[1], &index)");
     CHECK_EQ(index, 1, "index == 1");
-    CHECK_EQ(nvmlDeviceGetIndex(NULL, &index), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetIndex(NULL, &index)");
-    CHECK_EQ(nvmlDeviceGetIndex((nvmlDevice_t)(void *)&not_a_device, &index), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetIndex((nvmlDevice_t)(void *)&not_a_device, &index)");
+    CHECK_EQ(nvmlDeviceGetIndex(NULL, &index), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetIndex(NULL, &index)");
+    CHECK_EQ(nvmlDeviceGetIndex((nvmlDevice_t)(void *)&not_a_device, &index), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetIndex((nvmlDevice_t)(void *)&not_a_device, &index)");
 
-    CHECK_EQ(nvmlDeviceGetHandleByUUID("GPU-12345678-9abc-def0-0123-456789abcdee", &h), NVML_SUCCESS, "nvmlDeviceGetHandleByUUID(\"GPU-12345678-9abc-def0-0123-456789abcdee\", &h)");
+    CHECK_EQ(nvmlDeviceGetHandleByUUID("GPU-12345678-9abc-def0-0123-456789abcdee", &h), NVML_SUCCESS,
+             "nvmlDeviceGetHandleByUUID(\"GPU-12345678-9abc-def0-0123-456789abcdee\", &h)");
     CHECK_EQ(h, dev[1], "h == dev[1]");
-    CHECK_EQ(nvmlDeviceGetHandleByUUID("GPU-12345678-9abc-def0-0123-456789abcdef", &h), NVML_SUCCESS, "nvmlDeviceGetHandleByUUID(\"GPU-12345678-9abc-def0-0123-456789abcdef\", &h)");
+    CHECK_EQ(nvmlDeviceGetHandleByUUID("GPU-12345678-9abc-def0-0123-456789abcdef", &h), NVML_SUCCESS,
+             "nvmlDeviceGetHandleByUUID(\"GPU-12345678-9abc-def0-0123-456789abcdef\", &h)");
     CHECK_EQ(h, dev[0], "h == dev[0]");
-    CHECK_EQ(nvmlDeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000", &h), NVML_ERROR_NOT_FOUND, "nvmlDeviceGetHandleByUUID(\"GPU-00000000-0000-0000-0000-000000000000\", &h)");
-    CHECK_EQ(nvmlDeviceGetHandleByUUID(NULL, &h), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetHandleByUUID(NULL, &h)");
+    CHECK_EQ(nvmlDeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000", &h), NVML_ERROR_NOT_FOUND,
+             "nvmlDeviceGetHandleByUUID(\"GPU-00000000-0000-0000-0000-000000000000\", &h)");
+    CHECK_EQ(nvmlDeviceGetHandleByUUID(NULL, &h), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetHandleByUUID(NULL, &h)");
 
     check_handle_by_pci("00000000:3B:00.0", dev[0], NVML_SUCCESS);
     check_handle_by_pci("0000:5e:00.0", dev[1], NVML_SUCCESS);
@@ -225,17 +254,24 @@ static void test_identity(nvmlDevice_t dev[2])
     char text[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
     int major = 0, minor = 7;
 
-    CHECK_EQ(nvmlDeviceGetName(dev[0], text, NVML_DEVICE_NAME_BUFFER_SIZE), NVML_SUCCESS, "nvmlDeviceGetName(dev[0], text, NVML_DEVICE_NAME_BUFFER_SIZE)");
+    CHECK_EQ(nvmlDeviceGetName(dev[0], text, NVML_DEVICE_NAME_BUFFER_SIZE), NVML_SUCCESS,
+             "nvmlDeviceGetName(dev[0], text, NVML_DEVICE_NAME_BUFFER_SIZE)");
     CHECK_STR_EQ(text, "Flyt virtual GPU", "strcmp(text, \"Flyt virtual GPU\") == 0");
-    CHECK_EQ(nvmlDeviceGetName(dev[0], text, 5), NVML_ERROR_INSUFFICIENT_SIZE, "nvmlDeviceGetName(dev[0], text, 5)");
-    CHECK_EQ(nvmlDeviceGetName(dev[0], NULL, 64), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetName(dev[0], NULL, 64)");
+    CHECK_EQ(nvmlDeviceGetName(dev[0], text, 5), NVML_ERROR_INSUFFICIENT_SIZE,
+             "nvmlDeviceGetName(dev[0], text, 5)");
+    CHECK_EQ(nvmlDeviceGetName(dev[0], NULL, 64), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetName(dev[0], NULL, 64)");
 
-    CHECK_EQ(nvmlDeviceGetUUID(dev[0], text, NVML_DEVICE_UUID_BUFFER_SIZE), NVML_SUCCESS, "nvmlDeviceGetUUID(dev[0], text, NVML_DEVICE_UUID_BUFFER_SIZE)");
+    CHECK_EQ(nvmlDeviceGetUUID(dev[0], text, NVML_DEVICE_UUID_BUFFER_SIZE), NVML_SUCCESS,
+             "nvmlDeviceGetUUID(dev[0], text, NVML_DEVICE_UUID_BUFFER_SIZE)");
     CHECK(is_nvml_uuid(text), "is_nvml_uuid(text)");
-    CHECK_STR_EQ(text, "GPU-12345678-9abc-def0-0123-456789abcdef", "strcmp(text, \"GPU-12345678-9abc-def0-0123-456789abcdef\") == 0");
+    CHECK_STR_EQ(text, "GPU-12345678-9abc-def0-0123-456789abcdef",
+                 "strcmp(text, \"GPU-12345678-9abc-def0-0123-456789abcdef\") == 0");
     CHECK_EQ(nvmlDeviceGetUUID(dev[1], text, 41), NVML_SUCCESS, "nvmlDeviceGetUUID(dev[1], text, 41)");
-    CHECK_STR_EQ(text, "GPU-12345678-9abc-def0-0123-456789abcdee", "strcmp(text, \"GPU-12345678-9abc-def0-0123-456789abcdee\") == 0");
-    CHECK_EQ(nvmlDeviceGetUUID(dev[1], text, 40), NVML_ERROR_INSUFFICIENT_SIZE, "nvmlDeviceGetUUID(dev[1], text, 40)");
+    CHECK_STR_EQ(text, "GPU-12345678-9abc-def0-0123-456789abcdee",
+                 "strcmp(text, \"GPU-12345678-9abc-def0-0123-456789abcdee\") == 0");
+    CHECK_EQ(nvmlDeviceGetUUID(dev[1], text, 40), NVML_ERROR_INSUFFICIENT_SIZE,
+             "nvmlDeviceGetUUID(dev[1], text, 40)");
 
     nvmlPciInfo_t pci;
     memset(&pci, 0xaa, sizeof pci);
@@ -250,20 +286,24 @@ static void test_identity(nvmlDevice_t dev[2])
     CHECK_EQ(nvmlDeviceGetPciInfo_v2(dev[1], &pci), NVML_SUCCESS, "nvmlDeviceGetPciInfo_v2(dev[1], &pci)");
     CHECK_STR_EQ(pci.busId, "00000000:5E:00.0", "strcmp(pci.busId, \"00000000:5E:00.0\") == 0");
     CHECK_EQ(pci.bus, 0x5e, "pci.bus == 0x5e");
-    CHECK_EQ(nvmlDeviceGetPciInfo_v3(dev[0], NULL), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetPciInfo_v3(dev[0], NULL)");
+    CHECK_EQ(nvmlDeviceGetPciInfo_v3(dev[0], NULL), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetPciInfo_v3(dev[0], NULL)");
     /* v1 callers allocated the 52-byte struct of old: nothing beyond it is written. */
     unsigned char old[sizeof(nvmlPciInfo_t)];
     memset(old, 0xaa, sizeof old);
-    CHECK_EQ(nvmlDeviceGetPciInfo(dev[0], (nvmlPciInfo_t *)(void *)old), NVML_SUCCESS, "nvmlDeviceGetPciInfo(dev[0], (nvmlPciInfo_t *)(void *)old)");
+    CHECK_EQ(nvmlDeviceGetPciInfo(dev[0], (nvmlPciInfo_t *)(void *)old), NVML_SUCCESS,
+             "nvmlDeviceGetPciInfo(dev[0], (nvmlPciInfo_t *)(void *)old)");
     CHECK_STR_EQ((const char *)old, "0000:3B:00.0", "strcmp((const char *)old, \"0000:3B:00.0\") == 0");
     CHECK_EQ(old[52], 0xaa, "old[52] == 0xaa");
     CHECK_EQ(old[sizeof old - 1], 0xaa, "old[sizeof old - 1] == 0xaa");
 
-    CHECK_EQ(nvmlDeviceGetCudaComputeCapability(dev[0], &major, &minor), NVML_SUCCESS, "nvmlDeviceGetCudaComputeCapability(dev[0], &major, &minor)");
+    CHECK_EQ(nvmlDeviceGetCudaComputeCapability(dev[0], &major, &minor), NVML_SUCCESS,
+             "nvmlDeviceGetCudaComputeCapability(dev[0], &major, &minor)");
     CHECK_EQ(major, 9, "major == 9");
     CHECK_EQ(minor, 0, "minor == 0");
     nvmlDeviceArchitecture_t arch = 0;
-    CHECK_EQ(nvmlDeviceGetArchitecture(dev[0], &arch), NVML_SUCCESS, "nvmlDeviceGetArchitecture(dev[0], &arch)");
+    CHECK_EQ(nvmlDeviceGetArchitecture(dev[0], &arch), NVML_SUCCESS,
+             "nvmlDeviceGetArchitecture(dev[0], &arch)");
     CHECK_EQ(arch, NVML_DEVICE_ARCH_HOPPER, "arch == NVML_DEVICE_ARCH_HOPPER");
     unsigned int n = 0;
     CHECK_EQ(nvmlDeviceGetNumGpuCores(dev[0], &n), NVML_SUCCESS, "nvmlDeviceGetNumGpuCores(dev[0], &n)");
@@ -274,7 +314,8 @@ static void test_identity(nvmlDevice_t dev[2])
     n = 7;
     CHECK_EQ(nvmlDeviceGetMultiGpuBoard(dev[0], &n), NVML_SUCCESS, "nvmlDeviceGetMultiGpuBoard(dev[0], &n)");
     CHECK_EQ(n, 0, "n == 0");
-    CHECK_EQ(nvmlDeviceGetMemoryBusWidth(dev[0], &n), NVML_SUCCESS, "nvmlDeviceGetMemoryBusWidth(dev[0], &n)");
+    CHECK_EQ(nvmlDeviceGetMemoryBusWidth(dev[0], &n), NVML_SUCCESS,
+             "nvmlDeviceGetMemoryBusWidth(dev[0], &n)");
     CHECK_EQ(n, 5120, "n == 5120");
 }
 
@@ -296,7 +337,8 @@ static void test_memory(nvmlDevice_t dev[2])
 
     memset(&m2, 0, sizeof m2);
     m2.version = nvmlMemory_v2;
-    CHECK_EQ(nvmlDeviceGetMemoryInfo_v2(dev[1], &m2), NVML_SUCCESS, "nvmlDeviceGetMemoryInfo_v2(dev[1], &m2)");
+    CHECK_EQ(nvmlDeviceGetMemoryInfo_v2(dev[1], &m2), NVML_SUCCESS,
+             "nvmlDeviceGetMemoryInfo_v2(dev[1], &m2)");
     CHECK_EQ(m2.version, nvmlMemory_v2, "m2.version == nvmlMemory_v2");
     CHECK_EQ(m2.total, 16 * GIB, "m2.total == 16 * GIB");
     CHECK_EQ(m2.free, 10 * GIB, "m2.free == 10 * GIB");
@@ -305,9 +347,12 @@ static void test_memory(nvmlDevice_t dev[2])
     CHECK_EQ(primary_refs(1), 1, "primary_refs(1) == 1");
     CHECK_EQ(ctx_depth(), 0, "ctx_depth() == 0");
     m2.version = 1;
-    CHECK_EQ(nvmlDeviceGetMemoryInfo_v2(dev[1], &m2), NVML_ERROR_ARGUMENT_VERSION_MISMATCH, "nvmlDeviceGetMemoryInfo_v2(dev[1], &m2)");
-    CHECK_EQ(nvmlDeviceGetMemoryInfo(dev[0], NULL), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetMemoryInfo(dev[0], NULL)");
-    CHECK_EQ(nvmlDeviceGetMemoryInfo(NULL, &m), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetMemoryInfo(NULL, &m)");
+    CHECK_EQ(nvmlDeviceGetMemoryInfo_v2(dev[1], &m2), NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+             "nvmlDeviceGetMemoryInfo_v2(dev[1], &m2)");
+    CHECK_EQ(nvmlDeviceGetMemoryInfo(dev[0], NULL), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetMemoryInfo(dev[0], NULL)");
+    CHECK_EQ(nvmlDeviceGetMemoryInfo(NULL, &m), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetMemoryInfo(NULL, &m)");
     /* The value applications built with NVIDIA's nvml.h pass (40 bytes, version 2),
      * not the macro's own expansion again. */
     CHECK_EQ(nvmlMemory_v2, 0x02000028u, "nvmlMemory_v2 is 0x02000028, as in NVIDIA's nvml.h");
@@ -319,17 +364,23 @@ static void test_modes(nvmlDevice_t dev[2])
     nvmlEnableState_t cur = NVML_FEATURE_DISABLED, pend = NVML_FEATURE_DISABLED;
     nvmlComputeMode_t mode = NVML_COMPUTEMODE_PROHIBITED;
 
-    CHECK_EQ(nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_SM, &v), NVML_SUCCESS, "nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_SM, &v)");
+    CHECK_EQ(nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_SM, &v), NVML_SUCCESS,
+             "nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_SM, &v)");
     CHECK_EQ(v, 1755, "v == 1755");
-    CHECK_EQ(nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_GRAPHICS, &v), NVML_SUCCESS, "nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_GRAPHICS, &v)");
+    CHECK_EQ(nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_GRAPHICS, &v), NVML_SUCCESS,
+             "nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_GRAPHICS, &v)");
     CHECK_EQ(v, 1755, "v == 1755");
-    CHECK_EQ(nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_MEM, &v), NVML_SUCCESS, "nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_MEM, &v)");
+    CHECK_EQ(nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_MEM, &v), NVML_SUCCESS,
+             "nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_MEM, &v)");
     CHECK_EQ(v, 2619, "v == 2619");
-    CHECK_EQ(nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_VIDEO, &v), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_VIDEO, &v)");
+    CHECK_EQ(nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_VIDEO, &v), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetMaxClockInfo(dev[0], NVML_CLOCK_VIDEO, &v)");
 
-    CHECK_EQ(nvmlDeviceGetComputeMode(dev[0], &mode), NVML_SUCCESS, "nvmlDeviceGetComputeMode(dev[0], &mode)");
+    CHECK_EQ(nvmlDeviceGetComputeMode(dev[0], &mode), NVML_SUCCESS,
+             "nvmlDeviceGetComputeMode(dev[0], &mode)");
     CHECK_EQ(mode, NVML_COMPUTEMODE_DEFAULT, "mode == NVML_COMPUTEMODE_DEFAULT");
-    CHECK_EQ(nvmlDeviceGetEccMode(dev[0], &cur, &pend), NVML_SUCCESS, "nvmlDeviceGetEccMode(dev[0], &cur, &pend)");
+    CHECK_EQ(nvmlDeviceGetEccMode(dev[0], &cur, &pend), NVML_SUCCESS,
+             "nvmlDeviceGetEccMode(dev[0], &cur, &pend)");
     CHECK_EQ(cur, NVML_FEATURE_ENABLED, "cur == NVML_FEATURE_ENABLED");
     CHECK_EQ(pend, NVML_FEATURE_ENABLED, "pend == NVML_FEATURE_ENABLED");
     cur = NVML_FEATURE_ENABLED;
@@ -338,17 +389,22 @@ static void test_modes(nvmlDevice_t dev[2])
     CHECK_EQ(nvmlDeviceGetMigMode(dev[0], &v, &w), NVML_SUCCESS, "nvmlDeviceGetMigMode(dev[0], &v, &w)");
     CHECK_EQ(v, NVML_DEVICE_MIG_DISABLE, "v == NVML_DEVICE_MIG_DISABLE");
     CHECK_EQ(w, NVML_DEVICE_MIG_DISABLE, "w == NVML_DEVICE_MIG_DISABLE");
-    CHECK_EQ(nvmlDeviceGetMigMode(dev[0], &v, NULL), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetMigMode(dev[0], &v, NULL)");
+    CHECK_EQ(nvmlDeviceGetMigMode(dev[0], &v, NULL), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetMigMode(dev[0], &v, NULL)");
     v = 7;
-    CHECK_EQ(nvmlDeviceIsMigDeviceHandle(dev[0], &v), NVML_SUCCESS, "nvmlDeviceIsMigDeviceHandle(dev[0], &v)");
+    CHECK_EQ(nvmlDeviceIsMigDeviceHandle(dev[0], &v), NVML_SUCCESS,
+             "nvmlDeviceIsMigDeviceHandle(dev[0], &v)");
     CHECK_EQ(v, 0, "v == 0");
 
     nvmlGpuP2PStatus_t st = NVML_P2P_STATUS_UNKNOWN;
-    CHECK_EQ(nvmlDeviceGetP2PStatus(dev[0], dev[1], NVML_P2P_CAPS_INDEX_READ, &st), NVML_SUCCESS, "nvmlDeviceGetP2PStatus(dev[0], dev[1], NVML_P2P_CAPS_INDEX_READ, &st)");
+    CHECK_EQ(nvmlDeviceGetP2PStatus(dev[0], dev[1], NVML_P2P_CAPS_INDEX_READ, &st), NVML_SUCCESS,
+             "nvmlDeviceGetP2PStatus(dev[0], dev[1], NVML_P2P_CAPS_INDEX_READ, &st)");
     CHECK_EQ(st, NVML_P2P_STATUS_OK, "st == NVML_P2P_STATUS_OK");
-    CHECK_EQ(nvmlDeviceGetP2PStatus(dev[0], dev[0], NVML_P2P_CAPS_INDEX_WRITE, &st), NVML_SUCCESS, "nvmlDeviceGetP2PStatus(dev[0], dev[0], NVML_P2P_CAPS_INDEX_WRITE, &st)");
+    CHECK_EQ(nvmlDeviceGetP2PStatus(dev[0], dev[0], NVML_P2P_CAPS_INDEX_WRITE, &st), NVML_SUCCESS,
+             "nvmlDeviceGetP2PStatus(dev[0], dev[0], NVML_P2P_CAPS_INDEX_WRITE, &st)");
     CHECK_EQ(st, NVML_P2P_STATUS_NOT_SUPPORTED, "st == NVML_P2P_STATUS_NOT_SUPPORTED");
-    CHECK_EQ(nvmlDeviceGetP2PStatus(dev[0], dev[1], NVML_P2P_CAPS_INDEX_NVLINK, &st), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetP2PStatus(dev[0], dev[1], NVML_P2P_CAPS_INDEX_NVLINK, &st)");
+    CHECK_EQ(nvmlDeviceGetP2PStatus(dev[0], dev[1], NVML_P2P_CAPS_INDEX_NVLINK, &st), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetP2PStatus(dev[0], dev[1], NVML_P2P_CAPS_INDEX_NVLINK, &st)");
 }
 
 /* What the VM cannot see is "not supported", not a made-up 0. */
@@ -360,33 +416,51 @@ static void test_not_visible(nvmlDevice_t dev[2])
     nvmlIntNvLinkDeviceType_t t;
     nvmlEnableState_t e;
 
-    CHECK_EQ(nvmlDeviceGetUtilizationRates(dev[0], &u), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetUtilizationRates(dev[0], &u)");
-    CHECK_EQ(nvmlDeviceGetUtilizationRates(dev[0], NULL), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetUtilizationRates(dev[0], NULL)");
-    CHECK_EQ(nvmlDeviceGetTemperature(dev[0], NVML_TEMPERATURE_GPU, &v), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetTemperature(dev[0], NVML_TEMPERATURE_GPU, &v)");
-    CHECK_EQ(nvmlDeviceGetPowerUsage(dev[0], &v), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetPowerUsage(dev[0], &v)");
-    CHECK_EQ(nvmlDeviceGetFanSpeed(dev[0], &v), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetFanSpeed(dev[0], &v)");
-    CHECK_EQ(nvmlDeviceGetClockInfo(dev[0], NVML_CLOCK_SM, &v), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetClockInfo(dev[0], NVML_CLOCK_SM, &v)");
-    CHECK_EQ(nvmlDeviceGetPerformanceState(dev[0], &p), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetPerformanceState(dev[0], &p)");
-    CHECK_EQ(nvmlDeviceGetPersistenceMode(dev[0], &e), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetPersistenceMode(dev[0], &e)");
-    CHECK_EQ(nvmlDeviceGetMinorNumber(dev[0], &v), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetMinorNumber(dev[0], &v)");
-    CHECK_EQ(nvmlDeviceGetCurrPcieLinkGeneration(dev[0], &v), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetCurrPcieLinkGeneration(dev[0], &v)");
-    CHECK_EQ(nvmlDeviceGetCurrPcieLinkWidth(dev[0], &v), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetCurrPcieLinkWidth(dev[0], &v)");
-    CHECK_EQ(nvmlDeviceGetNvLinkState(dev[0], 0, &e), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetNvLinkState(dev[0], 0, &e)");
-    CHECK_EQ(nvmlDeviceGetNvLinkRemoteDeviceType(dev[0], 0, &t), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceGetNvLinkRemoteDeviceType(dev[0], 0, &t)");
-    CHECK_EQ(nvmlDeviceGetTemperature(NULL, NVML_TEMPERATURE_GPU, &v), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetTemperature(NULL, NVML_TEMPERATURE_GPU, &v)");
+    CHECK_EQ(nvmlDeviceGetUtilizationRates(dev[0], &u), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetUtilizationRates(dev[0], &u)");
+    CHECK_EQ(nvmlDeviceGetUtilizationRates(dev[0], NULL), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetUtilizationRates(dev[0], NULL)");
+    CHECK_EQ(nvmlDeviceGetTemperature(dev[0], NVML_TEMPERATURE_GPU, &v), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetTemperature(dev[0], NVML_TEMPERATURE_GPU, &v)");
+    CHECK_EQ(nvmlDeviceGetPowerUsage(dev[0], &v), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetPowerUsage(dev[0], &v)");
+    CHECK_EQ(nvmlDeviceGetFanSpeed(dev[0], &v), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetFanSpeed(dev[0], &v)");
+    CHECK_EQ(nvmlDeviceGetClockInfo(dev[0], NVML_CLOCK_SM, &v), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetClockInfo(dev[0], NVML_CLOCK_SM, &v)");
+    CHECK_EQ(nvmlDeviceGetPerformanceState(dev[0], &p), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetPerformanceState(dev[0], &p)");
+    CHECK_EQ(nvmlDeviceGetPersistenceMode(dev[0], &e), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetPersistenceMode(dev[0], &e)");
+    CHECK_EQ(nvmlDeviceGetMinorNumber(dev[0], &v), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetMinorNumber(dev[0], &v)");
+    CHECK_EQ(nvmlDeviceGetCurrPcieLinkGeneration(dev[0], &v), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetCurrPcieLinkGeneration(dev[0], &v)");
+    CHECK_EQ(nvmlDeviceGetCurrPcieLinkWidth(dev[0], &v), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetCurrPcieLinkWidth(dev[0], &v)");
+    CHECK_EQ(nvmlDeviceGetNvLinkState(dev[0], 0, &e), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetNvLinkState(dev[0], 0, &e)");
+    CHECK_EQ(nvmlDeviceGetNvLinkRemoteDeviceType(dev[0], 0, &t), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceGetNvLinkRemoteDeviceType(dev[0], 0, &t)");
+    CHECK_EQ(nvmlDeviceGetTemperature(NULL, NVML_TEMPERATURE_GPU, &v), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetTemperature(NULL, NVML_TEMPERATURE_GPU, &v)");
 
     /* The processes run on the GPU server: the VM sees none. */
     nvmlProcessInfo_t infos[4];
     nvmlProcessInfo_v1_t old[4];
     unsigned int count = 4;
-    CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(dev[0], &count, infos), NVML_SUCCESS, "nvmlDeviceGetComputeRunningProcesses_v3(dev[0], &count, infos)");
+    CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(dev[0], &count, infos), NVML_SUCCESS,
+             "nvmlDeviceGetComputeRunningProcesses_v3(dev[0], &count, infos)");
     CHECK_EQ(count, 0, "count == 0");
     count = 0;
-    CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(dev[0], &count, NULL), NVML_SUCCESS, "nvmlDeviceGetComputeRunningProcesses_v3(dev[0], &count, NULL)");
+    CHECK_EQ(nvmlDeviceGetComputeRunningProcesses_v3(dev[0], &count, NULL), NVML_SUCCESS,
+             "nvmlDeviceGetComputeRunningProcesses_v3(dev[0], &count, NULL)");
     count = 4;
-    CHECK_EQ(nvmlDeviceGetComputeRunningProcesses(dev[1], &count, old), NVML_SUCCESS, "nvmlDeviceGetComputeRunningProcesses(dev[1], &count, old)");
+    CHECK_EQ(nvmlDeviceGetComputeRunningProcesses(dev[1], &count, old), NVML_SUCCESS,
+             "nvmlDeviceGetComputeRunningProcesses(dev[1], &count, old)");
     CHECK_EQ(count, 0, "count == 0");
-    CHECK_EQ(nvmlDeviceGetGraphicsRunningProcesses_v3(dev[0], NULL, infos), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetGraphicsRunningProcesses_v3(dev[0], NULL, infos)");
+    CHECK_EQ(nvmlDeviceGetGraphicsRunningProcesses_v3(dev[0], NULL, infos), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetGraphicsRunningProcesses_v3(dev[0], NULL, infos)");
 }
 
 /* A function Flyt does not carry out: not supported, said once per name. */
@@ -413,8 +487,10 @@ static void test_pci_ext_and_events(nvmlDevice_t dev[2])
 {
     nvmlPciInfoExt_t ext = {.version = 0};
     nvmlPciInfo_t pci;
-    CHECK_EQ(nvmlDeviceGetPciInfoExt(dev[1], &ext), NVML_ERROR_ARGUMENT_VERSION_MISMATCH, "nvmlDeviceGetPciInfoExt(dev[1], &ext)");
-    CHECK_EQ(nvmlDeviceGetPciInfoExt(dev[1], NULL), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceGetPciInfoExt(dev[1], NULL)");
+    CHECK_EQ(nvmlDeviceGetPciInfoExt(dev[1], &ext), NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+             "nvmlDeviceGetPciInfoExt(dev[1], &ext)");
+    CHECK_EQ(nvmlDeviceGetPciInfoExt(dev[1], NULL), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceGetPciInfoExt(dev[1], NULL)");
     ext.version = nvmlPciInfoExt_v1;
     CHECK_EQ(nvmlPciInfoExt_v1, 0x1000040, "nvmlPciInfoExt_v1 == 0x1000040");
     CHECK_EQ(nvmlDeviceGetPciInfoExt(dev[1], &ext), NVML_SUCCESS, "nvmlDeviceGetPciInfoExt(dev[1], &ext)");
@@ -431,10 +507,13 @@ static void test_pci_ext_and_events(nvmlDevice_t dev[2])
     nvmlEventData_t data;
     CHECK_EQ(nvmlEventSetCreate(NULL), NVML_ERROR_INVALID_ARGUMENT, "nvmlEventSetCreate(NULL)");
     CHECK_EQ(nvmlEventSetCreate(&set), NVML_SUCCESS, "nvmlEventSetCreate(&set)");
-    CHECK_EQ(nvmlDeviceGetSupportedEventTypes(dev[0], &types), NVML_SUCCESS, "nvmlDeviceGetSupportedEventTypes(dev[0], &types)");
+    CHECK_EQ(nvmlDeviceGetSupportedEventTypes(dev[0], &types), NVML_SUCCESS,
+             "nvmlDeviceGetSupportedEventTypes(dev[0], &types)");
     CHECK_EQ(types, 0, "types == 0");
-    CHECK_EQ(nvmlDeviceRegisterEvents(dev[0], 0x8 /* Xid */, set), NVML_ERROR_NOT_SUPPORTED, "nvmlDeviceRegisterEvents(dev[0], 0x8 /* Xid */, set)");
-    CHECK_EQ(nvmlDeviceRegisterEvents(dev[0], 0x8, NULL), NVML_ERROR_INVALID_ARGUMENT, "nvmlDeviceRegisterEvents(dev[0], 0x8, NULL)");
+    CHECK_EQ(nvmlDeviceRegisterEvents(dev[0], 0x8 /* Xid */, set), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlDeviceRegisterEvents(dev[0], 0x8 /* Xid */, set)");
+    CHECK_EQ(nvmlDeviceRegisterEvents(dev[0], 0x8, NULL), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlDeviceRegisterEvents(dev[0], 0x8, NULL)");
     CHECK_EQ(nvmlEventSetWait_v2(set, &data, 5), NVML_ERROR_TIMEOUT, "nvmlEventSetWait_v2(set, &data, 5)");
     CHECK_EQ(nvmlEventSetFree(set), NVML_SUCCESS, "nvmlEventSetFree(set)");
 }
@@ -454,32 +533,40 @@ static void test_internal_table(nvmlDevice_t dev[2])
     const void *table = (const void *)1;
     struct capture cap;
     char text[1024];
-    CHECK_EQ(nvmlInternalGetExportTable(NULL, smi_id), NVML_ERROR_INVALID_ARGUMENT, "nvmlInternalGetExportTable(NULL, smi_id)");
+    CHECK_EQ(nvmlInternalGetExportTable(NULL, smi_id), NVML_ERROR_INVALID_ARGUMENT,
+             "nvmlInternalGetExportTable(NULL, smi_id)");
     capture_begin(&cap);
-    CHECK_EQ(nvmlInternalGetExportTable(&table, other_id), NVML_ERROR_NOT_SUPPORTED, "nvmlInternalGetExportTable(&table, other_id)");
+    CHECK_EQ(nvmlInternalGetExportTable(&table, other_id), NVML_ERROR_NOT_SUPPORTED,
+             "nvmlInternalGetExportTable(&table, other_id)");
     CHECK_EQ(capture_end(&cap, text, sizeof text), 1, "capture_end(&cap, text, sizeof text) == 1");
     CHECK_NE(strstr(text, "c4fe3e6c"), NULL, "strstr(text, \"c4fe3e6c\") != NULL");
     CHECK_EQ(table, NULL, "table == NULL");
-    CHECK_EQ(nvmlInternalGetExportTable(&table, smi_id), NVML_SUCCESS, "nvmlInternalGetExportTable(&table, smi_id)");
+    CHECK_EQ(nvmlInternalGetExportTable(&table, smi_id), NVML_SUCCESS,
+             "nvmlInternalGetExportTable(&table, smi_id)");
     if (table == NULL)
         return;
     const uintptr_t *slot = table;
     CHECK_EQ(slot[0], 256 * sizeof(uintptr_t), "slot[0] == 256 * sizeof(uintptr_t)");
 
     nvmlDevice_t got = NULL;
-    CHECK_EQ(((internal_slot)slot[81])(1, (uintptr_t)&got, 0x22, 0), NVML_SUCCESS, "((internal_slot)slot[81])(1, (uintptr_t)&got, 0x22, 0)");
+    CHECK_EQ(((internal_slot)slot[81])(1, (uintptr_t)&got, 0x22, 0), NVML_SUCCESS,
+             "((internal_slot)slot[81])(1, (uintptr_t)&got, 0x22, 0)");
     CHECK_EQ(got, dev[1], "got == dev[1]");
-    CHECK_EQ(((internal_slot)slot[81])(7, (uintptr_t)&got, 0x22, 0), NVML_ERROR_INVALID_ARGUMENT, "((internal_slot)slot[81])(7, (uintptr_t)&got, 0x22, 0)");
+    CHECK_EQ(((internal_slot)slot[81])(7, (uintptr_t)&got, 0x22, 0), NVML_ERROR_INVALID_ARGUMENT,
+             "((internal_slot)slot[81])(7, (uintptr_t)&got, 0x22, 0)");
 
     unsigned count = 250;
-    CHECK_EQ(((internal_slot)slot[214])((uintptr_t)dev[0], (uintptr_t)&count, 0, 0), NVML_SUCCESS, "((internal_slot)slot[214])((uintptr_t)dev[0], (uintptr_t)&count, 0, 0)");
+    CHECK_EQ(((internal_slot)slot[214])((uintptr_t)dev[0], (uintptr_t)&count, 0, 0), NVML_SUCCESS,
+             "((internal_slot)slot[214])((uintptr_t)dev[0], (uintptr_t)&count, 0, 0)");
     CHECK_EQ(count, 0, "count == 0");
     count = 250;
-    CHECK_EQ(((internal_slot)slot[213])(0, (uintptr_t)&count, 0, 0), NVML_ERROR_INVALID_ARGUMENT, "((internal_slot)slot[213])(0, (uintptr_t)&count, 0, 0)");
+    CHECK_EQ(((internal_slot)slot[213])(0, (uintptr_t)&count, 0, 0), NVML_ERROR_INVALID_ARGUMENT,
+             "((internal_slot)slot[213])(0, (uintptr_t)&count, 0, 0)");
     CHECK_EQ(count, 250, "count == 250");
 
     unsigned untouched = 77;
-    CHECK_EQ(((internal_slot)slot[100])((uintptr_t)dev[0], (uintptr_t)&untouched, 0, 0), NVML_ERROR_NOT_SUPPORTED, "((internal_slot)slot[100])((uintptr_t)dev[0], (uintptr_t)&untouched, 0, 0)");
+    CHECK_EQ(((internal_slot)slot[100])((uintptr_t)dev[0], (uintptr_t)&untouched, 0, 0), NVML_ERROR_NOT_SUPPORTED,
+             "((internal_slot)slot[100])((uintptr_t)dev[0], (uintptr_t)&untouched, 0, 0)");
     CHECK_EQ(untouched, 77, "untouched == 77");
 }
 
@@ -534,7 +621,8 @@ static void test_shutdown(void)
     CHECK_EQ(nvmlShutdown(), NVML_SUCCESS, "nvmlShutdown()");
     /* A handle kept past shutdown is refused, not followed. */
     char name[NVML_DEVICE_NAME_BUFFER_SIZE];
-    CHECK_EQ(nvmlDeviceGetName(dev, name, sizeof name), NVML_ERROR_UNINITIALIZED, "nvmlDeviceGetName(dev, name, sizeof name)");
+    CHECK_EQ(nvmlDeviceGetName(dev, name, sizeof name), NVML_ERROR_UNINITIALIZED,
+             "nvmlDeviceGetName(dev, name, sizeof name)");
 }
 
 int main(int argc, char **argv)
@@ -548,7 +636,8 @@ int main(int argc, char **argv)
     test_failed_init();
     /* As NVIDIA's, answered before nvmlInit. */
     char version[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE] = "";
-    CHECK_EQ(nvmlSystemGetNVMLVersion(version, sizeof version), NVML_SUCCESS, "nvmlSystemGetNVMLVersion(version, sizeof version)");
+    CHECK_EQ(nvmlSystemGetNVMLVersion(version, sizeof version), NVML_SUCCESS,
+             "nvmlSystemGetNVMLVersion(version, sizeof version)");
     CHECK_STR_EQ(version, "13", "strcmp(version, \"13\") == 0");
     CHECK_EQ(nvmlInit_v2(), NVML_SUCCESS, "nvmlInit_v2()");
     CHECK_EQ(nvmlInitWithFlags(0), NVML_SUCCESS, "nvmlInitWithFlags(0)");
