@@ -50,7 +50,8 @@ if [ -n "$stub" ] && [ -f "$stub" ]; then
     echo "FAIL: $stub has soname '$stub_soname'"; fail=1
   fi
 else
-  echo "note: NVIDIA's driver stub not found; compared against the committed list only"
+  echo "skip: NVIDIA's driver stub not found; compared against the committed list only"
+  skipped=1
 fi
 
 nm -D --defined-only "$ours" | awk '$2 == "W" {print $3}' | LC_ALL=C sort -u > "$tmp/weak"
@@ -65,4 +66,6 @@ if [ -n "$doc" ]; then
   [ -z "$unlisted$carried" ] && echo "ok: $doc lists exactly the $weak refused exports"
 fi
 echo "info: $(( $(wc -l < "$tmp/ours") - weak )) functions carried out, $weak answer CUDA_ERROR_NOT_SUPPORTED"
+# a part not run reports the test skipped (ctest's SKIP_RETURN_CODE), not passed
+[ $fail = 0 ] && [ -n "${skipped:-}" ] && exit 77
 exit $fail

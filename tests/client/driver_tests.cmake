@@ -16,6 +16,7 @@ add_executable(test_procs ${CMAKE_CURRENT_LIST_DIR}/test_procs.c
 add_dependencies(test_procs driver_generated)
 target_include_directories(test_procs PRIVATE ${PROJECT_SOURCE_DIR}/src/client
                            ${FLYT_DRIVER_GEN_DIR} ${FLYT_CUDA_HOME}/include)
+target_link_libraries(test_procs PRIVATE flyt_test_check)
 add_test(NAME driver_procs COMMAND test_procs ${FLYT_DRIVER_EXPORTS})
 
 # soname, no symbol versions, exactly NVIDIA's export list; the refused ones
@@ -25,4 +26,5 @@ if(TARGET ${FLYT_DRIVER_TARGET})
     COMMAND ${CMAKE_CURRENT_LIST_DIR}/check_driver_exports.sh $<TARGET_FILE:${FLYT_DRIVER_TARGET}>
             ${FLYT_DRIVER_EXPORTS} ${FLYT_CUDA_HOME}/lib64/stubs/libcuda.so
             ${PROJECT_SOURCE_DIR}/docs/driver-coverage.md)
+  set_tests_properties(driver_exports PROPERTIES SKIP_RETURN_CODE 77)
 endif()

@@ -12,7 +12,7 @@ if(TARGET nvidia-ml)
 
   add_executable(test_nvml ${CMAKE_CURRENT_LIST_DIR}/test_nvml.c)
   target_include_directories(test_nvml PRIVATE ${PROJECT_SOURCE_DIR}/src/nvml)
-  target_link_libraries(test_nvml PRIVATE nvidia-ml ${CMAKE_DL_LIBS})
+  target_link_libraries(test_nvml PRIVATE nvidia-ml ${CMAKE_DL_LIBS} flyt_test_check)
   add_dependencies(test_nvml flyt_fake_libcuda) # loaded at run time, by NVML
 
   add_test(NAME nvml_fake_libcuda

@@ -6,6 +6,7 @@
 # Unix socket and TCP, to a file and to a pipe; none of it in the server log.
 # usage: run_device_output.sh SERVER_BIN LIB_DIR TEST_BIN
 set -u
+. "$(dirname "$0")/tcp_port.sh"
 server=$1 libdir=$2 test=$3
 tmp=$(mktemp -d)
 pids=()
@@ -25,9 +26,10 @@ export FLYT_HOST_BACKEND_PRINTF="err:device opened;out:device one,out:device two
 } > "$tmp/want.out"
 printf 'device opened\ndevice complains\n' > "$tmp/want.err"
 
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$server" --backend host --listen "unix:$tmp/s.sock" > "$tmp/server.log" 2>&1 & pids+=($!)
-"$server" --backend host --listen "tcp://127.0.0.1:$port" >> "$tmp/server.log" 2>&1 & pids+=($!)
+# a TCP port the kernel picks as the server binds: runs side by side cannot collide
+"$server" --backend host --listen "tcp://127.0.0.1:0" > "$tmp/tcp.log" 2>&1 & pids+=($!)
+port=$(tcp_port_of "$tmp/tcp.log") || { echo "FAIL: the server reported no TCP port"; cat "$tmp/tcp.log"; exit 1; }
 for _ in $(seq 100); do
   [ -S "$tmp/s.sock" ] && (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
   sleep 0.1
@@ -94,6 +96,7 @@ for _ in $(seq 50); do grep -q "^device one$" "$tmp/raw.log" && break; sleep 0.1
 grep -q "^device one$" "$tmp/raw.log" && echo "ok: for a 2.0 client the output stays in the log" ||
   { echo "FAIL: a 2.0 client's device output is not in the server log"; rc=1; }
 
+cat "$tmp/tcp.log" >> "$tmp/server.log" # both servers' logs are checked
 if grep -q "device" "$tmp/server.log"; then
   echo "FAIL: the device's output reached the server log:"; grep "device" "$tmp/server.log" | head; rc=1
 fi

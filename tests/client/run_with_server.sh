@@ -3,6 +3,7 @@
 # socket and TCP port, runs the client test over both, stops the server.
 # usage: run_with_server.sh SERVER_BIN LIB_DIR TEST_BIN NOSERVER_BIN
 set -u
+. "$(dirname "$0")/tcp_port.sh"
 server=$1 libdir=$2 test=$3 noserver=$4
 tmp=$(mktemp -d)
 pids=()
@@ -18,12 +19,12 @@ wait_listening() { # $1 = unix path or tcp port
   echo "FAIL: server did not start"; cat "$tmp"/*.log; return 1
 }
 
-# a port the kernel says is free now, so that runs side by side do not collide
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-# one server on both: a Unix socket for this machine and a TCP address
-"$server" --backend host --listen "unix:$tmp/s.sock" --listen "tcp://127.0.0.1:$port" \
+# one server on both: a Unix socket for this machine and a TCP port the
+# kernel picks as the server binds (runs side by side cannot collide)
+"$server" --backend host --listen "unix:$tmp/s.sock" --listen "tcp://127.0.0.1:0" \
   > "$tmp/unix.log" 2>&1 & pids+=($!)
 wait_listening "$tmp/s.sock" || exit 1
+port=$(tcp_port_of "$tmp/unix.log") || { echo "FAIL: the server reported no TCP port"; cat "$tmp/unix.log"; exit 1; }
 wait_listening "$port" || exit 1
 
 rc=0

@@ -12,11 +12,7 @@
 
 #include "check.h"
 
-#define CU_OK(call)                                                             \
-    do {                                                                        \
-        CUresult r_ = (call);                                                   \
-        CHECK(r_ == CUDA_SUCCESS, "%s (got %d)", #call, (int)r_);               \
-    } while (0)
+#define CU_OK(call) CHECK_EQ((call), CUDA_SUCCESS, "%s", #call)
 
 static void fill(unsigned char *p, size_t n, unsigned seed)
 {
@@ -42,11 +38,15 @@ static void test_2d(void)
     CU_OK(cuArrayCreate(&a, &desc));
     CU_OK(cuArrayCreate(&b, &desc));
     CU_OK(cuArrayGetDescriptor(&got, a));
-    CHECK(got.Width == W && got.Height == H && got.Format == CU_AD_FORMAT_FLOAT && got.NumChannels == 1,
-          "cuArrayGetDescriptor gives the array's shape");
+    CHECK_EQ(got.Width, W, "cuArrayGetDescriptor gives the array's shape");
+    CHECK_EQ(got.Height, H, "cuArrayGetDescriptor gives the array's shape");
+    CHECK_EQ(got.Format, CU_AD_FORMAT_FLOAT, "cuArrayGetDescriptor gives the array's shape");
+    CHECK_EQ(got.NumChannels, 1, "cuArrayGetDescriptor gives the array's shape");
     CUDA_ARRAY3D_DESCRIPTOR got3;
     CU_OK(cuArray3DGetDescriptor(&got3, a));
-    CHECK(got3.Width == W && got3.Height == H && got3.Depth == 0, "and cuArray3DGetDescriptor too");
+    CHECK_EQ(got3.Width, W, "and cuArray3DGetDescriptor too");
+    CHECK_EQ(got3.Height, H, "and cuArray3DGetDescriptor too");
+    CHECK_EQ(got3.Depth, 0, "and cuArray3DGetDescriptor too");
 
     static unsigned char host[H * PITCH], back[W * 4 * H], back2[W * 4 * H];
     fill(host, sizeof host, 3);
@@ -90,7 +90,7 @@ static void test_2d(void)
     CHECK(same, "array -> array at an offset -> host comes back");
 
     c.WidthInBytes = W * 4 + 4; /* past the array's row */
-    CHECK(cuMemcpy2D(&c) == CUDA_ERROR_INVALID_VALUE, "a copy past the array's row is refused");
+    CHECK_EQ(cuMemcpy2D(&c), CUDA_ERROR_INVALID_VALUE, "a copy past the array's row is refused");
     CU_OK(cuMemFree(d));
     CU_OK(cuArrayDestroy(a));
     CU_OK(cuArrayDestroy(b));
@@ -109,7 +109,7 @@ static void test_1d(void)
     fill(src, N, 11);
     CU_OK(cuMemcpyHtoA(a, OFF, src, N));
     CU_OK(cuMemcpyAtoH(back, a, OFF, N));
-    CHECK(memcmp(src, back, N) == 0, "HtoA then AtoH at byte offset %d", OFF);
+    CHECK_MEM_EQ(src, back, N, "HtoA then AtoH at byte offset %d", OFF);
 
     CUdeviceptr d = 0;
     CU_OK(cuMemAlloc(&d, N));
@@ -118,7 +118,7 @@ static void test_1d(void)
     CU_OK(cuMemcpyAtoA(a, 0, b, 0, N));
     memset(back, 0, N);
     CU_OK(cuMemcpyAtoH(back, a, 0, N));
-    CHECK(memcmp(src, back, N) == 0, "AtoD, DtoA, AtoA carry the data");
+    CHECK_MEM_EQ(src, back, N, "AtoD, DtoA, AtoA carry the data");
 
     unsigned char *pinned = NULL;
     CU_OK(cuMemHostAlloc((void **)&pinned, 2 * N, 0));
@@ -128,13 +128,13 @@ static void test_1d(void)
     CU_OK(cuMemcpyHtoAAsync(b, 8, pinned, N, st));
     CU_OK(cuMemcpyAtoHAsync(pinned + N, b, 8, N, st));
     CU_OK(cuStreamSynchronize(st));
-    CHECK(memcmp(pinned, pinned + N, N) == 0, "HtoAAsync/AtoHAsync from and to pinned memory");
+    CHECK_MEM_EQ(pinned, pinned + N, N, "HtoAAsync/AtoHAsync from and to pinned memory");
     CU_OK(cuMemcpyHtoAAsync(b, 0, src, N, st));
     CU_OK(cuMemcpyAtoHAsync(back, b, 0, N, st));
     CU_OK(cuStreamSynchronize(st));
-    CHECK(memcmp(src, back, N) == 0, "and from and to pageable memory");
-    CHECK(cuMemcpyHtoA(a, W * 4 - 4, src, 8) == CUDA_ERROR_INVALID_VALUE, "past the end is refused");
-    CHECK(cuMemcpyHtoA(NULL, 0, src, 8) == CUDA_ERROR_INVALID_HANDLE, "a NULL array is no array");
+    CHECK_MEM_EQ(src, back, N, "and from and to pageable memory");
+    CHECK_EQ(cuMemcpyHtoA(a, W * 4 - 4, src, 8), CUDA_ERROR_INVALID_VALUE, "past the end is refused");
+    CHECK_EQ(cuMemcpyHtoA(NULL, 0, src, 8), CUDA_ERROR_INVALID_HANDLE, "a NULL array is no array");
     CU_OK(cuStreamDestroy(st));
     CU_OK(cuMemFreeHost(pinned));
     CU_OK(cuMemFree(d));
@@ -198,7 +198,8 @@ static void test_3d_layered_cubemap(void)
     CHECK(holds_box(vol, 8, 8, 3, box, 3, 4, 1, 5, 4, 2), "layered: a box into layer 2 lands there");
     CUDA_ARRAY3D_DESCRIPTOR got;
     CU_OK(cuArray3DGetDescriptor(&got, layered));
-    CHECK(got.Depth == 3 && got.Flags == CUDA_ARRAY3D_LAYERED, "layered descriptor");
+    CHECK_EQ(got.Depth, 3, "layered descriptor");
+    CHECK_EQ(got.Flags, CUDA_ARRAY3D_LAYERED, "layered descriptor");
     CU_OK(cuArrayDestroy(layered));
 
     CUarray cube = array_3d(8, 8, 6, CU_AD_FORMAT_SIGNED_INT32, 1, CUDA_ARRAY3D_CUBEMAP);
@@ -209,7 +210,7 @@ static void test_3d_layered_cubemap(void)
 
     CUDA_ARRAY3D_DESCRIPTOR bad = {8, 4, 6, CU_AD_FORMAT_FLOAT, 1, CUDA_ARRAY3D_CUBEMAP};
     CUarray none = NULL;
-    CHECK(cuArray3DCreate(&none, &bad) == CUDA_ERROR_INVALID_VALUE, "a cubemap must be square");
+    CHECK_EQ(cuArray3DCreate(&none, &bad), CUDA_ERROR_INVALID_VALUE, "a cubemap must be square");
 }
 
 static void test_mipmap(void)
@@ -221,11 +222,13 @@ static void test_mipmap(void)
     CU_OK(cuMipmappedArrayGetLevel(&l1, m, 1));
     CU_OK(cuMipmappedArrayGetLevel(&l1b, m, 1));
     CU_OK(cuMipmappedArrayGetLevel(&l2, m, 2));
-    CHECK(l1 == l1b && l1 != l2, "a level is one array");
+    CHECK_EQ(l1, l1b, "a level is one array");
+    CHECK_NE(l1, l2, "a level is one array");
     CUDA_ARRAY3D_DESCRIPTOR got;
     CU_OK(cuArray3DGetDescriptor(&got, l2));
-    CHECK(got.Width == 4 && got.Height == 4, "level 2 of 16x16 is 4x4 (%zux%zu)", got.Width, got.Height);
-    CHECK(cuMipmappedArrayGetLevel(&l2, m, 3) == CUDA_ERROR_INVALID_VALUE, "there is no level 3");
+    CHECK_EQ(got.Width, 4, "level 2 of 16x16 is 4x4 (%zux%zu)", got.Width, got.Height);
+    CHECK_EQ(got.Height, 4, "level 2 of 16x16 is 4x4 (%zux%zu)", got.Width, got.Height);
+    CHECK_EQ(cuMipmappedArrayGetLevel(&l2, m, 3), CUDA_ERROR_INVALID_VALUE, "there is no level 3");
     float in[16], out[16];
     for (int i = 0; i < 16; i++)
         in[i] = (float)i * 0.5f;
@@ -239,8 +242,8 @@ static void test_mipmap(void)
     c.dstMemoryType = CU_MEMORYTYPE_HOST, c.dstHost = out, c.dstPitch = 16;
     c.WidthInBytes = 16, c.Height = 4;
     CU_OK(cuMemcpy2D(&c));
-    CHECK(memcmp(in, out, sizeof in) == 0, "a level filled by a copy comes back");
-    CHECK(cuArrayDestroy(l1) == CUDA_ERROR_INVALID_HANDLE, "a level is not destroyed alone");
+    CHECK_MEM_EQ(in, out, sizeof in, "a level filled by a copy comes back");
+    CHECK_EQ(cuArrayDestroy(l1), CUDA_ERROR_INVALID_HANDLE, "a level is not destroyed alone");
     CU_OK(cuMipmappedArrayDestroy(m));
 }
 
@@ -259,25 +262,28 @@ static void test_objects(void)
     CUtexObject t1 = 0, t2 = 0;
     CU_OK(cuTexObjectCreate(&t1, &res, &tex, NULL));
     CU_OK(cuTexObjectCreate(&t2, &res, &tex, NULL));
-    CHECK(t1 != 0 && t2 != 0 && t1 != t2, "texture objects are distinct values");
+    CHECK_NE(t1, 0, "texture objects are distinct values");
+    CHECK_NE(t2, 0, "texture objects are distinct values");
+    CHECK_NE(t1, t2, "texture objects are distinct values");
     CUDA_RESOURCE_DESC rgot;
     CUDA_TEXTURE_DESC tgot;
     CU_OK(cuTexObjectGetResourceDesc(&rgot, t1));
     CU_OK(cuTexObjectGetTextureDesc(&tgot, t1));
-    CHECK(rgot.resType == CU_RESOURCE_TYPE_ARRAY && rgot.res.array.hArray == a &&
-              tgot.filterMode == CU_TR_FILTER_MODE_LINEAR && tgot.addressMode[1] == CU_TR_ADDRESS_MODE_WRAP &&
-              tgot.borderColor[2] == 0.25f,
-          "a texture object's descriptors come back");
+    CHECK_EQ(rgot.resType, CU_RESOURCE_TYPE_ARRAY, "a texture object's descriptors come back");
+    CHECK_EQ(rgot.res.array.hArray, a, "a texture object's descriptors come back");
+    CHECK_EQ(tgot.filterMode, CU_TR_FILTER_MODE_LINEAR, "a texture object's descriptors come back");
+    CHECK_EQ(tgot.addressMode[1], CU_TR_ADDRESS_MODE_WRAP, "a texture object's descriptors come back");
+    CHECK(tgot.borderColor[2] == 0.25f, "a texture object's descriptors come back");
     CU_OK(cuTexObjectDestroy(t1));
-    CHECK(cuTexObjectDestroy(t1) == CUDA_ERROR_INVALID_HANDLE, "a destroyed texture object is gone");
-    CHECK(cuTexObjectDestroy(t2 + 1000) == CUDA_ERROR_INVALID_HANDLE, "a value never made is refused");
+    CHECK_EQ(cuTexObjectDestroy(t1), CUDA_ERROR_INVALID_HANDLE, "a destroyed texture object is gone");
+    CHECK_EQ(cuTexObjectDestroy(t2 + 1000), CUDA_ERROR_INVALID_HANDLE, "a value never made is refused");
 
     CUsurfObject so = 0;
-    CHECK(cuSurfObjectCreate(&so, &res) == CUDA_ERROR_INVALID_VALUE, "a surface needs SURFACE_LDST");
+    CHECK_EQ(cuSurfObjectCreate(&so, &res), CUDA_ERROR_INVALID_VALUE, "a surface needs SURFACE_LDST");
     res.res.array.hArray = s;
     CU_OK(cuSurfObjectCreate(&so, &res));
     CU_OK(cuSurfObjectGetResourceDesc(&rgot, so));
-    CHECK(rgot.res.array.hArray == s, "a surface object's resource comes back");
+    CHECK_EQ(rgot.res.array.hArray, s, "a surface object's resource comes back");
     CHECK(cuTexObjectDestroy(so) == CUDA_ERROR_INVALID_HANDLE || so == t2,
           "a surface object is no texture object");
     CU_OK(cuSurfObjectDestroy(so));
@@ -296,10 +302,12 @@ static void test_objects(void)
     CU_OK(cuTexObjectCreate(&tp, &lin, &tex, &view));
     CUDA_RESOURCE_VIEW_DESC vgot;
     CU_OK(cuTexObjectGetResourceViewDesc(&vgot, tp));
-    CHECK(vgot.width == 64 && vgot.format == CU_RES_VIEW_FORMAT_FLOAT_1X32, "the view comes back");
+    CHECK_EQ(vgot.width, 64, "the view comes back");
+    CHECK_EQ(vgot.format, CU_RES_VIEW_FORMAT_FLOAT_1X32, "the view comes back");
     CU_OK(cuTexObjectDestroy(tp));
     lin.res.pitch2D.height = 9000;
-    CHECK(cuTexObjectCreate(&tp, &lin, &tex, NULL) != CUDA_SUCCESS, "pitch2D past the allocation is refused");
+    CHECK_NE(cuTexObjectCreate(&tp, &lin, &tex, NULL), CUDA_SUCCESS,
+             "pitch2D past the allocation is refused");
     CUDA_RESOURCE_DESC lr = {0};
     lr.resType = CU_RESOURCE_TYPE_LINEAR;
     lr.res.linear.devPtr = d, lr.res.linear.format = CU_AD_FORMAT_UNSIGNED_INT32;
@@ -325,5 +333,5 @@ int main(void)
     test_mipmap();
     test_objects();
     CU_OK(cuDevicePrimaryCtxRelease(dev));
-    return CHECK_DONE();
+    return check_done();
 }

@@ -16,7 +16,7 @@
 
 #include "check.h"
 
-#define CUDA_OK(call) CHECK((call) == cudaSuccess, "%s", #call)
+#define CUDA_OK(call) CHECK_EQ((call), cudaSuccess, "%s", #call)
 
 static void fill(unsigned char *p, size_t n, unsigned seed)
 {
@@ -28,49 +28,52 @@ static void test_device(void)
 {
     int count = -1, dev = -1;
     CUDA_OK(cudaGetDeviceCount(&count));
-    CHECK(count == 1, "one device (got %d)", count);
+    CHECK_EQ(count, 1, "one device (got %d)", count);
     CUDA_OK(cudaSetDevice(0));
-    CHECK(cudaSetDevice(3) == cudaErrorInvalidDevice, "cudaSetDevice(3) is cudaErrorInvalidDevice");
-    CHECK(cudaGetLastError() == cudaErrorInvalidDevice, "last error records it");
-    CHECK(cudaGetLastError() == cudaSuccess, "and cudaGetLastError cleared it");
+    CHECK_EQ(cudaSetDevice(3), cudaErrorInvalidDevice, "cudaSetDevice(3) is cudaErrorInvalidDevice");
+    CHECK_EQ(cudaGetLastError(), cudaErrorInvalidDevice, "last error records it");
+    CHECK_EQ(cudaGetLastError(), cudaSuccess, "and cudaGetLastError cleared it");
     CUDA_OK(cudaGetDevice(&dev));
     struct cudaDeviceProp prop;
     CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-    CHECK(strcmp(prop.name, "Flyt host test device") == 0, "device name '%s'", prop.name);
+    CHECK_STR_EQ(prop.name, "Flyt host test device", "device name '%s'", prop.name);
     /* the whole fake GPU, unless a share was given (FLYT_EXPECT_SMS) */
     const char *want_env = getenv("FLYT_EXPECT_SMS");
     int want_sms = want_env ? atoi(want_env) : 132;
-    CHECK(prop.major == 9 && prop.multiProcessorCount == want_sms, "cc %d.%d, %d SMs (want %d)",
-          prop.major, prop.minor, prop.multiProcessorCount, want_sms);
+    CHECK_EQ(prop.major, 9,
+             "cc %d.%d, %d SMs (want %d)", prop.major, prop.minor, prop.multiProcessorCount, want_sms);
+    CHECK_EQ(prop.multiProcessorCount, want_sms,
+             "cc %d.%d, %d SMs (want %d)", prop.major, prop.minor, prop.multiProcessorCount, want_sms);
     int v = 0;
     CUDA_OK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0));
-    CHECK(v == want_sms, "attribute SM count %d", v);
+    CHECK_EQ(v, want_sms, "attribute SM count %d", v);
     CUDA_OK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxThreadsPerBlock, 0));
-    CHECK(v == 1024, "attribute max threads per block %d", v);
+    CHECK_EQ(v, 1024, "attribute max threads per block %d", v);
     size_t free_b = 0, total_b = 0;
     CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
-    CHECK(total_b > 0 && free_b <= total_b, "mem info %zu / %zu", free_b, total_b);
+    CHECK_GT(total_b, 0, "mem info %zu / %zu", free_b, total_b);
+    CHECK_LE(free_b, total_b, "mem info %zu / %zu", free_b, total_b);
     int least = 1, greatest = 1;
     CUDA_OK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     char bus[32];
     CUDA_OK(cudaDeviceGetPCIBusId(bus, sizeof bus, 0));
-    CHECK(strlen(bus) > 0, "pci bus id %s", bus);
+    CHECK_GT(strlen(bus), 0, "pci bus id %s", bus);
     int bydev = -1;
     CUDA_OK(cudaDeviceGetByPCIBusId(&bydev, bus));
-    CHECK(bydev == 0, "device by bus id");
+    CHECK_EQ(bydev, 0, "device by bus id");
     int drv = 0, rt = 0;
     CUDA_OK(cudaDriverGetVersion(&drv));
     CUDA_OK(cudaRuntimeGetVersion(&rt));
-    CHECK(drv > 0 && rt == CUDART_VERSION, "versions driver %d runtime %d", drv, rt);
+    CHECK_GT(drv, 0, "versions driver %d runtime %d", drv, rt);
+    CHECK_EQ(rt, CUDART_VERSION, "versions driver %d runtime %d", drv, rt);
     size_t limit = 0;
     CUDA_OK(cudaDeviceSetLimit(cudaLimitStackSize, 4096));
     CUDA_OK(cudaDeviceGetLimit(&limit, cudaLimitStackSize));
-    CHECK(limit == 4096, "stack limit round trip %zu", limit);
+    CHECK_EQ(limit, 4096, "stack limit round trip %zu", limit);
     CUDA_OK(cudaDeviceSynchronize());
-    CHECK(strcmp(cudaGetErrorName(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation") == 0,
-          "error names come from the headers");
-    CHECK(strcmp(cudaGetErrorString(cudaErrorInvalidValue), "invalid argument") == 0,
-          "error strings");
+    CHECK_STR_EQ(cudaGetErrorName(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation",
+                 "error names come from the headers");
+    CHECK_STR_EQ(cudaGetErrorString(cudaErrorInvalidValue), "invalid argument", "error strings");
 }
 
 static void test_memcpy_1d(void)
@@ -84,17 +87,17 @@ static void test_memcpy_1d(void)
     CUDA_OK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
     memset(back, 0, n);
     CUDA_OK(cudaMemcpy(back, d, n, cudaMemcpyDeviceToHost));
-    CHECK(memcmp(h, back, n) == 0, "20 MiB H2D then D2H round trip");
+    CHECK_MEM_EQ(h, back, n, "20 MiB H2D then D2H round trip");
     CUDA_OK(cudaMemcpy(d2, d, n, cudaMemcpyDeviceToDevice));
     memset(back, 0, n);
     CUDA_OK(cudaMemcpy(back, d2, n, cudaMemcpyDefault));
-    CHECK(memcmp(h, back, n) == 0, "D2D then cudaMemcpyDefault D2H");
+    CHECK_MEM_EQ(h, back, n, "D2D then cudaMemcpyDefault D2H");
     fill(h, 4096, 9);
     CUDA_OK(cudaMemcpy((char *)d + 100, h, 4096, cudaMemcpyDefault));
     CUDA_OK(cudaMemcpy(back, (char *)d + 100, 4096, cudaMemcpyDeviceToHost));
-    CHECK(memcmp(h, back, 4096) == 0, "cudaMemcpyDefault H2D at an offset");
+    CHECK_MEM_EQ(h, back, 4096, "cudaMemcpyDefault H2D at an offset");
     CUDA_OK(cudaMemcpy(back, h, 100, cudaMemcpyHostToHost));
-    CHECK(memcmp(h, back, 100) == 0, "H2H");
+    CHECK_MEM_EQ(h, back, 100, "H2H");
 
     CUDA_OK(cudaMemset(d, 0x5a, 1000));
     CUDA_OK(cudaMemcpy(back, d, 1000, cudaMemcpyDeviceToHost));
@@ -111,7 +114,7 @@ static void test_memcpy_1d(void)
     memset(back, 0, n);
     CUDA_OK(cudaMemcpyAsync(back, d, n, cudaMemcpyDeviceToHost, s));
     CUDA_OK(cudaStreamSynchronize(s));
-    CHECK(memcmp(h, back, n) == 0, "async H2D / D2H on a stream");
+    CHECK_MEM_EQ(h, back, n, "async H2D / D2H on a stream");
     CUDA_OK(cudaStreamDestroy(s));
 
     CUDA_OK(cudaFree(d));
@@ -126,7 +129,7 @@ static void test_memcpy_2d_3d(void)
     void *d = NULL;
     const size_t w = 300, hgt = 50;
     CUDA_OK(cudaMallocPitch(&d, &pitch, w, hgt));
-    CHECK(pitch >= w, "pitch %zu >= width", pitch);
+    CHECK_GE(pitch, w, "pitch %zu >= width", pitch);
     unsigned char *h = malloc(400 * hgt), *back = calloc(400 * hgt, 1);
     fill(h, 400 * hgt, 5);
     CUDA_OK(cudaMemcpy2D(d, pitch, h, 400, w, hgt, cudaMemcpyHostToDevice));
@@ -135,9 +138,8 @@ static void test_memcpy_2d_3d(void)
     for (size_t y = 0; y < hgt; y++)
         same &= memcmp(h + y * 400, back + y * 400, w) == 0;
     CHECK(same, "cudaMemcpy2D with pitched host rows");
-    CHECK(cudaMemcpy2D(d, pitch, h, 10, w, hgt, cudaMemcpyHostToDevice) ==
-              cudaErrorInvalidPitchValue,
-          "width over pitch is cudaErrorInvalidPitchValue");
+    CHECK_EQ(cudaMemcpy2D(d, pitch, h, 10, w, hgt, cudaMemcpyHostToDevice), cudaErrorInvalidPitchValue,
+             "width over pitch is cudaErrorInvalidPitchValue");
     CUDA_OK(cudaMemset2D(d, pitch, 0x11, w, hgt));
     CUDA_OK(cudaMemcpy2D(back, w, d, pitch, w, hgt, cudaMemcpyDeviceToHost));
     same = 1;
@@ -164,7 +166,7 @@ static void test_memcpy_2d_3d(void)
     q.extent = ext;
     q.kind = cudaMemcpyDeviceToHost;
     CUDA_OK(cudaMemcpy3D(&q));
-    CHECK(memcmp(h3, b3, bytes) == 0, "cudaMemcpy3D H2D then D2H");
+    CHECK_MEM_EQ(h3, b3, bytes, "cudaMemcpy3D H2D then D2H");
     /* an interior box at an offset */
     struct cudaMemcpy3DParms r = {0};
     r.srcPtr = pp;
@@ -200,20 +202,20 @@ static void test_host_memory(void)
     CUDA_OK(cudaMalloc(&d, 1 << 20));
     struct cudaPointerAttributes a;
     CUDA_OK(cudaPointerGetAttributes(&a, pinned));
-    CHECK(a.type == cudaMemoryTypeHost, "pinned memory is cudaMemoryTypeHost (%d)", a.type);
+    CHECK_EQ(a.type, cudaMemoryTypeHost, "pinned memory is cudaMemoryTypeHost (%d)", a.type);
     CUDA_OK(cudaPointerGetAttributes(&a, (char *)d + 10));
-    CHECK(a.type == cudaMemoryTypeDevice, "device memory is cudaMemoryTypeDevice (%d)", a.type);
+    CHECK_EQ(a.type, cudaMemoryTypeDevice, "device memory is cudaMemoryTypeDevice (%d)", a.type);
     int local = 0;
     CUDA_OK(cudaPointerGetAttributes(&a, &local));
-    CHECK(a.type == cudaMemoryTypeUnregistered, "stack memory is unregistered (%d)", a.type);
+    CHECK_EQ(a.type, cudaMemoryTypeUnregistered, "stack memory is unregistered (%d)", a.type);
     unsigned flags = 99;
     CUDA_OK(cudaHostGetFlags(&flags, pinned));
     char *buf = malloc(8192);
     CUDA_OK(cudaHostRegister(buf, 8192, cudaHostRegisterDefault));
     CUDA_OK(cudaPointerGetAttributes(&a, buf + 100));
-    CHECK(a.type == cudaMemoryTypeHost, "registered memory is cudaMemoryTypeHost");
+    CHECK_EQ(a.type, cudaMemoryTypeHost, "registered memory is cudaMemoryTypeHost");
     CUDA_OK(cudaHostUnregister(buf));
-    CHECK(cudaHostUnregister(buf) == cudaErrorHostMemoryNotRegistered, "double unregister fails");
+    CHECK_EQ(cudaHostUnregister(buf), cudaErrorHostMemoryNotRegistered, "double unregister fails");
     cudaGetLastError();
     CUDA_OK(cudaFreeHost(pinned));
     CUDA_OK(cudaFree(d));
@@ -234,7 +236,7 @@ static void test_pinned_copies(void)
     memset(b, 0, n);
     CUDA_OK(cudaMemcpy(d, a, n, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(b, d, n, cudaMemcpyDeviceToHost));
-    CHECK(memcmp(a, b, n) == 0, "pinned H2D then D2H");
+    CHECK_MEM_EQ(a, b, n, "pinned H2D then D2H");
     cudaStream_t s;
     CUDA_OK(cudaStreamCreate(&s));
     fill(a, n, 22);
@@ -242,13 +244,13 @@ static void test_pinned_copies(void)
     CUDA_OK(cudaMemcpyAsync(d, a + 4096, n - 8192, cudaMemcpyHostToDevice, s));
     CUDA_OK(cudaMemcpyAsync(b + 100, d, n - 8192, cudaMemcpyDeviceToHost, s));
     CUDA_OK(cudaStreamSynchronize(s));
-    CHECK(memcmp(a + 4096, b + 100, n - 8192) == 0, "pinned async copies at offsets");
+    CHECK_MEM_EQ(a + 4096, b + 100, n - 8192, "pinned async copies at offsets");
     CUDA_OK(cudaMemcpy(b, a, 4096, cudaMemcpyDefault));
-    CHECK(memcmp(a, b, 4096) == 0, "pinned to pinned is a host copy");
+    CHECK_MEM_EQ(a, b, 4096, "pinned to pinned is a host copy");
     CUDA_OK(cudaStreamDestroy(s));
     CUDA_OK(cudaFreeHost(a));
     CUDA_OK(cudaFreeHost(b));
-    CHECK(cudaFreeHost(a) == cudaErrorInvalidValue, "double cudaFreeHost fails");
+    CHECK_EQ(cudaFreeHost(a), cudaErrorInvalidValue, "double cudaFreeHost fails");
     cudaGetLastError();
     CUDA_OK(cudaFree(d));
 }
@@ -259,7 +261,7 @@ static void test_pools(void)
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     void *p = NULL;
     CUDA_OK(cudaMallocAsync(&p, 1 << 16, s));
-    CHECK(p != NULL, "cudaMallocAsync gave a pointer");
+    CHECK_NE(p, NULL, "cudaMallocAsync gave a pointer");
     CUDA_OK(cudaMemsetAsync(p, 1, 1 << 16, s));
     CUDA_OK(cudaFreeAsync(p, s));
     cudaMemPool_t pool, dflt;
@@ -272,7 +274,7 @@ static void test_pools(void)
     uint64_t threshold = 1 << 20, got = 0;
     CUDA_OK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
     CUDA_OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &got));
-    CHECK(got == threshold, "pool release threshold round trip");
+    CHECK_EQ(got, threshold, "pool release threshold round trip");
     CUDA_OK(cudaMallocFromPoolAsync(&p, 4096, pool, s));
     CUDA_OK(cudaFreeAsync(p, s));
     CUDA_OK(cudaStreamSynchronize(s));
@@ -307,9 +309,9 @@ static void test_streams_events(void)
     unsigned flags = 0;
     int prio = 99;
     CUDA_OK(cudaStreamGetFlags(s, &flags));
-    CHECK(flags == cudaStreamNonBlocking, "stream flags %u", flags);
+    CHECK_EQ(flags, cudaStreamNonBlocking, "stream flags %u", flags);
     CUDA_OK(cudaStreamGetPriority(s, &prio));
-    CHECK(prio == hi, "stream priority %d", prio);
+    CHECK_EQ(prio, hi, "stream priority %d", prio);
     cudaEvent_t a, b;
     CUDA_OK(cudaEventCreate(&a));
     CUDA_OK(cudaEventCreateWithFlags(&b, cudaEventBlockingSync));
@@ -320,7 +322,7 @@ static void test_streams_events(void)
     CUDA_OK(cudaEventRecord(b, s));
     CUDA_OK(cudaStreamWaitEvent(cudaStreamLegacy, b, 0));
     CUDA_OK(cudaStreamSynchronize(s));
-    CHECK(atomic_load(&callback_count) == 5, "all 5 host functions ran before the sync returned");
+    CHECK_EQ(atomic_load(&callback_count), 5, "all 5 host functions ran before the sync returned");
     int ordered = 1;
     for (int i = 0; i < 5; i++)
         ordered &= callback_order[i] == i;
@@ -334,8 +336,8 @@ static void test_streams_events(void)
     CUDA_OK(cudaEventDestroy(a));
     CUDA_OK(cudaEventDestroy(b));
     CUDA_OK(cudaStreamDestroy(s));
-    CHECK(cudaStreamSynchronize(s) == cudaErrorInvalidResourceHandle,
-          "a destroyed stream is an invalid handle");
+    CHECK_EQ(cudaStreamSynchronize(s), cudaErrorInvalidResourceHandle,
+             "a destroyed stream is an invalid handle");
     cudaGetLastError();
 
     /* a callback whose flag the host polls without calling CUDA */
@@ -346,43 +348,42 @@ static void test_streams_events(void)
     do {
         clock_gettime(CLOCK_MONOTONIC, &t);
     } while (atomic_load(&callback_count) == 0 && t.tv_sec - t0.tv_sec < 5);
-    CHECK(atomic_load(&callback_count) == 1, "a host function runs with no CUDA call waiting");
+    CHECK_EQ(atomic_load(&callback_count), 1, "a host function runs with no CUDA call waiting");
 }
 
 static void test_errors(void)
 {
-    CHECK(cudaFree((void *)0x1234) != cudaSuccess, "cudaFree of a bogus pointer fails");
+    CHECK_NE(cudaFree((void *)0x1234), cudaSuccess, "cudaFree of a bogus pointer fails");
     cudaGetLastError();
     void *p = NULL;
-    CHECK(cudaMalloc(&p, (size_t)1 << 50) == cudaErrorMemoryAllocation, "huge cudaMalloc is OOM");
-    CHECK(cudaGetLastError() == cudaErrorMemoryAllocation, "and is the last error");
-    CHECK(cudaGetLastError() == cudaSuccess, "which is not sticky");
+    CHECK_EQ(cudaMalloc(&p, (size_t)1 << 50), cudaErrorMemoryAllocation, "huge cudaMalloc is OOM");
+    CHECK_EQ(cudaGetLastError(), cudaErrorMemoryAllocation, "and is the last error");
+    CHECK_EQ(cudaGetLastError(), cudaSuccess, "which is not sticky");
     char h[16];
-    CHECK(cudaMemcpy(h, (void *)0x10, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess,
-          "copy from a bogus device pointer fails");
-    CHECK(cudaMemcpy((void *)0x10, h, 0, cudaMemcpyHostToDevice) == cudaSuccess,
-          "a zero-byte copy succeeds");
+    CHECK_NE(cudaMemcpy(h, (void *)0x10, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess,
+             "copy from a bogus device pointer fails");
+    CHECK_EQ(cudaMemcpy((void *)0x10, h, 0, cudaMemcpyHostToDevice), cudaSuccess,
+             "a zero-byte copy succeeds");
     cudaGetLastError();
-    CHECK(cudaMemcpy(h, h, 4, (enum cudaMemcpyKind)42) == cudaErrorInvalidMemcpyDirection,
-          "a bad copy kind is cudaErrorInvalidMemcpyDirection");
+    CHECK_EQ(cudaMemcpy(h, h, 4, (enum cudaMemcpyKind)42), cudaErrorInvalidMemcpyDirection,
+             "a bad copy kind is cudaErrorInvalidMemcpyDirection");
     /* NVIDIA's runtime hands a pointer it has no kernel for to the driver as
      * a kernel handle, which the driver refuses */
-    CHECK(cudaLaunchKernel((const void *)test_errors, (dim3){1, 1, 1}, (dim3){1, 1, 1}, NULL, 0,
-                           0) == cudaErrorInvalidResourceHandle,
-          "launch of an unregistered function is cudaErrorInvalidResourceHandle");
+    CHECK_EQ(cudaLaunchKernel((const void *)test_errors, (dim3){1, 1, 1}, (dim3){1, 1, 1}, NULL, 0, 0), cudaErrorInvalidResourceHandle,
+             "launch of an unregistered function is cudaErrorInvalidResourceHandle");
     cudaGetLastError();
     /* a refused API says so instead of crashing (IPC: no other process of
      * the VM can open the handle on the GPU node) */
     void *dev = NULL;
     cudaIpcMemHandle_t ipc;
-    CHECK(cudaMalloc(&dev, 16) == cudaSuccess &&
-              cudaIpcGetMemHandle(&ipc, dev) == cudaErrorNotSupported,
-          "unsupported API -> cudaErrorNotSupported");
+    CHECK_EQ(cudaMalloc(&dev, 16), cudaSuccess, "unsupported API -> cudaErrorNotSupported");
+    CHECK_EQ(cudaIpcGetMemHandle(&ipc, dev), cudaErrorNotSupported,
+             "unsupported API -> cudaErrorNotSupported");
     cudaFree(dev);
     cudaGetLastError();
     cudaGraph_t g = NULL;
-    CHECK(cudaGraphCreate(&g, 0) == cudaSuccess && cudaGraphDestroy(g) == cudaSuccess,
-          "graphs go through NVIDIA's runtime");
+    CHECK_EQ(cudaGraphCreate(&g, 0), cudaSuccess, "graphs go through NVIDIA's runtime");
+    CHECK_EQ(cudaGraphDestroy(g), cudaSuccess, "graphs go through NVIDIA's runtime");
 }
 
 struct worker {
@@ -439,5 +440,5 @@ int main(void)
     test_errors();
     test_threads();
     CUDA_OK(cudaDeviceReset());
-    return CHECK_DONE();
+    return check_done();
 }

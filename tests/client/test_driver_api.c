@@ -15,11 +15,7 @@
 
 #include "check.h"
 
-#define CU_OK(call)                                                             \
-    do {                                                                        \
-        CUresult r_ = (call);                                                   \
-        CHECK(r_ == CUDA_SUCCESS, "%s (got %d)", #call, (int)r_);               \
-    } while (0)
+#define CU_OK(call) CHECK_EQ((call), CUDA_SUCCESS, "%s", #call)
 
 static const char ptx[] =
     ".version 8.0\n.target sm_90\n.address_size 64\n"
@@ -28,77 +24,81 @@ static const char ptx[] =
 static void test_init_and_device(CUdevice *dev)
 {
     int n = -1, v = 0;
-    CHECK(cuDeviceGetCount(&n) == CUDA_ERROR_NOT_INITIALIZED, "device queries need cuInit first");
+    CHECK_EQ(cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED, "device queries need cuInit first");
     CU_OK(cuDriverGetVersion(&v));
-    CHECK(v == CUDA_VERSION, "driver version %d is the API carried (%d)", v, CUDA_VERSION);
+    CHECK_EQ(v, CUDA_VERSION, "driver version %d is the API carried (%d)", v, CUDA_VERSION);
     CU_OK(cuInit(0));
     CU_OK(cuDeviceGetCount(&n));
-    CHECK(n == 1, "one device per session (%d)", n);
+    CHECK_EQ(n, 1, "one device per session (%d)", n);
     CU_OK(cuDeviceGet(dev, 0));
-    CHECK(cuDeviceGet(dev, 1) == CUDA_ERROR_INVALID_DEVICE, "ordinal 1 is no device");
+    CHECK_EQ(cuDeviceGet(dev, 1), CUDA_ERROR_INVALID_DEVICE, "ordinal 1 is no device");
     char name[256];
     CU_OK(cuDeviceGetName(name, sizeof name, 0));
     int sms = 0, major = 0;
     CU_OK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
     CU_OK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
-    CHECK(sms > 0 && major >= 7, "attributes come from the snapshot: %d SMs, cc %d", sms, major);
-    CHECK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX, 0) == CUDA_ERROR_INVALID_VALUE,
-          "an attribute past the last is refused");
+    CHECK_GT(sms, 0, "attributes come from the snapshot: %d SMs, cc %d", sms, major);
+    CHECK_GE(major, 7, "attributes come from the snapshot: %d SMs, cc %d", sms, major);
+    CHECK_EQ(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX, 0), CUDA_ERROR_INVALID_VALUE,
+             "an attribute past the last is refused");
     size_t total = 0;
     CU_OK(cuDeviceTotalMem(&total, 0));
-    CHECK(total > 0, "total memory %zu", total);
+    CHECK_GT(total, 0, "total memory %zu", total);
     char bus[32], bus2[32];
     CU_OK(cuDeviceGetPCIBusId(bus, sizeof bus, 0));
     CUdevice by_bus = -1;
     CU_OK(cuDeviceGetByPCIBusId(&by_bus, bus));
-    CHECK(by_bus == 0, "the device is found by its bus id %s", bus);
+    CHECK_EQ(by_bus, 0, "the device is found by its bus id %s", bus);
     snprintf(bus2, sizeof bus2, "ff:ff.9");
-    CHECK(cuDeviceGetByPCIBusId(&by_bus, bus2) == CUDA_ERROR_INVALID_VALUE, "and not by another");
+    CHECK_EQ(cuDeviceGetByPCIBusId(&by_bus, bus2), CUDA_ERROR_INVALID_VALUE, "and not by another");
     const char *s = NULL;
     CU_OK(cuGetErrorName(CUDA_ERROR_INVALID_VALUE, &s));
-    CHECK(s && strcmp(s, "CUDA_ERROR_INVALID_VALUE") == 0, "error names: %s", s ? s : "-");
+    CHECK(s, "error names: %s", s ? s : "-");
+    CHECK_STR_EQ(s, "CUDA_ERROR_INVALID_VALUE", "error names: %s", s ? s : "-");
     CU_OK(cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &s));
-    CHECK(s && strcmp(s, "out of memory") == 0, "error strings: %s", s ? s : "-");
-    CHECK(cuGetErrorName((CUresult)12345, &s) == CUDA_ERROR_INVALID_VALUE, "an unknown code has no name");
+    CHECK(s, "error strings: %s", s ? s : "-");
+    CHECK_STR_EQ(s, "out of memory", "error strings: %s", s ? s : "-");
+    CHECK_EQ(cuGetErrorName((CUresult)12345, &s), CUDA_ERROR_INVALID_VALUE, "an unknown code has no name");
 }
 
 static void test_contexts(CUdevice dev)
 {
     CUcontext cur = (CUcontext)1, primary = NULL, mine = NULL, popped = NULL;
     CU_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == NULL, "no context is current at first");
+    CHECK_EQ(cur, NULL, "no context is current at first");
     CUdeviceptr d;
-    CHECK(cuMemAlloc(&d, 16) == CUDA_ERROR_INVALID_CONTEXT, "allocation needs a context");
+    CHECK_EQ(cuMemAlloc(&d, 16), CUDA_ERROR_INVALID_CONTEXT, "allocation needs a context");
     unsigned flags = 1;
     int active = 1;
     CU_OK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
-    CHECK(active == 0, "the primary context starts inactive");
+    CHECK_EQ(active, 0, "the primary context starts inactive");
     CU_OK(cuDevicePrimaryCtxRetain(&primary, dev));
     CU_OK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
-    CHECK(active == 1, "retained, it is active");
+    CHECK_EQ(active, 1, "retained, it is active");
     CU_OK(cuCtxCreate(&mine, NULL, 0, dev));
     CU_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == mine && mine != primary, "a created context becomes current");
+    CHECK_EQ(cur, mine, "a created context becomes current");
+    CHECK_NE(mine, primary, "a created context becomes current");
     unsigned long long id1 = 0, id2 = 0;
     CU_OK(cuCtxGetId(primary, &id1));
     CU_OK(cuCtxGetId(mine, &id2));
-    CHECK(id1 != id2, "contexts have distinct ids");
+    CHECK_NE(id1, id2, "contexts have distinct ids");
     CU_OK(cuCtxPushCurrent(primary));
     CU_OK(cuCtxPopCurrent(&popped));
-    CHECK(popped == primary, "push and pop");
+    CHECK_EQ(popped, primary, "push and pop");
     CU_OK(cuCtxDestroy(mine));
     CU_OK(cuCtxGetCurrent(&cur));
-    CHECK(cur == NULL, "destroying the current context pops it");
-    CHECK(cuCtxPushCurrent(mine) == CUDA_ERROR_INVALID_CONTEXT, "a destroyed context is invalid");
+    CHECK_EQ(cur, NULL, "destroying the current context pops it");
+    CHECK_EQ(cuCtxPushCurrent(mine), CUDA_ERROR_INVALID_CONTEXT, "a destroyed context is invalid");
     CU_OK(cuCtxSetCurrent(primary));
     CUdevice got = -1;
     CU_OK(cuCtxGetDevice(&got));
-    CHECK(got == dev, "the current context's device");
+    CHECK_EQ(got, dev, "the current context's device");
     CUexecAffinityParam aff;
     int sms = 0;
     CU_OK(cuCtxGetExecAffinity(&aff, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
     CU_OK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
-    CHECK((int)aff.param.smCount.val == sms, "exec affinity: the virtual GPU's %d SMs", sms);
+    CHECK_EQ((int)aff.param.smCount.val, sms, "exec affinity: the virtual GPU's %d SMs", sms);
 }
 
 static void test_memory(void)
@@ -107,33 +107,38 @@ static void test_memory(void)
     size_t size = 0;
     CU_OK(cuMemAlloc(&d, 4096));
     CU_OK(cuMemGetAddressRange(&base, &size, d + 100));
-    CHECK(base == d && size == 4096, "address range of an inner pointer");
+    CHECK_EQ(base, d, "address range of an inner pointer");
+    CHECK_EQ(size, 4096, "address range of an inner pointer");
     unsigned type = 0;
     CU_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d + 1));
-    CHECK(type == CU_MEMORYTYPE_DEVICE, "pointer attribute: device memory");
+    CHECK_EQ(type, CU_MEMORYTYPE_DEVICE, "pointer attribute: device memory");
     char host_byte;
-    CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                (CUdeviceptr)&host_byte) == CUDA_ERROR_INVALID_VALUE,
-          "a pointer CUDA does not know has no attributes");
+    CHECK_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)&host_byte), CUDA_ERROR_INVALID_VALUE,
+             "a pointer CUDA does not know has no attributes");
     CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_BUFFER_ID};
     unsigned long long buffer_id = 1;
     type = 7;
     void *data[2] = {&type, &buffer_id};
     CU_OK(cuPointerGetAttributes(2, attrs, data, (CUdeviceptr)&host_byte));
-    CHECK(type == 0 && buffer_id == 0, "but the batch query answers zeros for it");
+    CHECK_EQ(type, 0, "but the batch query answers zeros for it");
+    CHECK_EQ(buffer_id, 0, "but the batch query answers zeros for it");
 
     uint32_t words[256];
     CU_OK(cuMemsetD32(d, 0xCAFEF00Du, 256));
     CU_OK(cuMemcpyDtoH(words, d, sizeof words));
-    CHECK(words[0] == 0xCAFEF00Du && words[255] == 0xCAFEF00Du, "cuMemsetD32 pattern");
+    CHECK_EQ(words[0], 0xCAFEF00Du, "cuMemsetD32 pattern");
+    CHECK_EQ(words[255], 0xCAFEF00Du, "cuMemsetD32 pattern");
     CU_OK(cuMemsetD16(d, 0xBEEF, 512));
     uint16_t halves[4];
     CU_OK(cuMemcpyDtoH(halves, d + 1000, sizeof halves));
-    CHECK(halves[0] == 0xBEEF && halves[3] == 0xBEEF, "cuMemsetD16 pattern");
+    CHECK_EQ(halves[0], 0xBEEF, "cuMemsetD16 pattern");
+    CHECK_EQ(halves[3], 0xBEEF, "cuMemsetD16 pattern");
     CU_OK(cuMemsetD2D8(d, 64, 0x5A, 16, 4));
     unsigned char row[64];
     CU_OK(cuMemcpyDtoH(row, d + 64, sizeof row));
-    CHECK(row[0] == 0x5A && row[15] == 0x5A && row[16] == 0xEF, "cuMemsetD2D8 writes only the rectangle");
+    CHECK_EQ(row[0], 0x5A, "cuMemsetD2D8 writes only the rectangle");
+    CHECK_EQ(row[15], 0x5A, "cuMemsetD2D8 writes only the rectangle");
+    CHECK_EQ(row[16], 0xEF, "cuMemsetD2D8 writes only the rectangle");
 
     /* unified addressing: cuMemcpy finds the direction itself */
     char in[100], out[100];
@@ -141,7 +146,7 @@ static void test_memory(void)
         in[i] = (char)i;
     CU_OK(cuMemcpy(d, (CUdeviceptr)in, sizeof in));
     CU_OK(cuMemcpy((CUdeviceptr)out, d, sizeof out));
-    CHECK(memcmp(in, out, sizeof in) == 0, "cuMemcpy host to device and back");
+    CHECK_MEM_EQ(in, out, sizeof in, "cuMemcpy host to device and back");
 
     /* registered memory: copies keep working, and the pages keep their bytes */
     size_t len = 1 << 20;
@@ -149,8 +154,8 @@ static void test_memory(void)
     for (size_t i = 0; i < len; i++)
         reg[i] = (char)(i * 7);
     CU_OK(cuMemHostRegister(reg, len, 0));
-    CHECK(reg[12345] == (char)(12345 * 7), "registration keeps the bytes");
-    CHECK(cuMemHostRegister(reg, len, 0) == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "twice is refused");
+    CHECK_EQ(reg[12345], (char)(12345 * 7), "registration keeps the bytes");
+    CHECK_EQ(cuMemHostRegister(reg, len, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "twice is refused");
     CUdeviceptr big;
     CU_OK(cuMemAlloc(&big, len));
     CU_OK(cuMemcpyHtoDAsync(big, reg, len, NULL));
@@ -158,13 +163,13 @@ static void test_memory(void)
     memset(reg, 0, len);
     CU_OK(cuMemcpyDtoHAsync(reg, big, len, NULL));
     CU_OK(cuCtxSynchronize());
-    CHECK(reg[777] == (char)(777 * 7) && reg[len - 1] == (char)((len - 1) * 7),
-          "asynchronous copies through registered memory");
+    CHECK_EQ(reg[777], (char)(777 * 7), "asynchronous copies through registered memory");
+    CHECK_EQ(reg[len - 1], (char)((len - 1) * 7), "asynchronous copies through registered memory");
     unsigned hflags = 9;
     CU_OK(cuMemHostGetFlags(&hflags, reg + 10));
     CU_OK(cuMemHostUnregister(reg));
-    CHECK(cuMemHostUnregister(reg) == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "unregistered once");
-    CHECK(reg[777] == (char)(777 * 7), "unregistering keeps the bytes");
+    CHECK_EQ(cuMemHostUnregister(reg), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "unregistered once");
+    CHECK_EQ(reg[777], (char)(777 * 7), "unregistering keeps the bytes");
     munmap(reg, len);
 
     /* a registration that starts and ends inside pages, and two neighbours */
@@ -175,22 +180,23 @@ static void test_memory(void)
     CU_OK(cuMemcpyHtoD(big, area + 100, 2 * 4096));
     char back[2 * 4096];
     CU_OK(cuMemcpyDtoH(back, big, sizeof back));
-    CHECK(memcmp(back, area + 100, sizeof back) == 0, "an unaligned registration copies right");
-    CHECK(cuMemHostGetFlags(&hflags, area + 100 + 2 * 4096 - 1) == CUDA_SUCCESS && hflags == 0,
-          "its last byte is registered, with the flags given");
-    CHECK(cuMemHostRegister(area + 3 * 4096, 4096, 0) == CUDA_SUCCESS, "a neighbour after it");
+    CHECK_MEM_EQ(back, area + 100, sizeof back, "an unaligned registration copies right");
+    CHECK_EQ(cuMemHostGetFlags(&hflags, area + 100 + 2 * 4096 - 1), CUDA_SUCCESS,
+             "its last byte is registered, with the flags given");
+    CHECK_EQ(hflags, 0, "its last byte is registered, with the flags given");
+    CHECK_EQ(cuMemHostRegister(area + 3 * 4096, 4096, 0), CUDA_SUCCESS, "a neighbour after it");
     CU_OK(cuMemHostUnregister(area + 100));
-    CHECK(cuMemHostGetFlags(&hflags, area + 2 * 4096 + 100) == CUDA_ERROR_INVALID_VALUE,
-          "unregistered: no piece of it is left");
-    CHECK(cuMemHostGetFlags(&hflags, area + 3 * 4096) == CUDA_SUCCESS, "the neighbour stays registered");
+    CHECK_EQ(cuMemHostGetFlags(&hflags, area + 2 * 4096 + 100), CUDA_ERROR_INVALID_VALUE,
+             "unregistered: no piece of it is left");
+    CHECK_EQ(cuMemHostGetFlags(&hflags, area + 3 * 4096), CUDA_SUCCESS, "the neighbour stays registered");
     CU_OK(cuMemHostUnregister(area + 3 * 4096));
     CU_OK(cuMemHostRegister(area + 100, 2 * 4096, 0));
     CU_OK(cuMemHostUnregister(area + 100));
-    CHECK(area[5000] == (char)(5000 * 3), "and the bytes are still the program's");
+    CHECK_EQ(area[5000], (char)(5000 * 3), "and the bytes are still the program's");
     munmap(area, 4 * 4096);
     CU_OK(cuMemFree(big));
     CU_OK(cuMemFree(d));
-    CHECK(cuMemGetAddressRange(&base, &size, d) == CUDA_ERROR_NOT_FOUND, "freed memory has no range");
+    CHECK_EQ(cuMemGetAddressRange(&base, &size, d), CUDA_ERROR_NOT_FOUND, "freed memory has no range");
 }
 
 /* Virtual memory management as PyTorch's expandable segments use it: a
@@ -203,63 +209,62 @@ static void test_vmm(void)
                                 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
     int vmm = 0;
     CU_OK(cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
-    CHECK(vmm == 1, "the device says it supports virtual memory management");
+    CHECK_EQ(vmm, 1, "the device says it supports virtual memory management");
     size_t gran = 0;
     CU_OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
-    CHECK(gran == 2u << 20, "VMM granularity %zu", gran);
+    CHECK_EQ(gran, 2u << 20, "VMM granularity %zu", gran);
     CUmemAllocationProp other = prop;
     other.location.id = 1;
     CUmemGenericAllocationHandle h[2] = {0, 0}, again = 0;
-    CHECK(cuMemCreate(&h[0], gran, &other, 0) == CUDA_ERROR_INVALID_DEVICE,
-          "cuMemCreate on a device the session lacks");
+    CHECK_EQ(cuMemCreate(&h[0], gran, &other, 0), CUDA_ERROR_INVALID_DEVICE,
+             "cuMemCreate on a device the session lacks");
     CUdeviceptr va = 0;
     CU_OK(cuMemAddressReserve(&va, 3 * gran, 0, 0, 0));
     CU_OK(cuMemCreate(&h[0], gran, &prop, 0));
     CU_OK(cuMemCreate(&h[1], 2 * gran, &prop, 0));
-    CHECK(cuMemMap(va, gran, 0, 0xdead, 0) == CUDA_ERROR_INVALID_VALUE, "map of an unknown handle");
+    CHECK_EQ(cuMemMap(va, gran, 0, 0xdead, 0), CUDA_ERROR_INVALID_VALUE, "map of an unknown handle");
     CU_OK(cuMemMap(va, gran, 0, h[0], 0));
     CU_OK(cuMemMap(va + gran, 2 * gran, 0, h[1], 0));
     char word[8] = "vmm-data", back[8] = {0};
-    CHECK(cuMemcpyHtoD(va + 16, word, sizeof word) != CUDA_SUCCESS,
-          "no copy into a mapping the device may not access yet");
+    CHECK_NE(cuMemcpyHtoD(va + 16, word, sizeof word), CUDA_SUCCESS,
+             "no copy into a mapping the device may not access yet");
     CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
                           .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     CU_OK(cuMemSetAccess(va, 3 * gran, &rw, 1));
     unsigned long long access = 0;
     CU_OK(cuMemGetAccess(&access, &rw.location, va + gran + 5));
-    CHECK(access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "cuMemGetAccess: read-write");
+    CHECK_EQ(access, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "cuMemGetAccess: read-write");
     CU_OK(cuMemcpyHtoD(va + gran + 16, word, sizeof word));
     CU_OK(cuMemsetD8(va, 0x5a, gran));
     CU_OK(cuMemcpyDtoH(back, va + gran + 16, sizeof back));
     unsigned char first = 0;
     CU_OK(cuMemcpyDtoH(&first, va + gran - 1, 1));
-    CHECK(memcmp(back, word, sizeof word) == 0 && first == 0x5a, "data through two mappings");
+    CHECK_MEM_EQ(back, word, sizeof word, "data through two mappings");
+    CHECK_EQ(first, 0x5a, "data through two mappings");
     unsigned type = 0;
     CU_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 100));
-    CHECK(type == CU_MEMORYTYPE_DEVICE, "a mapped address is device memory");
+    CHECK_EQ(type, CU_MEMORYTYPE_DEVICE, "a mapped address is device memory");
     CUmemAllocationProp got;
     CU_OK(cuMemGetAllocationPropertiesFromHandle(&got, h[1]));
-    CHECK(got.requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-          "allocation properties from the handle");
+    CHECK_EQ(got.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+             "allocation properties from the handle");
     CU_OK(cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)(va + gran + 7)));
-    CHECK(again == h[1], "retain gives the mapped allocation's handle");
+    CHECK_EQ(again, h[1], "retain gives the mapped allocation's handle");
     CU_OK(cuMemRelease(again));
     CU_OK(cuMemRelease(h[1])); /* mapped: the memory stays until unmapped */
     CU_OK(cuMemcpyDtoH(back, va + gran + 16, sizeof back));
-    CHECK(memcmp(back, word, sizeof word) == 0, "released but mapped memory keeps its data");
-    CHECK(cuMemRelease(h[1]) == CUDA_ERROR_INVALID_VALUE, "a handle released twice");
-    CHECK(cuMemGetAllocationPropertiesFromHandle(&got, h[1]) == CUDA_ERROR_INVALID_VALUE,
-          "a released handle has no properties any more");
-    CHECK(cuMemAddressFree(va, 3 * gran) != CUDA_SUCCESS, "no freeing a range still mapped");
+    CHECK_MEM_EQ(back, word, sizeof word, "released but mapped memory keeps its data");
+    CHECK_EQ(cuMemRelease(h[1]), CUDA_ERROR_INVALID_VALUE, "a handle released twice");
+    CHECK_EQ(cuMemGetAllocationPropertiesFromHandle(&got, h[1]), CUDA_ERROR_INVALID_VALUE,
+             "a released handle has no properties any more");
+    CHECK_NE(cuMemAddressFree(va, 3 * gran), CUDA_SUCCESS, "no freeing a range still mapped");
     CU_OK(cuMemUnmap(va, 3 * gran));
-    CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 100) ==
-              CUDA_ERROR_INVALID_VALUE,
-          "an unmapped address is no memory");
+    CHECK_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 100), CUDA_ERROR_INVALID_VALUE,
+             "an unmapped address is no memory");
     CU_OK(cuMemRelease(h[0]));
     CU_OK(cuMemAddressFree(va, 3 * gran));
-    CHECK(cuMemExportToShareableHandle(&again, h[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ==
-              CUDA_ERROR_NOT_SUPPORTED,
-          "exporting to another process stays refused");
+    CHECK_EQ(cuMemExportToShareableHandle(&again, h[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_ERROR_NOT_SUPPORTED,
+             "exporting to another process stays refused");
 }
 
 static void *thread_stream_id(void *arg)
@@ -278,7 +283,7 @@ static void test_streams(void)
     CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     unsigned flags = 0;
     CU_OK(cuStreamGetFlags(s, &flags));
-    CHECK(flags == CU_STREAM_NON_BLOCKING, "stream flags");
+    CHECK_EQ(flags, CU_STREAM_NON_BLOCKING, "stream flags");
     CU_OK(cuEventCreate(&a, 0));
     CU_OK(cuEventCreate(&b, 0));
     CU_OK(cuEventRecord(a, s));
@@ -291,7 +296,7 @@ static void test_streams(void)
     CHECK(ms >= 0, "elapsed time");
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
     CU_OK(cuStreamIsCapturing(s, &st));
-    CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE, "not capturing");
+    CHECK_EQ(st, CU_STREAM_CAPTURE_STATUS_NONE, "not capturing");
     /* stream memory operations: plain calls of calls.api, one message each */
     CUdeviceptr flag;
     uint64_t words[2] = {0, 0};
@@ -302,9 +307,10 @@ static void test_streams(void)
     CU_OK(cuStreamWriteValue64(CU_STREAM_PER_THREAD, flag + 8, 0x1122334455667788ull, 0));
     CU_OK(cuCtxSynchronize());
     CU_OK(cuMemcpyDtoH(words, flag, sizeof words));
-    CHECK(words[0] == 0x1234u && words[1] == 0x1122334455667788ull,
-          "cuStreamWriteValue32/64 wrote %#llx %#llx", (unsigned long long)words[0],
-          (unsigned long long)words[1]);
+    CHECK_EQ(words[0], 0x1234u,
+             "cuStreamWriteValue32/64 wrote %#llx %#llx", (unsigned long long)words[0], (unsigned long long)words[1]);
+    CHECK_EQ(words[1], 0x1122334455667788ull,
+             "cuStreamWriteValue32/64 wrote %#llx %#llx", (unsigned long long)words[0], (unsigned long long)words[1]);
     CU_OK(cuMemFree(flag));
     CU_OK(cuEventDestroy(a));
     CU_OK(cuEventDestroy(b));
@@ -318,7 +324,9 @@ static void test_streams(void)
         pthread_create(&t[i], NULL, thread_stream_id, ctx);
     for (int i = 0; i < 2; i++)
         pthread_join(t[i], (void **)&ids[i]);
-    CHECK(*ids[0] && *ids[1] && *ids[0] != *ids[1], "each thread has its own default stream");
+    CHECK(*ids[0], "each thread has its own default stream");
+    CHECK(*ids[1], "each thread has its own default stream");
+    CHECK_NE(*ids[0], *ids[1], "each thread has its own default stream");
     free(ids[0]);
     free(ids[1]);
 }
@@ -357,8 +365,8 @@ static void *host_func_then_copy(void *arg)
         CU_OK(cuStreamSynchronize(s));
         uint32_t got = 0;
         CU_OK(cuMemcpyDtoH(&got, d, 4));
-        CHECK(got == w.value, "lane %u: the copy after the host function read %#x, want %#x",
-              (unsigned)lane, got, w.value);
+        CHECK_EQ(got, w.value,
+                 "lane %u: the copy after the host function read %#x, want %#x", (unsigned)lane, got, w.value);
     }
     CU_OK(cuMemFreeHost(pin));
     CU_OK(cuMemFree(d));
@@ -390,7 +398,7 @@ static void test_host_func_order(void)
     CUresult r = cuMemAlloc(&d, 4);
     if (r == CUDA_SUCCESS)
         r = cuMemcpyHtoD(d, &v, 4);
-    CHECK(r == CUDA_ERROR_INVALID_HANDLE, "host function on no stream: %d", (int)r);
+    CHECK_EQ(r, CUDA_ERROR_INVALID_HANDLE, "host function on no stream: %d", (int)r);
 }
 
 static void test_modules(void)
@@ -400,36 +408,38 @@ static void test_modules(void)
     CU_OK(cuModuleLoadData(&m, ptx));
     CU_OK(cuModuleGetFunction(&f, m, "k"));
     CU_OK(cuModuleGetFunction(&f2, m, "k"));
-    CHECK(f == f2, "one handle per function");
+    CHECK_EQ(f, f2, "one handle per function");
     int threads = 0;
     CU_OK(cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
-    CHECK(threads > 0, "function attributes come with the lookup (%d)", threads);
+    CHECK_GT(threads, 0, "function attributes come with the lookup (%d)", threads);
     const char *name = NULL;
     CU_OK(cuFuncGetName(&name, f));
-    CHECK(name && strcmp(name, "k") == 0, "function name");
-    CHECK(cuLaunchKernel(f, 0, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_ERROR_INVALID_VALUE,
-          "an empty grid is refused at once");
-    CHECK(cuLaunchKernel(f, 1, 1, 1, 4096, 1, 1, 0, NULL, NULL, NULL) == CUDA_ERROR_INVALID_VALUE,
-          "too many threads are refused at once");
-    CHECK(cuLaunchKernel((CUfunction)(void *)&name, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) ==
-              CUDA_ERROR_INVALID_HANDLE, "a bogus function is an invalid handle");
+    CHECK(name, "function name");
+    CHECK_STR_EQ(name, "k", "function name");
+    CHECK_EQ(cuLaunchKernel(f, 0, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_VALUE,
+             "an empty grid is refused at once");
+    CHECK_EQ(cuLaunchKernel(f, 1, 1, 1, 4096, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_VALUE,
+             "too many threads are refused at once");
+    CHECK_EQ(cuLaunchKernel((CUfunction)(void *)&name, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_HANDLE,
+             "a bogus function is an invalid handle");
     int blocks = 0;
     CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 0));
-    CHECK(blocks > 0, "occupancy %d", blocks);
+    CHECK_GT(blocks, 0, "occupancy %d", blocks);
     int min_grid = 0, block = 0;
     CU_OK(cuOccupancyMaxPotentialBlockSize(&min_grid, &block, f, NULL, 0, 0));
-    CHECK(block > 0 && min_grid > 0, "potential block size %d, grid %d", block, min_grid);
+    CHECK_GT(block, 0, "potential block size %d, grid %d", block, min_grid);
+    CHECK_GT(min_grid, 0, "potential block size %d, grid %d", block, min_grid);
     CUlibrary lib;
     CUkernel k;
     CU_OK(cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0));
     CU_OK(cuLibraryGetKernel(&k, lib, "k"));
     CUfunction kf;
     CU_OK(cuKernelGetFunction(&kf, k));
-    CHECK((void *)kf == (void *)k, "a kernel is usable as a function");
+    CHECK_EQ((void *)kf, (void *)k, "a kernel is usable as a function");
     CU_OK(cuLibraryUnload(lib));
     CU_OK(cuModuleUnload(m));
-    CHECK(cuModuleGetFunction(&f, m, "k") == CUDA_ERROR_INVALID_HANDLE, "an unloaded module is gone");
-    CHECK(cuModuleLoadData(&m, "not an image") != CUDA_SUCCESS, "garbage is not an image");
+    CHECK_EQ(cuModuleGetFunction(&f, m, "k"), CUDA_ERROR_INVALID_HANDLE, "an unloaded module is gone");
+    CHECK_NE(cuModuleLoadData(&m, "not an image"), CUDA_SUCCESS, "garbage is not an image");
 }
 
 /* The exported symbols and cuGetProcAddress agree, ABI version by version. */
@@ -439,11 +449,14 @@ static void test_proc_address(void)
     void *fn = NULL;
     CUdriverProcAddressQueryResult st;
     CU_OK(cuGetProcAddress("cuMemAlloc", &fn, 13000, 0, &st));
-    CHECK(fn != NULL && fn == dlsym(lib, "cuMemAlloc_v2"), "cuMemAlloc at 13000 is cuMemAlloc_v2");
+    CHECK_NE(fn, NULL, "cuMemAlloc at 13000 is cuMemAlloc_v2");
+    CHECK_EQ(fn, dlsym(lib, "cuMemAlloc_v2"), "cuMemAlloc at 13000 is cuMemAlloc_v2");
     CU_OK(cuGetProcAddress("cuMemcpyHtoD", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
-    CHECK(fn != NULL && fn == dlsym(lib, "cuMemcpyHtoD_v2_ptds"), "and per thread, the _ptds one");
-    CHECK(cuGetProcAddress("cuNoSuchThing", &fn, 13000, 0, &st) == CUDA_ERROR_NOT_FOUND &&
-              st == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, "an unknown name is not found");
+    CHECK_NE(fn, NULL, "and per thread, the _ptds one");
+    CHECK_EQ(fn, dlsym(lib, "cuMemcpyHtoD_v2_ptds"), "and per thread, the _ptds one");
+    CHECK_EQ(cuGetProcAddress("cuNoSuchThing", &fn, 13000, 0, &st), CUDA_ERROR_NOT_FOUND,
+             "an unknown name is not found");
+    CHECK_EQ(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, "an unknown name is not found");
     dlclose(lib);
 }
 
@@ -478,23 +491,24 @@ static int device_attr(CUdevice_attribute attr)
  * said by the attributes and by the calls. */
 static void test_unshared_host_memory(void)
 {
-    CHECK(device_attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) == 0, "no managed memory reported");
-    CHECK(device_attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS) == 0, "nor concurrent access");
-    CHECK(device_attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) == 0, "nor mapped host memory");
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY), 0, "no managed memory reported");
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS), 0, "nor concurrent access");
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY), 0, "nor mapped host memory");
     CUdeviceptr m = 1;
-    CHECK(cuMemAllocManaged(&m, 4096, CU_MEM_ATTACH_GLOBAL) == CUDA_ERROR_NOT_SUPPORTED && m == 0,
-          "managed allocation refused");
+    CHECK_EQ(cuMemAllocManaged(&m, 4096, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_NOT_SUPPORTED,
+             "managed allocation refused");
+    CHECK_EQ(m, 0, "managed allocation refused");
     void *h = NULL;
     CU_OK(cuMemHostAlloc(&h, 4096, CU_MEMHOSTALLOC_DEVICEMAP)); /* refused only at the pointer */
     CUdeviceptr dp = 0;
-    CHECK(cuMemHostGetDevicePointer(&dp, h, 0) == CUDA_ERROR_NOT_SUPPORTED, "no device pointer");
+    CHECK_EQ(cuMemHostGetDevicePointer(&dp, h, 0), CUDA_ERROR_NOT_SUPPORTED, "no device pointer");
     CU_OK(cuMemFreeHost(h));
 }
 
 static int pointer_int(CUpointer_attribute attr, CUdeviceptr p)
 {
     int v = -1;
-    CHECK(cuPointerGetAttribute(&v, attr, p) == CUDA_SUCCESS, "pointer attribute %d", (int)attr);
+    CHECK_EQ(cuPointerGetAttribute(&v, attr, p), CUDA_SUCCESS, "pointer attribute %d", (int)attr);
     return v;
 }
 
@@ -512,11 +526,11 @@ static int server_writes_here(CUdeviceptr p, unsigned char value, size_t n)
 
 static void test_managed_memory(void)
 {
-    CHECK(device_attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) == 1, "managed memory reported");
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY), 1, "managed memory reported");
     enum { N = 3 * 4096 + 100 };
     CUdeviceptr m = 0, d = 0;
     CU_OK(cuMemAllocManaged(&m, N, CU_MEM_ATTACH_GLOBAL));
-    CHECK(cuMemAllocManaged(&d, N, 7) == CUDA_ERROR_INVALID_VALUE, "bad attach flags refused");
+    CHECK_EQ(cuMemAllocManaged(&d, N, 7), CUDA_ERROR_INVALID_VALUE, "bad attach flags refused");
     unsigned char *host = (unsigned char *)(uintptr_t)m, back[N];
     for (int i = 0; i < N; i++)
         host[i] = (unsigned char)(i * 7);
@@ -524,103 +538,108 @@ static void test_managed_memory(void)
     CU_OK(cuMemAlloc(&d, N));
     CU_OK(cuMemcpyDtoD(d, m, N));
     CU_OK(cuMemcpyDtoH(back, d, N));
-    CHECK(memcmp(back, host, N) == 0, "the server sees the host's bytes at the same address");
+    CHECK_MEM_EQ(back, host, N, "the server sees the host's bytes at the same address");
     CHECK(server_writes_here(m + 5, 0xab, 4000), "and the host sees the server's writes");
     memset(back, 0x5c, N);
     CU_OK(cuMemcpyHtoD(m, back, N));
-    CHECK(host[0] == 0x5c && host[N - 1] == 0x5c, "a copy into managed memory");
+    CHECK_EQ(host[0], 0x5c, "a copy into managed memory");
+    CHECK_EQ(host[N - 1], 0x5c, "a copy into managed memory");
     CU_OK(cuMemcpy(d, m, N));
     CU_OK(cuMemsetD8(m, 0, N));
     CU_OK(cuMemcpy(m, d, N));
-    CHECK(host[100] == 0x5c, "unified copies both ways");
+    CHECK_EQ(host[100], 0x5c, "unified copies both ways");
     CU_OK(cuMemcpyDtoH(back, m + 1, 10));
-    CHECK(back[0] == 0x5c, "a copy out of managed memory");
+    CHECK_EQ(back[0], 0x5c, "a copy out of managed memory");
 
-    CHECK(pointer_int(CU_POINTER_ATTRIBUTE_IS_MANAGED, m + 10) == 1, "IS_MANAGED");
-    CHECK(pointer_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, m) == CU_MEMORYTYPE_DEVICE, "device memory type");
+    CHECK_EQ(pointer_int(CU_POINTER_ATTRIBUTE_IS_MANAGED, m + 10), 1, "IS_MANAGED");
+    CHECK_EQ(pointer_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, m), CU_MEMORYTYPE_DEVICE, "device memory type");
     CUdeviceptr dp = 0;
     void *hp = NULL;
     CU_OK(cuPointerGetAttribute(&dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, m + 8));
     CU_OK(cuPointerGetAttribute(&hp, CU_POINTER_ATTRIBUTE_HOST_POINTER, m + 8));
-    CHECK(dp == m + 8 && hp == host + 8, "one pointer for host and device");
-    CHECK(pointer_int(CU_POINTER_ATTRIBUTE_IS_MANAGED, d) == 0, "device memory is not managed");
+    CHECK_EQ(dp, m + 8, "one pointer for host and device");
+    CHECK_EQ(hp, host + 8, "one pointer for host and device");
+    CHECK_EQ(pointer_int(CU_POINTER_ATTRIBUTE_IS_MANAGED, d), 0, "device memory is not managed");
     CUdeviceptr base = 0;
     size_t size = 0;
     CU_OK(cuMemGetAddressRange(&base, &size, m + 77));
-    CHECK(base == m && size == N, "address range of managed memory");
+    CHECK_EQ(base, m, "address range of managed memory");
+    CHECK_EQ(size, N, "address range of managed memory");
 
     CUmemLocation gpu = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
     CUmemLocation cpu = {.type = CU_MEM_LOCATION_TYPE_HOST};
     int v = 0, by[3] = {0};
     CU_OK(cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, m, N));
-    CHECK(v == CU_DEVICE_INVALID, "never prefetched");
+    CHECK_EQ(v, CU_DEVICE_INVALID, "never prefetched");
     CU_OK(cuMemPrefetchAsync_v2(m, N, gpu, 0, NULL));
     CU_OK(cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, m, N));
-    CHECK(v == 0, "prefetched to the device");
+    CHECK_EQ(v, 0, "prefetched to the device");
     CUmemLocation gpu1 = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1};
-    CHECK(cuMemPrefetchAsync_v2(m, N, gpu1, 0, NULL) == CUDA_ERROR_INVALID_DEVICE, "no device 1");
-    CHECK(cuMemPrefetchAsync_v2(d, N, gpu, 0, NULL) == CUDA_ERROR_INVALID_VALUE, "device memory is no managed range");
-    CHECK(cuMemPrefetchAsync_v2(m, N + 1, gpu, 0, NULL) == CUDA_ERROR_INVALID_VALUE, "nor past its end");
+    CHECK_EQ(cuMemPrefetchAsync_v2(m, N, gpu1, 0, NULL), CUDA_ERROR_INVALID_DEVICE, "no device 1");
+    CHECK_EQ(cuMemPrefetchAsync_v2(d, N, gpu, 0, NULL), CUDA_ERROR_INVALID_VALUE,
+             "device memory is no managed range");
+    CHECK_EQ(cuMemPrefetchAsync_v2(m, N + 1, gpu, 0, NULL), CUDA_ERROR_INVALID_VALUE, "nor past its end");
     CU_OK(cuMemAdvise_v2(m, N, CU_MEM_ADVISE_SET_READ_MOSTLY, gpu));
     CU_OK(cuMemAdvise_v2(m, 4096, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, cpu));
     CU_OK(cuMemAdvise_v2(m, N, CU_MEM_ADVISE_SET_ACCESSED_BY, gpu));
-    CHECK(cuMemAdvise_v2(m, N, (CUmem_advise)9, gpu) == CUDA_ERROR_INVALID_VALUE, "unknown advice");
+    CHECK_EQ(cuMemAdvise_v2(m, N, (CUmem_advise)9, gpu), CUDA_ERROR_INVALID_VALUE, "unknown advice");
     CU_OK(cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, N));
-    CHECK(v == 1, "read mostly");
+    CHECK_EQ(v, 1, "read mostly");
     CU_OK(cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, m, N));
-    CHECK(v == CU_DEVICE_CPU, "preferred on the host");
+    CHECK_EQ(v, CU_DEVICE_CPU, "preferred on the host");
     CU_OK(cuMemRangeGetAttribute(by, sizeof by, CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY, m, N));
-    CHECK(by[0] == 0 && by[1] == CU_DEVICE_INVALID && by[2] == CU_DEVICE_INVALID, "accessed by device 0");
+    CHECK_EQ(by[0], 0, "accessed by device 0");
+    CHECK_EQ(by[1], CU_DEVICE_INVALID, "accessed by device 0");
+    CHECK_EQ(by[2], CU_DEVICE_INVALID, "accessed by device 0");
     CU_OK(cuMemAdvise_v2(m, N, CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION, cpu));
     CU_OK(cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE, m, N));
-    CHECK(v == CU_MEM_LOCATION_TYPE_INVALID, "preferred location unset");
+    CHECK_EQ(v, CU_MEM_LOCATION_TYPE_INVALID, "preferred location unset");
     CU_OK(cuStreamAttachMemAsync(NULL, m, 0, CU_MEM_ATTACH_HOST));
-    CHECK(cuStreamAttachMemAsync(NULL, m, 10, CU_MEM_ATTACH_HOST) == CUDA_ERROR_INVALID_VALUE,
-          "attach is of whole allocations");
+    CHECK_EQ(cuStreamAttachMemAsync(NULL, m, 10, CU_MEM_ATTACH_HOST), CUDA_ERROR_INVALID_VALUE,
+             "attach is of whole allocations");
 
     CU_OK(cuMemFree(m));
-    CHECK(cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_IS_MANAGED, m) == CUDA_ERROR_INVALID_VALUE,
-          "freed managed memory is unknown");
+    CHECK_EQ(cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_IS_MANAGED, m), CUDA_ERROR_INVALID_VALUE,
+             "freed managed memory is unknown");
     CU_OK(cuMemFree(d));
 }
 
 /* Pinned and registered host memory that kernels reach at its own address. */
 static void test_mapped_host_memory(void)
 {
-    CHECK(device_attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) == 1, "mapped host memory reported");
-    CHECK(device_attr(CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM) == 1,
-          "at the host pointer");
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY), 1, "mapped host memory reported");
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM), 1,
+             "at the host pointer");
     void *h = NULL;
     CU_OK(cuMemHostAlloc(&h, 8192, CU_MEMHOSTALLOC_DEVICEMAP));
     CUdeviceptr dp = 0;
     unsigned flags = 0;
     CU_OK(cuMemHostGetDevicePointer(&dp, h, 0));
-    CHECK(dp == (CUdeviceptr)(uintptr_t)h, "device pointer of pinned memory is its host pointer");
+    CHECK_EQ(dp, (CUdeviceptr)(uintptr_t)h, "device pointer of pinned memory is its host pointer");
     CU_OK(cuMemHostGetFlags(&flags, h));
-    CHECK(flags == CU_MEMHOSTALLOC_DEVICEMAP, "its flags as given");
+    CHECK_EQ(flags, CU_MEMHOSTALLOC_DEVICEMAP, "its flags as given");
     CHECK(server_writes_here(dp + 100, 0x3d, 5000), "the server writes it at that address");
-    CHECK(pointer_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dp) == CU_MEMORYTYPE_HOST, "host memory type");
-    CHECK(pointer_int(CU_POINTER_ATTRIBUTE_IS_MANAGED, dp) == 0, "not managed");
+    CHECK_EQ(pointer_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dp), CU_MEMORYTYPE_HOST, "host memory type");
+    CHECK_EQ(pointer_int(CU_POINTER_ATTRIBUTE_IS_MANAGED, dp), 0, "not managed");
     CUdeviceptr attr_dp = 0;
     CU_OK(cuPointerGetAttribute(&attr_dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, dp + 4));
-    CHECK(attr_dp == dp + 4, "DEVICE_POINTER of mapped pinned memory");
+    CHECK_EQ(attr_dp, dp + 4, "DEVICE_POINTER of mapped pinned memory");
     CU_OK(cuMemFreeHost(h));
 
     /* plain anonymous pages, which registration shares in place (a sanitizer's
      * heap need not be such memory) */
     unsigned char *reg = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                               -1, 0);
-    CHECK(reg != MAP_FAILED, "page-aligned buffer");
-    if (reg == MAP_FAILED)
-        return;
+    CHECK_NE(reg, MAP_FAILED, "page-aligned buffer");
     memset(reg, 1, 3 * 4096);
     CU_OK(cuMemHostRegister(reg, 3 * 4096, CU_MEMHOSTREGISTER_DEVICEMAP));
     dp = 0;
     CU_OK(cuMemHostGetDevicePointer(&dp, reg, 0));
-    CHECK(dp == (CUdeviceptr)(uintptr_t)reg, "registered memory at its own address");
-    CHECK(dp != 0 && server_writes_here(dp, 0x77, 3 * 4096), "written by the server in place");
+    CHECK_EQ(dp, (CUdeviceptr)(uintptr_t)reg, "registered memory at its own address");
+    CHECK_NE(dp, 0, "written by the server in place");
+    CHECK(server_writes_here(dp, 0x77, 3 * 4096), "written by the server in place");
     CU_OK(cuMemHostUnregister(reg));
-    CHECK(reg[4096] == 0x77, "the bytes stay after unregistering");
+    CHECK_EQ(reg[4096], 0x77, "the bytes stay after unregistering");
     munmap(reg, 3 * 4096);
 }
 
@@ -641,5 +660,5 @@ int main(void)
     } else {
         test_unshared_host_memory();
     }
-    return CHECK_DONE();
+    return check_done();
 }

@@ -6,6 +6,7 @@
  */
 #include "ctx_storage.h"
 #include "export_tables.h"
+#include "check.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,15 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int failures;
-#define CHECK(cond)                                                                            \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);          \
-            failures++;                                                                        \
-        }                                                                                      \
-    } while (0)
 
 /* ---- the fake driver ---- */
 
@@ -200,8 +192,8 @@ static void *const *table_of(const char *hex)
 {
     CUuuid u = uuid_of(hex);
     const void *t = NULL;
-    CHECK(flyt_export_table(&t, &u) == CUDA_SUCCESS);
-    CHECK(t != NULL);
+    CHECK_EQ(flyt_export_table(&t, &u), CUDA_SUCCESS, "flyt_export_table(&t, &u) == CUDA_SUCCESS");
+    CHECK_NE(t, NULL, "t != NULL");
     return (void *const *)t;
 }
 
@@ -247,12 +239,12 @@ static int count_lines(const char *s)
 static void check_shape(const char *hex, unsigned slots, const int *nulls, int null_count)
 {
     void *const *t = table_of(hex);
-    CHECK((uintptr_t)t[0] == slots * sizeof(void *));
+    CHECK_EQ((uintptr_t)t[0], slots * sizeof(void *), "(uintptr_t)t[0] == slots * sizeof(void *)");
     for (unsigned i = 1; i < slots; i++) {
         int null = 0;
         for (int k = 0; k < null_count; k++)
             null |= nulls[k] == (int)i;
-        CHECK((t[i] == NULL) == null);
+        CHECK_EQ((t[i] == NULL), null, "(t[i] == NULL) == null");
     }
 }
 
@@ -267,10 +259,10 @@ static void test_shapes(void)
     check_shape(TOOLS_MODULE, 99, (const int[]){93}, 1);
     /* context-local storage: three functions, then NULL, no size */
     void *const *cls = table_of(CLS);
-    CHECK(cls[0] == (void *)flyt_ctx_storage_put);
-    CHECK(cls[1] == (void *)flyt_ctx_storage_delete);
-    CHECK(cls[2] == (void *)flyt_ctx_storage_get);
-    CHECK(cls[3] == NULL);
+    CHECK_EQ(cls[0], (void *)flyt_ctx_storage_put, "cls[0] == (void *)flyt_ctx_storage_put");
+    CHECK_EQ(cls[1], (void *)flyt_ctx_storage_delete, "cls[1] == (void *)flyt_ctx_storage_delete");
+    CHECK_EQ(cls[2], (void *)flyt_ctx_storage_get, "cls[2] == (void *)flyt_ctx_storage_get");
+    CHECK_EQ(cls[3], NULL, "cls[3] == NULL");
 }
 
 /* ---- unknown UUIDs ---- */
@@ -279,19 +271,24 @@ static void ask_unknown_twice(void)
 {
     CUuuid u = uuid_of("00112233445566778899aabbccddeeff");
     const void *t = (const void *)&u;
-    CHECK(flyt_export_table(&t, &u) == CUDA_ERROR_INVALID_VALUE);
-    CHECK(t == NULL);
-    CHECK(flyt_export_table(&t, &u) == CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(flyt_export_table(&t, &u), CUDA_ERROR_INVALID_VALUE,
+             "flyt_export_table(&t, &u) == CUDA_ERROR_INVALID_VALUE");
+    CHECK_EQ(t, NULL, "t == NULL");
+    CHECK_EQ(flyt_export_table(&t, &u), CUDA_ERROR_INVALID_VALUE,
+             "flyt_export_table(&t, &u) == CUDA_ERROR_INVALID_VALUE");
     CUuuid f8 = uuid_of("f8cff95121468b4eb9e2fb469e7c0dd9");
-    CHECK(flyt_export_table(&t, &f8) == CUDA_ERROR_INVALID_VALUE);
-    CHECK(flyt_export_table(NULL, &u) == CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(flyt_export_table(&t, &f8), CUDA_ERROR_INVALID_VALUE,
+             "flyt_export_table(&t, &f8) == CUDA_ERROR_INVALID_VALUE");
+    CHECK_EQ(flyt_export_table(NULL, &u), CUDA_ERROR_INVALID_VALUE,
+             "flyt_export_table(NULL, &u) == CUDA_ERROR_INVALID_VALUE");
 }
 
 static void test_unknown(void)
 {
     const char *said = stderr_of(ask_unknown_twice);
-    CHECK(count_lines(said) == 1); /* once per UUID; f8cff951 quietly */
-    CHECK(strstr(said, "00112233-4455-6677-8899-aabbccddeeff") != NULL);
+    CHECK_EQ(count_lines(said), 1, "count_lines(said) == 1"); /* once per UUID; f8cff951 quietly */
+    CHECK_NE(strstr(said, "00112233-4455-6677-8899-aabbccddeeff"), NULL,
+             "strstr(said, \"00112233-4455-6677-8899-aabbccddeeff\") != NULL");
 }
 
 /* ---- context-local storage ---- */
@@ -308,7 +305,8 @@ static void record_dtor(CUcontext ctx, void *key, void *value)
     dtor_calls[dtor_count++] = (struct dtor_call){ctx, key, value};
     /* the store is usable from a dtor, and the entry is already gone */
     void *v;
-    CHECK(flyt_ctx_storage_get(&v, ctx, key) == CUDA_ERROR_INVALID_HANDLE);
+    CHECK_EQ(flyt_ctx_storage_get(&v, ctx, key), CUDA_ERROR_INVALID_HANDLE,
+             "flyt_ctx_storage_get(&v, ctx, key) == CUDA_ERROR_INVALID_HANDLE");
 }
 
 #define K(n) ((void *)(uintptr_t)(n))
@@ -317,38 +315,64 @@ static void test_cls(void)
 {
     void *v = NULL;
     fake_current = NULL;
-    CHECK(flyt_ctx_storage_get(&v, NULL, K(1)) == CUDA_ERROR_INVALID_CONTEXT);
-    CHECK(flyt_ctx_storage_put(NULL, K(1), K(2), NULL) == CUDA_ERROR_INVALID_CONTEXT);
-    CHECK(flyt_ctx_storage_put(OTHER, K(1), K(11), record_dtor) == CUDA_SUCCESS);
+    CHECK_EQ(flyt_ctx_storage_get(&v, NULL, K(1)), CUDA_ERROR_INVALID_CONTEXT,
+             "flyt_ctx_storage_get(&v, NULL, K(1)) == CUDA_ERROR_INVALID_CONTEXT");
+    CHECK_EQ(flyt_ctx_storage_put(NULL, K(1), K(2), NULL), CUDA_ERROR_INVALID_CONTEXT,
+             "flyt_ctx_storage_put(NULL, K(1), K(2), NULL) == CUDA_ERROR_INVALID_CONTEXT");
+    CHECK_EQ(flyt_ctx_storage_put(OTHER, K(1), K(11), record_dtor), CUDA_SUCCESS,
+             "flyt_ctx_storage_put(OTHER, K(1), K(11), record_dtor) == CUDA_SUCCESS");
 
     fake_current = PRIMARY;
-    CHECK(flyt_ctx_storage_get(&v, NULL, K(1)) == CUDA_ERROR_INVALID_HANDLE);
-    CHECK(flyt_ctx_storage_put(NULL, K(1), K(21), record_dtor) == CUDA_SUCCESS);
-    CHECK(flyt_ctx_storage_put(PRIMARY, K(1), K(22), record_dtor) == CUDA_ERROR_INVALID_HANDLE);
-    CHECK(flyt_ctx_storage_get(&v, NULL, K(1)) == CUDA_SUCCESS && v == K(21));
-    CHECK(flyt_ctx_storage_get(&v, (CUcontext)(uintptr_t)-1, K(1)) == CUDA_SUCCESS && v == K(21));
-    CHECK(flyt_ctx_storage_get(&v, PRIMARY, K(1)) == CUDA_SUCCESS && v == K(21));
-    CHECK(flyt_ctx_storage_get(&v, OTHER, K(1)) == CUDA_SUCCESS && v == K(11));
-    CHECK(flyt_ctx_storage_get(NULL, PRIMARY, K(1)) == CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(flyt_ctx_storage_get(&v, NULL, K(1)), CUDA_ERROR_INVALID_HANDLE,
+             "flyt_ctx_storage_get(&v, NULL, K(1)) == CUDA_ERROR_INVALID_HANDLE");
+    CHECK_EQ(flyt_ctx_storage_put(NULL, K(1), K(21), record_dtor), CUDA_SUCCESS,
+             "flyt_ctx_storage_put(NULL, K(1), K(21), record_dtor) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_put(PRIMARY, K(1), K(22), record_dtor), CUDA_ERROR_INVALID_HANDLE,
+             "flyt_ctx_storage_put(PRIMARY, K(1), K(22), record_dtor) == CUDA_ERROR_INVALID_HANDLE");
+    CHECK_EQ(flyt_ctx_storage_get(&v, NULL, K(1)), CUDA_SUCCESS,
+             "flyt_ctx_storage_get(&v, NULL, K(1)) == CUDA_SUCCESS");
+    CHECK_EQ(v, K(21), "v == K(21)");
+    CHECK_EQ(flyt_ctx_storage_get(&v, (CUcontext)(uintptr_t)-1, K(1)), CUDA_SUCCESS,
+             "flyt_ctx_storage_get(&v, (CUcontext)(uintptr_t)-1, K(1)) == CUDA_SUCCESS");
+    CHECK_EQ(v, K(21), "v == K(21)");
+    CHECK_EQ(flyt_ctx_storage_get(&v, PRIMARY, K(1)), CUDA_SUCCESS,
+             "flyt_ctx_storage_get(&v, PRIMARY, K(1)) == CUDA_SUCCESS");
+    CHECK_EQ(v, K(21), "v == K(21)");
+    CHECK_EQ(flyt_ctx_storage_get(&v, OTHER, K(1)), CUDA_SUCCESS,
+             "flyt_ctx_storage_get(&v, OTHER, K(1)) == CUDA_SUCCESS");
+    CHECK_EQ(v, K(11), "v == K(11)");
+    CHECK_EQ(flyt_ctx_storage_get(NULL, PRIMARY, K(1)), CUDA_ERROR_INVALID_VALUE,
+             "flyt_ctx_storage_get(NULL, PRIMARY, K(1)) == CUDA_ERROR_INVALID_VALUE");
 
-    CHECK(flyt_ctx_storage_put(PRIMARY, K(2), K(23), record_dtor) == CUDA_SUCCESS);
-    CHECK(flyt_ctx_storage_put(PRIMARY, K(3), K(24), NULL) == CUDA_SUCCESS);
-    CHECK(flyt_ctx_storage_delete(NULL, K(2)) == CUDA_SUCCESS);
-    CHECK(flyt_ctx_storage_get(&v, PRIMARY, K(2)) == CUDA_ERROR_INVALID_HANDLE);
-    CHECK(flyt_ctx_storage_delete(PRIMARY, K(2)) == CUDA_ERROR_INVALID_HANDLE);
+    CHECK_EQ(flyt_ctx_storage_put(PRIMARY, K(2), K(23), record_dtor), CUDA_SUCCESS,
+             "flyt_ctx_storage_put(PRIMARY, K(2), K(23), record_dtor) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_put(PRIMARY, K(3), K(24), NULL), CUDA_SUCCESS,
+             "flyt_ctx_storage_put(PRIMARY, K(3), K(24), NULL) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_delete(NULL, K(2)), CUDA_SUCCESS,
+             "flyt_ctx_storage_delete(NULL, K(2)) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_get(&v, PRIMARY, K(2)), CUDA_ERROR_INVALID_HANDLE,
+             "flyt_ctx_storage_get(&v, PRIMARY, K(2)) == CUDA_ERROR_INVALID_HANDLE");
+    CHECK_EQ(flyt_ctx_storage_delete(PRIMARY, K(2)), CUDA_ERROR_INVALID_HANDLE,
+             "flyt_ctx_storage_delete(PRIMARY, K(2)) == CUDA_ERROR_INVALID_HANDLE");
 
     /* only entries still there and with a dtor are destroyed, once */
     dtor_count = 0;
     flyt_ctx_storage_drop(PRIMARY);
-    CHECK(dtor_count == 1);
-    CHECK(dtor_calls[0].ctx == PRIMARY && dtor_calls[0].key == K(1) &&
-          dtor_calls[0].value == K(21));
-    CHECK(flyt_ctx_storage_get(&v, PRIMARY, K(3)) == CUDA_ERROR_INVALID_HANDLE);
+    CHECK_EQ(dtor_count, 1, "dtor_count == 1");
+    CHECK_EQ(dtor_calls[0].ctx, PRIMARY, "dtor_calls[0].ctx == PRIMARY");
+    CHECK_EQ(dtor_calls[0].key, K(1), "dtor_calls[0].key == K(1)");
+    CHECK_EQ(dtor_calls[0].value, K(21), "dtor_calls[0].value == K(21)");
+    CHECK_EQ(flyt_ctx_storage_get(&v, PRIMARY, K(3)), CUDA_ERROR_INVALID_HANDLE,
+             "flyt_ctx_storage_get(&v, PRIMARY, K(3)) == CUDA_ERROR_INVALID_HANDLE");
     flyt_ctx_storage_drop(PRIMARY);
-    CHECK(dtor_count == 1);
-    CHECK(flyt_ctx_storage_get(&v, OTHER, K(1)) == CUDA_SUCCESS && v == K(11));
+    CHECK_EQ(dtor_count, 1, "dtor_count == 1");
+    CHECK_EQ(flyt_ctx_storage_get(&v, OTHER, K(1)), CUDA_SUCCESS,
+             "flyt_ctx_storage_get(&v, OTHER, K(1)) == CUDA_SUCCESS");
+    CHECK_EQ(v, K(11), "v == K(11)");
     flyt_ctx_storage_drop(OTHER);
-    CHECK(dtor_count == 2 && dtor_calls[1].ctx == OTHER && dtor_calls[1].value == K(11));
+    CHECK_EQ(dtor_count, 2, "dtor_count == 2");
+    CHECK_EQ(dtor_calls[1].ctx, OTHER, "dtor_calls[1].ctx == OTHER");
+    CHECK_EQ(dtor_calls[1].value, K(11), "dtor_calls[1].value == K(11)");
     fake_current = NULL;
 }
 
@@ -375,15 +399,17 @@ static void *cls_thread(void *arg)
 
 static void test_cls_threads(void)
 {
-    CHECK(flyt_ctx_storage_put(PRIMARY, K(7), (void *)PRIMARY, NULL) == CUDA_SUCCESS);
-    CHECK(flyt_ctx_storage_put(OTHER, K(7), (void *)OTHER, NULL) == CUDA_SUCCESS);
+    CHECK_EQ(flyt_ctx_storage_put(PRIMARY, K(7), (void *)PRIMARY, NULL), CUDA_SUCCESS,
+             "flyt_ctx_storage_put(PRIMARY, K(7), (void *)PRIMARY, NULL) == CUDA_SUCCESS");
+    CHECK_EQ(flyt_ctx_storage_put(OTHER, K(7), (void *)OTHER, NULL), CUDA_SUCCESS,
+             "flyt_ctx_storage_put(OTHER, K(7), (void *)OTHER, NULL) == CUDA_SUCCESS");
     pthread_t t[4];
     for (int i = 0; i < 4; i++)
         pthread_create(&t[i], NULL, cls_thread, i % 2 ? OTHER : PRIMARY);
     for (int i = 0; i < 4; i++) {
         void *bad = NULL;
         pthread_join(t[i], &bad);
-        CHECK(bad == NULL);
+        CHECK_EQ(bad, NULL, "bad == NULL");
     }
     flyt_ctx_storage_drop(PRIMARY);
     flyt_ctx_storage_drop(OTHER);
@@ -414,87 +440,139 @@ static void test_slots(void)
     CUcontext ctx = NULL;
     /* the handle, without a reference: as NVIDIA's driver */
     primary_refs = 0;
-    CHECK(((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 0) == CUDA_SUCCESS);
-    CHECK(ctx == PRIMARY && primary_refs == 0);
-    CHECK(((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 1) == CUDA_ERROR_INVALID_DEVICE);
-    CHECK(((CUresult(*)(void))cudart[12])() == CUDA_SUCCESS);
+    CHECK_EQ(((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 0), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 0) == CUDA_SUCCESS");
+    CHECK_EQ(ctx, PRIMARY, "ctx == PRIMARY");
+    CHECK_EQ(primary_refs, 0, "primary_refs == 0");
+    CHECK_EQ(((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 1), CUDA_ERROR_INVALID_DEVICE,
+             "((CUresult(*)(CUcontext *, CUdevice))cudart[2])(&ctx, 1) == CUDA_ERROR_INVALID_DEVICE");
+    CHECK_EQ(((CUresult(*)(void))cudart[12])(), CUDA_SUCCESS,
+             "((CUresult(*)(void))cudart[12])() == CUDA_SUCCESS");
 
     void *const *hooks = table_of(HOOKS);
     void *area = NULL;
     size_t size = 0;
     ((void (*)(void **, size_t *))hooks[2])(&area, &size);
-    CHECK(area != NULL && size == 1024);
+    CHECK_NE(area, NULL, "area != NULL");
+    CHECK_EQ(size, 1024, "size == 1024");
     ((void (*)(void **, size_t *))hooks[6])(&area, &size);
-    CHECK(area != NULL && size == 14);
+    CHECK_NE(area, NULL, "area != NULL");
+    CHECK_EQ(size, 14, "size == 14");
 
     void *const *tls = table_of(TLS);
     fake_current = OTHER;
     ctx = NULL;
-    CHECK(((CUresult(*)(CUcontext *))tls[2])(&ctx) == CUDA_SUCCESS && ctx == OTHER);
+    CHECK_EQ(((CUresult(*)(CUcontext *))tls[2])(&ctx), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext *))tls[2])(&ctx) == CUDA_SUCCESS");
+    CHECK_EQ(ctx, OTHER, "ctx == OTHER");
     fake_current = NULL;
-    CHECK(((CUresult(*)(CUcontext *))tls[2])(&ctx) == CUDA_SUCCESS && ctx == NULL);
+    CHECK_EQ(((CUresult(*)(CUcontext *))tls[2])(&ctx), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext *))tls[2])(&ctx) == CUDA_SUCCESS");
+    CHECK_EQ(ctx, NULL, "ctx == NULL");
 
     void *const *checks = table_of(CHECKS);
     uint32_t flags = 5;
     void *extra = K(9);
-    CHECK(((CUresult(*)(CUcontext, uint32_t *, void **))checks[2])(PRIMARY, &flags, &extra) ==
-          CUDA_SUCCESS);
-    CHECK(flags == 0 && extra == K(9));
+    CHECK_EQ(((CUresult(*)(CUcontext, uint32_t *, void **))checks[2])(PRIMARY, &flags, &extra), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext, uint32_t *, void **))checks[2])(PRIMARY, &flags, &extra) == CUDA_SUCCESS");
+    CHECK_EQ(flags, 0, "flags == 0");
+    CHECK_EQ(extra, K(9), "extra == K(9)");
 
     void *const *tctx = table_of(TOOLS_CTX);
     uint64_t id = 99;
-    CHECK(((CUresult(*)(CUcontext, uint64_t *))tctx[4])(OTHER, &id) == CUDA_SUCCESS && id == 2);
-    CHECK(((CUresult(*)(CUcontext, uint64_t *))tctx[4])(NULL, &id) == CUDA_SUCCESS && id == 0);
+    CHECK_EQ(((CUresult(*)(CUcontext, uint64_t *))tctx[4])(OTHER, &id), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext, uint64_t *))tctx[4])(OTHER, &id) == CUDA_SUCCESS");
+    CHECK_EQ(id, 2, "id == 2");
+    CHECK_EQ(((CUresult(*)(CUcontext, uint64_t *))tctx[4])(NULL, &id), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext, uint64_t *))tctx[4])(NULL, &id) == CUDA_SUCCESS");
+    CHECK_EQ(id, 0, "id == 0");
 
     /* stream handles: one per stream, found again by their unique ids */
     typedef CUresult (*handle_fn)(CUcontext, CUstream, void **, uint8_t);
     typedef CUresult (*id_fn)(CUcontext, void *, uint64_t *);
     void *h_null = NULL, *h_legacy = NULL, *h_ptds = NULL, *h_ptds2 = NULL, *h_s = NULL, *h_s2 = NULL;
-    CHECK(((handle_fn)tctx[51])(PRIMARY, NULL, &h_null, 0) == CUDA_SUCCESS && h_null != NULL);
-    CHECK(((handle_fn)tctx[51])(PRIMARY, CU_STREAM_LEGACY, &h_legacy, 0) == CUDA_SUCCESS);
-    CHECK(h_legacy == h_null); /* two names of the legacy stream */
-    CHECK(((handle_fn)tctx[51])(PRIMARY, NULL, &h_ptds, 1) == CUDA_SUCCESS);
-    CHECK(((handle_fn)tctx[51])(PRIMARY, CU_STREAM_PER_THREAD, &h_ptds2, 0) == CUDA_SUCCESS);
-    CHECK(h_ptds == h_ptds2 && h_ptds != h_null);
-    CHECK(((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s, 0) == CUDA_SUCCESS);
-    CHECK(((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s2, 1) == CUDA_SUCCESS && h_s2 == h_s);
-    CHECK(((handle_fn)tctx[51])(PRIMARY, NULL, NULL, 0) == CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, NULL, &h_null, 0), CUDA_SUCCESS,
+             "((handle_fn)tctx[51])(PRIMARY, NULL, &h_null, 0) == CUDA_SUCCESS");
+    CHECK_NE(h_null, NULL, "h_null != NULL");
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, CU_STREAM_LEGACY, &h_legacy, 0), CUDA_SUCCESS,
+             "((handle_fn)tctx[51])(PRIMARY, CU_STREAM_LEGACY, &h_legacy, 0) == CUDA_SUCCESS");
+    CHECK_EQ(h_legacy, h_null, "h_legacy == h_null"); /* two names of the legacy stream */
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, NULL, &h_ptds, 1), CUDA_SUCCESS,
+             "((handle_fn)tctx[51])(PRIMARY, NULL, &h_ptds, 1) == CUDA_SUCCESS");
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, CU_STREAM_PER_THREAD, &h_ptds2, 0), CUDA_SUCCESS,
+             "((handle_fn)tctx[51])(PRIMARY, CU_STREAM_PER_THREAD, &h_ptds2, 0) == CUDA_SUCCESS");
+    CHECK_EQ(h_ptds, h_ptds2, "h_ptds == h_ptds2");
+    CHECK_NE(h_ptds, h_null, "h_ptds != h_null");
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s, 0), CUDA_SUCCESS,
+             "((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s, 0) == CUDA_SUCCESS");
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s2, 1), CUDA_SUCCESS,
+             "((handle_fn)tctx[51])(PRIMARY, (CUstream)0x500, &h_s2, 1) == CUDA_SUCCESS");
+    CHECK_EQ(h_s2, h_s, "h_s2 == h_s");
+    CHECK_EQ(((handle_fn)tctx[51])(PRIMARY, NULL, NULL, 0), CUDA_ERROR_INVALID_VALUE,
+             "((handle_fn)tctx[51])(PRIMARY, NULL, NULL, 0) == CUDA_ERROR_INVALID_VALUE");
     id = 0;
-    CHECK(((id_fn)tctx[39])(PRIMARY, h_s, &id) == CUDA_SUCCESS && id == 0x500);
-    CHECK(((id_fn)tctx[39])(PRIMARY, h_null, &id) == CUDA_SUCCESS && id == 1);
-    CHECK(((id_fn)tctx[39])(PRIMARY, h_ptds, &id) == CUDA_SUCCESS && id == 77);
-    CHECK(((id_fn)tctx[39])(PRIMARY, K(1), &id) == CUDA_ERROR_INVALID_HANDLE);
+    CHECK_EQ(((id_fn)tctx[39])(PRIMARY, h_s, &id), CUDA_SUCCESS,
+             "((id_fn)tctx[39])(PRIMARY, h_s, &id) == CUDA_SUCCESS");
+    CHECK_EQ(id, 0x500, "id == 0x500");
+    CHECK_EQ(((id_fn)tctx[39])(PRIMARY, h_null, &id), CUDA_SUCCESS,
+             "((id_fn)tctx[39])(PRIMARY, h_null, &id) == CUDA_SUCCESS");
+    CHECK_EQ(id, 1, "id == 1");
+    CHECK_EQ(((id_fn)tctx[39])(PRIMARY, h_ptds, &id), CUDA_SUCCESS,
+             "((id_fn)tctx[39])(PRIMARY, h_ptds, &id) == CUDA_SUCCESS");
+    CHECK_EQ(id, 77, "id == 77");
+    CHECK_EQ(((id_fn)tctx[39])(PRIMARY, K(1), &id), CUDA_ERROR_INVALID_HANDLE,
+             "((id_fn)tctx[39])(PRIMARY, K(1), &id) == CUDA_ERROR_INVALID_HANDLE");
     CUstream pub = NULL;
-    CHECK(((CUresult(*)(void *, CUstream *))tctx[16])(h_s, &pub) == CUDA_SUCCESS &&
-          pub == (CUstream)0x500);
+    CHECK_EQ(((CUresult(*)(void *, CUstream *))tctx[16])(h_s, &pub), CUDA_SUCCESS,
+             "((CUresult(*)(void *, CUstream *))tctx[16])(h_s, &pub) == CUDA_SUCCESS");
+    CHECK_EQ(pub, (CUstream)0x500, "pub == (CUstream)0x500");
     uint8_t yes = 9;
-    CHECK(((CUresult(*)(void *, uint8_t *))tctx[32])(h_s, &yes) == CUDA_SUCCESS && yes == 1);
-    CHECK(((CUresult(*)(CUcontext, void *, uint8_t *))tctx[12])(PRIMARY, h_null, &yes) ==
-              CUDA_SUCCESS && yes == 1);
+    CHECK_EQ(((CUresult(*)(void *, uint8_t *))tctx[32])(h_s, &yes), CUDA_SUCCESS,
+             "((CUresult(*)(void *, uint8_t *))tctx[32])(h_s, &yes) == CUDA_SUCCESS");
+    CHECK_EQ(yes, 1, "yes == 1");
+    CHECK_EQ(((CUresult(*)(CUcontext, void *, uint8_t *))tctx[12])(PRIMARY, h_null, &yes), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext, void *, uint8_t *))tctx[12])(PRIMARY, h_null, &yes) == CUDA_SUCCESS");
+    CHECK_EQ(yes, 1, "yes == 1");
     uint32_t device = 9;
-    CHECK(((CUresult(*)(CUcontext, uint32_t *))tctx[3])(OTHER, &device) == CUDA_SUCCESS && device == 1);
+    CHECK_EQ(((CUresult(*)(CUcontext, uint32_t *))tctx[3])(OTHER, &device), CUDA_SUCCESS,
+             "((CUresult(*)(CUcontext, uint32_t *))tctx[3])(OTHER, &device) == CUDA_SUCCESS");
+    CHECK_EQ(device, 1, "device == 1");
 
     /* the cluster prototype table: its controls are the public attributes */
     void *const *cl = table_of("1734dc26800d47458726c0f1e7dd8bca");
-    CHECK(cl != NULL && (uintptr_t)cl[0] == 17 * sizeof(void *));
+    CHECK_NE(cl, NULL, "cl != NULL");
+    CHECK_EQ((uintptr_t)cl[0], 17 * sizeof(void *), "(uintptr_t)cl[0] == 17 * sizeof(void *)");
     CUfunction fn = (CUfunction)0x4000;
     int x = 0, y = 0, z = 0, n = 0;
-    CHECK(((CUresult(*)(CUfunction, int, int, int))cl[1])(fn, 2, 1, 1) == CUDA_SUCCESS);
-    CHECK(((CUresult(*)(CUfunction, int *, int *, int *))cl[5])(fn, &x, &y, &z) == CUDA_SUCCESS &&
-          x == 2 && y == 1 && z == 1);
-    CHECK(((CUresult(*)(CUfunction, int, size_t, int *))cl[9])(fn, 128, 0, &n) == CUDA_SUCCESS && n == 16);
-    CHECK(((CUresult(*)(CUfunction, int, size_t, int, int *))cl[10])(fn, 128, 0, 4, &n) == CUDA_SUCCESS &&
-          n == 30);
+    CHECK_EQ(((CUresult(*)(CUfunction, int, int, int))cl[1])(fn, 2, 1, 1), CUDA_SUCCESS,
+             "((CUresult(*)(CUfunction, int, int, int))cl[1])(fn, 2, 1, 1) == CUDA_SUCCESS");
+    CHECK_EQ(((CUresult(*)(CUfunction, int *, int *, int *))cl[5])(fn, &x, &y, &z), CUDA_SUCCESS,
+             "((CUresult(*)(CUfunction, int *, int *, int *))cl[5])(fn, &x, &y, &z) == CUDA_SUCCESS");
+    CHECK_EQ(x, 2, "x == 2");
+    CHECK_EQ(y, 1, "y == 1");
+    CHECK_EQ(z, 1, "z == 1");
+    CHECK_EQ(((CUresult(*)(CUfunction, int, size_t, int *))cl[9])(fn, 128, 0, &n), CUDA_SUCCESS,
+             "((CUresult(*)(CUfunction, int, size_t, int *))cl[9])(fn, 128, 0, &n) == CUDA_SUCCESS");
+    CHECK_EQ(n, 16, "n == 16");
+    CHECK_EQ(((CUresult(*)(CUfunction, int, size_t, int, int *))cl[10])(fn, 128, 0, 4, &n), CUDA_SUCCESS,
+             "((CUresult(*)(CUfunction, int, size_t, int, int *))cl[10])(fn, 128, 0, 4, &n) == CUDA_SUCCESS");
+    CHECK_EQ(n, 30, "n == 30");
     n = 5;
-    CHECK(((CUresult(*)(CUdevice, int *))cl[16])(0, &n) == CUDA_SUCCESS && n == 0);
+    CHECK_EQ(((CUresult(*)(CUdevice, int *))cl[16])(0, &n), CUDA_SUCCESS,
+             "((CUresult(*)(CUdevice, int *))cl[16])(0, &n) == CUDA_SUCCESS");
+    CHECK_EQ(n, 0, "n == 0");
 
     void *const *tmod = table_of(TOOLS_MODULE);
     typedef uint64_t (*iterate_fn)(CUcontext, CUmodule, void *, void *);
     memset(&seen, 0, sizeof seen);
-    CHECK(((iterate_fn)tmod[7])(PRIMARY, FAKE_MODULE, (void *)seen_function, K(0x77)) == 3);
-    CHECK(seen.n == 3 && seen.opaque == K(0x77));
-    CHECK(seen.fn[0] == (CUfunction)0x4000 && seen.fn[2] == (CUfunction)0x4002);
-    CHECK(seen.name[1] != NULL && strcmp(seen.name[1], "ktwo") == 0);
+    CHECK_EQ(((iterate_fn)tmod[7])(PRIMARY, FAKE_MODULE, (void *)seen_function, K(0x77)), 3,
+             "((iterate_fn)tmod[7])(PRIMARY, FAKE_MODULE, (void *)seen_function, K(0x77)) == 3");
+    CHECK_EQ(seen.n, 3, "seen.n == 3");
+    CHECK_EQ(seen.opaque, K(0x77), "seen.opaque == K(0x77)");
+    CHECK_EQ(seen.fn[0], (CUfunction)0x4000, "seen.fn[0] == (CUfunction)0x4000");
+    CHECK_EQ(seen.fn[2], (CUfunction)0x4002, "seen.fn[2] == (CUfunction)0x4002");
+    CHECK_NE(seen.name[1], NULL, "seen.name[1] != NULL");
+    CHECK_STR_EQ(seen.name[1], "ktwo", "strcmp(seen.name[1], \"ktwo\") == 0");
 }
 
 static CUresult refused_result;
@@ -508,9 +586,10 @@ static void call_refused_twice(void)
 static void test_refused_slot(void)
 {
     const char *said = stderr_of(call_refused_twice);
-    CHECK(refused_result == CUDA_ERROR_NOT_SUPPORTED);
-    CHECK(count_lines(said) == 1);
-    CHECK(strstr(said, "TOOLS_CONTEXT, slot 50") != NULL);
+    CHECK_EQ(refused_result, CUDA_ERROR_NOT_SUPPORTED, "refused_result == CUDA_ERROR_NOT_SUPPORTED");
+    CHECK_EQ(count_lines(said), 1, "count_lines(said) == 1");
+    CHECK_NE(strstr(said, "TOOLS_CONTEXT, slot 50"), NULL,
+             "strstr(said, \"TOOLS_CONTEXT, slot 50\") != NULL");
 }
 
 /* ---- MD2: RFC 1319's test suite ---- */
@@ -527,7 +606,7 @@ static void check_md2(const char *text, const char *hex)
         snprintf(got + 2 * i, 3, "%02x", digest[i]);
     if (strcmp(got, hex) != 0)
         fprintf(stderr, "MD2(\"%s\") = %s, expected %s\n", text, got, hex);
-    CHECK(strcmp(got, hex) == 0);
+    CHECK_STR_EQ(got, hex, "strcmp(got, hex) == 0");
 }
 
 static void test_md2(void)
@@ -610,7 +689,7 @@ static void test_md2_states(void)
         block[i] = key[i] ^ 0x36;
     flyt_md2_init(&m);
     flyt_md2_update(&m, block, 16);
-    CHECK(same_state(&m, after_key));
+    CHECK(same_state(&m, after_key), "same_state(&m, after_key)");
 
     uint8_t in[48];
     uint32_t head[4] = {0x2f30, 12082, 0x002fa423, 0xf79c1000};
@@ -620,7 +699,7 @@ static void test_md2_states(void)
     put64(in + 32, 0x00007ffff2aaf4a0); /* its slot 1 */
     put64(in + 40, 0x682b9cee);
     flyt_md2_update(&m, in, sizeof in);
-    CHECK(same_state(&m, after_input));
+    CHECK(same_state(&m, after_input), "same_state(&m, after_input)");
 
     uint8_t dev[28] = {0};
     uint32_t uuid_words[4] = {0x8a2bfe9a, 0x382d25ac, 0xc5ae37ea, 0x5f32716d};
@@ -629,12 +708,12 @@ static void test_md2_states(void)
     memcpy(dev + 16, pci, 12);
     load_state(&m, before_device);
     flyt_md2_update(&m, dev, sizeof dev);
-    CHECK(same_state(&m, after_device));
+    CHECK(same_state(&m, after_device), "same_state(&m, after_device)");
 
     uint8_t digest[16];
     load_state(&m, before_final);
     flyt_md2_final(&m, digest);
-    CHECK(memcmp(digest, final_digest, 16) == 0);
+    CHECK_MEM_EQ(digest, final_digest, 16, "memcmp(digest, final_digest, 16) == 0");
 }
 
 /* ---- the integrity answer: NVIDIA's driver 580.159.04 gave these ---- */
@@ -659,7 +738,8 @@ static void check_answer(uint32_t version, uint32_t tid, uint64_t time, uint64_t
         fprintf(stderr, "integrity v%u: %016llx %016llx, expected %016llx %016llx\n", version,
                 (unsigned long long)out[0], (unsigned long long)out[1],
                 (unsigned long long)a0, (unsigned long long)a1);
-    CHECK(out[0] == a0 && out[1] == a1);
+    CHECK_EQ(out[0], a0, "out[0] == a0");
+    CHECK_EQ(out[1], a1, "out[1] == a1");
 }
 
 static void test_integrity_answers(void)
@@ -680,7 +760,8 @@ static void test_integrity_slot(void)
     typedef CUresult (*check_fn)(uint32_t, uint64_t, uint64_t *);
     fake_devices = 2;
     uint64_t got[2] = {0, 0}, want[2] = {1, 1};
-    CHECK(((check_fn)integrity[1])(13002, 1234567, got) == CUDA_SUCCESS);
+    CHECK_EQ(((check_fn)integrity[1])(13002, 1234567, got), CUDA_SUCCESS,
+             "((check_fn)integrity[1])(13002, 1234567, got) == CUDA_SUCCESS");
     struct flyt_integrity_input in = {
         .driver_version = 13000,
         .asked_version = 13002,
@@ -699,8 +780,10 @@ static void test_integrity_slot(void)
         devs[i].pci_device = 6;
     }
     flyt_integrity_hash(want, &in, devs, 2);
-    CHECK(got[0] == want[0] && got[1] == want[1]);
-    CHECK(((check_fn)integrity[1])(13002, 1234567, NULL) == CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(got[0], want[0], "got[0] == want[0]");
+    CHECK_EQ(got[1], want[1], "got[1] == want[1]");
+    CHECK_EQ(((check_fn)integrity[1])(13002, 1234567, NULL), CUDA_ERROR_INVALID_VALUE,
+             "((check_fn)integrity[1])(13002, 1234567, NULL) == CUDA_ERROR_INVALID_VALUE");
     fake_devices = 1;
 }
 
@@ -716,10 +799,5 @@ int main(void)
     test_md2_states();
     test_integrity_answers();
     test_integrity_slot();
-    if (failures) {
-        fprintf(stderr, "test_export_tables: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_export_tables: all checks passed\n");
-    return 0;
+    return check_done();
 }

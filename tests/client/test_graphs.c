@@ -14,11 +14,7 @@
 
 #include "check.h"
 
-#define CU_OK(call)                                                             \
-    do {                                                                        \
-        CUresult r_ = (call);                                                   \
-        CHECK(r_ == CUDA_SUCCESS, "%s (got %d)", #call, (int)r_);               \
-    } while (0)
+#define CU_OK(call) CHECK_EQ((call), CUDA_SUCCESS, "%s", #call)
 
 #define N 256 /* 32-bit words per buffer */
 
@@ -61,70 +57,75 @@ static void test_capture(CUdeviceptr a, CUdeviceptr b)
 
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
     CU_OK(cuStreamIsCapturing(s1, &st));
-    CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE, "no stream captures at first");
+    CHECK_EQ(st, CU_STREAM_CAPTURE_STATUS_NONE, "no stream captures at first");
 
     CU_OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
     CU_OK(cuStreamIsCapturing(s1, &st));
-    CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE, "a begun capture is active");
-    CHECK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL) != CUDA_SUCCESS,
-          "a capturing stream cannot begin another");
+    CHECK_EQ(st, CU_STREAM_CAPTURE_STATUS_ACTIVE, "a begun capture is active");
+    CHECK_NE(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS,
+             "a capturing stream cannot begin another");
     CU_OK(cuMemsetD32Async(a, 5, N, s1));
     cuuint64_t id = 0;
     CUgraph cg = NULL;
     const CUgraphNode *deps = NULL;
     size_t ndeps = 0;
     CU_OK(cuStreamGetCaptureInfo(s1, &st, &id, &cg, &deps, NULL, &ndeps));
-    CHECK(cg != NULL && ndeps == 1 && deps && deps[0], "capture info: the graph and one dependency");
+    CHECK_NE(cg, NULL, "capture info: the graph and one dependency");
+    CHECK_EQ(ndeps, 1, "capture info: the graph and one dependency");
+    CHECK(deps, "capture info: the graph and one dependency");
+    CHECK(deps[0], "capture info: the graph and one dependency");
     CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
     CU_OK(cuGraphNodeGetType(deps[0], &type));
-    CHECK(type == CU_GRAPH_NODE_TYPE_MEMSET, "the dependency is the memset node (%d)", (int)type);
+    CHECK_EQ(type, CU_GRAPH_NODE_TYPE_MEMSET, "the dependency is the memset node (%d)", (int)type);
     CUgraph g0 = NULL;
     CU_OK(cuStreamEndCapture(s1, &g0));
-    CHECK(g0 == cg, "the ended capture gives the graph it built");
-    CHECK(word(a, 0) == 0, "captured work did not run");
+    CHECK_EQ(g0, cg, "the ended capture gives the graph it built");
+    CHECK_EQ(word(a, 0), 0, "captured work did not run");
     CU_OK(cuGraphDestroy(g0));
 
     CUgraph g = capture(s1, s2, fork, join, a, b, 7);
-    CHECK(g != NULL && atomic_load(&host_calls) == 0, "a captured host function does not run");
+    CHECK_NE(g, NULL, "a captured host function does not run");
+    CHECK_EQ(atomic_load(&host_calls), 0, "a captured host function does not run");
     size_t n = 0;
     CU_OK(cuGraphGetNodes(g, NULL, &n));
-    CHECK(n == 3, "three nodes: memset, copy, host function (%zu)", n);
+    CHECK_EQ(n, 3, "three nodes: memset, copy, host function (%zu)", n);
     CUgraphNode roots[4] = {0}, from[4] = {0}, to[4] = {0};
     size_t nroots = 4, nedges = 4;
     CU_OK(cuGraphGetRootNodes(g, roots, &nroots));
     CU_OK(cuGraphGetEdges(g, from, to, NULL, &nedges));
     /* the join adds the copy to the memset the host function depends on */
-    CHECK(nroots == 1 && nedges == 3 && from[0] == roots[0] && to[2] == to[1],
-          "one root, three edges, from the root (%zu, %zu)", nroots, nedges);
+    CHECK_EQ(nroots, 1, "one root, three edges, from the root (%zu, %zu)", nroots, nedges);
+    CHECK_EQ(nedges, 3, "one root, three edges, from the root (%zu, %zu)", nroots, nedges);
+    CHECK_EQ(from[0], roots[0], "one root, three edges, from the root (%zu, %zu)", nroots, nedges);
+    CHECK_EQ(to[2], to[1], "one root, three edges, from the root (%zu, %zu)", nroots, nedges);
 
     CUgraphExec x = NULL;
     CU_OK(cuGraphInstantiateWithFlags(&x, g, 0));
     for (int i = 0; i < 3; i++)
         CU_OK(cuGraphLaunch(x, s1));
     CU_OK(cuStreamSynchronize(s1));
-    CHECK(atomic_load(&host_calls) == 3, "the host function ran at each of 3 launches (%d)",
-          atomic_load(&host_calls));
-    CHECK(word(b, N - 1) == 7, "the launches copied the memset value (%u)", word(b, N - 1));
+    CHECK_EQ(atomic_load(&host_calls), 3,
+             "the host function ran at each of 3 launches (%d)", atomic_load(&host_calls));
+    CHECK_EQ(word(b, N - 1), 7, "the launches copied the memset value (%u)", word(b, N - 1));
 
     CUgraph g9 = capture(s1, s2, fork, join, a, b, 9);
     CUgraphExecUpdateResultInfo info;
     CU_OK(cuGraphExecUpdate_v2(x, g9, &info));
-    CHECK(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS, "an exec takes a graph of the same shape");
+    CHECK_EQ(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS, "an exec takes a graph of the same shape");
     CU_OK(cuGraphUpload(x, s1));
     CU_OK(cuGraphLaunch(x, s1));
     CU_OK(cuStreamSynchronize(s1));
-    CHECK(word(b, 0) == 9, "the updated exec runs the new values (%u)", word(b, 0));
+    CHECK_EQ(word(b, 0), 9, "the updated exec runs the new values (%u)", word(b, 0));
 
     CUgraph clone = NULL;
     CUgraphExec xc = NULL;
     CU_OK(cuGraphClone(&clone, g));
-    CHECK(cuGraphInstantiateWithFlags(&xc, clone, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) ==
-              CUDA_ERROR_INVALID_VALUE,
-          "the upload flag without the params form's stream is refused, as by the driver");
+    CHECK_EQ(cuGraphInstantiateWithFlags(&xc, clone, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD), CUDA_ERROR_INVALID_VALUE,
+             "the upload flag without the params form's stream is refused, as by the driver");
     CU_OK(cuGraphInstantiateWithFlags(&xc, clone, 0));
     CU_OK(cuGraphLaunch(xc, s1));
     CU_OK(cuStreamSynchronize(s1));
-    CHECK(word(b, 0) == 7, "a clone runs the original's work (%u)", word(b, 0));
+    CHECK_EQ(word(b, 0), 7, "a clone runs the original's work (%u)", word(b, 0));
 
     char path[] = "/tmp/flyt-test-dot-XXXXXX";
     int fd = mkstemp(path);
@@ -133,8 +134,9 @@ static void test_capture(CUdeviceptr a, CUdeviceptr b)
     CU_OK(cuGraphDebugDotPrint(g, path, 0));
     FILE *f = fopen(path, "r");
     char line[64] = "";
-    CHECK(f && fgets(line, sizeof line, f) && strncmp(line, "digraph", 7) == 0,
-          "the dot text lands in the caller's file");
+    CHECK(f, "the dot text lands in the caller's file");
+    CHECK(fgets(line, sizeof line, f), "the dot text lands in the caller's file");
+    CHECK_EQ(strncmp(line, "digraph", 7), 0, "the dot text lands in the caller's file");
     if (f)
         fclose(f);
     unlink(path);
@@ -147,23 +149,24 @@ static void test_capture(CUdeviceptr a, CUdeviceptr b)
     CUdeviceptr extra = 0;
     CU_OK(cuMemAlloc(&extra, 64));
     CU_OK(cuThreadExchangeStreamCaptureMode(&mode));
-    CHECK(mode == CU_STREAM_CAPTURE_MODE_RELAXED, "the thread's mode is exchanged back");
+    CHECK_EQ(mode, CU_STREAM_CAPTURE_MODE_RELAXED, "the thread's mode is exchanged back");
     CU_OK(cuStreamEndCapture(s1, &g2));
     CU_OK(cuGraphDestroy(g2));
     CU_OK(cuMemFree(extra));
 
     /* a synchronisation inside a capture fails and invalidates it */
     CU_OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    CHECK(cuStreamSynchronize(s1) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-          "synchronising a capturing stream is unsupported");
+    CHECK_EQ(cuStreamSynchronize(s1), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+             "synchronising a capturing stream is unsupported");
     CU_OK(cuStreamIsCapturing(s1, &st));
-    CHECK(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED, "and invalidates the capture");
+    CHECK_EQ(st, CU_STREAM_CAPTURE_STATUS_INVALIDATED, "and invalidates the capture");
     CUgraph bad = (CUgraph)1;
-    CHECK(cuStreamEndCapture(s1, &bad) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED && bad == NULL,
-          "ending it says so and gives no graph");
-    CHECK(cuStreamEndCapture(s1, &bad) == CUDA_ERROR_ILLEGAL_STATE, "nothing left to end");
-    CHECK(cuStreamBeginCapture(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL) ==
-              CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "the legacy stream cannot capture");
+    CHECK_EQ(cuStreamEndCapture(s1, &bad), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+             "ending it says so and gives no graph");
+    CHECK_EQ(bad, NULL, "ending it says so and gives no graph");
+    CHECK_EQ(cuStreamEndCapture(s1, &bad), CUDA_ERROR_ILLEGAL_STATE, "nothing left to end");
+    CHECK_EQ(cuStreamBeginCapture(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+             "the legacy stream cannot capture");
 
     /* bytes that travel with a request would be stale at the next launch */
     uint32_t pageable[4] = {1, 2, 3, 4};
@@ -210,27 +213,27 @@ static void test_explicit(CUdeviceptr a, CUdeviceptr b)
     CU_OK(cuGraphAddDependencies(g, &copy, &host, NULL, 1));
     size_t nedges = 0;
     CU_OK(cuGraphGetEdges(g, NULL, NULL, NULL, &nedges));
-    CHECK(nedges == 3, "three edges (%zu)", nedges);
+    CHECK_EQ(nedges, 3, "three edges (%zu)", nedges);
 
     uint32_t pageable[N];
     CUDA_MEMCPY3D up = {.srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = pageable,
                         .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = a,
                         .WidthInBytes = sizeof pageable, .Height = 1, .Depth = 1};
     CUgraphNode refused;
-    CHECK(cuGraphAddMemcpyNode(&refused, g, NULL, 0, &up, NULL) == CUDA_ERROR_NOT_SUPPORTED,
-          "a copy node from pageable memory is refused");
+    CHECK_EQ(cuGraphAddMemcpyNode(&refused, g, NULL, 0, &up, NULL), CUDA_ERROR_NOT_SUPPORTED,
+             "a copy node from pageable memory is refused");
 
     int before = atomic_load(&host_calls);
     CUgraphExec x = NULL;
     CU_OK(cuGraphInstantiateWithFlags(&x, g, 0));
     CU_OK(cuGraphLaunch(x, NULL));
     CU_OK(cuCtxSynchronize());
-    CHECK(word(b, 0) == 3 && word(b, N - 1) == 0x11223344, "child memset, then the copy (%x %x)",
-          word(b, 0), word(b, N - 1));
-    CHECK(atomic_load(&host_calls) == before + 1, "the host node ran once");
+    CHECK_EQ(word(b, 0), 3, "child memset, then the copy (%x %x)", word(b, 0), word(b, N - 1));
+    CHECK_EQ(word(b, N - 1), 0x11223344, "child memset, then the copy (%x %x)", word(b, 0), word(b, N - 1));
+    CHECK_EQ(atomic_load(&host_calls), before + 1, "the host node ran once");
     cuuint64_t flags = 1;
     CU_OK(cuGraphExecGetFlags(x, &flags));
-    CHECK(flags == 0, "the exec's flags");
+    CHECK_EQ(flags, 0, "the exec's flags");
     CU_OK(cuGraphExecDestroy(x));
     CU_OK(cuGraphDestroy(g));
     CU_OK(cuGraphDestroy(child));
@@ -266,42 +269,53 @@ static void test_node_params(CUdeviceptr a, CUdeviceptr b)
     CUDA_MEMSET_NODE_PARAMS m2;
     memset(&m2, 0, sizeof m2);
     CU_OK(cuGraphMemsetNodeGetParams(set, &m2));
-    CHECK(m2.dst == a && m2.value == 7 && m2.elementSize == 4 && m2.width == N && m2.height == 1,
-          "memset parameters read back");
+    CHECK_EQ(m2.dst, a, "memset parameters read back");
+    CHECK_EQ(m2.value, 7, "memset parameters read back");
+    CHECK_EQ(m2.elementSize, 4, "memset parameters read back");
+    CHECK_EQ(m2.width, N, "memset parameters read back");
+    CHECK_EQ(m2.height, 1, "memset parameters read back");
     CUDA_MEMCPY3D c2;
     memset(&c2, 0, sizeof c2);
     CU_OK(cuGraphMemcpyNodeGetParams(copy, &c2));
-    CHECK(c2.srcDevice == a && c2.dstDevice == b && c2.WidthInBytes == 4 * N &&
-              c2.dstMemoryType == CU_MEMORYTYPE_DEVICE, "copy parameters read back");
+    CHECK_EQ(c2.srcDevice, a, "copy parameters read back");
+    CHECK_EQ(c2.dstDevice, b, "copy parameters read back");
+    CHECK_EQ(c2.WidthInBytes, 4 * N, "copy parameters read back");
+    CHECK_EQ(c2.dstMemoryType, CU_MEMORYTYPE_DEVICE, "copy parameters read back");
     CUDA_HOST_NODE_PARAMS h2 = {0};
     CU_OK(cuGraphHostNodeGetParams(host, &h2));
-    CHECK(h2.fn == count_call && h2.userData == &host_calls, "host node read back");
+    CHECK_EQ(h2.fn, count_call, "host node read back");
+    CHECK_EQ(h2.userData, &host_calls, "host node read back");
     CUevent got = NULL;
     CU_OK(cuGraphEventRecordNodeGetEvent(rec, &got));
-    CHECK(got == e1, "event record node's event");
-    CHECK(cuGraphEventWaitNodeGetEvent(rec, &got) == CUDA_ERROR_INVALID_VALUE,
-          "a getter of another kind fails");
-    CHECK(cuGraphMemsetNodeGetParams(copy, &m2) == CUDA_ERROR_INVALID_VALUE,
-          "a memset getter of a copy node fails");
+    CHECK_EQ(got, e1, "event record node's event");
+    CHECK_EQ(cuGraphEventWaitNodeGetEvent(rec, &got), CUDA_ERROR_INVALID_VALUE,
+             "a getter of another kind fails");
+    CHECK_EQ(cuGraphMemsetNodeGetParams(copy, &m2), CUDA_ERROR_INVALID_VALUE,
+             "a memset getter of a copy node fails");
     CUgraph owned = NULL, owned2 = NULL;
     CU_OK(cuGraphChildGraphNodeGetGraph(sub, &owned));
     CU_OK(cuGraphChildGraphNodeGetGraph(sub, &owned2));
-    CHECK(owned && owned == owned2 && owned != child, "the child graph is the node's, one id");
+    CHECK(owned, "the child graph is the node's, one id");
+    CHECK_EQ(owned, owned2, "the child graph is the node's, one id");
+    CHECK_NE(owned, child, "the child graph is the node's, one id");
 
     /* dependencies and dependents */
     CUgraphNode list[4] = {0};
     size_t n = 4;
     CU_OK(cuGraphNodeGetDependencies(sub, list, NULL, &n));
-    CHECK(n == 2 && ((list[0] == host && list[1] == rec) || (list[0] == rec && list[1] == host)),
+    CHECK_EQ(n, 2, "the child node's two dependencies (%zu)", n);
+    CHECK((list[0] == host && list[1] == rec) || (list[0] == rec && list[1] == host),
           "the child node's two dependencies (%zu)", n);
     n = 0;
     CU_OK(cuGraphNodeGetDependentNodes(copy, NULL, NULL, &n));
-    CHECK(n == 2, "the copy has two dependents (%zu)", n);
+    CHECK_EQ(n, 2, "the copy has two dependents (%zu)", n);
     CUgraphEdgeData ed[4];
     memset(ed, 0xff, sizeof ed);
     n = 4;
     CU_OK(cuGraphNodeGetDependentNodes_v2(set, list, ed, &n));
-    CHECK(n == 1 && list[0] == copy && ed[0].type == 0, "the memset's one dependent, default edge");
+    CHECK_EQ(n, 1, "the memset's one dependent, default edge");
+    CHECK_EQ(list[0], copy, "the memset's one dependent, default edge");
+    CHECK_EQ(ed[0].type, 0, "the memset's one dependent, default edge");
 
     /* find in a clone, destroy a node */
     CUgraph clone = NULL;
@@ -310,23 +324,25 @@ static void test_node_params(CUdeviceptr a, CUdeviceptr b)
     CU_OK(cuGraphNodeFindInClone(&in_clone, copy, clone));
     CUgraphNodeType type;
     CU_OK(cuGraphNodeGetType(in_clone, &type));
-    CHECK(in_clone != copy && type == CU_GRAPH_NODE_TYPE_MEMCPY, "the copy found in the clone");
+    CHECK_NE(in_clone, copy, "the copy found in the clone");
+    CHECK_EQ(type, CU_GRAPH_NODE_TYPE_MEMCPY, "the copy found in the clone");
     CU_OK(cuGraphDestroyNode(empty));
     n = 0;
     CU_OK(cuGraphGetNodes(g, NULL, &n));
-    CHECK(n == 5, "five nodes after destroying one (%zu)", n);
+    CHECK_EQ(n, 5, "five nodes after destroying one (%zu)", n);
 
     /* setters: the graph's node, then an exec's copy */
     m.value = 9;
     CU_OK(cuGraphMemsetNodeSetParams(set, &m));
     CU_OK(cuGraphEventRecordNodeSetEvent(rec, e2));
     CU_OK(cuGraphEventRecordNodeGetEvent(rec, &got));
-    CHECK(got == e2, "the record node's new event");
+    CHECK_EQ(got, e2, "the record node's new event");
     CUgraphExec x = NULL;
     CU_OK(cuGraphInstantiateWithFlags(&x, g, 0));
     CU_OK(cuGraphLaunch(x, NULL));
     CU_OK(cuCtxSynchronize());
-    CHECK(word(b, 0) == 9 && word(b, N - 1) == 9, "the new memset value ran (%u)", word(b, 0));
+    CHECK_EQ(word(b, 0), 9, "the new memset value ran (%u)", word(b, 0));
+    CHECK_EQ(word(b, N - 1), 9, "the new memset value ran (%u)", word(b, 0));
     m.value = 5;
     CU_OK(cuGraphExecMemsetNodeSetParams(x, set, &m, NULL));
     CUDA_HOST_NODE_PARAMS h3 = {.fn = count_call, .userData = &other_calls};
@@ -337,12 +353,12 @@ static void test_node_params(CUdeviceptr a, CUdeviceptr b)
     int before = atomic_load(&host_calls);
     CU_OK(cuGraphLaunch(x, NULL));
     CU_OK(cuCtxSynchronize());
-    CHECK(word(b, 0) == 5 && word(b, N - 1) == 0, "the exec's new memset and copy (%u %u)",
-          word(b, 0), word(b, N - 1));
-    CHECK(atomic_load(&other_calls) == 1 && atomic_load(&host_calls) == before,
-          "the exec's new host function ran instead");
+    CHECK_EQ(word(b, 0), 5, "the exec's new memset and copy (%u %u)", word(b, 0), word(b, N - 1));
+    CHECK_EQ(word(b, N - 1), 0, "the exec's new memset and copy (%u %u)", word(b, 0), word(b, N - 1));
+    CHECK_EQ(atomic_load(&other_calls), 1, "the exec's new host function ran instead");
+    CHECK_EQ(atomic_load(&host_calls), before, "the exec's new host function ran instead");
     CU_OK(cuGraphMemsetNodeGetParams(set, &m2));
-    CHECK(m2.value == 9, "the graph keeps its own memset value (%u)", m2.value);
+    CHECK_EQ(m2.value, 9, "the graph keeps its own memset value (%u)", m2.value);
 
     /* the generic forms */
     CUgraphNodeParams np;
@@ -356,19 +372,20 @@ static void test_node_params(CUdeviceptr a, CUdeviceptr b)
     CU_OK(cuGraphExecNodeSetParams(x, set, &np));
     CU_OK(cuGraphLaunch(x, NULL));
     CU_OK(cuCtxSynchronize());
-    CHECK(word(b, 0) == 3, "cuGraphExecNodeSetParams's memset (%u)", word(b, 0));
+    CHECK_EQ(word(b, 0), 3, "cuGraphExecNodeSetParams's memset (%u)", word(b, 0));
     CUgraphNode gen = NULL;
     np.memset.value = 4;
     CU_OK(cuGraphAddNode(&gen, g, &sub, NULL, 1, &np));
     CU_OK(cuGraphMemsetNodeGetParams(gen, &m2));
-    CHECK(m2.value == 4 && m2.dst == a, "cuGraphAddNode's memset node");
+    CHECK_EQ(m2.value, 4, "cuGraphAddNode's memset node");
+    CHECK_EQ(m2.dst, a, "cuGraphAddNode's memset node");
     np.memset.value = 6;
     CU_OK(cuGraphNodeSetParams(gen, &np));
     CU_OK(cuGraphMemsetNodeGetParams(gen, &m2));
-    CHECK(m2.value == 6, "cuGraphNodeSetParams (%u)", m2.value);
+    CHECK_EQ(m2.value, 6, "cuGraphNodeSetParams (%u)", m2.value);
     np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
-    CHECK(cuGraphAddNode(&gen, g, NULL, NULL, 0, &np) == CUDA_ERROR_NOT_SUPPORTED,
-          "conditional nodes are refused");
+    CHECK_EQ(cuGraphAddNode(&gen, g, NULL, NULL, 0, &np), CUDA_ERROR_NOT_SUPPORTED,
+             "conditional nodes are refused");
 
     CU_OK(cuGraphExecDestroy(x));
     CU_OK(cuGraphDestroy(clone));
@@ -397,5 +414,5 @@ int main(void)
     CU_OK(cuDeviceGraphMemTrim(dev));
     CU_OK(cuMemFree(a));
     CU_OK(cuMemFree(b));
-    return CHECK_DONE();
+    return check_done();
 }

@@ -76,10 +76,10 @@ static int make_lanes(struct lane *lanes, int first_legacy)
         if (s == 0 && first_legacy)
             l->stream = 0;
         else if (s == 1)
-            CHECK(cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking) == cudaSuccess,
-                  "non-blocking stream");
+            CHECK_EQ(cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking), cudaSuccess,
+                     "non-blocking stream");
         else
-            CHECK(cudaStreamCreate(&l->stream) == cudaSuccess, "blocking stream");
+            CHECK_EQ(cudaStreamCreate(&l->stream), cudaSuccess, "blocking stream");
         if (cudaMalloc((void **)&l->dev, NBYTES) != cudaSuccess ||
             cudaMallocHost((void **)&l->pinned, NBYTES) != cudaSuccess)
             return -1;
@@ -175,8 +175,9 @@ int main(int argc, char **argv)
 
     struct lane lanes[NSTREAMS];
     struct call *calls = calloc((size_t)rounds * NSTREAMS, sizeof *calls);
-    CHECK(calls && make_lanes(lanes, 1) == 0, "4 streams (legacy, non-blocking, 2 blocking)");
-    CHECK(run_rounds(lanes, calls, rounds) == 0, "%d rounds of memset, copy, host function", rounds);
+    CHECK(calls, "4 streams (legacy, non-blocking, 2 blocking)");
+    CHECK_EQ(make_lanes(lanes, 1), 0, "4 streams (legacy, non-blocking, 2 blocking)");
+    CHECK_EQ(run_rounds(lanes, calls, rounds), 0, "%d rounds of memset, copy, host function", rounds);
     CHECK(check_lanes(lanes, rounds, "main"),
           "every host function ran once, in stream order, after the copy before it");
 
@@ -186,13 +187,14 @@ int main(int argc, char **argv)
     struct worker w = {rounds / 2, 1};
     pthread_t t;
     int started = pthread_create(&t, NULL, worker_main, &w) == 0;
-    CHECK(run_rounds(lanes, calls, rounds / 2) == 0 && check_lanes(lanes, rounds / 2, "main"),
-          "main thread's rounds beside a second thread");
+    CHECK_EQ(run_rounds(lanes, calls, rounds / 2), 0, "main thread's rounds beside a second thread");
+    CHECK(check_lanes(lanes, rounds / 2, "main"), "main thread's rounds beside a second thread");
     if (started)
         pthread_join(t, NULL);
-    CHECK(started && w.result == 0, "a second thread's rounds on streams of its own");
+    CHECK(started, "a second thread's rounds on streams of its own");
+    CHECK_EQ(w.result, 0, "a second thread's rounds on streams of its own");
     free_lanes(lanes);
     free(calls);
     alarm(0);
-    return CHECK_DONE();
+    return check_done();
 }

@@ -20,66 +20,65 @@ static void test_cublas(void)
 {
     cublasHandle_t h;
     int st = cublasCreate(&h);
-    CHECK(st == CUBLAS_STATUS_SUCCESS, "cublasCreate (%d)", st);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return;
+    CHECK_EQ(st, CUBLAS_STATUS_SUCCESS, "cublasCreate");
     cudaStream_t s;
-    CHECK(cudaStreamCreate(&s) == cudaSuccess && cublasSetStream(h, s) == CUBLAS_STATUS_SUCCESS,
-          "cublasSetStream");
+    CHECK_EQ(cudaStreamCreate(&s), cudaSuccess, "cublasSetStream");
+    CHECK_EQ(cublasSetStream(h, s), CUBLAS_STATUS_SUCCESS, "cublasSetStream");
     float x[64], y[64];
     for (int i = 0; i < 64; i++)
         x[i] = (float)i * 0.5f;
     float *d = NULL;
-    CHECK(cudaMalloc((void **)&d, sizeof x) == cudaSuccess, "cudaMalloc");
-    CHECK(cublasSetVector(64, sizeof(float), x, 1, d, 1) == CUBLAS_STATUS_SUCCESS &&
-              cublasGetVector(64, sizeof(float), d, 1, y, 1) == CUBLAS_STATUS_SUCCESS &&
-              memcmp(x, y, sizeof x) == 0,
-          "cublasSetVector / cublasGetVector round trip");
+    CHECK_EQ(cudaMalloc((void **)&d, sizeof x), cudaSuccess, "cudaMalloc");
+    CHECK_EQ(cublasSetVector(64, sizeof(float), x, 1, d, 1), CUBLAS_STATUS_SUCCESS,
+             "cublasSetVector / cublasGetVector round trip");
+    CHECK_EQ(cublasGetVector(64, sizeof(float), d, 1, y, 1), CUBLAS_STATUS_SUCCESS,
+             "cublasSetVector / cublasGetVector round trip");
+    CHECK_MEM_EQ(x, y, sizeof x, "cublasSetVector / cublasGetVector round trip");
     int version = 0;
-    CHECK(cublasGetVersion(h, &version) == CUBLAS_STATUS_SUCCESS && version > 0, "cuBLAS %d", version);
-    CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS, "cublasDestroy");
+    CHECK_EQ(cublasGetVersion(h, &version), CUBLAS_STATUS_SUCCESS, "cuBLAS %d", version);
+    CHECK_GT(version, 0, "cuBLAS %d", version);
+    CHECK_EQ(cublasDestroy(h), CUBLAS_STATUS_SUCCESS, "cublasDestroy");
     cudaFree(d);
     cudaStreamDestroy(s);
     cublasLtHandle_t lt;
-    CHECK(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS && cublasLtDestroy(lt) == CUBLAS_STATUS_SUCCESS,
-          "cublasLtCreate / cublasLtDestroy");
+    CHECK_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS, "cublasLtCreate / cublasLtDestroy");
+    CHECK_EQ(cublasLtDestroy(lt), CUBLAS_STATUS_SUCCESS, "cublasLtCreate / cublasLtDestroy");
 }
 
 static void test_cudnn(void)
 {
     cudnnHandle_t h;
     int st = cudnnCreate(&h);
-    CHECK(st == CUDNN_STATUS_SUCCESS, "cudnnCreate (%d)", st);
-    if (st != CUDNN_STATUS_SUCCESS)
-        return;
+    CHECK_EQ(st, CUDNN_STATUS_SUCCESS, "cudnnCreate");
     cudaStream_t s;
-    CHECK(cudaStreamCreate(&s) == cudaSuccess && cudnnSetStream(h, s) == CUDNN_STATUS_SUCCESS,
-          "cudnnSetStream");
+    CHECK_EQ(cudaStreamCreate(&s), cudaSuccess, "cudnnSetStream");
+    CHECK_EQ(cudnnSetStream(h, s), CUDNN_STATUS_SUCCESS, "cudnnSetStream");
     cudnnTensorDescriptor_t t;
-    CHECK(cudnnCreateTensorDescriptor(&t) == CUDNN_STATUS_SUCCESS &&
-              cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 3, 8, 8) ==
-                  CUDNN_STATUS_SUCCESS &&
-              cudnnDestroyTensorDescriptor(t) == CUDNN_STATUS_SUCCESS,
-          "a tensor descriptor");
-    CHECK(cudnnDestroy(h) == CUDNN_STATUS_SUCCESS, "cudnnDestroy");
+    CHECK_EQ(cudnnCreateTensorDescriptor(&t), CUDNN_STATUS_SUCCESS, "a tensor descriptor");
+    CHECK_EQ(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 3, 8, 8), CUDNN_STATUS_SUCCESS,
+             "a tensor descriptor");
+    CHECK_EQ(cudnnDestroyTensorDescriptor(t), CUDNN_STATUS_SUCCESS, "a tensor descriptor");
+    CHECK_EQ(cudnnDestroy(h), CUDNN_STATUS_SUCCESS, "cudnnDestroy");
     cudaStreamDestroy(s);
 }
 
 static void test_cufft(void)
 {
     cufftHandle plan;
-    CHECK(cufftCreate(&plan) == CUFFT_SUCCESS, "cufftCreate");
+    CHECK_EQ(cufftCreate(&plan), CUFFT_SUCCESS, "cufftCreate");
     int version = 0;
-    CHECK(cufftGetVersion(&version) == CUFFT_SUCCESS && version > 0, "cuFFT %d", version);
-    CHECK(cufftDestroy(plan) == CUFFT_SUCCESS, "cufftDestroy");
+    CHECK_EQ(cufftGetVersion(&version), CUFFT_SUCCESS, "cuFFT %d", version);
+    CHECK_GT(version, 0, "cuFFT %d", version);
+    CHECK_EQ(cufftDestroy(plan), CUFFT_SUCCESS, "cufftDestroy");
 }
 
 int main(void)
 {
     int n = 0;
-    CHECK(cudaGetDeviceCount(&n) == cudaSuccess && n == 1, "one device");
+    CHECK_EQ(cudaGetDeviceCount(&n), cudaSuccess, "one device");
+    CHECK_EQ(n, 1, "one device");
     test_cublas();
     test_cudnn();
     test_cufft();
-    return CHECK_DONE();
+    return check_done();
 }

@@ -10,20 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "procs.h"
 
 #define PTDS CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
 #define LEGACY CU_GET_PROC_ADDRESS_LEGACY_STREAM
 
 extern const char *flyt_test_last_stub;
-
-static int failures;
-
-static void fail(const char *what, const char *name, int version, unsigned flags)
-{
-    printf("FAIL: %s (%s, %d, flags %u)\n", what, name ? name : "(null)", version, flags);
-    failures++;
-}
 
 /* The stub behind pfn says which exported symbol it is. */
 static const char *symbol_behind(void *pfn)
@@ -42,17 +35,11 @@ static void expect_found(const char *name, int version, unsigned flags, const ch
     CUdriverProcAddressQueryResult st = (CUdriverProcAddressQueryResult)-1;
     void *pfn = NULL;
     CUresult rc = flyt_proc_lookup(name, version, flags, &pfn, &st);
-    const char *got;
 
-    if (rc != CUDA_SUCCESS || st != CU_GET_PROC_ADDRESS_SUCCESS || !pfn) {
-        fail("not found", name, version, flags);
-        return;
-    }
-    got = symbol_behind(pfn);
-    if (!got || strcmp(got, want) != 0) {
-        printf("  got %s, want %s\n", got ? got : "(none)", want);
-        fail("wrong function", name, version, flags);
-    }
+    CHECK_EQ(rc, CUDA_SUCCESS, "%s at %d, flags %u: found", name, version, flags);
+    CHECK_EQ(st, CU_GET_PROC_ADDRESS_SUCCESS, "%s at %d, flags %u: status", name, version, flags);
+    CHECK(pfn, "%s at %d, flags %u: an address", name, version, flags);
+    CHECK_STR_EQ(symbol_behind(pfn), want, "%s at %d, flags %u: the function", name, version, flags);
 }
 
 /* name at version must miss with rc and status, leaving pfn NULL. */
@@ -63,10 +50,10 @@ static void expect_miss(const char *name, int version, CUresult want_rc,
     void *pfn = &st;
     CUresult rc = flyt_proc_lookup(name, version, 0, &pfn, &st);
 
-    if (rc != want_rc || st != want_st || pfn != NULL) {
-        printf("  rc %d status %d pfn %p\n", (int)rc, (int)st, pfn);
-        fail("wrong miss", name, version, 0);
-    }
+    const char *shown = name ? name : "(null)";
+    CHECK_EQ(rc, want_rc, "%s at %d: missed", shown, version);
+    CHECK_EQ(st, want_st, "%s at %d: status", shown, version);
+    CHECK_EQ(pfn, NULL, "%s at %d: no address", shown, version);
 }
 
 static void known_answers(void)
@@ -114,10 +101,11 @@ static void failures_as_documented(void)
     expect_miss("cuMemAlloc", 1000, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
     expect_miss("cuCtxGetId", 11080, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
     expect_miss(NULL, 13000, CUDA_ERROR_INVALID_VALUE, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-    if (flyt_proc_lookup("cuMemAlloc", 13000, 0, NULL, NULL) != CUDA_ERROR_INVALID_VALUE)
-        fail("NULL pfn accepted", "cuMemAlloc", 13000, 0);
-    if (flyt_proc_lookup("cuMemAlloc", 13000, 0, &pfn, NULL) != CUDA_SUCCESS || !pfn)
-        fail("NULL status refused", "cuMemAlloc", 13000, 0);
+    CHECK_EQ(flyt_proc_lookup("cuMemAlloc", 13000, 0, NULL, NULL), CUDA_ERROR_INVALID_VALUE,
+             "a NULL pfn is refused");
+    CHECK_EQ(flyt_proc_lookup("cuMemAlloc", 13000, 0, &pfn, NULL), CUDA_SUCCESS,
+             "a NULL status is accepted");
+    CHECK(pfn, "a NULL status is accepted");
 }
 
 static char *read_file(const char *path)
@@ -167,26 +155,24 @@ static int in_order(const struct flyt_proc *a, const struct flyt_proc *b)
 static void whole_table(const char *exports_path)
 {
     char *exports = read_file(exports_path);
-    size_t n, i;
+    size_t n, i, unordered = 0, unlisted = 0, elsewhere = 0;
     const struct flyt_proc *t = flyt_proc_table(&n);
 
-    if (!exports) {
-        fail("cannot read the exports list", exports_path, 0, 0);
-        return;
-    }
-    if (n < 600)
-        fail("table too small", "", (int)n, 0);
+    CHECK(exports, "read %s", exports_path);
+    CHECK_GE(n, 600, "the table has %zu entries", n);
     for (i = 0; i < n; i++) {
         const char *behind = symbol_behind(t[i].fn);
-        if (i > 0 && !in_order(&t[i - 1], &t[i]))
-            fail("table out of order", t[i].name, t[i].version, 0);
-        if (!listed(exports, t[i].symbol))
-            fail("symbol not in libcuda.exports", t[i].symbol, t[i].version, 0);
-        if (!behind || strcmp(behind, t[i].symbol) != 0)
-            fail("address is another function", t[i].symbol, t[i].version, 0);
+        if (i > 0 && !in_order(&t[i - 1], &t[i]) && ++unordered)
+            printf("  out of order: %s (%d)\n", t[i].name, t[i].version);
+        if (!listed(exports, t[i].symbol) && ++unlisted)
+            printf("  not in libcuda.exports: %s\n", t[i].symbol);
+        if ((!behind || strcmp(behind, t[i].symbol) != 0) && ++elsewhere)
+            printf("  address is another function: %s (%d)\n", t[i].symbol, t[i].version);
     }
     free(exports);
-    printf("checked %zu table entries\n", n);
+    CHECK_EQ(unordered, 0, "the table is sorted");
+    CHECK_EQ(unlisted, 0, "every entry's symbol is in libcuda.exports");
+    CHECK_EQ(elsewhere, 0, "every entry's address is the function its symbol names");
 }
 
 int main(int argc, char **argv)
@@ -199,10 +185,5 @@ int main(int argc, char **argv)
     stream_flavours();
     failures_as_documented();
     whole_table(argv[1]);
-    if (failures) {
-        printf("%d failure(s)\n", failures);
-        return 1;
-    }
-    printf("ok: cuGetProcAddress lookup\n");
-    return 0;
+    return check_done();
 }

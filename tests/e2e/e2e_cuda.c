@@ -13,14 +13,13 @@
  *                                         "disconnected" and wait for SIGTERM
  *        e2e_cuda nofit                   expect no GPU: exit 0 when the first CUDA call
  *                                         fails with cudaErrorNoDevice (and so do later ones)
- * SMS and MEMORY (bytes) are the VM's share the device must show. Lines "ok: ..." and
- * "FAIL: ..."; exit status 0 only when every check passed.
+ * SMS and MEMORY (bytes) are the VM's share the device must show. Each check prints a
+ * line (tests/lib/check.h); the first that fails ends the program with exit status 1.
  */
 #include <cuda_runtime_api.h>
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,27 +27,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
+#include "check.h"
 
-static void check(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int cond, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s", cond ? "ok: " : "FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    if (!cond)
-        failures++;
-}
-
-#define CUDA_OK(call)                                                                   \
-    do {                                                                                \
-        cudaError_t e_ = (call);                                                        \
-        check(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorName(e_));                \
-    } while (0)
+#define CUDA_OK(call) CHECK_EQ((call), cudaSuccess, "%s", #call)
 
 #define BUF (4u << 20)
 
@@ -93,12 +74,12 @@ static int nofit(void)
 {
     int count = -1;
     cudaError_t e = cudaGetDeviceCount(&count);
-    check(e == cudaErrorNoDevice, "cudaGetDeviceCount: %s (want cudaErrorNoDevice), %d devices",
-          cudaGetErrorName(e), count);
+    CHECK_EQ(e, cudaErrorNoDevice,
+             "cudaGetDeviceCount: %s (want cudaErrorNoDevice), %d devices", cudaGetErrorName(e), count);
     void *d = NULL;
     e = cudaMalloc(&d, 4096);
-    check(e != cudaSuccess, "cudaMalloc also fails: %s", cudaGetErrorName(e));
-    return failures ? 1 : 0;
+    CHECK_NE(e, cudaSuccess, "cudaMalloc also fails: %s", cudaGetErrorName(e));
+    return check_done();
 }
 
 int main(int argc, char **argv)
@@ -119,21 +100,20 @@ int main(int argc, char **argv)
 
     int count = -1;
     CUDA_OK(cudaGetDeviceCount(&count));
-    if (failures)
-        return 1;
-    check(count == 1, "one device (%d)", count);
+    CHECK_EQ(count, 1, "one device (%d)", count);
     struct cudaDeviceProp p;
     CUDA_OK(cudaGetDeviceProperties(&p, 0));
-    check(p.multiProcessorCount == want_sms, "the device has the VM's %d SMs (%d)", want_sms,
-          p.multiProcessorCount);
-    check(p.totalGlobalMem == want_mem, "the device has the VM's %zu bytes (%zu)", want_mem,
-          (size_t)p.totalGlobalMem);
+    CHECK_EQ(p.multiProcessorCount, want_sms,
+             "the device has the VM's %d SMs (%d)", want_sms, p.multiProcessorCount);
+    CHECK_EQ(p.totalGlobalMem, want_mem,
+             "the device has the VM's %zu bytes (%zu)", want_mem, (size_t)p.totalGlobalMem);
     int attr = 0;
     CUDA_OK(cudaDeviceGetAttribute(&attr, cudaDevAttrMultiProcessorCount, 0));
-    check(attr == want_sms, "SM count attribute %d", attr);
+    CHECK_EQ(attr, want_sms, "SM count attribute %d", attr);
     size_t free0 = 0, total = 0;
     CUDA_OK(cudaMemGetInfo(&free0, &total));
-    check(total == want_mem && free0 <= total, "cudaMemGetInfo: %zu free of %zu", free0, total);
+    CHECK_EQ(total, want_mem, "cudaMemGetInfo: %zu free of %zu", free0, total);
+    CHECK_LE(free0, total, "cudaMemGetInfo: %zu free of %zu", free0, total);
 
     unsigned char *h = malloc(BUF), *back = malloc(BUF);
     void *d1 = NULL, *d2 = NULL;
@@ -142,23 +122,22 @@ int main(int argc, char **argv)
     CUDA_OK(cudaMalloc(&d2, BUF));
     size_t free1 = 0;
     CUDA_OK(cudaMemGetInfo(&free1, &total));
-    check(free1 + 2 * (size_t)BUF <= free0, "8 MiB allocated shows in cudaMemGetInfo (%zu -> %zu)",
-          free0, free1);
+    CHECK_LE(free1 + 2 * (size_t)BUF, free0,
+             "8 MiB allocated shows in cudaMemGetInfo (%zu -> %zu)", free0, free1);
     CUDA_OK(cudaMemcpy(d1, h, BUF, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d2, d1, BUF, cudaMemcpyDeviceToDevice));
     CUDA_OK(cudaMemset(d1, 0x5a, 4096));
     memset(back, 0, BUF);
     CUDA_OK(cudaMemcpy(back, d2, BUF, cudaMemcpyDeviceToHost));
-    check(memcmp(h, back, BUF) == 0, "4 MiB host -> device -> device -> host is intact");
+    CHECK_MEM_EQ(h, back, BUF, "4 MiB host -> device -> device -> host is intact");
     CUDA_OK(cudaMemcpy(back, d1, 4096, cudaMemcpyDeviceToHost));
     int set_ok = 1;
     for (int i = 0; i < 4096; i++)
         set_ok &= back[i] == 0x5a;
-    check(set_ok, "cudaMemset took");
+    CHECK(set_ok, "cudaMemset took");
     void *huge = NULL;
     cudaError_t e = cudaMalloc(&huge, want_mem + ((size_t)1 << 20));
-    check(e == cudaErrorMemoryAllocation, "more than the VM's memory is refused: %s",
-          cudaGetErrorName(e));
+    CHECK_EQ(e, cudaErrorMemoryAllocation, "more than the VM's memory is refused: %s", cudaGetErrorName(e));
     cudaGetLastError();
 
     if (strcmp(mode, "hold") == 0) {
@@ -169,20 +148,20 @@ int main(int argc, char **argv)
         if (!got_usr1) { /* told to stop, or forgotten */
             free(h);
             free(back);
-            return failures ? 1 : 3;
+            return 3;
         }
         memset(back, 0, BUF);
         CUDA_OK(cudaMemcpy(back, d2, BUF, cudaMemcpyDeviceToHost));
-        check(memcmp(h, back, BUF) == 0, "the data is still on the server after the wait");
+        CHECK_MEM_EQ(h, back, BUF, "the data is still on the server after the wait");
     }
     CUDA_OK(cudaFree(d1));
     CUDA_OK(cudaFree(d2));
     size_t free2 = 0;
     CUDA_OK(cudaMemGetInfo(&free2, &total));
-    check(free2 == free0, "freed: %zu free again", free2);
+    CHECK_EQ(free2, free0, "freed: %zu free again", free2);
     if (strcmp(mode, "disconnect") == 0) {
         int n = drop_tcp_connections();
-        check(n == 1, "closed the connection to the server (%d TCP sockets)", n);
+        CHECK_EQ(n, 1, "closed the connection to the server (%d TCP sockets)", n);
         printf("disconnected\n");
         time_t until = time(NULL) + 600;
         while (!got_term && time(NULL) < until)
@@ -190,6 +169,5 @@ int main(int argc, char **argv)
     }
     free(h);
     free(back);
-    printf("%s\n", failures ? "e2e_cuda: FAILED" : "e2e_cuda: passed");
-    return failures ? 1 : 0;
+    return check_done();
 }

@@ -97,9 +97,9 @@ show_logs() {
     tail -n 40 "$f"
   done
   for f in "$tmp"/*.out "$tmp"/*.err; do   # the CUDA programs: what went wrong
-    grep -qE '^FAIL|^flyt:|Sanitizer|runtime error' "$f" 2>/dev/null || continue
+    grep -qE '^ *FAIL|^flyt:|Sanitizer|runtime error' "$f" 2>/dev/null || continue
     echo "----- ${f#$tmp/} (some of it was expected: see the checks above)"
-    grep -E -A8 '^FAIL|^flyt:|Sanitizer|runtime error' "$f" | head -n 40
+    grep -E -A8 '^ *FAIL|^flyt:|Sanitizer|runtime error' "$f" | head -n 40
   done
 }
 
@@ -425,13 +425,13 @@ ctl vm update vm-b --compute-units 40 > /dev/null || bad "flytctl vm update vm-b
 echo "== 3. a CUDA program in a VM through client manager, cluster manager, node manager, server"
 "${cuda_va[@]}" run $sms_a $mem_a > "$tmp/ra.out" 2> "$tmp/ra.err" & ra=$!
 wait $ra; rc=$?
-check "allocate, copy, check and free through the host backend: $(grep -c '^ok:' "$tmp/ra.out") checks passed (exit $rc)" \
+check "allocate, copy, check and free through the host backend: $(grep -cE '^ +ok ' "$tmp/ra.out") checks passed (exit $rc)" \
   [ $rc = 0 ]
-grep '^FAIL' "$tmp/ra.out" | head -5
+grep -E -A1 '^ +FAIL ' "$tmp/ra.out" | head -5
 check "it saw the VM's share in cudaGetDeviceProperties and cudaMemGetInfo" \
-  sh -c "grep -q '^ok: the device has the VM.s $sms_a SMs' '$tmp/ra.out' && grep -q '^ok: the device has the VM.s $mem_a bytes' '$tmp/ra.out' && grep -q '^ok: cudaMemGetInfo' '$tmp/ra.out'"
+  sh -c "grep -qE '^ +ok +the device has the VM.s $sms_a SMs' '$tmp/ra.out' && grep -qE '^ +ok +the device has the VM.s $mem_a bytes' '$tmp/ra.out' && grep -qE '^ +ok +cudaMemGetInfo' '$tmp/ra.out'"
 check "the held programs passed the same checks before holding" \
-  sh -c "! grep -q '^FAIL' '$tmp/ha1.out' '$tmp/hb1.out' '$tmp/hb2.out'"
+  sh -c "! grep -qE '^ +FAIL ' '$tmp/ha1.out' '$tmp/hb1.out' '$tmp/hb2.out'"
 session_of $ra > "$tmp/ra.session"
 check "its session was on node-a with endpoint tcp://${addr[na]}:96xx" \
   sh -c "grep -qx 'node_id=node-a' '$tmp/ra.session' && grep -qE '^endpoint=tcp://${addr[na]//./\\.}:96[0-9][0-9]$' '$tmp/ra.session'"

@@ -46,9 +46,12 @@ static inline int check_report(int ok, const char *fmt, ...)
     return ok;
 }
 
+/* The condition is evaluated before the description's arguments, which may
+ * print what it produced. */
 #define CHECK(cond, ...)                                                        \
     do {                                                                        \
-        if (!check_report(!!(cond), __VA_ARGS__))                               \
+        int ok_ = !!(cond);                                                     \
+        if (!check_report(ok_, __VA_ARGS__))                                    \
             check_failed(__FILE__, __LINE__, #cond);                            \
     } while (0)
 

@@ -44,61 +44,66 @@ static struct flyt_frame_hdr hdr(uint32_t length, uint16_t op, uint16_t flags)
 static void test_op_table(void)
 {
     printf("== op table\n");
-    CHECK(NOPS > 50, "flyt_ops.def has %zu ops", NOPS);
-    int all_match = 1, all_padded = 1, unique = 1;
+    CHECK_GT(NOPS, 50, "flyt_ops.def has %zu ops", NOPS);
+    /* An entry's fields are not compared with this copy: both are the same
+     * expansion of flyt_ops.def, and a number used twice already fails the
+     * build (-Woverride-init on the table's designated initializers). */
+    int all_found = 1, all_padded = 1;
     for (size_t i = 0; i < NOPS; i++) {
-        const struct flyt_op_info *info = flyt_op_info(expected[i].num);
-        if (info == NULL || strcmp(info->name, expected[i].name) != 0 ||
-            info->req_size != expected[i].req || info->rep_size != expected[i].rep ||
-            info->flags != expected[i].flags || strcmp(flyt_op_name(expected[i].num), expected[i].name) != 0) {
-            printf("  mismatch for %s (%u)\n", expected[i].name, expected[i].num);
-            all_match = 0;
+        if (flyt_op_info(expected[i].num) == NULL) {
+            printf("  %s (%u) not found\n", expected[i].name, expected[i].num);
+            all_found = 0;
         }
         if (expected[i].req % 8 || expected[i].rep % 8 || expected[i].req == 0 || expected[i].rep == 0) {
             printf("  %s: request %zu / reply %zu bytes not a multiple of 8\n", expected[i].name,
                    expected[i].req, expected[i].rep);
             all_padded = 0;
         }
-        for (size_t j = 0; j < i; j++)
-            if (expected[j].num == expected[i].num)
-                unique = 0;
     }
-    CHECK(all_match, "every op's name, request size, reply size and flags match the table");
+    CHECK(all_found, "every op is found by its number");
     CHECK(all_padded, "every request and reply struct is a non-zero multiple of 8 bytes");
-    CHECK(unique, "op numbers are unique");
 
     int holes_null = 1;
     for (unsigned n = 0; n < 300; n++)
         if (!is_op(n) && flyt_op_info(n) != NULL)
             holes_null = 0;
     CHECK(holes_null, "numbers without an op (0..299) have no table entry");
-    CHECK(flyt_op_info(65535) == NULL && flyt_op_info(0xFFFFFFFFu) == NULL, "huge numbers have no entry");
-    CHECK(strcmp(flyt_op_name(FLYT_OP_CALLBACK), "CALLBACK") == 0, "op 200 is named CALLBACK");
-    CHECK(flyt_op_info(FLYT_OP_CALLBACK) == NULL, "CALLBACK is not a request op");
-    CHECK(strcmp(flyt_op_name(4), "UNKNOWN") == 0, "an unused number is named UNKNOWN");
+    CHECK_EQ(flyt_op_info(65535), NULL, "huge numbers have no entry");
+    CHECK_EQ(flyt_op_info(0xFFFFFFFFu), NULL, "huge numbers have no entry");
+    CHECK_STR_EQ(flyt_op_name(FLYT_OP_CALLBACK), "CALLBACK", "op 200 is named CALLBACK");
+    CHECK_EQ(flyt_op_info(FLYT_OP_CALLBACK), NULL, "CALLBACK is not a request op");
+    CHECK_STR_EQ(flyt_op_name(4), "UNKNOWN", "an unused number is named UNKNOWN");
 
-    CHECK(sizeof(struct flyt_frame_hdr) == 16, "frame header is 16 bytes");
-    CHECK(sizeof(struct flyt_reply) == 8, "reply header is 8 bytes");
-    CHECK(sizeof(flyt_rep_props) == FLYT_DEVICE_PROP_SIZE, "props reply is %u bytes", FLYT_DEVICE_PROP_SIZE);
-    CHECK(sizeof(flyt_req_memcpy) == 32, "memcpy request is 32 bytes");
-    CHECK(sizeof(flyt_req_memcpy_3d) == 136, "3D memcpy request is 136 bytes");
-    CHECK(sizeof(flyt_req_memset) == 64, "memset request is 64 bytes");
-    CHECK(sizeof(flyt_req_hello) == 80 && sizeof(flyt_rep_hello) == 48, "hello request 80, reply 48 bytes");
+    /* (the frame, reply and 3D copy headers are asserted at compile time) */
+    CHECK_EQ(sizeof(flyt_req_memcpy), 32, "memcpy request is 32 bytes");
+    CHECK_EQ(sizeof(flyt_req_memset), 64, "memset request is 64 bytes");
+    CHECK_EQ(sizeof(flyt_req_hello), 80, "hello request 80, reply 48 bytes");
+    CHECK_EQ(sizeof(flyt_rep_hello), 48, "hello request 80, reply 48 bytes");
 
     const struct flyt_op_info *i;
     i = flyt_op_info(FLYT_OP_HELLO);
-    CHECK(i && i->flags == 0, "HELLO is synchronous and takes no data");
+    CHECK(i, "HELLO is synchronous and takes no data");
+    CHECK_EQ(i->flags, 0, "HELLO is synchronous and takes no data");
     i = flyt_op_info(FLYT_OP_MEMCPY_HTOD);
-    CHECK(i && i->flags == (FLYT_OPF_DATA | FLYT_OPF_ASYNC), "MEMCPY_HTOD carries data and may be pipelined");
+    CHECK(i, "MEMCPY_HTOD carries data and may be pipelined");
+    CHECK_EQ(i->flags, (FLYT_OPF_DATA | FLYT_OPF_ASYNC), "MEMCPY_HTOD carries data and may be pipelined");
     i = flyt_op_info(FLYT_OP_MEMCPY_DTOH);
-    CHECK(i && i->flags == FLYT_OPF_RDATA, "MEMCPY_DTOH is synchronous with reply data");
+    CHECK(i, "MEMCPY_DTOH is synchronous with reply data");
+    CHECK_EQ(i->flags, FLYT_OPF_RDATA, "MEMCPY_DTOH is synchronous with reply data");
     i = flyt_op_info(FLYT_OP_LAUNCH);
-    CHECK(i && (i->flags & FLYT_OPF_ASYNC) && (i->flags & FLYT_OPF_DATA), "LAUNCH is pipelined with data");
+    CHECK(i, "LAUNCH is pipelined with data");
+    CHECK(i->flags & FLYT_OPF_ASYNC, "LAUNCH is pipelined with data");
+    CHECK(i->flags & FLYT_OPF_DATA, "LAUNCH is pipelined with data");
     i = flyt_op_info(FLYT_OP_FUNC_GET);
-    CHECK(i && (i->flags & FLYT_OPF_DATA) && (i->flags & FLYT_OPF_RDATA) && !(i->flags & FLYT_OPF_ASYNC),
-          "FUNC_GET has request and reply data and is synchronous");
+    CHECK(i, "FUNC_GET has request and reply data and is synchronous");
+    CHECK(i->flags & FLYT_OPF_DATA, "FUNC_GET has request and reply data and is synchronous");
+    CHECK(i->flags & FLYT_OPF_RDATA, "FUNC_GET has request and reply data and is synchronous");
+    CHECK(!(i->flags & FLYT_OPF_ASYNC), "FUNC_GET has request and reply data and is synchronous");
     i = flyt_op_info(FLYT_OP_DEVICE_COUNT);
-    CHECK(i && i->flags == 0 && i->req_size == 8 && i->rep_size == 8, "DEVICE_COUNT: 8-byte request and reply");
+    CHECK(i, "DEVICE_COUNT: 8-byte request and reply");
+    CHECK_EQ(i->flags, 0, "DEVICE_COUNT: 8-byte request and reply");
+    CHECK_EQ(i->req_size, 8, "DEVICE_COUNT: 8-byte request and reply");
+    CHECK_EQ(i->rep_size, 8, "DEVICE_COUNT: 8-byte request and reply");
 }
 
 static void test_check_request(void)
@@ -163,25 +168,25 @@ static void test_check_request(void)
 
     struct flyt_frame_hdr h;
     h = hdr(8, 0, 0);
-    CHECK(flyt_check_request(&h) != NULL, "op 0 rejected");
+    CHECK_NE(flyt_check_request(&h), NULL, "op 0 rejected");
     h = hdr(8, 4, 0);
-    CHECK(flyt_check_request(&h) != NULL, "unused op 4 rejected");
+    CHECK_NE(flyt_check_request(&h), NULL, "unused op 4 rejected");
     h = hdr(16, FLYT_OP_CALLBACK, 0);
-    CHECK(flyt_check_request(&h) != NULL, "CALLBACK (200) rejected as a request");
+    CHECK_NE(flyt_check_request(&h), NULL, "CALLBACK (200) rejected as a request");
     h = hdr(8, 255, 0);
-    CHECK(flyt_check_request(&h) != NULL, "op 255 rejected");
+    CHECK_NE(flyt_check_request(&h), NULL, "op 255 rejected");
     h = hdr(8, 256, 0);
-    CHECK(flyt_check_request(&h) != NULL, "op 256 rejected");
+    CHECK_NE(flyt_check_request(&h), NULL, "op 256 rejected");
     h = hdr(8, 65535, 0);
-    CHECK(flyt_check_request(&h) != NULL, "op 65535 rejected");
+    CHECK_NE(flyt_check_request(&h), NULL, "op 65535 rejected");
     h = hdr(sizeof(flyt_req_memcpy) + 4096, FLYT_OP_MEMCPY_HTOD, FLYT_F_NOREPLY);
-    CHECK(flyt_check_request(&h) == NULL, "pipelined MEMCPY_HTOD with 4096 data bytes accepted");
+    CHECK_EQ(flyt_check_request(&h), NULL, "pipelined MEMCPY_HTOD with 4096 data bytes accepted");
     h = hdr(sizeof(flyt_req_memcpy) + 4096, FLYT_OP_MEMCPY_DTOH, 0);
-    CHECK(flyt_check_request(&h) != NULL, "MEMCPY_DTOH with trailing data rejected");
+    CHECK_NE(flyt_check_request(&h), NULL, "MEMCPY_DTOH with trailing data rejected");
     h = hdr(sizeof(flyt_req_none), FLYT_OP_DEVICE_SYNC, FLYT_F_NOREPLY);
-    CHECK(flyt_check_request(&h) != NULL, "DEVICE_SYNC with NOREPLY rejected");
+    CHECK_NE(flyt_check_request(&h), NULL, "DEVICE_SYNC with NOREPLY rejected");
     h = hdr(sizeof(flyt_req_none), FLYT_OP_GOODBYE, FLYT_F_NOREPLY);
-    CHECK(flyt_check_request(&h) == NULL, "GOODBYE with NOREPLY accepted");
+    CHECK_EQ(flyt_check_request(&h), NULL, "GOODBYE with NOREPLY accepted");
 }
 
 static void parse_ok(const char *text, enum flyt_addr_kind kind, const char *host, const char *port,
@@ -211,7 +216,8 @@ static void parse_bad(const char *label, const char *text)
     flyt_addr a;
     char err[256] = "";
     int rc = flyt_addr_parse(text, &a, err, sizeof err);
-    CHECK(rc == -1 && err[0] != '\0', "reject %s (%s)", label, err[0] ? err : "no reason given");
+    CHECK_EQ(rc, -1, "reject %s (%s)", label, err[0] ? err : "no reason given");
+    CHECK_NE(err[0], '\0', "reject %s (%s)", label, err[0] ? err : "no reason given");
 }
 
 static void test_addresses(void)
@@ -236,7 +242,7 @@ static void test_addresses(void)
     {
         flyt_addr a;
         char err[128] = "";
-        CHECK(flyt_addr_parse(NULL, &a, err, sizeof err) == -1, "reject a NULL address");
+        CHECK_EQ(flyt_addr_parse(NULL, &a, err, sizeof err), -1, "reject a NULL address");
     }
     parse_bad("a host without port", "127.0.0.1");
     parse_bad("tcp:// without port", "tcp://127.0.0.1");
@@ -260,41 +266,46 @@ static void test_io(void)
 {
     printf("== whole-buffer I/O over a socket pair\n");
     int sv[2];
-    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0, "socketpair");
     char a[] = "hello ", b[] = "world", out[32] = {0};
     struct iovec iov[2] = {{a, 6}, {b, 5}};
-    CHECK(flyt_writev_full(sv[0], iov, 2) == 0, "writev_full of two pieces");
-    CHECK(flyt_read_full(sv[1], out, 11) == 0 && memcmp(out, "hello world", 11) == 0, "read_full gets them back");
-    CHECK(flyt_write_full(sv[0], "0123456789", 10) == 0, "write_full");
-    CHECK(flyt_skip(sv[1], 4) == 0 && flyt_read_full(sv[1], out, 6) == 0 && memcmp(out, "456789", 6) == 0,
-          "skip drops bytes, the rest follows");
-    CHECK(flyt_write_full(sv[0], "abc", 3) == 0, "a short message");
+    CHECK_EQ(flyt_writev_full(sv[0], iov, 2), 0, "writev_full of two pieces");
+    CHECK_EQ(flyt_read_full(sv[1], out, 11), 0, "read_full gets them back");
+    CHECK_MEM_EQ(out, "hello world", 11, "read_full gets them back");
+    CHECK_EQ(flyt_write_full(sv[0], "0123456789", 10), 0, "write_full");
+    CHECK_EQ(flyt_skip(sv[1], 4), 0, "skip drops bytes, the rest follows");
+    CHECK_EQ(flyt_read_full(sv[1], out, 6), 0, "skip drops bytes, the rest follows");
+    CHECK_MEM_EQ(out, "456789", 6, "skip drops bytes, the rest follows");
+    CHECK_EQ(flyt_write_full(sv[0], "abc", 3), 0, "a short message");
     close(sv[0]);
     errno = 1234;
-    CHECK(flyt_read_full(sv[1], out, 8) == -1 && errno == 0, "read_full past the end: -1 with errno 0");
+    CHECK_EQ(flyt_read_full(sv[1], out, 8), -1, "read_full past the end: -1 with errno 0");
+    CHECK_EQ(errno, 0, "read_full past the end: -1 with errno 0");
     close(sv[1]);
 
     printf("== listen and connect on a unix socket\n");
     char dir[] = "/tmp/flyt-proto-XXXXXX", text[128], err[256] = "";
-    CHECK(mkdtemp(dir) != NULL, "temp dir %s", dir);
+    CHECK_NE(mkdtemp(dir), NULL, "temp dir %s", dir);
     snprintf(text, sizeof text, "unix:%s/t.sock", dir);
     flyt_addr addr;
-    CHECK(flyt_addr_parse(text, &addr, err, sizeof err) == 0, "parse %s", text);
+    CHECK_EQ(flyt_addr_parse(text, &addr, err, sizeof err), 0, "parse %s", text);
     int lfd = flyt_listen(&addr, err, sizeof err);
-    CHECK(lfd >= 0, "listen (%s)", err);
+    CHECK_GE(lfd, 0, "listen (%s)", err);
     int cfd = flyt_connect(&addr, err, sizeof err);
-    CHECK(cfd >= 0, "connect (%s)", err);
+    CHECK_GE(cfd, 0, "connect (%s)", err);
     int afd = flyt_accept(lfd);
-    CHECK(afd >= 0, "accept");
-    CHECK(flyt_write_full(cfd, "ping", 4) == 0 && flyt_read_full(afd, out, 4) == 0 && memcmp(out, "ping", 4) == 0,
-          "bytes cross the connection");
+    CHECK_GE(afd, 0, "accept");
+    CHECK_EQ(flyt_write_full(cfd, "ping", 4), 0, "bytes cross the connection");
+    CHECK_EQ(flyt_read_full(afd, out, 4), 0, "bytes cross the connection");
+    CHECK_MEM_EQ(out, "ping", 4, "bytes cross the connection");
     close(cfd);
     close(afd);
     close(lfd);
     char sock[160];
     snprintf(sock, sizeof sock, "%s/t.sock", dir);
     unlink(sock);
-    CHECK(flyt_connect(&addr, err, sizeof err) == -1 && err[0], "connect to a missing socket fails (%s)", err);
+    CHECK_EQ(flyt_connect(&addr, err, sizeof err), -1, "connect to a missing socket fails (%s)", err);
+    CHECK(err[0], "connect to a missing socket fails (%s)", err);
     rmdir(dir);
 }
 

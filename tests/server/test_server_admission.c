@@ -66,15 +66,16 @@ static void write_key(const char *path, mode_t mode)
     char hex[65];
     flyt_hex_encode(key, sizeof key, hex);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    CHECK(fd >= 0, "write %s", path);
-    CHECK(write(fd, hex, 64) == 64 && write(fd, "\n", 1) == 1, "key written");
+    CHECK_GE(fd, 0, "write %s", path);
+    CHECK_EQ(write(fd, hex, 64), 64, "key written");
+    CHECK_EQ(write(fd, "\n", 1), 1, "key written");
     close(fd);
     chmod(path, mode);
 }
 
 static void make_token(const unsigned char *k, const char *sid, long long expiry, char *out)
 {
-    CHECK(flyt_session_token_make(k, 32, sid, expiry, out, 256) == 0, "token for %s made", sid);
+    CHECK_EQ(flyt_session_token_make(k, 32, sid, expiry, out, 256), 0, "token for %s made", sid);
 }
 
 /* The status page's field, read whole (src/common/flyt_server_status.h). */
@@ -166,28 +167,31 @@ static void test_idle_cannot_lock_out(const char *bin)
     flyt_rep_hello hr;
     flyt_rep_i32 v;
     int first = th_connect();
-    CHECK(first >= 0 && hello_flags(first, &hr) == 0 && auth(first, good) == 0,
-          "the tenant's first client is admitted");
+    CHECK_GE(first, 0, "the tenant's first client is admitted");
+    CHECK_EQ(hello_flags(first, &hr), 0, "the tenant's first client is admitted");
+    CHECK_EQ(auth(first, good), 0, "the tenant's first client is admitted");
     static int idle[70];
     open_idle(idle, 70);
     struct timespec settle = {0, 300 * 1000 * 1000};
     nanosleep(&settle, NULL);
     struct flyt_server_status st = read_status(status);
-    CHECK(st.sessions == 1, "the idle connections hold no session slot (sessions %u)", st.sessions);
+    CHECK_EQ(st.sessions, 1, "the idle connections hold no session slot (sessions %u)", st.sessions);
     int second = th_connect();
-    CHECK(second >= 0 && hello_flags(second, &hr) == 0 && auth(second, good) == 0,
-          "the tenant's next client is admitted");
-    CHECK(th_call_rep(second, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v) == 0,
-          "and works");
-    CHECK(th_call_rep(first, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v) == 0,
-          "the first client's session was not reset");
+    CHECK_GE(second, 0, "the tenant's next client is admitted");
+    CHECK_EQ(hello_flags(second, &hr), 0, "the tenant's next client is admitted");
+    CHECK_EQ(auth(second, good), 0, "the tenant's next client is admitted");
+    CHECK_EQ(th_call_rep(second, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v), 0,
+             "and works");
+    CHECK_EQ(th_call_rep(first, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v), 0,
+             "the first client's session was not reset");
     pid_t server = (pid_t)read_status(status).server_pid;
     int kids = children_of(server);
-    CHECK(kids <= 2 + 32, "%d session processes (2 admitted, at most 32 not admitted)", kids);
+    CHECK_LE(kids, 2 + 32, "%d session processes (2 admitted, at most 32 not admitted)", kids);
     close(first);
     close(second);
     close_all(idle, 70);
-    CHECK(th_server_alive() && th_server_log_clean(), "the server is alive and clean");
+    CHECK(th_server_alive(), "the server is alive and clean");
+    CHECK(th_server_log_clean(), "the server is alive and clean");
     unlink(key_path);
     th_server_stop();
 }
@@ -208,17 +212,17 @@ static void test_idle_flood_standalone(const char *bin)
     struct timespec settle = {0, 500 * 1000 * 1000};
     nanosleep(&settle, NULL);
     int kids = children_of(server);
-    CHECK(kids <= 32 + 1, "%d session processes for %d idle connections from one user "
-          "(at most 32 not admitted in all; the rest refused)", kids, IDLE_MANY);
+    CHECK_LE(kids, 32 + 1,
+             "%d session processes for %d idle connections from one user (at most 32 not admitted in all; the rest refused)", kids, IDLE_MANY);
     struct timespec deadline = {3, 0}; /* --admission-timeout 2, and a second of slack */
     nanosleep(&deadline, NULL);
     int closed_n = count_closed(idle, IDLE_MANY);
-    CHECK(closed_n == IDLE_MANY, "all closed after the admission deadline (%d of %d)", closed_n,
-          IDLE_MANY);
+    CHECK_EQ(closed_n, IDLE_MANY, "all closed after the admission deadline (%d of %d)", closed_n, IDLE_MANY);
     close_all(idle, IDLE_MANY);
     CHECK(th_server_works(), "the server still works");
     CHECK(th_server_log_has("no valid HELLO in time"), "and said why it closed them");
-    CHECK(th_server_alive() && th_server_log_clean(), "the server is alive and clean");
+    CHECK(th_server_alive(), "the server is alive and clean");
+    CHECK(th_server_log_clean(), "the server is alive and clean");
     th_server_stop();
 }
 
@@ -272,20 +276,24 @@ int main(int argc, char **argv)
     const char *open_args[] = {"--backend", "host", "--listen", "unix:/tmp/flyt-never.sock",
                                "--session-id", SID, "--session-key-file", bad_key_path, NULL};
     int rc = run_server(bin, open_args, out, sizeof out);
-    CHECK(rc == 2 && strstr(out, "readable") && strstr(out, "0644"),
-          "a key file of mode 0644 is refused (exit %d: %s)", rc, strtok(out, "\n"));
+    CHECK(strstr(out, "readable"), "the refusal of a key file of mode 0644 says it is readable");
+    CHECK(strstr(out, "0644"), "the refusal names the mode 0644");
+    CHECK_EQ(rc, 2, "a key file of mode 0644 is refused (%s)", strtok(out, "\n"));
     const char *half_args[] = {"--backend", "host", "--listen", "unix:/tmp/flyt-never.sock",
                                "--session-id", SID, NULL};
     rc = run_server(bin, half_args, out, sizeof out);
-    CHECK(rc == 2 && strstr(out, "go together"), "--session-id without a key file is refused");
+    CHECK_EQ(rc, 2, "--session-id without a key file is refused");
+    CHECK(strstr(out, "go together"), "--session-id without a key file is refused");
     write_key(bad_key_path, 0600);
     int fd0 = open(bad_key_path, O_WRONLY | O_TRUNC);
-    CHECK(fd0 >= 0 && write(fd0, "not hex at all, not hex at all, not hex", 39) == 39, "garbage key");
+    CHECK_GE(fd0, 0, "garbage key");
+    CHECK_EQ(write(fd0, "not hex at all, not hex at all, not hex", 39), 39, "garbage key");
     close(fd0);
     const char *garbage_args[] = {"--backend", "host", "--listen", "unix:/tmp/flyt-never.sock",
                                   "--session-id", SID, "--session-key-file", bad_key_path, NULL};
     rc = run_server(bin, garbage_args, out, sizeof out);
-    CHECK(rc == 2 && strstr(out, "hex"), "a key file that is not hex is refused");
+    CHECK_EQ(rc, 2, "a key file that is not hex is refused");
+    CHECK(strstr(out, "hex"), "a key file that is not hex is refused");
     unlink(bad_key_path);
 
     write_key(key_path, 0600);
@@ -296,22 +304,25 @@ int main(int argc, char **argv)
     th_say("HELLO asks for a token");
     int fd = th_connect();
     flyt_rep_hello hr;
-    CHECK(fd >= 0 && hello_flags(fd, &hr) == 0, "HELLO answered");
+    CHECK_GE(fd, 0, "HELLO answered");
+    CHECK_EQ(hello_flags(fd, &hr), 0, "HELLO answered");
     CHECK(hr.flags & FLYT_HELLO_AUTH_REQUIRED, "FLYT_HELLO_AUTH_REQUIRED set (flags 0x%x)", hr.flags);
-    CHECK(hr.device_count == 1 && strcmp(hr.backend, "host") == 0, "one device, backend %s",
-          hr.backend);
+    CHECK_EQ(hr.device_count, 1, "one device, backend %s", hr.backend);
+    CHECK_STR_EQ(hr.backend, "host", "one device, backend %s", hr.backend);
 
     th_say("no token");
     flyt_rep_i32 v;
     rc = th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v);
-    CHECK(rc == T_NOT_PERMITTED, "DEVICE_COUNT before AUTH: CUDA_ERROR_NOT_PERMITTED (%d)", rc);
+    CHECK_EQ(rc, T_NOT_PERMITTED, "DEVICE_COUNT before AUTH: CUDA_ERROR_NOT_PERMITTED (%d)", rc);
     CHECK(closed(fd), "and the session ended");
     close(fd);
     fd = th_connect();
-    CHECK(fd >= 0 && hello_flags(fd, &hr) == 0, "HELLO again");
+    CHECK_GE(fd, 0, "HELLO again");
+    CHECK_EQ(hello_flags(fd, &hr), 0, "HELLO again");
     uint64_t p;
     rc = th_alloc(fd, 4096, &p);
-    CHECK(rc == T_NOT_PERMITTED && closed(fd), "MEM_ALLOC before AUTH refused, session ended");
+    CHECK_EQ(rc, T_NOT_PERMITTED, "MEM_ALLOC before AUTH refused, session ended");
+    CHECK(closed(fd), "MEM_ALLOC before AUTH refused, session ended");
     close(fd);
     CHECK(th_server_log_has("admission refused"), "the server logged the refusal");
 
@@ -342,9 +353,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < 5; i++) {
         th_say("%s", bad[i].what);
         fd = th_connect();
-        CHECK(fd >= 0 && hello_flags(fd, &hr) == 0, "HELLO");
+        CHECK_GE(fd, 0, "HELLO");
+        CHECK_EQ(hello_flags(fd, &hr), 0, "HELLO");
         rc = auth(fd, bad[i].token);
-        CHECK(rc == T_NOT_PERMITTED, "AUTH answered CUDA_ERROR_NOT_PERMITTED (%d)", rc);
+        CHECK_EQ(rc, T_NOT_PERMITTED, "AUTH answered CUDA_ERROR_NOT_PERMITTED (%d)", rc);
         CHECK(closed(fd), "the session ended");
         close(fd);
         CHECK(th_server_log_has(bad[i].why), "logged: %s", bad[i].why);
@@ -352,49 +364,56 @@ int main(int argc, char **argv)
 
     th_say("a client that sends nothing is dropped after --admission-timeout");
     fd = th_connect();
-    CHECK(fd >= 0, "connected, silent");
+    CHECK_GE(fd, 0, "connected, silent");
     time_t t0 = time(NULL);
     CHECK(closed(fd), "the server closed the connection");
-    CHECK(time(NULL) - t0 <= 5, "within the timeout (1 s)");
+    CHECK_LE(time(NULL) - t0, 5, "within the timeout (1 s)");
     close(fd);
     CHECK(th_server_log_has("no valid session token in time"), "and said why");
 
     th_say("GOODBYE without a token is just a goodbye");
     fd = th_connect();
-    CHECK(fd >= 0 && hello_flags(fd, &hr) == 0, "HELLO");
-    CHECK(th_call(fd, FLYT_OP_GOODBYE, &none, sizeof none, NULL, 0, NULL) == 0, "GOODBYE answered");
+    CHECK_GE(fd, 0, "HELLO");
+    CHECK_EQ(hello_flags(fd, &hr), 0, "HELLO");
+    CHECK_EQ(th_call(fd, FLYT_OP_GOODBYE, &none, sizeof none, NULL, 0, NULL), 0, "GOODBYE answered");
     close(fd);
 
     th_say("a good token");
     char good[256];
     make_token(key, SID, now + 3600, good);
     fd = th_connect();
-    CHECK(fd >= 0 && hello_flags(fd, &hr) == 0, "HELLO");
-    CHECK(auth(fd, good) == 0, "AUTH accepted");
-    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v) == 0 &&
-              v.value == 1,
-          "DEVICE_COUNT = 1");
-    CHECK(th_alloc(fd, 1 << 20, &p) == 0 && p != 0, "MEM_ALLOC works");
+    CHECK_GE(fd, 0, "HELLO");
+    CHECK_EQ(hello_flags(fd, &hr), 0, "HELLO");
+    CHECK_EQ(auth(fd, good), 0, "AUTH accepted");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v), 0,
+             "DEVICE_COUNT = 1");
+    CHECK_EQ(v.value, 1, "DEVICE_COUNT = 1");
+    CHECK_EQ(th_alloc(fd, 1 << 20, &p), 0, "MEM_ALLOC works");
+    CHECK_NE(p, 0, "MEM_ALLOC works");
     static unsigned char buf[4096];
     memset(buf, 0x5a, sizeof buf);
-    CHECK(th_htod(fd, p, buf, sizeof buf) == 0, "MEMCPY_HTOD works");
-    CHECK(th_free(fd, p) == 0, "MEM_FREE works");
-    CHECK(auth(fd, good) == 0, "AUTH again on an admitted session: accepted");
+    CHECK_EQ(th_htod(fd, p, buf, sizeof buf), 0, "MEMCPY_HTOD works");
+    CHECK_EQ(th_free(fd, p), 0, "MEM_FREE works");
+    CHECK_EQ(auth(fd, good), 0, "AUTH again on an admitted session: accepted");
     close(fd);
     CHECK(th_server_log_has("admitted"), "the server logged the admission");
-    CHECK(th_server_alive() && th_server_log_clean(), "the server is alive and clean");
+    CHECK(th_server_alive(), "the server is alive and clean");
+    CHECK(th_server_log_clean(), "the server is alive and clean");
     unlink(key_path);
     th_server_stop();
 
     th_say("standalone: no key, no token asked");
     th_server_start(bin, NULL);
     fd = th_connect();
-    CHECK(fd >= 0 && hello_flags(fd, &hr) == 0 && hr.flags == 0, "HELLO flags 0");
-    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v) == 0,
-          "DEVICE_COUNT without AUTH");
-    CHECK(auth(fd, "anything") == 0, "an AUTH anyway is accepted");
+    CHECK_GE(fd, 0, "HELLO flags 0");
+    CHECK_EQ(hello_flags(fd, &hr), 0, "HELLO flags 0");
+    CHECK_EQ(hr.flags, 0, "HELLO flags 0");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &v, sizeof v), 0,
+             "DEVICE_COUNT without AUTH");
+    CHECK_EQ(auth(fd, "anything"), 0, "an AUTH anyway is accepted");
     close(fd);
-    CHECK(th_server_works() && th_server_log_clean(), "standalone server works");
+    CHECK(th_server_works(), "standalone server works");
+    CHECK(th_server_log_clean(), "standalone server works");
     th_server_stop();
 
     test_idle_cannot_lock_out(bin);

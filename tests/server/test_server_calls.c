@@ -51,13 +51,14 @@ int main(int argc, char **argv)
     th_watchdog(240);
     th_server_start(argv[1], NULL);
     int fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "a session");
+    CHECK_GE(fd, 0, "a session");
+    CHECK_EQ(th_hello(fd), 0, "a session");
     uint64_t mem = 0;
-    CHECK(th_alloc(fd, 8192, &mem) == 0, "an allocation for the addresses");
+    CHECK_EQ(th_alloc(fd, 8192, &mem), 0, "an allocation for the addresses");
     flyt_req_stream_create sc = {0, 0, 0};
     flyt_rep_u64 u;
-    CHECK(th_call_rep(fd, FLYT_OP_STREAM_CREATE, &sc, sizeof sc, NULL, 0, &u, sizeof u) == 0,
-          "a stream for the handles");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_STREAM_CREATE, &sc, sizeof sc, NULL, 0, &u, sizeof u), 0,
+             "a stream for the handles");
     uint64_t stream = u.value;
 
     unsigned calls = 0, answered = 0, succeeded = 0;
@@ -95,13 +96,14 @@ int main(int argc, char **argv)
             succeeded += rc == 0;
         }
     }
-    CHECK(calls > 0, "%u plain calls, %d cases each: %u answered, %u of them succeeded", calls,
-          CASES_PER_CALL, answered, succeeded);
+    CHECK_GT(calls, 0,
+             "%u plain calls, %d cases each: %u answered, %u of them succeeded", calls, CASES_PER_CALL, answered, succeeded);
     flyt_rep_i32 cnt;
     flyt_req_none none = {0};
-    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &cnt, sizeof cnt) == 0,
-          "the session still answers");
-    CHECK(th_server_alive() && th_server_log_clean(), "the server is alive, no crash, no sanitizer report");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &cnt, sizeof cnt), 0,
+             "the session still answers");
+    CHECK(th_server_alive(), "the server is alive, no crash, no sanitizer report");
+    CHECK(th_server_log_clean(), "the server is alive, no crash, no sanitizer report");
     th_passed();
     printf("all plain-call checks passed\n");
     return 0;

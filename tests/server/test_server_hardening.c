@@ -55,8 +55,9 @@ static double wait_no_session(double seconds)
 static int session_with_alloc(uint64_t size, uint64_t *ptr)
 {
     int fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "connect and HELLO");
-    CHECK(th_alloc(fd, size, ptr) == 0, "MEM_ALLOC of %llu bytes", (unsigned long long)size);
+    CHECK_GE(fd, 0, "connect and HELLO");
+    CHECK_EQ(th_hello(fd), 0, "connect and HELLO");
+    CHECK_EQ(th_alloc(fd, size, ptr), 0, "MEM_ALLOC of %llu bytes", (unsigned long long)size);
     return fd;
 }
 
@@ -70,7 +71,7 @@ static void hang_up_after(uint16_t op, const void *req, size_t len, const char *
     /* the request's addresses point into the allocation */
     unsigned char buf[512];
     memcpy(buf, req, len);
-    CHECK(th_send(fd, op, 0, th_next_seq(), buf, len, NULL, 0) == 0, "send %s", what);
+    CHECK_EQ(th_send(fd, op, 0, th_next_seq(), buf, len, NULL, 0), 0, "send %s", what);
     close(fd);
     double took = wait_no_session(5.0);
     CHECK(took >= 0, "%s, client gone: the session ended (%.2f s)", what, took);
@@ -129,24 +130,24 @@ static void impossible_geometry_is_refused(void)
     int fd = session_with_alloc(1 << 20, &p);
     flyt_req_memset m = spin_memset(p);
     int r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
-    CHECK(r == T_INVALID_VALUE, "memset, slice pitch 0, depth 2^40: %d (want %d)", r,
-          T_INVALID_VALUE);
+    CHECK_EQ(r, T_INVALID_VALUE, "memset, slice pitch 0, depth 2^40: %d (want %d)", r, T_INVALID_VALUE);
     m.depth = 2;
     m.slice_pitch = 0;
     r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
-    CHECK(r == T_INVALID_VALUE, "memset, slice pitch 0, depth 2: %d", r);
+    CHECK_EQ(r, T_INVALID_VALUE, "memset, slice pitch 0, depth 2: %d", r);
     m.pitch = 16;
     m.height = 4;
     m.slice_pitch = 32; /* the second slice would overlap the first's rows */
     r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
-    CHECK(r == T_INVALID_VALUE, "memset, slices overlapping: %d", r);
+    CHECK_EQ(r, T_INVALID_VALUE, "memset, slices overlapping: %d", r);
     m.slice_pitch = 64;
     m.depth = 3;
     r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
-    CHECK(r == T_SUCCESS, "memset, 3 slices of 4 rows of 16 bytes: %d", r);
+    CHECK_EQ(r, T_SUCCESS, "memset, 3 slices of 4 rows of 16 bytes: %d", r);
     unsigned char back[192];
     int had = 0;
-    CHECK(th_dtoh(fd, p, sizeof back, back, &had) == 0 && had, "read it back");
+    CHECK_EQ(th_dtoh(fd, p, sizeof back, back, &had), 0, "read it back");
+    CHECK(had, "read it back");
     int good = 1;
     for (unsigned z = 0; z < 3; z++)
         for (unsigned y = 0; y < 4; y++)
@@ -155,13 +156,13 @@ static void impossible_geometry_is_refused(void)
 
     flyt_req_memcpy_3d c = spin_copy_3d(p + 4096, p);
     r = th_call(fd, FLYT_OP_MEMCPY_3D, &c, sizeof c, NULL, 0, NULL);
-    CHECK(r == T_INVALID_VALUE, "3D copy, slice height 0, depth 2^40: %d", r);
+    CHECK_EQ(r, T_INVALID_VALUE, "3D copy, slice height 0, depth 2^40: %d", r);
     c.depth = 1;
     r = th_call(fd, FLYT_OP_MEMCPY_3D, &c, sizeof c, NULL, 0, NULL);
-    CHECK(r == T_SUCCESS, "3D copy, slice height 0, depth 1 (CUDA allows it): %d", r);
+    CHECK_EQ(r, T_SUCCESS, "3D copy, slice height 0, depth 1 (CUDA allows it): %d", r);
     flyt_req_array_copy a = spin_array_copy(p + 4096, p);
     r = th_call(fd, FLYT_OP_ARRAY_COPY, &a, sizeof a, NULL, 0, NULL);
-    CHECK(r == T_INVALID_VALUE, "array copy, slice height 0, depth 2^40: %d", r);
+    CHECK_EQ(r, T_INVALID_VALUE, "array copy, slice height 0, depth 2^40: %d", r);
     close(fd);
 }
 
@@ -179,14 +180,14 @@ static void long_work_stops_when_client_leaves(void)
     double t0 = now_s();
     int r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
     double whole = now_s() - t0;
-    CHECK(r == T_SUCCESS, "a memset of %llu one-byte slices, 2 bytes apart: %.2f s",
-          (unsigned long long)m.depth, whole);
+    CHECK_EQ(r, T_SUCCESS,
+             "a memset of %llu one-byte slices, 2 bytes apart: %.2f s", (unsigned long long)m.depth, whole);
     close(fd);
     CHECK(wait_no_session(5.0) >= 0, "no session left from before");
     fd = session_with_alloc(size, &p);
     m.dst = p;
-    CHECK(th_send(fd, FLYT_OP_MEMSET, 0, th_next_seq(), &m, sizeof m, NULL, 0) == 0,
-          "the same memset again, then the client hangs up");
+    CHECK_EQ(th_send(fd, FLYT_OP_MEMSET, 0, th_next_seq(), &m, sizeof m, NULL, 0), 0,
+             "the same memset again, then the client hangs up");
     usleep(20 * 1000);
     close(fd);
     double took = wait_no_session(whole + 5.0);
@@ -200,7 +201,7 @@ static void client_text_cannot_forge_log_lines(void)
 {
     th_say("a client's text in the server log cannot forge a line");
     int fd = th_connect();
-    CHECK(fd >= 0, "connect");
+    CHECK_GE(fd, 0, "connect");
     flyt_req_hello h;
     memset(&h, 0, sizeof h);
     h.magic = FLYT_PROTO_MAGIC;
@@ -209,12 +210,12 @@ static void client_text_cannot_forge_log_lines(void)
     h.client_pid = 1;
     snprintf(h.client_host, sizeof h.client_host, "x\nFORGED flyt-server[1] error: \x1b[2Jfake");
     flyt_rep_hello rep;
-    CHECK(th_call_rep(fd, FLYT_OP_HELLO, &h, sizeof h, NULL, 0, &rep, sizeof rep) == 0,
-          "HELLO with a host name holding a newline and an escape sequence");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_HELLO, &h, sizeof h, NULL, 0, &rep, sizeof rep), 0,
+             "HELLO with a host name holding a newline and an escape sequence");
     close(fd);
     CHECK(wait_no_session(5.0) >= 0, "the session ended");
-    CHECK(th_server_log_count("x\\nFORGED flyt-server[1] error: \\x1b[2Jfake") == 1,
-          "the name is logged escaped, on the session's own line");
+    CHECK_EQ(th_server_log_count("x\\nFORGED flyt-server[1] error: \\x1b[2Jfake"), 1,
+             "the name is logged escaped, on the session's own line");
     int forged = 0;
     FILE *f = fopen(th_server_log_path(), "r");
     char line[1024];
@@ -222,8 +223,8 @@ static void client_text_cannot_forge_log_lines(void)
         forged += strncmp(line, "FORGED", 6) == 0 || strchr(line, 0x1b) != NULL;
     if (f)
         fclose(f);
-    CHECK(f != NULL && forged == 0, "no line of the log starts with the client's text (%d did)",
-          forged);
+    CHECK_NE(f, NULL, "no line of the log starts with the client's text (%d did)", forged);
+    CHECK_EQ(forged, 0, "no line of the log starts with the client's text (%d did)", forged);
 }
 
 /* HOST_MAP with memfd passed along; the result, the region in *region. */
@@ -246,10 +247,10 @@ static int host_map(int fd, int memfd, uint64_t size, uint64_t *region)
 static int memfd_of(uint64_t size, int seal)
 {
     int fd = memfd_create("test-shared", MFD_CLOEXEC | (seal ? MFD_ALLOW_SEALING : 0));
-    CHECK(fd >= 0 && ftruncate(fd, (off_t)size) == 0, "a memfd of %llu bytes",
-          (unsigned long long)size);
+    CHECK_GE(fd, 0, "a memfd of %llu bytes", (unsigned long long)size);
+    CHECK_EQ(ftruncate(fd, (off_t)size), 0, "a memfd of %llu bytes", (unsigned long long)size);
     if (seal)
-        CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0, "sealed");
+        CHECK_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0, "sealed");
     return fd;
 }
 
@@ -265,30 +266,32 @@ static void unsealed_shared_memory_is_refused(void)
     int memfd = memfd_of(size, 0);
     int r = host_map(fd, memfd, size, &region);
     if (r == T_SUCCESS) { /* the attack goes on: cut the file, then copy from it */
-        CHECK(ftruncate(memfd, 0) == 0, "the client cuts the mapped file to 0 bytes");
+        CHECK_EQ(ftruncate(memfd, 0), 0, "the client cuts the mapped file to 0 bytes");
         flyt_req_memcpy_mapped m = {.device = dptr, .region = region, .size = 4096};
         r = th_call(fd, FLYT_OP_MEMCPY_HTOD_MAPPED, &m, sizeof m, NULL, 0, NULL);
         CHECK(0, "an unsealed memfd was mapped (the copy from it then answered %d)", r);
     }
-    CHECK(r == T_INVALID_VALUE, "HOST_MAP of an unsealed memfd: %d (want %d)", r,
-          T_INVALID_VALUE);
+    CHECK_EQ(r, T_INVALID_VALUE, "HOST_MAP of an unsealed memfd: %d (want %d)", r, T_INVALID_VALUE);
     close(memfd);
 
     memfd = memfd_of(size, 1);
     r = host_map(fd, memfd, size, &region);
-    CHECK(r == T_SUCCESS && region != 0, "HOST_MAP of a sealed memfd: %d", r);
-    CHECK(ftruncate(memfd, 0) != 0 && errno == EPERM, "the client can no longer cut it");
+    CHECK_EQ(r, T_SUCCESS, "HOST_MAP of a sealed memfd: %d", r);
+    CHECK_NE(region, 0, "HOST_MAP of a sealed memfd: %d", r);
+    CHECK_NE(ftruncate(memfd, 0), 0, "the client can no longer cut it");
+    CHECK_EQ(errno, EPERM, "the client can no longer cut it");
     unsigned char *view = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-    CHECK(view != MAP_FAILED, "map it here too");
+    CHECK_NE(view, MAP_FAILED, "map it here too");
     memset(view, 0x5a, 4096);
     flyt_req_memcpy_mapped m = {.device = dptr, .region = region, .size = 4096};
-    CHECK(th_call(fd, FLYT_OP_MEMCPY_HTOD_MAPPED, &m, sizeof m, NULL, 0, NULL) == T_SUCCESS,
-          "a copy from it to the device");
+    CHECK_EQ(th_call(fd, FLYT_OP_MEMCPY_HTOD_MAPPED, &m, sizeof m, NULL, 0, NULL), T_SUCCESS,
+             "a copy from it to the device");
     unsigned char back[4096];
     int had = 0;
-    CHECK(th_dtoh(fd, dptr, sizeof back, back, &had) == 0 && had && back[0] == 0x5a &&
-              back[4095] == 0x5a,
-          "the device holds its bytes");
+    CHECK_EQ(th_dtoh(fd, dptr, sizeof back, back, &had), 0, "the device holds its bytes");
+    CHECK(had, "the device holds its bytes");
+    CHECK_EQ(back[0], 0x5a, "the device holds its bytes");
+    CHECK_EQ(back[4095], 0x5a, "the device holds its bytes");
     munmap(view, size);
     close(memfd);
     close(fd);
@@ -317,32 +320,35 @@ static void cache_keeps_only_loadable_images(void)
 {
     th_say("the image cache keeps only images that loaded");
     int fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "connect and HELLO");
+    CHECK_GE(fd, 0, "connect and HELLO");
+    CHECK_EQ(th_hello(fd), 0, "connect and HELLO");
     char path[512];
     struct stat st;
     unsigned char junk[4096];
     memset(junk, 'J', sizeof junk);
     uint64_t module = 0;
     int r = th_module_load(fd, junk, sizeof junk, &module);
-    CHECK(r == T_INVALID_IMAGE, "MODULE_LOAD of 4 KiB of junk: %d (want %d)", r, T_INVALID_IMAGE);
+    CHECK_EQ(r, T_INVALID_IMAGE, "MODULE_LOAD of 4 KiB of junk: %d (want %d)", r, T_INVALID_IMAGE);
     cache_file_of(junk, sizeof junk, path, sizeof path);
-    CHECK(stat(path, &st) != 0, "the junk is not in the cache dir");
+    CHECK_NE(stat(path, &st), 0, "the junk is not in the cache dir");
 
     size_t size = 0;
     unsigned char *image = th_fake_fatbin(&size);
-    CHECK(th_module_load(fd, image, size, &module) == T_SUCCESS, "MODULE_LOAD of a fatbinary");
+    CHECK_EQ(th_module_load(fd, image, size, &module), T_SUCCESS, "MODULE_LOAD of a fatbinary");
     cache_file_of(image, size, path, sizeof path);
-    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "it is cached, 0600");
+    CHECK_EQ(stat(path, &st), 0, "it is cached, 0600");
+    CHECK_EQ((st.st_mode & 0777), 0600, "it is cached, 0600");
     free(image);
 
     /* junk under its hash's name, as an older server left it */
     cache_file_of(junk, sizeof junk, path, sizeof path);
     FILE *f = fopen(path, "w");
-    CHECK(f && fwrite(junk, 1, sizeof junk, f) == sizeof junk && fclose(f) == 0,
-          "plant junk in the cache dir");
+    CHECK(f, "plant junk in the cache dir");
+    CHECK_EQ(fwrite(junk, 1, sizeof junk, f), sizeof junk, "plant junk in the cache dir");
+    CHECK_EQ(fclose(f), 0, "plant junk in the cache dir");
     r = th_module_load(fd, junk, sizeof junk, &module);
-    CHECK(r == T_INVALID_IMAGE, "MODULE_LOAD of the cached junk: %d", r);
-    CHECK(stat(path, &st) != 0, "the cached junk was dropped");
+    CHECK_EQ(r, T_INVALID_IMAGE, "MODULE_LOAD of the cached junk: %d", r);
+    CHECK_NE(stat(path, &st), 0, "the cached junk was dropped");
     close(fd);
 }
 
@@ -373,7 +379,7 @@ int main(int argc, char **argv)
     th_watchdog(120);
     th_prepare_dir();
     snprintf(cache_dir, sizeof cache_dir, "%s/cache", th_temp_dir());
-    CHECK(mkdir(cache_dir, 0700) == 0, "a cache dir");
+    CHECK_EQ(mkdir(cache_dir, 0700), 0, "a cache dir");
     static const char *const args[] = {"--cache-dir", cache_dir, NULL};
     th_server_start_args(argv[1], "FLYT_HOST_BACKEND_MEM=268435456", args);
     spinning_requests_end_with_their_client();

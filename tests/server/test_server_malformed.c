@@ -115,19 +115,20 @@ static void must_answer(int fd, const char *what, int32_t want)
 {
     int32_t result = 0;
     enum outcome o = refused(fd, &result);
-    CHECK(o == ERROR_REPLY && result == want, "%s: %s (want error reply %d)", what, told(o, result), want);
+    CHECK_EQ(o, ERROR_REPLY, "%s: %s (want error reply %d)", what, told(o, result), want);
+    CHECK_EQ(result, want, "%s: %s (want error reply %d)", what, told(o, result), want);
     flyt_req_none none = {0};
     flyt_rep_i32 cnt;
-    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &cnt, sizeof cnt) == 0 &&
-              cnt.value == 1,
-          "the session goes on");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &cnt, sizeof cnt), 0,
+             "the session goes on");
+    CHECK_EQ(cnt.value, 1, "the session goes on");
 }
 
 static int session(void)
 {
     int fd = th_connect();
-    CHECK(fd >= 0, "connect");
-    CHECK(th_hello(fd) == 0, "HELLO accepted");
+    CHECK_GE(fd, 0, "connect");
+    CHECK_EQ(th_hello(fd), 0, "HELLO accepted");
     return fd;
 }
 
@@ -139,7 +140,7 @@ static void hello_cases(void)
     sent(th_send(fd, FLYT_OP_DEVICE_COUNT, 0, 1, &none, sizeof none, NULL, 0), "DEVICE_COUNT before HELLO");
     int32_t result = 0;
     enum outcome o = refused(fd, &result);
-    CHECK(o != OTHER, "no HELLO first: %s", told(o, result));
+    CHECK_NE(o, OTHER, "no HELLO first: %s", told(o, result));
     close(fd);
     survived("a request before HELLO");
 
@@ -150,7 +151,7 @@ static void hello_cases(void)
     fd = th_connect();
     th_send(fd, FLYT_OP_HELLO, 0, 1, &h, sizeof h, NULL, 0);
     o = refused(fd, &result);
-    CHECK(o != OTHER, "HELLO with a wrong magic: %s", told(o, result));
+    CHECK_NE(o, OTHER, "HELLO with a wrong magic: %s", told(o, result));
     close(fd);
     survived("a wrong magic");
 
@@ -159,7 +160,7 @@ static void hello_cases(void)
     fd = th_connect();
     th_send(fd, FLYT_OP_HELLO, 0, 1, &h, sizeof h, NULL, 0);
     o = refused(fd, &result);
-    CHECK(o != OTHER, "HELLO with major version %d: %s", FLYT_PROTO_MAJOR + 1, told(o, result));
+    CHECK_NE(o, OTHER, "HELLO with major version %d: %s", FLYT_PROTO_MAJOR + 1, told(o, result));
     close(fd);
     survived("a wrong major version");
 
@@ -167,7 +168,7 @@ static void hello_cases(void)
     h.major = FLYT_PROTO_MAJOR;
     th_send(fd, FLYT_OP_HELLO, 0, 9, &h, sizeof h, NULL, 0);
     o = refused(fd, &result);
-    CHECK(o != OTHER, "a second HELLO in a session: %s", told(o, result));
+    CHECK_NE(o, OTHER, "a second HELLO in a session: %s", told(o, result));
     close(fd);
     survived("a second HELLO");
 }
@@ -214,13 +215,14 @@ static void data_cases(void)
     th_say("bulk data cut short, and request fields that disagree with the frame");
     int fd = session();
     uint64_t ptr;
-    CHECK(th_alloc(fd, 1 << 20, &ptr) == 0, "MEM_ALLOC 1 MiB");
+    CHECK_EQ(th_alloc(fd, 1 << 20, &ptr), 0, "MEM_ALLOC 1 MiB");
     flyt_req_memcpy req = {ptr, 0, 1 << 20, FLYT_STREAM_DEFAULT};
     static unsigned char data[4096];
     memset(data, 0x5C, sizeof data);
-    CHECK(th_send_raw_hdr(fd, sizeof req + (1u << 20), FLYT_OP_MEMCPY_HTOD, 0, 5) == 0 &&
-              write(fd, &req, sizeof req) == sizeof req && write(fd, data, 1000) == 1000,
-          "MEMCPY_HTOD declaring 1 MiB, 1000 bytes sent");
+    CHECK_EQ(th_send_raw_hdr(fd, sizeof req + (1u << 20), FLYT_OP_MEMCPY_HTOD, 0, 5), 0,
+             "MEMCPY_HTOD declaring 1 MiB, 1000 bytes sent");
+    CHECK_EQ(write(fd, &req, sizeof req), sizeof req, "MEMCPY_HTOD declaring 1 MiB, 1000 bytes sent");
+    CHECK_EQ(write(fd, data, 1000), 1000, "MEMCPY_HTOD declaring 1 MiB, 1000 bytes sent");
     close(fd);
     survived("an HTOD whose data stopped short and whose socket closed");
 
@@ -228,7 +230,7 @@ static void data_cases(void)
      * counts over the limits, end the session; bad field values (a name
      * without its NUL, an unknown id) are answered and the session goes on. */
     fd = session();
-    CHECK(th_alloc(fd, 1 << 20, &ptr) == 0, "MEM_ALLOC 1 MiB");
+    CHECK_EQ(th_alloc(fd, 1 << 20, &ptr), 0, "MEM_ALLOC 1 MiB");
     req.dst = ptr;
     req.size = 1 << 20; /* but only 4096 bytes in the frame */
     sent(th_send(fd, FLYT_OP_MEMCPY_HTOD, 0, 6, &req, sizeof req, data, 4096),
@@ -236,7 +238,7 @@ static void data_cases(void)
     must_end(fd, "HTOD size above the frame's data");
 
     fd = session();
-    CHECK(th_alloc(fd, 1 << 20, &ptr) == 0, "MEM_ALLOC 1 MiB");
+    CHECK_EQ(th_alloc(fd, 1 << 20, &ptr), 0, "MEM_ALLOC 1 MiB");
     req.dst = ptr;
     req.size = 100; /* 4096 bytes follow */
     sent(th_send(fd, FLYT_OP_MEMCPY_HTOD, 0, 7, &req, sizeof req, data, 4096),
@@ -247,7 +249,7 @@ static void data_cases(void)
     uint64_t module = 0;
     size_t fsize;
     unsigned char *fat = th_fake_fatbin(&fsize);
-    CHECK(th_module_load(fd, fat, fsize, &module) == 0, "MODULE_LOAD of a fake fatbinary");
+    CHECK_EQ(th_module_load(fd, fat, fsize, &module), 0, "MODULE_LOAD of a fake fatbinary");
     free(fat);
     flyt_req_named nreq = {module, 6, 0};
     sent(th_send(fd, FLYT_OP_FUNC_GET, 0, 8, &nreq, sizeof nreq, "kernel", 6),
@@ -274,7 +276,7 @@ static void data_cases(void)
     sent(th_send(fd, FLYT_OP_FUNC_GET, 0, 12, &nreq, sizeof nreq, NULL, 0), "FUNC_GET with an empty name");
     int32_t result = 0;
     enum outcome o = refused(fd, &result);
-    CHECK(o != OTHER, "empty name: %s", told(o, result));
+    CHECK_NE(o, OTHER, "empty name: %s", told(o, result));
     close(fd);
     survived("an empty name");
 
@@ -401,65 +403,82 @@ static void error_reply_cases(void)
     static unsigned char buf[8192];
     int had_data = 0;
     int rc = th_dtoh(fd, 0x1000, 4096, buf, &had_data);
-    CHECK(rc != 0 && rc != -1000, "MEMCPY_DTOH from 0x1000 (no allocation): error %d (%s)", rc,
-          had_data ? "after data" : "refused up front");
+    CHECK_NE(rc, 0,
+             "MEMCPY_DTOH from 0x1000 (no allocation): error %d (%s)", rc, had_data ? "after data" : "refused up front");
+    CHECK_NE(rc, -1000,
+             "MEMCPY_DTOH from 0x1000 (no allocation): error %d (%s)", rc, had_data ? "after data" : "refused up front");
     rc = th_dtoh(fd, (uint64_t)(uintptr_t)buf, 64, buf, &had_data);
-    CHECK(rc != 0 && rc != -1000, "MEMCPY_DTOH from an address of this test process: error %d", rc);
+    CHECK_NE(rc, 0, "MEMCPY_DTOH from an address of this test process: error %d", rc);
+    CHECK_NE(rc, -1000, "MEMCPY_DTOH from an address of this test process: error %d", rc);
     uint64_t ptr;
-    CHECK(th_alloc(fd, 4096, &ptr) == 0, "MEM_ALLOC 4096");
+    CHECK_EQ(th_alloc(fd, 4096, &ptr), 0, "MEM_ALLOC 4096");
     rc = th_dtoh(fd, ptr + 4000, 200, buf, &had_data);
-    CHECK(rc != 0 && rc != -1000, "MEMCPY_DTOH running 104 bytes past an allocation: error %d", rc);
+    CHECK_NE(rc, 0, "MEMCPY_DTOH running 104 bytes past an allocation: error %d", rc);
+    CHECK_NE(rc, -1000, "MEMCPY_DTOH running 104 bytes past an allocation: error %d", rc);
     rc = th_dtoh(fd, ptr, 4096, buf, &had_data);
-    CHECK(rc == 0, "MEMCPY_DTOH of the allocation itself works");
+    CHECK_EQ(rc, 0, "MEMCPY_DTOH of the allocation itself works");
     rc = th_htod(fd, 0x2000, buf, 4096);
-    CHECK(rc != 0 && rc != -1000, "MEMCPY_HTOD to 0x2000: error %d", rc);
+    CHECK_NE(rc, 0, "MEMCPY_HTOD to 0x2000: error %d", rc);
+    CHECK_NE(rc, -1000, "MEMCPY_HTOD to 0x2000: error %d", rc);
     rc = th_htod(fd, ptr + 1, buf, 4096);
-    CHECK(rc != 0 && rc != -1000, "MEMCPY_HTOD one byte past the end: error %d", rc);
+    CHECK_NE(rc, 0, "MEMCPY_HTOD one byte past the end: error %d", rc);
+    CHECK_NE(rc, -1000, "MEMCPY_HTOD one byte past the end: error %d", rc);
     flyt_req_memset ms = {ptr, 4097, 4097, 4097, 1, 1, FLYT_STREAM_DEFAULT, 0, 0};
     rc = th_call(fd, FLYT_OP_MEMSET, &ms, sizeof ms, NULL, 0, NULL);
-    CHECK(rc != 0 && rc != -1000, "MEMSET of 4097 bytes on 4096: error %d", rc);
+    CHECK_NE(rc, 0, "MEMSET of 4097 bytes on 4096: error %d", rc);
+    CHECK_NE(rc, -1000, "MEMSET of 4097 bytes on 4096: error %d", rc);
     flyt_req_memcpy dd = {ptr, 0x3000, 16, FLYT_STREAM_DEFAULT};
     rc = th_call(fd, FLYT_OP_MEMCPY_DTOD, &dd, sizeof dd, NULL, 0, NULL);
-    CHECK(rc != 0 && rc != -1000, "MEMCPY_DTOD from 0x3000: error %d", rc);
+    CHECK_NE(rc, 0, "MEMCPY_DTOD from 0x3000: error %d", rc);
+    CHECK_NE(rc, -1000, "MEMCPY_DTOD from 0x3000: error %d", rc);
     rc = th_free(fd, 0xbad0000);
-    CHECK(rc != 0 && rc != -1000, "MEM_FREE of a bogus pointer: error %d", rc);
+    CHECK_NE(rc, 0, "MEM_FREE of a bogus pointer: error %d", rc);
+    CHECK_NE(rc, -1000, "MEM_FREE of a bogus pointer: error %d", rc);
     rc = th_free(fd, ptr + 8);
-    CHECK(rc != 0 && rc != -1000, "MEM_FREE of an interior pointer: error %d", rc);
+    CHECK_NE(rc, 0, "MEM_FREE of an interior pointer: error %d", rc);
+    CHECK_NE(rc, -1000, "MEM_FREE of an interior pointer: error %d", rc);
     flyt_req_handle sh = {0x7777};
     rc = th_call(fd, FLYT_OP_STREAM_SYNC, &sh, sizeof sh, NULL, 0, NULL);
-    CHECK(rc == T_INVALID_HANDLE, "STREAM_SYNC of unknown stream id 0x7777: %d (CUDA_ERROR_INVALID_HANDLE)", rc);
+    CHECK_EQ(rc, T_INVALID_HANDLE,
+             "STREAM_SYNC of unknown stream id 0x7777: %d (CUDA_ERROR_INVALID_HANDLE)", rc);
     flyt_req_handle eh = {0x8888};
     rc = th_call(fd, FLYT_OP_EVENT_QUERY, &eh, sizeof eh, NULL, 0, NULL);
-    CHECK(rc == T_INVALID_HANDLE, "EVENT_QUERY of unknown event id: %d", rc);
+    CHECK_EQ(rc, T_INVALID_HANDLE, "EVENT_QUERY of unknown event id: %d", rc);
     flyt_req_handle mh = {0x9999};
     rc = th_call(fd, FLYT_OP_MODULE_UNLOAD, &mh, sizeof mh, NULL, 0, NULL);
-    CHECK(rc != 0 && rc != -1000, "MODULE_UNLOAD of unknown module id: error %d", rc);
+    CHECK_NE(rc, 0, "MODULE_UNLOAD of unknown module id: error %d", rc);
+    CHECK_NE(rc, -1000, "MODULE_UNLOAD of unknown module id: error %d", rc);
     flyt_req_named nreq = {0x9999, 7, 0};
     rc = th_call(fd, FLYT_OP_FUNC_GET, &nreq, sizeof nreq, "kernel", 7, NULL);
-    CHECK(rc != 0 && rc != -1000, "FUNC_GET in unknown module id: error %d", rc);
+    CHECK_NE(rc, 0, "FUNC_GET in unknown module id: error %d", rc);
+    CHECK_NE(rc, -1000, "FUNC_GET in unknown module id: error %d", rc);
 
     th_say("errors of pipelined requests come back deferred");
     flyt_req_memset bad = {0x4000, 16, 16, 16, 1, 1, FLYT_STREAM_DEFAULT, 0, 0};
-    CHECK(th_post(fd, FLYT_OP_MEMSET, &bad, sizeof bad, NULL, 0) == 0, "NOREPLY MEMSET to 0x4000 sent");
+    CHECK_EQ(th_post(fd, FLYT_OP_MEMSET, &bad, sizeof bad, NULL, 0), 0, "NOREPLY MEMSET to 0x4000 sent");
     flyt_req_memcpy hd = {0x5000, 0, 2048, FLYT_STREAM_DEFAULT};
-    CHECK(th_post(fd, FLYT_OP_MEMCPY_HTOD, &hd, sizeof hd, buf, 2048) == 0, "NOREPLY MEMCPY_HTOD to 0x5000 sent");
+    CHECK_EQ(th_post(fd, FLYT_OP_MEMCPY_HTOD, &hd, sizeof hd, buf, 2048), 0,
+             "NOREPLY MEMCPY_HTOD to 0x5000 sent");
     flyt_req_launch l;
     memset(&l, 0, sizeof l);
     l.func = 0xdeadbeef;
     l.grid[0] = l.grid[1] = l.grid[2] = l.block[0] = l.block[1] = l.block[2] = 1;
-    CHECK(th_post(fd, FLYT_OP_LAUNCH, &l, sizeof l, NULL, 0) == 0, "NOREPLY LAUNCH of an unknown function sent");
+    CHECK_EQ(th_post(fd, FLYT_OP_LAUNCH, &l, sizeof l, NULL, 0), 0,
+             "NOREPLY LAUNCH of an unknown function sent");
     flyt_req_none none = {0};
     rc = th_call(fd, FLYT_OP_DEVICE_SYNC, &none, sizeof none, NULL, 0, NULL);
-    CHECK(rc != -1000, "DEVICE_SYNC answered (result %d)", rc);
-    CHECK(th_last_deferred == T_INVALID_VALUE, "its deferred field holds the first error: %d (CUDA_ERROR_INVALID_VALUE)",
-          th_last_deferred);
+    CHECK_NE(rc, -1000, "DEVICE_SYNC answered (result %d)", rc);
+    CHECK_EQ(th_last_deferred, T_INVALID_VALUE,
+             "its deferred field holds the first error: %d (CUDA_ERROR_INVALID_VALUE)", th_last_deferred);
     rc = th_call(fd, FLYT_OP_DEVICE_SYNC, &none, sizeof none, NULL, 0, NULL);
-    CHECK(rc == 0 && th_last_deferred == 0, "the next reply's deferred field is clear");
-    CHECK(th_free(fd, ptr) == 0, "MEM_FREE of the allocation");
-    CHECK(th_free(fd, ptr) != 0, "MEM_FREE again: error");
+    CHECK_EQ(rc, 0, "the next reply's deferred field is clear");
+    CHECK_EQ(th_last_deferred, 0, "the next reply's deferred field is clear");
+    CHECK_EQ(th_free(fd, ptr), 0, "MEM_FREE of the allocation");
+    CHECK_NE(th_free(fd, ptr), 0, "MEM_FREE again: error");
     flyt_rep_i32 cnt;
-    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &cnt, sizeof cnt) == 0 && cnt.value == 1,
-          "the session still works");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &cnt, sizeof cnt), 0,
+             "the session still works");
+    CHECK_EQ(cnt.value, 1, "the session still works");
     close(fd);
     survived("the error replies");
 }
@@ -505,8 +524,8 @@ static void dying_clients(void)
         }
         int st;
         waitpid(pid, &st, 0);
-        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client variant %d connected, sent part of a frame, died",
-              variant);
+        CHECK(WIFEXITED(st), "client variant %d connected, sent part of a frame, died", variant);
+        CHECK_EQ(WEXITSTATUS(st), 0, "client variant %d connected, sent part of a frame, died", variant);
         survived("a client dying mid-frame");
     }
 }
@@ -564,7 +583,7 @@ static void concurrent_sessions(void)
             printf("        (session %d: %s %d)\n", i, WIFEXITED(st) ? "exit" : "signal",
                    WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
     }
-    CHECK(ok == N, "%d of %d sessions copied their data intact", ok, N);
+    CHECK_EQ(ok, N, "%d of %d sessions copied their data intact", ok, N);
     survived("the concurrent sessions");
 }
 
@@ -583,9 +602,10 @@ int main(int argc, char **argv)
     int fd = session();
     flyt_req_none none = {0};
     flyt_rep_i32 cnt;
-    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &cnt, sizeof cnt) == 0 && cnt.value == 1,
-          "DEVICE_COUNT = 1");
-    CHECK(th_call(fd, FLYT_OP_GOODBYE, &none, sizeof none, NULL, 0, NULL) == 0, "GOODBYE answered");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_DEVICE_COUNT, &none, sizeof none, NULL, 0, &cnt, sizeof cnt), 0,
+             "DEVICE_COUNT = 1");
+    CHECK_EQ(cnt.value, 1, "DEVICE_COUNT = 1");
+    CHECK_EQ(th_call(fd, FLYT_OP_GOODBYE, &none, sizeof none, NULL, 0, NULL), 0, "GOODBYE answered");
     close(fd);
 
     hello_cases();

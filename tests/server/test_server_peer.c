@@ -26,7 +26,6 @@
 
 #define NOBODY 65534
 #define T_NOT_PERMITTED 800
-#define SKIP 77
 
 static int copy_file(const char *from, const char *to)
 {
@@ -124,24 +123,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s FLYT_SERVER_BINARY\n", argv[0]);
         return 2;
     }
-    if (geteuid() != 0) {
-        printf("SKIP: the attack needs two users and a setuid file (run as root)\n");
-        return SKIP;
-    }
+    if (geteuid() != 0)
+        check_skip("the attack needs two users and a setuid file (run as root)");
     th_watchdog(90);
     th_server_start(argv[1], NULL);
     char suid[4096];
     snprintf(suid, sizeof suid, "%s/suid-sleep", th_temp_dir());
     struct statvfs fs;
     if (statvfs(th_temp_dir(), &fs) != 0 || (fs.f_flag & ST_NOSUID)) {
-        printf("SKIP: %s is mounted nosuid\n", th_temp_dir());
         th_passed();
-        return SKIP;
+        check_skip("the temporary directory is mounted nosuid");
     }
-    CHECK(chmod(th_temp_dir(), 0755) == 0 && chmod(th_socket_path(), 0666) == 0,
-          "the socket is open to the unprivileged client");
-    CHECK(copy_file("/bin/sleep", suid) == 0 && chown(suid, 0, 0) == 0 && chmod(suid, 04755) == 0,
-          "a setuid-root program to exec");
+    CHECK_EQ(chmod(th_temp_dir(), 0755), 0, "the socket is open to the unprivileged client");
+    CHECK_EQ(chmod(th_socket_path(), 0666), 0, "the socket is open to the unprivileged client");
+    CHECK_EQ(copy_file("/bin/sleep", suid), 0, "a setuid-root program to exec");
+    CHECK_EQ(chown(suid, 0, 0), 0, "a setuid-root program to exec");
+    CHECK_EQ(chmod(suid, 04755), 0, "a setuid-root program to exec");
 
     int to_child[2], results[2];
     if (pipe(to_child) != 0 || pipe(results) != 0)
@@ -155,19 +152,20 @@ int main(int argc, char **argv)
     attacker_pid = a;
     atexit(stop_attacker);
     int own = -1, got[2] = {-1, -1};
-    CHECK(read(results[0], &own, sizeof own) == sizeof own && own == 0,
-          "the client's own pageable memory is copied (result %d)", own);
+    CHECK_EQ(read(results[0], &own, sizeof own), sizeof own,
+             "the client's own pageable memory is copied (result %d)", own);
+    CHECK_EQ(own, 0, "the client's own pageable memory is copied (result %d)", own);
     for (int i = 0; i < 500 && !runs(a, suid); i++)
         usleep(10000);
     CHECK(runs(a, suid), "the client's process now runs the setuid program");
     unsigned long addr = first_mapping(a);
-    CHECK(addr != 0, "its first mapping is at %#lx", addr);
-    CHECK(write(to_child[1], &addr, sizeof addr) == sizeof addr, "the child gets the address");
-    CHECK(read(results[0], got, sizeof got) == sizeof got, "the child's two copies answered");
-    CHECK(got[0] == T_NOT_PERMITTED,
-          "reading the setuid program's memory is not permitted (result %d)", got[0]);
-    CHECK(got[1] == T_NOT_PERMITTED,
-          "writing it is not permitted, and says nothing of the mapping (result %d)", got[1]);
+    CHECK_NE(addr, 0, "its first mapping is at %#lx", addr);
+    CHECK_EQ(write(to_child[1], &addr, sizeof addr), sizeof addr, "the child gets the address");
+    CHECK_EQ(read(results[0], got, sizeof got), sizeof got, "the child's two copies answered");
+    CHECK_EQ(got[0], T_NOT_PERMITTED,
+             "reading the setuid program's memory is not permitted (result %d)", got[0]);
+    CHECK_EQ(got[1], T_NOT_PERMITTED,
+             "writing it is not permitted, and says nothing of the mapping (result %d)", got[1]);
     kill(a, SIGKILL);
     waitpid(a, NULL, 0);
     while (waitpid(-1, NULL, WNOHANG) > 0)

@@ -32,8 +32,8 @@ static char status_path[256];
 static void mem_info(int fd, uint64_t *free_b, uint64_t *total_b)
 {
     flyt_rep_mem_info mi;
-    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_MEM_INFO, &none, sizeof none, NULL, 0, &mi, sizeof mi) == 0,
-          "DEVICE_MEM_INFO");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_DEVICE_MEM_INFO, &none, sizeof none, NULL, 0, &mi, sizeof mi), 0,
+             "DEVICE_MEM_INFO");
     *free_b = mi.free_bytes;
     *total_b = mi.total_bytes;
 }
@@ -126,10 +126,10 @@ int main(int argc, char **argv)
     const char *bad2[] = {"--listen", "unix:/tmp/flyt-never.sock", "--memory-quota", "lots", NULL};
     const char *bad3[] = {"--listen", "unix:/tmp/flyt-never.sock", "--sm-granularity", "0", NULL};
     const char *bad4[] = {"--listen", "unix:/tmp/flyt-never.sock", "--sm-groups", "0,x", NULL};
-    CHECK(run_status(bin, bad1) == 2, "--sm-groups 1,1 refused");
-    CHECK(run_status(bin, bad2) == 2, "--memory-quota lots refused");
-    CHECK(run_status(bin, bad3) == 2, "--sm-granularity 0 refused");
-    CHECK(run_status(bin, bad4) == 2, "--sm-groups 0,x refused");
+    CHECK_EQ(run_status(bin, bad1), 2, "--sm-groups 1,1 refused");
+    CHECK_EQ(run_status(bin, bad2), 2, "--memory-quota lots refused");
+    CHECK_EQ(run_status(bin, bad3), 2, "--sm-granularity 0 refused");
+    CHECK_EQ(run_status(bin, bad4), 2, "--sm-groups 0,x refused");
 
     th_prepare_dir();
     snprintf(status_path, sizeof status_path, "%s/server.status", th_temp_dir());
@@ -139,92 +139,106 @@ int main(int argc, char **argv)
 
     th_say("status page");
     struct flyt_server_status st = read_status();
-    CHECK(st.magic == FLYT_STATUS_MAGIC && st.version == FLYT_STATUS_VERSION, "published");
-    CHECK(st.memory_quota == QUOTA && st.memory_used == 0, "quota %llu, used %llu",
-          (unsigned long long)st.memory_quota, (unsigned long long)st.memory_used);
+    CHECK_EQ(st.magic, FLYT_STATUS_MAGIC, "published");
+    CHECK_EQ(st.version, FLYT_STATUS_VERSION, "published");
+    CHECK_EQ(st.memory_quota, QUOTA,
+             "quota %llu, used %llu", (unsigned long long)st.memory_quota, (unsigned long long)st.memory_used);
+    CHECK_EQ(st.memory_used, 0,
+             "quota %llu, used %llu", (unsigned long long)st.memory_quota, (unsigned long long)st.memory_used);
     CHECK(wait_sessions(0), "no client connected");
 
     int fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO");
+    CHECK_GE(fd, 0, "HELLO");
+    CHECK_EQ(th_hello(fd), 0, "HELLO");
     CHECK(wait_sessions(1), "one client connected");
 
     th_say("the tenant sees its share");
     flyt_req_device dev = {0, 0};
     flyt_rep_props props;
-    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_PROPS, &dev, sizeof dev, NULL, 0, &props, sizeof props) == 0,
-          "DEVICE_PROPS");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_DEVICE_PROPS, &dev, sizeof dev, NULL, 0, &props, sizeof props), 0,
+             "DEVICE_PROPS");
     struct cudaDeviceProp dp;
     memcpy(&dp, props.bytes, sizeof dp);
     uint64_t total_mem = dp.totalGlobalMem;
     int sms = dp.multiProcessorCount;
-    CHECK(total_mem == QUOTA, "totalGlobalMem = quota (%llu)", (unsigned long long)total_mem);
-    CHECK(sms == 24, "multiProcessorCount = 3 groups of 8 = %d", sms);
+    CHECK_EQ(total_mem, QUOTA, "totalGlobalMem = quota (%llu)", (unsigned long long)total_mem);
+    CHECK_EQ(sms, 24, "multiProcessorCount = 3 groups of 8 = %d", sms);
     flyt_req_device_attr da = {16 /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */, 0};
     flyt_rep_i32 v;
-    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_ATTR, &da, sizeof da, NULL, 0, &v, sizeof v) == 0 && v.value == 24,
-          "DEVICE_ATTR MULTIPROCESSOR_COUNT = %d", v.value);
-    CHECK(read_status().sm_count == 24, "status page: 24 SMs");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_DEVICE_ATTR, &da, sizeof da, NULL, 0, &v, sizeof v), 0,
+             "DEVICE_ATTR MULTIPROCESSOR_COUNT = %d", v.value);
+    CHECK_EQ(v.value, 24, "DEVICE_ATTR MULTIPROCESSOR_COUNT = %d", v.value);
+    CHECK_EQ(read_status().sm_count, 24, "status page: 24 SMs");
     uint64_t fr, tot;
     mem_info(fd, &fr, &tot);
-    CHECK(tot == QUOTA && fr == QUOTA, "mem info: total %llu free %llu", (unsigned long long)tot,
-          (unsigned long long)fr);
+    CHECK_EQ(tot, QUOTA, "mem info: total %llu free %llu", (unsigned long long)tot, (unsigned long long)fr);
+    CHECK_EQ(fr, QUOTA, "mem info: total %llu free %llu", (unsigned long long)tot, (unsigned long long)fr);
 
     th_say("allocations count against the quota");
     uint64_t a, b, c2, d;
-    CHECK(th_alloc(fd, 40 * MiB, &a) == 0 && a, "40 MiB allocated");
+    CHECK_EQ(th_alloc(fd, 40 * MiB, &a), 0, "40 MiB allocated");
+    CHECK(a, "40 MiB allocated");
     mem_info(fd, &fr, &tot);
-    CHECK(fr == 24 * MiB, "free %llu MiB", (unsigned long long)(fr / MiB));
-    CHECK(th_alloc(fd, 30 * MiB, &b) == T_OUT_OF_MEMORY && b == 0, "30 MiB more: out of memory");
-    CHECK(alloc_async(fd, 30 * MiB, &b) == T_OUT_OF_MEMORY, "30 MiB async: out of memory");
-    CHECK(th_alloc(fd, 24 * MiB, &b) == 0 && b, "24 MiB allocated (exactly the quota)");
+    CHECK_EQ(fr, 24 * MiB, "free %llu MiB", (unsigned long long)(fr / MiB));
+    CHECK_EQ(th_alloc(fd, 30 * MiB, &b), T_OUT_OF_MEMORY, "30 MiB more: out of memory");
+    CHECK_EQ(b, 0, "30 MiB more: out of memory");
+    CHECK_EQ(alloc_async(fd, 30 * MiB, &b), T_OUT_OF_MEMORY, "30 MiB async: out of memory");
+    CHECK_EQ(th_alloc(fd, 24 * MiB, &b), 0, "24 MiB allocated (exactly the quota)");
+    CHECK(b, "24 MiB allocated (exactly the quota)");
     mem_info(fd, &fr, &tot);
-    CHECK(fr == 0 && tot == QUOTA, "free 0");
-    CHECK(th_alloc(fd, 1, &c2) == T_OUT_OF_MEMORY, "1 byte more: out of memory");
-    CHECK(read_status().memory_used == QUOTA, "status page: 64 MiB used");
-    CHECK(th_free(fd, a) == 0, "the 40 MiB freed");
+    CHECK_EQ(fr, 0, "free 0");
+    CHECK_EQ(tot, QUOTA, "free 0");
+    CHECK_EQ(th_alloc(fd, 1, &c2), T_OUT_OF_MEMORY, "1 byte more: out of memory");
+    CHECK_EQ(read_status().memory_used, QUOTA, "status page: 64 MiB used");
+    CHECK_EQ(th_free(fd, a), 0, "the 40 MiB freed");
     mem_info(fd, &fr, &tot);
-    CHECK(fr == 40 * MiB, "free %llu MiB", (unsigned long long)(fr / MiB));
-    CHECK(th_free(fd, a) != 0, "freeing it again fails");
+    CHECK_EQ(fr, 40 * MiB, "free %llu MiB", (unsigned long long)(fr / MiB));
+    CHECK_NE(th_free(fd, a), 0, "freeing it again fails");
     mem_info(fd, &fr, &tot);
-    CHECK(fr == 40 * MiB, "and changes nothing");
+    CHECK_EQ(fr, 40 * MiB, "and changes nothing");
 
     uint64_t pitch;
-    CHECK(alloc_pitch(fd, 1000, 1000, &c2, &pitch) == 0 && pitch == 1024, "pitched 1000x1000: pitch %llu",
-          (unsigned long long)pitch);
+    CHECK_EQ(alloc_pitch(fd, 1000, 1000, &c2, &pitch), 0,
+             "pitched 1000x1000: pitch %llu", (unsigned long long)pitch);
+    CHECK_EQ(pitch, 1024, "pitched 1000x1000: pitch %llu", (unsigned long long)pitch);
     mem_info(fd, &fr, &tot);
-    CHECK(fr == 40 * MiB - 1024 * 1000, "counted as pitch x height (free %llu)", (unsigned long long)fr);
-    CHECK(alloc_pitch(fd, 8192, 8192, &d, &pitch) == T_OUT_OF_MEMORY, "pitched 8192x8192 (64 MiB): refused");
-    CHECK(alloc_async(fd, 8 * MiB, &d) == 0 && d, "8 MiB async");
+    CHECK_EQ(fr, 40 * MiB - 1024 * 1000, "counted as pitch x height (free %llu)", (unsigned long long)fr);
+    CHECK_EQ(alloc_pitch(fd, 8192, 8192, &d, &pitch), T_OUT_OF_MEMORY, "pitched 8192x8192 (64 MiB): refused");
+    CHECK_EQ(alloc_async(fd, 8 * MiB, &d), 0, "8 MiB async");
+    CHECK(d, "8 MiB async");
     mem_info(fd, &fr, &tot);
-    CHECK(fr == 32 * MiB - 1024 * 1000, "counted (free %llu)", (unsigned long long)fr);
+    CHECK_EQ(fr, 32 * MiB - 1024 * 1000, "counted (free %llu)", (unsigned long long)fr);
     flyt_req_mem_free_async fa = {d, FLYT_STREAM_DEFAULT};
-    CHECK(th_call(fd, FLYT_OP_MEM_FREE_ASYNC, &fa, sizeof fa, NULL, 0, NULL) == 0, "freed async");
-    CHECK(th_free(fd, c2) == 0, "pitched freed");
+    CHECK_EQ(th_call(fd, FLYT_OP_MEM_FREE_ASYNC, &fa, sizeof fa, NULL, 0, NULL), 0, "freed async");
+    CHECK_EQ(th_free(fd, c2), 0, "pitched freed");
     mem_info(fd, &fr, &tot);
-    CHECK(fr == 40 * MiB, "free %llu MiB again", (unsigned long long)(fr / MiB));
+    CHECK_EQ(fr, 40 * MiB, "free %llu MiB again", (unsigned long long)(fr / MiB));
 
     th_say("the quota holds across connections");
     int fd2 = th_connect();
-    CHECK(fd2 >= 0 && th_hello(fd2) == 0, "second connection");
+    CHECK_GE(fd2, 0, "second connection");
+    CHECK_EQ(th_hello(fd2), 0, "second connection");
     CHECK(wait_sessions(2), "two clients connected");
-    CHECK(th_alloc(fd2, 41 * MiB, &a) == T_OUT_OF_MEMORY, "41 MiB on the second: out of memory");
-    CHECK(th_alloc(fd2, 30 * MiB, &a) == 0, "30 MiB on the second");
+    CHECK_EQ(th_alloc(fd2, 41 * MiB, &a), T_OUT_OF_MEMORY, "41 MiB on the second: out of memory");
+    CHECK_EQ(th_alloc(fd2, 30 * MiB, &a), 0, "30 MiB on the second");
     mem_info(fd, &fr, &tot);
-    CHECK(fr == 10 * MiB, "the first sees 10 MiB free");
+    CHECK_EQ(fr, 10 * MiB, "the first sees 10 MiB free");
     close(fd2);
     CHECK(wait_sessions(1), "second closed: one client");
     mem_info(fd, &fr, &tot);
-    CHECK(fr == 40 * MiB, "what the second held is given back (free %llu MiB)", (unsigned long long)(fr / MiB));
+    CHECK_EQ(fr, 40 * MiB,
+             "what the second held is given back (free %llu MiB)", (unsigned long long)(fr / MiB));
 
     th_say("device reset gives everything back");
-    CHECK(th_call(fd, FLYT_OP_DEVICE_RESET, &none, sizeof none, NULL, 0, NULL) == 0, "DEVICE_RESET");
+    CHECK_EQ(th_call(fd, FLYT_OP_DEVICE_RESET, &none, sizeof none, NULL, 0, NULL), 0, "DEVICE_RESET");
     mem_info(fd, &fr, &tot);
-    CHECK(fr == QUOTA, "free = quota");
-    CHECK(th_alloc(fd, QUOTA, &a) == 0, "the whole quota in one allocation");
+    CHECK_EQ(fr, QUOTA, "free = quota");
+    CHECK_EQ(th_alloc(fd, QUOTA, &a), 0, "the whole quota in one allocation");
     close(fd);
     CHECK(wait_sessions(0), "no client connected");
-    CHECK(read_status().memory_used == 0, "status page: nothing used after the session ended");
-    CHECK(th_server_alive() && th_server_log_clean(), "the server is alive and clean");
+    CHECK_EQ(read_status().memory_used, 0, "status page: nothing used after the session ended");
+    CHECK(th_server_alive(), "the server is alive and clean");
+    CHECK(th_server_log_clean(), "the server is alive and clean");
     unlink(status_path);
     th_server_stop();
 
@@ -232,7 +246,8 @@ int main(int argc, char **argv)
     const char *args2[] = {"--sm-groups", "0,16", NULL}; /* 132 SMs: groups 0..15 of 8 */
     th_server_start_args(bin, NULL, args2);
     fd = th_connect();
-    CHECK(fd >= 0 && hello_result(fd) == T_NO_DEVICE, "HELLO answers CUDA_ERROR_NO_DEVICE");
+    CHECK_GE(fd, 0, "HELLO answers CUDA_ERROR_NO_DEVICE");
+    CHECK_EQ(hello_result(fd), T_NO_DEVICE, "HELLO answers CUDA_ERROR_NO_DEVICE");
     close(fd);
     CHECK(th_server_log_has("SM groups"), "and the server says why");
     th_server_stop();
@@ -241,11 +256,13 @@ int main(int argc, char **argv)
     const char *args3[] = {"--sm-groups", "2,3", "--sm-granularity", "16", NULL};
     th_server_start_args(bin, "FLYT_HOST_BACKEND_SMS=64", args3);
     fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO");
-    CHECK(th_call_rep(fd, FLYT_OP_DEVICE_ATTR, &da, sizeof da, NULL, 0, &v, sizeof v) == 0 && v.value == 32,
-          "MULTIPROCESSOR_COUNT = %d", v.value);
+    CHECK_GE(fd, 0, "HELLO");
+    CHECK_EQ(th_hello(fd), 0, "HELLO");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_DEVICE_ATTR, &da, sizeof da, NULL, 0, &v, sizeof v), 0,
+             "MULTIPROCESSOR_COUNT = %d", v.value);
+    CHECK_EQ(v.value, 32, "MULTIPROCESSOR_COUNT = %d", v.value);
     mem_info(fd, &fr, &tot);
-    CHECK(tot == 1ull << 30, "no quota: the backend's memory (%llu)", (unsigned long long)tot);
+    CHECK_EQ(tot, 1ull << 30, "no quota: the backend's memory (%llu)", (unsigned long long)tot);
     close(fd);
     th_server_stop();
 
