@@ -647,7 +647,7 @@ static void arena_skip(uint64_t addr, uint64_t size)
 static CUresult alloc_insert(struct host_backend *h, uint64_t size, struct hpool *pool, uint64_t fixed,
                              uint64_t *dptr)
 {
-    if (size == 0 || size > UINT64_MAX / 2)
+    if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (size > h->total - h->used)
         return CUDA_ERROR_OUT_OF_MEMORY;
