@@ -27,6 +27,14 @@
  *     share_result (a CUresult), share_sms and its times.
  * A session that starts later takes the page's share (share_gen > 0)
  * instead of its command line's.
+ *
+ * Checkpoint (docs/state-format.md): the node manager writes ckpt_path,
+ * ckpt_pid (the session child to capture) and ckpt_flags, then increments
+ * ckpt_gen and sends SIGURG to that child. The child, at its next request
+ * boundary, drains its work, writes the session's state to ckpt_path and
+ * answers in ckpt_result (a CUresult), ckpt_bytes, ckpt_ns and ckpt_error
+ * (one line, empty on success), and last sets ckpt_done_gen = ckpt_gen.
+ * These fields were appended to version 2: readers of its front are unchanged.
  */
 #ifndef FLYT_SERVER_STATUS_H
 #define FLYT_SERVER_STATUS_H
@@ -69,6 +77,22 @@ struct flyt_server_status {
     uint32_t share_granularity;
     uint32_t share_ngroups;
     uint16_t share_groups[FLYT_STATUS_GROUPS];
+    /* a checkpoint request (above); written by the node manager */
+    uint64_t ckpt_gen;
+    int32_t  ckpt_pid;
+    uint32_t ckpt_flags; /* FLYT_CKPT_* */
+    char     ckpt_path[512];
+    /* and its answer, by the session */
+    uint64_t ckpt_done_gen;
+    int32_t  ckpt_result;
+    uint32_t ckpt_pad;
+    uint64_t ckpt_bytes;
+    uint64_t ckpt_ns; /* drain and write */
+    char     ckpt_error[256];
 };
+
+/* ckpt_flags: the session ends after a successful checkpoint (preemption,
+ * or the source of a migration); otherwise it carries on. */
+#define FLYT_CKPT_STOP 1u
 
 #endif

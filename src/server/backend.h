@@ -292,6 +292,20 @@ struct flyt_backend_ops {
      * child graph (owned by its node). */
     CUresult (*graph_node_misc)(flyt_backend *b, unsigned what, flyt_bhandle node, flyt_bhandle other,
                                 flyt_bhandle *out);
+
+    /* Checkpoint and restore (state.h). state_allocs calls fn for every
+     * allocation of mem_alloc / mem_alloc_pitch / mem_alloc_at, in address
+     * order, and returns the first result of fn that is not CUDA_SUCCESS; an
+     * object the backend cannot capture makes it CUDA_ERROR_NOT_SUPPORTED
+     * before any call, with its kind in *what. mem_alloc_at allocates size
+     * bytes at exactly addr (CUDA_ERROR_ALREADY_MAPPED when it cannot).
+     * module_image: the image the module was loaded from, the backend's
+     * copy. NULL ops: the backend cannot checkpoint. */
+    CUresult (*state_allocs)(flyt_backend *b, CUresult (*fn)(void *arg, uint64_t addr, uint64_t size),
+                             void *arg, const char **what);
+    CUresult (*mem_alloc_at)(flyt_backend *b, uint64_t addr, uint64_t size);
+    CUresult (*module_image)(flyt_backend *b, flyt_bhandle module, const void **image,
+                             size_t *size);
 };
 
 /* Every backend's state starts with this. */

@@ -586,7 +586,66 @@ static void table_insert(struct host_backend *h, struct halloc a)
     h->nallocs++;
 }
 
-static CUresult alloc_insert(struct host_backend *h, uint64_t size, struct hpool *pool, uint64_t *dptr)
+/* Fake device addresses come from one range far below where the kernel
+ * places mappings, handed out in order across the process (a bump pointer:
+ * freed ranges are not reused), so that a session restored in a fresh server
+ * process (state.c) finds its addresses free. */
+#define ARENA_BASE 0x7b0000000000ull
+#define ARENA_END  0x7e0000000000ull
+static uint64_t arena_next = ARENA_BASE;
+
+/* A zero-filled mapping at exactly addr, or NULL when the range is taken. */
+static void *map_at(uint64_t addr, uint64_t size)
+{
+    void *want = (void *)(uintptr_t)addr;
+    void *mem = mmap(want, (size_t)size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (mem == MAP_FAILED)
+        return NULL;
+    if (mem != want) { /* a kernel before 4.17 takes the address as a hint */
+        munmap(mem, (size_t)size);
+        return NULL;
+    }
+    return mem;
+}
+
+static uint64_t page_span(uint64_t size)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    return (size + page - 1) / page * page;
+}
+
+/* Page-aligned (so 256-aligned) and zero-filled, so that no earlier contents
+ * of the server's heap can leak to the client. NULL when out of memory. */
+static void *map_fresh(uint64_t size)
+{
+    uint64_t span = page_span(size);
+    for (int tries = 0; tries < 4 && span < ARENA_END - ARENA_BASE; tries++) {
+        uint64_t at = __atomic_fetch_add(&arena_next, span, __ATOMIC_RELAXED);
+        if (at > ARENA_END - span)
+            break;
+        void *mem = map_at(at, size);
+        if (mem)
+            return mem;
+    }
+    /* the range is taken (a sanitizer's layout, say): anywhere works, but a
+     * restore in another process may then not find the address free */
+    void *mem = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return mem == MAP_FAILED ? NULL : mem;
+}
+
+/* Later fresh addresses start past [addr, addr + size). */
+static void arena_skip(uint64_t addr, uint64_t size)
+{
+    uint64_t end = addr + page_span(size), cur = __atomic_load_n(&arena_next, __ATOMIC_RELAXED);
+    while (end > cur && end <= ARENA_END &&
+           !__atomic_compare_exchange_n(&arena_next, &cur, end, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+/* fixed: the address asked for (a restore), else 0. */
+static CUresult alloc_insert(struct host_backend *h, uint64_t size, struct hpool *pool, uint64_t fixed,
+                             uint64_t *dptr)
 {
     if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -596,12 +655,12 @@ static CUresult alloc_insert(struct host_backend *h, uint64_t size, struct hpool
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (table_reserve(h) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    /* Page-aligned (so 256-aligned) and zero-filled, so that no earlier
-     * contents of the server's heap can leak to the client. */
-    void *mem = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED)
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    void *mem = fixed ? map_at(fixed, size) : map_fresh(size);
+    if (mem == NULL)
+        return fixed ? CUDA_ERROR_ALREADY_MAPPED : CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t addr = (uint64_t)(uintptr_t)mem;
+    if (fixed)
+        arena_skip(addr, size);
     table_insert(h, (struct halloc){.addr = addr, .size = size, .pool = pool});
     h->used += size;
     if (pool) {
@@ -947,7 +1006,7 @@ static CUresult host_driver_version(flyt_backend *b, int *version)
 
 static CUresult host_mem_alloc(flyt_backend *b, uint64_t size, uint64_t *dptr)
 {
-    return alloc_insert(HB(b), size, NULL, dptr);
+    return alloc_insert(HB(b), size, NULL, 0, dptr);
 }
 
 static CUresult host_mem_free(flyt_backend *b, uint64_t dptr)
@@ -963,7 +1022,7 @@ static CUresult host_mem_alloc_pitch(flyt_backend *b, uint64_t width, uint64_t h
     uint64_t p = (width + HOST_PITCH_ALIGN - 1) / HOST_PITCH_ALIGN * HOST_PITCH_ALIGN, size;
     if (__builtin_mul_overflow(p, height, &size))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = alloc_insert(HB(b), size, NULL, dptr);
+    CUresult r = alloc_insert(HB(b), size, NULL, 0, dptr);
     if (r == CUDA_SUCCESS)
         *pitch = p;
     return r;
@@ -981,7 +1040,7 @@ static CUresult host_mem_alloc_async(flyt_backend *b, uint64_t size, flyt_bhandl
         pool = h->default_pool;
     else if (!set_has(&h->pools, pool))
         return CUDA_ERROR_INVALID_HANDLE;
-    return alloc_insert(h, size, pool, dptr);
+    return alloc_insert(h, size, pool, 0, dptr);
 }
 
 static CUresult host_mem_free_async(flyt_backend *b, uint64_t dptr, flyt_bhandle stream)
@@ -1594,7 +1653,7 @@ static CUresult host_global_get(flyt_backend *b, flyt_bhandle module, const char
     if (g == NULL) {
         g = calloc(1, sizeof *g);
         if (g == NULL || (g->name = strdup(name)) == NULL ||
-            alloc_insert(HB(b), HOST_GLOBAL_BYTES, NULL, &g->dptr) != CUDA_SUCCESS) {
+            alloc_insert(HB(b), HOST_GLOBAL_BYTES, NULL, 0, &g->dptr) != CUDA_SUCCESS) {
             if (g)
                 free(g->name);
             free(g);
@@ -2579,6 +2638,64 @@ static CUresult host_obj_destroy(flyt_backend *b, uint64_t obj)
     return obj ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* ---- checkpoint and restore (state.h) ---- */
+
+/* The first kind of object a checkpoint cannot capture yet, or NULL. */
+static const char *uncapturable(const struct host_backend *h)
+{
+    for (size_t i = 0; i < h->modules.n; i++)
+        if (((const struct hmodule *)h->modules.items[i])->globals)
+            return "module global variable (cuModuleGetGlobal)";
+    for (size_t i = 0; i < h->nallocs; i++) {
+        if (h->allocs[i].vmem)
+            return "virtual memory mapping (cuMemMap)";
+        if (h->allocs[i].pool)
+            return "stream-ordered allocation (cuMemAllocAsync)";
+    }
+    if (h->vranges.n)
+        return "virtual address reservation (cuMemAddressReserve)";
+    if (h->vmems.n)
+        return "physical allocation (cuMemCreate)";
+    if (h->nmapped)
+        return "device-mapped host memory";
+    if (h->arrays.n || h->mipmaps.n)
+        return "CUDA array";
+    if (h->graphs.n || h->execs.n)
+        return "CUDA graph";
+    return NULL;
+}
+
+static CUresult host_state_allocs(flyt_backend *b, CUresult (*fn)(void *arg, uint64_t addr, uint64_t size),
+                                  void *arg, const char **what)
+{
+    struct host_backend *h = HB(b);
+    *what = uncapturable(h);
+    if (*what)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    for (size_t i = 0; i < h->nallocs; i++) {
+        CUresult r = fn(arg, h->allocs[i].addr, h->allocs[i].size);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_mem_alloc_at(flyt_backend *b, uint64_t addr, uint64_t size)
+{
+    uint64_t got;
+    return addr ? alloc_insert(HB(b), size, NULL, addr, &got) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult host_module_image(flyt_backend *b, flyt_bhandle module, const void **image, size_t *size)
+{
+    if (module == NULL || !set_has(&HB(b)->modules, module))
+        return CUDA_ERROR_INVALID_HANDLE;
+    const struct hmodule *m = module;
+    *image = m->image;
+    *size = m->size;
+    return CUDA_SUCCESS;
+}
+
 static const struct flyt_backend_ops host_ops = {
     .name = "host",
     .close = host_close,
@@ -2687,6 +2804,9 @@ static const struct flyt_backend_ops host_ops = {
     .graph_node_get = host_graph_node_get,
     .graph_node_set = host_graph_node_set,
     .graph_node_misc = host_graph_node_misc,
+    .state_allocs = host_state_allocs,
+    .mem_alloc_at = host_mem_alloc_at,
+    .module_image = host_module_image,
 };
 
 /* FLYT_HOST_BACKEND_SMS: SMs of the fake device (default 132), so that a

@@ -210,6 +210,19 @@ static CUresult param_layout(flyt_session *s, flyt_bhandle func, struct flyt_fun
     }
 }
 
+/* Appends the name to the params block, which the entry owns. */
+static CUresult keep_name(struct flyt_func_info *fi, const char *name)
+{
+    size_t head = fi->param_count * sizeof(flyt_param), len = strlen(name) + 1;
+    char *block = realloc(fi->params, head + len);
+    if (block == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(block + head, name, len);
+    fi->params = (flyt_param *)(void *)block;
+    fi->name = block + head;
+    return CUDA_SUCCESS;
+}
+
 int handle_FUNC_GET(flyt_session *s, flyt_call *c)
 {
     const flyt_req_named *r = c->req;
@@ -226,6 +239,8 @@ int handle_FUNC_GET(flyt_session *s, flyt_call *c)
         return FLYT_CONT;
     struct flyt_func_info fi = {.module = r->module};
     c->result = param_layout(s, func, &fi);
+    if (c->result == CUDA_SUCCESS)
+        c->result = keep_name(&fi, name);
     struct flyt_hentry *e = NULL;
     if (c->result == CUDA_SUCCESS) {
         e = flyt_handles_add(&s->handles, FLYT_H_FUNC, func);

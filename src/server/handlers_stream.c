@@ -145,6 +145,10 @@ int handle_EVENT_CREATE(flyt_session *s, flyt_call *c)
     c->result = FLYT_BCALL(s, event_create, r->flags, &ev);
     if (c->result == CUDA_SUCCESS)
         publish(s, c, FLYT_H_EVENT, ev, r->id, &rep->value);
+    struct flyt_hentry *e = c->result == CUDA_SUCCESS
+                                ? flyt_handles_get(&s->handles, rep->value, FLYT_H_EVENT) : NULL;
+    if (e)
+        e->u.event_flags = r->flags;
     return FLYT_CONT;
 }
 

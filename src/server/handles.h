@@ -44,6 +44,8 @@ struct flyt_func_info {
     uint32_t    param_count;
     uint32_t    param_bytes; /* max(offset + size), 0 without parameters */
     flyt_param *params;      /* param_count entries, owned by the entry */
+    const char *name;        /* NUL-terminated, inside the params block (freed with it): a
+                              * checkpoint recreates the function by it */
 };
 
 struct flyt_region_info {
@@ -71,6 +73,7 @@ struct flyt_hentry {
         struct flyt_vmem_info   vmem;
         struct flyt_array_info  array;
         uint64_t                graph; /* a node: its graph id; a graph: the stream capturing it, or 0 */
+        uint32_t                event_flags; /* an event: its CU_EVENT_* flags (for a checkpoint) */
     } u;
 };
 

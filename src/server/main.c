@@ -27,6 +27,7 @@
 #include "flyt_transport.h"
 #include "quota.h"
 #include "session.h"
+#include "state.h"
 
 #ifndef FLYT_VERSION
 #define FLYT_VERSION "0.1.0"
@@ -47,6 +48,7 @@ struct options {
     int                       log_level;
     const char               *key_file;
     const char               *status_file;
+    const char               *restore_file;
     unsigned                  max_unadmitted, max_unadmitted_per_peer;
     int                       sm_groups[MAX_SM_GROUPS];
     unsigned char             key[MAX_SESSION_KEY];
@@ -87,6 +89,8 @@ static void usage(FILE *f)
             "                      green context; the device reports their SMs\n"
             "  --sm-granularity N  SMs per group (default 8)\n"
             "  --status-file PATH  keep a status page there for the node manager\n"
+            "  --restore FILE      the first admitted session resumes the checkpointed\n"
+            "                      session of FILE (docs/state-format.md)\n"
             "                      (src/common/flyt_server_status.h)\n"
             "  --help              this text\n"
             "  --version           version and protocol\n");
@@ -212,6 +216,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"admission-timeout", required_argument, NULL, 'A'},
         {"max-unadmitted", required_argument, NULL, 'U'},
         {"max-unadmitted-per-peer", required_argument, NULL, 'u'},
+        {"restore", required_argument, NULL, 'R'},
         {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
@@ -303,6 +308,7 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (o->log_level < 0)
                 return bad_arg("--log-level must be error, warn, info or debug, got '%s'", optarg);
             break;
+        case 'R': o->restore_file = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V':
             printf("flyt-server %s (protocol %d.%d)\n", FLYT_VERSION, FLYT_PROTO_MAJOR,
@@ -392,11 +398,21 @@ static struct child *find_child(pid_t pid)
     return NULL;
 }
 
+/* --restore: sessions start from the state until one has been admitted */
+static int restore_taken;
+
 static void child_admitted(struct child *c)
 {
     if (c->admit_fd >= 0)
         close(c->admit_fd);
     c->admit_fd = -1;
+}
+
+/* Its admission byte came: it took the --restore state, if any. */
+static void child_said_admitted(struct child *c)
+{
+    restore_taken = 1;
+    child_admitted(c);
 }
 
 static void forget_child(pid_t pid)
@@ -419,7 +435,7 @@ static struct child *oldest_unadmitted(const unsigned char *peer, unsigned *coun
         char byte;
         /* its admission may still wait unread in the pipe: never drop an admitted session */
         if (c->admit_fd >= 0 && read(c->admit_fd, &byte, 1) == 1)
-            child_admitted(c);
+            child_said_admitted(c);
         if (c->admit_fd < 0 || (peer && memcmp(c->peer, peer, sizeof c->peer) != 0))
             continue;
         (*count)++;
@@ -626,6 +642,8 @@ static void start_session(int fd, const struct options *o, const sigset_t *orig)
         sigprocmask(SIG_SETMASK, orig, NULL);
         struct flyt_server_config cfg = o->cfg;
         cfg.admitted_fd = admit[1];
+        if (restore_taken)
+            cfg.restore = NULL;
         exit(flyt_session_run(fd, peer, &cfg));
     }
     close(fd);
@@ -640,8 +658,11 @@ static void start_session(int fd, const struct options *o, const sigset_t *orig)
 static void admission_news(pid_t pid)
 {
     struct child *c = find_child(pid);
-    if (c)
-        child_admitted(c);
+    char byte;
+    if (c && c->admit_fd >= 0 && read(c->admit_fd, &byte, 1) == 1)
+        child_said_admitted(c);
+    else if (c)
+        child_admitted(c); /* it ended */
 }
 
 static void accept_one(int lfd, const struct options *o, const sigset_t *orig)
@@ -678,6 +699,27 @@ static void bound_address(int lfd, const flyt_addr *addr, char *out, size_t len,
     flyt_addr_format(&a, out, len);
 }
 
+/* Verifies the --restore file before anything listens; 0 or -1 (logged). */
+static int open_restore(struct options *o)
+{
+    char err[512];
+    struct flyt_state *st = flyt_state_open(o->restore_file, err, sizeof err);
+    if (st == NULL) {
+        flyt_error("%s", err);
+        return -1;
+    }
+    const char *id = flyt_state_session_id(st);
+    if (strcmp(id, o->cfg.session_id ? o->cfg.session_id : "") != 0) {
+        flyt_error("state file %s holds session '%s', this server serves '%s'", o->restore_file,
+                   id, o->cfg.session_id ? o->cfg.session_id : "");
+        flyt_state_close(st);
+        return -1;
+    }
+    o->cfg.restore = st; /* mapped for the server's life: each session child inherits it */
+    flyt_info("restoring the session of %s for the first admitted client", o->restore_file);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
@@ -695,6 +737,8 @@ int main(int argc, char **argv)
         flyt_warn("backend 'host' keeps memory on the host and runs no kernels: it is for tests");
     if (o.key_file && read_session_key(&o) != 0)
         return EXIT_USAGE;
+    if (o.restore_file && open_restore(&o) != 0)
+        return 1;
     if ((o.cfg.memory_quota || o.status_file) &&
         flyt_status_open(o.status_file, o.cfg.memory_quota, err, sizeof err) != 0) {
         flyt_error("%s", err);

@@ -5,6 +5,7 @@
  */
 #include "session.h"
 #include "resize.h"
+#include "state.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -738,6 +739,16 @@ int32_t flyt_session_open_backend(flyt_session *s, char *err, size_t errlen)
             __atomic_store_n(&page->sm_count, (uint32_t)sms, __ATOMIC_RELEASE);
         flyt_info("session for %s runs on %d SMs", s->peer, sms);
     }
+    if (cfg->restore) {
+        CUresult r = flyt_state_restore(s, cfg->restore, err, errlen);
+        if (r != CUDA_SUCCESS) { /* nothing of it stays */
+            flyt_memtab_clear(&s->mem);
+            flyt_handles_clear(&s->handles);
+            s->b->ops->close(s->b);
+            s->b = NULL;
+            return r;
+        }
+    }
     s->admitted = 1;
     return CUDA_SUCCESS;
 }
@@ -813,6 +824,8 @@ static int serve(flyt_session *s)
     for (;;) {
         struct flyt_frame_hdr h;
         flyt_resize_poll(s); /* a live resize posted since the last request applies here */
+        if (flyt_state_poll(s) != FLYT_CONT) /* and a checkpoint */
+            return FLYT_END_BYE;
         int got = read_header(s, &h, "");
         if (got > 0)
             continue; /* woken by a resize while idle */

@@ -23,6 +23,8 @@
 #include "handles.h"
 #include "quota.h"
 
+struct flyt_state;
+
 /* Chunk size of bulk copies through staging buffers. */
 #define FLYT_STAGING_CHUNK ((size_t)8 << 20)
 
@@ -65,6 +67,9 @@ struct flyt_server_config {
      * never read or write the peer's memory (peer copies are refused and the
      * client falls back to the socket). */
     int no_peer_memory;
+
+    /* --restore: the state the first admitted session starts from (state.h) */
+    const struct flyt_state *restore;
 };
 
 /* A host-function notification: made when the host function is enqueued

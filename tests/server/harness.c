@@ -545,3 +545,30 @@ int th_module_load(int fd, const void *image, size_t size, uint64_t *module)
     *module = rep.module;
     return rc;
 }
+
+int th_run_server(const char *bin, const char *const *args, char *out, size_t outlen)
+{
+    char log[] = "/tmp/flyt-run-XXXXXX";
+    int lfd = mkstemp(log);
+    if (lfd < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(lfd, 2);
+        const char *argv[32] = {bin};
+        int n = 1;
+        for (int i = 0; args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ssize_t n = out && outlen ? pread(lfd, out, outlen - 1, 0) : 0;
+    if (out && outlen)
+        out[n > 0 ? n : 0] = '\0';
+    close(lfd);
+    unlink(log);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}

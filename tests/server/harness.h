@@ -55,6 +55,11 @@ void th_passed(void);
 int th_server_alive(void);
 const char *th_socket_path(void);
 
+/* Runs `bin args...` to its end (a server expected to refuse to start) and
+ * returns its exit status (128 + signal when killed); its stderr in out
+ * (NUL-terminated, cut to outlen), or dropped when out is NULL. */
+int th_run_server(const char *bin, const char *const *args, char *out, size_t outlen);
+
 /* A connected socket with 10 s send/receive timeouts, or -1. */
 int th_connect(void);
 

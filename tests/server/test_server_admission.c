@@ -226,34 +226,6 @@ static void test_idle_flood_standalone(const char *bin)
     th_server_stop();
 }
 
-/* Runs the server with args and returns its exit status; its stderr in out. */
-static int run_server(const char *bin, const char *const *args, char *out, size_t outlen)
-{
-    char log[300];
-    snprintf(log, sizeof log, "%s/run.log", th_temp_dir());
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        dup2(fd, 2);
-        const char *argv[32] = {bin};
-        int n = 1;
-        for (int i = 0; args[i]; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    FILE *f = fopen(log, "r");
-    size_t n = f ? fread(out, 1, outlen - 1, f) : 0;
-    out[n] = '\0';
-    if (f)
-        fclose(f);
-    unlink(log);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -275,13 +247,13 @@ int main(int argc, char **argv)
     write_key(bad_key_path, 0644);
     const char *open_args[] = {"--backend", "host", "--listen", "unix:/tmp/flyt-never.sock",
                                "--session-id", SID, "--session-key-file", bad_key_path, NULL};
-    int rc = run_server(bin, open_args, out, sizeof out);
+    int rc = th_run_server(bin, open_args, out, sizeof out);
     CHECK(strstr(out, "readable"), "the refusal of a key file of mode 0644 says it is readable");
     CHECK(strstr(out, "0644"), "the refusal names the mode 0644");
     CHECK_EQ(rc, 2, "a key file of mode 0644 is refused (%s)", strtok(out, "\n"));
     const char *half_args[] = {"--backend", "host", "--listen", "unix:/tmp/flyt-never.sock",
                                "--session-id", SID, NULL};
-    rc = run_server(bin, half_args, out, sizeof out);
+    rc = th_run_server(bin, half_args, out, sizeof out);
     CHECK_EQ(rc, 2, "--session-id without a key file is refused");
     CHECK(strstr(out, "go together"), "--session-id without a key file is refused");
     write_key(bad_key_path, 0600);
@@ -291,7 +263,7 @@ int main(int argc, char **argv)
     close(fd0);
     const char *garbage_args[] = {"--backend", "host", "--listen", "unix:/tmp/flyt-never.sock",
                                   "--session-id", SID, "--session-key-file", bad_key_path, NULL};
-    rc = run_server(bin, garbage_args, out, sizeof out);
+    rc = th_run_server(bin, garbage_args, out, sizeof out);
     CHECK_EQ(rc, 2, "a key file that is not hex is refused");
     CHECK(strstr(out, "hex"), "a key file that is not hex is refused");
     unlink(bad_key_path);

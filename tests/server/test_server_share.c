@@ -92,25 +92,6 @@ static int hello_result(int fd)
     return th_call(fd, FLYT_OP_HELLO, &h, sizeof h, NULL, 0, NULL);
 }
 
-static int run_status(const char *bin, const char *const *args)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, 2);
-        const char *argv[32] = {bin};
-        int n = 1;
-        for (int i = 0; args[i]; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -126,10 +107,10 @@ int main(int argc, char **argv)
     const char *bad2[] = {"--listen", "unix:/tmp/flyt-never.sock", "--memory-quota", "lots", NULL};
     const char *bad3[] = {"--listen", "unix:/tmp/flyt-never.sock", "--sm-granularity", "0", NULL};
     const char *bad4[] = {"--listen", "unix:/tmp/flyt-never.sock", "--sm-groups", "0,x", NULL};
-    CHECK_EQ(run_status(bin, bad1), 2, "--sm-groups 1,1 refused");
-    CHECK_EQ(run_status(bin, bad2), 2, "--memory-quota lots refused");
-    CHECK_EQ(run_status(bin, bad3), 2, "--sm-granularity 0 refused");
-    CHECK_EQ(run_status(bin, bad4), 2, "--sm-groups 0,x refused");
+    CHECK_EQ(th_run_server(bin, bad1, NULL, 0), 2, "--sm-groups 1,1 refused");
+    CHECK_EQ(th_run_server(bin, bad2, NULL, 0), 2, "--memory-quota lots refused");
+    CHECK_EQ(th_run_server(bin, bad3, NULL, 0), 2, "--sm-granularity 0 refused");
+    CHECK_EQ(th_run_server(bin, bad4, NULL, 0), 2, "--sm-groups 0,x refused");
 
     th_prepare_dir();
     snprintf(status_path, sizeof status_path, "%s/server.status", th_temp_dir());

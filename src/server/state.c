@@ -1,0 +1,825 @@
+/* Checkpoint and restore of a session: see state.h, docs/state-format.md. */
+#include "state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "flyt_log.h"
+#include "module_cache.h"
+#include "resize.h"
+#include "state_format.h"
+
+#define LOAD(p)     __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+
+#define WBUF ((size_t)1 << 20)
+
+static void say(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t clock_ns(clockid_t clk)
+{
+    struct timespec t;
+    clock_gettime(clk, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* ---- writing: everything goes through the hash ---- */
+
+struct writer {
+    int            fd;
+    EVP_MD_CTX    *md;
+    unsigned char *buf;
+    size_t         len;
+    uint64_t       total;
+    int            failed; /* errno of the first failed write */
+};
+
+static int w_flush(struct writer *w)
+{
+    for (size_t off = 0; off < w->len && !w->failed;) {
+        ssize_t n = write(w->fd, w->buf + off, w->len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            w->failed = n < 0 ? errno : EIO;
+        else
+            off += (size_t)n;
+    }
+    w->len = 0;
+    return w->failed ? -1 : 0;
+}
+
+static int w_put(struct writer *w, const void *p, size_t n)
+{
+    if (w->failed || EVP_DigestUpdate(w->md, p, n) != 1)
+        return -1;
+    w->total += n;
+    while (n > 0) {
+        size_t take = n < WBUF - w->len ? n : WBUF - w->len;
+        memcpy(w->buf + w->len, p, take);
+        w->len += take;
+        p = (const char *)p + take;
+        n -= take;
+        if (w->len == WBUF && w_flush(w) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int w_record(struct writer *w, uint32_t type, const void *rec, size_t rec_len, uint64_t extra)
+{
+    struct flyt_state_section sec = {type, 0, rec_len + extra};
+    return w_put(w, &sec, sizeof sec) || w_put(w, rec, rec_len) ? -1 : 0;
+}
+
+/* ---- capture: what may be captured ---- */
+
+struct scan {
+    flyt_session          *s;
+    const char            *kind; /* the first object refused */
+    uint64_t               id;
+    struct flyt_hentry   **list; /* the entries to write */
+    size_t                 n, cap;
+};
+
+static const char *refused_kind(const flyt_session *s, const struct flyt_hentry *e)
+{
+    switch (e->type) {
+    case FLYT_H_STREAM:
+    case FLYT_H_EVENT:
+    case FLYT_H_MODULE: return NULL;
+    case FLYT_H_FUNC: return e->u.func.name ? NULL : "function without a recorded name";
+    case FLYT_H_POOL: return e->id == s->default_pool_id ? NULL : "memory pool (cuMemPoolCreate)";
+    case FLYT_H_REGION: return "host memory shared with the client (HOST_MAP)";
+    case FLYT_H_VMEM: return "physical allocation (cuMemCreate)";
+    case FLYT_H_ARRAY: return "CUDA array";
+    case FLYT_H_MIPMAP: return "mipmapped array";
+    case FLYT_H_TEXOBJ: return "texture object";
+    case FLYT_H_SURFOBJ: return "surface object";
+    case FLYT_H_GRAPH: return "CUDA graph";
+    case FLYT_H_GRAPH_EXEC: return "executable graph";
+    case FLYT_H_GRAPH_NODE: return "graph node";
+    }
+    return "object of an unknown kind";
+}
+
+static int scan_one(struct flyt_hentry *e, void *arg)
+{
+    struct scan *sc = arg;
+    sc->kind = refused_kind(sc->s, e);
+    if (sc->kind) {
+        sc->id = e->id;
+        return 1;
+    }
+    if (sc->n == sc->cap) {
+        size_t cap = sc->cap ? sc->cap * 2 : 64;
+        struct flyt_hentry **l = realloc(sc->list, cap * sizeof *l);
+        if (l == NULL) {
+            sc->kind = "(out of memory listing the session's objects)";
+            return 1;
+        }
+        sc->list = l;
+        sc->cap = cap;
+    }
+    sc->list[sc->n++] = e;
+    return 0;
+}
+
+/* Ids in ascending order: a function comes after its module (made later). */
+static int by_id(const void *a, const void *b)
+{
+    uint64_t x = (*(struct flyt_hentry *const *)a)->id, y = (*(struct flyt_hentry *const *)b)->id;
+    return (x > y) - (x < y);
+}
+
+static CUresult count_alloc(void *arg, uint64_t addr, uint64_t size)
+{
+    (void)addr, (void)size;
+    ++*(uint64_t *)arg;
+    return CUDA_SUCCESS;
+}
+
+/* Whether everything the session holds can be captured; fills sc->list. */
+static CUresult check_capturable(flyt_session *s, struct scan *sc, char *err, size_t errlen)
+{
+    const struct flyt_backend_ops *ops = s->b->ops;
+    if (!ops->state_allocs || !ops->mem_alloc_at || !ops->module_image) {
+        say(err, errlen, "the %s backend cannot checkpoint a session yet", ops->name);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (s->captures > 0) {
+        say(err, errlen, "a stream capture is in progress, which a checkpoint cannot capture yet");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (flyt_handles_foreach(&s->handles, scan_one, sc)) {
+        say(err, errlen, "the session holds a %s (id %llu), which a checkpoint cannot capture yet",
+            sc->kind, (unsigned long long)sc->id);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    const char *what = NULL;
+    uint64_t n = 0;
+    CUresult r = ops->state_allocs(s->b, count_alloc, &n, &what);
+    if (r != CUDA_SUCCESS) {
+        say(err, errlen, "the session holds a %s, which a checkpoint cannot capture yet",
+            what ? what : "device object");
+        return r;
+    }
+    qsort(sc->list, sc->n, sizeof *sc->list, by_id);
+    return CUDA_SUCCESS;
+}
+
+/* ---- capture: the records ---- */
+
+static void session_record(flyt_session *s, struct flyt_state_session *r, const int **groups)
+{
+    memset(r, 0, sizeof *r);
+    if (s->cfg->session_id)
+        snprintf(r->session_id, sizeof r->session_id, "%s", s->cfg->session_id);
+    r->next_id = s->handles.next_id;
+    r->deferred = s->deferred;
+    r->sm_count = (uint32_t)s->sm_count;
+    r->memory_quota = flyt_quota_limit();
+    r->memory_used = s->mem.used;
+    *groups = NULL;
+    if (s->sm_count > 0) { /* the share in force: the page's latest, else the command line's */
+        const int *g = s->cfg->sm_groups;
+        int n = s->cfg->sm_ngroups;
+        unsigned gran = s->cfg->sm_granularity;
+        uint64_t gen = s->share_gen;
+        flyt_resize_initial(s, &g, &n, &gran);
+        s->share_gen = gen;
+        *groups = g;
+        r->sm_ngroups = (uint32_t)n;
+        r->sm_granularity = gran;
+    }
+    for (int i = 0; i < FLYT_STATE_LIMITS; i++)
+        if (FLYT_BCALL(s, get_limit, i, &r->limits[i]) == CUDA_SUCCESS)
+            r->valid |= 1u << i;
+    if (FLYT_BCALL(s, get_cache_config, &r->cache_config) == CUDA_SUCCESS)
+        r->valid |= FLYT_STATE_CACHE_VALID;
+    if (FLYT_BCALL(s, get_ctx_flags, &r->ctx_flags) == CUDA_SUCCESS)
+        r->valid |= FLYT_STATE_FLAGS_VALID;
+}
+
+struct alloc_ctx {
+    flyt_session  *s;
+    struct writer *w;
+};
+
+/* One allocation and its contents, read through staging buffers. */
+static CUresult write_alloc(void *arg, uint64_t addr, uint64_t size)
+{
+    struct alloc_ctx *a = arg;
+    flyt_backend *b = a->s->b;
+    struct flyt_state_alloc rec = {addr, size};
+    if (w_record(a->w, FLYT_SS_ALLOC, &rec, sizeof rec, size) != 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    for (uint64_t off = 0; off < size;) {
+        size_t want = size - off < FLYT_STAGING_CHUNK ? (size_t)(size - off) : FLYT_STAGING_CHUNK, got;
+        void *buf = b->ops->staging_get(b, want, &got);
+        if (buf == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        CUresult r = b->ops->dtoh_2d(b, buf, addr + off, got, got, 1, FLYT_BSTREAM_DEFAULT);
+        if (r == CUDA_SUCCESS && w_put(a->w, buf, got) != 0)
+            r = CUDA_ERROR_OPERATING_SYSTEM;
+        b->ops->staging_put(b, buf);
+        if (r != CUDA_SUCCESS)
+            return r;
+        off += got;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult write_module(flyt_session *s, struct writer *w, const struct flyt_hentry *e)
+{
+    const void *image;
+    size_t size;
+    CUresult r = s->b->ops->module_image(s->b, e->bh, &image, &size);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct flyt_state_module rec = {.id = e->id, .refs = e->u.module.refs, .image_size = size};
+    memcpy(rec.sha256, e->u.module.sha256, 32);
+    return w_record(w, FLYT_SS_MODULE, &rec, sizeof rec, size) || w_put(w, image, size)
+               ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
+}
+
+/* The function attributes a program sets (cuFuncSetAttribute), kept across a restore. */
+static const int func_attrs[FLYT_STATE_FUNC_ATTRS] = {
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT};
+
+static CUresult write_func(flyt_session *s, struct writer *w, const struct flyt_hentry *e)
+{
+    const struct flyt_func_info *f = &e->u.func;
+    struct flyt_state_func rec = {.id = e->id, .module = f->module, .param_count = f->param_count,
+                                  .param_bytes = f->param_bytes,
+                                  .name_len = (uint32_t)strlen(f->name) + 1};
+    for (int i = 0; i < FLYT_STATE_FUNC_ATTRS; i++)
+        if (FLYT_BCALL(s, func_get_attr, e->bh, func_attrs[i], &rec.attrs[i]) == CUDA_SUCCESS)
+            rec.attr_valid |= 1u << i;
+    size_t params = f->param_count * sizeof(flyt_param);
+    return w_record(w, FLYT_SS_FUNC, &rec, sizeof rec, params + rec.name_len) ||
+                   w_put(w, f->params, params) || w_put(w, f->name, rec.name_len)
+               ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
+}
+
+static CUresult write_entry(flyt_session *s, struct writer *w, const struct flyt_hentry *e)
+{
+    switch (e->type) {
+    case FLYT_H_MODULE: return write_module(s, w, e);
+    case FLYT_H_FUNC: return write_func(s, w, e);
+    case FLYT_H_STREAM: {
+        struct flyt_state_stream rec = {.id = e->id};
+        CUresult r = FLYT_BCALL(s, stream_get_flags, e->bh, &rec.flags);
+        if (r == CUDA_SUCCESS)
+            r = FLYT_BCALL(s, stream_get_priority, e->bh, &rec.priority);
+        if (r == CUDA_SUCCESS && w_record(w, FLYT_SS_STREAM, &rec, sizeof rec, 0) != 0)
+            r = CUDA_ERROR_OPERATING_SYSTEM;
+        return r;
+    }
+    case FLYT_H_EVENT: {
+        struct flyt_state_event rec = {.id = e->id, .flags = e->u.event_flags};
+        return w_record(w, FLYT_SS_EVENT, &rec, sizeof rec, 0) ? CUDA_ERROR_OPERATING_SYSTEM
+                                                                : CUDA_SUCCESS;
+    }
+    default: { /* the default pool (check_capturable let nothing else through) */
+        struct flyt_state_pool rec = {e->id};
+        return w_record(w, FLYT_SS_POOL, &rec, sizeof rec, 0) ? CUDA_ERROR_OPERATING_SYSTEM
+                                                               : CUDA_SUCCESS;
+    }
+    }
+}
+
+static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *sc)
+{
+    struct flyt_state_header h = {.magic = FLYT_STATE_MAGIC, .version = FLYT_STATE_VERSION,
+                                  .header_size = sizeof h, .created_ns = clock_ns(CLOCK_REALTIME)};
+    snprintf(h.backend, sizeof h.backend, "%s", s->b->ops->name);
+    struct flyt_state_session sess;
+    const int *groups;
+    session_record(s, &sess, &groups);
+    int32_t g32[FLYT_STATUS_GROUPS];
+    for (uint32_t i = 0; i < sess.sm_ngroups && i < FLYT_STATUS_GROUPS; i++)
+        g32[i] = groups[i];
+    if (sess.sm_ngroups > FLYT_STATUS_GROUPS)
+        sess.sm_ngroups = FLYT_STATUS_GROUPS;
+    size_t glen = sess.sm_ngroups * sizeof(int32_t);
+    if (w_put(w, &h, sizeof h) || w_record(w, FLYT_SS_SESSION, &sess, sizeof sess, glen) ||
+        w_put(w, g32, glen))
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    struct alloc_ctx a = {s, w};
+    const char *what = NULL;
+    CUresult r = s->b->ops->state_allocs(s->b, write_alloc, &a, &what);
+    for (size_t i = 0; r == CUDA_SUCCESS && i < sc->n; i++)
+        r = write_entry(s, w, sc->list[i]);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct flyt_state_section end = {FLYT_SS_END, 0, 0};
+    unsigned char sha[EVP_MAX_MD_SIZE];
+    unsigned n = 0;
+    if (w_put(w, &end, sizeof end) || EVP_DigestFinal_ex(w->md, sha, &n) != 1 || n != FLYT_STATE_HASH)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    memcpy(w->buf + w->len, sha, n); /* the trailer: not hashed itself */
+    w->len += n;
+    w->total += n;
+    return w_flush(w) ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
+}
+
+CUresult flyt_state_capture(flyt_session *s, int fd, uint64_t *bytes, char *err, size_t errlen)
+{
+    *bytes = 0;
+    if (s->b == NULL) {
+        say(err, errlen, "the session has not opened its device yet");
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    struct scan sc = {.s = s};
+    CUresult r = check_capturable(s, &sc, err, errlen);
+    /* the drain: every stream's work done, host functions included */
+    if (r == CUDA_SUCCESS && (r = FLYT_BCALL0(s, device_sync)) != CUDA_SUCCESS)
+        say(err, errlen, "draining the session's work failed: CUDA error %d", (int)r);
+    struct writer w = {.fd = fd, .md = EVP_MD_CTX_new(), .buf = malloc(WBUF)};
+    if (r == CUDA_SUCCESS && (w.md == NULL || w.buf == NULL ||
+                              EVP_DigestInit_ex(w.md, EVP_sha256(), NULL) != 1)) {
+        say(err, errlen, "out of memory");
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r == CUDA_SUCCESS && (r = write_all(s, &w, &sc)) != CUDA_SUCCESS) {
+        if (w.failed)
+            say(err, errlen, "writing the state failed: %s", strerror(w.failed));
+        else
+            say(err, errlen, "reading the session's objects failed: CUDA error %d", (int)r);
+    }
+    *bytes = w.total;
+    EVP_MD_CTX_free(w.md);
+    free(w.buf);
+    free(sc.list);
+    return r;
+}
+
+CUresult flyt_state_capture_file(flyt_session *s, const char *path, uint64_t *bytes, char *err,
+                                 size_t errlen)
+{
+    char tmp[PATH_MAX];
+    if (path[0] == '\0' || snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        say(err, errlen, "bad checkpoint path '%s'", path);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        say(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    CUresult r = flyt_state_capture(s, fd, bytes, err, errlen);
+    if (r == CUDA_SUCCESS && (fsync(fd) != 0 || rename(tmp, path) != 0)) {
+        say(err, errlen, "cannot complete %s: %s", path, strerror(errno));
+        r = CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    close(fd);
+    if (r != CUDA_SUCCESS)
+        unlink(tmp);
+    return r;
+}
+
+/* ---- reading and verifying ---- */
+
+struct flyt_state {
+    const unsigned char *data;
+    size_t               size;
+    const struct flyt_state_session *sess;
+};
+
+/* The fixed record of a section and the bytes that must follow it. */
+static int record_ok(uint32_t type, const unsigned char *p, uint64_t len)
+{
+    uint64_t need;
+    switch (type) {
+    case FLYT_SS_SESSION: {
+        const struct flyt_state_session *r = (const void *)p;
+        return len >= sizeof *r && r->sm_ngroups <= FLYT_STATUS_GROUPS &&
+               len == sizeof *r + r->sm_ngroups * sizeof(int32_t) &&
+               memchr(r->session_id, '\0', sizeof r->session_id) != NULL;
+    }
+    case FLYT_SS_ALLOC: {
+        const struct flyt_state_alloc *r = (const void *)p;
+        return len >= sizeof *r && r->size > 0 && len - sizeof *r == r->size;
+    }
+    case FLYT_SS_MODULE: {
+        const struct flyt_state_module *r = (const void *)p;
+        return len >= sizeof *r && r->image_size > 0 && len - sizeof *r == r->image_size;
+    }
+    case FLYT_SS_FUNC: {
+        const struct flyt_state_func *r = (const void *)p;
+        if (len < sizeof *r || r->param_count > FLYT_MAX_PARAMS || r->name_len == 0 ||
+            r->name_len > FLYT_MAX_NAME)
+            return 0;
+        need = sizeof *r + r->param_count * sizeof(flyt_param) + r->name_len;
+        return len == need && p[need - 1] == '\0' &&
+               memchr(p + need - r->name_len, '\0', r->name_len - 1) == NULL;
+    }
+    case FLYT_SS_STREAM: return len == sizeof(struct flyt_state_stream);
+    case FLYT_SS_EVENT: return len == sizeof(struct flyt_state_event);
+    case FLYT_SS_POOL: return len == sizeof(struct flyt_state_pool);
+    }
+    return 0;
+}
+
+/* Walks the sections after the header; 0 when they are well-formed: SESSION
+ * first, records whole, END last and exactly at body_end. */
+static int sections_ok(struct flyt_state *st, size_t body_end, char *err, size_t errlen)
+{
+    size_t pos = sizeof(struct flyt_state_header);
+    for (int n = 0;; n++) {
+        struct flyt_state_section sec;
+        if (body_end - pos < sizeof sec) {
+            say(err, errlen, "section %d at byte %zu is cut short", n, pos);
+            return -1;
+        }
+        memcpy(&sec, st->data + pos, sizeof sec);
+        pos += sizeof sec;
+        if (sec.type == FLYT_SS_END) {
+            if (pos != body_end || sec.length != 0 || n == 0)
+                break;
+            return 0;
+        }
+        if (sec.length > body_end - pos || (sec.type == FLYT_SS_SESSION) != (n == 0) ||
+            sec.flags != 0 || !record_ok(sec.type, st->data + pos, sec.length)) {
+            say(err, errlen, "section %d (type %u, %llu bytes) at byte %zu is malformed", n,
+                sec.type, (unsigned long long)sec.length, pos - sizeof sec);
+            return -1;
+        }
+        if (n == 0)
+            st->sess = (const void *)(st->data + pos);
+        pos += sec.length;
+    }
+    say(err, errlen, "the END section is misplaced");
+    return -1;
+}
+
+static int verify(struct flyt_state *st, char *err, size_t errlen)
+{
+    struct flyt_state_header h;
+    if (st->size < sizeof h + sizeof(struct flyt_state_section) + FLYT_STATE_HASH) {
+        say(err, errlen, "too short (%zu bytes) for a Flyt state file", st->size);
+        return -1;
+    }
+    memcpy(&h, st->data, sizeof h);
+    if (h.magic != FLYT_STATE_MAGIC) {
+        say(err, errlen, "not a Flyt state file (bad magic)");
+        return -1;
+    }
+    if (h.version > FLYT_STATE_VERSION) {
+        say(err, errlen, "written in state format version %u by a newer Flyt; this server reads "
+            "versions up to %u", h.version, FLYT_STATE_VERSION);
+        return -1;
+    }
+    size_t body_end = st->size - FLYT_STATE_HASH;
+    unsigned char sha[EVP_MAX_MD_SIZE];
+    unsigned n = 0;
+    if (EVP_Digest(st->data, body_end, sha, &n, EVP_sha256(), NULL) != 1 || n != FLYT_STATE_HASH ||
+        memcmp(sha, st->data + body_end, FLYT_STATE_HASH) != 0) {
+        say(err, errlen, "its SHA-256 does not match its contents: the file is corrupted or cut "
+            "short");
+        return -1;
+    }
+    if (h.version < 1 || h.header_size != sizeof h || memchr(h.backend, '\0', sizeof h.backend) == NULL) {
+        say(err, errlen, "malformed header (version %u, header size %u)", h.version, h.header_size);
+        return -1;
+    }
+    return sections_ok(st, body_end, err, errlen);
+}
+
+struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
+{
+    char why[320] = "";
+    struct flyt_state *st = calloc(1, sizeof *st);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (st == NULL || fd < 0 || fstat(fd, &sb) != 0) {
+        say(why, sizeof why, "%s", st ? strerror(errno) : "out of memory");
+    } else if (sb.st_size < 1 || (uint64_t)sb.st_size > SIZE_MAX) {
+        say(why, sizeof why, "empty or not a regular file");
+    } else {
+        st->size = (size_t)sb.st_size;
+        void *m = mmap(NULL, st->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED)
+            say(why, sizeof why, "cannot map it: %s", strerror(errno));
+        else
+            st->data = m;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (st && st->data && verify(st, why, sizeof why) == 0)
+        return st;
+    say(err, errlen, "state file %s refused: %s", path, why);
+    flyt_state_close(st);
+    return NULL;
+}
+
+const char *flyt_state_session_id(const struct flyt_state *st)
+{
+    return st->sess->session_id;
+}
+
+void flyt_state_close(struct flyt_state *st)
+{
+    if (st && st->data)
+        munmap((void *)st->data, st->size);
+    free(st);
+}
+
+/* ---- restore ---- */
+
+/* Adds an entry under exactly id: client ids directly; server ids by
+ * setting the counter, which the file's ascending order only moves up. */
+static struct flyt_hentry *add_exact(flyt_session *s, uint64_t id, enum flyt_htype type,
+                                     flyt_bhandle bh, uint64_t *last_server_id)
+{
+    if (id >= FLYT_CLIENT_IDS)
+        return flyt_handles_add_id(&s->handles, id, type, bh);
+    if (id <= *last_server_id)
+        return NULL;
+    *last_server_id = id;
+    s->handles.next_id = id;
+    return flyt_handles_add(&s->handles, type, bh);
+}
+
+static CUresult restore_context(flyt_session *s, const struct flyt_state_session *r, char *err,
+                                size_t errlen)
+{
+    if (s->sm_count == 0 && r->sm_ngroups > 0) { /* the server was given no share of its own */
+        const int32_t *g = (const int32_t *)(r + 1);
+        int groups[FLYT_STATUS_GROUPS], sms = 0;
+        for (uint32_t i = 0; i < r->sm_ngroups; i++)
+            groups[i] = g[i];
+        CUresult e = FLYT_BCALL(s, set_sm_share, r->sm_granularity, groups, (int)r->sm_ngroups, &sms);
+        if (e != CUDA_SUCCESS) {
+            say(err, errlen, "the state's share of %u SM group(s) of %u cannot be had here: CUDA "
+                "error %d", r->sm_ngroups, r->sm_granularity, (int)e);
+            return e;
+        }
+        s->sm_count = sms;
+    }
+    if (r->memory_quota && !flyt_quota_limit())
+        flyt_warn("the checkpointed session had a memory quota of %llu bytes; this server has "
+                  "none (--memory-quota)", (unsigned long long)r->memory_quota);
+    for (int i = 0; i < FLYT_STATE_LIMITS; i++) {
+        uint64_t now;
+        if ((r->valid & (1u << i)) && FLYT_BCALL(s, get_limit, i, &now) == CUDA_SUCCESS &&
+            now != r->limits[i] && FLYT_BCALL(s, set_limit, i, r->limits[i]) != CUDA_SUCCESS)
+            flyt_warn("restore: limit %d stays %llu (was %llu)", i, (unsigned long long)now,
+                      (unsigned long long)r->limits[i]);
+    }
+    if (r->valid & FLYT_STATE_CACHE_VALID)
+        FLYT_BCALL(s, set_cache_config, r->cache_config);
+    if (r->valid & FLYT_STATE_FLAGS_VALID)
+        FLYT_BCALL(s, set_ctx_flags, r->ctx_flags);
+    s->deferred = r->deferred;
+    return CUDA_SUCCESS;
+}
+
+static CUresult restore_alloc(flyt_session *s, const struct flyt_state_alloc *r, char *err,
+                              size_t errlen)
+{
+    flyt_backend *b = s->b;
+    if (flyt_quota_charge(&s->mem, r->size) != 0) {
+        say(err, errlen, "allocation 0x%llx of %llu bytes is past this server's memory quota",
+            (unsigned long long)r->addr, (unsigned long long)r->size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult e = b->ops->mem_alloc_at(b, r->addr, r->size);
+    if (e != CUDA_SUCCESS) {
+        flyt_quota_uncharge(&s->mem, r->size);
+        say(err, errlen, "cannot allocate %llu bytes at 0x%llx here: CUDA error %d",
+            (unsigned long long)r->size, (unsigned long long)r->addr, (int)e);
+        return e;
+    }
+    if (flyt_quota_active() && flyt_memtab_add(&s->mem, r->addr, r->size) != 0) {
+        flyt_quota_uncharge(&s->mem, r->size);
+        say(err, errlen, "out of memory");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    const unsigned char *data = (const unsigned char *)(r + 1);
+    for (uint64_t off = 0; off < r->size;) {
+        size_t want = r->size - off < FLYT_STAGING_CHUNK ? (size_t)(r->size - off) : FLYT_STAGING_CHUNK;
+        size_t got;
+        void *buf = b->ops->staging_get(b, want, &got);
+        if (buf == NULL) {
+            say(err, errlen, "out of memory");
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        memcpy(buf, data + off, got);
+        e = b->ops->htod_2d(b, r->addr + off, got, buf, got, 1, FLYT_BSTREAM_DEFAULT);
+        if (e != CUDA_SUCCESS) {
+            say(err, errlen, "writing the contents at 0x%llx failed: CUDA error %d",
+                (unsigned long long)(r->addr + off), (int)e);
+            return e;
+        }
+        off += got;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult restore_module(flyt_session *s, const struct flyt_state_module *r, uint64_t *last,
+                               char *err, size_t errlen)
+{
+    const void *image = r + 1;
+    uint8_t sha[32];
+    flyt_sha256(image, r->image_size, sha);
+    flyt_bhandle mod = NULL;
+    CUresult e = memcmp(sha, r->sha256, 32) ? CUDA_ERROR_INVALID_IMAGE
+                                            : FLYT_BCALL(s, module_load, image, r->image_size, &mod);
+    struct flyt_hentry *h = e == CUDA_SUCCESS ? add_exact(s, r->id, FLYT_H_MODULE, mod, last) : NULL;
+    if (h == NULL) {
+        if (mod)
+            FLYT_BCALL(s, module_unload, mod);
+        say(err, errlen, "module %llu cannot be loaded again: CUDA error %d",
+            (unsigned long long)r->id, (int)(e ? e : CUDA_ERROR_INVALID_VALUE));
+        return e ? e : CUDA_ERROR_INVALID_VALUE;
+    }
+    memcpy(h->u.module.sha256, r->sha256, 32);
+    h->u.module.refs = r->refs;
+    return CUDA_SUCCESS;
+}
+
+static CUresult restore_func(flyt_session *s, const struct flyt_state_func *r, uint64_t *last,
+                             char *err, size_t errlen)
+{
+    size_t params = r->param_count * sizeof(flyt_param);
+    const char *name = (const char *)(r + 1) + params;
+    flyt_bhandle mod, func = NULL;
+    CUresult e = flyt_lookup(s, r->module, FLYT_H_MODULE, &mod);
+    if (e == CUDA_SUCCESS)
+        e = FLYT_BCALL(s, func_get, mod, name, &func);
+    char *block = e == CUDA_SUCCESS ? malloc(params + r->name_len) : NULL;
+    struct flyt_hentry *h = block ? add_exact(s, r->id, FLYT_H_FUNC, func, last) : NULL;
+    if (h == NULL) {
+        free(block);
+        say(err, errlen, "function %s (id %llu) cannot be found again: CUDA error %d", name,
+            (unsigned long long)r->id, (int)(e ? e : CUDA_ERROR_INVALID_VALUE));
+        return e ? e : CUDA_ERROR_INVALID_VALUE;
+    }
+    memcpy(block, r + 1, params + r->name_len);
+    h->u.func = (struct flyt_func_info){.module = r->module, .param_count = r->param_count,
+                                        .param_bytes = r->param_bytes,
+                                        .params = (flyt_param *)(void *)block, .name = block + params};
+    for (int i = 0; i < FLYT_STATE_FUNC_ATTRS; i++) {
+        int now;
+        if ((r->attr_valid & (1u << i)) &&
+            FLYT_BCALL(s, func_get_attr, func, func_attrs[i], &now) == CUDA_SUCCESS &&
+            now != r->attrs[i] &&
+            (e = FLYT_BCALL(s, func_set_attr, func, func_attrs[i], r->attrs[i])) != CUDA_SUCCESS) {
+            say(err, errlen, "function %s: attribute %d cannot be set to %d again: CUDA error %d",
+                name, func_attrs[i], r->attrs[i], (int)e);
+            return e;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Streams, events and the default pool: made afresh under their ids. */
+static CUresult restore_object(flyt_session *s, uint32_t type, const void *rec, uint64_t *last,
+                               char *err, size_t errlen)
+{
+    flyt_bhandle bh = NULL;
+    uint64_t id;
+    enum flyt_htype ht;
+    CUresult e;
+    if (type == FLYT_SS_STREAM) {
+        const struct flyt_state_stream *r = rec;
+        id = r->id, ht = FLYT_H_STREAM;
+        e = FLYT_BCALL(s, stream_create, r->flags, r->priority, &bh);
+    } else if (type == FLYT_SS_EVENT) {
+        const struct flyt_state_event *r = rec;
+        id = r->id, ht = FLYT_H_EVENT;
+        e = FLYT_BCALL(s, event_create, r->flags, &bh);
+    } else {
+        id = ((const struct flyt_state_pool *)rec)->id, ht = FLYT_H_POOL;
+        e = FLYT_BCALL(s, pool_default, &bh);
+    }
+    struct flyt_hentry *h = e == CUDA_SUCCESS ? add_exact(s, id, ht, bh, last) : NULL;
+    if (h == NULL) {
+        if (ht == FLYT_H_STREAM && bh)
+            FLYT_BCALL(s, stream_destroy, bh);
+        if (ht == FLYT_H_EVENT && bh)
+            FLYT_BCALL(s, event_destroy, bh);
+        say(err, errlen, "object %llu (section type %u) cannot be made again: CUDA error %d",
+            (unsigned long long)id, type, (int)(e ? e : CUDA_ERROR_INVALID_VALUE));
+        return e ? e : CUDA_ERROR_INVALID_VALUE;
+    }
+    if (ht == FLYT_H_EVENT)
+        h->u.event_flags = ((const struct flyt_state_event *)rec)->flags;
+    if (ht == FLYT_H_POOL)
+        s->default_pool_id = id;
+    return CUDA_SUCCESS;
+}
+
+static CUresult restore_section(flyt_session *s, uint32_t type, const void *rec, uint64_t *last,
+                                char *err, size_t errlen)
+{
+    switch (type) {
+    case FLYT_SS_SESSION: return restore_context(s, rec, err, errlen);
+    case FLYT_SS_ALLOC: return restore_alloc(s, rec, err, errlen);
+    case FLYT_SS_MODULE: return restore_module(s, rec, last, err, errlen);
+    case FLYT_SS_FUNC: return restore_func(s, rec, last, err, errlen);
+    default: return restore_object(s, type, rec, last, err, errlen);
+    }
+}
+
+CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *err, size_t errlen)
+{
+    const struct flyt_state_header *h = (const void *)st->data;
+    if (strcmp(h->backend, s->b->ops->name) != 0 || !s->b->ops->mem_alloc_at) {
+        say(err, errlen, "a state of the %s backend cannot be restored on the %s backend%s",
+            h->backend, s->b->ops->name, s->b->ops->mem_alloc_at ? "" : " (it cannot restore yet)");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC), last = 0, allocs = 0;
+    size_t pos = sizeof *h;
+    CUresult e = CUDA_SUCCESS;
+    for (;;) {
+        struct flyt_state_section sec;
+        memcpy(&sec, st->data + pos, sizeof sec);
+        pos += sizeof sec;
+        if (sec.type == FLYT_SS_END)
+            break;
+        e = restore_section(s, sec.type, st->data + pos, &last, err, errlen);
+        if (e != CUDA_SUCCESS)
+            return e;
+        allocs += sec.type == FLYT_SS_ALLOC;
+        pos += sec.length;
+    }
+    if (st->sess->next_id <= last) {
+        say(err, errlen, "the state's id counter %llu is behind its ids",
+            (unsigned long long)st->sess->next_id);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    s->handles.next_id = st->sess->next_id;
+    e = FLYT_BCALL0(s, device_sync); /* the contents are in place before the first request */
+    if (e != CUDA_SUCCESS) {
+        say(err, errlen, "writing the allocations' contents failed: CUDA error %d", (int)e);
+        return e;
+    }
+    flyt_info("session for %s restored: %llu allocation(s), %zu object id(s), %zu bytes of state, "
+              "in %.3f ms", s->peer, (unsigned long long)allocs, s->handles.count, st->size,
+              (double)(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+    return CUDA_SUCCESS;
+}
+
+/* ---- the status page's checkpoint request ---- */
+
+static uint64_t ckpt_seen; /* the last request looked at (one session per process) */
+
+static void answer(struct flyt_server_status *p, uint64_t gen, CUresult r, uint64_t bytes,
+                   uint64_t ns, const char *err)
+{
+    char line[sizeof p->ckpt_error];
+    snprintf(line, sizeof line, "%s", r == CUDA_SUCCESS ? "" : err);
+    memcpy(p->ckpt_error, line, sizeof line);
+    STORE(&p->ckpt_result, (int32_t)r);
+    STORE(&p->ckpt_bytes, bytes);
+    STORE(&p->ckpt_ns, ns);
+    STORE(&p->ckpt_done_gen, gen); /* last: the node manager waits for it */
+}
+
+int flyt_state_poll(flyt_session *s)
+{
+    struct flyt_server_status *p = flyt_status_page();
+    if (!p || LOAD(&p->ckpt_gen) == ckpt_seen)
+        return FLYT_CONT; /* the common case: one load */
+    uint64_t gen = LOAD(&p->ckpt_gen);
+    ckpt_seen = gen;
+    if (LOAD(&p->ckpt_pid) != (int32_t)getpid())
+        return FLYT_CONT;
+    char path[sizeof p->ckpt_path], err[256] = "";
+    memcpy(path, p->ckpt_path, sizeof path);
+    path[sizeof path - 1] = '\0';
+    uint32_t flags = LOAD(&p->ckpt_flags);
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC), bytes = 0;
+    CUresult r = flyt_state_capture_file(s, path, &bytes, err, sizeof err);
+    uint64_t ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    if (r == CUDA_SUCCESS)
+        flyt_info("session for %s checkpointed to %s: %llu bytes in %.3f ms%s", s->peer, path,
+                  (unsigned long long)bytes, (double)ns / 1e6,
+                  (flags & FLYT_CKPT_STOP) ? "; ending the session" : "");
+    else
+        flyt_error("session for %s: checkpoint to %s refused: %s; the session carries on", s->peer,
+                   path, err);
+    answer(p, gen, r, bytes, ns, err);
+    return r == CUDA_SUCCESS && (flags & FLYT_CKPT_STOP) ? FLYT_END_BYE : FLYT_CONT;
+}

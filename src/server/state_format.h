@@ -1,0 +1,108 @@
+/*
+ * The state file's records (docs/state-format.md). Integers are
+ * little-endian, records packed as declared (every field naturally aligned,
+ * no padding the compiler adds): the file is read on the machine kinds Flyt
+ * runs on (x86-64, aarch64), all little-endian.
+ *
+ *   header | section* | END section | SHA-256 of everything before it
+ *   section: flyt_state_section, then `length` bytes (a record and its data)
+ */
+#ifndef FLYT_STATE_FORMAT_H
+#define FLYT_STATE_FORMAT_H
+
+#include <assert.h>
+#include <stdint.h>
+
+#define FLYT_STATE_MAGIC   0x5441545354594c46ull /* "FLYTSTAT" little-endian */
+#define FLYT_STATE_VERSION 1u
+#define FLYT_STATE_HASH    32u /* the SHA-256 trailer */
+
+struct flyt_state_header {
+    uint64_t magic;
+    uint32_t version;     /* a reader refuses a version above its own */
+    uint32_t header_size; /* sizeof this struct */
+    char     backend[16]; /* "host" or "cuda": a state restores on its own kind */
+    uint64_t created_ns;  /* CLOCK_REALTIME at the capture */
+    uint64_t reserved;
+};
+static_assert(sizeof(struct flyt_state_header) == 48, "state header");
+
+enum flyt_state_stype {
+    FLYT_SS_END = 0,  /* no record; last */
+    FLYT_SS_SESSION,  /* flyt_state_session + int32 groups[sm_ngroups]; first, once */
+    FLYT_SS_ALLOC,    /* flyt_state_alloc + size bytes of contents */
+    FLYT_SS_MODULE,   /* flyt_state_module + image_size bytes of image */
+    FLYT_SS_FUNC,     /* flyt_state_func + flyt_param[param_count] + name (name_len, NUL last) */
+    FLYT_SS_STREAM,   /* flyt_state_stream */
+    FLYT_SS_EVENT,    /* flyt_state_event */
+    FLYT_SS_POOL,     /* flyt_state_pool: the id of the device's default pool */
+};
+
+struct flyt_state_section {
+    uint32_t type;  /* flyt_state_stype */
+    uint32_t flags; /* 0 */
+    uint64_t length;
+};
+
+#define FLYT_STATE_LIMITS 7 /* CU_LIMIT_STACK_SIZE .. CU_LIMIT_PERSISTING_L2_CACHE_SIZE */
+/* valid bits: limit i, then the cache config, then the context flags */
+#define FLYT_STATE_CACHE_VALID (1u << FLYT_STATE_LIMITS)
+#define FLYT_STATE_FLAGS_VALID (1u << (FLYT_STATE_LIMITS + 1))
+
+struct flyt_state_session {
+    char     session_id[136]; /* NUL-terminated; "" standalone */
+    uint64_t next_id;         /* the id table's counter */
+    int32_t  deferred;        /* a failed NOREPLY result not reported yet */
+    uint32_t sm_count;        /* SMs of the share, 0: the whole GPU */
+    uint64_t memory_quota;    /* 0: none */
+    uint64_t memory_used;     /* this session's accounted bytes */
+    uint32_t sm_granularity;
+    uint32_t sm_ngroups;      /* int32 group indices follow */
+    uint64_t limits[FLYT_STATE_LIMITS];
+    int32_t  cache_config;
+    uint32_t ctx_flags;
+    uint32_t valid;
+    uint32_t pad;
+};
+static_assert(sizeof(struct flyt_state_session) == 248, "state session");
+
+struct flyt_state_alloc {
+    uint64_t addr, size;
+};
+
+struct flyt_state_module {
+    uint64_t id;
+    uint8_t  sha256[32];
+    uint32_t refs;
+    uint32_t pad;
+    uint64_t image_size;
+};
+
+#define FLYT_STATE_FUNC_ATTRS 2 /* max dynamic shared memory, preferred carveout */
+struct flyt_state_func {
+    uint64_t id;
+    uint64_t module;
+    uint32_t param_count;
+    uint32_t param_bytes;
+    uint32_t name_len;  /* with the NUL */
+    uint32_t attr_valid; /* bit i: attrs[i] was read */
+    int32_t  attrs[FLYT_STATE_FUNC_ATTRS];
+};
+
+struct flyt_state_stream {
+    uint64_t id;
+    uint32_t flags;
+    int32_t  priority;
+};
+
+struct flyt_state_event {
+    uint64_t id;
+    uint32_t flags;
+    uint32_t pad;
+};
+
+struct flyt_state_pool {
+    uint64_t id;
+};
+
+#endif

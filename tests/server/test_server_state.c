@@ -1,0 +1,311 @@
+/*
+ * Checkpoint and restore of a session (docs/state-format.md) with the host
+ * backend: a session allocates buffers with patterns, makes streams, events,
+ * a module and a function; a checkpoint request through the status page
+ * writes its state; a new flyt-server --restore FILE serves a client the same
+ * pointers with the same contents and the same ids. A graph makes the capture
+ * fail naming it, with the session carrying on; a corrupted file and one of a
+ * newer format version are refused at start.
+ *
+ * usage: test_server_state PATH-TO-flyt-server
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "check.h"
+#include "flyt_server_status.h"
+#include "harness.h"
+#include "state_format.h"
+
+#define NBUF 3
+static const uint64_t buf_size[NBUF] = {4096, (1u << 20) + 13, 3 * 4096 + 100};
+static uint64_t buf_ptr[NBUF];
+#define STREAM_ID (FLYT_CLIENT_IDS + 7)
+#define EVENT_ID  (FLYT_CLIENT_IDS + 9)
+#define T_NOT_READY 600
+
+static char dir[64], status_path[128], state_path[128];
+static uint64_t server_stream, module_id, func_id;
+
+static unsigned char pattern(int buf, uint64_t i)
+{
+    return (unsigned char)(i * 31u + (uint64_t)buf * 7u + (i >> 9));
+}
+
+static unsigned char *expected(int b)
+{
+    unsigned char *p = malloc(buf_size[b]);
+    for (uint64_t i = 0; i < buf_size[b]; i++)
+        p[i] = pattern(b, i);
+    return p;
+}
+
+static int stream_create(int fd, uint32_t flags, int prio, uint64_t id, uint64_t *out)
+{
+    flyt_req_stream_create req = {flags, prio, id};
+    flyt_rep_u64 rep = {0};
+    int rc = th_call_rep(fd, FLYT_OP_STREAM_CREATE, &req, sizeof req, NULL, 0, &rep, sizeof rep);
+    *out = rep.value;
+    return rc;
+}
+
+static int func_get(int fd, uint64_t module, const char *name, uint64_t *func)
+{
+    flyt_req_named req = {module, (uint32_t)strlen(name) + 1, 0};
+    struct th_reply r;
+    int rc = th_call(fd, FLYT_OP_FUNC_GET, &req, sizeof req, name, req.name_len, &r);
+    if (rc == T_SUCCESS && r.body_len >= sizeof(flyt_rep_func))
+        *func = ((const flyt_rep_func *)(const void *)r.body)->func;
+    th_reply_free(&r);
+    return rc;
+}
+
+static int handle_op(int fd, uint16_t op, uint64_t handle)
+{
+    flyt_req_handle req = {handle};
+    return th_call(fd, op, &req, sizeof req, NULL, 0, NULL);
+}
+
+static struct flyt_server_status *map_page(void)
+{
+    int fd = open(status_path, O_RDWR);
+    CHECK(fd >= 0, "status page opens");
+    void *m = mmap(NULL, sizeof(struct flyt_server_status), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    CHECK(m != MAP_FAILED, "status page maps");
+    return m;
+}
+
+/* Posts a checkpoint request for the connected session as the node manager
+ * would, and waits for its answer; returns its result. */
+static int checkpoint(const char *path, char *error, size_t errlen)
+{
+    struct flyt_server_status *p = map_page();
+    pid_t pid = 0;
+    for (int i = 0; i < FLYT_STATUS_SLOTS; i++)
+        if (p->slots[i].pid > 0 && p->slots[i].admitted)
+            pid = p->slots[i].pid;
+    CHECK_GT(pid, 0, "the session's pid is on the page");
+    snprintf(p->ckpt_path, sizeof p->ckpt_path, "%s", path);
+    __atomic_store_n(&p->ckpt_pid, (int32_t)pid, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->ckpt_flags, 0u, __ATOMIC_RELEASE);
+    uint64_t gen = __atomic_load_n(&p->ckpt_gen, __ATOMIC_ACQUIRE) + 1;
+    __atomic_store_n(&p->ckpt_gen, gen, __ATOMIC_RELEASE);
+    CHECK_EQ(kill(pid, SIGURG), 0, "SIGURG to the session");
+    int done = 0;
+    for (int i = 0; i < 1000 && !done; i++) {
+        done = __atomic_load_n(&p->ckpt_done_gen, __ATOMIC_ACQUIRE) == gen;
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        if (!done)
+            nanosleep(&ts, NULL);
+    }
+    CHECK(done, "the checkpoint was answered");
+    int result = p->ckpt_result;
+    snprintf(error, errlen, "%s", p->ckpt_error);
+    munmap(p, sizeof *p);
+    return result;
+}
+
+static void build_session(int fd)
+{
+    th_say("a session with buffers, streams, events, a module and a function");
+    for (int b = 0; b < NBUF; b++) {
+        CHECK_EQ(th_alloc(fd, buf_size[b], &buf_ptr[b]), T_SUCCESS, "MEM_ALLOC %d", b);
+        unsigned char *p = expected(b);
+        CHECK_EQ(th_htod(fd, buf_ptr[b], p, buf_size[b]), T_SUCCESS, "pattern into buffer %d", b);
+        free(p);
+    }
+    uint64_t id;
+    CHECK_EQ(stream_create(fd, 1 /* CU_STREAM_NON_BLOCKING */, -2, STREAM_ID, &id), T_SUCCESS,
+             "stream with a client id");
+    CHECK_EQ(stream_create(fd, 0, 0, 0, &server_stream), T_SUCCESS, "stream with a server id");
+    flyt_req_event_create ev = {2 /* CU_EVENT_DISABLE_TIMING */, 0, EVENT_ID};
+    CHECK_EQ(th_call(fd, FLYT_OP_EVENT_CREATE, &ev, sizeof ev, NULL, 0, NULL), T_SUCCESS, "event");
+    size_t img_size;
+    unsigned char *img = th_fake_fatbin(&img_size);
+    CHECK_EQ(th_module_load(fd, img, img_size, &module_id), T_SUCCESS, "MODULE_LOAD");
+    free(img);
+    CHECK_EQ(func_get(fd, module_id, "kernel_one", &func_id), T_SUCCESS, "FUNC_GET");
+}
+
+static void unsupported_refused(int fd)
+{
+    th_say("a graph makes the capture fail, naming it; the session carries on");
+    flyt_req_graph_create g = {FLYT_CLIENT_IDS + 100, 0, 0};
+    CHECK_EQ(th_call(fd, FLYT_OP_GRAPH_CREATE, &g, sizeof g, NULL, 0, NULL), T_SUCCESS, "graph");
+    char error[256], bad[160];
+    snprintf(bad, sizeof bad, "%s/never.state", dir);
+    CHECK_EQ(checkpoint(bad, error, sizeof error), T_NOT_SUPPORTED, "refused");
+    CHECK(strstr(error, "CUDA graph") != NULL, "the error names the graph: %s", error);
+    CHECK(access(bad, F_OK) != 0 && errno == ENOENT, "no file left");
+    unsigned char got[64];
+    int had;
+    CHECK_EQ(th_dtoh(fd, buf_ptr[0], sizeof got, got, &had), T_SUCCESS, "session still serves");
+    CHECK_EQ(got[5], pattern(0, 5), "contents untouched");
+    CHECK_EQ(handle_op(fd, FLYT_OP_GRAPH_DESTROY, g.graph), T_SUCCESS, "graph destroyed");
+}
+
+static void restored_session_matches(void)
+{
+    th_say("the restored session: same pointers, contents and ids");
+    int fd = th_connect();
+    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO resumes the restored session");
+    for (int b = 0; b < NBUF; b++) {
+        unsigned char *want = expected(b), *got = malloc(buf_size[b]);
+        int had;
+        CHECK_EQ(th_dtoh(fd, buf_ptr[b], buf_size[b], got, &had), T_SUCCESS, "DTOH buffer %d", b);
+        CHECK_MEM_EQ(got, want, buf_size[b], "buffer %d at its address", b);
+        free(want);
+        free(got);
+    }
+    flyt_req_handle sreq = {STREAM_ID};
+    flyt_rep_i32 i32;
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_STREAM_GET_FLAGS, &sreq, sizeof sreq, NULL, 0, &i32, sizeof i32),
+             T_SUCCESS, "stream id known");
+    CHECK_EQ(i32.value, 1, "stream flags kept");
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_STREAM_GET_PRIO, &sreq, sizeof sreq, NULL, 0, &i32, sizeof i32),
+             T_SUCCESS, "stream priority");
+    CHECK_EQ(i32.value, -2, "stream priority kept");
+    CHECK_EQ(handle_op(fd, FLYT_OP_STREAM_SYNC, server_stream), T_SUCCESS, "server-id stream");
+    flyt_req_event_record rec = {EVENT_ID, STREAM_ID, 0, 0};
+    CHECK_EQ(th_call(fd, FLYT_OP_EVENT_RECORD, &rec, sizeof rec, NULL, 0, NULL), T_SUCCESS,
+             "event recorded on the stream");
+    CHECK_EQ(handle_op(fd, FLYT_OP_EVENT_QUERY, EVENT_ID), T_SUCCESS, "event query");
+    flyt_req_func_attr fa = {func_id, 0 /* MAX_THREADS_PER_BLOCK */, 0};
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_FUNC_GET_ATTR, &fa, sizeof fa, NULL, 0, &i32, sizeof i32),
+             T_SUCCESS, "function id known");
+    uint64_t again;
+    CHECK_EQ(func_get(fd, module_id, "kernel_two", &again), T_SUCCESS, "module id known");
+    CHECK_GT(again, func_id, "new ids follow the restored ones");
+    uint64_t fresh;
+    CHECK_EQ(th_alloc(fd, 8192, &fresh), T_SUCCESS, "a new allocation");
+    for (int b = 0; b < NBUF; b++)
+        CHECK(fresh + 8192 <= buf_ptr[b] || fresh >= buf_ptr[b] + buf_size[b],
+              "new allocation clear of buffer %d", b);
+    CHECK_EQ(th_free(fd, buf_ptr[1]), T_SUCCESS, "a restored buffer frees");
+    th_post(fd, FLYT_OP_GOODBYE, NULL, 0, NULL, 0);
+    close(fd);
+}
+
+/* flyt-server --restore path: its exit status, stderr in err_out. */
+static int restore_refused(const char *bin, const char *path, char *err_out, size_t len)
+{
+    char sock[160];
+    snprintf(sock, sizeof sock, "unix:%s/never.sock", dir);
+    const char *args[] = {"--backend", "host", "--listen", sock, "--restore", path, NULL};
+    return th_run_server(bin, args, err_out, len);
+}
+
+static unsigned char *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL, "open %s", path);
+    fseek(f, 0, SEEK_END);
+    *size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *p = malloc(*size);
+    CHECK_EQ(fread(p, 1, *size, f), *size, "read %s", path);
+    fclose(f);
+    return p;
+}
+
+static void write_file(const char *path, const unsigned char *p, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL && fwrite(p, 1, size, f) == size, "write %s", path);
+    fclose(f);
+}
+
+static void bad_files_refused(const char *bin)
+{
+    th_say("a corrupted state and a newer format version are refused");
+    size_t size;
+    unsigned char *orig = read_file(state_path, &size);
+    char path[160], err[2048];
+    snprintf(path, sizeof path, "%s/bad.state", dir);
+
+    unsigned char *p = malloc(size);
+    memcpy(p, orig, size);
+    p[size / 2] ^= 0x40; /* in a buffer's contents */
+    write_file(path, p, size);
+    CHECK_EQ(restore_refused(bin, path, err, sizeof err), 1, "corrupted: exit 1");
+    CHECK(strstr(err, "SHA-256 does not match") != NULL, "corrupted: says why: %s", err);
+
+    memcpy(p, orig, size);
+    struct flyt_state_header h;
+    memcpy(&h, p, sizeof h);
+    h.version = FLYT_STATE_VERSION + 1;
+    memcpy(p, &h, sizeof h);
+    unsigned n = 0;
+    CHECK(EVP_Digest(p, size - FLYT_STATE_HASH, p + size - FLYT_STATE_HASH, &n, EVP_sha256(), NULL) == 1,
+          "rehash");
+    write_file(path, p, size);
+    CHECK_EQ(restore_refused(bin, path, err, sizeof err), 1, "newer version: exit 1");
+    CHECK(strstr(err, "newer Flyt") != NULL, "newer version: says why: %s", err);
+
+    write_file(path, orig, size / 3);
+    CHECK_EQ(restore_refused(bin, path, err, sizeof err), 1, "cut short: exit 1");
+    unlink(path);
+    free(p);
+    free(orig);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH-TO-flyt-server\n", argv[0]);
+        return 2;
+    }
+    const char *bin = argv[1];
+    th_watchdog(120);
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(dir, sizeof dir, "/tmp/flyt-state-XXXXXX");
+    CHECK(mkdtemp(dir) != NULL, "temp dir");
+    snprintf(status_path, sizeof status_path, "%s/server.status", dir);
+    snprintf(state_path, sizeof state_path, "%s/session.state", dir);
+
+    const char *args[] = {"--status-file", status_path, NULL};
+    th_server_start_args(bin, NULL, args);
+    int fd = th_connect();
+    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO");
+    build_session(fd);
+    unsupported_refused(fd);
+
+    th_say("checkpoint through the status page");
+    char error[256];
+    CHECK_EQ(checkpoint(state_path, error, sizeof error), T_SUCCESS, "checkpoint: %s", error);
+    struct stat sb;
+    CHECK(stat(state_path, &sb) == 0 && (uint64_t)sb.st_size > buf_size[1], "state written");
+    unsigned char got[16];
+    int had;
+    CHECK_EQ(th_dtoh(fd, buf_ptr[2], sizeof got, got, &had), T_SUCCESS, "session carries on");
+    close(fd);
+    th_server_stop();
+
+    bad_files_refused(bin);
+
+    th_say("flyt-server --restore");
+    const char *rargs[] = {"--restore", state_path, NULL};
+    th_server_start_args(bin, NULL, rargs);
+    restored_session_matches();
+    CHECK(th_server_log_has("restored: 3 allocation(s)"), "the server says what it restored");
+    CHECK(th_server_log_clean(), "no session crashed");
+    th_server_stop();
+
+    unlink(state_path);
+    unlink(status_path);
+    rmdir(dir);
+    th_passed();
+    printf("test_server_state: all checks passed\n");
+    return 0;
+}
