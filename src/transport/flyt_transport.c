@@ -258,8 +258,11 @@ static ssize_t recv_with_fd(int fd, void *buf, size_t len, int flags, int *passe
         char bytes[CMSG_SPACE(sizeof(int))];
     } control;
     struct iovec iov = {buf, len};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
-                         .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (passed_fd) {
+        msg.msg_control = control.bytes;
+        msg.msg_controllen = sizeof control.bytes;
+    }
     ssize_t n;
     do {
         n = recvmsg(fd, &msg, flags | MSG_CMSG_CLOEXEC);
