@@ -235,20 +235,7 @@ int flyt_accept(int listen_fd)
 
 int flyt_read_full(int fd, void *buf, size_t len)
 {
-    char *p = buf;
-    while (len > 0) {
-        ssize_t n = recv(fd, p, len, MSG_WAITALL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            if (n == 0)
-                errno = 0;
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
+    return flyt_read_full_fd(fd, buf, len, NULL);
 }
 
 static ssize_t recv_with_fd(int fd, void *buf, size_t len, int flags, int *passed_fd)
