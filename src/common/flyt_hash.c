@@ -24,7 +24,7 @@ void flyt_hash_clear(flyt_hash *h)
 /* The empty slot where key's probe run ends. */
 static flyt_hash_slot *free_slot(flyt_hash_slot *slots, size_t cap, uint64_t key)
 {
-    size_t mask = cap - 1, i = flyt_hash_home(key, mask);
+    size_t mask = cap - 1, i = flyt_hash_home(key, cap);
     while (slots[i].key != 0) {
         FLYT_ASSERT(slots[i].key != key); /* insert only what is not there */
         i = (i + 1) & mask;
@@ -72,7 +72,7 @@ static void remove_at(flyt_hash *h, size_t i)
     h->slots[i].key = 0;
     h->count--;
     for (size_t j = (i + 1) & mask; h->slots[j].key != 0; j = (j + 1) & mask) {
-        size_t k = flyt_hash_home(h->slots[j].key, mask);
+        size_t k = flyt_hash_home(h->slots[j].key, h->cap);
         /* the entry at j may move to i unless its home lies cyclically in (i, j] */
         int stays = (i <= j) ? (k > i && k <= j) : (k > i || k <= j);
         if (stays)

@@ -62,14 +62,13 @@ void flyt_hash_iter_remove(flyt_hash *h, flyt_hash_iter *it);
 
 static inline size_t flyt_hash_count(const flyt_hash *h) { return h->count; }
 
-/* Mixes every bit of the key into the low ones: ids are sequential and
- * pointers aligned, and the slot is the low bits. */
-static inline size_t flyt_hash_home(uint64_t key, size_t mask)
+/* Fibonacci hashing: the top bits of key times 2^64 / phi. Sequential ids
+ * (the server's) land in distinct slots, one probe each; aligned pointers
+ * spread too, every bit of the key reaching the top ones. cap: a power of
+ * two, at least 2. */
+static inline size_t flyt_hash_home(uint64_t key, size_t cap)
 {
-    key ^= key >> 33;
-    key *= 0xff51afd7ed558ccdull;
-    key ^= key >> 33;
-    return (size_t)key & mask;
+    return (size_t)((key * 0x9e3779b97f4a7c15ull) >> (__builtin_clzll(cap) + 1));
 }
 
 /* The slot holding key, or NULL. */
@@ -79,7 +78,7 @@ static inline flyt_hash_slot *flyt_hash_find(const flyt_hash *h, uint64_t key)
         return NULL;
     FLYT_ASSERT(h->count < h->cap); /* an empty slot ends every probe run */
     size_t mask = h->cap - 1;
-    for (size_t i = flyt_hash_home(key, mask);; i = (i + 1) & mask) {
+    for (size_t i = flyt_hash_home(key, h->cap);; i = (i + 1) & mask) {
         flyt_hash_slot *s = &h->slots[i];
         if (s->key == key)
             return s;

@@ -17,7 +17,7 @@ static unsigned char in_model[MODEL_KEYS];
 static void keys_homed_at(size_t home, size_t cap, uint64_t *keys, int n)
 {
     for (uint64_t k = 1; n > 0; k++)
-        if (flyt_hash_home(k, cap - 1) == home)
+        if (flyt_hash_home(k, cap) == home)
             keys[--n] = k;
 }
 
