@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flyt_reader.h"
 #include "flyt_transport.h"
 
 struct waiter {
@@ -335,55 +336,13 @@ static void wait_callbacks(uint64_t seen)
 
 /* ---- receiver ---- */
 
-/* The receiver's input buffer: one recv usually brings a whole reply (or
- * several), instead of one call per piece. Bulk data goes straight to its
- * destination. Only the receiver thread touches it. */
+/* The receiver's input (flyt_reader): one recv usually brings a whole reply
+ * (or several), instead of one call per piece; bulk data goes straight to
+ * its destination. Only the receiver thread reads it. */
 #define RX_BUF (64 * 1024)
-static struct {
-    char   buf[RX_BUF];
-    size_t pos, len;
-} rx;
+static flyt_reader rx;
 
-static int rx_read(void *dst, size_t n)
-{
-    char *p = dst;
-    while (n > 0) {
-        if (rx.pos < rx.len) {
-            size_t k = rx.len - rx.pos < n ? rx.len - rx.pos : n;
-            memcpy(p, rx.buf + rx.pos, k);
-            rx.pos += k;
-            p += k;
-            n -= k;
-            continue;
-        }
-        if (n >= RX_BUF / 2)
-            return flyt_read_full(conn.fd, p, n);
-        ssize_t got;
-        do {
-            got = recv(conn.fd, rx.buf, RX_BUF, 0);
-        } while (got < 0 && errno == EINTR);
-        if (got <= 0) {
-            if (got == 0)
-                errno = 0;
-            return -1;
-        }
-        rx.pos = 0;
-        rx.len = (size_t)got;
-    }
-    return 0;
-}
-
-static int rx_skip(size_t n)
-{
-    char tmp[4096];
-    while (n > 0) {
-        size_t k = n < sizeof tmp ? n : sizeof tmp;
-        if (rx_read(tmp, k) != 0)
-            return -1;
-        n -= k;
-    }
-    return 0;
-}
+static int rx_read(void *dst, size_t n) { return flyt_reader_read(&rx, dst, n); }
 
 static int read_reply_body(struct waiter *w, uint32_t length)
 {
@@ -402,7 +361,7 @@ static int read_reply_body(struct waiter *w, uint32_t length)
         return -1;
     left -= rep_size;
     if (left == 0 || sink == NULL)
-        return left == 0 ? 0 : rx_skip(left);
+        return left == 0 ? 0 : flyt_reader_skip(&rx, left);
     size_t trailer = sink->streamed ? sizeof(struct flyt_reply) : 0;
     if (left < trailer || left - trailer > sink->data_max)
         return -1;
@@ -449,7 +408,7 @@ static void *receiver_thread(void *arg)
     (void)arg;
     for (;;) {
         struct flyt_frame_hdr h;
-        if (rx.pos == rx.len && __atomic_load_n(&conn.waiters, __ATOMIC_RELAXED) != NULL)
+        if (flyt_reader_buffered(&rx) == 0 && __atomic_load_n(&conn.waiters, __ATOMIC_RELAXED) != NULL)
             flyt_spin_readable(conn.fd, RECEIVER_SPIN_US);
         if (rx_read(&h, sizeof h) != 0) {
             fail_all(errno ? strerror(errno) : "server closed the connection");
@@ -761,6 +720,8 @@ static int fetch_snapshot(void)
 
 static int start_threads(void)
 {
+    if (flyt_reader_init(&rx, conn.fd, RX_BUF, 0) != 0)
+        return -1;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

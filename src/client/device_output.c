@@ -6,10 +6,11 @@
  */
 #include "client.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#include "flyt_io.h"
 
 /* THE SWITCH for the order of device output among the program's own output.
  * 1: through stdio's stdout/stderr FILEs (fwrite): device lines take their
@@ -24,19 +25,6 @@
  * server synchronise first, printing what the last kernels printed, as a
  * context destroyed at exit would. */
 #define FLYT_DEVICE_OUTPUT_SYNC_AT_EXIT 0
-
-static void write_fd(int fd, const char *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return; /* the program closed it: the bytes go nowhere, as natively */
-        p += n;
-        len -= (size_t)n;
-    }
-}
 
 /* Set once the program has begun to exit: from then on nothing the driver
  * prints reaches the program. Natively the runtime's teardown at exit
@@ -53,7 +41,8 @@ void flyt_device_output(uint32_t fd, const void *buf, size_t len)
     if (FLYT_DEVICE_OUTPUT_THROUGH_STDIO)
         fwrite(buf, 1, len, fd == 2 ? stderr : stdout);
     else
-        write_fd(fd == 2 ? STDERR_FILENO : STDOUT_FILENO, buf, len);
+        /* a failure: the program closed it, the bytes go nowhere, as natively */
+        (void)flyt_write_all(fd == 2 ? STDERR_FILENO : STDOUT_FILENO, buf, len);
 }
 
 /* The last pipelined calls before exit may have made the driver print (a

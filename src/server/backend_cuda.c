@@ -152,96 +152,31 @@ static int driver_load(struct flyt_cu_api *cu, char *err, size_t errlen)
     return 0;
 }
 
-/* ---- pointer set: open addressing, linear probing, backward-shift delete ---- */
+/* ---- pointer sets ---- */
 
-static size_t pset_hash(const void *p, size_t mask)
-{
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    return (size_t)x & mask;
-}
+static uint64_t pkey(const void *p) { return (uint64_t)(uintptr_t)p; }
 
-static int pset_grow(struct flyt_pset *s)
-{
-    size_t ncap = s->cap ? s->cap * 2 : 16;
-    void **n = calloc(ncap, sizeof *n);
-    if (!n)
-        return -1;
-    for (size_t i = 0; i < s->cap; i++) {
-        if (!s->slot[i])
-            continue;
-        size_t j = pset_hash(s->slot[i], ncap - 1);
-        while (n[j])
-            j = (j + 1) & (ncap - 1);
-        n[j] = s->slot[i];
-    }
-    free(s->slot);
-    s->slot = n;
-    s->cap = ncap;
-    return 0;
-}
-
-int flyt_pset_add(struct flyt_pset *s, void *p)
+int flyt_pset_add(flyt_hash *s, void *p)
 {
     if (!p)
         return -1;
-    if ((s->count + 1) * 4 > s->cap * 3 && pset_grow(s) != 0)
-        return -1;
-    size_t mask = s->cap - 1, i = pset_hash(p, mask);
-    while (s->slot[i]) {
-        if (s->slot[i] == p)
-            return 0;
-        i = (i + 1) & mask;
-    }
-    s->slot[i] = p;
-    s->count++;
-    return 0;
-}
-
-static size_t pset_find(const struct flyt_pset *s, void *p)
-{
-    if (!p || !s->cap)
-        return (size_t)-1;
-    size_t mask = s->cap - 1, i = pset_hash(p, mask);
-    while (s->slot[i]) {
-        if (s->slot[i] == p)
-            return i;
-        i = (i + 1) & mask;
-    }
-    return (size_t)-1;
-}
-
-int flyt_pset_has(const struct flyt_pset *s, void *p) { return pset_find(s, p) != (size_t)-1; }
-
-int flyt_pset_del(struct flyt_pset *s, void *p)
-{
-    size_t i = pset_find(s, p);
-    if (i == (size_t)-1)
+    if (flyt_hash_find(s, pkey(p)))
         return 0;
-    size_t mask = s->cap - 1;
-    s->slot[i] = NULL;
-    s->count--;
-    /* shift back the entries of the cluster that follows */
-    for (size_t j = (i + 1) & mask; s->slot[j]; j = (j + 1) & mask) {
-        size_t home = pset_hash(s->slot[j], mask);
-        /* move slot j to the hole i unless its home lies cyclically in (i, j] */
-        int stays = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
-        if (!stays) {
-            s->slot[i] = s->slot[j];
-            s->slot[j] = NULL;
-            i = j;
-        }
-    }
-    return 1;
+    return flyt_hash_insert(s, pkey(p)) ? 0 : -1;
 }
 
-void flyt_pset_free(struct flyt_pset *s)
+int flyt_pset_del(flyt_hash *s, void *p) { return flyt_hash_remove(s, pkey(p)); }
+
+void *flyt_pset_pop(flyt_hash *s)
 {
-    free(s->slot);
-    s->slot = NULL;
-    s->cap = s->count = 0;
+    flyt_hash_iter it;
+    flyt_hash_iter_init(s, &it);
+    flyt_hash_slot *slot = flyt_hash_iter_next(s, &it);
+    if (!slot)
+        return NULL;
+    void *p = (void *)(uintptr_t)slot->key;
+    flyt_hash_iter_remove(s, &it);
+    return p;
 }
 
 /* ---- context ---- */
@@ -332,18 +267,18 @@ static void module_unlink(struct flyt_cuda_backend *b, struct flyt_cuda_module *
 static void destroy_tracked(struct flyt_cuda_backend *b)
 {
     int drv = b->ctx != NULL && flyt_cuda_ctx(b) == CUDA_SUCCESS;
-    for (size_t i = 0; drv && i < b->streams.cap; i++)
-        if (b->streams.slot[i])
-            b->cu.cuStreamDestroy((CUstream)b->streams.slot[i]);
-    flyt_pset_free(&b->streams);
-    for (size_t i = 0; drv && i < b->events.cap; i++)
-        if (b->events.slot[i])
-            b->cu.cuEventDestroy((CUevent)b->events.slot[i]);
-    flyt_pset_free(&b->events);
-    for (size_t i = 0; drv && i < b->pools.cap; i++)
-        if (b->pools.slot[i])
-            b->cu.cuMemPoolDestroy((CUmemoryPool)b->pools.slot[i]);
-    flyt_pset_free(&b->pools);
+    for (void *p; (p = flyt_pset_pop(&b->streams)) != NULL;)
+        if (drv)
+            b->cu.cuStreamDestroy(p);
+    for (void *p; (p = flyt_pset_pop(&b->events)) != NULL;)
+        if (drv)
+            b->cu.cuEventDestroy(p);
+    for (void *p; (p = flyt_pset_pop(&b->pools)) != NULL;)
+        if (drv)
+            b->cu.cuMemPoolDestroy(p);
+    flyt_hash_free(&b->streams);
+    flyt_hash_free(&b->events);
+    flyt_hash_free(&b->pools);
     while (b->modules) {
         struct flyt_cuda_module *m = b->modules;
         module_unlink(b, m);

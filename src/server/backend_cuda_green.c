@@ -234,10 +234,11 @@ static CUresult streams_collect(struct flyt_cuda_backend *b, struct moved_stream
     *out = calloc(b->streams.count ? b->streams.count : 1, sizeof **out);
     if (!*out)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    for (size_t i = 0; i < b->streams.cap; i++) {
-        CUstream s = b->streams.slot[i];
-        if (!s)
-            continue;
+    flyt_hash_iter it;
+    flyt_hash_slot *slot;
+    flyt_hash_iter_init(&b->streams, &it);
+    while ((slot = flyt_hash_iter_next(&b->streams, &it)) != NULL) {
+        CUstream s = (CUstream)(uintptr_t)slot->key;
         struct moved_stream *m = &(*out)[(*n)++];
         m->old = s;
         CUresult r = b->cu.cuStreamGetFlags(s, &m->flags);

@@ -25,6 +25,7 @@
 
 #include "backend.h"
 #include "flyt_calls.h"
+#include "flyt_hash.h"
 
 /* Every driver function the backend uses, by its cuda.h name. */
 #define FLYT_CU_FUNCS(X)                                  \
@@ -231,16 +232,10 @@ int  flyt_cu_table_set(struct flyt_cu_api *table, const char *name, void *fn, vo
 /* The same on the table of an open cuda backend. */
 int  flyt_cuda_table_override(flyt_backend *b, const char *name, void *fn, void **old);
 
-/* ---- a set of pointers (the backend's live streams, events, pools) ---- */
-struct flyt_pset {
-    void  **slot; /* NULL = empty */
-    size_t  cap;  /* power of two, or 0 */
-    size_t  count;
-};
-int  flyt_pset_add(struct flyt_pset *s, void *p); /* 0, or -1 on ENOMEM */
-int  flyt_pset_del(struct flyt_pset *s, void *p); /* 1 when it was there */
-int  flyt_pset_has(const struct flyt_pset *s, void *p);
-void flyt_pset_free(struct flyt_pset *s);
+/* ---- sets of pointers (the backend's live streams, events, pools): flyt_hash keys ---- */
+int   flyt_pset_add(flyt_hash *s, void *p); /* 0, or -1 on ENOMEM (or NULL) */
+int   flyt_pset_del(flyt_hash *s, void *p); /* 1 when it was there */
+void *flyt_pset_pop(flyt_hash *s);          /* takes out any one member, NULL when empty */
 
 /* ---- modules and functions ---- */
 struct flyt_cuda_func {
@@ -298,7 +293,7 @@ struct flyt_cuda_backend {
     CUgreenCtx green;
     CUstream   pt_stream;  /* serves CU_STREAM_PER_THREAD inside the green context */
 
-    struct flyt_pset streams, events, pools;
+    flyt_hash streams, events, pools;
     struct flyt_cuda_module *modules;
 
     /* Legacy-stream semantics inside a green context (backend_cuda_legacy.c):

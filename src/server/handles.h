@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "flyt_hash.h"
 #include "flyt_proto.h"
 
 enum flyt_htype {
@@ -78,10 +79,8 @@ struct flyt_hentry {
 };
 
 typedef struct {
-    struct flyt_hentry **slots; /* open addressing, linear probing */
-    size_t               cap;   /* power of two, or 0 before the first add */
-    size_t               count;
-    uint64_t             next_id;
+    flyt_hash map; /* id -> struct flyt_hentry * */
+    uint64_t  next_id;
 } flyt_handles;
 
 void flyt_handles_init(flyt_handles *t);
@@ -95,8 +94,15 @@ struct flyt_hentry *flyt_handles_add(flyt_handles *t, enum flyt_htype type, flyt
  * FLYT_CLIENT_IDS or already names an entry (or out of memory). */
 struct flyt_hentry *flyt_handles_add_id(flyt_handles *t, uint64_t id, enum flyt_htype type,
                                         flyt_bhandle bh);
-/* NULL when the id is unknown or names an object of another type. */
-struct flyt_hentry *flyt_handles_get(flyt_handles *t, uint64_t id, enum flyt_htype type);
+/* NULL when the id is unknown or names an object of another type. Inline:
+ * every call looks its ids up. */
+static inline struct flyt_hentry *flyt_handles_get(flyt_handles *t, uint64_t id,
+                                                   enum flyt_htype type)
+{
+    flyt_hash_slot *s = flyt_hash_find(&t->map, id);
+    struct flyt_hentry *e = s ? s->value.ptr : NULL;
+    return e && e->type == type ? e : NULL;
+}
 /* 0 when removed, -1 when not there. */
 int flyt_handles_remove(flyt_handles *t, uint64_t id);
 

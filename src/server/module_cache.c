@@ -11,6 +11,7 @@
 
 #include <openssl/evp.h>
 
+#include "flyt_io.h"
 #include "flyt_log.h"
 
 void flyt_sha256(const void *data, size_t len, uint8_t out[32])
@@ -38,21 +39,6 @@ static int cache_path(const char *dir, const uint8_t sha[32], char *buf, size_t 
     return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
-static int read_all(int fd, void *buf, size_t len)
-{
-    char *p = buf;
-    while (len > 0) {
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 void *flyt_cache_load(const char *dir, const uint8_t sha[32], uint64_t size)
 {
     char path[4096];
@@ -69,7 +55,7 @@ void *flyt_cache_load(const char *dir, const uint8_t sha[32], uint64_t size)
         goto out;
     }
     data = malloc(size);
-    if (data == NULL || read_all(fd, data, size) != 0) {
+    if (data == NULL || flyt_read_all(fd, data, size) != 0) {
         flyt_warn("cannot read cache file %s", path);
         goto fail;
     }
@@ -88,21 +74,6 @@ out:
     return data;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 void flyt_cache_store(const char *dir, const uint8_t sha[32], const void *data, uint64_t size)
 {
     char path[4096], tmp[4096 + 32];
@@ -117,7 +88,7 @@ void flyt_cache_store(const char *dir, const uint8_t sha[32], const void *data, 
         flyt_warn("cannot create %s: %s", tmp, strerror(errno));
         return;
     }
-    int ok = write_all(fd, data, size) == 0;
+    int ok = flyt_write_all(fd, data, size) == 0;
     ok = (close(fd) == 0) && ok;
     if (ok && rename(tmp, path) == 0) {
         flyt_debug("cached fatbinary %s (%llu bytes)", path, (unsigned long long)size);

@@ -141,110 +141,49 @@ void flyt_quota_uncharge(struct flyt_memtab *t, uint64_t size)
     SUB(&page->memory_used, size);
 }
 
-/* ---- pointer -> size: open addressing, linear probing, backward-shift delete ---- */
-
-static size_t slot_of(uint64_t ptr, size_t mask)
-{
-    uint64_t x = ptr;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    return (size_t)x & mask;
-}
-
-static int grow(struct flyt_memtab *t)
-{
-    size_t ncap = t->cap ? t->cap * 2 : 64;
-    __typeof__(t->e) n = calloc(ncap, sizeof *n);
-    if (!n)
-        return -1;
-    for (size_t i = 0; i < t->cap; i++) {
-        if (!t->e[i].ptr)
-            continue;
-        size_t j = slot_of(t->e[i].ptr, ncap - 1);
-        while (n[j].ptr)
-            j = (j + 1) & (ncap - 1);
-        n[j] = t->e[i];
-    }
-    free(t->e);
-    t->e = n;
-    t->cap = ncap;
-    return 0;
-}
-
-static size_t find(const struct flyt_memtab *t, uint64_t ptr)
-{
-    if (!ptr || !t->cap)
-        return (size_t)-1;
-    size_t mask = t->cap - 1;
-    for (size_t i = slot_of(ptr, mask); t->e[i].ptr; i = (i + 1) & mask)
-        if (t->e[i].ptr == ptr)
-            return i;
-    return (size_t)-1;
-}
+/* ---- pointer -> size ---- */
 
 int flyt_memtab_add(struct flyt_memtab *t, uint64_t ptr, uint64_t size)
 {
     if (!page || !ptr)
         return 0;
-    size_t i = find(t, ptr);
-    if (i != (size_t)-1) { /* the backend handed out a live pointer again: keep the newer size */
-        flyt_quota_uncharge(t, t->e[i].size);
-        t->e[i].size = size;
+    flyt_hash_slot *s = flyt_hash_find(&t->map, ptr);
+    if (s) { /* the backend handed out a live pointer again: keep the newer size */
+        flyt_quota_uncharge(t, s->value.u64);
+        s->value.u64 = size;
         return 0;
     }
-    if ((t->count + 1) * 4 > t->cap * 3 && grow(t) != 0)
+    s = flyt_hash_insert(&t->map, ptr);
+    if (!s)
         return -1;
-    size_t mask = t->cap - 1;
-    for (i = slot_of(ptr, mask); t->e[i].ptr; i = (i + 1) & mask)
-        ;
-    t->e[i].ptr = ptr;
-    t->e[i].size = size;
-    t->count++;
+    s->value.u64 = size;
     return 0;
 }
 
 uint64_t flyt_memtab_size(const struct flyt_memtab *t, uint64_t ptr)
 {
-    size_t i = find(t, ptr);
-    return i == (size_t)-1 ? 0 : t->e[i].size;
+    flyt_hash_slot *s = flyt_hash_find(&t->map, ptr);
+    return s ? s->value.u64 : 0;
 }
 
 void flyt_memtab_remove(struct flyt_memtab *t, uint64_t ptr)
 {
-    size_t i = find(t, ptr);
-    if (i == (size_t)-1)
+    flyt_hash_slot *s = flyt_hash_find(&t->map, ptr);
+    if (!s)
         return;
-    FLYT_ASSERT(t->count > 0 && t->e[i].size <= t->used); /* used covers every tracked size */
-    flyt_quota_uncharge(t, t->e[i].size);
-    size_t mask = t->cap - 1;
-    t->e[i].ptr = 0;
-    t->e[i].size = 0;
-    t->count--;
-    for (size_t j = (i + 1) & mask; t->e[j].ptr; j = (j + 1) & mask) {
-        size_t home = slot_of(t->e[j].ptr, mask);
-        int stays = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
-        if (!stays) {
-            t->e[i] = t->e[j];
-            t->e[j].ptr = 0;
-            t->e[j].size = 0;
-            i = j;
-        }
-    }
+    FLYT_ASSERT(s->value.u64 <= t->used); /* used covers every tracked size */
+    flyt_quota_uncharge(t, s->value.u64);
+    flyt_hash_remove_slot(&t->map, s);
 }
 
 void flyt_memtab_clear(struct flyt_memtab *t)
 {
     flyt_quota_uncharge(t, t->used);
-    if (t->e)
-        memset(t->e, 0, t->cap * sizeof *t->e);
-    t->count = 0;
+    flyt_hash_clear(&t->map);
 }
 
 void flyt_memtab_free(struct flyt_memtab *t)
 {
     flyt_memtab_clear(t);
-    free(t->e);
-    t->e = NULL;
-    t->cap = 0;
+    flyt_hash_free(&t->map);
 }

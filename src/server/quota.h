@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "flyt_hash.h"
 #include "flyt_server_status.h"
 
 /* ---- the page (parent side) ---- */
@@ -44,9 +45,8 @@ int flyt_quota_my_slot(void);
 
 /* Pointer -> size of the session's live allocations. */
 struct flyt_memtab {
-    struct { uint64_t ptr, size; } *e; /* open addressing; ptr 0 = empty */
-    size_t cap, count;
-    uint64_t used; /* this session's bytes */
+    flyt_hash map;  /* pointer -> size (value.u64) */
+    uint64_t  used; /* this session's bytes */
 };
 
 /* Whether allocations are tracked at all (a page exists). */

@@ -19,6 +19,7 @@
 
 #include "flyt_assert.h"
 #include "flyt_log.h"
+#include "flyt_reader.h"
 #include "flyt_transport.h"
 
 /* Room for any op's request and reply struct. */
@@ -226,11 +227,6 @@ void flyt_reply_end(flyt_session *s) { send_release(s); }
 
 #define IN_BUF (64 * 1024)
 
-static void note_fd(flyt_session *s, int before)
-{
-    if (s->passed_fd != before)
-        s->fd_end = s->in_total;
-}
 
 /* ---- the reader role (host functions in stream order) ------------------
  * A host function's driver thread waits for the client's HOST_FUNC_DONE.
@@ -254,39 +250,13 @@ static void note_frame(flyt_session *s, const struct flyt_frame_hdr *h, uint64_t
 /* The frame headers among the buffered bytes beyond scan_pos. */
 static void scan_ahead(flyt_session *s)
 {
-    while (s->scan_pos + sizeof(struct flyt_frame_hdr) <= s->in_total) {
+    while (s->scan_pos + sizeof(struct flyt_frame_hdr) <= s->in.total) {
         struct flyt_frame_hdr h;
-        memcpy(&h, s->in + s->in_len - (size_t)(s->in_total - s->scan_pos), sizeof h);
+        memcpy(&h, flyt_reader_at(&s->in, s->scan_pos), sizeof h);
         note_frame(s, &h, s->scan_pos);
     }
 }
 
-/* Room for at least want more bytes after in_len; 0, or -1 at the limit. */
-static int make_room(flyt_session *s, size_t want)
-{
-    if (s->in_pos == s->in_len)
-        s->in_pos = s->in_len = 0;
-    if (s->in_cap - s->in_len >= want)
-        return 0;
-    if (s->in_pos > 0) {
-        memmove(s->in, s->in + s->in_pos, s->in_len - s->in_pos);
-        s->in_len -= s->in_pos;
-        s->in_pos = 0;
-        if (s->in_cap - s->in_len >= want)
-            return 0;
-    }
-    size_t cap = s->in_cap * 2;
-    if (cap > (size_t)FLYT_MAX_PAYLOAD * 2)
-        return -1;
-    char *in = realloc(s->in, cap);
-    if (in == NULL)
-        return -1;
-    s->in = in;
-    s->in_cap = cap;
-    return 0;
-}
-
-static void note_fd(flyt_session *s, int before);
 
 /* One step of reading ahead, as the role's holder: waits for bytes or for
  * the session thread's wake-up. A descriptor not yet taken, or a full
@@ -294,12 +264,13 @@ static void note_fd(flyt_session *s, int before);
 static int read_ahead_step(flyt_session *s)
 {
     FLYT_ASSERT(s->rd_owner == FLYT_RD_AHEAD); /* no other thread writes it meanwhile */
-    if (s->passed_fd >= 0 && s->n_ahead_fds < FLYT_AHEAD_FDS) {
-        s->ahead_fds[s->n_ahead_fds].fd = s->passed_fd;
-        s->ahead_fds[s->n_ahead_fds++].end = s->fd_end;
-        s->passed_fd = -1;
+    if (s->in.passed_fd >= 0 && s->n_ahead_fds < FLYT_AHEAD_FDS) {
+        s->ahead_fds[s->n_ahead_fds].fd = s->in.passed_fd;
+        s->ahead_fds[s->n_ahead_fds++].end = s->in.fd_end;
+        s->in.passed_fd = -1;
     }
-    int can_read = s->passed_fd < 0 && make_room(s, IN_BUF) == 0;
+    int can_read = s->in.passed_fd < 0 &&
+                   flyt_reader_make_room(&s->in, IN_BUF, (size_t)FLYT_MAX_PAYLOAD * 2) == 0;
     struct pollfd p[2] = {{.fd = s->wake_fd, .events = POLLIN}, {.fd = s->fd, .events = POLLIN}};
     if (poll(p, can_read ? 2 : 1, can_read ? -1 : 50) < 0)
         return 0;
@@ -312,13 +283,8 @@ static int read_ahead_step(flyt_session *s)
     }
     if (!can_read || !(p[1].revents & (POLLIN | POLLHUP | POLLERR)))
         return 0;
-    int before = s->passed_fd;
-    long n = flyt_recv_some(s->fd, s->in + s->in_len, s->in_cap - s->in_len, &s->passed_fd);
-    if (n <= 0)
+    if (flyt_reader_fill(&s->in) <= 0)
         return -1; /* the connection is gone: the session thread finds out too */
-    s->in_len += (size_t)n;
-    s->in_total += (uint64_t)n;
-    note_fd(s, before);
     scan_ahead(s);
     return 0;
 }
@@ -408,61 +374,22 @@ static void reading_over(flyt_session *s)
     pthread_mutex_unlock(&s->rd_mu);
 }
 
-/* Exactly len bytes: from the buffer first; bulk data straight into buf. */
-static int sess_read_owned(flyt_session *s, void *buf, size_t len);
+/* Exactly len bytes, with the reader role. */
 static int sess_read(flyt_session *s, void *buf, size_t len)
 {
     int taken = role_take(s);
-    int rc = sess_read_owned(s, buf, len);
+    int rc = flyt_reader_read(&s->in, buf, len);
     role_give(s, taken);
     return rc;
 }
 
-static int sess_read_owned(flyt_session *s, void *buf, size_t len)
-{
-    char *p = buf;
-    while (len > 0) {
-        size_t avail = s->in_len - s->in_pos;
-        if (avail > 0) {
-            size_t n = avail < len ? avail : len;
-            memcpy(p, s->in + s->in_pos, n);
-            s->in_pos += n;
-            p += n;
-            len -= n;
-            continue;
-        }
-        int before = s->passed_fd;
-        if (len >= IN_BUF / 2) {
-            if (flyt_read_full_fd(s->fd, p, len, &s->passed_fd) != 0)
-                return -1;
-            s->in_total += len;
-            note_fd(s, before);
-            return 0;
-        }
-        long n = flyt_recv_some(s->fd, s->in, IN_BUF, &s->passed_fd);
-        if (n <= 0) {
-            if (n == 0)
-                errno = 0;
-            return -1;
-        }
-        s->in_pos = 0;
-        s->in_len = (size_t)n;
-        s->in_total += (uint64_t)n;
-        note_fd(s, before);
-    }
-    return 0;
-}
-
+/* Drops len bytes, with the reader role (as one long read would hold it). */
 static int sess_skip(flyt_session *s, uint64_t len)
 {
-    char tmp[16384];
-    while (len > 0) {
-        size_t n = len < sizeof tmp ? (size_t)len : sizeof tmp;
-        if (sess_read(s, tmp, n) != 0)
-            return -1;
-        len -= n;
-    }
-    return 0;
+    int taken = role_take(s);
+    int rc = flyt_reader_skip(&s->in, len);
+    role_give(s, taken);
+    return rc;
 }
 
 /* Descriptors and the read-ahead: each passed descriptor belongs to the
@@ -473,9 +400,9 @@ int flyt_take_passed_fd(flyt_session *s)
 {
     int taken = role_take(s);
     int fd = -1;
-    if (s->passed_fd >= 0 && s->fd_end == s->frame_end) {
-        fd = s->passed_fd;
-        s->passed_fd = -1;
+    if (s->in.passed_fd >= 0 && s->in.fd_end == s->frame_end) {
+        fd = s->in.passed_fd;
+        s->in.passed_fd = -1;
     }
     for (int i = 0; fd < 0 && i < s->n_ahead_fds; i++)
         if (s->ahead_fds[i].end == s->frame_end) {
@@ -499,9 +426,9 @@ int flyt_client_gone(flyt_session *s, uint64_t step)
 static void drop_stray_fd(flyt_session *s)
 {
     int taken = role_take(s);
-    if (s->passed_fd >= 0 && s->fd_end <= s->frame_end) {
-        close(s->passed_fd);
-        s->passed_fd = -1;
+    if (s->in.passed_fd >= 0 && s->in.fd_end <= s->frame_end) {
+        close(s->in.passed_fd);
+        s->in.passed_fd = -1;
     }
     for (int i = 0; i < s->n_ahead_fds;)
         if (s->ahead_fds[i].end <= s->frame_end) {
@@ -601,16 +528,16 @@ int handle_GOODBYE(flyt_session *s, flyt_call *c)
 static int read_header(flyt_session *s, struct flyt_frame_hdr *h, const char *when)
 {
     int taken = role_take(s);
-    if (s->cfg->poll_us && s->in_pos == s->in_len)
+    if (s->cfg->poll_us && flyt_reader_buffered(&s->in) == 0)
         flyt_spin_readable(s->fd, s->cfg->poll_us);
     /* idle: a live resize wakes us too, and is applied by serve() without the role
      * (it drains the device, which may wait for a host function's acknowledgement) */
-    if (s->in_pos == s->in_len && flyt_resize_wait(s)) {
+    if (flyt_reader_buffered(&s->in) == 0 && flyt_resize_wait(s)) {
         role_give(s, taken);
         return 1;
     }
-    s->frame_start = s->in_total - (s->in_len - s->in_pos);
-    int rc = sess_read_owned(s, h, sizeof *h);
+    s->frame_start = flyt_reader_offset(&s->in);
+    int rc = flyt_reader_read(&s->in, h, sizeof *h);
     if (rc == 0) {
         s->frame_end = s->frame_start + sizeof *h + h->length;
         note_frame(s, h, s->frame_start); /* with the role: counted once */
@@ -875,13 +802,10 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     static flyt_session s;
     memset(&s, 0, sizeof s);
     s.fd = fd;
-    s.passed_fd = -1;
-    s.in = malloc(IN_BUF);
-    if (s.in == NULL) {
+    if (flyt_reader_init(&s.in, fd, IN_BUF, 1) != 0) {
         flyt_error("out of memory for session %s", peer);
         return FLYT_EXIT_BACKEND;
     }
-    s.in_cap = IN_BUF;
     s.peer = peer;
     s.cfg = cfg;
     flyt_resize_init(&s);
@@ -923,7 +847,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     for (int i = 0; i < s.n_ahead_fds; i++)
         close(s.ahead_fds[i].fd);
     close(s.wake_fd);
-    free(s.in);
+    flyt_reader_free(&s.in);
     close(fd);
 
     switch (rc) {

@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "device_output.h"
 #include "flyt_proto.h"
+#include "flyt_reader.h"
 #include "handles.h"
 #include "quota.h"
 
@@ -88,20 +89,15 @@ enum { FLYT_RD_NONE, FLYT_RD_SESSION, FLYT_RD_AHEAD };
 
 typedef struct flyt_session {
     int                              fd;
-    int                              passed_fd; /* a descriptor that came with a frame, or -1 */
     pid_t                            peer_pid;  /* SO_PEERCRED pid; 0 unknown yet, -1 none (TCP) */
     uid_t                            peer_uid;  /* and its credentials at connect */
     gid_t                            peer_gid;
 
-    /* Input buffer: one recv brings in as many pipelined frames as have
-     * arrived (a launch costs no syscall of its own). Offsets count bytes
-     * since the session began; a passed descriptor belongs to the frame
-     * whose last byte is the last byte of the read that brought it (the
-     * kernel ends a read after the message carrying descriptors). */
-    char                            *in;
-    size_t                           in_pos, in_len;
-    uint64_t                         in_total;    /* bytes received so far */
-    uint64_t                         fd_end;      /* in_total when passed_fd arrived */
+    /* Input: one recv brings in as many pipelined frames as have arrived
+     * (a launch costs no syscall of its own); the buffer grows while reading
+     * ahead. A passed descriptor (in.passed_fd) belongs to the frame that
+     * ends at in.fd_end. */
+    flyt_reader                      in;
     uint64_t                         frame_start; /* offset of the current frame */
     uint64_t                         frame_end;
     const char                      *peer;
@@ -143,7 +139,6 @@ typedef struct flyt_session {
     int                 rd_want;   /* the session thread waits for the role */
     int                 rd_over;   /* no more reading: waiting host functions return */
     int                 wake_fd;   /* eventfd: the session thread wakes a read-ahead */
-    size_t              in_cap;    /* the input buffer grows while reading ahead */
     uint64_t            scan_pos;  /* offset of the first frame not yet looked at */
     uint64_t            cb_acked;  /* HOST_FUNC_DONE frames seen (atomic) */
     struct { int fd; uint64_t end; } ahead_fds[FLYT_AHEAD_FDS]; /* passed, read ahead */

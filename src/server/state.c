@@ -776,7 +776,7 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
         return e;
     }
     flyt_info("session for %s restored: %llu allocation(s), %zu object id(s), %zu bytes of state, "
-              "in %.3f ms", s->peer, (unsigned long long)allocs, s->handles.count, st->size,
+              "in %.3f ms", s->peer, (unsigned long long)allocs, flyt_hash_count(&s->handles.map), st->size,
               (double)(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
     return CUDA_SUCCESS;
 }

@@ -235,20 +235,7 @@ int flyt_accept(int listen_fd)
 
 int flyt_read_full(int fd, void *buf, size_t len)
 {
-    char *p = buf;
-    while (len > 0) {
-        ssize_t n = recv(fd, p, len, MSG_WAITALL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            if (n == 0)
-                errno = 0;
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
+    return flyt_read_full_fd(fd, buf, len, NULL);
 }
 
 static ssize_t recv_with_fd(int fd, void *buf, size_t len, int flags, int *passed_fd)
@@ -258,8 +245,11 @@ static ssize_t recv_with_fd(int fd, void *buf, size_t len, int flags, int *passe
         char bytes[CMSG_SPACE(sizeof(int))];
     } control;
     struct iovec iov = {buf, len};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
-                         .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (passed_fd) {
+        msg.msg_control = control.bytes;
+        msg.msg_controllen = sizeof control.bytes;
+    }
     ssize_t n;
     do {
         n = recvmsg(fd, &msg, flags | MSG_CMSG_CLOEXEC);

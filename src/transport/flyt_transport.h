@@ -36,9 +36,9 @@ int flyt_read_full(int fd, void *buf, size_t len);
 int flyt_write_full(int fd, const void *buf, size_t len);
 /* iov is consumed: its entries are advanced as bytes go out. */
 int flyt_writev_full(int fd, struct iovec *iov, int iovcnt);
-/* Unix sockets only: like flyt_read_full, and a file descriptor passed with
+/* Like flyt_read_full, and on a Unix socket a file descriptor passed with
  * the bytes (SCM_RIGHTS) is stored in *passed_fd (an earlier one there is
- * closed first). */
+ * closed first). passed_fd NULL: no descriptor is taken. */
 int flyt_read_full_fd(int fd, void *buf, size_t len, int *passed_fd);
 /* One recvmsg of up to cap bytes (blocking until at least one): the byte
  * count, 0 at end of stream, -1 on error. A passed descriptor goes to

@@ -31,6 +31,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "flyt_io.h"
+
 static void flat(const char *path, json_t *v)
 {
     char sub[1024];
@@ -94,20 +96,6 @@ static char *read_all(FILE *f, size_t *len)
     return buf;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static int http(const char *method, const char *hostport, const char *path, const char *token,
                 const char *body_arg)
 {
@@ -161,8 +149,8 @@ static int http(const char *method, const char *hostport, const char *path, cons
                       "Content-Type: application/json\r\nContent-Length: %zu\r\n", blen);
     n += snprintf(head + n, sizeof head - (size_t)n, "\r\n");
     /* the server may answer (413) and close before the whole body is sent: not an error */
-    if (write_all(fd, head, (size_t)n) == 0 && body)
-        (void)write_all(fd, body, blen);
+    if (flyt_write_all(fd, head, (size_t)n) == 0 && body)
+        (void)flyt_write_all(fd, body, blen);
     free(body);
     size_t cap = 1 << 20, got = 0;
     char *ans = malloc(cap + 1);
@@ -214,7 +202,7 @@ static int sock_line(const char *path, const char *line)
     if (fd >= 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        write_all(fd, req, n) != 0) {
+        flyt_write_all(fd, req, n) != 0) {
         fprintf(stderr, "e2e_tool: %s: %s\n", path, strerror(errno));
         return 2;
     }

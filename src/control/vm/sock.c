@@ -11,6 +11,7 @@
 #include "cmgr.h"
 
 #include "flyt_log.h"
+#include "flyt_transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,20 +63,6 @@ static int field(const char *line, const char *key, char *out, size_t cap)
     return 0;
 }
 
-static int send_all(int fd, const char *s, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        s += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static int send_error(int fd, const char *msg)
 {
     char line[CMGR_LINE_MAX];
@@ -86,7 +73,7 @@ static int send_error(int fd, const char *msg)
         if ((unsigned char)line[i] < ' ' || (unsigned char)line[i] > '~')
             line[i] = ' ';
     line[n++] = '\n';
-    return send_all(fd, line, (size_t)n);
+    return flyt_write_full(fd, line, (size_t)n);
 }
 
 static int serve_line(int fd, const char *line, pid_t peer)
@@ -112,7 +99,7 @@ static int serve_line(int fd, const char *line, pid_t peer)
     if (strcmp(op, "release") == 0) {
         if (sessions_release_pid((pid_t)pid, err, sizeof err) < 0)
             return send_error(fd, err);
-        return send_all(fd, "status=ok\n", 10);
+        return flyt_write_full(fd, "status=ok\n", 10);
     }
     struct acquire_answer ans;
     if (sessions_acquire((pid_t)pid, &ans, err, sizeof err) < 0)
@@ -121,7 +108,7 @@ static int serve_line(int fd, const char *line, pid_t peer)
     int n = snprintf(out, sizeof out, "status=ok session=%s endpoint=%s token=%s\n",
                      ans.session_id, ans.endpoint, ans.token);
     explicit_bzero(ans.token, sizeof ans.token);
-    int rc = n > 0 && (size_t)n < sizeof out ? send_all(fd, out, (size_t)n)
+    int rc = n > 0 && (size_t)n < sizeof out ? flyt_write_full(fd, out, (size_t)n)
                                              : send_error(fd, "answer too long");
     explicit_bzero(out, sizeof out);
     return rc;
