@@ -166,7 +166,7 @@ static int recv_box(flyt_session *s, flyt_call *c, const box *b, uint64_t total,
                     flyt_bhandle stream)
 {
     cursor k = {b, 0, 0, 0};
-    piece p;
+    piece p = {0}; /* next_piece fills it; zeroed for -O3's flow analysis */
     for (uint64_t left = total; left > 0 && c->result == CUDA_SUCCESS;) {
         size_t got = 0;
         void *buf = s->b->ops->staging_get(s->b, (size_t)min_u64(left, CHUNK), &got);
@@ -253,7 +253,7 @@ static int send_box(flyt_session *s, flyt_call *c, const box *b, uint64_t total,
         return FLYT_CONT;
     }
     cursor k = {b, 0, 0, 0};
-    piece p;
+    piece p = {0}; /* next_piece fills it; zeroed for -O3's flow analysis */
     next_piece(&k, cap, &p);
     c->result = get_piece(s, b, &p, buf, stream);
     if (c->result != CUDA_SUCCESS) {
