@@ -1,4 +1,4 @@
-/* Placement (src/control/cluster/placement.c): a pure function, tested on its own. */
+/* Placement (src/control/cluster-manager/placement.c): a pure function, tested on its own. */
 #include "check.h"
 #include "placement.h"
 
