@@ -29,10 +29,10 @@ sid_of_pid() { "$ctl" --json session list | awk -v pid="$1" '
   $0 ~ ("\"pid\": " pid ",?$") { print id; exit }'; }
 
 base=$(( 20000 + RANDOM % 20000 ))
-cm_port=$base nm_port=$(( base + 1 )) srv_min=$(( base + 2 )) srv_max=$(( base + 40 ))
+clm_port=$base nm_port=$(( base + 1 )) srv_min=$(( base + 2 )) srv_max=$(( base + 40 ))
 printf '%s\n' "$(printf 'c%.0s' $(seq 64))" > "$tmp/operator.token"; chmod 600 "$tmp/operator.token"
 cat > "$tmp/cluster.conf" <<EOF
-listen = 127.0.0.1:$cm_port
+listen = 127.0.0.1:$clm_port
 store = sqlite:$tmp/cluster.db
 operator_token_file = operator.token
 heartbeat_interval = 1s
@@ -40,7 +40,7 @@ node_timeout = 30s
 log_level = info
 EOF
 "$clm" --config "$tmp/cluster.conf" > "$tmp/cluster.log" 2>&1 & pids+=($!)
-export FLYT_CM_URL=http://127.0.0.1:$cm_port FLYT_OPERATOR_TOKEN_FILE=$tmp/operator.token
+export FLYT_CM_URL=http://127.0.0.1:$clm_port FLYT_OPERATOR_TOKEN_FILE=$tmp/operator.token
 wait_until 10 "$ctl" status || die "cluster manager did not start"
 
 "$ctl" --json node add node-a --host-ip 127.0.0.1 > "$tmp/node.json" || die "node add"
@@ -53,7 +53,7 @@ json_field token < "$tmp/vm.json" > "$tmp/vm.token"; chmod 600 "$tmp/vm.token"
 cat > "$tmp/node.conf" <<EOF
 node_id = node-a
 node_token_file = node.token
-cluster_manager = http://127.0.0.1:$cm_port
+cluster_manager = http://127.0.0.1:$clm_port
 listen = 127.0.0.1:$nm_port
 advertise_host = 127.0.0.1
 server_path = $server
@@ -69,7 +69,7 @@ wait_until 15 sh -c "'$ctl' --json node show node-a | grep -q '\"state\": \"read
 pass "cluster manager, node manager (test mode) up; node-a ready"
 
 cat > "$tmp/client.conf" <<EOF
-cluster_manager = http://127.0.0.1:$cm_port
+cluster_manager = http://127.0.0.1:$clm_port
 vm_id = vm-1
 vm_token_file = vm.token
 socket = $tmp/client.sock

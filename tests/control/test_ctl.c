@@ -30,7 +30,7 @@ extern char **environ;
 
 static const char *flytctl;
 static char dir[256], base[128], tokfile[512], home[512];
-static pid_t cm_pid;
+static pid_t clm_pid;
 
 /* ---- running flytctl ---- */
 
@@ -297,11 +297,11 @@ static int free_port(void)
 
 static void cleanup(void)
 {
-    if (cm_pid > 0) {
-        kill(cm_pid, SIGTERM);
+    if (clm_pid > 0) {
+        kill(clm_pid, SIGTERM);
         int st;
-        waitpid(cm_pid, &st, 0);
-        cm_pid = 0;
+        waitpid(clm_pid, &st, 0);
+        clm_pid = 0;
     }
     if (dir[0] && !getenv("TEST_CTL_KEEP")) {
         char cmd[400];
@@ -492,22 +492,22 @@ static void test_offline(void)
 
 /* ---- tests against the cluster manager ---- */
 
-static void start_cm(const char *cm_bin)
+static void start_cm(const char *clm_bin)
 {
     char conf[600], portfile[600], logf[600], text[2048];
-    snprintf(conf, sizeof conf, "%s/cm.conf", dir);
-    snprintf(portfile, sizeof portfile, "%s/cm.port", dir);
-    snprintf(logf, sizeof logf, "%s/cm.log", dir);
+    snprintf(conf, sizeof conf, "%s/clm.conf", dir);
+    snprintf(portfile, sizeof portfile, "%s/clm.port", dir);
+    snprintf(logf, sizeof logf, "%s/clm.log", dir);
     snprintf(text, sizeof text,
-             "listen = 127.0.0.1:0\nstore = sqlite:%s/cm.db\noperator_token_file = %s\n"
+             "listen = 127.0.0.1:0\nstore = sqlite:%s/clm.db\noperator_token_file = %s\n"
              "node_timeout = 1h\nlog_level = warn\n", dir, tokfile);
     write_file(conf, text);
-    cm_pid = fork();
-    if (cm_pid == 0) {
+    clm_pid = fork();
+    if (clm_pid == 0) {
         int fd = open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         dup2(fd, 1);
         dup2(fd, 2);
-        execl(cm_bin, cm_bin, "--config", conf, "--port-file", portfile, (char *)NULL);
+        execl(clm_bin, clm_bin, "--config", conf, "--port-file", portfile, (char *)NULL);
         _exit(127);
     }
     int port = 0;
@@ -519,8 +519,8 @@ static void start_cm(const char *cm_bin)
             fclose(f);
         }
         int st;
-        if (!port && waitpid(cm_pid, &st, WNOHANG) == cm_pid) {
-            cm_pid = 0;
+        if (!port && waitpid(clm_pid, &st, WNOHANG) == clm_pid) {
+            clm_pid = 0;
             break;
         }
         if (!port)

@@ -14,7 +14,7 @@
  *   CLIENT_TEST links, without an RPATH).
  */
 #include "check.h"
-#include "cm_harness.h"
+#include "clm_harness.h"
 
 #include "flyt_proto.h"
 
@@ -40,7 +40,7 @@
 #define GiB (1LL << 30)
 #define T_NOT_PERMITTED 800
 
-static struct cm_proc cm;
+static struct clm_proc clm;
 static char dir[256], nm_base[128], manager_token[128], node_token[128];
 static pid_t nm_pid;
 static const char *client_test, *flyt_lib_dir, *cuda_lib_dir;
@@ -79,11 +79,11 @@ static void at_exit(void)
     if (!passed) {
         dump("nm.log");
         char p[512];
-        snprintf(p, sizeof p, "%s/cm.log", cm.dir);
+        snprintf(p, sizeof p, "%s/clm.log", clm.dir);
         FILE *f = fopen(p, "r");
         if (f) {
             char line[1024];
-            printf("---- cm.log (last lines) ----\n");
+            printf("---- clm.log (last lines) ----\n");
             static char ring[40][1024];
             int n = 0;
             while (fgets(line, sizeof line, f))
@@ -312,7 +312,7 @@ static int leftovers(void)
     int n = 0;
     while (d && (e = readdir(d))) {
         int pid = atoi(e->d_name);
-        if (pid <= 0 || pid == getpid() || pid == nm_pid || pid == cm.pid)
+        if (pid <= 0 || pid == getpid() || pid == nm_pid || pid == clm.pid)
             continue;
         char cmd[4096];
         if (cmdline_of(pid, cmd, sizeof cmd) != 0)
@@ -347,7 +347,7 @@ static int node_ready(void *arg)
 {
     (void)arg;
     json_t *a = NULL;
-    int ok = call(&cm, "GET", "/v1/nodes/n1", cm.op_token, NULL, &a) == 200 &&
+    int ok = call(&clm, "GET", "/v1/nodes/n1", clm.op_token, NULL, &a) == 200 &&
              jstr(a, "node.state") && strcmp(jstr(a, "node.state"), "ready") == 0 &&
              json_array_size(json_object_get(json_object_get(a, "node"), "gpus")) == 2;
     json_decref(a);
@@ -361,7 +361,7 @@ static int session_state_is(void *arg)
     char path[200];
     snprintf(path, sizeof path, "/v1/sessions/%s", want_sid);
     json_t *a = NULL;
-    int ok = call(&cm, "GET", path, cm.op_token, NULL, &a) == 200 && jstr(a, "session.state") &&
+    int ok = call(&clm, "GET", path, clm.op_token, NULL, &a) == 200 && jstr(a, "session.state") &&
              strcmp(jstr(a, "session.state"), want_state) == 0;
     json_decref(a);
     return ok;
@@ -399,7 +399,7 @@ static int heartbeat_moved(void)
     static char last[64];
     json_t *a = NULL;
     int changed = 0;
-    if (call(&cm, "GET", "/v1/nodes/n1", cm.op_token, NULL, &a) == 200) {
+    if (call(&clm, "GET", "/v1/nodes/n1", clm.op_token, NULL, &a) == 200) {
         const char *t = jstr(a, "node.last_heartbeat");
         changed = t && strcmp(t, last) != 0;
         if (t)
@@ -415,7 +415,7 @@ static void new_session(const char *vm_token, int pid, char *sid, char *endpoint
     char body[64];
     snprintf(body, sizeof body, "{\"pid\": %d}", pid);
     json_t *a = NULL;
-    long st = call(&cm, "POST", "/v1/sessions", vm_token, body, &a);
+    long st = call(&clm, "POST", "/v1/sessions", vm_token, body, &a);
     CHECK(st == 201 && jstr(a, "session.id") && jstr(a, "session.endpoint") && jstr(a, "token"),
           "POST /v1/sessions for pid %d: %ld %s", pid, st, call_err);
     snprintf(sid, 80, "%s", jstr(a, "session.id"));
@@ -493,7 +493,7 @@ static long resize(const char *what, const char *id, const char *body, json_t **
 {
     char path[200];
     snprintf(path, sizeof path, "/v1/%s/%s/resize", what, id);
-    return call(&cm, "POST", path, cm.op_token, body, ans);
+    return call(&clm, "POST", path, clm.op_token, body, ans);
 }
 
 /* The tenant's SM count and memory size as a connected client reads them. */
@@ -523,7 +523,7 @@ static long long gpu_sm_allocated(int gpu)
     json_t *a = NULL;
     char key[64];
     snprintf(key, sizeof key, "node.gpus.%d.sm_allocated", gpu);
-    long long v = call(&cm, "GET", "/v1/nodes/n1", cm.op_token, NULL, &a) == 200 ? jint(a, key) : -1;
+    long long v = call(&clm, "GET", "/v1/nodes/n1", clm.op_token, NULL, &a) == 200 ? jint(a, key) : -1;
     json_decref(a);
     return v;
 }
@@ -531,7 +531,7 @@ static long long gpu_sm_allocated(int gpu)
 static void check_resize(void)
 {
     json_t *a = NULL;
-    CHECK(call(&cm, "POST", "/v1/vms", cm.op_token,
+    CHECK(call(&clm, "POST", "/v1/vms", clm.op_token,
                "{\"vm_ip\": \"10.9.0.2\", \"host_ip\": \"127.0.0.1\", \"compute_units\": 16, "
                "\"memory\": \"1GiB\"}", &a) == 201 && jstr(a, "token"), "POST /v1/vms: %s", call_err);
     char vm_token[80], vm_id[80];
@@ -548,7 +548,7 @@ static void check_resize(void)
     CHECK(seen_sms(fa) == 16, "A sees 16 SMs");
     char path[200];
     snprintf(path, sizeof path, "/v1/sessions/%s", sa);
-    CHECK(call(&cm, "GET", path, cm.op_token, NULL, &a) == 200, "GET A");
+    CHECK(call(&clm, "GET", path, clm.op_token, NULL, &a) == 200, "GET A");
     int gpu = (int)jint(a, "session.gpu_index");
     json_decref(a);
     long long before = gpu_sm_allocated(gpu);
@@ -634,15 +634,15 @@ static void check_resize(void)
     CHECK(resize("vms", "vm-none", "{\"sm_count\": 8}", NULL) == 404, "an unknown VM: 404");
     close(fa);
     close(fb);
-    CHECK(call(&cm, "GET", "/v1/events", cm.op_token, NULL, &a) == 200, "GET /v1/events");
+    CHECK(call(&clm, "GET", "/v1/events", clm.op_token, NULL, &a) == 200, "GET /v1/events");
     char *ev = json_dumps(a, 0);
     CHECK(ev && strstr(ev, "session.resized"), "the store recorded session.resized events");
     free(ev);
     json_decref(a);
     snprintf(path, sizeof path, "/v1/sessions/%s", sa);
-    CHECK(call(&cm, "DELETE", path, cm.op_token, NULL, NULL) == 204, "A released");
+    CHECK(call(&clm, "DELETE", path, clm.op_token, NULL, NULL) == 204, "A released");
     snprintf(path, sizeof path, "/v1/sessions/%s", sb);
-    CHECK(call(&cm, "DELETE", path, cm.op_token, NULL, NULL) == 204, "B released");
+    CHECK(call(&clm, "DELETE", path, clm.op_token, NULL, NULL) == 204, "B released");
 }
 
 int main(int argc, char **argv)
@@ -656,7 +656,7 @@ int main(int argc, char **argv)
     static char abs[6][4096];
     for (int i = 1; i < argc; i++)
         CHECK(realpath(argv[i], abs[i - 1]) != NULL, "%s exists", argv[i]);
-    const char *nm_bin = abs[0], *cm_bin = abs[1], *server_bin = abs[2];
+    const char *nm_bin = abs[0], *clm_bin = abs[1], *server_bin = abs[2];
     if (argc == 7) {
         client_test = abs[3];
         flyt_lib_dir = abs[4];
@@ -672,11 +672,11 @@ int main(int argc, char **argv)
 
     printf("== a cluster manager and a node\n");
     char store[512], extra[256];
-    snprintf(store, sizeof store, "sqlite:%s/cm.db", dir);
+    snprintf(store, sizeof store, "sqlite:%s/clm.db", dir);
     snprintf(extra, sizeof extra, "heartbeat_interval = 300ms\nnode_timeout = 5s\nidle_grace = 2s\n");
-    cm_start(&cm, cm_bin, store, extra);
+    clm_start(&clm, clm_bin, store, extra);
     json_t *a = NULL;
-    CHECK(call(&cm, "POST", "/v1/nodes", cm.op_token, "{\"id\": \"n1\", \"host_ip\": \"127.0.0.1\"}",
+    CHECK(call(&clm, "POST", "/v1/nodes", clm.op_token, "{\"id\": \"n1\", \"host_ip\": \"127.0.0.1\"}",
                &a) == 201 && jstr(a, "token"),
           "POST /v1/nodes n1: %s", call_err);
     snprintf(node_token, sizeof node_token, "%s", jstr(a, "token"));
@@ -690,7 +690,7 @@ int main(int argc, char **argv)
     char reg[512];
     snprintf(reg, sizeof reg, "{\"address\": \"http://127.0.0.1:9\", \"host_ip\": \"127.0.0.1\", "
              "\"gpus\": [], \"sessions\": []}");
-    CHECK(call(&cm, "POST", "/v1/nodes/n1/register", node_token, reg, &a) == 200 &&
+    CHECK(call(&clm, "POST", "/v1/nodes/n1/register", node_token, reg, &a) == 200 &&
               jstr(a, "manager_token"),
           "the test learns the manager token: %s", call_err);
     snprintf(manager_token, sizeof manager_token, "%s", jstr(a, "manager_token"));
@@ -718,7 +718,7 @@ int main(int argc, char **argv)
              "mps_log_dir = %s/mps-log\n"
              "[test]\ngpus = 2\ngpu_name = \"Test GPU\"\ngpu_sm_count = 132\n"
              "gpu_sm_granularity = 4\ngpu_memory = 4GiB\n",
-             cm.base, server_bin, port_base, port_base + 40, dir, dir, dir);
+             clm.base, server_bin, port_base, port_base + 40, dir, dir, dir);
     write_file("nm.conf", conf, 0644);
 
     printf("== the node manager starts and registers\n");
@@ -754,7 +754,7 @@ int main(int argc, char **argv)
     CHECK(nm_port > 0, "flyt-node-manager listens (port %d)", nm_port);
     snprintf(nm_base, sizeof nm_base, "http://127.0.0.1:%d", nm_port);
     CHECK(wait_for(node_ready, NULL, 10000), "the cluster manager sees node n1 ready with 2 GPUs");
-    CHECK(call(&cm, "GET", "/v1/nodes/n1", cm.op_token, NULL, &a) == 200, "GET /v1/nodes/n1");
+    CHECK(call(&clm, "GET", "/v1/nodes/n1", clm.op_token, NULL, &a) == 200, "GET /v1/nodes/n1");
     char want_addr[160];
     snprintf(want_addr, sizeof want_addr, "http://127.0.0.1:%d", nm_port);
     CHECK(jstr(a, "node.address") && strcmp(jstr(a, "node.address"), want_addr) == 0,
@@ -778,7 +778,7 @@ int main(int argc, char **argv)
     printf("== the node manager's API takes only the manager token\n");
     CHECK(nm_call("GET", "/v1/servers", NULL, NULL) == 401, "no token: 401");
     CHECK(nm_call("GET", "/v1/servers", node_token, NULL) == 401, "the node token: 401");
-    CHECK(nm_call("GET", "/v1/servers", cm.op_token, NULL) == 401, "the operator token: 401");
+    CHECK(nm_call("GET", "/v1/servers", clm.op_token, NULL) == 401, "the operator token: 401");
     CHECK(nm_servers_count() == 0, "the manager token: 200, no servers");
     CHECK(nm_call("GET", "/v1/health", NULL, NULL) == 200, "GET /v1/health needs no token");
     CHECK(nm_call("DELETE", "/v1/servers/s-nothing", manager_token, NULL) == 404,
@@ -816,7 +816,7 @@ int main(int argc, char **argv)
 
     printf("== a session: its server, admission with the session token\n");
     char vm_token[80], vm_id[80];
-    CHECK(call(&cm, "POST", "/v1/vms", cm.op_token,
+    CHECK(call(&clm, "POST", "/v1/vms", clm.op_token,
                "{\"vm_ip\": \"10.9.0.1\", \"host_ip\": \"127.0.0.1\", \"compute_units\": 132, "
                "\"memory\": \"1GiB\"}",
                &a) == 201 && jstr(a, "token") && jstr(a, "vm.id"),
@@ -890,7 +890,7 @@ int main(int argc, char **argv)
     printf("== release: the server stops\n");
     char path[200];
     snprintf(path, sizeof path, "/v1/sessions/%s", sid);
-    CHECK(call(&cm, "DELETE", path, vm_token, NULL, NULL) == 204, "DELETE %s: %s", path, call_err);
+    CHECK(call(&clm, "DELETE", path, vm_token, NULL, NULL) == 204, "DELETE %s: %s", path, call_err);
     CHECK(wait_for(server_gone, sid, 5000), "the node manager no longer has it");
     CHECK(!alive(spid), "its process is gone");
     CHECK(stat(key_path, &st) != 0, "and its key file");
@@ -904,7 +904,7 @@ int main(int argc, char **argv)
     CHECK(wait_for(session_state_is, NULL, 5000), "the cluster manager records session %s failed",
           sid);
     snprintf(path, sizeof path, "/v1/sessions/%s", sid);
-    CHECK(call(&cm, "GET", path, cm.op_token, NULL, &a) == 200 &&
+    CHECK(call(&clm, "GET", path, clm.op_token, NULL, &a) == 200 &&
               strstr(jstr(a, "session.end_reason"), "signal 9"),
           "reason: %s", jstr(a, "session.end_reason"));
     json_decref(a);
@@ -946,12 +946,12 @@ int main(int argc, char **argv)
               count_lines("nm.log", "died:") == 1,
           "no sanitizer report, no death but the killed server's (node manager log)");
 
-    cm_stop(&cm);
+    clm_stop(&clm);
     passed = 1;
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, cm.dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, clm.dir);
     if (getenv("FLYT_TEST_KEEP"))
-        printf("        (kept %s and %s)\n", dir, cm.dir);
+        printf("        (kept %s and %s)\n", dir, clm.dir);
     else if (system(cmd) != 0)
         printf("        (could not remove %s)\n", dir);
     printf("PASS: node manager\n");

@@ -2,7 +2,7 @@
  * Migrations, records, constraints, transactions, the derived-capacity invariant across a
  * reopen (restart), events. Starts from empty tables. */
 #include "check.h"
-#include "cm.h"
+#include "clm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,14 +50,14 @@ static struct session_rec session(const char *id, const char *vm, const char *no
 /* Allocated SMs and memory of node-a's GPUs, derived from live sessions. */
 static void capacity(struct store *st, long long *sm0, long long *mem0, long long *sm1)
 {
-    struct cm cm;
-    memset(&cm, 0, sizeof cm);
-    cm.store = st;
+    struct clm clm;
+    memset(&clm, 0, sizeof clm);
+    clm.store = st;
     struct node_rec n;
     CHECK(store_node_get(st, "node-a", &n, err, sizeof err) == 1, "node-a exists");
     struct gpu_cap *caps;
     int nc;
-    CHECK(capacity_build(&cm, &n, 1, &caps, &nc, err, sizeof err) == 0 && nc == 2,
+    CHECK(capacity_build(&clm, &n, 1, &caps, &nc, err, sizeof err) == 0 && nc == 2,
           "capacity of node-a's 2 GPUs (%s)", err);
     int g[MAX_SM_GROUPS];
     *sm0 = (long long)gpu_cap_allocated_groups(&caps[0], g) * caps[0].granularity;
@@ -196,13 +196,13 @@ int main(int argc, char **argv)
     CHECK(a == sm0, "derived again: still the same (no counter to drift)");
 
     /* ending a session frees its share by that fact alone */
-    struct cm cm;
-    memset(&cm, 0, sizeof cm);
-    cm.store = st;
+    struct clm clm;
+    memset(&clm, 0, sizeof clm);
+    clm.store = st;
     CHECK(store_session_get(st, "s-1", &sg, err, sizeof err) == 1, "get s-1");
-    CHECK(store_begin(st, err, sizeof err) == 0 && session_end(&cm, &sg, "released", "test", err, sizeof err) == 0
+    CHECK(store_begin(st, err, sizeof err) == 0 && session_end(&clm, &sg, "released", "test", err, sizeof err) == 0
               && store_commit(st, err, sizeof err) == 0, "end s-1 (%s)", err);
-    CHECK(session_end(&cm, &sg, "lost", "again", err, sizeof err) == 0, "ending it again is a no-op");
+    CHECK(session_end(&clm, &sg, "lost", "again", err, sizeof err) == 0, "ending it again is a no-op");
     capacity(st, &a, &b, &c);
     CHECK(a == 24 && b == 5 * GiB, "s-1's 2 groups and 10 GiB are free (%lld SMs)", a);
     char states[8][STATE_MAX];

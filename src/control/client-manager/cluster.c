@@ -7,15 +7,15 @@
 #include <stdio.h>
 #include <string.h>
 
-static enum cm_outcome classify(int rc, long status)
+static enum cluster_outcome classify(int rc, long status)
 {
     if (rc < 0 || status >= 500)
-        return CM_RETRY;
+        return CLUSTER_RETRY;
     if (status >= 200 && status < 300)
-        return CM_OK;
+        return CLUSTER_OK;
     if (status == 404 || status == 409)
-        return CM_GONE;
-    return CM_REFUSED;
+        return CLUSTER_GONE;
+    return CLUSTER_REFUSED;
 }
 
 /* A value relayed to the client library must fit its line protocol: printable, no spaces. */
@@ -49,8 +49,8 @@ static int take(char *dst, size_t cap, json_t *obj, const char *key)
     return 0;
 }
 
-enum cm_outcome cm_session_create(const struct cmgr_config *c, pid_t pid, const char *process,
-                                  long timeout_ms, struct cm_session *out, char *err,
+enum cluster_outcome cluster_session_create(const struct cmgr_config *c, pid_t pid, const char *process,
+                                  long timeout_ms, struct cluster_session *out, char *err,
                                   size_t errlen)
 {
     char url[640];
@@ -63,10 +63,10 @@ enum cm_outcome cm_session_create(const struct cmgr_config *c, pid_t pid, const 
     int rc = flyt_http_call_timeout("POST", url, c->vm_token, body, timeout_ms, &status, &ans,
                                     err, errlen);
     json_decref(body);
-    enum cm_outcome o = classify(rc, status);
-    if (o == CM_GONE) /* 409 no_capacity / conflict: not a vanished session here */
-        o = CM_REFUSED;
-    if (o == CM_OK) {
+    enum cluster_outcome o = classify(rc, status);
+    if (o == CLUSTER_GONE) /* 409 no_capacity / conflict: not a vanished session here */
+        o = CLUSTER_REFUSED;
+    if (o == CLUSTER_OK) {
         json_t *s = json_object_get(ans, "session");
         memset(out, 0, sizeof *out);
         if (!json_is_object(s) || take(out->id, sizeof out->id, s, "id") < 0 ||
@@ -76,7 +76,7 @@ enum cm_outcome cm_session_create(const struct cmgr_config *c, pid_t pid, const 
                      "endpoint or token");
             /* a session may exist now: the caller cannot know its id to release it; the
              * cluster manager ends it when no alive ping comes */
-            o = CM_REFUSED;
+            o = CLUSTER_REFUSED;
         } else {
             const char *vm = json_string_value(json_object_get(s, "vm_id"));
             snprintf(out->vm_id, sizeof out->vm_id, "%s", vm ? vm : "");
@@ -86,7 +86,7 @@ enum cm_outcome cm_session_create(const struct cmgr_config *c, pid_t pid, const 
     return o;
 }
 
-static enum cm_outcome session_call(const struct cmgr_config *c, const char *method,
+static enum cluster_outcome session_call(const struct cmgr_config *c, const char *method,
                                     const char *id, const char *suffix, long timeout_ms,
                                     char *err, size_t errlen)
 {
@@ -98,13 +98,13 @@ static enum cm_outcome session_call(const struct cmgr_config *c, const char *met
     return classify(rc, status);
 }
 
-enum cm_outcome cm_session_release(const struct cmgr_config *c, const char *id, long timeout_ms,
+enum cluster_outcome cluster_session_release(const struct cmgr_config *c, const char *id, long timeout_ms,
                                    char *err, size_t errlen)
 {
     return session_call(c, "DELETE", id, "", timeout_ms, err, errlen);
 }
 
-enum cm_outcome cm_session_alive(const struct cmgr_config *c, const char *id, long timeout_ms,
+enum cluster_outcome cluster_session_alive(const struct cmgr_config *c, const char *id, long timeout_ms,
                                  char *err, size_t errlen)
 {
     return session_call(c, "POST", id, "/alive", timeout_ms, err, errlen);

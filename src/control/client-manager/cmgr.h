@@ -52,24 +52,24 @@ int cmgr_config_load(const char *path, struct cmgr_config *c, char *err, size_t 
 void cmgr_config_help(void);
 
 /* ---- the cluster manager (cluster.c) ---- */
-enum cm_outcome {
-    CM_OK,          /* 2xx */
-    CM_RETRY,       /* no answer, or 5xx: try again later */
-    CM_GONE,        /* 404 / 409 on a session call: it no longer exists or has ended */
-    CM_REFUSED,     /* other 4xx: retrying will not help */
+enum cluster_outcome {
+    CLUSTER_OK,          /* 2xx */
+    CLUSTER_RETRY,       /* no answer, or 5xx: try again later */
+    CLUSTER_GONE,        /* 404 / 409 on a session call: it no longer exists or has ended */
+    CLUSTER_REFUSED,     /* other 4xx: retrying will not help */
 };
-struct cm_session {
+struct cluster_session {
     char id[128];
     char endpoint[256];
     char token[CMGR_TOKEN_MAX + 1];
     char vm_id[128];
 };
-enum cm_outcome cm_session_create(const struct cmgr_config *c, pid_t pid, const char *process,
-                                  long timeout_ms, struct cm_session *out, char *err,
+enum cluster_outcome cluster_session_create(const struct cmgr_config *c, pid_t pid, const char *process,
+                                  long timeout_ms, struct cluster_session *out, char *err,
                                   size_t errlen);
-enum cm_outcome cm_session_release(const struct cmgr_config *c, const char *id,
+enum cluster_outcome cluster_session_release(const struct cmgr_config *c, const char *id,
                                    long timeout_ms, char *err, size_t errlen);
-enum cm_outcome cm_session_alive(const struct cmgr_config *c, const char *id, long timeout_ms,
+enum cluster_outcome cluster_session_alive(const struct cmgr_config *c, const char *id, long timeout_ms,
                                  char *err, size_t errlen);
 
 /* ---- sessions (sessions.c) ---- */

@@ -46,7 +46,7 @@ struct ent {
     int pidfd;                /* -1: watched through /proc, or no longer watched */
     int dead;                 /* the process ended while ACQUIRING */
     enum ent_state state;
-    struct cm_session s;
+    struct cluster_session s;
     const char *why;          /* why it ended, for the log */
     uint64_t next_alive, next_retry, backoff;
     struct ent *next;
@@ -64,7 +64,7 @@ static struct {
     int n_close, cap_close;
     pthread_t watcher, worker;
     int threads;
-    int cm_down;            /* the last call to the cluster manager got no answer */
+    int cluster_down;            /* the last call to the cluster manager got no answer */
     unsigned long long acquired, acquire_failed, reused, released, release_failed,
         release_retries, alive_sent, alive_failed, ended_by_cluster;
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake_fd = -1};
@@ -190,14 +190,14 @@ static void process_ended(struct ent *e)
 }
 
 /* lock held: the answer (or not) of a call, for the "unreachable"/"back" log lines. */
-static void note_cluster(enum cm_outcome o, const char *err)
+static void note_cluster(enum cluster_outcome o, const char *err)
 {
-    if (o == CM_RETRY && !S.cm_down) {
-        S.cm_down = 1;
+    if (o == CLUSTER_RETRY && !S.cluster_down) {
+        S.cluster_down = 1;
         flyt_warn("cluster manager %s unreachable: %s; retrying with backoff", S.c->cluster_url,
                   err);
-    } else if (o != CM_RETRY && S.cm_down) {
-        S.cm_down = 0;
+    } else if (o != CLUSTER_RETRY && S.cluster_down) {
+        S.cluster_down = 0;
         flyt_info("cluster manager %s answers again", S.c->cluster_url);
     }
 }
@@ -294,17 +294,17 @@ static int release_one(struct ent *e, long timeout_ms)
     char id[sizeof e->s.id], err[512] = "";
     snprintf(id, sizeof id, "%s", e->s.id);
     pthread_mutex_unlock(&S.lock);
-    enum cm_outcome o = cm_session_release(S.c, id, timeout_ms, err, sizeof err);
+    enum cluster_outcome o = cluster_session_release(S.c, id, timeout_ms, err, sizeof err);
     pthread_mutex_lock(&S.lock);
     note_cluster(o, err);
-    if (o == CM_OK || o == CM_GONE) {
+    if (o == CLUSTER_OK || o == CLUSTER_GONE) {
         flyt_info("released session %s of process %d (%s)%s", id, (int)e->pid, e->why,
-                  o == CM_GONE ? "; the cluster manager had already ended it" : "");
+                  o == CLUSTER_GONE ? "; the cluster manager had already ended it" : "");
         S.released++;
         unlink_ent(e);
         return 1;
     }
-    if (o == CM_REFUSED) {
+    if (o == CLUSTER_REFUSED) {
         flyt_error("the cluster manager refused to release session %s of process %d: %s; "
                    "giving up on it", id, (int)e->pid, err);
         S.release_failed++;
@@ -331,24 +331,24 @@ static void alive_one(struct ent *e)
     char id[sizeof e->s.id], err[512] = "";
     snprintf(id, sizeof id, "%s", e->s.id);
     pthread_mutex_unlock(&S.lock);
-    enum cm_outcome o = cm_session_alive(S.c, id, call_timeout(), err, sizeof err);
+    enum cluster_outcome o = cluster_session_alive(S.c, id, call_timeout(), err, sizeof err);
     pthread_mutex_lock(&S.lock);
     note_cluster(o, err);
     e->next_alive = cmgr_now_ms() + (uint64_t)S.c->alive_interval_ms;
-    if (o == CM_OK) {
+    if (o == CLUSTER_OK) {
         S.alive_sent++;
         return;
     }
     S.alive_failed++;
     if (e->state != ENT_LIVE)
         return; /* it ended meanwhile */
-    if (o == CM_GONE) {
+    if (o == CLUSTER_GONE) {
         flyt_warn("the cluster manager ended session %s of process %d (%s); the process "
                   "keeps no GPU, a new request from it gets a new session", id, (int)e->pid, err);
         S.ended_by_cluster++;
         e->state = ENT_GONE;
         pthread_cond_broadcast(&S.changed);
-    } else if (o == CM_REFUSED) {
+    } else if (o == CLUSTER_REFUSED) {
         flyt_error("alive for session %s of process %d refused: %s", id, (int)e->pid, err);
     }
 }
@@ -522,8 +522,8 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
 
     char comm[64], cerr[512] = "";
     process_name(pid, comm, sizeof comm);
-    struct cm_session s;
-    enum cm_outcome o = CM_RETRY;
+    struct cluster_session s;
+    enum cluster_outcome o = CLUSTER_RETRY;
     uint64_t backoff = 250;
     int tries = 0;
     for (;;) {
@@ -535,10 +535,10 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
         if (per_call < 1000)
             per_call = 1000;
         tries++;
-        o = cm_session_create(S.c, pid, comm, per_call, &s, cerr, sizeof cerr);
+        o = cluster_session_create(S.c, pid, comm, per_call, &s, cerr, sizeof cerr);
         pthread_mutex_lock(&S.lock);
         note_cluster(o, cerr);
-        int stop = o != CM_RETRY || S.stopping || e->dead;
+        int stop = o != CLUSTER_RETRY || S.stopping || e->dead;
         if (!stop) {
             flyt_info("session for process %d (%s) not obtained yet: %s; retrying in %.2f s",
                       (int)pid, comm, cerr, (double)backoff / 1000.0);
@@ -553,7 +553,7 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
 
     pthread_mutex_lock(&S.lock);
     int rc = -1;
-    if (o == CM_OK) {
+    if (o == CLUSTER_OK) {
         e->s = s;
         explicit_bzero(s.token, sizeof s.token);
         if (s.vm_id[0] && strcmp(s.vm_id, S.c->vm_id) != 0)
@@ -575,7 +575,7 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
         }
     } else {
         S.acquire_failed++;
-        if (o == CM_RETRY)
+        if (o == CLUSTER_RETRY)
             snprintf(err, errlen, "the cluster manager did not give a session within %.0f s: %s",
                      (double)S.c->acquire_timeout_ms / 1000.0, cerr[0] ? cerr : "stopped");
         else
@@ -703,6 +703,6 @@ void sessions_metrics(struct flyt_buf *out)
                         ctr[i].name, ctr[i].help, ctr[i].name, ctr[i].name, ctr[i].v);
     flyt_buf_printf(out, "# HELP flyt_client_manager_cluster_up Whether the last call to the "
                          "cluster manager got an answer.\n# TYPE flyt_client_manager_cluster_up "
-                         "gauge\nflyt_client_manager_cluster_up %d\n", !S.cm_down);
+                         "gauge\nflyt_client_manager_cluster_up %d\n", !S.cluster_down);
     pthread_mutex_unlock(&S.lock);
 }

@@ -1,5 +1,5 @@
 /* The route table, authentication, errors, transactions, input checks, health, events. */
-#include "cm.h"
+#include "clm.h"
 
 #include "flyt_log.h"
 #include "flyt_token.h"
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/time.h>
 
-const struct flyt_http_route cm_routes[] = {
+const struct flyt_http_route clm_routes[] = {
     {"GET", "/v1/health", h_health},
     {"GET", "/metrics", h_metrics},
     {"GET", "/v1/events", h_events},
@@ -54,7 +54,7 @@ int api_store_fail(struct api_error *e, const char *what, const char *dberr)
     return api_fail(e, 500, "internal", "store error while %s: %s", what, dberr);
 }
 
-int api_event(struct cm *cm, const char *kind, const char *subject, struct api_error *e,
+int api_event(struct clm *clm, const char *kind, const char *subject, struct api_error *e,
               const char *fmt, ...)
 {
     char msg[512], err[512];
@@ -63,7 +63,7 @@ int api_event(struct cm *cm, const char *kind, const char *subject, struct api_e
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     flyt_info("%s %s: %s", kind, subject, msg);
-    if (store_event_add(cm->store, kind, subject, msg, err, sizeof err) < 0)
+    if (store_event_add(clm->store, kind, subject, msg, err, sizeof err) < 0)
         return api_store_fail(e, "logging", err);
     return 0;
 }
@@ -124,7 +124,7 @@ static const char *kind_name(enum principal_kind k)
     return k == P_OPERATOR ? "operator" : k == P_NODE ? "node" : k == P_VM ? "VM" : "no";
 }
 
-int auth_check(struct cm *cm, const struct flyt_http_request *req, unsigned allowed,
+int auth_check(struct clm *clm, const struct flyt_http_request *req, unsigned allowed,
                struct principal *who, struct api_error *e)
 {
     memset(who, 0, sizeof *who);
@@ -132,7 +132,7 @@ int auth_check(struct cm *cm, const struct flyt_http_request *req, unsigned allo
         return api_fail(e, 401, "unauthorized",
                         "missing token: send \"Authorization: Bearer <token>\"");
     char err[256];
-    if (flyt_token_equal(req->token, cm->operator_token)) {
+    if (flyt_token_equal(req->token, clm->operator_token)) {
         who->kind = P_OPERATOR;
     } else {
         char hash[65];
@@ -140,14 +140,14 @@ int auth_check(struct cm *cm, const struct flyt_http_request *req, unsigned allo
         struct node_rec node;
         if (flyt_sha256_hex(req->token, strlen(req->token), hash, sizeof hash) < 0)
             return api_fail(e, 500, "internal", "cannot hash the token");
-        int rc = store_node_by_token(cm->store, hash, &node, err, sizeof err);
+        int rc = store_node_by_token(clm->store, hash, &node, err, sizeof err);
         if (rc < 0)
             return api_store_fail(e, "checking the token", err);
         if (rc) {
             who->kind = P_NODE;
             snprintf(who->id, sizeof who->id, "%s", node.id);
         } else {
-            rc = store_vm_by_token(cm->store, hash, &vm, err, sizeof err);
+            rc = store_vm_by_token(clm->store, hash, &vm, err, sizeof err);
             if (rc < 0)
                 return api_store_fail(e, "checking the token", err);
             if (!rc)
@@ -162,29 +162,29 @@ int auth_check(struct cm *cm, const struct flyt_http_request *req, unsigned allo
     return 0;
 }
 
-int cm_begin(struct cm *cm, struct api_error *e)
+int clm_begin(struct clm *clm, struct api_error *e)
 {
     char err[512];
-    pthread_mutex_lock(&cm->lock);
-    if (store_begin(cm->store, err, sizeof err) < 0) {
-        pthread_mutex_unlock(&cm->lock);
+    pthread_mutex_lock(&clm->lock);
+    if (store_begin(clm->store, err, sizeof err) < 0) {
+        pthread_mutex_unlock(&clm->lock);
         return api_store_fail(e, "starting a transaction", err);
     }
     return 0;
 }
 
-int cm_end(struct cm *cm, int ok, struct api_error *e)
+int clm_end(struct clm *clm, int ok, struct api_error *e)
 {
     char err[512];
     int rc = 0;
     if (ok) {
-        if (store_commit(cm->store, err, sizeof err) < 0)
+        if (store_commit(clm->store, err, sizeof err) < 0)
             rc = api_store_fail(e, "committing", err);
     } else {
-        store_rollback(cm->store);
+        store_rollback(clm->store);
         rc = -1;
     }
-    pthread_mutex_unlock(&cm->lock);
+    pthread_mutex_unlock(&clm->lock);
     return rc;
 }
 
@@ -193,7 +193,7 @@ void h_health(void *ctx, const struct flyt_http_request *req, struct flyt_http_r
     (void)ctx;
     (void)req;
     flyt_http_reply_json(res, 200, json_pack("{s:s,s:s}", "status", "ok", "version",
-                                             FLYT_CM_VERSION));
+                                             FLYT_CLM_VERSION));
 }
 
 static int query_int(const struct flyt_http_request *req, const char *name, long long def,
@@ -214,7 +214,7 @@ static int query_int(const struct flyt_http_request *req, const char *name, long
 
 void h_events(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
     long long since, limit;
@@ -223,14 +223,14 @@ void h_events(void *ctx, const struct flyt_http_request *req, struct flyt_http_r
         api_reply_error(res, &e);
         return;
     }
-    pthread_mutex_lock(&cm->lock);
+    pthread_mutex_lock(&clm->lock);
     struct event_rec *ev = NULL;
     int n = 0;
     char err[512];
-    int rc = auth_check(cm, req, P_OPERATOR, &who, &e);
-    if (rc == 0 && store_event_list(cm->store, since, (int)limit, &ev, &n, err, sizeof err) < 0)
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
+    if (rc == 0 && store_event_list(clm->store, since, (int)limit, &ev, &n, err, sizeof err) < 0)
         rc = api_store_fail(&e, "listing events", err);
-    pthread_mutex_unlock(&cm->lock);
+    pthread_mutex_unlock(&clm->lock);
     if (rc < 0) {
         api_reply_error(res, &e);
         return;

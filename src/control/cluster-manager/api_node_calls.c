@@ -1,6 +1,6 @@
 /* The node managers' calls (node tokens): register, heartbeat and ended reports, with
  * reconciliation of what the node runs against the store's live sessions. */
-#include "cm.h"
+#include "clm.h"
 
 #include "flyt_log.h"
 #include "flyt_token.h"
@@ -11,16 +11,16 @@
 #include <string.h>
 
 /* Node calls: the token must be the node's own. */
-static int node_self(struct cm *cm, const struct flyt_http_request *req, struct node_rec *n,
+static int node_self(struct clm *clm, const struct flyt_http_request *req, struct node_rec *n,
                      struct api_error *e)
 {
     struct principal who;
-    if (auth_check(cm, req, P_NODE, &who, e) < 0)
+    if (auth_check(clm, req, P_NODE, &who, e) < 0)
         return -1;
     if (strcmp(who.id, req->params[0]) != 0)
         return api_fail(e, 403, "forbidden", "the token of node %s may not act for node %s",
                         who.id, req->params[0]);
-    return node_load(cm, req->params[0], n, e);
+    return node_load(clm, req->params[0], n, e);
 }
 
 static int parse_gpus(json_t *arr, struct gpu_rec **out, int *n, struct api_error *e)
@@ -104,7 +104,7 @@ static json_t *find_report(json_t *arr, const char *id)
 }
 
 /* Reported sessions that the store does not know as live sessions of this node: stop them. */
-static int stops_for_unknown(struct cm *cm, const char *node_id, json_t *reports, json_t *stop,
+static int stops_for_unknown(struct clm *clm, const char *node_id, json_t *reports, json_t *stop,
                              struct api_error *e)
 {
     size_t i;
@@ -113,7 +113,7 @@ static int stops_for_unknown(struct cm *cm, const char *node_id, json_t *reports
         const char *id = json_string_value(json_object_get(o, "id"));
         struct session_rec s;
         char err[512];
-        int found = store_session_get(cm->store, id, &s, err, sizeof err);
+        int found = store_session_get(clm->store, id, &s, err, sizeof err);
         if (found < 0)
             return api_store_fail(e, "reading a session", err);
         if (!found || !session_is_live(&s) || strcmp(s.node_id, node_id) != 0)
@@ -132,19 +132,19 @@ static const struct gpu_rec *gpu_by_index(const struct gpu_rec *g, int n, int in
 
 void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct node_rec n = {0};
     char err[512];
     struct gpu_rec *gpus = NULL, *old = NULL;
     int ngpus = 0, nold = 0;
     json_t *stop = json_array();
-    if (cm_begin(cm, &e) < 0) {
+    if (clm_begin(clm, &e) < 0) {
         json_decref(stop);
         api_reply_error(res, &e);
         return;
     }
-    int rc = node_self(cm, req, &n, &e);
+    int rc = node_self(clm, req, &n, &e);
     const char *address = json_string_value(json_object_get(req->body, "address"));
     const char *host_ip = json_string_value(json_object_get(req->body, "host_ip"));
     json_t *reports = json_object_get(req->body, "sessions");
@@ -162,14 +162,14 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
         rc = parse_gpus(json_object_get(req->body, "gpus"), &gpus, &ngpus, &e);
     if (rc == 0)
         rc = check_reports(reports, 0, &e);
-    if (rc == 0 && store_gpus_get(cm->store, n.id, &old, &nold, err, sizeof err) < 0)
+    if (rc == 0 && store_gpus_get(clm->store, n.id, &old, &nold, err, sizeof err) < 0)
         rc = api_store_fail(&e, "reading GPUs", err);
     /* reconcile the store's live sessions of this node with what the node runs */
     struct session_rec *ss = NULL;
     int ns = 0, ended = 0;
     if (rc == 0) {
         struct session_filter f = {NULL, n.id, NULL, 1};
-        if (store_session_list(cm->store, &f, &ss, &ns, err, sizeof err) < 0)
+        if (store_session_list(clm->store, &f, &ss, &ns, err, sizeof err) < 0)
             rc = api_store_fail(&e, "reading sessions", err);
     }
     for (int i = 0; rc == 0 && i < ns; i++) {
@@ -185,15 +185,15 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
         else if (!r || !json_is_true(json_object_get(r, "alive")))
             why = "not running on the node when it registered again";
         if (why) {
-            if (session_end(cm, &ss[i], "lost", why, err, sizeof err) < 0)
+            if (session_end(clm, &ss[i], "lost", why, err, sizeof err) < 0)
                 rc = api_store_fail(&e, "ending a session", err);
             ended++;
         }
     }
     free(ss);
     if (rc == 0)
-        rc = stops_for_unknown(cm, n.id, reports, stop, &e);
-    if (rc == 0 && store_gpus_set(cm->store, n.id, gpus, ngpus, err, sizeof err) < 0)
+        rc = stops_for_unknown(clm, n.id, reports, stop, &e);
+    if (rc == 0 && store_gpus_set(clm->store, n.id, gpus, ngpus, err, sizeof err) < 0)
         rc = api_store_fail(&e, "saving GPUs", err);
     char prev[STATE_MAX];
     snprintf(prev, sizeof prev, "%s", n.state);
@@ -209,22 +209,22 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
         snprintf(n.state, sizeof n.state, "ready");
         n.last_heartbeat = now_ms();
     }
-    if (rc == 0 && store_node_update(cm->store, &n, err, sizeof err) < 0)
+    if (rc == 0 && store_node_update(clm->store, &n, err, sizeof err) < 0)
         rc = api_store_fail(&e, "updating a node", err);
     if (rc == 0) {
         const char *kind = strcmp(prev, "lost") == 0 ? "node.returned"
                            : strcmp(prev, "ready") == 0 ? "node.reregistered" : "node.registered";
-        rc = api_event(cm, kind, n.id, &e, "node %s at %s registered with %d GPU(s); %d session(s) "
+        rc = api_event(clm, kind, n.id, &e, "node %s at %s registered with %d GPU(s); %d session(s) "
                    "ended, %zu to stop", n.id, n.address, ngpus, ended, json_array_size(stop));
     }
     free(gpus);
     free(old);
-    if (cm_end(cm, rc == 0, &e) < 0) {
+    if (clm_end(clm, rc == 0, &e) < 0) {
         json_decref(stop);
         api_reply_error(res, &e);
         return;
     }
-    double hb = (double)cm->set.heartbeat_interval_ms / 1000.0;
+    double hb = (double)clm->set.heartbeat_interval_ms / 1000.0;
     json_t *hbj = hb == floor(hb) ? json_integer((json_int_t)hb) : json_real(hb);
     flyt_http_reply_json(res, 200, json_pack("{s:o,s:s,s:s,s:o}", "heartbeat_interval_s", hbj,
                                              "session_key", n.session_key, "manager_token",
@@ -232,30 +232,30 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
 }
 
 /* One reported live session of a heartbeat: failure, activity, idle release. */
-static int heartbeat_session(struct cm *cm, struct session_rec *s, json_t *r, long long now,
+static int heartbeat_session(struct clm *clm, struct session_rec *s, json_t *r, long long now,
                              json_t *stop, struct api_error *e)
 {
     char err[512];
     int rc = 0;
     if (!json_is_true(json_object_get(r, "alive"))) {
-        rc = session_end(cm, s, "failed", "its server is no longer running", err, sizeof err);
+        rc = session_end(clm, s, "failed", "its server is no longer running", err, sizeof err);
     } else if (strcmp(s->state, "active") != 0) {
         return 0;   /* starting: the start request settles it */
     } else if (!json_is_false(json_object_get(r, "connected"))) {
         s->disconnected_since = 0;
         s->last_activity = now;
-        rc = store_session_update(cm->store, s, err, sizeof err);
+        rc = store_session_update(clm->store, s, err, sizeof err);
     } else {
         if (!s->disconnected_since) {
             s->disconnected_since = now;
-            rc = store_session_update(cm->store, s, err, sizeof err);
+            rc = store_session_update(clm->store, s, err, sizeof err);
         }
         long long from = s->disconnected_since > s->last_activity ? s->disconnected_since
                                                                   : s->last_activity;
-        if (rc >= 0 && now - from >= cm->set.idle_grace_ms) {
+        if (rc >= 0 && now - from >= clm->set.idle_grace_ms) {
             char why[128];
             snprintf(why, sizeof why, "idle: no client connected for %lld s", (now - from) / 1000);
-            rc = session_end(cm, s, "released", why, err, sizeof err);
+            rc = session_end(clm, s, "released", why, err, sizeof err);
             json_array_append_new(stop, json_string(s->id));
         }
     }
@@ -264,18 +264,18 @@ static int heartbeat_session(struct cm *cm, struct session_rec *s, json_t *r, lo
 
 void h_node_heartbeat(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct node_rec n = {0};
     char err[512];
     json_t *stop = json_array();
     long long now = now_ms();
-    if (cm_begin(cm, &e) < 0) {
+    if (clm_begin(clm, &e) < 0) {
         json_decref(stop);
         api_reply_error(res, &e);
         return;
     }
-    int rc = node_self(cm, req, &n, &e);
+    int rc = node_self(clm, req, &n, &e);
     json_t *reports = json_object_get(req->body, "sessions");
     if (rc == 0 && !json_is_object(req->body))
         rc = api_fail(&e, 400, "bad_request", "body: expected {\"sessions\": [...]}");
@@ -285,14 +285,14 @@ void h_node_heartbeat(void *ctx, const struct flyt_http_request *req, struct fly
         rc = api_fail(&e, 409, "conflict", "node %s has not registered yet", n.id);
     if (rc == 0 && strcmp(n.state, "lost") == 0) {
         snprintf(n.state, sizeof n.state, "ready");
-        rc = api_event(cm, "node.returned", n.id, &e, "node %s heartbeats again after it was lost",
+        rc = api_event(clm, "node.returned", n.id, &e, "node %s heartbeats again after it was lost",
                    n.id);
     }
     struct session_rec *ss = NULL;
     int ns = 0;
     if (rc == 0) {
         struct session_filter f = {NULL, n.id, NULL, 1};
-        if (store_session_list(cm->store, &f, &ss, &ns, err, sizeof err) < 0)
+        if (store_session_list(clm->store, &f, &ss, &ns, err, sizeof err) < 0)
             rc = api_store_fail(&e, "reading sessions", err);
     }
     for (int i = 0; rc == 0 && i < ns; i++) {
@@ -300,22 +300,22 @@ void h_node_heartbeat(void *ctx, const struct flyt_http_request *req, struct fly
         long long seen = ss[i].created_at > ss[i].last_activity ? ss[i].created_at
                                                                 : ss[i].last_activity;
         if (r)
-            rc = heartbeat_session(cm, &ss[i], r, now, stop, &e);
+            rc = heartbeat_session(clm, &ss[i], r, now, stop, &e);
         else if (strcmp(ss[i].state, "active") == 0
-                 && now - seen > 2 * cm->set.heartbeat_interval_ms
-                 && session_end(cm, &ss[i], "lost", "its node no longer reports it", err,
+                 && now - seen > 2 * clm->set.heartbeat_interval_ms
+                 && session_end(clm, &ss[i], "lost", "its node no longer reports it", err,
                                 sizeof err) < 0)
             rc = api_store_fail(&e, "ending a session", err);
     }
     free(ss);
     if (rc == 0)
-        rc = stops_for_unknown(cm, n.id, reports, stop, &e);
+        rc = stops_for_unknown(clm, n.id, reports, stop, &e);
     if (rc == 0) {
         n.last_heartbeat = now;
-        if (store_node_update(cm->store, &n, err, sizeof err) < 0)
+        if (store_node_update(clm->store, &n, err, sizeof err) < 0)
             rc = api_store_fail(&e, "updating a node", err);
     }
-    if (cm_end(cm, rc == 0, &e) < 0) {
+    if (clm_end(clm, rc == 0, &e) < 0) {
         json_decref(stop);
         api_reply_error(res, &e);
         return;
@@ -326,21 +326,21 @@ void h_node_heartbeat(void *ctx, const struct flyt_http_request *req, struct fly
 void h_node_session_ended(void *ctx, const struct flyt_http_request *req,
                           struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct node_rec n = {0};
     struct session_rec s;
     char err[512];
-    if (cm_begin(cm, &e) < 0) {
+    if (clm_begin(clm, &e) < 0) {
         api_reply_error(res, &e);
         return;
     }
-    int rc = node_self(cm, req, &n, &e);
+    int rc = node_self(clm, req, &n, &e);
     json_t *reason = json_object_get(req->body, "reason");
     if (rc == 0 && req->body && (!json_is_object(req->body) || (reason && !json_is_string(reason))))
         rc = api_fail(&e, 400, "bad_request", "reason: expected a string");
     if (rc == 0) {
-        int found = store_session_get(cm->store, req->params[1], &s, err, sizeof err);
+        int found = store_session_get(clm->store, req->params[1], &s, err, sizeof err);
         if (found < 0)
             rc = api_store_fail(&e, "reading a session", err);
         else if (!found || strcmp(s.node_id, n.id) != 0)
@@ -351,10 +351,10 @@ void h_node_session_ended(void *ctx, const struct flyt_http_request *req,
         int failed = strncmp(r, "fail", 4) == 0 || strncmp(r, "crash", 5) == 0;
         char why[300];
         snprintf(why, sizeof why, "ended on the node: %.200s", r);
-        if (session_end(cm, &s, failed ? "failed" : "released", why, err, sizeof err) < 0)
+        if (session_end(clm, &s, failed ? "failed" : "released", why, err, sizeof err) < 0)
             rc = api_store_fail(&e, "ending a session", err);
     }
-    if (cm_end(cm, rc == 0, &e) < 0) {
+    if (clm_end(clm, rc == 0, &e) < 0) {
         api_reply_error(res, &e);
         return;
     }

@@ -12,7 +12,7 @@
  * counted twice) with a "session.resized" event; then, without the lock, the
  * node manager applies it to the running server. If the node cannot, the old
  * share is recorded again and the answer says why. */
-#include "cm.h"
+#include "clm.h"
 
 #include "flyt_log.h"
 
@@ -140,22 +140,22 @@ static int plan(const struct gpu_cap *c, struct session_rec *s, const struct res
 }
 
 /* Under the lock: the new share of session id recorded; old keeps the previous one. */
-static int reserve(struct cm *cm, const char *id, const struct resize_ask *a,
+static int reserve(struct clm *clm, const char *id, const struct resize_ask *a,
                    struct session_rec *s, struct session_rec *old, struct node_rec *node,
                    const char **granted, struct api_error *e)
 {
     char err[512];
-    int found = store_session_get(cm->store, id, s, err, sizeof err);
+    int found = store_session_get(clm->store, id, s, err, sizeof err);
     if (found <= 0)
         return found < 0 ? api_store_fail(e, "reading a session", err)
                          : api_fail(e, 404, "not_found", "no session %s", id);
     if (strcmp(s->state, "active") != 0)
         return api_fail(e, 409, "conflict", "session %s is %s, not active", s->id, s->state);
-    if (node_load(cm, s->node_id, node, e) < 0)
+    if (node_load(clm, s->node_id, node, e) < 0)
         return -1;
     struct gpu_cap *caps = NULL;
     int ncaps = 0;
-    if (capacity_build(cm, node, 1, &caps, &ncaps, err, sizeof err) < 0)
+    if (capacity_build(clm, node, 1, &caps, &ncaps, err, sizeof err) < 0)
         return api_store_fail(e, "reading capacity", err);
     struct gpu_cap *c = NULL;
     for (int i = 0; i < ncaps; i++)
@@ -177,15 +177,15 @@ static int reserve(struct cm *cm, const char *id, const struct resize_ask *a,
     char m1[64], m2[64];
     format_bytes(old->memory_quota, m1, sizeof m1);
     format_bytes(s->memory_quota, m2, sizeof m2);
-    if (store_session_set_share(cm->store, s, err, sizeof err) < 0)
+    if (store_session_set_share(clm->store, s, err, sizeof err) < 0)
         return api_store_fail(e, "recording a share", err);
-    return api_event(cm, "session.resized", s->id, e, "%d SMs and %s -> %d SMs and %s on %s/%d "
+    return api_event(clm, "session.resized", s->id, e, "%d SMs and %s -> %d SMs and %s on %s/%d "
                      "(%s)", old->sm_count, m1, s->sm_count, m2, s->node_id, s->gpu_index,
                      *granted);
 }
 
 /* Without the lock: the node manager applies it. 0, or -1 with why. */
-static int node_apply(struct cm *cm, const struct node_rec *node, const struct session_rec *s,
+static int node_apply(struct clm *clm, const struct node_rec *node, const struct session_rec *s,
                       json_t **answer, char *why, size_t whylen)
 {
     char url[ADDR_MAX + 128];
@@ -197,35 +197,35 @@ static int node_apply(struct cm *cm, const struct node_rec *node, const struct s
                              "memory_quota", (json_int_t)s->memory_quota);
     long status = 0;
     int rc = flyt_http_call_timeout("POST", url, node->manager_token, body,
-                                    cm->set.server_start_timeout_ms, &status, answer, why, whylen);
+                                    clm->set.server_start_timeout_ms, &status, answer, why, whylen);
     json_decref(body);
     return rc < 0 || status != 200 ? -1 : 0;
 }
 
 /* One session, end to end: its answer object, or NULL with e. */
-static json_t *resize_one(struct cm *cm, const char *id, const struct resize_ask *a,
+static json_t *resize_one(struct clm *clm, const char *id, const struct resize_ask *a,
                           struct api_error *e)
 {
     double t0 = mono_ms();
     struct session_rec s, old;
     struct node_rec node;
     const char *granted = "full";
-    if (cm_begin(cm, e) < 0)
+    if (clm_begin(clm, e) < 0)
         return NULL;
-    int rc = reserve(cm, id, a, &s, &old, &node, &granted, e);
-    if (cm_end(cm, rc == 0, e) < 0)
+    int rc = reserve(clm, id, a, &s, &old, &node, &granted, e);
+    if (clm_end(clm, rc == 0, e) < 0)
         return NULL;
     json_t *ans = NULL;
     char why[512] = "";
-    if (node_apply(cm, &node, &s, &ans, why, sizeof why) < 0) {
+    if (node_apply(clm, &node, &s, &ans, why, sizeof why) < 0) {
         json_decref(ans);
         struct api_error e2 = {0};
-        if (cm_begin(cm, &e2) == 0) { /* the share stays what the server runs on */
+        if (clm_begin(clm, &e2) == 0) { /* the share stays what the server runs on */
             char err[512];
-            int ok = store_session_set_share(cm->store, &old, err, sizeof err) == 0 &&
-                     api_event(cm, "session.resize_failed", s.id, &e2, "node %s: %s", node.id,
+            int ok = store_session_set_share(clm->store, &old, err, sizeof err) == 0 &&
+                     api_event(clm, "session.resize_failed", s.id, &e2, "node %s: %s", node.id,
                                why) == 0;
-            cm_end(cm, ok, &e2);
+            clm_end(clm, ok, &e2);
         }
         api_fail(e, 503, "unavailable", "session %s: node %s could not apply the resize: %s",
                  s.id, node.id, why);
@@ -240,24 +240,24 @@ static json_t *resize_one(struct cm *cm, const char *id, const struct resize_ask
                      ms);
 }
 
-static int operator_only(struct cm *cm, const struct flyt_http_request *req, struct api_error *e)
+static int operator_only(struct clm *clm, const struct flyt_http_request *req, struct api_error *e)
 {
     struct principal who;
-    pthread_mutex_lock(&cm->lock);
-    int rc = auth_check(cm, req, P_OPERATOR, &who, e);
-    pthread_mutex_unlock(&cm->lock);
+    pthread_mutex_lock(&clm->lock);
+    int rc = auth_check(clm, req, P_OPERATOR, &who, e);
+    pthread_mutex_unlock(&clm->lock);
     return rc;
 }
 
 void h_session_resize(void *ctx, const struct flyt_http_request *req,
                       struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct resize_ask a;
     json_t *out = NULL;
-    if (operator_only(cm, req, &e) == 0 && parse_ask(req->body, &a, &e) == 0)
-        out = resize_one(cm, req->params[0], &a, &e);
+    if (operator_only(clm, req, &e) == 0 && parse_ask(req->body, &a, &e) == 0)
+        out = resize_one(clm, req->params[0], &a, &e);
     if (!out) {
         api_reply_error(res, &e);
         return;
@@ -270,26 +270,26 @@ void h_session_resize(void *ctx, const struct flyt_http_request *req,
  * start later) is "vm update"'s. */
 void h_vm_resize(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct resize_ask a;
     struct session_rec *ss = NULL;
     int n = 0;
     char err[512];
-    if (operator_only(cm, req, &e) < 0 || parse_ask(req->body, &a, &e) < 0) {
+    if (operator_only(clm, req, &e) < 0 || parse_ask(req->body, &a, &e) < 0) {
         api_reply_error(res, &e);
         return;
     }
     struct vm_rec vm;
-    pthread_mutex_lock(&cm->lock);
-    int found = store_vm_get(cm->store, req->params[0], &vm, err, sizeof err);
+    pthread_mutex_lock(&clm->lock);
+    int found = store_vm_get(clm->store, req->params[0], &vm, err, sizeof err);
     struct session_filter f = {req->params[0], NULL, "active", 0};
     int rc = found < 0 ? api_store_fail(&e, "reading a VM", err)
              : !found  ? api_fail(&e, 404, "not_found", "no VM %s", req->params[0])
                        : 0;
-    if (rc == 0 && store_session_list(cm->store, &f, &ss, &n, err, sizeof err) < 0)
+    if (rc == 0 && store_session_list(clm->store, &f, &ss, &n, err, sizeof err) < 0)
         rc = api_store_fail(&e, "reading sessions", err);
-    pthread_mutex_unlock(&cm->lock);
+    pthread_mutex_unlock(&clm->lock);
     if (rc < 0) {
         api_reply_error(res, &e);
         return;
@@ -298,7 +298,7 @@ void h_vm_resize(void *ctx, const struct flyt_http_request *req, struct flyt_htt
     int done = 0;
     for (int i = 0; i < n; i++) {
         struct api_error one = {0};
-        json_t *r = resize_one(cm, ss[i].id, &a, &one);
+        json_t *r = resize_one(clm, ss[i].id, &a, &one);
         if (r) {
             done++;
             json_array_append_new(arr, r);

@@ -2,7 +2,7 @@
  * POST places the VM's share, records the session "starting" (which reserves its SM
  * groups and memory), asks the node manager for a server without holding the lock, then
  * records it "active" with its endpoint, or "failed". */
-#include "cm.h"
+#include "clm.h"
 
 #include "flyt_log.h"
 #include "flyt_token.h"
@@ -13,7 +13,7 @@
 
 void h_sessions_list(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
     struct session_filter f = {flyt_http_query(req, "vm"), flyt_http_query(req, "node"),
@@ -35,11 +35,11 @@ void h_sessions_list(void *ctx, const struct flyt_http_request *req, struct flyt
         f.state = NULL;
         f.live_only = 1;
     }
-    pthread_mutex_lock(&cm->lock);
-    int rc = auth_check(cm, req, P_OPERATOR, &who, &e);
-    if (rc == 0 && store_session_list(cm->store, &f, &ss, &n, err, sizeof err) < 0)
+    pthread_mutex_lock(&clm->lock);
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
+    if (rc == 0 && store_session_list(clm->store, &f, &ss, &n, err, sizeof err) < 0)
         rc = api_store_fail(&e, "listing sessions", err);
-    pthread_mutex_unlock(&cm->lock);
+    pthread_mutex_unlock(&clm->lock);
     if (rc < 0) {
         api_reply_error(res, &e);
         return;
@@ -53,21 +53,21 @@ void h_sessions_list(void *ctx, const struct flyt_http_request *req, struct flyt
 
 void h_session_get(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
     struct session_rec s;
     char err[512];
-    pthread_mutex_lock(&cm->lock);
-    int rc = auth_check(cm, req, P_OPERATOR, &who, &e);
+    pthread_mutex_lock(&clm->lock);
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
     if (rc == 0) {
-        int found = store_session_get(cm->store, req->params[0], &s, err, sizeof err);
+        int found = store_session_get(clm->store, req->params[0], &s, err, sizeof err);
         if (found < 0)
             rc = api_store_fail(&e, "reading a session", err);
         else if (!found)
             rc = api_fail(&e, 404, "not_found", "no session %s", req->params[0]);
     }
-    pthread_mutex_unlock(&cm->lock);
+    pthread_mutex_unlock(&clm->lock);
     if (rc < 0) {
         api_reply_error(res, &e);
         return;
@@ -76,13 +76,13 @@ void h_session_get(void *ctx, const struct flyt_http_request *req, struct flyt_h
 }
 
 /* Loads the session for a VM or operator call; a VM may touch only its own. */
-static int own_session(struct cm *cm, const struct flyt_http_request *req, unsigned allowed,
+static int own_session(struct clm *clm, const struct flyt_http_request *req, unsigned allowed,
                        struct principal *who, struct session_rec *s, struct api_error *e)
 {
     char err[512];
-    if (auth_check(cm, req, allowed, who, e) < 0)
+    if (auth_check(clm, req, allowed, who, e) < 0)
         return -1;
-    int found = store_session_get(cm->store, req->params[0], s, err, sizeof err);
+    int found = store_session_get(clm->store, req->params[0], s, err, sizeof err);
     if (found < 0)
         return api_store_fail(e, "reading a session", err);
     if (!found)
@@ -94,27 +94,27 @@ static int own_session(struct cm *cm, const struct flyt_http_request *req, unsig
 
 void h_session_delete(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
     struct session_rec s;
     struct stop_list stops = {0};
     char err[512];
-    if (cm_begin(cm, &e) < 0) {
+    if (clm_begin(clm, &e) < 0) {
         api_reply_error(res, &e);
         return;
     }
-    int rc = own_session(cm, req, P_OPERATOR | P_VM, &who, &s, &e);
+    int rc = own_session(clm, req, P_OPERATOR | P_VM, &who, &s, &e);
     if (rc == 0 && session_is_live(&s)) {
         struct node_rec node;
-        if (session_end(cm, &s, "released",
+        if (session_end(clm, &s, "released",
                         who.kind == P_VM ? "released by its VM" : "released by the operator", err,
                         sizeof err) < 0)
             rc = api_store_fail(&e, "ending a session", err);
-        else if (store_node_get(cm->store, s.node_id, &node, err, sizeof err) > 0)
+        else if (store_node_get(clm->store, s.node_id, &node, err, sizeof err) > 0)
             stop_list_add(&stops, &node, s.id);
     }
-    if (cm_end(cm, rc == 0, &e) < 0) {
+    if (clm_end(clm, rc == 0, &e) < 0) {
         free(stops.items);
         api_reply_error(res, &e);
         return;
@@ -125,24 +125,24 @@ void h_session_delete(void *ctx, const struct flyt_http_request *req, struct fly
 
 void h_session_alive(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
     struct session_rec s;
     char err[512];
-    if (cm_begin(cm, &e) < 0) {
+    if (clm_begin(clm, &e) < 0) {
         api_reply_error(res, &e);
         return;
     }
-    int rc = own_session(cm, req, P_VM, &who, &s, &e);
+    int rc = own_session(clm, req, P_VM, &who, &s, &e);
     if (rc == 0 && !session_is_live(&s))
         rc = api_fail(&e, 409, "conflict", "session %s has ended (%s)", s.id, s.end_reason);
     if (rc == 0) {
         s.last_activity = now_ms();
-        if (store_session_update(cm->store, &s, err, sizeof err) < 0)
+        if (store_session_update(clm->store, &s, err, sizeof err) < 0)
             rc = api_store_fail(&e, "updating a session", err);
     }
-    if (cm_end(cm, rc == 0, &e) < 0) {
+    if (clm_end(clm, rc == 0, &e) < 0) {
         api_reply_error(res, &e);
         return;
     }
@@ -150,25 +150,25 @@ void h_session_alive(void *ctx, const struct flyt_http_request *req, struct flyt
 }
 
 /* The session token for s, signed with its node's session key. */
-static int make_token(struct cm *cm, const struct node_rec *node, const struct session_rec *s,
+static int make_token(struct clm *clm, const struct node_rec *node, const struct session_rec *s,
                       char *out, size_t outlen)
 {
     unsigned char key[64];
     size_t klen;
     if (flyt_hex_decode(node->session_key, key, sizeof key, &klen) < 0 || klen == 0)
         return -1;
-    long long expiry = (now_ms() + cm->set.session_token_ttl_ms) / 1000;
+    long long expiry = (now_ms() + clm->set.session_token_ttl_ms) / 1000;
     return flyt_session_token_make(key, klen, s->id, expiry, out, outlen);
 }
 
 /* Phase 1, under the lock: checks, placement, the "starting" record. */
-static int reserve(struct cm *cm, const struct flyt_http_request *req, struct session_rec *s,
+static int reserve(struct clm *clm, const struct flyt_http_request *req, struct session_rec *s,
                    struct node_rec *node, int *existing, struct api_error *e)
 {
     struct principal who;
     struct vm_rec vm;
     char err[512];
-    if (auth_check(cm, req, P_VM, &who, e) < 0)
+    if (auth_check(clm, req, P_VM, &who, e) < 0)
         return -1;
     json_t *pid = json_object_get(req->body, "pid"), *proc = json_object_get(req->body, "process");
     if (!json_is_object(req->body))
@@ -183,7 +183,7 @@ static int reserve(struct cm *cm, const struct flyt_http_request *req, struct se
     if (proc && (!json_is_string(proc) || strlen(json_string_value(proc)) >= sizeof s->process))
         return api_fail(e, 400, "bad_request", "process: expected a string under %zu characters",
                         sizeof s->process);
-    int found = store_vm_get(cm->store, who.id, &vm, err, sizeof err);
+    int found = store_vm_get(clm->store, who.id, &vm, err, sizeof err);
     if (found <= 0)
         return found < 0 ? api_store_fail(e, "reading a VM", err)
                          : api_fail(e, 404, "not_found", "no VM %s", who.id);
@@ -191,7 +191,7 @@ static int reserve(struct cm *cm, const struct flyt_http_request *req, struct se
     struct session_filter f = {vm.id, NULL, NULL, 1};
     struct session_rec *ss;
     int ns;
-    if (store_session_list(cm->store, &f, &ss, &ns, err, sizeof err) < 0)
+    if (store_session_list(clm->store, &f, &ss, &ns, err, sizeof err) < 0)
         return api_store_fail(e, "reading sessions", err);
     for (int i = 0; i < ns; i++)
         if (ss[i].pid == json_integer_value(pid)) {
@@ -201,7 +201,7 @@ static int reserve(struct cm *cm, const struct flyt_http_request *req, struct se
                 return api_fail(e, 409, "conflict", "process %lld of VM %s already has session "
                                 "%s, still starting", s->pid, vm.id, s->id);
             *existing = 1;
-            found = store_node_get(cm->store, s->node_id, node, err, sizeof err);
+            found = store_node_get(clm->store, s->node_id, node, err, sizeof err);
             return found > 0 ? 0 : found < 0 ? api_store_fail(e, "reading a node", err)
                                              : api_fail(e, 404, "not_found", "no node %s", s->node_id);
         }
@@ -210,7 +210,7 @@ static int reserve(struct cm *cm, const struct flyt_http_request *req, struct se
     /* placement over the ready nodes' GPUs */
     struct node_rec *nodes;
     int nn;
-    if (store_node_list(cm->store, &nodes, &nn, err, sizeof err) < 0)
+    if (store_node_list(clm->store, &nodes, &nn, err, sizeof err) < 0)
         return api_store_fail(e, "reading nodes", err);
     int ready = 0;
     for (int i = 0; i < nn; i++)
@@ -218,12 +218,12 @@ static int reserve(struct cm *cm, const struct flyt_http_request *req, struct se
             nodes[ready++] = nodes[i];
     struct gpu_cap *caps;
     int ncaps;
-    if (capacity_build(cm, nodes, ready, &caps, &ncaps, err, sizeof err) < 0) {
+    if (capacity_build(clm, nodes, ready, &caps, &ncaps, err, sizeof err) < 0) {
         free(nodes);
         return api_store_fail(e, "reading capacity", err);
     }
-    struct placement_request pr = {vm.compute_units, vm.memory, vm.host_ip, cm->set.policy,
-                                   cm->set.overcommit};
+    struct placement_request pr = {vm.compute_units, vm.memory, vm.host_ip, clm->set.policy,
+                                   clm->set.overcommit};
     struct placement_result out;
     int placed = placement_choose(caps, ncaps, &pr, &out);
     if (placed < 0) {
@@ -251,18 +251,18 @@ static int reserve(struct cm *cm, const struct flyt_http_request *req, struct se
     s->created_at = s->last_activity = now_ms();
     free(nodes);
     free(caps);
-    if (store_session_insert(cm->store, s, err, sizeof err) < 0)
+    if (store_session_insert(clm->store, s, err, sizeof err) < 0)
         return api_store_fail(e, "recording a session", err);
     return 0;
 }
 
 /* Phase 3, under the lock: the outcome of the node's answer. */
-static int settle(struct cm *cm, struct session_rec *s, int started, const char *why,
+static int settle(struct clm *clm, struct session_rec *s, int started, const char *why,
                   struct api_error *e)
 {
     char err[512];
     struct session_rec now;
-    int found = store_session_get(cm->store, s->id, &now, err, sizeof err);
+    int found = store_session_get(clm->store, s->id, &now, err, sizeof err);
     if (found <= 0)
         return found < 0 ? api_store_fail(e, "reading a session", err)
                          : api_fail(e, 500, "internal", "session %s vanished", s->id);
@@ -272,7 +272,7 @@ static int settle(struct cm *cm, struct session_rec *s, int started, const char 
     if (!started) {
         char reason[400];
         snprintf(reason, sizeof reason, "the node could not start the server: %.300s", why);
-        if (session_end(cm, &now, "failed", reason, err, sizeof err) < 0)
+        if (session_end(clm, &now, "failed", reason, err, sizeof err) < 0)
             return api_store_fail(e, "ending a session", err);
         return api_fail(e, 503, "unavailable", "node %s could not start a server for VM %s: %s",
                         s->node_id, s->vm_id, why);
@@ -285,8 +285,8 @@ static int settle(struct cm *cm, struct session_rec *s, int started, const char 
     format_bytes(now.memory_quota, mem, sizeof mem);
     snprintf(msg, sizeof msg, "VM %s pid %lld: %d SMs (groups of %s/%d) and %s at %s", now.vm_id,
              now.pid, now.sm_count, now.node_id, now.gpu_index, mem, now.endpoint);
-    if (store_session_update(cm->store, &now, err, sizeof err) < 0
-        || store_event_add(cm->store, "session.allocated", now.id, msg, err, sizeof err) < 0)
+    if (store_session_update(clm->store, &now, err, sizeof err) < 0
+        || store_event_add(clm->store, "session.allocated", now.id, msg, err, sizeof err) < 0)
         return api_store_fail(e, "recording a session", err);
     flyt_info("session.allocated %s: %s", now.id, msg);
     *s = now;
@@ -295,34 +295,34 @@ static int settle(struct cm *cm, struct session_rec *s, int started, const char 
 
 void h_sessions_create(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct session_rec s;
     struct node_rec node;
     int existing = 0;
-    if (cm_begin(cm, &e) < 0) {
+    if (clm_begin(clm, &e) < 0) {
         api_reply_error(res, &e);
         return;
     }
-    int rc = reserve(cm, req, &s, &node, &existing, &e);
-    if (cm_end(cm, rc == 0, &e) < 0) {
+    int rc = reserve(clm, req, &s, &node, &existing, &e);
+    if (clm_end(clm, rc == 0, &e) < 0) {
         api_reply_error(res, &e);
         return;
     }
     if (!existing) {
         char why[512] = "";
-        int started = node_start_server(cm, &node, &s, s.endpoint, sizeof s.endpoint,
+        int started = node_start_server(clm, &node, &s, s.endpoint, sizeof s.endpoint,
                                         &s.server_pid, why, sizeof why) == 0;
         if (!started)
             flyt_warn("session %s: node %s: %s", s.id, node.id, why);
         struct stop_list stops = {0};
-        if (cm_begin(cm, &e) < 0) {
+        if (clm_begin(clm, &e) < 0) {
             api_reply_error(res, &e);
             return;
         }
-        rc = settle(cm, &s, started, why, &e);
+        rc = settle(clm, &s, started, why, &e);
         /* a 503 still commits: the session's end (failed) is recorded */
-        if (cm_end(cm, rc == 0 || e.status == 503, &e) < 0)
+        if (clm_end(clm, rc == 0 || e.status == 503, &e) < 0)
             rc = -1;
         if (rc < 0 && started) {   /* a server nobody will use */
             stop_list_add(&stops, &node, s.id);
@@ -334,7 +334,7 @@ void h_sessions_create(void *ctx, const struct flyt_http_request *req, struct fl
         }
     }
     char token[256];
-    if (make_token(cm, &node, &s, token, sizeof token) < 0) {
+    if (make_token(clm, &node, &s, token, sizeof token) < 0) {
         flyt_http_reply_error(res, 500, "internal", "cannot make the session token");
         return;
     }

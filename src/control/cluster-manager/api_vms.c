@@ -1,6 +1,6 @@
 /* /v1/vms: the operator's VM records (the original vm_required_resources documents plus
  * an id and a token). */
-#include "cm.h"
+#include "clm.h"
 
 #include "flyt_log.h"
 #include "flyt_token.h"
@@ -94,7 +94,7 @@ static int parse_vm(json_t *body, struct vm_rec *vm, int require, int strict, in
 }
 
 /* Creates vm (id made from vm_ip when empty) with a new token; in a transaction. */
-static int vm_create(struct cm *cm, struct vm_rec *vm, char *token, const char *where,
+static int vm_create(struct clm *clm, struct vm_rec *vm, char *token, const char *where,
                      struct api_error *e)
 {
     char err[512], hash[65];
@@ -105,12 +105,12 @@ static int vm_create(struct cm *cm, struct vm_rec *vm, char *token, const char *
                 *p = '-';
     }
     struct vm_rec other;
-    int rc = store_vm_get(cm->store, vm->id, &other, err, sizeof err);
+    int rc = store_vm_get(clm->store, vm->id, &other, err, sizeof err);
     if (rc < 0)
         return api_store_fail(e, "reading VMs", err);
     if (rc)
         return api_fail(e, 409, "conflict", "%sVM %s exists", where, vm->id);
-    rc = store_vm_by_ip(cm->store, vm->vm_ip, &other, err, sizeof err);
+    rc = store_vm_by_ip(clm->store, vm->vm_ip, &other, err, sizeof err);
     if (rc < 0)
         return api_store_fail(e, "reading VMs", err);
     if (rc)
@@ -119,7 +119,7 @@ static int vm_create(struct cm *cm, struct vm_rec *vm, char *token, const char *
     if (flyt_token_new(token, 65) < 0 || flyt_sha256_hex(token, strlen(token), hash, sizeof hash) < 0)
         return api_fail(e, 500, "internal", "cannot make a token");
     vm->created_at = vm->updated_at = now_ms();
-    rc = store_vm_insert(cm->store, vm, hash, err, sizeof err);
+    rc = store_vm_insert(clm->store, vm, hash, err, sizeof err);
     if (rc == DB_CONSTRAINT)
         return api_fail(e, 409, "conflict", "%sVM %s or vm_ip %s exists", where, vm->id, vm->vm_ip);
     if (rc < 0)
@@ -128,19 +128,19 @@ static int vm_create(struct cm *cm, struct vm_rec *vm, char *token, const char *
     format_bytes(vm->memory, mem, sizeof mem);
     snprintf(msg, sizeof msg, "VM %s (vm_ip %s, host_ip %s): %lld SMs, %s", vm->id, vm->vm_ip,
              vm->host_ip, vm->compute_units, mem);
-    if (store_event_add(cm->store, "vm.created", vm->id, msg, err, sizeof err) < 0)
+    if (store_event_add(clm->store, "vm.created", vm->id, msg, err, sizeof err) < 0)
         return api_store_fail(e, "logging", err);
     return 0;
 }
 
 /* Applies the fields of upd over vm; in a transaction. */
-static int vm_update(struct cm *cm, struct vm_rec *vm, const struct vm_rec *upd, const char *where,
+static int vm_update(struct clm *clm, struct vm_rec *vm, const struct vm_rec *upd, const char *where,
                      struct api_error *e)
 {
     char err[512];
     if (upd->vm_ip[0] && strcmp(upd->vm_ip, vm->vm_ip) != 0) {
         struct vm_rec other;
-        int rc = store_vm_by_ip(cm->store, upd->vm_ip, &other, err, sizeof err);
+        int rc = store_vm_by_ip(clm->store, upd->vm_ip, &other, err, sizeof err);
         if (rc < 0)
             return api_store_fail(e, "reading VMs", err);
         if (rc)
@@ -155,7 +155,7 @@ static int vm_update(struct cm *cm, struct vm_rec *vm, const struct vm_rec *upd,
     if (upd->memory)
         vm->memory = upd->memory;
     vm->updated_at = now_ms();
-    int rc = store_vm_update(cm->store, vm, err, sizeof err);
+    int rc = store_vm_update(clm->store, vm, err, sizeof err);
     if (rc == DB_CONSTRAINT)
         return api_fail(e, 409, "conflict", "%svm_ip %s is taken", where, vm->vm_ip);
     if (rc < 0)
@@ -164,57 +164,57 @@ static int vm_update(struct cm *cm, struct vm_rec *vm, const struct vm_rec *upd,
     format_bytes(vm->memory, mem, sizeof mem);
     snprintf(msg, sizeof msg, "VM %s now vm_ip %s, host_ip %s, %lld SMs, %s (for new sessions)",
              vm->id, vm->vm_ip, vm->host_ip, vm->compute_units, mem);
-    if (store_event_add(cm->store, "vm.updated", vm->id, msg, err, sizeof err) < 0)
+    if (store_event_add(clm->store, "vm.updated", vm->id, msg, err, sizeof err) < 0)
         return api_store_fail(e, "logging", err);
     return 0;
 }
 
-static json_t *vm_json_live(struct cm *cm, const struct vm_rec *vm)
+static json_t *vm_json_live(struct clm *clm, const struct vm_rec *vm)
 {
     char err[256];
-    int n = vm_live_sessions(cm, vm->id, err, sizeof err);
+    int n = vm_live_sessions(clm, vm->id, err, sizeof err);
     return vm_json(vm, n < 0 ? 0 : n);
 }
 
 void h_vms_list(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
     struct vm_rec *vms = NULL;
     int n = 0;
     char err[512];
     json_t *arr = json_array();
-    pthread_mutex_lock(&cm->lock);
-    int rc = auth_check(cm, req, P_OPERATOR, &who, &e);
-    if (rc == 0 && store_vm_list(cm->store, &vms, &n, err, sizeof err) < 0)
+    pthread_mutex_lock(&clm->lock);
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
+    if (rc == 0 && store_vm_list(clm->store, &vms, &n, err, sizeof err) < 0)
         rc = api_store_fail(&e, "listing VMs", err);
     for (int i = 0; rc == 0 && i < n; i++)
-        json_array_append_new(arr, vm_json_live(cm, &vms[i]));
-    pthread_mutex_unlock(&cm->lock);
+        json_array_append_new(arr, vm_json_live(clm, &vms[i]));
+    pthread_mutex_unlock(&clm->lock);
     free(vms);
     api_reply_wrapped(res, rc >= 0, &e, 200, "vms", arr);
 }
 
 void h_vms_create(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
     struct vm_rec vm;
     char token[65];
     memset(&vm, 0, sizeof vm);
-    if (cm_begin(cm, &e) < 0) {
+    if (clm_begin(clm, &e) < 0) {
         api_reply_error(res, &e);
         return;
     }
-    int rc = auth_check(cm, req, P_OPERATOR, &who, &e);
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
     if (rc == 0)
         rc = parse_vm(req->body, &vm, 1, 1, 1, 0, "", &e);
     if (rc == 0)
-        rc = vm_create(cm, &vm, token, "", &e);
+        rc = vm_create(clm, &vm, token, "", &e);
     json_t *j = rc == 0 ? vm_json(&vm, 0) : NULL;
-    if (cm_end(cm, rc == 0, &e) < 0) {
+    if (clm_end(clm, rc == 0, &e) < 0) {
         json_decref(j);
         api_reply_error(res, &e);
         return;
@@ -224,17 +224,17 @@ void h_vms_create(void *ctx, const struct flyt_http_request *req, struct flyt_ht
 
 void h_vms_import(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
     json_t *created = json_array(), *updated = json_array();
-    if (cm_begin(cm, &e) < 0) {
+    if (clm_begin(clm, &e) < 0) {
         api_reply_error(res, &e);
         json_decref(created);
         json_decref(updated);
         return;
     }
-    int rc = auth_check(cm, req, P_OPERATOR, &who, &e);
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
     json_t *docs = json_object_get(req->body, "documents");
     if (rc == 0 && !json_is_array(docs))
         rc = api_fail(&e, 400, "bad_request", "documents: expected an array of "
@@ -251,16 +251,16 @@ void h_vms_import(void *ctx, const struct flyt_http_request *req, struct flyt_ht
         rc = parse_vm(doc, &in, 1, 0, 0, 1, where, &e);
         if (rc < 0)
             break;
-        int found = store_vm_by_ip(cm->store, in.vm_ip, &vm, err, sizeof err);
+        int found = store_vm_by_ip(clm->store, in.vm_ip, &vm, err, sizeof err);
         if (found < 0) {
             rc = api_store_fail(&e, "reading VMs", err);
         } else if (found) {
-            rc = vm_update(cm, &vm, &in, where, &e);
+            rc = vm_update(clm, &vm, &in, where, &e);
             if (rc == 0)
-                json_array_append_new(updated, vm_json_live(cm, &vm));
+                json_array_append_new(updated, vm_json_live(clm, &vm));
         } else {
             char token[65];
-            rc = vm_create(cm, &in, token, where, &e);
+            rc = vm_create(clm, &in, token, where, &e);
             if (rc == 0) {
                 json_t *j = vm_json(&in, 0);
                 json_object_set_new(j, "token", json_string(token));
@@ -272,10 +272,10 @@ void h_vms_import(void *ctx, const struct flyt_http_request *req, struct flyt_ht
         char msg[128], err[512];
         snprintf(msg, sizeof msg, "import: %zu created, %zu updated", json_array_size(created),
                  json_array_size(updated));
-        if (store_event_add(cm->store, "vm.imported", "import", msg, err, sizeof err) < 0)
+        if (store_event_add(clm->store, "vm.imported", "import", msg, err, sizeof err) < 0)
             rc = api_store_fail(&e, "logging", err);
     }
-    if (cm_end(cm, rc == 0, &e) < 0) {
+    if (clm_end(clm, rc == 0, &e) < 0) {
         json_decref(created);
         json_decref(updated);
         api_reply_error(res, &e);
@@ -286,16 +286,16 @@ void h_vms_import(void *ctx, const struct flyt_http_request *req, struct flyt_ht
 
 void h_vm_get(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
     struct vm_rec vm;
     char err[512];
     json_t *out = NULL;
-    pthread_mutex_lock(&cm->lock);
-    int rc = auth_check(cm, req, P_OPERATOR, &who, &e);
+    pthread_mutex_lock(&clm->lock);
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
     if (rc == 0) {
-        int found = store_vm_get(cm->store, req->params[0], &vm, err, sizeof err);
+        int found = store_vm_get(clm->store, req->params[0], &vm, err, sizeof err);
         if (found < 0)
             rc = api_store_fail(&e, "reading a VM", err);
         else if (!found)
@@ -305,7 +305,7 @@ void h_vm_get(void *ctx, const struct flyt_http_request *req, struct flyt_http_r
         struct session_filter f = {vm.id, NULL, NULL, 1};   /* live ones; history: /v1/sessions */
         struct session_rec *ss;
         int n, live = 0;
-        if (store_session_list(cm->store, &f, &ss, &n, err, sizeof err) < 0) {
+        if (store_session_list(clm->store, &f, &ss, &n, err, sizeof err) < 0) {
             rc = api_store_fail(&e, "reading sessions", err);
         } else {
             json_t *arr = json_array();
@@ -317,7 +317,7 @@ void h_vm_get(void *ctx, const struct flyt_http_request *req, struct flyt_http_r
             out = json_pack("{s:o,s:o}", "vm", vm_json(&vm, live), "sessions", arr);
         }
     }
-    pthread_mutex_unlock(&cm->lock);
+    pthread_mutex_unlock(&clm->lock);
     if (rc < 0) {
         api_reply_error(res, &e);
         return;
@@ -327,19 +327,19 @@ void h_vm_get(void *ctx, const struct flyt_http_request *req, struct flyt_http_r
 
 void h_vm_patch(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
     struct vm_rec vm, upd;
     char err[512];
     memset(&upd, 0, sizeof upd);
-    if (cm_begin(cm, &e) < 0) {
+    if (clm_begin(clm, &e) < 0) {
         api_reply_error(res, &e);
         return;
     }
-    int rc = auth_check(cm, req, P_OPERATOR, &who, &e);
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
     if (rc == 0) {
-        int found = store_vm_get(cm->store, req->params[0], &vm, err, sizeof err);
+        int found = store_vm_get(clm->store, req->params[0], &vm, err, sizeof err);
         if (found < 0)
             rc = api_store_fail(&e, "reading a VM", err);
         else if (!found)
@@ -351,15 +351,15 @@ void h_vm_patch(void *ctx, const struct flyt_http_request *req, struct flyt_http
         rc = api_fail(&e, 400, "bad_request",
                       "body: give at least one of vm_ip, host_ip, compute_units, memory");
     if (rc == 0)
-        rc = vm_update(cm, &vm, &upd, "", &e);
-    json_t *j = rc == 0 ? vm_json_live(cm, &vm) : NULL;
-    int ended = cm_end(cm, rc == 0, &e);
+        rc = vm_update(clm, &vm, &upd, "", &e);
+    json_t *j = rc == 0 ? vm_json_live(clm, &vm) : NULL;
+    int ended = clm_end(clm, rc == 0, &e);
     api_reply_wrapped(res, ended >= 0, &e, 200, "vm", j);
 }
 
 void h_vm_delete(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
     struct vm_rec vm;
@@ -367,13 +367,13 @@ void h_vm_delete(void *ctx, const struct flyt_http_request *req, struct flyt_htt
     char err[512];
     const char *force = flyt_http_query(req, "force");
     int forced = force && (strcmp(force, "1") == 0 || strcmp(force, "true") == 0);
-    if (cm_begin(cm, &e) < 0) {
+    if (clm_begin(clm, &e) < 0) {
         api_reply_error(res, &e);
         return;
     }
-    int rc = auth_check(cm, req, P_OPERATOR, &who, &e);
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
     if (rc == 0) {
-        int found = store_vm_get(cm->store, req->params[0], &vm, err, sizeof err);
+        int found = store_vm_get(clm->store, req->params[0], &vm, err, sizeof err);
         if (found < 0)
             rc = api_store_fail(&e, "reading a VM", err);
         else if (!found)
@@ -383,7 +383,7 @@ void h_vm_delete(void *ctx, const struct flyt_http_request *req, struct flyt_htt
     int n = 0;
     if (rc == 0) {
         struct session_filter f = {vm.id, NULL, NULL, 1};
-        if (store_session_list(cm->store, &f, &ss, &n, err, sizeof err) < 0)
+        if (store_session_list(clm->store, &f, &ss, &n, err, sizeof err) < 0)
             rc = api_store_fail(&e, "reading sessions", err);
         else if (n && !forced)
             rc = api_fail(&e, 409, "conflict",
@@ -391,21 +391,21 @@ void h_vm_delete(void *ctx, const struct flyt_http_request *req, struct flyt_htt
     }
     for (int i = 0; rc == 0 && i < n; i++) {
         struct node_rec node;
-        if (session_end(cm, &ss[i], "released", "VM deleted", err, sizeof err) < 0)
+        if (session_end(clm, &ss[i], "released", "VM deleted", err, sizeof err) < 0)
             rc = api_store_fail(&e, "ending a session", err);
-        else if (store_node_get(cm->store, ss[i].node_id, &node, err, sizeof err) > 0)
+        else if (store_node_get(clm->store, ss[i].node_id, &node, err, sizeof err) > 0)
             stop_list_add(&stops, &node, ss[i].id);
     }
     free(ss);
-    if (rc == 0 && store_vm_delete(cm->store, vm.id, err, sizeof err) < 0)
+    if (rc == 0 && store_vm_delete(clm->store, vm.id, err, sizeof err) < 0)
         rc = api_store_fail(&e, "deleting a VM", err);
     if (rc == 0) {
         char msg[256];
         snprintf(msg, sizeof msg, "VM %s deleted%s", vm.id, n ? " with its sessions" : "");
-        if (store_event_add(cm->store, "vm.deleted", vm.id, msg, err, sizeof err) < 0)
+        if (store_event_add(clm->store, "vm.deleted", vm.id, msg, err, sizeof err) < 0)
             rc = api_store_fail(&e, "logging", err);
     }
-    if (cm_end(cm, rc == 0, &e) < 0) {
+    if (clm_end(clm, rc == 0, &e) < 0) {
         free(stops.items);
         api_reply_error(res, &e);
         return;

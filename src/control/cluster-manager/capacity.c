@@ -1,11 +1,11 @@
 /* GPU capacity, derived every time from the live sessions (store.h INVARIANT): nothing
  * here is stored, so nothing can drift or be counted twice across restarts. */
-#include "cm.h"
+#include "clm.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-int capacity_build(struct cm *cm, const struct node_rec *nodes, int nnodes, struct gpu_cap **caps,
+int capacity_build(struct clm *clm, const struct node_rec *nodes, int nnodes, struct gpu_cap **caps,
                    int *ncaps, char *err, size_t errlen)
 {
     *caps = NULL;
@@ -15,7 +15,7 @@ int capacity_build(struct cm *cm, const struct node_rec *nodes, int nnodes, stru
     for (int i = 0; i < nnodes; i++) {
         struct gpu_rec *gpus;
         int ngpus;
-        if (store_gpus_get(cm->store, nodes[i].id, &gpus, &ngpus, err, errlen) < 0) {
+        if (store_gpus_get(clm->store, nodes[i].id, &gpus, &ngpus, err, errlen) < 0) {
             free(out);
             return -1;
         }
@@ -36,7 +36,7 @@ int capacity_build(struct cm *cm, const struct node_rec *nodes, int nnodes, stru
         struct session_filter f = {NULL, nodes[i].id, NULL, 1};
         struct session_rec *ss;
         int nss;
-        if (store_session_list(cm->store, &f, &ss, &nss, err, errlen) < 0) {
+        if (store_session_list(clm->store, &f, &ss, &nss, err, errlen) < 0) {
             free(out);
             return -1;
         }
@@ -51,12 +51,12 @@ int capacity_build(struct cm *cm, const struct node_rec *nodes, int nnodes, stru
     return 0;
 }
 
-int vm_live_sessions(struct cm *cm, const char *vm_id, char *err, size_t errlen)
+int vm_live_sessions(struct clm *clm, const char *vm_id, char *err, size_t errlen)
 {
     struct session_filter f = {vm_id, NULL, NULL, 1};
     struct session_rec *ss;
     int n;
-    if (store_session_list(cm->store, &f, &ss, &n, err, errlen) < 0)
+    if (store_session_list(clm->store, &f, &ss, &n, err, errlen) < 0)
         return -1;
     free(ss);
     return n;

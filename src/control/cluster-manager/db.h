@@ -3,8 +3,8 @@
  * placeholders (the PostgreSQL driver turns them into $1, $2, ...); values come back as
  * text (integers in decimal), NULL for SQL NULL. Not thread-safe: the cluster manager
  * serialises every use under its lock. */
-#ifndef FLYT_CM_DB_H
-#define FLYT_CM_DB_H
+#ifndef FLYT_CLM_DB_H
+#define FLYT_CLM_DB_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* Session and node lifecycle: ending sessions, losing nodes, calling node managers, and the
  * timer thread that finds nodes past node_timeout. */
-#include "cm.h"
+#include "clm.h"
 
 #include "flyt_log.h"
 
@@ -46,7 +46,7 @@ void stop_list_run(struct stop_list *l)
     memset(l, 0, sizeof *l);
 }
 
-int session_end(struct cm *cm, struct session_rec *s, const char *state, const char *reason,
+int session_end(struct clm *clm, struct session_rec *s, const char *state, const char *reason,
                 char *err, size_t errlen)
 {
     if (!session_is_live(s))
@@ -54,40 +54,40 @@ int session_end(struct cm *cm, struct session_rec *s, const char *state, const c
     snprintf(s->state, sizeof s->state, "%s", state);
     snprintf(s->end_reason, sizeof s->end_reason, "%s", reason);
     s->ended_at = now_ms();
-    if (store_session_update(cm->store, s, err, errlen) < 0)
+    if (store_session_update(clm->store, s, err, errlen) < 0)
         return -1;
     char kind[48], msg[512];
     snprintf(kind, sizeof kind, "session.%s", state);
     snprintf(msg, sizeof msg, "session of VM %s (pid %lld) on %s/%d ended: %s", s->vm_id, s->pid,
              s->node_id, s->gpu_index, reason);
     flyt_info("%s %s: %s", kind, s->id, msg);
-    return store_event_add(cm->store, kind, s->id, msg, err, errlen) < 0 ? -1 : 0;
+    return store_event_add(clm->store, kind, s->id, msg, err, errlen) < 0 ? -1 : 0;
 }
 
-int node_mark_lost(struct cm *cm, struct node_rec *n, const char *reason, char *err, size_t errlen)
+int node_mark_lost(struct clm *clm, struct node_rec *n, const char *reason, char *err, size_t errlen)
 {
     struct session_filter f = {NULL, n->id, NULL, 1};
     struct session_rec *ss;
     int nss;
-    if (store_session_list(cm->store, &f, &ss, &nss, err, errlen) < 0)
+    if (store_session_list(clm->store, &f, &ss, &nss, err, errlen) < 0)
         return -1;
     for (int i = 0; i < nss; i++)
-        if (session_end(cm, &ss[i], "lost", "node lost", err, errlen) < 0) {
+        if (session_end(clm, &ss[i], "lost", "node lost", err, errlen) < 0) {
             free(ss);
             return -1;
         }
     free(ss);
     snprintf(n->state, sizeof n->state, "lost");
-    if (store_node_update(cm->store, n, err, errlen) < 0)
+    if (store_node_update(clm->store, n, err, errlen) < 0)
         return -1;
     char msg[512];
     snprintf(msg, sizeof msg, "node %s lost (%s); %d session(s) ended, its capacity withdrawn",
              n->id, reason, nss);
     flyt_warn("%s", msg);
-    return store_event_add(cm->store, "node.lost", n->id, msg, err, errlen) < 0 ? -1 : 0;
+    return store_event_add(clm->store, "node.lost", n->id, msg, err, errlen) < 0 ? -1 : 0;
 }
 
-int node_start_server(struct cm *cm, const struct node_rec *node, const struct session_rec *s,
+int node_start_server(struct clm *clm, const struct node_rec *node, const struct session_rec *s,
                       char *endpoint, size_t eplen, long long *server_pid, char *err,
                       size_t errlen)
 {
@@ -103,7 +103,7 @@ int node_start_server(struct cm *cm, const struct node_rec *node, const struct s
     long status;
     json_t *ans = NULL;
     int rc = flyt_http_call_timeout("POST", url, node->manager_token, body,
-                                    cm->set.server_start_timeout_ms, &status, &ans, err, errlen);
+                                    clm->set.server_start_timeout_ms, &status, &ans, err, errlen);
     json_decref(body);
     if (rc < 0)
         return -1;
@@ -124,30 +124,30 @@ int node_start_server(struct cm *cm, const struct node_rec *node, const struct s
     return 0;
 }
 
-int lifecycle_recover(struct cm *cm, char *err, size_t errlen)
+int lifecycle_recover(struct clm *clm, char *err, size_t errlen)
 {
     struct session_filter f = {NULL, NULL, "starting", 0};
     struct session_rec *ss;
     int n;
-    if (store_begin(cm->store, err, errlen) < 0)
+    if (store_begin(clm->store, err, errlen) < 0)
         return -1;
-    if (store_session_list(cm->store, &f, &ss, &n, err, errlen) < 0) {
-        store_rollback(cm->store);
+    if (store_session_list(clm->store, &f, &ss, &n, err, errlen) < 0) {
+        store_rollback(clm->store);
         return -1;
     }
     for (int i = 0; i < n; i++)
-        if (session_end(cm, &ss[i], "failed",
+        if (session_end(clm, &ss[i], "failed",
                         "the cluster manager restarted while its server was starting", err,
                         errlen) < 0) {
             free(ss);
-            store_rollback(cm->store);
+            store_rollback(clm->store);
             return -1;
         }
     free(ss);
     if (n)
         flyt_info("%d session(s) left starting by the previous run failed; their nodes stop "
                   "them at their next heartbeat", n);
-    return store_commit(cm->store, err, errlen);
+    return store_commit(clm->store, err, errlen);
 }
 
 /* Since when the manager has been able to hear every node: heartbeats missed before then
@@ -157,80 +157,80 @@ int lifecycle_recover(struct cm *cm, char *err, size_t errlen)
  * refused); the moment this timer found it had not run for a heartbeat interval (the
  * process was starved or stopped, and heartbeats may be queued unread). A flood that never
  * ends postpones node losses for as long: the safe side, since a loss ends sessions. */
-static long long hearing_since(struct cm *cm, long long now)
+static long long hearing_since(struct clm *clm, long long now)
 {
-    if (cm->last_tick_ms && now - cm->last_tick_ms > cm->set.heartbeat_interval_ms)
-        cm->late_ms = now;
-    cm->last_tick_ms = now;
-    long long since = cm->started_ms;
-    long long refused = flyt_http_refused_at(cm->http);
+    if (clm->last_tick_ms && now - clm->last_tick_ms > clm->set.heartbeat_interval_ms)
+        clm->late_ms = now;
+    clm->last_tick_ms = now;
+    long long since = clm->started_ms;
+    long long refused = flyt_http_refused_at(clm->http);
     if (refused > since)
         since = refused;
-    if (cm->late_ms > since)
-        since = cm->late_ms;
+    if (clm->late_ms > since)
+        since = clm->late_ms;
     return since;
 }
 
 /* The node has been silent past node_timeout, but not for that long since the manager
  * could hear it: say so, at most every 10 s. */
-static void note_deaf(struct cm *cm, const struct node_rec *n, long long now, long long since)
+static void note_deaf(struct clm *clm, const struct node_rec *n, long long now, long long since)
 {
-    if (cm->deaf_logged_ms && now - cm->deaf_logged_ms < 10000)
+    if (clm->deaf_logged_ms && now - clm->deaf_logged_ms < 10000)
         return;
-    cm->deaf_logged_ms = now;
+    clm->deaf_logged_ms = now;
     flyt_warn("node %s: no heartbeat for %lld ms, but the manager itself could not hear "
               "%lld ms ago (API connections refused at their limits, or this process late): "
               "not lost unless silent for node_timeout after that",
               n->id, now - n->last_heartbeat, now - since);
 }
 
-void lifecycle_tick(struct cm *cm)
+void lifecycle_tick(struct clm *clm)
 {
     char err[512];
     struct node_rec *nodes;
     int n;
     long long now = now_ms();
-    long long hearing = hearing_since(cm, now);
-    pthread_mutex_lock(&cm->lock);
-    if (store_begin(cm->store, err, sizeof err) < 0) {
+    long long hearing = hearing_since(clm, now);
+    pthread_mutex_lock(&clm->lock);
+    if (store_begin(clm->store, err, sizeof err) < 0) {
         flyt_error("timer: %s", err);
-        pthread_mutex_unlock(&cm->lock);
+        pthread_mutex_unlock(&clm->lock);
         return;
     }
-    int ok = store_node_list(cm->store, &nodes, &n, err, sizeof err) >= 0;
+    int ok = store_node_list(clm->store, &nodes, &n, err, sizeof err) >= 0;
     for (int i = 0; ok && i < n; i++) {
         if (strcmp(nodes[i].state, "ready") != 0)
             continue;
         /* after a restart (or any deaf spell) every node gets a full node_timeout */
         long long seen = nodes[i].last_heartbeat > hearing ? nodes[i].last_heartbeat : hearing;
-        if (now - seen > cm->set.node_timeout_ms) {
+        if (now - seen > clm->set.node_timeout_ms) {
             char why[128];
             snprintf(why, sizeof why, "no heartbeat for %lld ms", now - seen);
-            ok = node_mark_lost(cm, &nodes[i], why, err, sizeof err) >= 0;
-        } else if (now - nodes[i].last_heartbeat > cm->set.node_timeout_ms) {
-            note_deaf(cm, &nodes[i], now, hearing);
+            ok = node_mark_lost(clm, &nodes[i], why, err, sizeof err) >= 0;
+        } else if (now - nodes[i].last_heartbeat > clm->set.node_timeout_ms) {
+            note_deaf(clm, &nodes[i], now, hearing);
         }
     }
     free(nodes);
     if (!ok) {
         flyt_error("timer: %s", err);
-        store_rollback(cm->store);
-    } else if (store_commit(cm->store, err, sizeof err) < 0) {
+        store_rollback(clm->store);
+    } else if (store_commit(clm->store, err, sizeof err) < 0) {
         flyt_error("timer: %s", err);
     }
-    pthread_mutex_unlock(&cm->lock);
+    pthread_mutex_unlock(&clm->lock);
 }
 
 static void *timer_main(void *arg)
 {
-    struct cm *cm = arg;
-    long long period = cm->set.heartbeat_interval_ms / 2;
+    struct clm *clm = arg;
+    long long period = clm->set.heartbeat_interval_ms / 2;
     if (period > 1000)
         period = 1000;
     if (period < 50)
         period = 50;
-    pthread_mutex_lock(&cm->timer_lock);
-    while (!cm->stopping) {
+    pthread_mutex_lock(&clm->timer_lock);
+    while (!clm->stopping) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += period / 1000;
@@ -239,30 +239,30 @@ static void *timer_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;
         }
-        int rc = pthread_cond_timedwait(&cm->timer_cond, &cm->timer_lock, &ts);
-        if (cm->stopping)
+        int rc = pthread_cond_timedwait(&clm->timer_cond, &clm->timer_lock, &ts);
+        if (clm->stopping)
             break;
         if (rc == ETIMEDOUT) {
-            pthread_mutex_unlock(&cm->timer_lock);
-            lifecycle_tick(cm);
-            pthread_mutex_lock(&cm->timer_lock);
+            pthread_mutex_unlock(&clm->timer_lock);
+            lifecycle_tick(clm);
+            pthread_mutex_lock(&clm->timer_lock);
         }
     }
-    pthread_mutex_unlock(&cm->timer_lock);
+    pthread_mutex_unlock(&clm->timer_lock);
     return NULL;
 }
 
-int lifecycle_start(struct cm *cm)
+int lifecycle_start(struct clm *clm)
 {
-    cm->stopping = 0;
-    return pthread_create(&cm->timer, NULL, timer_main, cm) == 0 ? 0 : -1;
+    clm->stopping = 0;
+    return pthread_create(&clm->timer, NULL, timer_main, clm) == 0 ? 0 : -1;
 }
 
-void lifecycle_stop(struct cm *cm)
+void lifecycle_stop(struct clm *clm)
 {
-    pthread_mutex_lock(&cm->timer_lock);
-    cm->stopping = 1;
-    pthread_cond_signal(&cm->timer_cond);
-    pthread_mutex_unlock(&cm->timer_lock);
-    pthread_join(cm->timer, NULL);
+    pthread_mutex_lock(&clm->timer_lock);
+    clm->stopping = 1;
+    pthread_cond_signal(&clm->timer_cond);
+    pthread_mutex_unlock(&clm->timer_lock);
+    pthread_join(clm->timer, NULL);
 }

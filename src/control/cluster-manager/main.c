@@ -1,5 +1,5 @@
 /* flyt-cluster-manager: the control plane's API and source of truth (docs/api.md). */
-#include "cm.h"
+#include "clm.h"
 
 #include "flyt_log.h"
 
@@ -24,7 +24,7 @@ static void usage(FILE *out)
             "  --help, --version\n"
             "\n"
             "Config keys (key = value; durations take ms/s/m/h):\n");
-    flyt_config_print_help(cm_config_keys, out);
+    flyt_config_print_help(clm_config_keys, out);
 }
 
 static int write_port(const char *path, int port)
@@ -49,7 +49,7 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         } else if (strcmp(argv[i], "--version") == 0) {
-            printf("flyt-cluster-manager %s (store schema %d)\n", FLYT_CM_VERSION,
+            printf("flyt-cluster-manager %s (store schema %d)\n", FLYT_CLM_VERSION,
                    store_latest_schema_version());
             return 0;
         } else if ((strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--check-config") == 0)
@@ -71,10 +71,10 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    static struct cm cm;
+    static struct clm clm;
     char err[1024];
     flyt_log_init("flyt-cluster-manager", FLYT_LOG_INFO);
-    if (settings_load(config, &cm.set, cm.operator_token, sizeof cm.operator_token, err,
+    if (settings_load(config, &clm.set, clm.operator_token, sizeof clm.operator_token, err,
                       sizeof err) < 0) {
         fprintf(stderr, "flyt-cluster-manager: bad config: %s\n", err);
         return 2;
@@ -83,7 +83,7 @@ int main(int argc, char **argv)
         printf("%s: OK\n", config);
         return 0;
     }
-    flyt_log_init("flyt-cluster-manager", (enum flyt_log_level)cm.set.log_level);
+    flyt_log_init("flyt-cluster-manager", (enum flyt_log_level)clm.set.log_level);
 
     /* signals go to sigwait below, not to the server threads */
     sigset_t sigs;
@@ -93,49 +93,49 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    pthread_mutex_init(&cm.lock, NULL);
-    pthread_mutex_init(&cm.timer_lock, NULL);
-    pthread_cond_init(&cm.timer_cond, NULL);
-    cm.started_ms = now_ms();
-    cm.store = store_open(cm.set.store_url, err, sizeof err);
-    if (!cm.store) {
-        flyt_error("store %s: %s", cm.set.store_url, err);
+    pthread_mutex_init(&clm.lock, NULL);
+    pthread_mutex_init(&clm.timer_lock, NULL);
+    pthread_cond_init(&clm.timer_cond, NULL);
+    clm.started_ms = now_ms();
+    clm.store = store_open(clm.set.store_url, err, sizeof err);
+    if (!clm.store) {
+        flyt_error("store %s: %s", clm.set.store_url, err);
         return 1;
     }
-    if (lifecycle_recover(&cm, err, sizeof err) < 0) {
+    if (lifecycle_recover(&clm, err, sizeof err) < 0) {
         flyt_error("recovering sessions: %s", err);
-        store_close(cm.store);
+        store_close(clm.store);
         return 1;
     }
-    pthread_mutex_lock(&cm.lock);   /* no request runs before cm.http is set */
-    cm.http = flyt_http_start_limited(cm.set.listen, cm_routes, &cm, &cm.set.api, err, sizeof err);
-    pthread_mutex_unlock(&cm.lock);
-    if (!cm.http) {
+    pthread_mutex_lock(&clm.lock);   /* no request runs before clm.http is set */
+    clm.http = flyt_http_start_limited(clm.set.listen, clm_routes, &clm, &clm.set.api, err, sizeof err);
+    pthread_mutex_unlock(&clm.lock);
+    if (!clm.http) {
         flyt_error("%s", err);
-        store_close(cm.store);
+        store_close(clm.store);
         return 1;
     }
-    if (lifecycle_start(&cm) < 0) {
+    if (lifecycle_start(&clm) < 0) {
         flyt_error("cannot start the timer thread");
-        flyt_http_stop(cm.http);
-        store_close(cm.store);
+        flyt_http_stop(clm.http);
+        store_close(clm.store);
         return 1;
     }
     char schema[128];
-    snprintf(schema, sizeof schema, "%d", store_schema_version(cm.store, err, sizeof err));
-    flyt_info("listening on %s (port %d), store %s (schema %s), policy %s%s", cm.set.listen,
-              flyt_http_port(cm.http), store_kind(cm.store), schema,
-              cm.set.policy == PLACE_PACK ? "pack" : "spread",
-              cm.set.overcommit ? ", overcommit" : "");
-    if (port_file && write_port(port_file, flyt_http_port(cm.http)) < 0)
+    snprintf(schema, sizeof schema, "%d", store_schema_version(clm.store, err, sizeof err));
+    flyt_info("listening on %s (port %d), store %s (schema %s), policy %s%s", clm.set.listen,
+              flyt_http_port(clm.http), store_kind(clm.store), schema,
+              clm.set.policy == PLACE_PACK ? "pack" : "spread",
+              clm.set.overcommit ? ", overcommit" : "");
+    if (port_file && write_port(port_file, flyt_http_port(clm.http)) < 0)
         flyt_warn("cannot write the port file %s", port_file);
 
     int sig = 0;
     sigwait(&sigs, &sig);
     flyt_info("signal %d: stopping", sig);
-    flyt_http_stop(cm.http);
-    lifecycle_stop(&cm);
-    store_close(cm.store);
-    pthread_mutex_destroy(&cm.lock);
+    flyt_http_stop(clm.http);
+    lifecycle_stop(&clm);
+    store_close(clm.store);
+    pthread_mutex_destroy(&clm.lock);
     return 0;
 }

@@ -1,6 +1,6 @@
 /* GET /metrics: Prometheus text. Capacity per GPU (derived from live sessions), sessions
  * by state, nodes by state, VMs, and the HTTP layer's per-route counts and latencies. */
-#include "cm.h"
+#include "clm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +31,7 @@ static void gpu_metrics(struct flyt_buf *b, const struct gpu_cap *caps, int n)
 
 void h_metrics(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct cm *cm = ctx;
+    struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
     struct flyt_buf b = {0};
@@ -40,10 +40,10 @@ void h_metrics(void *ctx, const struct flyt_http_request *req, struct flyt_http_
     int nn = 0;
     struct vm_rec *vms = NULL;
     int nvms = 0;
-    pthread_mutex_lock(&cm->lock);
-    int rc = auth_check(cm, req, P_OPERATOR, &who, &e);
-    if (rc == 0 && (store_node_list(cm->store, &nodes, &nn, err, sizeof err) < 0
-                    || store_vm_list(cm->store, &vms, &nvms, err, sizeof err) < 0))
+    pthread_mutex_lock(&clm->lock);
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
+    if (rc == 0 && (store_node_list(clm->store, &nodes, &nn, err, sizeof err) < 0
+                    || store_vm_list(clm->store, &vms, &nvms, err, sizeof err) < 0))
         rc = api_store_fail(&e, "reading the store", err);
     if (rc == 0) {
         static const char *const node_states[] = {"registered", "ready", "lost"};
@@ -63,7 +63,7 @@ void h_metrics(void *ctx, const struct flyt_http_request *req, struct flyt_http_
                 nodes[keep++] = nodes[i];
         struct gpu_cap *caps = NULL;
         int ncaps = 0;
-        if (capacity_build(cm, nodes, keep, &caps, &ncaps, err, sizeof err) < 0) {
+        if (capacity_build(clm, nodes, keep, &caps, &ncaps, err, sizeof err) < 0) {
             rc = api_store_fail(&e, "reading capacity", err);
         } else {
             gpu_metrics(&b, caps, ncaps);
@@ -74,7 +74,7 @@ void h_metrics(void *ctx, const struct flyt_http_request *req, struct flyt_http_
         static const char *const states[] = {"starting", "active", "released", "lost", "failed"};
         char names[16][STATE_MAX];
         long long counts[16];
-        int n = store_session_count_by_state(cm->store, names, counts, 16, err, sizeof err);
+        int n = store_session_count_by_state(clm->store, names, counts, 16, err, sizeof err);
         if (n < 0) {
             rc = api_store_fail(&e, "counting sessions", err);
         } else {
@@ -89,7 +89,7 @@ void h_metrics(void *ctx, const struct flyt_http_request *req, struct flyt_http_
             }
         }
     }
-    pthread_mutex_unlock(&cm->lock);
+    pthread_mutex_unlock(&clm->lock);
     free(nodes);
     free(vms);
     if (rc < 0) {
@@ -97,6 +97,6 @@ void h_metrics(void *ctx, const struct flyt_http_request *req, struct flyt_http_
         api_reply_error(res, &e);
         return;
     }
-    flyt_http_metrics(cm->http, &b);
+    flyt_http_metrics(clm->http, &b);
     flyt_http_reply_text(res, 200, "text/plain; version=0.0.4", flyt_buf_take(&b));
 }

@@ -11,8 +11,8 @@
  *      pack = the fewest free SMs that fit (then the least free memory);
  *   4. ties: node id, then GPU index.
  * Groups are taken lowest index first. */
-#ifndef FLYT_CM_PLACEMENT_H
-#define FLYT_CM_PLACEMENT_H
+#ifndef FLYT_CLM_PLACEMENT_H
+#define FLYT_CLM_PLACEMENT_H
 
 #include "store.h"
 

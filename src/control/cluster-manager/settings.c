@@ -1,6 +1,6 @@
 /* flyt-cluster-manager's config keys (configs/cluster-manager.conf explains each) and the
  * checks the config module does not do itself. */
-#include "cm.h"
+#include "clm.h"
 
 #include "flyt_log.h"
 #include "flyt_token.h"
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-const struct flyt_cfg_key cm_config_keys[] = {
+const struct flyt_cfg_key clm_config_keys[] = {
     {"listen", FLYT_CFG_STRING, "0.0.0.0:8600", "HTTP API address, HOST:PORT", false, 0, 0},
     {"store", FLYT_CFG_STRING, "sqlite:/var/lib/flyt/cluster.db",
      "sqlite:/path/file.db (or a plain path) or postgresql://user@host/db", false, 0, 0},
@@ -87,10 +87,10 @@ static int read_token(const char *cfgpath, int line, const char *file, char *tok
     return 0;
 }
 
-int settings_load(const char *path, struct cm_settings *set, char *token, size_t tokenlen,
+int settings_load(const char *path, struct clm_settings *set, char *token, size_t tokenlen,
                   char *err, size_t errlen)
 {
-    struct flyt_config *cfg = flyt_config_new(cm_config_keys);
+    struct flyt_config *cfg = flyt_config_new(clm_config_keys);
     if (!cfg) {
         snprintf(err, errlen, "out of memory");
         return -1;

@@ -11,8 +11,8 @@
  *
  * Functions return >= 0 on success (getters: 1 found, 0 not found), DB_ERR or
  * DB_CONSTRAINT (db.h) with a reason in err. Not thread-safe: callers serialise. */
-#ifndef FLYT_CM_STORE_H
-#define FLYT_CM_STORE_H
+#ifndef FLYT_CLM_STORE_H
+#define FLYT_CLM_STORE_H
 
 #include "db.h"
 

@@ -272,9 +272,9 @@ static int status(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a)
         ctl_print_json(out);
         json_decref(out);
     } else {
-        char cm[1200], vmsb[32], nodesb[160], gpus[32], sms[160], memb[160], sess[128];
+        char manager[1200], vmsb[32], nodesb[160], gpus[32], sms[160], memb[160], sess[128];
         char t1[32], t2[32], t3[32];
-        snprintf(cm, sizeof cm, "%s (version %s) at %s", ctl_js(health, "status"),
+        snprintf(manager, sizeof manager, "%s (version %s) at %s", ctl_js(health, "status"),
                  ctl_js(health, "version"), c->server);
         snprintf(vmsb, sizeof vmsb, "%zu", nvms);
         snprintf(nodesb, sizeof nodesb, "%zu (%lld ready, %lld registered, %lld lost)", nnodes,
@@ -288,7 +288,7 @@ static int status(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a)
         snprintf(memb, sizeof memb, "%s total, %s allocated, %s free", t1, t2, t3);
         snprintf(sess, sizeof sess, "%zu live (%lld active, %lld starting)", nlive, nactive,
                  nstarting);
-        ctl_print_fields(stdout, "Cluster manager", cm, "VMs", vmsb, "Nodes", nodesb, "GPUs",
+        ctl_print_fields(stdout, "Cluster manager", manager, "VMs", vmsb, "Nodes", nodesb, "GPUs",
                          gpus, "SMs", sms, "GPU memory", memb, "Sessions", sess, NULL);
     }
     json_decref(health);

@@ -161,7 +161,7 @@ int nm_servers_any_live(struct nm *g);
 /* Removes stale key/status files of earlier runs from state_dir. */
 void nm_state_dir_clean(const struct nm_config *c);
 
-/* ---- the cluster manager (cmlink.c), main thread ---- */
+/* ---- the cluster manager (clmlink.c), main thread ---- */
 int  nm_register(struct nm *g);
 int  nm_heartbeat(struct nm *g);
 void nm_report_ended(struct nm *g, int timeout_ms);

@@ -1,5 +1,5 @@
-/* See cm_harness.h. */
-#include "cm_harness.h"
+/* See clm_harness.h. */
+#include "clm_harness.h"
 
 #include "check.h"
 
@@ -32,12 +32,12 @@ int wait_for(int (*cond)(void *), void *arg, int timeout_ms)
     return cond(arg);
 }
 
-static void spawn(struct cm_proc *cm)
+static void spawn(struct clm_proc *clm)
 {
     char port_file[512], log[512], conf[512];
-    snprintf(port_file, sizeof port_file, "%s/port", cm->dir);
-    snprintf(log, sizeof log, "%s/cm.log", cm->dir);
-    snprintf(conf, sizeof conf, "%s/cm.conf", cm->dir);
+    snprintf(port_file, sizeof port_file, "%s/port", clm->dir);
+    snprintf(log, sizeof log, "%s/clm.log", clm->dir);
+    snprintf(conf, sizeof conf, "%s/clm.conf", clm->dir);
     unlink(port_file);
     pid_t pid = fork();
     CHECK(pid >= 0, "fork");
@@ -47,20 +47,20 @@ static void spawn(struct cm_proc *cm)
             dup2(fd, 2);
             dup2(fd, 1);
         }
-        execl(cm->binary, cm->binary, "--config", conf, "--port-file", port_file, (char *)NULL);
+        execl(clm->binary, clm->binary, "--config", conf, "--port-file", port_file, (char *)NULL);
         _exit(127);
     }
-    cm->pid = pid;
+    clm->pid = pid;
     for (int i = 0; i < 200; i++) {
         FILE *f = fopen(port_file, "r");
         if (f) {
-            int ok = fscanf(f, "%d", &cm->port) == 1;
+            int ok = fscanf(f, "%d", &clm->port) == 1;
             fclose(f);
             if (ok) {
                 char base[64];
-                snprintf(base, sizeof base, "http://127.0.0.1:%d", cm->port);
-                if (strcmp(base, cm->base) != 0)   /* a restart keeps it: no write */
-                    memcpy(cm->base, base, sizeof base);
+                snprintf(base, sizeof base, "http://127.0.0.1:%d", clm->port);
+                if (strcmp(base, clm->base) != 0)   /* a restart keeps it: no write */
+                    memcpy(clm->base, base, sizeof base);
                 return;
             }
         }
@@ -77,20 +77,20 @@ static void spawn(struct cm_proc *cm)
     CHECK(0, "flyt-cluster-manager did not write its port file");
 }
 
-static void write_config(struct cm_proc *cm)
+static void write_config(struct clm_proc *clm)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/cm.conf", cm->dir);
+    snprintf(path, sizeof path, "%s/clm.conf", clm->dir);
     FILE *f = fopen(path, "w");
     CHECK(f != NULL, "write the config");
     /* a restart listens on the port of the first start, as a real one would */
     fprintf(f, "# written by the test\nlisten = 127.0.0.1:%d\nstore = \"%s\"\n"
                "operator_token_file = operator.token\nlog_level = debug\n%s\n",
-            cm->port, cm->store, cm->extra);
+            clm->port, clm->store, clm->extra);
     fclose(f);
 }
 
-static struct cm_proc *atexit_cm;
+static struct clm_proc *atexit_cm;
 static void kill_cm(void)
 {
     if (atexit_cm && atexit_cm->pid > 0) {
@@ -100,57 +100,57 @@ static void kill_cm(void)
     }
 }
 
-void cm_start(struct cm_proc *cm, const char *binary, const char *store, const char *extra)
+void clm_start(struct clm_proc *clm, const char *binary, const char *store, const char *extra)
 {
-    memset(cm, 0, sizeof *cm);
-    snprintf(cm->binary, sizeof cm->binary, "%s", binary);
-    snprintf(cm->store, sizeof cm->store, "%s", store);
-    snprintf(cm->dir, sizeof cm->dir, "/tmp/flyt-cm-test.XXXXXX");
-    CHECK(mkdtemp(cm->dir) != NULL, "temp dir");
+    memset(clm, 0, sizeof *clm);
+    snprintf(clm->binary, sizeof clm->binary, "%s", binary);
+    snprintf(clm->store, sizeof clm->store, "%s", store);
+    snprintf(clm->dir, sizeof clm->dir, "/tmp/flyt-clm-test.XXXXXX");
+    CHECK(mkdtemp(clm->dir) != NULL, "temp dir");
     char path[512];
     /* an operator token of 64 hex characters */
     for (int i = 0; i < 64; i++)
-        cm->op_token[i] = "0123456789abcdef"[(unsigned)rand() % 16];
-    cm->op_token[64] = 0;
-    snprintf(path, sizeof path, "%s/operator.token", cm->dir);
+        clm->op_token[i] = "0123456789abcdef"[(unsigned)rand() % 16];
+    clm->op_token[64] = 0;
+    snprintf(path, sizeof path, "%s/operator.token", clm->dir);
     FILE *f = fopen(path, "w");
     CHECK(f != NULL, "write the operator token");
-    fprintf(f, "%s\n", cm->op_token);
+    fprintf(f, "%s\n", clm->op_token);
     fclose(f);
     chmod(path, 0600);
-    snprintf(cm->extra, sizeof cm->extra, "%s", extra ? extra : "");
-    write_config(cm);
-    atexit_cm = cm;
+    snprintf(clm->extra, sizeof clm->extra, "%s", extra ? extra : "");
+    write_config(clm);
+    atexit_cm = clm;
     static int registered;
     if (!registered++)
         atexit(kill_cm);
-    spawn(cm);
+    spawn(clm);
 }
 
-void cm_stop(struct cm_proc *cm)
+void clm_stop(struct clm_proc *clm)
 {
-    if (cm->pid <= 0)
+    if (clm->pid <= 0)
         return;
-    kill(cm->pid, SIGTERM);
+    kill(clm->pid, SIGTERM);
     int status = 0;
-    waitpid(cm->pid, &status, 0);
-    cm->pid = 0;
+    waitpid(clm->pid, &status, 0);
+    clm->pid = 0;
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
           "flyt-cluster-manager stopped cleanly on SIGTERM (status %d)", status);
 }
 
-void cm_restart(struct cm_proc *cm)
+void clm_restart(struct clm_proc *clm)
 {
-    cm_stop(cm);
-    write_config(cm);
-    spawn(cm);
+    clm_stop(clm);
+    write_config(clm);
+    spawn(clm);
 }
 
-long call(struct cm_proc *cm, const char *method, const char *path, const char *token,
+long call(struct clm_proc *clm, const char *method, const char *path, const char *token,
           const char *body, json_t **ans)
 {
     char url[1024];
-    snprintf(url, sizeof url, "%s%s", cm->base, path);
+    snprintf(url, sizeof url, "%s%s", clm->base, path);
     json_t *b = NULL;
     if (body) {
         json_error_t je;
@@ -288,7 +288,7 @@ void fake_nm_set_connected(struct fake_nm *nm, const char *sid, int connected)
 
 /* ---- heartbeats ---- */
 
-long heartbeat_once(struct cm_proc *cm, struct fake_nm *nm, json_t **ans_out)
+long heartbeat_once(struct clm_proc *clm, struct fake_nm *nm, json_t **ans_out)
 {
     json_t *sessions = json_array();
     pthread_mutex_lock(&nm->lock);
@@ -300,7 +300,7 @@ long heartbeat_once(struct cm_proc *cm, struct fake_nm *nm, json_t **ans_out)
     pthread_mutex_unlock(&nm->lock);
     json_t *body = json_pack("{s:o}", "sessions", sessions);
     char url[512], err[512];
-    snprintf(url, sizeof url, "%s/v1/nodes/%s/heartbeat", cm->base, nm->node_id);
+    snprintf(url, sizeof url, "%s/v1/nodes/%s/heartbeat", clm->base, nm->node_id);
     long status = 0;
     json_t *ans = NULL;
     if (flyt_http_call("POST", url, nm->node_token, body, &status, &ans, err, sizeof err) < 0)
@@ -325,7 +325,7 @@ static struct {
     pthread_t thread;
     pthread_mutex_t lock;
     int running;
-    struct cm_proc *cm;
+    struct clm_proc *clm;
     struct fake_nm **nms;
     int n, period_ms;
 } hb = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -344,16 +344,16 @@ static void *hb_main(void *arg)
             int on = hb.nms[i]->heartbeat;
             pthread_mutex_unlock(&hb.nms[i]->lock);
             if (on)
-                heartbeat_once(hb.cm, hb.nms[i], NULL);
+                heartbeat_once(hb.clm, hb.nms[i], NULL);
         }
         msleep(hb.period_ms);
     }
     return NULL;
 }
 
-void heartbeats_start(struct cm_proc *cm, struct fake_nm **nms, int n, int period_ms)
+void heartbeats_start(struct clm_proc *clm, struct fake_nm **nms, int n, int period_ms)
 {
-    hb.cm = cm;
+    hb.clm = clm;
     hb.nms = nms;
     hb.n = n;
     hb.period_ms = period_ms;

@@ -32,7 +32,7 @@ struct fake_nm {
     pthread_mutex_t lock;
 };
 
-struct cm_proc {
+struct clm_proc {
     pid_t pid;
     int port;
     char base[64];               /* http://127.0.0.1:PORT */
@@ -42,13 +42,13 @@ struct cm_proc {
 };
 
 /* Writes the config (extra lines appended) and starts the daemon; exits on failure. */
-void cm_start(struct cm_proc *cm, const char *binary, const char *store, const char *extra);
-void cm_restart(struct cm_proc *cm);
-void cm_stop(struct cm_proc *cm);
+void clm_start(struct clm_proc *clm, const char *binary, const char *store, const char *extra);
+void clm_restart(struct clm_proc *clm);
+void clm_stop(struct clm_proc *clm);
 
 /* One call; body is JSON text or NULL. Returns the status; *ans (may be NULL) gets the
  * answer (json_decref it). err gets the client's error text. */
-long call(struct cm_proc *cm, const char *method, const char *path, const char *token,
+long call(struct clm_proc *clm, const char *method, const char *path, const char *token,
           const char *body, json_t **ans);
 extern char call_err[1024];
 
@@ -57,12 +57,12 @@ void fake_nm_stop(struct fake_nm *nm);
 int fake_nm_has(struct fake_nm *nm, const char *session_id);
 void fake_nm_set_connected(struct fake_nm *nm, const char *session_id, int connected);
 
-/* Heartbeats every nm with heartbeat set, every period_ms, to cm (whose port may change
+/* Heartbeats every nm with heartbeat set, every period_ms, to clm (whose port may change
  * across restarts), applying "stop" answers. */
-void heartbeats_start(struct cm_proc *cm, struct fake_nm **nms, int n, int period_ms);
+void heartbeats_start(struct clm_proc *clm, struct fake_nm **nms, int n, int period_ms);
 void heartbeats_stop(void);
 /* One heartbeat now; returns the status and the answer. */
-long heartbeat_once(struct cm_proc *cm, struct fake_nm *nm, json_t **ans);
+long heartbeat_once(struct clm_proc *clm, struct fake_nm *nm, json_t **ans);
 
 /* Polls until cond(arg) or timeout_ms; returns cond's last value. */
 int wait_for(int (*cond)(void *), void *arg, int timeout_ms);

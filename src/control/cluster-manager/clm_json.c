@@ -1,5 +1,5 @@
 /* Records -> the JSON objects of docs/api.md. */
-#include "cm.h"
+#include "clm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,18 +76,18 @@ json_t *event_json(const struct event_rec *e)
                      "kind", e->kind, "subject", e->subject, "message", e->message);
 }
 
-json_t *node_json(struct cm *cm, const struct node_rec *n, struct api_error *e)
+json_t *node_json(struct clm *clm, const struct node_rec *n, struct api_error *e)
 {
     char err[512];
     struct gpu_rec *gpus = NULL;
     int ngpus = 0;
     struct gpu_cap *caps = NULL;
     int ncaps = 0;
-    if (store_gpus_get(cm->store, n->id, &gpus, &ngpus, err, sizeof err) < 0) {
+    if (store_gpus_get(clm->store, n->id, &gpus, &ngpus, err, sizeof err) < 0) {
         api_store_fail(e, "reading GPUs", err);
         return NULL;
     }
-    if (capacity_build(cm, n, 1, &caps, &ncaps, err, sizeof err) < 0) {
+    if (capacity_build(clm, n, 1, &caps, &ncaps, err, sizeof err) < 0) {
         free(gpus);
         api_store_fail(e, "reading sessions", err);
         return NULL;

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CM_TIMEOUT_MS 10000
+#define CLM_TIMEOUT_MS 10000
 
 /* Stops the servers of the sessions in a "stop" array (lock held). */
 static void apply_stops(struct nm *g, json_t *stop, const char *from)
@@ -77,7 +77,7 @@ int nm_register(struct nm *g)
     snprintf(url, sizeof url, "%s/v1/nodes/%s/register", g->cfg.cluster_manager, g->cfg.node_id);
     long status = 0;
     json_t *ans = NULL;
-    int rc = flyt_http_call_timeout("POST", url, g->node_token, body, CM_TIMEOUT_MS, &status,
+    int rc = flyt_http_call_timeout("POST", url, g->node_token, body, CLM_TIMEOUT_MS, &status,
                                     &ans, err, sizeof err);
     json_decref(body);
     if (rc < 0 || status != 200) {
@@ -134,7 +134,7 @@ int nm_heartbeat(struct nm *g)
     snprintf(url, sizeof url, "%s/v1/nodes/%s/heartbeat", g->cfg.cluster_manager, g->cfg.node_id);
     long status = 0;
     json_t *ans = NULL;
-    int rc = flyt_http_call_timeout("POST", url, g->node_token, body, CM_TIMEOUT_MS, &status,
+    int rc = flyt_http_call_timeout("POST", url, g->node_token, body, CLM_TIMEOUT_MS, &status,
                                     &ans, err, sizeof err);
     json_decref(body);
     g->heartbeats++;
@@ -186,7 +186,7 @@ void nm_report_ended(struct nm *g, int timeout_ms)
         json_t *body = json_pack("{s:s}", "reason", reason);
         long status = 0;
         int rc = flyt_http_call_timeout("POST", url, g->node_token, body,
-                                        timeout_ms ? timeout_ms : CM_TIMEOUT_MS, &status, NULL, err,
+                                        timeout_ms ? timeout_ms : CLM_TIMEOUT_MS, &status, NULL, err,
                                         sizeof err);
         json_decref(body);
         int done = rc == 0 && (status == 204 || status == 200 || status == 404 || status == 409);
