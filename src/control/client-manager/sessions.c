@@ -67,7 +67,7 @@ static struct {
     int cluster_down;            /* the last call to the cluster manager got no answer */
     unsigned long long acquired, acquire_failed, reused, released, release_failed,
         release_retries, alive_sent, alive_failed, ended_by_cluster;
-} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake_fd = -1};
+} sessions = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake_fd = -1};
 
 uint64_t cmgr_now_ms(void)
 {
@@ -120,8 +120,8 @@ static void process_name(pid_t pid, char *out, size_t cap)
 static void wake_watcher(void)
 {
     uint64_t one = 1;
-    if (S.wake_fd >= 0)
-        (void)!write(S.wake_fd, &one, sizeof one);
+    if (sessions.wake_fd >= 0)
+        (void)!write(sessions.wake_fd, &one, sizeof one);
 }
 
 /* lock held. The watcher closes it when it is not polling. */
@@ -129,18 +129,18 @@ static void drop_pidfd(struct ent *e)
 {
     if (e->pidfd < 0)
         return;
-    if (S.n_close == S.cap_close) {
-        int cap = S.cap_close ? S.cap_close * 2 : 16;
-        int *p = realloc(S.to_close, (size_t)cap * sizeof *p);
+    if (sessions.n_close == sessions.cap_close) {
+        int cap = sessions.cap_close ? sessions.cap_close * 2 : 16;
+        int *p = realloc(sessions.to_close, (size_t)cap * sizeof *p);
         if (p == NULL) {
             flyt_error("out of memory: pidfd %d of pid %d stays open", e->pidfd, (int)e->pid);
             e->pidfd = -1;
             return;
         }
-        S.to_close = p;
-        S.cap_close = cap;
+        sessions.to_close = p;
+        sessions.cap_close = cap;
     }
-    S.to_close[S.n_close++] = e->pidfd;
+    sessions.to_close[sessions.n_close++] = e->pidfd;
     e->pidfd = -1;
     wake_watcher();
 }
@@ -148,7 +148,7 @@ static void drop_pidfd(struct ent *e)
 /* lock held */
 static void unlink_ent(struct ent *e)
 {
-    for (struct ent **pp = &S.list; *pp; pp = &(*pp)->next)
+    for (struct ent **pp = &sessions.list; *pp; pp = &(*pp)->next)
         if (*pp == e) {
             *pp = e->next;
             break;
@@ -166,7 +166,7 @@ static void end_ent(struct ent *e, const char *why)
     e->next_retry = 0;
     e->backoff = 0;
     drop_pidfd(e);
-    pthread_cond_broadcast(&S.changed);
+    pthread_cond_broadcast(&sessions.changed);
 }
 
 /* lock held: e's process is gone. */
@@ -192,21 +192,21 @@ static void process_ended(struct ent *e)
 /* lock held: the answer (or not) of a call, for the "unreachable"/"back" log lines. */
 static void note_cluster(enum cluster_outcome o, const char *err)
 {
-    if (o == CLUSTER_RETRY && !S.cluster_down) {
-        S.cluster_down = 1;
-        flyt_warn("cluster manager %s unreachable: %s; retrying with backoff", S.c->cluster_url,
+    if (o == CLUSTER_RETRY && !sessions.cluster_down) {
+        sessions.cluster_down = 1;
+        flyt_warn("cluster manager %s unreachable: %s; retrying with backoff", sessions.c->cluster_url,
                   err);
-    } else if (o != CLUSTER_RETRY && S.cluster_down) {
-        S.cluster_down = 0;
-        flyt_info("cluster manager %s answers again", S.c->cluster_url);
+    } else if (o != CLUSTER_RETRY && sessions.cluster_down) {
+        sessions.cluster_down = 0;
+        flyt_info("cluster manager %s answers again", sessions.c->cluster_url);
     }
 }
 
-/* lock held: waits on S.changed until ms (monotonic) or a signal */
+/* lock held: waits on sessions.changed until ms (monotonic) or a signal */
 static void wait_until(uint64_t ms)
 {
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    pthread_cond_timedwait(&S.changed, &S.lock, &ts);
+    pthread_cond_timedwait(&sessions.changed, &sessions.lock, &ts);
 }
 
 /* ---- the watcher ---- */
@@ -216,29 +216,29 @@ static void *watcher_main(void *arg)
     (void)arg;
     struct pollfd *pfds = NULL;
     int cap = 0;
-    pthread_mutex_lock(&S.lock);
-    while (!S.stopping) {
-        for (int i = 0; i < S.n_close; i++)
-            close(S.to_close[i]);
-        S.n_close = 0;
+    pthread_mutex_lock(&sessions.lock);
+    while (!sessions.stopping) {
+        for (int i = 0; i < sessions.n_close; i++)
+            close(sessions.to_close[i]);
+        sessions.n_close = 0;
         int n = 1, proc_scan = 0;
-        for (struct ent *e = S.list; e; e = e->next)
+        for (struct ent *e = sessions.list; e; e = e->next)
             n++;
         if (n > cap) {
             struct pollfd *p = realloc(pfds, (size_t)n * sizeof *p);
             if (p == NULL) {
                 flyt_error("out of memory in the process watcher");
-                pthread_mutex_unlock(&S.lock);
+                pthread_mutex_unlock(&sessions.lock);
                 sleep(1);
-                pthread_mutex_lock(&S.lock);
+                pthread_mutex_lock(&sessions.lock);
                 continue;
             }
             pfds = p;
             cap = n;
         }
         n = 0;
-        pfds[n++] = (struct pollfd){.fd = S.wake_fd, .events = POLLIN};
-        for (struct ent *e = S.list; e; e = e->next) {
+        pfds[n++] = (struct pollfd){.fd = sessions.wake_fd, .events = POLLIN};
+        for (struct ent *e = sessions.list; e; e = e->next) {
             if (e->state == ENT_ENDED || e->dead)
                 continue;
             if (e->pidfd >= 0)
@@ -246,26 +246,26 @@ static void *watcher_main(void *arg)
             else
                 proc_scan = 1;
         }
-        pthread_mutex_unlock(&S.lock);
+        pthread_mutex_unlock(&sessions.lock);
         int rc = poll(pfds, (nfds_t)n, proc_scan ? 500 : -1);
         if (rc < 0 && errno != EINTR)
             flyt_error("process watcher: poll: %s", strerror(errno));
         if (pfds[0].revents & POLLIN) {
             uint64_t v;
-            (void)!read(S.wake_fd, &v, sizeof v);
+            (void)!read(sessions.wake_fd, &v, sizeof v);
         }
-        pthread_mutex_lock(&S.lock);
+        pthread_mutex_lock(&sessions.lock);
         for (int i = 1; i < n && rc > 0; i++) {
             if (!pfds[i].revents)
                 continue;
-            for (struct ent *e = S.list; e; e = e->next)
+            for (struct ent *e = sessions.list; e; e = e->next)
                 if (e->pidfd == pfds[i].fd) {
                     process_ended(e);
                     break;
                 }
         }
         if (proc_scan) {
-            for (struct ent *e = S.list, *next; e; e = next) {
+            for (struct ent *e = sessions.list, *next; e; e = next) {
                 next = e->next;
                 if (e->pidfd >= 0 || e->state == ENT_ENDED || e->dead)
                     continue;
@@ -276,49 +276,49 @@ static void *watcher_main(void *arg)
             }
         }
     }
-    for (int i = 0; i < S.n_close; i++)
-        close(S.to_close[i]);
-    S.n_close = 0;
-    pthread_mutex_unlock(&S.lock);
+    for (int i = 0; i < sessions.n_close; i++)
+        close(sessions.to_close[i]);
+    sessions.n_close = 0;
+    pthread_mutex_unlock(&sessions.lock);
     free(pfds);
     return NULL;
 }
 
 /* ---- the worker ---- */
 
-static long call_timeout(void) { return (long)S.c->request_timeout_ms; }
+static long call_timeout(void) { return (long)sessions.c->request_timeout_ms; }
 
 /* lock held; returns with it held. One release attempt for e; 1 when e is gone (freed). */
 static int release_one(struct ent *e, long timeout_ms)
 {
     char id[sizeof e->s.id], err[512] = "";
     snprintf(id, sizeof id, "%s", e->s.id);
-    pthread_mutex_unlock(&S.lock);
-    enum cluster_outcome o = cluster_session_release(S.c, id, timeout_ms, err, sizeof err);
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_unlock(&sessions.lock);
+    enum cluster_outcome o = cluster_session_release(sessions.c, id, timeout_ms, err, sizeof err);
+    pthread_mutex_lock(&sessions.lock);
     note_cluster(o, err);
     if (o == CLUSTER_OK || o == CLUSTER_GONE) {
         flyt_info("released session %s of process %d (%s)%s", id, (int)e->pid, e->why,
                   o == CLUSTER_GONE ? "; the cluster manager had already ended it" : "");
-        S.released++;
+        sessions.released++;
         unlink_ent(e);
         return 1;
     }
     if (o == CLUSTER_REFUSED) {
         flyt_error("the cluster manager refused to release session %s of process %d: %s; "
                    "giving up on it", id, (int)e->pid, err);
-        S.release_failed++;
+        sessions.release_failed++;
         unlink_ent(e);
         return 1;
     }
     {
-        uint64_t max = (uint64_t)S.c->retry_max_ms;
+        uint64_t max = (uint64_t)sessions.c->retry_max_ms;
         e->backoff = e->backoff ? e->backoff * 2 : 1000;
         if (e->backoff > max)
             e->backoff = max;
         e->next_retry = cmgr_now_ms() + e->backoff;
-        S.release_retries++;
-        if (!S.stopping)
+        sessions.release_retries++;
+        if (!sessions.stopping)
             flyt_info("release of session %s (process %d) deferred: %s; next try in %.1f s", id,
                       (int)e->pid, err, (double)e->backoff / 1000.0);
     }
@@ -330,24 +330,24 @@ static void alive_one(struct ent *e)
 {
     char id[sizeof e->s.id], err[512] = "";
     snprintf(id, sizeof id, "%s", e->s.id);
-    pthread_mutex_unlock(&S.lock);
-    enum cluster_outcome o = cluster_session_alive(S.c, id, call_timeout(), err, sizeof err);
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_unlock(&sessions.lock);
+    enum cluster_outcome o = cluster_session_alive(sessions.c, id, call_timeout(), err, sizeof err);
+    pthread_mutex_lock(&sessions.lock);
     note_cluster(o, err);
-    e->next_alive = cmgr_now_ms() + (uint64_t)S.c->alive_interval_ms;
+    e->next_alive = cmgr_now_ms() + (uint64_t)sessions.c->alive_interval_ms;
     if (o == CLUSTER_OK) {
-        S.alive_sent++;
+        sessions.alive_sent++;
         return;
     }
-    S.alive_failed++;
+    sessions.alive_failed++;
     if (e->state != ENT_LIVE)
         return; /* it ended meanwhile */
     if (o == CLUSTER_GONE) {
         flyt_warn("the cluster manager ended session %s of process %d (%s); the process "
                   "keeps no GPU, a new request from it gets a new session", id, (int)e->pid, err);
-        S.ended_by_cluster++;
+        sessions.ended_by_cluster++;
         e->state = ENT_GONE;
-        pthread_cond_broadcast(&S.changed);
+        pthread_cond_broadcast(&sessions.changed);
     } else if (o == CLUSTER_REFUSED) {
         flyt_error("alive for session %s of process %d refused: %s", id, (int)e->pid, err);
     }
@@ -356,12 +356,12 @@ static void alive_one(struct ent *e)
 static void *worker_main(void *arg)
 {
     (void)arg;
-    pthread_mutex_lock(&S.lock);
-    while (!S.stopping) {
+    pthread_mutex_lock(&sessions.lock);
+    while (!sessions.stopping) {
         uint64_t now = cmgr_now_ms(), next = now + 60000;
         struct ent *due = NULL;
         int release = 0;
-        for (struct ent *e = S.list; e; e = e->next) {
+        for (struct ent *e = sessions.list; e; e = e->next) {
             if (e->state == ENT_ENDED) {
                 if (e->next_retry <= now) {
                     due = e;
@@ -384,7 +384,7 @@ static void *worker_main(void *arg)
         else
             wait_until(next);
     }
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&sessions.lock);
     return NULL;
 }
 
@@ -392,11 +392,11 @@ static void *worker_main(void *arg)
 
 int sessions_start(const struct cmgr_config *c, char *err, size_t errlen)
 {
-    S.c = c;
+    sessions.c = c;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&S.changed, &ca);
+    pthread_cond_init(&sessions.changed, &ca);
     pthread_condattr_destroy(&ca);
 
     int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
@@ -408,31 +408,31 @@ int sessions_start(const struct cmgr_config *c, char *err, size_t errlen)
                  "use auto or proc", strerror(errno));
         return -1;
     }
-    S.use_pidfd = c->watch != WATCH_PROC && have_pidfd;
-    flyt_info("watching processes through %s", S.use_pidfd ? "pidfd" : "/proc (polled twice a second)");
+    sessions.use_pidfd = c->watch != WATCH_PROC && have_pidfd;
+    flyt_info("watching processes through %s", sessions.use_pidfd ? "pidfd" : "/proc (polled twice a second)");
 
-    S.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (S.wake_fd < 0) {
+    sessions.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (sessions.wake_fd < 0) {
         snprintf(err, errlen, "eventfd: %s", strerror(errno));
         return -1;
     }
-    if (pthread_create(&S.watcher, NULL, watcher_main, NULL) != 0) {
+    if (pthread_create(&sessions.watcher, NULL, watcher_main, NULL) != 0) {
         snprintf(err, errlen, "cannot start the process watcher");
         return -1;
     }
-    S.threads = 1;
-    if (pthread_create(&S.worker, NULL, worker_main, NULL) != 0) {
+    sessions.threads = 1;
+    if (pthread_create(&sessions.worker, NULL, worker_main, NULL) != 0) {
         snprintf(err, errlen, "cannot start the worker");
         return -1;
     }
-    S.threads = 2;
+    sessions.threads = 2;
     return 0;
 }
 
 /* lock held: the entry a new request from pid concerns (not ended ones). */
 static struct ent *find_pid(pid_t pid)
 {
-    for (struct ent *e = S.list; e; e = e->next)
+    for (struct ent *e = sessions.list; e; e = e->next)
         if (e->pid == pid && e->state != ENT_ENDED && !e->dead)
             return e;
     return NULL;
@@ -447,19 +447,19 @@ static void answer_from(const struct ent *e, struct acquire_answer *ans)
 
 int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t errlen)
 {
-    uint64_t t0 = cmgr_now_ms(), deadline = t0 + (uint64_t)S.c->acquire_timeout_ms;
+    uint64_t t0 = cmgr_now_ms(), deadline = t0 + (uint64_t)sessions.c->acquire_timeout_ms;
     unsigned long long start;
     int ended;
     struct ent *e;
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&sessions.lock);
     for (;;) {
-        if (S.stopping) {
-            pthread_mutex_unlock(&S.lock);
+        if (sessions.stopping) {
+            pthread_mutex_unlock(&sessions.lock);
             snprintf(err, errlen, "the client manager is stopping");
             return -1;
         }
         if (proc_start_time(pid, &start, &ended) < 0 || ended) {
-            pthread_mutex_unlock(&S.lock);
+            pthread_mutex_unlock(&sessions.lock);
             snprintf(err, errlen, "process %d has ended", (int)pid);
             return -1;
         }
@@ -470,7 +470,7 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
         }
         if (e && e->state == ENT_ACQUIRING) { /* the same process asks twice at once */
             if (cmgr_now_ms() >= deadline) {
-                pthread_mutex_unlock(&S.lock);
+                pthread_mutex_unlock(&sessions.lock);
                 snprintf(err, errlen, "an earlier request of process %d is still pending",
                          (int)pid);
                 return -1;
@@ -480,8 +480,8 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
         }
         if (e && e->state == ENT_LIVE) {
             answer_from(e, ans);
-            S.reused++;
-            pthread_mutex_unlock(&S.lock);
+            sessions.reused++;
+            pthread_mutex_unlock(&sessions.lock);
             flyt_debug("process %d asked again: session %s", (int)pid, ans->session_id);
             return 0;
         }
@@ -493,7 +493,7 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
     }
     e = calloc(1, sizeof *e);
     if (e == NULL) {
-        pthread_mutex_unlock(&S.lock);
+        pthread_mutex_unlock(&sessions.lock);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -501,12 +501,12 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
     e->start = start;
     e->pidfd = -1;
     e->state = ENT_ACQUIRING;
-    if (S.use_pidfd) {
+    if (sessions.use_pidfd) {
         e->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
         if (e->pidfd < 0) {
             int saved = errno;
             free(e);
-            pthread_mutex_unlock(&S.lock);
+            pthread_mutex_unlock(&sessions.lock);
             snprintf(err, errlen, "cannot watch process %d: %s", (int)pid, strerror(saved));
             return -1;
         }
@@ -515,10 +515,10 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
         if (proc_start_time(pid, &again, &ended) < 0 || again != start)
             e->dead = 1;
     }
-    e->next = S.list;
-    S.list = e;
+    e->next = sessions.list;
+    sessions.list = e;
     wake_watcher();
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&sessions.lock);
 
     char comm[64], cerr[512] = "";
     process_name(pid, comm, sizeof comm);
@@ -531,66 +531,66 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
         long left = (long)(deadline - now);
         if (left <= 0)
             break;
-        long per_call = (long)S.c->request_timeout_ms < left ? (long)S.c->request_timeout_ms : left;
+        long per_call = (long)sessions.c->request_timeout_ms < left ? (long)sessions.c->request_timeout_ms : left;
         if (per_call < 1000)
             per_call = 1000;
         tries++;
-        o = cluster_session_create(S.c, pid, comm, per_call, &s, cerr, sizeof cerr);
-        pthread_mutex_lock(&S.lock);
+        o = cluster_session_create(sessions.c, pid, comm, per_call, &s, cerr, sizeof cerr);
+        pthread_mutex_lock(&sessions.lock);
         note_cluster(o, cerr);
-        int stop = o != CLUSTER_RETRY || S.stopping || e->dead;
+        int stop = o != CLUSTER_RETRY || sessions.stopping || e->dead;
         if (!stop) {
             flyt_info("session for process %d (%s) not obtained yet: %s; retrying in %.2f s",
                       (int)pid, comm, cerr, (double)backoff / 1000.0);
             wait_until(cmgr_now_ms() + backoff);
-            stop = S.stopping || e->dead;
+            stop = sessions.stopping || e->dead;
         }
-        pthread_mutex_unlock(&S.lock);
+        pthread_mutex_unlock(&sessions.lock);
         if (stop)
             break;
         backoff = backoff * 2 > 4000 ? 4000 : backoff * 2;
     }
 
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&sessions.lock);
     int rc = -1;
     if (o == CLUSTER_OK) {
         e->s = s;
         explicit_bzero(s.token, sizeof s.token);
-        if (s.vm_id[0] && strcmp(s.vm_id, S.c->vm_id) != 0)
+        if (s.vm_id[0] && strcmp(s.vm_id, sessions.c->vm_id) != 0)
             flyt_warn("session %s belongs to VM %s, but vm_id is %s: check the config", s.id,
-                      s.vm_id, S.c->vm_id);
-        if (e->dead || S.stopping) {
+                      s.vm_id, sessions.c->vm_id);
+        if (e->dead || sessions.stopping) {
             end_ent(e, e->dead ? "process ended while the session was being made"
                                : "the client manager is stopping");
             snprintf(err, errlen, "%s", e->dead ? "the process ended" : "the client manager is stopping");
         } else {
             e->state = ENT_LIVE;
-            e->next_alive = cmgr_now_ms() + (uint64_t)S.c->alive_interval_ms;
+            e->next_alive = cmgr_now_ms() + (uint64_t)sessions.c->alive_interval_ms;
             answer_from(e, ans);
-            S.acquired++;
+            sessions.acquired++;
             rc = 0;
             flyt_info("process %d (%s): session %s at %s (%.1f s, %d %s)", (int)pid, comm, s.id,
                       s.endpoint, (double)(cmgr_now_ms() - t0) / 1000.0, tries,
                       tries == 1 ? "try" : "tries");
         }
     } else {
-        S.acquire_failed++;
+        sessions.acquire_failed++;
         if (o == CLUSTER_RETRY)
             snprintf(err, errlen, "the cluster manager did not give a session within %.0f s: %s",
-                     (double)S.c->acquire_timeout_ms / 1000.0, cerr[0] ? cerr : "stopped");
+                     (double)sessions.c->acquire_timeout_ms / 1000.0, cerr[0] ? cerr : "stopped");
         else
             snprintf(err, errlen, "%s", cerr);
         flyt_warn("no session for process %d (%s): %s", (int)pid, comm, err);
         unlink_ent(e);
     }
-    pthread_cond_broadcast(&S.changed);
-    pthread_mutex_unlock(&S.lock);
+    pthread_cond_broadcast(&sessions.changed);
+    pthread_mutex_unlock(&sessions.lock);
     return rc;
 }
 
 int sessions_release_pid(pid_t pid, char *err, size_t errlen)
 {
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&sessions.lock);
     struct ent *e = find_pid(pid);
     int rc = 0;
     if (e == NULL || e->state == ENT_GONE) {
@@ -603,38 +603,38 @@ int sessions_release_pid(pid_t pid, char *err, size_t errlen)
         flyt_info("process %d asked to release session %s", (int)pid, e->s.id);
         end_ent(e, "released on request");
     }
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&sessions.lock);
     return rc;
 }
 
 void sessions_stopping(void)
 {
-    pthread_mutex_lock(&S.lock);
-    S.stopping = 1;
-    pthread_cond_broadcast(&S.changed);
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&sessions.lock);
+    sessions.stopping = 1;
+    pthread_cond_broadcast(&sessions.changed);
+    pthread_mutex_unlock(&sessions.lock);
     wake_watcher();
 }
 
 void sessions_stop(void)
 {
     sessions_stopping();
-    if (S.threads >= 1)
-        pthread_join(S.watcher, NULL);
-    if (S.threads >= 2)
-        pthread_join(S.worker, NULL);
-    S.threads = 0;
+    if (sessions.threads >= 1)
+        pthread_join(sessions.watcher, NULL);
+    if (sessions.threads >= 2)
+        pthread_join(sessions.worker, NULL);
+    sessions.threads = 0;
 
     /* release what is still held, within shutdown_timeout */
-    uint64_t deadline = cmgr_now_ms() + (uint64_t)S.c->shutdown_timeout_ms;
-    pthread_mutex_lock(&S.lock);
+    uint64_t deadline = cmgr_now_ms() + (uint64_t)sessions.c->shutdown_timeout_ms;
+    pthread_mutex_lock(&sessions.lock);
     int held = 0;
-    for (struct ent *e = S.list; e; e = e->next)
+    for (struct ent *e = sessions.list; e; e = e->next)
         held += e->state == ENT_LIVE || e->state == ENT_ENDED;
     if (held)
         flyt_info("stopping: releasing %d session%s", held, held == 1 ? "" : "s");
     for (;;) {
-        struct ent *e = S.list;
+        struct ent *e = sessions.list;
         while (e && e->state != ENT_LIVE && e->state != ENT_ENDED)
             e = e->next;
         if (e == NULL)
@@ -658,24 +658,24 @@ void sessions_stop(void)
             unlink_ent(e);
         }
     }
-    while (S.list)
-        unlink_ent(S.list);
-    for (int i = 0; i < S.n_close; i++)
-        close(S.to_close[i]);
-    S.n_close = 0;
-    free(S.to_close);
-    S.to_close = NULL;
-    pthread_mutex_unlock(&S.lock);
-    if (S.wake_fd >= 0)
-        close(S.wake_fd);
-    S.wake_fd = -1;
+    while (sessions.list)
+        unlink_ent(sessions.list);
+    for (int i = 0; i < sessions.n_close; i++)
+        close(sessions.to_close[i]);
+    sessions.n_close = 0;
+    free(sessions.to_close);
+    sessions.to_close = NULL;
+    pthread_mutex_unlock(&sessions.lock);
+    if (sessions.wake_fd >= 0)
+        close(sessions.wake_fd);
+    sessions.wake_fd = -1;
 }
 
 void sessions_metrics(struct flyt_buf *out)
 {
     int counts[4] = {0};
-    pthread_mutex_lock(&S.lock);
-    for (struct ent *e = S.list; e; e = e->next)
+    pthread_mutex_lock(&sessions.lock);
+    for (struct ent *e = sessions.list; e; e = e->next)
         counts[e->state]++;
     flyt_buf_printf(out, "# HELP flyt_client_manager_sessions Sessions this VM holds, by state.\n"
                          "# TYPE flyt_client_manager_sessions gauge\n");
@@ -686,16 +686,16 @@ void sessions_metrics(struct flyt_buf *out)
         const char *name, *help;
         unsigned long long v;
     } ctr[] = {
-        {"acquired_total", "Sessions obtained from the cluster manager.", S.acquired},
-        {"acquire_failures_total", "Requests answered without a session.", S.acquire_failed},
-        {"reused_total", "Requests answered with the process's existing session.", S.reused},
-        {"released_total", "Sessions released.", S.released},
-        {"release_failures_total", "Releases the cluster manager refused.", S.release_failed},
-        {"release_retries_total", "Release attempts that got no answer.", S.release_retries},
-        {"alive_total", "Alive pings answered.", S.alive_sent},
-        {"alive_failures_total", "Alive pings not answered with success.", S.alive_failed},
+        {"acquired_total", "Sessions obtained from the cluster manager.", sessions.acquired},
+        {"acquire_failures_total", "Requests answered without a session.", sessions.acquire_failed},
+        {"reused_total", "Requests answered with the process's existing session.", sessions.reused},
+        {"released_total", "Sessions released.", sessions.released},
+        {"release_failures_total", "Releases the cluster manager refused.", sessions.release_failed},
+        {"release_retries_total", "Release attempts that got no answer.", sessions.release_retries},
+        {"alive_total", "Alive pings answered.", sessions.alive_sent},
+        {"alive_failures_total", "Alive pings not answered with success.", sessions.alive_failed},
         {"ended_by_cluster_total", "Sessions the cluster manager ended while their process ran.",
-         S.ended_by_cluster},
+         sessions.ended_by_cluster},
     };
     for (size_t i = 0; i < sizeof ctr / sizeof ctr[0]; i++)
         flyt_buf_printf(out, "# HELP flyt_client_manager_%s %s\n# TYPE flyt_client_manager_%s "
@@ -703,6 +703,6 @@ void sessions_metrics(struct flyt_buf *out)
                         ctr[i].name, ctr[i].help, ctr[i].name, ctr[i].name, ctr[i].v);
     flyt_buf_printf(out, "# HELP flyt_client_manager_cluster_up Whether the last call to the "
                          "cluster manager got an answer.\n# TYPE flyt_client_manager_cluster_up "
-                         "gauge\nflyt_client_manager_cluster_up %d\n", !S.cluster_down);
-    pthread_mutex_unlock(&S.lock);
+                         "gauge\nflyt_client_manager_cluster_up %d\n", !sessions.cluster_down);
+    pthread_mutex_unlock(&sessions.lock);
 }

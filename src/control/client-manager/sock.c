@@ -38,7 +38,7 @@ static struct {
     pthread_cond_t idle;
     int conns[MAX_CONNS]; /* open connections, -1 free: shut down at stop */
     int nthreads;
-} K = {.lfd = -1, .stop_pipe = {-1, -1}, .lock = PTHREAD_MUTEX_INITIALIZER,
+} listener = {.lfd = -1, .stop_pipe = {-1, -1}, .lock = PTHREAD_MUTEX_INITIALIZER,
        .idle = PTHREAD_COND_INITIALIZER};
 
 /* Copies the value of key out of a request line; 1 when present. */
@@ -129,13 +129,13 @@ static int serve_line(int fd, const char *line, pid_t peer)
 
 static void conn_slot(int fd, int add)
 {
-    pthread_mutex_lock(&K.lock);
+    pthread_mutex_lock(&listener.lock);
     for (int i = 0; i < MAX_CONNS; i++)
-        if (K.conns[i] == (add ? -1 : fd)) {
-            K.conns[i] = add ? fd : -1;
+        if (listener.conns[i] == (add ? -1 : fd)) {
+            listener.conns[i] = add ? fd : -1;
             break;
         }
-    pthread_mutex_unlock(&K.lock);
+    pthread_mutex_unlock(&listener.lock);
 }
 
 static void *conn_main(void *arg)
@@ -183,10 +183,10 @@ static void *conn_main(void *arg)
 out:
     conn_slot(fd, 0);
     close(fd);
-    pthread_mutex_lock(&K.lock);
-    K.nthreads--;
-    pthread_cond_broadcast(&K.idle);
-    pthread_mutex_unlock(&K.lock);
+    pthread_mutex_lock(&listener.lock);
+    listener.nthreads--;
+    pthread_cond_broadcast(&listener.idle);
+    pthread_mutex_unlock(&listener.lock);
     return NULL;
 }
 
@@ -194,7 +194,7 @@ static void *accept_main(void *arg)
 {
     (void)arg;
     for (;;) {
-        struct pollfd p[2] = {{.fd = K.lfd, .events = POLLIN}, {.fd = K.stop_pipe[0], .events = POLLIN}};
+        struct pollfd p[2] = {{.fd = listener.lfd, .events = POLLIN}, {.fd = listener.stop_pipe[0], .events = POLLIN}};
         if (poll(p, 2, -1) < 0) {
             if (errno == EINTR)
                 continue;
@@ -203,7 +203,7 @@ static void *accept_main(void *arg)
         }
         if (p[1].revents)
             return NULL;
-        int fd = accept4(K.lfd, NULL, NULL, SOCK_CLOEXEC);
+        int fd = accept4(listener.lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
                 flyt_warn("socket: accept: %s", strerror(errno));
@@ -211,11 +211,11 @@ static void *accept_main(void *arg)
             }
             continue;
         }
-        pthread_mutex_lock(&K.lock);
-        int full = K.nthreads >= MAX_CONNS;
+        pthread_mutex_lock(&listener.lock);
+        int full = listener.nthreads >= MAX_CONNS;
         if (!full)
-            K.nthreads++;
-        pthread_mutex_unlock(&K.lock);
+            listener.nthreads++;
+        pthread_mutex_unlock(&listener.lock);
         if (full) {
             send_error(fd, "too many connections; try again");
             close(fd);
@@ -230,9 +230,9 @@ static void *accept_main(void *arg)
             flyt_warn("socket: cannot start a connection thread");
             conn_slot(fd, 0);
             close(fd);
-            pthread_mutex_lock(&K.lock);
-            K.nthreads--;
-            pthread_mutex_unlock(&K.lock);
+            pthread_mutex_lock(&listener.lock);
+            listener.nthreads--;
+            pthread_mutex_unlock(&listener.lock);
         }
         pthread_attr_destroy(&a);
     }
@@ -241,7 +241,7 @@ static void *accept_main(void *arg)
 /* mkdir -p of path's folder (0755 for the ones it makes). */
 static int make_parent(const char *path, char *err, size_t errlen)
 {
-    char dir[sizeof K.c->socket_path];
+    char dir[sizeof listener.c->socket_path];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash == NULL || slash == dir)
@@ -265,9 +265,9 @@ static int make_parent(const char *path, char *err, size_t errlen)
 
 int sock_start(const struct cmgr_config *c, char *err, size_t errlen)
 {
-    K.c = c;
+    listener.c = c;
     for (int i = 0; i < MAX_CONNS; i++)
-        K.conns[i] = -1;
+        listener.conns[i] = -1;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", c->socket_path);
     if (make_parent(c->socket_path, err, errlen) < 0)
@@ -289,8 +289,8 @@ int sock_start(const struct cmgr_config *c, char *err, size_t errlen)
         }
         unlink(c->socket_path); /* left by an earlier run */
     }
-    K.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (K.lfd < 0 || bind(K.lfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    listener.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listener.lfd < 0 || bind(listener.lfd, (struct sockaddr *)&sa, sizeof sa) != 0) {
         snprintf(err, errlen, "cannot bind %s: %s", c->socket_path, strerror(errno));
         return -1;
     }
@@ -300,16 +300,16 @@ int sock_start(const struct cmgr_config *c, char *err, size_t errlen)
                  strerror(errno));
         return -1;
     }
-    if (chmod(c->socket_path, c->socket_mode) != 0 || listen(K.lfd, 128) != 0) {
+    if (chmod(c->socket_path, c->socket_mode) != 0 || listen(listener.lfd, 128) != 0) {
         snprintf(err, errlen, "cannot set up %s: %s", c->socket_path, strerror(errno));
         return -1;
     }
-    if (pipe2(K.stop_pipe, O_CLOEXEC) != 0 ||
-        pthread_create(&K.acceptor, NULL, accept_main, NULL) != 0) {
+    if (pipe2(listener.stop_pipe, O_CLOEXEC) != 0 ||
+        pthread_create(&listener.acceptor, NULL, accept_main, NULL) != 0) {
         snprintf(err, errlen, "cannot start the socket thread");
         return -1;
     }
-    K.started = 1;
+    listener.started = 1;
     flyt_info("serving %s (mode %04o%s)", c->socket_path, c->socket_mode,
               c->socket_gid >= 0 ? ", group set" : "");
     return 0;
@@ -317,26 +317,26 @@ int sock_start(const struct cmgr_config *c, char *err, size_t errlen)
 
 void sock_stop(void)
 {
-    if (K.started) {
-        (void)!write(K.stop_pipe[1], "x", 1);
-        pthread_join(K.acceptor, NULL);
-        K.started = 0;
+    if (listener.started) {
+        (void)!write(listener.stop_pipe[1], "x", 1);
+        pthread_join(listener.acceptor, NULL);
+        listener.started = 0;
     }
-    if (K.lfd >= 0) {
-        close(K.lfd);
-        K.lfd = -1;
-        unlink(K.c->socket_path);
+    if (listener.lfd >= 0) {
+        close(listener.lfd);
+        listener.lfd = -1;
+        unlink(listener.c->socket_path);
     }
     /* wake connections waiting for a line; one inside a request finishes it (bounded by
      * request_timeout) and then finds its peer gone */
-    pthread_mutex_lock(&K.lock);
+    pthread_mutex_lock(&listener.lock);
     for (int i = 0; i < MAX_CONNS; i++)
-        if (K.conns[i] >= 0)
-            shutdown(K.conns[i], SHUT_RDWR);
-    while (K.nthreads > 0)
-        pthread_cond_wait(&K.idle, &K.lock);
-    pthread_mutex_unlock(&K.lock);
+        if (listener.conns[i] >= 0)
+            shutdown(listener.conns[i], SHUT_RDWR);
+    while (listener.nthreads > 0)
+        pthread_cond_wait(&listener.idle, &listener.lock);
+    pthread_mutex_unlock(&listener.lock);
     for (int i = 0; i < 2; i++)
-        if (K.stop_pipe[i] >= 0)
-            close(K.stop_pipe[i]);
+        if (listener.stop_pipe[i] >= 0)
+            close(listener.stop_pipe[i]);
 }

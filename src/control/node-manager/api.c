@@ -17,13 +17,13 @@
 #include <string.h>
 
 /* Only the cluster manager's token, once registration told us what it is. */
-int nm_authorized(struct nm *g, const struct flyt_http_request *req,
+int nm_authorized(struct nm *nm, const struct flyt_http_request *req,
                       struct flyt_http_response *res)
 {
     char tok[NM_STR];
-    pthread_mutex_lock(&g->lock);
-    snprintf(tok, sizeof tok, "%s", g->manager_token);
-    pthread_mutex_unlock(&g->lock);
+    pthread_mutex_lock(&nm->lock);
+    snprintf(tok, sizeof tok, "%s", nm->manager_token);
+    pthread_mutex_unlock(&nm->lock);
     if (!req->token) {
         flyt_http_reply_error(res, 401, "unauthorized", "missing Authorization: Bearer token");
         return 0;
@@ -83,8 +83,8 @@ int nm_parse_share(const struct nm_gpu *gpu, json_t *groups, json_t *sc, json_t 
 
 static void h_start(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct nm *g = ctx;
-    if (!nm_authorized(g, req, res))
+    struct nm *nm = ctx;
+    if (!nm_authorized(nm, req, res))
         return;
     json_t *b = req->body;
     if (!json_is_object(b)) {
@@ -102,7 +102,7 @@ static void h_start(void *ctx, const struct flyt_http_request *req, struct flyt_
     const char *sid = json_string_value(json_object_get(b, "session_id"));
     json_t *gi = json_object_get(b, "gpu_index"), *groups = json_object_get(b, "sm_groups"),
            *sc = json_object_get(b, "sm_count"), *mq = json_object_get(b, "memory_quota");
-    const struct nm_gpu *gpu = json_is_integer(gi) ? nm_gpu_by_index(g, (int)json_integer_value(gi))
+    const struct nm_gpu *gpu = json_is_integer(gi) ? nm_gpu_by_index(nm, (int)json_integer_value(gi))
                                                    : NULL;
     if (!sid || !nm_valid_sid(sid)) {
         flyt_http_reply_error(res, 400, "bad_request",
@@ -111,7 +111,7 @@ static void h_start(void *ctx, const struct flyt_http_request *req, struct flyt_
     }
     if (!gpu) {
         flyt_http_reply_error(res, 400, "bad_request", "gpu_index: this node has no such GPU (%d "
-                              "GPU(s))", g->ngpus);
+                              "GPU(s))", nm->ngpus);
         goto out;
     }
     if (nm_parse_share(gpu, groups, sc, mq, r, res) != 0)
@@ -129,7 +129,7 @@ static void h_start(void *ctx, const struct flyt_http_request *req, struct flyt_
     int status = 0;
     char msg[600], endpoint[NM_STR + 32];
     pid_t pid = 0;
-    if (nm_server_start(g, r, &status, msg, sizeof msg, endpoint, sizeof endpoint, &pid) != 0) {
+    if (nm_server_start(nm, r, &status, msg, sizeof msg, endpoint, sizeof endpoint, &pid) != 0) {
         const char *code = status == 409 ? "conflict" : status == 503 ? "unavailable" : "internal";
         flyt_http_reply_error(res, status, code, "%s", msg);
         goto out;
@@ -141,10 +141,10 @@ out:
 
 static void h_stop(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct nm *g = ctx;
-    if (!nm_authorized(g, req, res))
+    struct nm *nm = ctx;
+    if (!nm_authorized(nm, req, res))
         return;
-    if (nm_server_stop_wait(g, req->params[0]) != 0) {
+    if (nm_server_stop_wait(nm, req->params[0]) != 0) {
         flyt_http_reply_error(res, 404, "not_found", "no server for session %s", req->params[0]);
         return;
     }
@@ -163,14 +163,14 @@ static const char *state_name(enum nm_state s)
 
 static void h_list(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct nm *g = ctx;
-    if (!nm_authorized(g, req, res))
+    struct nm *nm = ctx;
+    if (!nm_authorized(nm, req, res))
         return;
     json_t *arr = json_array();
     char host[NM_STR + 2];
-    nm_host_for_url(g->cfg.advertise_host, host, sizeof host);
-    pthread_mutex_lock(&g->lock);
-    for (struct nm_server *s = g->servers; s; s = s->next) {
+    nm_host_for_url(nm->cfg.advertise_host, host, sizeof host);
+    pthread_mutex_lock(&nm->lock);
+    for (struct nm_server *s = nm->servers; s; s = s->next) {
         int connected = 0;
         long long mem = 0;
         int alive = s->state == NM_RUNNING || s->state == NM_STOPPING;
@@ -185,31 +185,31 @@ static void h_list(void *ctx, const struct flyt_http_request *req, struct flyt_h
                            "sm_count", s->sm_count, "memory_quota", (json_int_t)s->memory_quota,
                            "memory_used", (json_int_t)mem));
     }
-    pthread_mutex_unlock(&g->lock);
+    pthread_mutex_unlock(&nm->lock);
     flyt_http_reply_json(res, 200, json_pack("{s:o}", "servers", arr));
 }
 
 static void h_health(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct nm *g = ctx;
+    struct nm *nm = ctx;
     (void)req;
-    pthread_mutex_lock(&g->lock);
-    int registered = g->registered;
-    pthread_mutex_unlock(&g->lock);
+    pthread_mutex_lock(&nm->lock);
+    int registered = nm->registered;
+    pthread_mutex_unlock(&nm->lock);
     flyt_http_reply_json(res, 200, json_pack("{s:s,s:s,s:s,s:b}", "status", "ok", "version",
-                                             NM_VERSION, "node", g->cfg.node_id, "registered",
+                                             NM_VERSION, "node", nm->cfg.node_id, "registered",
                                              registered));
 }
 
 static void h_metrics(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct nm *g = ctx;
+    struct nm *nm = ctx;
     (void)req;
     struct flyt_buf b = {0};
-    pthread_mutex_lock(&g->lock);
+    pthread_mutex_lock(&nm->lock);
     int running = 0, connected = 0;
     long long mem = 0, quota = 0;
-    for (struct nm_server *s = g->servers; s; s = s->next) {
+    for (struct nm_server *s = nm->servers; s; s = s->next) {
         if (s->state != NM_RUNNING)
             continue;
         int c = 0;
@@ -222,9 +222,9 @@ static void h_metrics(void *ctx, const struct flyt_http_request *req, struct fly
     }
     flyt_buf_printf(&b, "# HELP flyt_node_registered 1 when registered with the cluster manager\n"
                         "# TYPE flyt_node_registered gauge\nflyt_node_registered %d\n",
-                    g->registered);
+                    nm->registered);
     flyt_buf_printf(&b, "# HELP flyt_node_gpus GPUs of this node\n# TYPE flyt_node_gpus gauge\n"
-                        "flyt_node_gpus %d\n", g->ngpus);
+                        "flyt_node_gpus %d\n", nm->ngpus);
     flyt_buf_printf(&b, "# HELP flyt_node_servers running flyt-servers\n"
                         "# TYPE flyt_node_servers gauge\nflyt_node_servers %d\n", running);
     flyt_buf_printf(&b, "# HELP flyt_node_servers_connected servers with a client connected\n"
@@ -238,21 +238,21 @@ static void h_metrics(void *ctx, const struct flyt_http_request *req, struct fly
                         "flyt_node_memory_quota_bytes %lld\n", quota);
     flyt_buf_printf(&b, "# HELP flyt_node_server_starts_total servers started\n"
                         "# TYPE flyt_node_server_starts_total counter\n"
-                        "flyt_node_server_starts_total %llu\n", g->starts);
+                        "flyt_node_server_starts_total %llu\n", nm->starts);
     flyt_buf_printf(&b, "# HELP flyt_node_server_start_failures_total servers that did not start\n"
                         "# TYPE flyt_node_server_start_failures_total counter\n"
-                        "flyt_node_server_start_failures_total %llu\n", g->start_failures);
+                        "flyt_node_server_start_failures_total %llu\n", nm->start_failures);
     flyt_buf_printf(&b, "# HELP flyt_node_server_deaths_total servers that ended unasked\n"
                         "# TYPE flyt_node_server_deaths_total counter\n"
-                        "flyt_node_server_deaths_total %llu\n", g->deaths);
+                        "flyt_node_server_deaths_total %llu\n", nm->deaths);
     flyt_buf_printf(&b, "# HELP flyt_node_heartbeats_total heartbeats sent\n"
                         "# TYPE flyt_node_heartbeats_total counter\n"
-                        "flyt_node_heartbeats_total %llu\n", g->heartbeats);
+                        "flyt_node_heartbeats_total %llu\n", nm->heartbeats);
     flyt_buf_printf(&b, "# HELP flyt_node_heartbeat_failures_total heartbeats without a good answer\n"
                         "# TYPE flyt_node_heartbeat_failures_total counter\n"
-                        "flyt_node_heartbeat_failures_total %llu\n", g->heartbeat_failures);
-    pthread_mutex_unlock(&g->lock);
-    flyt_http_metrics(g->http, &b);
+                        "flyt_node_heartbeat_failures_total %llu\n", nm->heartbeat_failures);
+    pthread_mutex_unlock(&nm->lock);
+    flyt_http_metrics(nm->http, &b);
     flyt_http_reply_text(res, 200, "text/plain; version=0.0.4", flyt_buf_take(&b));
 }
 

@@ -17,30 +17,30 @@
 #define CLM_TIMEOUT_MS 10000
 
 /* Stops the servers of the sessions in a "stop" array (lock held). */
-static void apply_stops(struct nm *g, json_t *stop, const char *from)
+static void apply_stops(struct nm *nm, json_t *stop, const char *from)
 {
     size_t i;
     json_t *v;
     json_array_foreach(stop, i, v) {
         const char *sid = json_string_value(v);
-        struct nm_server *s = sid ? nm_server_find(g, sid) : NULL;
+        struct nm_server *s = sid ? nm_server_find(nm, sid) : NULL;
         if (!s)
             continue;
         if (!s->stop_asked)
             flyt_info("session %s: the cluster manager's %s says stop", sid, from);
         s->report = 0;
-        nm_server_stop_locked(g, s);
+        nm_server_stop_locked(nm, s);
         if (s->state == NM_EXITED && s->waiters == 0) { /* already dead: nothing to wait for */
-            nm_server_unlink(g, s);
+            nm_server_unlink(nm, s);
             nm_server_free(s);
         }
     }
 }
 
-static json_t *session_reports(struct nm *g, int heartbeat)
+static json_t *session_reports(struct nm *nm, int heartbeat)
 {
     json_t *arr = json_array();
-    for (struct nm_server *s = g->servers; s; s = s->next) {
+    for (struct nm_server *s = nm->servers; s; s = s->next) {
         if (s->state == NM_STARTING)
             continue; /* its start request settles it */
         int connected = 0;
@@ -58,26 +58,26 @@ static json_t *session_reports(struct nm *g, int heartbeat)
     return arr;
 }
 
-int nm_register(struct nm *g)
+int nm_register(struct nm *nm)
 {
     json_t *gpus = json_array();
-    for (int i = 0; i < g->ngpus; i++) {
-        const struct nm_gpu *u = &g->gpus[i];
+    for (int i = 0; i < nm->ngpus; i++) {
+        const struct nm_gpu *u = &nm->gpus[i];
         json_array_append_new(gpus, json_pack("{s:i,s:s,s:s,s:i,s:i,s:I}", "index", u->index,
                                               "uuid", u->uuid, "name", u->name, "sm_count",
                                               u->sm_count, "sm_granularity", u->sm_granularity,
                                               "memory_total", (json_int_t)u->memory_total));
     }
-    pthread_mutex_lock(&g->lock);
-    json_t *sessions = session_reports(g, 0);
-    pthread_mutex_unlock(&g->lock);
-    json_t *body = json_pack("{s:s,s:s,s:o,s:o}", "address", g->address, "host_ip",
-                             g->cfg.advertise_host, "gpus", gpus, "sessions", sessions);
+    pthread_mutex_lock(&nm->lock);
+    json_t *sessions = session_reports(nm, 0);
+    pthread_mutex_unlock(&nm->lock);
+    json_t *body = json_pack("{s:s,s:s,s:o,s:o}", "address", nm->address, "host_ip",
+                             nm->cfg.advertise_host, "gpus", gpus, "sessions", sessions);
     char url[NM_STR * 2], err[512];
-    snprintf(url, sizeof url, "%s/v1/nodes/%s/register", g->cfg.cluster_manager, g->cfg.node_id);
+    snprintf(url, sizeof url, "%s/v1/nodes/%s/register", nm->cfg.cluster_manager, nm->cfg.node_id);
     long status = 0;
     json_t *ans = NULL;
-    int rc = flyt_http_call_timeout("POST", url, g->node_token, body, CLM_TIMEOUT_MS, &status,
+    int rc = flyt_http_call_timeout("POST", url, nm->node_token, body, CLM_TIMEOUT_MS, &status,
                                     &ans, err, sizeof err);
     json_decref(body);
     if (rc < 0 || status != 200) {
@@ -87,7 +87,7 @@ int nm_register(struct nm *g)
                        err);
         else
             flyt_warn("cannot register with the cluster manager at %s: %s",
-                      g->cfg.cluster_manager, err);
+                      nm->cfg.cluster_manager, err);
         json_decref(ans);
         return -1;
     }
@@ -97,8 +97,8 @@ int nm_register(struct nm *g)
     json_t *stop = json_object_get(ans, "stop");
     unsigned char raw[128];
     size_t rawlen = 0;
-    if (!key || !mtok || strlen(key) >= sizeof g->session_key_hex ||
-        strlen(mtok) >= sizeof g->manager_token || strlen(mtok) < 32 ||
+    if (!key || !mtok || strlen(key) >= sizeof nm->session_key_hex ||
+        strlen(mtok) >= sizeof nm->manager_token || strlen(mtok) < 32 ||
         flyt_hex_decode(key, raw, sizeof raw, &rawlen) != 0 || rawlen < 16 || !json_is_number(hb)) {
         flyt_error("the cluster manager's register answer lacks a valid session_key, "
                    "manager_token or heartbeat_interval_s");
@@ -108,55 +108,55 @@ int nm_register(struct nm *g)
     long long hb_ms = (long long)(json_number_value(hb) * 1000.0);
     if (hb_ms < 100)
         hb_ms = 100;
-    pthread_mutex_lock(&g->lock);
-    int again = g->registered;
-    snprintf(g->session_key_hex, sizeof g->session_key_hex, "%s", key);
-    snprintf(g->manager_token, sizeof g->manager_token, "%s", mtok);
-    g->heartbeat_ms = g->cfg.heartbeat_ms ? g->cfg.heartbeat_ms : hb_ms;
-    g->registered = 1;
+    pthread_mutex_lock(&nm->lock);
+    int again = nm->registered;
+    snprintf(nm->session_key_hex, sizeof nm->session_key_hex, "%s", key);
+    snprintf(nm->manager_token, sizeof nm->manager_token, "%s", mtok);
+    nm->heartbeat_ms = nm->cfg.heartbeat_ms ? nm->cfg.heartbeat_ms : hb_ms;
+    nm->registered = 1;
     if (json_is_array(stop))
-        apply_stops(g, stop, "register answer");
-    pthread_mutex_unlock(&g->lock);
+        apply_stops(nm, stop, "register answer");
+    pthread_mutex_unlock(&nm->lock);
     flyt_info("%s with the cluster manager at %s as node %s (%s, %d GPU(s)); heartbeat every %lld ms",
-              again ? "registered again" : "registered", g->cfg.cluster_manager, g->cfg.node_id,
-              g->address, g->ngpus, g->heartbeat_ms);
+              again ? "registered again" : "registered", nm->cfg.cluster_manager, nm->cfg.node_id,
+              nm->address, nm->ngpus, nm->heartbeat_ms);
     json_decref(ans);
     return 0;
 }
 
-int nm_heartbeat(struct nm *g)
+int nm_heartbeat(struct nm *nm)
 {
-    pthread_mutex_lock(&g->lock);
-    json_t *sessions = session_reports(g, 1);
-    pthread_mutex_unlock(&g->lock);
+    pthread_mutex_lock(&nm->lock);
+    json_t *sessions = session_reports(nm, 1);
+    pthread_mutex_unlock(&nm->lock);
     json_t *body = json_pack("{s:o}", "sessions", sessions);
     char url[NM_STR * 2], err[512];
-    snprintf(url, sizeof url, "%s/v1/nodes/%s/heartbeat", g->cfg.cluster_manager, g->cfg.node_id);
+    snprintf(url, sizeof url, "%s/v1/nodes/%s/heartbeat", nm->cfg.cluster_manager, nm->cfg.node_id);
     long status = 0;
     json_t *ans = NULL;
-    int rc = flyt_http_call_timeout("POST", url, g->node_token, body, CLM_TIMEOUT_MS, &status,
+    int rc = flyt_http_call_timeout("POST", url, nm->node_token, body, CLM_TIMEOUT_MS, &status,
                                     &ans, err, sizeof err);
     json_decref(body);
-    g->heartbeats++;
+    nm->heartbeats++;
     if (rc < 0 || status != 200) {
-        g->heartbeat_failures++;
+        nm->heartbeat_failures++;
         if (rc == 0 && (status == 409 || status == 401 || status == 403 || status == 404)) {
             /* the cluster manager does not know us as registered (any more) */
             flyt_warn("heartbeat refused (%s): registering again", err);
-            pthread_mutex_lock(&g->lock);
-            g->registered = 0;
-            pthread_mutex_unlock(&g->lock);
+            pthread_mutex_lock(&nm->lock);
+            nm->registered = 0;
+            pthread_mutex_unlock(&nm->lock);
         } else {
-            flyt_warn("heartbeat to %s failed: %s", g->cfg.cluster_manager, err);
+            flyt_warn("heartbeat to %s failed: %s", nm->cfg.cluster_manager, err);
         }
         json_decref(ans);
         return -1;
     }
     json_t *stop = json_object_get(ans, "stop");
     if (json_is_array(stop) && json_array_size(stop)) {
-        pthread_mutex_lock(&g->lock);
-        apply_stops(g, stop, "heartbeat answer");
-        pthread_mutex_unlock(&g->lock);
+        pthread_mutex_lock(&nm->lock);
+        apply_stops(nm, stop, "heartbeat answer");
+        pthread_mutex_unlock(&nm->lock);
     }
     json_decref(ans);
     return 0;
@@ -164,28 +164,28 @@ int nm_heartbeat(struct nm *g)
 
 /* Tells the cluster manager about servers that died; forgets them once it
  * knows. With timeout_ms, one try each (shutdown). */
-void nm_report_ended(struct nm *g, int timeout_ms)
+void nm_report_ended(struct nm *nm, int timeout_ms)
 {
     for (;;) {
         char sid[NM_SID_MAX], reason[200];
-        pthread_mutex_lock(&g->lock);
-        struct nm_server *s = g->servers;
+        pthread_mutex_lock(&nm->lock);
+        struct nm_server *s = nm->servers;
         while (s && !(s->report && s->state == NM_EXITED))
             s = s->next;
-        if (!s || !g->registered) {
-            pthread_mutex_unlock(&g->lock);
+        if (!s || !nm->registered) {
+            pthread_mutex_unlock(&nm->lock);
             return;
         }
         snprintf(sid, sizeof sid, "%s", s->sid);
         snprintf(reason, sizeof reason, "%s", s->reason);
-        pthread_mutex_unlock(&g->lock);
+        pthread_mutex_unlock(&nm->lock);
 
         char url[NM_STR * 2], err[512];
-        snprintf(url, sizeof url, "%s/v1/nodes/%s/sessions/%s/ended", g->cfg.cluster_manager,
-                 g->cfg.node_id, sid);
+        snprintf(url, sizeof url, "%s/v1/nodes/%s/sessions/%s/ended", nm->cfg.cluster_manager,
+                 nm->cfg.node_id, sid);
         json_t *body = json_pack("{s:s}", "reason", reason);
         long status = 0;
-        int rc = flyt_http_call_timeout("POST", url, g->node_token, body,
+        int rc = flyt_http_call_timeout("POST", url, nm->node_token, body,
                                         timeout_ms ? timeout_ms : CLM_TIMEOUT_MS, &status, NULL, err,
                                         sizeof err);
         json_decref(body);
@@ -194,19 +194,19 @@ void nm_report_ended(struct nm *g, int timeout_ms)
             flyt_info("session %s: told the cluster manager it ended (%s)", sid, reason);
         else
             flyt_warn("session %s: cannot tell the cluster manager it ended: %s", sid, err);
-        pthread_mutex_lock(&g->lock);
-        s = nm_server_find(g, sid);
+        pthread_mutex_lock(&nm->lock);
+        s = nm_server_find(nm, sid);
         if (s && s->state == NM_EXITED && (done || timeout_ms)) {
             s->report = 0;
             if (s->waiters == 0) {
-                nm_server_unlink(g, s);
+                nm_server_unlink(nm, s);
                 nm_server_free(s);
             }
         }
         if (!done && timeout_ms) /* stopping and the cluster manager is away: tell no more */
-            for (s = g->servers; s; s = s->next)
+            for (s = nm->servers; s; s = s->next)
                 s->report = 0;
-        pthread_mutex_unlock(&g->lock);
+        pthread_mutex_unlock(&nm->lock);
         if (!done && !timeout_ms)
             return; /* try again at the next heartbeat */
     }

@@ -35,11 +35,11 @@ int nm_valid_sid(const char *s)
     return s[0] != '.';
 }
 
-const struct nm_gpu *nm_gpu_by_index(const struct nm *g, int index)
+const struct nm_gpu *nm_gpu_by_index(const struct nm *node_manager, int index)
 {
-    for (int i = 0; i < g->ngpus; i++)
-        if (g->gpus[i].index == index)
-            return &g->gpus[i];
+    for (int i = 0; i < node_manager->ngpus; i++)
+        if (node_manager->gpus[i].index == index)
+            return &node_manager->gpus[i];
     return NULL;
 }
 
@@ -110,34 +110,34 @@ static int make_private_dir(const char *key, const char *path)
     return 0;
 }
 
-static struct nm g;
+static struct nm node_manager;
 
 /* Stops every server and waits until none runs (main thread). */
 static void stop_all(void)
 {
-    pthread_mutex_lock(&g.lock);
-    g.shutting_down = 1;
+    pthread_mutex_lock(&node_manager.lock);
+    node_manager.shutting_down = 1;
     int n = 0;
-    for (struct nm_server *s = g.servers; s; s = s->next)
+    for (struct nm_server *s = node_manager.servers; s; s = s->next)
         if (s->pid > 0 && s->state != NM_EXITED) {
             int report = s->state == NM_RUNNING;
-            nm_server_stop_locked(&g, s);
+            nm_server_stop_locked(&node_manager, s);
             s->report = report; /* the cluster manager did not ask: tell it */
             snprintf(s->reason, sizeof s->reason, "the node manager stopped");
             n++;
         }
-    pthread_cond_broadcast(&g.cond);
-    pthread_mutex_unlock(&g.lock);
+    pthread_cond_broadcast(&node_manager.cond);
+    pthread_mutex_unlock(&node_manager.lock);
     if (n)
         flyt_info("stopping %d server(s)", n);
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
     for (;;) {
-        nm_servers_reap(&g);
-        pthread_mutex_lock(&g.lock);
-        int live = nm_servers_any_live(&g);
-        pthread_mutex_unlock(&g.lock);
+        nm_servers_reap(&node_manager);
+        pthread_mutex_lock(&node_manager.lock);
+        int live = nm_servers_any_live(&node_manager);
+        pthread_mutex_unlock(&node_manager.lock);
         if (!live)
             break;
         struct timespec tick = {0, 100 * 1000 * 1000};
@@ -176,11 +176,11 @@ int main(int argc, char **argv)
 
     char err[1024];
     flyt_log_init("flyt-node-manager", FLYT_LOG_INFO);
-    if (nm_config_load(config, &g.cfg, err, sizeof err) < 0) {
+    if (nm_config_load(config, &node_manager.cfg, err, sizeof err) < 0) {
         fprintf(stderr, "flyt-node-manager: bad config: %s\n", err);
         return 2;
     }
-    if (nm_read_token(g.cfg.node_token_file, g.node_token, sizeof g.node_token, err,
+    if (nm_read_token(node_manager.cfg.node_token_file, node_manager.node_token, sizeof node_manager.node_token, err,
                       sizeof err) < 0) {
         fprintf(stderr, "flyt-node-manager: bad config: %s:%s\n", config, err);
         return 2;
@@ -189,8 +189,8 @@ int main(int argc, char **argv)
         printf("%s: OK\n", config);
         return 0;
     }
-    flyt_log_init("flyt-node-manager", (enum flyt_log_level)g.cfg.log_level);
-    if (g.cfg.host_backend)
+    flyt_log_init("flyt-node-manager", (enum flyt_log_level)node_manager.cfg.log_level);
+    if (node_manager.cfg.host_backend)
         flyt_warn("backend = host: TEST MODE, fake GPUs and servers on host memory that run no "
                   "kernels");
 
@@ -203,84 +203,84 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (make_private_dir("state_dir", g.cfg.state_dir) != 0 ||
-        (g.cfg.module_cache_dir[0] &&
-         make_private_dir("module_cache_dir", g.cfg.module_cache_dir) != 0))
+    if (make_private_dir("state_dir", node_manager.cfg.state_dir) != 0 ||
+        (node_manager.cfg.module_cache_dir[0] &&
+         make_private_dir("module_cache_dir", node_manager.cfg.module_cache_dir) != 0))
         return 1;
-    nm_state_dir_clean(&g.cfg);
-    if (nm_gpus_discover(&g.cfg, g.gpus, &g.ngpus, err, sizeof err) != 0) {
+    nm_state_dir_clean(&node_manager.cfg);
+    if (nm_gpus_discover(&node_manager.cfg, node_manager.gpus, &node_manager.ngpus, err, sizeof err) != 0) {
         flyt_error("GPUs: %s", err);
         return 1;
     }
-    for (int i = 0; i < g.ngpus; i++)
-        flyt_info("GPU %d: %s, %s, %d SMs in groups of %d, %lld MiB", g.gpus[i].index,
-                  g.gpus[i].name, g.gpus[i].uuid, g.gpus[i].sm_count, g.gpus[i].sm_granularity,
-                  g.gpus[i].memory_total >> 20);
+    for (int i = 0; i < node_manager.ngpus; i++)
+        flyt_info("GPU %d: %s, %s, %d SMs in groups of %d, %lld MiB", node_manager.gpus[i].index,
+                  node_manager.gpus[i].name, node_manager.gpus[i].uuid, node_manager.gpus[i].sm_count, node_manager.gpus[i].sm_granularity,
+                  node_manager.gpus[i].memory_total >> 20);
 
-    pthread_mutex_init(&g.lock, NULL);
+    pthread_mutex_init(&node_manager.lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
-    pthread_cond_init(&g.cond, &ca);
-    if (nm_mps_start(&g, err, sizeof err) != 0) {
+    pthread_cond_init(&node_manager.cond, &ca);
+    if (nm_mps_start(&node_manager, err, sizeof err) != 0) {
         flyt_error("MPS: %s", err);
         return 1;
     }
 
-    pthread_mutex_lock(&g.lock); /* no request runs before g.http is set */
-    g.http = flyt_http_start(g.cfg.listen, nm_routes, &g, err, sizeof err);
-    pthread_mutex_unlock(&g.lock);
-    if (!g.http) {
+    pthread_mutex_lock(&node_manager.lock); /* no request runs before node_manager.http is set */
+    node_manager.http = flyt_http_start(node_manager.cfg.listen, nm_routes, &node_manager, err, sizeof err);
+    pthread_mutex_unlock(&node_manager.lock);
+    if (!node_manager.http) {
         flyt_error("%s", err);
-        nm_mps_stop(&g);
+        nm_mps_stop(&node_manager);
         return 1;
     }
     char host[NM_STR + 2];
-    nm_host_for_url(g.cfg.advertise_host, host, sizeof host);
-    snprintf(g.address, sizeof g.address, "http://%s:%d", host, flyt_http_port(g.http));
+    nm_host_for_url(node_manager.cfg.advertise_host, host, sizeof host);
+    snprintf(node_manager.address, sizeof node_manager.address, "http://%s:%d", host, flyt_http_port(node_manager.http));
     flyt_info("listening on %s (port %d) as %s; servers on ports %d-%d; backend %s%s",
-              g.cfg.listen, flyt_http_port(g.http), g.address, g.cfg.port_min, g.cfg.port_max,
-              g.cfg.host_backend ? "host" : "cuda", g.cfg.mps ? ", MPS" : "");
-    if (port_file && write_port(port_file, flyt_http_port(g.http)) < 0)
+              node_manager.cfg.listen, flyt_http_port(node_manager.http), node_manager.address, node_manager.cfg.port_min, node_manager.cfg.port_max,
+              node_manager.cfg.host_backend ? "host" : "cuda", node_manager.cfg.mps ? ", MPS" : "");
+    if (port_file && write_port(port_file, flyt_http_port(node_manager.http)) < 0)
         flyt_warn("cannot write the port file %s", port_file);
 
     long long next_register = 0, next_heartbeat = 0, next_report = 0, retry = 1000;
     int sig = 0;
     while (sig != SIGTERM && sig != SIGINT) {
         long long now = nm_now_ms();
-        pthread_mutex_lock(&g.lock);
-        int registered = g.registered;
-        long long hb = g.heartbeat_ms;
-        pthread_mutex_unlock(&g.lock);
+        pthread_mutex_lock(&node_manager.lock);
+        int registered = node_manager.registered;
+        long long hb = node_manager.heartbeat_ms;
+        pthread_mutex_unlock(&node_manager.lock);
         if (!registered && now >= next_register) {
-            if (nm_register(&g) == 0) {
+            if (nm_register(&node_manager) == 0) {
                 retry = 1000;
-                next_heartbeat = nm_now_ms() + g.heartbeat_ms;
+                next_heartbeat = nm_now_ms() + node_manager.heartbeat_ms;
             } else {
                 next_register = nm_now_ms() + retry;
                 retry = retry * 2 > 10000 ? 10000 : retry * 2;
             }
         } else if (registered && now >= next_heartbeat) {
-            nm_heartbeat(&g);
-            nm_report_ended(&g, 0);
+            nm_heartbeat(&node_manager);
+            nm_report_ended(&node_manager, 0);
             next_heartbeat = nm_now_ms() + hb;
         }
-        nm_servers_reap(&g);
+        nm_servers_reap(&node_manager);
         /* a death is told at once, not at the next heartbeat */
-        pthread_mutex_lock(&g.lock);
+        pthread_mutex_lock(&node_manager.lock);
         int pending = 0;
-        for (struct nm_server *s = g.servers; s && !pending; s = s->next)
+        for (struct nm_server *s = node_manager.servers; s && !pending; s = s->next)
             pending = s->report && s->state == NM_EXITED;
-        pthread_mutex_unlock(&g.lock);
+        pthread_mutex_unlock(&node_manager.lock);
         if (pending && nm_now_ms() >= next_report) {
-            nm_report_ended(&g, 0);
+            nm_report_ended(&node_manager, 0);
             next_report = nm_now_ms() + 2000; /* if it failed, not again at once */
         }
 
         now = nm_now_ms();
         long long wait = 200;
-        pthread_mutex_lock(&g.lock);
-        long long due = g.registered ? next_heartbeat : next_register;
-        pthread_mutex_unlock(&g.lock);
+        pthread_mutex_lock(&node_manager.lock);
+        long long due = node_manager.registered ? next_heartbeat : next_register;
+        pthread_mutex_unlock(&node_manager.lock);
         if (due - now < wait)
             wait = due - now > 0 ? due - now : 0;
         struct timespec ts = {wait / 1000, (wait % 1000) * 1000000};
@@ -289,16 +289,16 @@ int main(int argc, char **argv)
 
     flyt_info("signal %d: stopping", sig);
     stop_all();
-    flyt_http_stop(g.http);
-    nm_report_ended(&g, 2000);
-    pthread_mutex_lock(&g.lock);
-    while (g.servers) {
-        struct nm_server *s = g.servers;
-        nm_server_unlink(&g, s);
+    flyt_http_stop(node_manager.http);
+    nm_report_ended(&node_manager, 2000);
+    pthread_mutex_lock(&node_manager.lock);
+    while (node_manager.servers) {
+        struct nm_server *s = node_manager.servers;
+        nm_server_unlink(&node_manager, s);
         nm_server_free(s);
     }
-    pthread_mutex_unlock(&g.lock);
-    nm_mps_stop(&g);
+    pthread_mutex_unlock(&node_manager.lock);
+    nm_mps_stop(&node_manager);
     flyt_info("stopped");
     return 0;
 }

@@ -26,12 +26,12 @@
 
 static int started[NM_MAX_GPUS];
 
-void nm_mps_dirs(const struct nm *g, int index, char *pipe, size_t plen, char *log, size_t llen)
+void nm_mps_dirs(const struct nm *nm, int index, char *pipe, size_t plen, char *log, size_t llen)
 {
     /* config paths are bounded far below PATH_MAX; a cut path fails at mkdir */
-    if (snprintf(pipe, plen, "%s/gpu%d", g->cfg.mps_pipe_dir, index) >= (int)plen)
+    if (snprintf(pipe, plen, "%s/gpu%d", nm->cfg.mps_pipe_dir, index) >= (int)plen)
         pipe[0] = '\0';
-    if (snprintf(log, llen, "%s/gpu%d", g->cfg.mps_log_dir, index) >= (int)llen)
+    if (snprintf(log, llen, "%s/gpu%d", nm->cfg.mps_log_dir, index) >= (int)llen)
         log[0] = '\0';
 }
 
@@ -57,9 +57,9 @@ static int mkdirs(const char *path, char *err, size_t errlen)
 }
 
 /* The control program as a path execve takes: a bare name is looked up in PATH. */
-static void control_path(const struct nm *g, char *out, size_t len)
+static void control_path(const struct nm *nm, char *out, size_t len)
 {
-    const char *c = g->cfg.mps_control;
+    const char *c = nm->cfg.mps_control;
     snprintf(out, len, "%s", c);
     if (strchr(c, '/'))
         return;
@@ -80,12 +80,12 @@ static void control_path(const struct nm *g, char *out, size_t len)
 }
 
 /* Runs the control program for GPU i: "-d" to start, input "quit\n" to stop. */
-static int control(struct nm *g, int i, int start, char *err, size_t errlen)
+static int control(struct nm *nm, int i, int start, char *err, size_t errlen)
 {
-    const struct nm_gpu *gpu = &g->gpus[i];
+    const struct nm_gpu *gpu = &nm->gpus[i];
     char pipe[PATH_MAX], log[PATH_MAX], prog[PATH_MAX];
-    nm_mps_dirs(g, gpu->index, pipe, sizeof pipe, log, sizeof log);
-    control_path(g, prog, sizeof prog);
+    nm_mps_dirs(nm, gpu->index, pipe, sizeof pipe, log, sizeof log);
+    control_path(nm, prog, sizeof prog);
     char e_vis[128], e_pipe[PATH_MAX + 32], e_log[PATH_MAX + 32];
     snprintf(e_vis, sizeof e_vis, "CUDA_VISIBLE_DEVICES=%s", gpu->uuid);
     snprintf(e_pipe, sizeof e_pipe, "CUDA_MPS_PIPE_DIRECTORY=%s", pipe);
@@ -118,35 +118,35 @@ static int control(struct nm *g, int i, int start, char *err, size_t errlen)
     return 0;
 }
 
-int nm_mps_start(struct nm *g, char *err, size_t errlen)
+int nm_mps_start(struct nm *nm, char *err, size_t errlen)
 {
-    if (!g->cfg.mps)
+    if (!nm->cfg.mps)
         return 0;
-    for (int i = 0; i < g->ngpus; i++) {
+    for (int i = 0; i < nm->ngpus; i++) {
         char pipe[PATH_MAX], log[PATH_MAX];
-        nm_mps_dirs(g, g->gpus[i].index, pipe, sizeof pipe, log, sizeof log);
+        nm_mps_dirs(nm, nm->gpus[i].index, pipe, sizeof pipe, log, sizeof log);
         if (mkdirs(pipe, err, errlen) != 0 || mkdirs(log, err, errlen) != 0 ||
-            control(g, i, 1, err, errlen) != 0) {
-            nm_mps_stop(g);
+            control(nm, i, 1, err, errlen) != 0) {
+            nm_mps_stop(nm);
             return -1;
         }
         started[i] = 1;
-        flyt_info("MPS control daemon started for GPU %d (pipe directory %s)", g->gpus[i].index,
+        flyt_info("MPS control daemon started for GPU %d (pipe directory %s)", nm->gpus[i].index,
                   pipe);
     }
     return 0;
 }
 
-void nm_mps_stop(struct nm *g)
+void nm_mps_stop(struct nm *nm)
 {
-    for (int i = 0; i < g->ngpus; i++) {
+    for (int i = 0; i < nm->ngpus; i++) {
         if (!started[i])
             continue;
         char err[512];
-        if (control(g, i, 0, err, sizeof err) != 0)
-            flyt_warn("stopping MPS of GPU %d: %s", g->gpus[i].index, err);
+        if (control(nm, i, 0, err, sizeof err) != 0)
+            flyt_warn("stopping MPS of GPU %d: %s", nm->gpus[i].index, err);
         else
-            flyt_info("MPS control daemon of GPU %d stopped", g->gpus[i].index);
+            flyt_info("MPS control daemon of GPU %d stopped", nm->gpus[i].index);
         started[i] = 0;
     }
 }

@@ -125,7 +125,7 @@ struct nm {
 
 long long nm_now_ms(void); /* CLOCK_MONOTONIC */
 int nm_valid_sid(const char *s);
-const struct nm_gpu *nm_gpu_by_index(const struct nm *g, int index);
+const struct nm_gpu *nm_gpu_by_index(const struct nm *nm, int index);
 /* Prefix for URLs/endpoints: "[v6]" or the plain host. */
 void nm_host_for_url(const char *host, char *out, size_t outlen);
 
@@ -140,36 +140,36 @@ struct nm_start_req {
     long long memory_quota;
     char vm_id[NM_SID_MAX]; /* the tenant: its own image cache; "" none */
 };
-int nm_server_start(struct nm *g, const struct nm_start_req *r, int *http_status, char *msg,
+int nm_server_start(struct nm *nm, const struct nm_start_req *r, int *http_status, char *msg,
                     size_t msglen, char *endpoint, size_t eplen, pid_t *pid);
 /* SIGTERM now, SIGKILL after the grace (lock held). */
-void nm_server_stop_locked(struct nm *g, struct nm_server *s);
+void nm_server_stop_locked(struct nm *nm, struct nm_server *s);
 /* Stops the server of sid and waits for its exit (lock NOT held). 0, or -1
  * when there is no such server. */
-int nm_server_stop_wait(struct nm *g, const char *sid);
+int nm_server_stop_wait(struct nm *nm, const char *sid);
 /* Main thread: reaps what exited, SIGKILLs what outlived its grace. */
-void nm_servers_reap(struct nm *g);
+void nm_servers_reap(struct nm *nm);
 /* A server's status page: connected clients and memory (lock held).
  * 0 when it could be read and the server listens. */
 int nm_server_status(const struct nm_server *s, int *connected, long long *memory_used);
 /* Unlinks its files and frees it (lock held, entry already unlinked). */
 void nm_server_free(struct nm_server *s);
-struct nm_server *nm_server_find(struct nm *g, const char *sid);
-void nm_server_unlink(struct nm *g, struct nm_server *s);
+struct nm_server *nm_server_find(struct nm *nm, const char *sid);
+void nm_server_unlink(struct nm *nm, struct nm_server *s);
 /* Whether any server process is still alive (lock held). */
-int nm_servers_any_live(struct nm *g);
+int nm_servers_any_live(struct nm *nm);
 /* Removes stale key/status files of earlier runs from state_dir. */
 void nm_state_dir_clean(const struct nm_config *c);
 
 /* ---- the cluster manager (clmlink.c), main thread ---- */
-int  nm_register(struct nm *g);
-int  nm_heartbeat(struct nm *g);
-void nm_report_ended(struct nm *g, int timeout_ms);
+int  nm_register(struct nm *nm);
+int  nm_heartbeat(struct nm *nm);
+void nm_report_ended(struct nm *nm, int timeout_ms);
 
 /* ---- the node manager's API (api.c) ---- */
 extern const struct flyt_http_route nm_routes[];
 /* Whether the request carries the cluster manager's token (else answered). */
-int nm_authorized(struct nm *g, const struct flyt_http_request *req,
+int nm_authorized(struct nm *nm, const struct flyt_http_request *req,
                   struct flyt_http_response *res);
 /* "sm_groups", "sm_count", "memory_quota" of a share on gpu into r; -1 once
  * answered with a 400. */
@@ -179,10 +179,10 @@ int nm_parse_share(const struct nm_gpu *gpu, json_t *groups, json_t *sc, json_t 
 void nm_h_resize(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res);
 
 /* ---- MPS (mps.c), main thread ---- */
-int  nm_mps_start(struct nm *g, char *err, size_t errlen);
-void nm_mps_stop(struct nm *g);
+int  nm_mps_start(struct nm *nm, char *err, size_t errlen);
+void nm_mps_stop(struct nm *nm);
 /* The MPS directories of GPU index (for a server's environment). */
-void nm_mps_dirs(const struct nm *g, int index, char *pipe, size_t plen, char *log, size_t llen);
+void nm_mps_dirs(const struct nm *nm, int index, char *pipe, size_t plen, char *log, size_t llen);
 
 /* ---- processes (servers.c) ---- */
 /* Builds an environment: the node manager's minus the variables Flyt sets,

@@ -137,8 +137,8 @@ static json_t *wait_acks(struct flyt_server_status *p, const int *slots, int n, 
 
 void nm_h_resize(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    struct nm *g = ctx;
-    if (!nm_authorized(g, req, res))
+    struct nm *nm = ctx;
+    if (!nm_authorized(nm, req, res))
         return;
     json_t *b = req->body;
     json_t *to = json_object_get(b, "timeout_ms");
@@ -156,20 +156,20 @@ void nm_h_resize(void *ctx, const struct flyt_http_request *req, struct flyt_htt
     }
     char path[sizeof ((struct nm_server *)0)->status_path], err[600];
     int granularity = 0, found = 0, running = 0;
-    pthread_mutex_lock(&g->lock);
-    struct nm_server *s = nm_server_find(g, req->params[0]);
+    pthread_mutex_lock(&nm->lock);
+    struct nm_server *s = nm_server_find(nm, req->params[0]);
     if (s) {
         found = 1;
         running = s->state == NM_RUNNING;
         snprintf(path, sizeof path, "%s", s->status_path);
-        const struct nm_gpu *gpu = nm_gpu_by_index(g, s->gpu_index);
+        const struct nm_gpu *gpu = nm_gpu_by_index(nm, s->gpu_index);
         granularity = gpu ? gpu->sm_granularity : 0;
         if (gpu && nm_parse_share(gpu, json_object_get(b, "sm_groups"),
                                   json_object_get(b, "sm_count"),
                                   json_object_get(b, "memory_quota"), r, res) != 0)
             found = -1; /* answered */
     }
-    pthread_mutex_unlock(&g->lock);
+    pthread_mutex_unlock(&nm->lock);
     if (found == 0 || (found == 1 && !running)) {
         flyt_http_reply_error(res, 404, "not_found", "no running server for session %s",
                               req->params[0]);
@@ -200,15 +200,15 @@ void nm_h_resize(void *ctx, const struct flyt_http_request *req, struct flyt_htt
     munmap(p, sizeof *p);
     pthread_mutex_unlock(&resize_lock);
 
-    pthread_mutex_lock(&g->lock);
-    s = nm_server_find(g, req->params[0]);
+    pthread_mutex_lock(&nm->lock);
+    s = nm_server_find(nm, req->params[0]);
     if (s) { /* what the node reports from now on */
         s->ngroups = r->ngroups;
         memcpy(s->groups, r->groups, sizeof r->groups[0] * (size_t)r->ngroups);
         s->sm_count = r->sm_count;
         s->memory_quota = r->memory_quota;
     }
-    pthread_mutex_unlock(&g->lock);
+    pthread_mutex_unlock(&nm->lock);
     int pending = (int)json_array_size(sessions) - applied - failed;
     flyt_info("session %s resized to %d SMs and %lld bytes: %d session(s) applied, %d pending, "
               "%d failed; apply %.3f ms after a drain of %.3f ms, in force %.3f ms after posting",

@@ -198,17 +198,17 @@ int nm_run(const char *path, char *const argv[], char *const envp[], const char 
 
 /* ---- the list ---- */
 
-struct nm_server *nm_server_find(struct nm *g, const char *sid)
+struct nm_server *nm_server_find(struct nm *nm, const char *sid)
 {
-    for (struct nm_server *s = g->servers; s; s = s->next)
+    for (struct nm_server *s = nm->servers; s; s = s->next)
         if (strcmp(s->sid, sid) == 0)
             return s;
     return NULL;
 }
 
-void nm_server_unlink(struct nm *g, struct nm_server *s)
+void nm_server_unlink(struct nm *nm, struct nm_server *s)
 {
-    for (struct nm_server **pp = &g->servers; *pp; pp = &(*pp)->next)
+    for (struct nm_server **pp = &nm->servers; *pp; pp = &(*pp)->next)
         if (*pp == s) {
             *pp = s->next;
             s->next = NULL;
@@ -229,9 +229,9 @@ void nm_server_free(struct nm_server *s)
     free(s);
 }
 
-int nm_servers_any_live(struct nm *g)
+int nm_servers_any_live(struct nm *nm)
 {
-    for (struct nm_server *s = g->servers; s; s = s->next)
+    for (struct nm_server *s = nm->servers; s; s = s->next)
         if (s->pid > 0 && s->state != NM_EXITED)
             return 1;
     return 0;
@@ -323,17 +323,17 @@ void nm_state_dir_clean(const struct nm_config *c)
 }
 
 /* A port of the range that no server of ours holds and that is free now. */
-static int pick_port(struct nm *g)
+static int pick_port(struct nm *nm)
 {
-    const struct nm_config *c = &g->cfg;
+    const struct nm_config *c = &nm->cfg;
     int span = c->port_max - c->port_min + 1;
-    if (g->next_port < c->port_min || g->next_port > c->port_max)
-        g->next_port = c->port_min;
+    if (nm->next_port < c->port_min || nm->next_port > c->port_max)
+        nm->next_port = c->port_min;
     for (int i = 0; i < span; i++) {
-        int port = g->next_port;
-        g->next_port = port == c->port_max ? c->port_min : port + 1;
+        int port = nm->next_port;
+        nm->next_port = port == c->port_max ? c->port_min : port + 1;
         int ours = 0;
-        for (struct nm_server *s = g->servers; s && !ours; s = s->next)
+        for (struct nm_server *s = nm->servers; s && !ours; s = s->next)
             ours = s->port == port;
         if (ours)
             continue;
@@ -411,10 +411,10 @@ static const char *exit_text(int st, char *buf, size_t len)
  * may open the state dir connects there, and gets shared memory: pinned,
  * mapped and managed memory at full speed), then its TCP address (clients
  * elsewhere, which find no such path). docs/node-manager.md. */
-static void endpoint_of(const struct nm *g, const struct nm_server *s, char *out, size_t len)
+static void endpoint_of(const struct nm *nm, const struct nm_server *s, char *out, size_t len)
 {
     char host[NM_STR + 2];
-    nm_host_for_url(g->cfg.advertise_host, host, sizeof host);
+    nm_host_for_url(nm->cfg.advertise_host, host, sizeof host);
     snprintf(out, len, "%s%s%stcp://%s:%d", s->sock_path[0] ? "unix:" : "", s->sock_path,
              s->sock_path[0] ? "," : "", host, s->port);
 }
@@ -437,12 +437,12 @@ static void vm_cache_dir(const struct nm_config *c, const struct nm_server *s, c
 }
 
 /* Spawns the server of s (lock held; s->port chosen). */
-static int spawn_server(struct nm *g, struct nm_server *s, char *err, size_t errlen)
+static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t errlen)
 {
-    const struct nm_config *c = &g->cfg;
+    const struct nm_config *c = &nm->cfg;
     char cache[PATH_MAX];
     vm_cache_dir(c, s, cache, sizeof cache);
-    const struct nm_gpu *gpu = nm_gpu_by_index(g, s->gpu_index);
+    const struct nm_gpu *gpu = nm_gpu_by_index(nm, s->gpu_index);
     char listen[NM_STR + 32], quota[32], groups[NM_MAX_GROUPS * 6], gran[16], host[NM_STR + 2];
     nm_host_for_url(c->server_listen_host, host, sizeof host);
     snprintf(listen, sizeof listen, "tcp://%s:%d", host, s->port);
@@ -486,7 +486,7 @@ static int spawn_server(struct nm *g, struct nm_server *s, char *err, size_t err
     }
     if (c->mps) {
         char pipe[PATH_MAX], log[PATH_MAX];
-        nm_mps_dirs(g, gpu->index, pipe, sizeof pipe, log, sizeof log);
+        nm_mps_dirs(nm, gpu->index, pipe, sizeof pipe, log, sizeof log);
         snprintf(f_pipe, sizeof f_pipe, "CUDA_MPS_PIPE_DIRECTORY=%s", pipe);
         snprintf(f_log, sizeof f_log, "CUDA_MPS_LOG_DIRECTORY=%s", log);
         fin[nf++] = f_pipe;
@@ -503,41 +503,41 @@ static int spawn_server(struct nm *g, struct nm_server *s, char *err, size_t err
     return rc;
 }
 
-int nm_server_start(struct nm *g, const struct nm_start_req *r, int *http_status, char *msg,
+int nm_server_start(struct nm *nm, const struct nm_start_req *r, int *http_status, char *msg,
                     size_t msglen, char *endpoint, size_t eplen, pid_t *pid)
 {
-    const struct nm_config *c = &g->cfg;
-    pthread_mutex_lock(&g->lock);
-    if (g->shutting_down) {
-        pthread_mutex_unlock(&g->lock);
+    const struct nm_config *c = &nm->cfg;
+    pthread_mutex_lock(&nm->lock);
+    if (nm->shutting_down) {
+        pthread_mutex_unlock(&nm->lock);
         STATUS(503, "the node manager is stopping");
         return -1;
     }
-    if (!g->registered || !g->session_key_hex[0]) {
-        pthread_mutex_unlock(&g->lock);
+    if (!nm->registered || !nm->session_key_hex[0]) {
+        pthread_mutex_unlock(&nm->lock);
         STATUS(503, "not registered with the cluster manager yet: no session key");
         return -1;
     }
-    struct nm_server *old = nm_server_find(g, r->sid);
+    struct nm_server *old = nm_server_find(nm, r->sid);
     if (old) {
         int same = old->gpu_index == r->gpu_index && old->ngroups == r->ngroups &&
                    old->memory_quota == r->memory_quota &&
                    memcmp(old->groups, r->groups, sizeof r->groups[0] * (size_t)r->ngroups) == 0;
         if (old->state == NM_RUNNING && same) { /* a retry: the same answer */
-            endpoint_of(g, old, endpoint, eplen);
+            endpoint_of(nm, old, endpoint, eplen);
             *pid = old->pid;
-            pthread_mutex_unlock(&g->lock);
+            pthread_mutex_unlock(&nm->lock);
             *http_status = 200;
             return 0;
         }
-        pthread_mutex_unlock(&g->lock);
+        pthread_mutex_unlock(&nm->lock);
         STATUS(409, "session %s already has a server here (%s)", r->sid,
                old->state == NM_RUNNING ? "with another share" : "starting or stopping");
         return -1;
     }
     struct nm_server *s = calloc(1, sizeof *s);
     if (!s) {
-        pthread_mutex_unlock(&g->lock);
+        pthread_mutex_unlock(&nm->lock);
         STATUS(500, "out of memory");
         return -1;
     }
@@ -557,25 +557,25 @@ int nm_server_start(struct nm *g, const struct nm_start_req *r, int *http_status
             (int)sizeof s->sock_path)
         s->sock_path[0] = '\0'; /* a state dir too deep for a socket path: TCP only */
     char err[512];
-    if (write_key(s->key_path, g->session_key_hex, err, sizeof err) != 0) {
-        pthread_mutex_unlock(&g->lock);
+    if (write_key(s->key_path, nm->session_key_hex, err, sizeof err) != 0) {
+        pthread_mutex_unlock(&nm->lock);
         s->key_path[0] = '\0';
         nm_server_free(s);
         flyt_error("session %s: %s", r->sid, err);
         STATUS(503, "%s", err);
         return -1;
     }
-    s->next = g->servers;
-    g->servers = s;
+    s->next = nm->servers;
+    nm->servers = s;
 
     int attempts = 0;
     for (;;) {
         attempts++;
-        if (s->stop_asked || g->shutting_down) {
+        if (s->stop_asked || nm->shutting_down) {
             snprintf(err, sizeof err, "the server was stopped while it started");
             break;
         }
-        s->port = pick_port(g);
+        s->port = pick_port(nm);
         if (s->port < 0) {
             snprintf(err, sizeof err, "no free port in %d-%d", c->port_min, c->port_max);
             break;
@@ -583,7 +583,7 @@ int nm_server_start(struct nm *g, const struct nm_start_req *r, int *http_status
         unlink(s->status_path);
         s->state = NM_STARTING;
         s->reason[0] = '\0';
-        if (spawn_server(g, s, err, sizeof err) != 0) {
+        if (spawn_server(nm, s, err, sizeof err) != 0) {
             s->pid = 0;
             break;
         }
@@ -599,16 +599,16 @@ int nm_server_start(struct nm *g, const struct nm_start_req *r, int *http_status
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000;
             }
-            pthread_cond_timedwait(&g->cond, &g->lock, &ts);
+            pthread_cond_timedwait(&nm->cond, &nm->lock, &ts);
         }
         if (s->state == NM_STARTING && server_ready(s)) {
             s->state = NM_RUNNING;
-            pthread_cond_broadcast(&g->cond);
-            endpoint_of(g, s, endpoint, eplen);
+            pthread_cond_broadcast(&nm->cond);
+            endpoint_of(nm, s, endpoint, eplen);
             *pid = s->pid;
-            g->starts++;
+            nm->starts++;
             s->waiters--;
-            pthread_mutex_unlock(&g->lock);
+            pthread_mutex_unlock(&nm->lock);
             flyt_info("session %s: server pid %d listens at %s", r->sid, (int)*pid, endpoint);
             *http_status = 201;
             return 0;
@@ -616,80 +616,80 @@ int nm_server_start(struct nm *g, const struct nm_start_req *r, int *http_status
         if (s->state == NM_STARTING) { /* timed out: stop it */
             snprintf(err, sizeof err, "the server did not listen within %lld ms",
                      c->start_timeout_ms);
-            nm_server_stop_locked(g, s);
+            nm_server_stop_locked(nm, s);
             s->stop_asked = 1;
             while (s->state != NM_EXITED)
-                pthread_cond_wait(&g->cond, &g->lock);
+                pthread_cond_wait(&nm->cond, &nm->lock);
             break;
         }
         if (s->state != NM_EXITED || s->stop_asked) { /* stopped meanwhile */
             snprintf(err, sizeof err, "the server was stopped while it started");
             while (s->state != NM_EXITED)
-                pthread_cond_wait(&g->cond, &g->lock);
+                pthread_cond_wait(&nm->cond, &nm->lock);
             break;
         }
         /* it died before listening; a port taken meanwhile is worth another try */
         snprintf(err, sizeof err, "the server %s before it listened (see the log)", s->reason);
-        if (attempts >= 3 || g->shutting_down)
+        if (attempts >= 3 || nm->shutting_down)
             break;
         flyt_warn("session %s: %s; trying another port", s->sid, err);
     }
-    g->start_failures++;
+    nm->start_failures++;
     flyt_error("session %s: could not start a server: %s", r->sid, err);
     if (--s->waiters == 0) {
-        nm_server_unlink(g, s);
+        nm_server_unlink(nm, s);
         nm_server_free(s);
     }
-    pthread_cond_broadcast(&g->cond);
-    pthread_mutex_unlock(&g->lock);
+    pthread_cond_broadcast(&nm->cond);
+    pthread_mutex_unlock(&nm->lock);
     STATUS(503, "%s", err);
     return -1;
 }
 
 /* ---- stop ---- */
 
-void nm_server_stop_locked(struct nm *g, struct nm_server *s)
+void nm_server_stop_locked(struct nm *nm, struct nm_server *s)
 {
     s->stop_asked = 1;
     if (s->state == NM_EXITED || s->state == NM_STOPPING || s->pid <= 0)
         return;
     s->state = NM_STOPPING;
-    s->stop_deadline = nm_now_ms() + g->cfg.stop_grace_ms;
+    s->stop_deadline = nm_now_ms() + nm->cfg.stop_grace_ms;
     if (kill(s->pid, SIGTERM) != 0)
         flyt_warn("session %s: SIGTERM to %d: %s", s->sid, (int)s->pid, strerror(errno));
     flyt_info("session %s: stopping server pid %d", s->sid, (int)s->pid);
 }
 
-int nm_server_stop_wait(struct nm *g, const char *sid)
+int nm_server_stop_wait(struct nm *nm, const char *sid)
 {
-    pthread_mutex_lock(&g->lock);
-    struct nm_server *s = nm_server_find(g, sid);
+    pthread_mutex_lock(&nm->lock);
+    struct nm_server *s = nm_server_find(nm, sid);
     if (!s) {
-        pthread_mutex_unlock(&g->lock);
+        pthread_mutex_unlock(&nm->lock);
         return -1;
     }
-    nm_server_stop_locked(g, s);
+    nm_server_stop_locked(nm, s);
     s->report = 0; /* the cluster manager asked for it */
     s->waiters++;
     while (s->state != NM_EXITED && s->pid > 0)
-        pthread_cond_wait(&g->cond, &g->lock);
+        pthread_cond_wait(&nm->cond, &nm->lock);
     if (--s->waiters == 0) {
-        nm_server_unlink(g, s);
+        nm_server_unlink(nm, s);
         nm_server_free(s);
     }
-    pthread_mutex_unlock(&g->lock);
+    pthread_mutex_unlock(&nm->lock);
     return 0;
 }
 
 /* ---- reaping (main thread) ---- */
 
-void nm_servers_reap(struct nm *g)
+void nm_servers_reap(struct nm *nm)
 {
-    pthread_mutex_lock(&g->lock);
+    pthread_mutex_lock(&nm->lock);
     long long now = nm_now_ms();
     int changed = 0;
     struct nm_server *next;
-    for (struct nm_server *s = g->servers; s; s = next) {
+    for (struct nm_server *s = nm->servers; s; s = next) {
         next = s->next;
         if (s->pid <= 0 || s->state == NM_EXITED)
             continue;
@@ -712,7 +712,7 @@ void nm_servers_reap(struct nm *g)
                     snprintf(s->reason, sizeof s->reason, "%s", how);
                 flyt_info("session %s: server pid %d stopped (%s)", s->sid, (int)s->pid, how);
                 if (s->waiters == 0 && !s->report) {
-                    nm_server_unlink(g, s);
+                    nm_server_unlink(nm, s);
                     nm_server_free(s);
                 }
             } else if (was == NM_STARTING) {
@@ -723,18 +723,18 @@ void nm_servers_reap(struct nm *g)
                          (int)s->pid, how);
                 flyt_warn("session %s: server pid %d died: %s", s->sid, (int)s->pid, how);
                 s->report = 1;
-                g->deaths++;
+                nm->deaths++;
             }
             continue;
         }
         if (s->state == NM_STOPPING && !s->killed && now >= s->stop_deadline) {
             flyt_warn("session %s: server pid %d outlived its %lld ms grace: SIGKILL", s->sid,
-                      (int)s->pid, g->cfg.stop_grace_ms);
+                      (int)s->pid, nm->cfg.stop_grace_ms);
             kill(-s->pid, SIGKILL);
             s->killed = 1;
         }
     }
     if (changed)
-        pthread_cond_broadcast(&g->cond);
-    pthread_mutex_unlock(&g->lock);
+        pthread_cond_broadcast(&nm->cond);
+    pthread_mutex_unlock(&nm->lock);
 }
