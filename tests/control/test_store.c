@@ -28,14 +28,14 @@ static void reset(const char *url)
 }
 
 static struct session_rec session(const char *id, const char *vm, const char *node, int gpu,
-                                  int g0, int ng, long long mem, const char *state)
+                                  int g0, int ng, long long mem, enum session_state state)
 {
     struct session_rec s;
     memset(&s, 0, sizeof s);
     snprintf(s.id, sizeof s.id, "%s", id);
     snprintf(s.vm_id, sizeof s.vm_id, "%s", vm);
     snprintf(s.node_id, sizeof s.node_id, "%s", node);
-    snprintf(s.state, sizeof s.state, "%s", state);
+    s.state = state;
     s.pid = 100;
     s.gpu_index = gpu;
     s.ngroups = ng;
@@ -134,18 +134,18 @@ int main(int argc, char **argv)
     struct node_rec node = {0}, ng;
     snprintf(node.id, sizeof node.id, "node-a");
     snprintf(node.host_ip, sizeof node.host_ip, "10.0.1.1");
-    snprintf(node.state, sizeof node.state, "registered");
+    node.state = NODE_REGISTERED;
     node.created_at = now_ms();
     CHECK(store_node_insert(st, &node, "hash-node-a", err, sizeof err) == 1, "insert node (%s)", err);
     CHECK(store_node_insert(st, &node, "hash-x", err, sizeof err) == DB_CONSTRAINT, "duplicate node");
-    snprintf(node.state, sizeof node.state, "ready");
+    node.state = NODE_READY;
     snprintf(node.address, sizeof node.address, "http://10.0.1.1:8601");
     snprintf(node.session_key, sizeof node.session_key, "%064d", 7);
     snprintf(node.manager_token, sizeof node.manager_token, "%064d", 9);
     node.last_heartbeat = now_ms();
     CHECK(store_node_update(st, &node, err, sizeof err) == 1, "update node");
     CHECK(store_node_by_token(st, "hash-node-a", &ng, err, sizeof err) == 1
-              && strcmp(ng.state, "ready") == 0 && strcmp(ng.address, "http://10.0.1.1:8601") == 0
+              && ng.state == NODE_READY && strcmp(ng.address, "http://10.0.1.1:8601") == 0
               && strlen(ng.session_key) == 64, "node by token, updated");
     struct gpu_rec gpus[2] = {{0, "GPU-aaa", "NVIDIA H100", 132, 8, 80 * GiB},
                               {1, "GPU-bbb", "NVIDIA H100", 132, 8, 80 * GiB}};
@@ -157,10 +157,10 @@ int main(int argc, char **argv)
     free(gg);
 
     /* sessions and the derived capacity */
-    struct session_rec s1 = session("s-1", "vm-1", "node-a", 0, 0, 2, 10 * GiB, "active");
-    struct session_rec s2 = session("s-2", "vm-2", "node-a", 0, 2, 3, 5 * GiB, "starting");
-    struct session_rec s3 = session("s-3", "vm-1", "node-a", 1, 0, 1, GiB, "active");
-    struct session_rec s4 = session("s-4", "vm-1", "node-a", 0, 5, 4, 30 * GiB, "released");
+    struct session_rec s1 = session("s-1", "vm-1", "node-a", 0, 0, 2, 10 * GiB, SESSION_ACTIVE);
+    struct session_rec s2 = session("s-2", "vm-2", "node-a", 0, 2, 3, 5 * GiB, SESSION_STARTING);
+    struct session_rec s3 = session("s-3", "vm-1", "node-a", 1, 0, 1, GiB, SESSION_ACTIVE);
+    struct session_rec s4 = session("s-4", "vm-1", "node-a", 0, 5, 4, 30 * GiB, SESSION_RELEASED);
     CHECK(store_session_insert(st, &s1, err, sizeof err) == 1 && store_session_insert(st, &s2, err, sizeof err) == 1
               && store_session_insert(st, &s3, err, sizeof err) == 1
               && store_session_insert(st, &s4, err, sizeof err) == 1, "insert sessions (%s)", err);
@@ -173,14 +173,14 @@ int main(int argc, char **argv)
     CHECK(store_session_get(st, "s-2", &sg, err, sizeof err) == 1 && sg.ngroups == 3
               && sg.groups[0] == 2 && sg.groups[2] == 4 && sg.memory_quota == 5 * GiB,
           "session groups round-trip");
-    struct session_filter live = {NULL, "node-a", NULL, 1};
+    struct session_filter live = {.node_id = "node-a", .live_only = 1};
     struct session_rec *ss;
     CHECK(store_session_list(st, &live, &ss, &n, err, sizeof err) == 0 && n == 3, "3 live sessions");
     free(ss);
-    struct session_filter byvm = {"vm-1", NULL, NULL, 0};
+    struct session_filter byvm = {.vm_id = "vm-1"};
     CHECK(store_session_list(st, &byvm, &ss, &n, err, sizeof err) == 0 && n == 3, "vm-1: 3 sessions");
     free(ss);
-    struct session_filter bystate = {NULL, NULL, "released", 0};
+    struct session_filter bystate = {.by_state = 1, .state = SESSION_RELEASED};
     CHECK(store_session_list(st, &bystate, &ss, &n, err, sizeof err) == 0 && n == 1
               && strcmp(ss[0].id, "s-4") == 0, "filter by state");
     free(ss);
@@ -200,16 +200,15 @@ int main(int argc, char **argv)
     memset(&clm, 0, sizeof clm);
     clm.store = st;
     CHECK(store_session_get(st, "s-1", &sg, err, sizeof err) == 1, "get s-1");
-    CHECK(store_begin(st, err, sizeof err) == 0 && session_end(&clm, &sg, "released", "test", err, sizeof err) == 0
+    CHECK(store_begin(st, err, sizeof err) == 0 && session_end(&clm, &sg, SESSION_RELEASED, "test", err, sizeof err) == 0
               && store_commit(st, err, sizeof err) == 0, "end s-1 (%s)", err);
-    CHECK(session_end(&clm, &sg, "lost", "again", err, sizeof err) == 0, "ending it again is a no-op");
+    CHECK(session_end(&clm, &sg, SESSION_LOST, "again", err, sizeof err) == 0, "ending it again is a no-op");
     capacity(st, &a, &b, &c);
     CHECK(a == 24 && b == 5 * GiB, "s-1's 2 groups and 10 GiB are free (%lld SMs)", a);
-    char states[8][STATE_MAX];
-    long long counts[8];
-    int ns = store_session_count_by_state(st, states, counts, 8, err, sizeof err);
-    CHECK(ns == 3 && strcmp(states[0], "active") == 0 && counts[0] == 1
-              && strcmp(states[1], "released") == 0 && counts[1] == 2, "sessions by state");
+    long long counts[SESSION_STATES];
+    CHECK(store_session_count_by_state(st, counts, err, sizeof err) == 0
+              && counts[SESSION_ACTIVE] == 1 && counts[SESSION_RELEASED] == 2
+              && counts[SESSION_STARTING] == 1, "sessions by state");
 
     /* events */
     CHECK(store_event_add(st, "test.a", "x", "first", err, sizeof err) == 1

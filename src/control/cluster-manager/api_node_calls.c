@@ -168,7 +168,7 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
     struct session_rec *ss = NULL;
     int ns = 0, ended = 0;
     if (rc == 0) {
-        struct session_filter f = {NULL, n.id, NULL, 1};
+        struct session_filter f = {.node_id = n.id, .live_only = 1};
         if (store_session_list(clm->store, &f, &ss, &ns, err, sizeof err) < 0)
             rc = api_store_fail(&e, "reading sessions", err);
     }
@@ -180,12 +180,12 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
         if (!now || !was || strcmp(now->uuid, was->uuid) != 0 || now->sm_count != was->sm_count
             || now->sm_granularity != was->sm_granularity)
             why = "its GPU changed when the node registered again";
-        else if (strcmp(ss[i].state, "starting") == 0)
+        else if (ss[i].state == SESSION_STARTING)
             why = NULL;   /* its start request is in flight; that request settles it */
         else if (!r || !json_is_true(json_object_get(r, "alive")))
             why = "not running on the node when it registered again";
         if (why) {
-            if (session_end(clm, &ss[i], "lost", why, err, sizeof err) < 0)
+            if (session_end(clm, &ss[i], SESSION_LOST, why, err, sizeof err) < 0)
                 rc = api_store_fail(&e, "ending a session", err);
             ended++;
         }
@@ -195,8 +195,7 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
         rc = stops_for_unknown(clm, n.id, reports, stop, &e);
     if (rc == 0 && store_gpus_set(clm->store, n.id, gpus, ngpus, err, sizeof err) < 0)
         rc = api_store_fail(&e, "saving GPUs", err);
-    char prev[STATE_MAX];
-    snprintf(prev, sizeof prev, "%s", n.state);
+    enum node_state prev = n.state;
     if (rc == 0) {
         if (!n.session_key[0] && (flyt_random_hex(32, n.session_key, sizeof n.session_key) < 0
                                   || flyt_token_new(n.manager_token, sizeof n.manager_token) < 0))
@@ -206,14 +205,14 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
         while (al && n.address[al - 1] == '/')
             n.address[--al] = 0;
         snprintf(n.host_ip, sizeof n.host_ip, "%s", host_ip);
-        snprintf(n.state, sizeof n.state, "ready");
+        n.state = NODE_READY;
         n.last_heartbeat = now_ms();
     }
     if (rc == 0 && store_node_update(clm->store, &n, err, sizeof err) < 0)
         rc = api_store_fail(&e, "updating a node", err);
     if (rc == 0) {
-        const char *kind = strcmp(prev, "lost") == 0 ? "node.returned"
-                           : strcmp(prev, "ready") == 0 ? "node.reregistered" : "node.registered";
+        const char *kind = prev == NODE_LOST ? "node.returned"
+                           : prev == NODE_READY ? "node.reregistered" : "node.registered";
         rc = api_event(clm, kind, n.id, &e, "node %s at %s registered with %d GPU(s); %d session(s) "
                    "ended, %zu to stop", n.id, n.address, ngpus, ended, json_array_size(stop));
     }
@@ -238,8 +237,8 @@ static int heartbeat_session(struct clm *clm, struct session_rec *s, json_t *r, 
     char err[512];
     int rc = 0;
     if (!json_is_true(json_object_get(r, "alive"))) {
-        rc = session_end(clm, s, "failed", "its server is no longer running", err, sizeof err);
-    } else if (strcmp(s->state, "active") != 0) {
+        rc = session_end(clm, s, SESSION_FAILED, "its server is no longer running", err, sizeof err);
+    } else if (s->state != SESSION_ACTIVE) {
         return 0;   /* starting: the start request settles it */
     } else if (!json_is_false(json_object_get(r, "connected"))) {
         s->disconnected_since = 0;
@@ -255,7 +254,7 @@ static int heartbeat_session(struct clm *clm, struct session_rec *s, json_t *r, 
         if (rc >= 0 && now - from >= clm->set.idle_grace_ms) {
             char why[128];
             snprintf(why, sizeof why, "idle: no client connected for %lld s", (now - from) / 1000);
-            rc = session_end(clm, s, "released", why, err, sizeof err);
+            rc = session_end(clm, s, SESSION_RELEASED, why, err, sizeof err);
             json_array_append_new(stop, json_string(s->id));
         }
     }
@@ -281,17 +280,17 @@ void h_node_heartbeat(void *ctx, const struct flyt_http_request *req, struct fly
         rc = api_fail(&e, 400, "bad_request", "body: expected {\"sessions\": [...]}");
     if (rc == 0)
         rc = check_reports(reports, 1, &e);
-    if (rc == 0 && strcmp(n.state, "registered") == 0)
+    if (rc == 0 && n.state == NODE_REGISTERED)
         rc = api_fail(&e, 409, "conflict", "node %s has not registered yet", n.id);
-    if (rc == 0 && strcmp(n.state, "lost") == 0) {
-        snprintf(n.state, sizeof n.state, "ready");
+    if (rc == 0 && n.state == NODE_LOST) {
+        n.state = NODE_READY;
         rc = api_event(clm, "node.returned", n.id, &e, "node %s heartbeats again after it was lost",
                    n.id);
     }
     struct session_rec *ss = NULL;
     int ns = 0;
     if (rc == 0) {
-        struct session_filter f = {NULL, n.id, NULL, 1};
+        struct session_filter f = {.node_id = n.id, .live_only = 1};
         if (store_session_list(clm->store, &f, &ss, &ns, err, sizeof err) < 0)
             rc = api_store_fail(&e, "reading sessions", err);
     }
@@ -301,9 +300,9 @@ void h_node_heartbeat(void *ctx, const struct flyt_http_request *req, struct fly
                                                                 : ss[i].last_activity;
         if (r)
             rc = heartbeat_session(clm, &ss[i], r, now, stop, &e);
-        else if (strcmp(ss[i].state, "active") == 0
+        else if (ss[i].state == SESSION_ACTIVE
                  && now - seen > 2 * clm->set.heartbeat_interval_ms
-                 && session_end(clm, &ss[i], "lost", "its node no longer reports it", err,
+                 && session_end(clm, &ss[i], SESSION_LOST, "its node no longer reports it", err,
                                 sizeof err) < 0)
             rc = api_store_fail(&e, "ending a session", err);
     }
@@ -351,7 +350,7 @@ void h_node_session_ended(void *ctx, const struct flyt_http_request *req,
         int failed = strncmp(r, "fail", 4) == 0 || strncmp(r, "crash", 5) == 0;
         char why[300];
         snprintf(why, sizeof why, "ended on the node: %.200s", r);
-        if (session_end(clm, &s, failed ? "failed" : "released", why, err, sizeof err) < 0)
+        if (session_end(clm, &s, failed ? SESSION_FAILED : SESSION_RELEASED, why, err, sizeof err) < 0)
             rc = api_store_fail(&e, "ending a session", err);
     }
     if (clm_end(clm, rc == 0, &e) < 0) {

@@ -95,7 +95,7 @@ void h_nodes_create(void *ctx, const struct flyt_http_request *req, struct flyt_
                     || flyt_sha256_hex(token, strlen(token), hash, sizeof hash) < 0))
         rc = api_fail(&e, 500, "internal", "cannot make a token");
     if (rc == 0) {
-        snprintf(n.state, sizeof n.state, "registered");
+        n.state = NODE_REGISTERED;
         n.created_at = now_ms();
         int r = store_node_insert(clm->store, &n, hash, err, sizeof err);
         if (r == DB_CONSTRAINT)
@@ -147,7 +147,7 @@ void h_node_get(void *ctx, const struct flyt_http_request *req, struct flyt_http
     if (rc == 0)
         rc = node_load(clm, req->params[0], &n, &e);
     if (rc == 0) {
-        struct session_filter f = {NULL, n.id, NULL, 1};
+        struct session_filter f = {.node_id = n.id, .live_only = 1};
         struct session_rec *ss;
         int ns;
         if (store_session_list(clm->store, &f, &ss, &ns, err, sizeof err) < 0) {
@@ -183,12 +183,12 @@ void h_node_delete(void *ctx, const struct flyt_http_request *req, struct flyt_h
     struct session_rec *ss = NULL;
     int ns = 0;
     if (rc == 0) {
-        struct session_filter f = {NULL, n.id, NULL, 1};
+        struct session_filter f = {.node_id = n.id, .live_only = 1};
         if (store_session_list(clm->store, &f, &ss, &ns, err, sizeof err) < 0)
             rc = api_store_fail(&e, "reading sessions", err);
     }
     for (int i = 0; rc == 0 && i < ns; i++) {
-        if (session_end(clm, &ss[i], "lost", "node deleted", err, sizeof err) < 0)
+        if (session_end(clm, &ss[i], SESSION_LOST, "node deleted", err, sizeof err) < 0)
             rc = api_store_fail(&e, "ending a session", err);
         else
             stop_list_add(&stops, &n, ss[i].id);

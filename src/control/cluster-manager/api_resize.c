@@ -149,8 +149,9 @@ static int reserve(struct clm *clm, const char *id, const struct resize_ask *a,
     if (found <= 0)
         return found < 0 ? api_store_fail(e, "reading a session", err)
                          : api_fail(e, 404, "not_found", "no session %s", id);
-    if (strcmp(s->state, "active") != 0)
-        return api_fail(e, 409, "conflict", "session %s is %s, not active", s->id, s->state);
+    if (s->state != SESSION_ACTIVE)
+        return api_fail(e, 409, "conflict", "session %s is %s, not active", s->id,
+                        session_state_name(s->state));
     if (node_load(clm, s->node_id, node, e) < 0)
         return -1;
     struct gpu_cap *caps = NULL;
@@ -283,7 +284,7 @@ void h_vm_resize(void *ctx, const struct flyt_http_request *req, struct flyt_htt
     struct vm_rec vm;
     pthread_mutex_lock(&clm->lock);
     int found = store_vm_get(clm->store, req->params[0], &vm, err, sizeof err);
-    struct session_filter f = {req->params[0], NULL, "active", 0};
+    struct session_filter f = {.vm_id = req->params[0], .by_state = 1, .state = SESSION_ACTIVE};
     int rc = found < 0 ? api_store_fail(&e, "reading a VM", err)
              : !found  ? api_fail(&e, 404, "not_found", "no VM %s", req->params[0])
                        : 0;

@@ -16,24 +16,20 @@ void h_sessions_list(void *ctx, const struct flyt_http_request *req, struct flyt
     struct clm *clm = ctx;
     struct api_error e = {0};
     struct principal who;
-    struct session_filter f = {flyt_http_query(req, "vm"), flyt_http_query(req, "node"),
-                               flyt_http_query(req, "state"), 0};
+    struct session_filter f = {.vm_id = flyt_http_query(req, "vm"),
+                               .node_id = flyt_http_query(req, "node")};
+    const char *state = flyt_http_query(req, "state");
     struct session_rec *ss = NULL;
     int n = 0;
     char err[512];
-    static const char *const states[] = {"starting", "active", "released", "lost", "failed",
-                                         "live"};
-    int known = !f.state;
-    for (size_t i = 0; !known && i < sizeof states / sizeof states[0]; i++)
-        known = strcmp(f.state, states[i]) == 0;
-    if (!known) {
+    if (state && strcmp(state, "live") == 0)
+        f.live_only = 1;
+    else if (state)
+        f.by_state = session_state_parse(state, &f.state) == 0;
+    if (state && !f.live_only && !f.by_state) {
         flyt_http_reply_error(res, 400, "bad_request", "state: expected starting, active, "
                               "released, lost, failed or live");
         return;
-    }
-    if (f.state && strcmp(f.state, "live") == 0) {
-        f.state = NULL;
-        f.live_only = 1;
     }
     pthread_mutex_lock(&clm->lock);
     int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
@@ -107,7 +103,7 @@ void h_session_delete(void *ctx, const struct flyt_http_request *req, struct fly
     int rc = own_session(clm, req, P_OPERATOR | P_VM, &who, &s, &e);
     if (rc == 0 && session_is_live(&s)) {
         struct node_rec node;
-        if (session_end(clm, &s, "released",
+        if (session_end(clm, &s, SESSION_RELEASED,
                         who.kind == P_VM ? "released by its VM" : "released by the operator", err,
                         sizeof err) < 0)
             rc = api_store_fail(&e, "ending a session", err);
@@ -188,7 +184,7 @@ static int reserve(struct clm *clm, const struct flyt_http_request *req, struct 
         return found < 0 ? api_store_fail(e, "reading a VM", err)
                          : api_fail(e, 404, "not_found", "no VM %s", who.id);
     /* a retry for a process that already holds a session gets that session back */
-    struct session_filter f = {vm.id, NULL, NULL, 1};
+    struct session_filter f = {.vm_id = vm.id, .live_only = 1};
     struct session_rec *ss;
     int ns;
     if (store_session_list(clm->store, &f, &ss, &ns, err, sizeof err) < 0)
@@ -197,7 +193,7 @@ static int reserve(struct clm *clm, const struct flyt_http_request *req, struct 
         if (ss[i].pid == json_integer_value(pid)) {
             *s = ss[i];
             free(ss);
-            if (strcmp(s->state, "active") != 0)
+            if (s->state != SESSION_ACTIVE)
                 return api_fail(e, 409, "conflict", "process %lld of VM %s already has session "
                                 "%s, still starting", s->pid, vm.id, s->id);
             *existing = 1;
@@ -214,7 +210,7 @@ static int reserve(struct clm *clm, const struct flyt_http_request *req, struct 
         return api_store_fail(e, "reading nodes", err);
     int ready = 0;
     for (int i = 0; i < nn; i++)
-        if (strcmp(nodes[i].state, "ready") == 0)
+        if (nodes[i].state == NODE_READY)
             nodes[ready++] = nodes[i];
     struct gpu_cap *caps;
     int ncaps;
@@ -247,7 +243,7 @@ static int reserve(struct clm *clm, const struct flyt_http_request *req, struct 
     s->ngroups = out.ngroups;
     memcpy(s->groups, out.groups, sizeof s->groups[0] * (size_t)out.ngroups);
     s->memory_quota = vm.memory;
-    snprintf(s->state, sizeof s->state, "starting");
+    s->state = SESSION_STARTING;
     s->created_at = s->last_activity = now_ms();
     free(nodes);
     free(caps);
@@ -266,18 +262,18 @@ static int settle(struct clm *clm, struct session_rec *s, int started, const cha
     if (found <= 0)
         return found < 0 ? api_store_fail(e, "reading a session", err)
                          : api_fail(e, 500, "internal", "session %s vanished", s->id);
-    if (strcmp(now.state, "starting") != 0)   /* ended meanwhile: node lost, VM deleted ... */
+    if (now.state != SESSION_STARTING)   /* ended meanwhile: node lost, VM deleted ... */
         return api_fail(e, 503, "unavailable", "session %s ended while its server started: %s",
                         s->id, now.end_reason);
     if (!started) {
         char reason[400];
         snprintf(reason, sizeof reason, "the node could not start the server: %.300s", why);
-        if (session_end(clm, &now, "failed", reason, err, sizeof err) < 0)
+        if (session_end(clm, &now, SESSION_FAILED, reason, err, sizeof err) < 0)
             return api_store_fail(e, "ending a session", err);
         return api_fail(e, 503, "unavailable", "node %s could not start a server for VM %s: %s",
                         s->node_id, s->vm_id, why);
     }
-    snprintf(now.state, sizeof now.state, "active");
+    now.state = SESSION_ACTIVE;
     snprintf(now.endpoint, sizeof now.endpoint, "%s", s->endpoint);
     now.server_pid = s->server_pid;
     now.last_activity = now_ms();

@@ -302,7 +302,7 @@ void h_vm_get(void *ctx, const struct flyt_http_request *req, struct flyt_http_r
             rc = api_fail(&e, 404, "not_found", "no VM %s", req->params[0]);
     }
     if (rc == 0) {
-        struct session_filter f = {vm.id, NULL, NULL, 1};   /* live ones; history: /v1/sessions */
+        struct session_filter f = {.vm_id = vm.id, .live_only = 1};   /* live ones; history: /v1/sessions */
         struct session_rec *ss;
         int n, live = 0;
         if (store_session_list(clm->store, &f, &ss, &n, err, sizeof err) < 0) {
@@ -382,7 +382,7 @@ void h_vm_delete(void *ctx, const struct flyt_http_request *req, struct flyt_htt
     struct session_rec *ss = NULL;
     int n = 0;
     if (rc == 0) {
-        struct session_filter f = {vm.id, NULL, NULL, 1};
+        struct session_filter f = {.vm_id = vm.id, .live_only = 1};
         if (store_session_list(clm->store, &f, &ss, &n, err, sizeof err) < 0)
             rc = api_store_fail(&e, "reading sessions", err);
         else if (n && !forced)
@@ -391,7 +391,7 @@ void h_vm_delete(void *ctx, const struct flyt_http_request *req, struct flyt_htt
     }
     for (int i = 0; rc == 0 && i < n; i++) {
         struct node_rec node;
-        if (session_end(clm, &ss[i], "released", "VM deleted", err, sizeof err) < 0)
+        if (session_end(clm, &ss[i], SESSION_RELEASED, "VM deleted", err, sizeof err) < 0)
             rc = api_store_fail(&e, "ending a session", err);
         else if (store_node_get(clm->store, ss[i].node_id, &node, err, sizeof err) > 0)
             stop_list_add(&stops, &node, ss[i].id);

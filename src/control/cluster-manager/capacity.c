@@ -33,7 +33,7 @@ int capacity_build(struct clm *clm, const struct node_rec *nodes, int nnodes, st
         for (int g = 0; g < ngpus; g++)
             gpu_cap_init(&out[n++], nodes[i].id, nodes[i].host_ip, &gpus[g]);
         free(gpus);
-        struct session_filter f = {NULL, nodes[i].id, NULL, 1};
+        struct session_filter f = {.node_id = nodes[i].id, .live_only = 1};
         struct session_rec *ss;
         int nss;
         if (store_session_list(clm->store, &f, &ss, &nss, err, errlen) < 0) {
@@ -53,7 +53,7 @@ int capacity_build(struct clm *clm, const struct node_rec *nodes, int nnodes, st
 
 int vm_live_sessions(struct clm *clm, const char *vm_id, char *err, size_t errlen)
 {
-    struct session_filter f = {vm_id, NULL, NULL, 1};
+    struct session_filter f = {.vm_id = vm_id, .live_only = 1};
     struct session_rec *ss;
     int n;
     if (store_session_list(clm->store, &f, &ss, &n, err, errlen) < 0)

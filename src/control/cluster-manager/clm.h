@@ -13,6 +13,7 @@
 #ifndef FLYT_CLM_H
 #define FLYT_CLM_H
 
+#include "flyt_assert.h"
 #include "flyt_config.h"
 #include "flyt_http.h"
 #include "placement.h"
@@ -126,8 +127,8 @@ void stop_list_add(struct stop_list *l, const struct node_rec *node, const char 
 void stop_list_run(struct stop_list *l);
 
 /* Ends a live session (state released|lost|failed) and logs the event; in a transaction. */
-int session_end(struct clm *clm, struct session_rec *s, const char *state, const char *reason,
-                char *err, size_t errlen);
+int session_end(struct clm *clm, struct session_rec *s, enum session_state state,
+                const char *reason, char *err, size_t errlen);
 /* Marks a node lost: its live sessions end "lost", its capacity is withdrawn. */
 int node_mark_lost(struct clm *clm, struct node_rec *n, const char *reason, char *err, size_t errlen);
 /* Asks the node manager for a server; fills endpoint and server pid. Without the lock. */

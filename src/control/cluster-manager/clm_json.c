@@ -41,7 +41,7 @@ json_t *session_json(const struct session_rec *s)
                           s->id, "vm_id", s->vm_id, "pid", (json_int_t)s->pid, "node_id",
                           s->node_id, "gpu_index", s->gpu_index, "sm_count", s->sm_count,
                           "sm_groups", groups, "memory_quota", (json_int_t)s->memory_quota,
-                          "endpoint", str_or_null(s->endpoint), "state", s->state, "created_at",
+                          "endpoint", str_or_null(s->endpoint), "state", session_state_name(s->state), "created_at",
                           json_time(s->created_at), "last_activity", json_time(s->last_activity),
                           "ended_at", json_time(s->ended_at), "end_reason",
                           str_or_null(s->end_reason));
@@ -98,6 +98,6 @@ json_t *node_json(struct clm *clm, const struct node_rec *n, struct api_error *e
     free(gpus);
     free(caps);
     return json_pack("{s:s,s:s,s:o,s:s,s:o,s:o}", "id", n->id, "host_ip", n->host_ip, "address",
-                     str_or_null(n->address), "state", n->state, "last_heartbeat",
+                     str_or_null(n->address), "state", node_state_name(n->state), "last_heartbeat",
                      json_time(n->last_heartbeat), "gpus", arr);
 }

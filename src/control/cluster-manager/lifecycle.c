@@ -46,18 +46,19 @@ void stop_list_run(struct stop_list *l)
     memset(l, 0, sizeof *l);
 }
 
-int session_end(struct clm *clm, struct session_rec *s, const char *state, const char *reason,
-                char *err, size_t errlen)
+int session_end(struct clm *clm, struct session_rec *s, enum session_state state,
+                const char *reason, char *err, size_t errlen)
 {
     if (!session_is_live(s))
         return 0;
-    snprintf(s->state, sizeof s->state, "%s", state);
+    FLYT_ASSERT(state != SESSION_STARTING && state != SESSION_ACTIVE);
+    s->state = state;
     snprintf(s->end_reason, sizeof s->end_reason, "%s", reason);
     s->ended_at = now_ms();
     if (store_session_update(clm->store, s, err, errlen) < 0)
         return -1;
     char kind[48], msg[512];
-    snprintf(kind, sizeof kind, "session.%s", state);
+    snprintf(kind, sizeof kind, "session.%s", session_state_name(state));
     snprintf(msg, sizeof msg, "session of VM %s (pid %lld) on %s/%d ended: %s", s->vm_id, s->pid,
              s->node_id, s->gpu_index, reason);
     flyt_info("%s %s: %s", kind, s->id, msg);
@@ -66,18 +67,18 @@ int session_end(struct clm *clm, struct session_rec *s, const char *state, const
 
 int node_mark_lost(struct clm *clm, struct node_rec *n, const char *reason, char *err, size_t errlen)
 {
-    struct session_filter f = {NULL, n->id, NULL, 1};
+    struct session_filter f = {.node_id = n->id, .live_only = 1};
     struct session_rec *ss;
     int nss;
     if (store_session_list(clm->store, &f, &ss, &nss, err, errlen) < 0)
         return -1;
     for (int i = 0; i < nss; i++)
-        if (session_end(clm, &ss[i], "lost", "node lost", err, errlen) < 0) {
+        if (session_end(clm, &ss[i], SESSION_LOST, "node lost", err, errlen) < 0) {
             free(ss);
             return -1;
         }
     free(ss);
-    snprintf(n->state, sizeof n->state, "lost");
+    n->state = NODE_LOST;
     if (store_node_update(clm->store, n, err, errlen) < 0)
         return -1;
     char msg[512];
@@ -126,7 +127,7 @@ int node_start_server(struct clm *clm, const struct node_rec *node, const struct
 
 int lifecycle_recover(struct clm *clm, char *err, size_t errlen)
 {
-    struct session_filter f = {NULL, NULL, "starting", 0};
+    struct session_filter f = {.by_state = 1, .state = SESSION_STARTING};
     struct session_rec *ss;
     int n;
     if (store_begin(clm->store, err, errlen) < 0)
@@ -136,7 +137,7 @@ int lifecycle_recover(struct clm *clm, char *err, size_t errlen)
         return -1;
     }
     for (int i = 0; i < n; i++)
-        if (session_end(clm, &ss[i], "failed",
+        if (session_end(clm, &ss[i], SESSION_FAILED,
                         "the cluster manager restarted while its server was starting", err,
                         errlen) < 0) {
             free(ss);
@@ -199,7 +200,7 @@ void lifecycle_tick(struct clm *clm)
     }
     int ok = store_node_list(clm->store, &nodes, &n, err, sizeof err) >= 0;
     for (int i = 0; ok && i < n; i++) {
-        if (strcmp(nodes[i].state, "ready") != 0)
+        if (nodes[i].state != NODE_READY)
             continue;
         /* after a restart (or any deaf spell) every node gets a full node_timeout */
         long long seen = nodes[i].last_heartbeat > hearing ? nodes[i].last_heartbeat : hearing;

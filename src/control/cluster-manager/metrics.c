@@ -46,20 +46,19 @@ void h_metrics(void *ctx, const struct flyt_http_request *req, struct flyt_http_
                     || store_vm_list(clm->store, &vms, &nvms, err, sizeof err) < 0))
         rc = api_store_fail(&e, "reading the store", err);
     if (rc == 0) {
-        static const char *const node_states[] = {"registered", "ready", "lost"};
         flyt_buf_printf(&b, "# HELP flyt_nodes Nodes by state.\n# TYPE flyt_nodes gauge\n");
-        for (int s = 0; s < 3; s++) {
+        for (int s = 0; s < NODE_STATES; s++) {
             int count = 0;
             for (int i = 0; i < nn; i++)
-                count += strcmp(nodes[i].state, node_states[s]) == 0;
-            flyt_buf_printf(&b, "flyt_nodes{state=\"%s\"} %d\n", node_states[s], count);
+                count += nodes[i].state == (enum node_state)s;
+            flyt_buf_printf(&b, "flyt_nodes{state=\"%s\"} %d\n", node_state_name(s), count);
         }
         flyt_buf_printf(&b, "# HELP flyt_vms VM records.\n# TYPE flyt_vms gauge\nflyt_vms %d\n",
                         nvms);
         /* capacity of the nodes that are not lost (a lost node's is withdrawn) */
         int keep = 0;
         for (int i = 0; i < nn; i++)
-            if (strcmp(nodes[i].state, "lost") != 0)
+            if (nodes[i].state != NODE_LOST)
                 nodes[keep++] = nodes[i];
         struct gpu_cap *caps = NULL;
         int ncaps = 0;
@@ -71,22 +70,15 @@ void h_metrics(void *ctx, const struct flyt_http_request *req, struct flyt_http_
         }
     }
     if (rc == 0) {
-        static const char *const states[] = {"starting", "active", "released", "lost", "failed"};
-        char names[16][STATE_MAX];
-        long long counts[16];
-        int n = store_session_count_by_state(clm->store, names, counts, 16, err, sizeof err);
-        if (n < 0) {
+        long long counts[SESSION_STATES];
+        if (store_session_count_by_state(clm->store, counts, err, sizeof err) < 0) {
             rc = api_store_fail(&e, "counting sessions", err);
         } else {
             flyt_buf_printf(&b, "# HELP flyt_sessions Sessions by state (live: starting, active)."
                                 "\n# TYPE flyt_sessions gauge\n");
-            for (int s = 0; s < 5; s++) {
-                long long c = 0;
-                for (int i = 0; i < n; i++)
-                    if (strcmp(names[i], states[s]) == 0)
-                        c = counts[i];
-                flyt_buf_printf(&b, "flyt_sessions{state=\"%s\"} %lld\n", states[s], c);
-            }
+            for (int s = 0; s < SESSION_STATES; s++)
+                flyt_buf_printf(&b, "flyt_sessions{state=\"%s\"} %lld\n", session_state_name(s),
+                                counts[s]);
         }
     }
     pthread_mutex_unlock(&clm->lock);

@@ -2,6 +2,8 @@
  * of record lives in store_vms.c, store_nodes.c, store_sessions.c, store_events.c. */
 #include "store.h"
 
+#include "flyt_assert.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,46 @@ struct db *store_db_(struct store *st) { return st->db; }
 void store_copy_(char *dst, size_t cap, const char *src)
 {
     snprintf(dst, cap, "%s", src ? src : "");
+}
+
+static const char *const node_state_names[NODE_STATES] = {"registered", "ready", "lost"};
+static const char *const session_state_names[SESSION_STATES] = {"starting", "active", "released",
+                                                                "lost", "failed"};
+
+static int state_parse(const char *const *names, int count, const char *name)
+{
+    for (int i = 0; i < count; i++)
+        if (strcmp(names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+const char *node_state_name(enum node_state state)
+{
+    FLYT_ASSERT(state >= 0 && state < NODE_STATES);
+    return node_state_names[state];
+}
+
+const char *session_state_name(enum session_state state)
+{
+    FLYT_ASSERT(state >= 0 && state < SESSION_STATES);
+    return session_state_names[state];
+}
+
+int node_state_parse(const char *name, enum node_state *state)
+{
+    int i = state_parse(node_state_names, NODE_STATES, name);
+    if (i >= 0)
+        *state = (enum node_state)i;
+    return i < 0 ? -1 : 0;
+}
+
+int session_state_parse(const char *name, enum session_state *state)
+{
+    int i = state_parse(session_state_names, SESSION_STATES, name);
+    if (i >= 0)
+        *state = (enum session_state)i;
+    return i < 0 ? -1 : 0;
 }
 
 /* Migrations: applied in order, each in the one transaction of store_open, each recorded

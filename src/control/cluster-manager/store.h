@@ -22,7 +22,19 @@
 #define IP_MAX 64
 #define ADDR_MAX 256
 #define MAX_SM_GROUPS 256  /* SM groups per GPU */
-#define STATE_MAX 16
+
+/* States are enums in memory; their names are what the store and the API carry. */
+enum node_state { NODE_REGISTERED, NODE_READY, NODE_LOST, NODE_STATES };
+enum session_state {
+    SESSION_STARTING, SESSION_ACTIVE,              /* live: they hold their share */
+    SESSION_RELEASED, SESSION_LOST, SESSION_FAILED,
+    SESSION_STATES
+};
+const char *node_state_name(enum node_state state);
+const char *session_state_name(enum session_state state);
+/* 0 with the state of a name; -1 when it names none. */
+int node_state_parse(const char *name, enum node_state *state);
+int session_state_parse(const char *name, enum session_state *state);
 
 struct vm_rec {
     char id[ID_MAX], vm_ip[IP_MAX], host_ip[IP_MAX];
@@ -40,7 +52,7 @@ struct gpu_rec {
 
 struct node_rec {
     char id[ID_MAX], host_ip[IP_MAX], address[ADDR_MAX];
-    char state[STATE_MAX];           /* "registered" | "ready" | "lost" */
+    enum node_state state;
     long long last_heartbeat, created_at;
     char session_key[65];            /* hex; "" until the first registration */
     char manager_token[65];          /* hex; "" until the first registration */
@@ -55,7 +67,7 @@ struct session_rec {
     long long memory_quota;
     char endpoint[ADDR_MAX];
     long long server_pid;
-    char state[STATE_MAX];           /* starting | active | released | lost | failed */
+    enum session_state state;
     long long created_at, last_activity, ended_at;
     long long disconnected_since;    /* first "connected: false" report of a run; 0: none */
     char end_reason[256];
@@ -68,7 +80,9 @@ struct event_rec {
 };
 
 struct session_filter {
-    const char *vm_id, *node_id, *state;  /* NULL: any */
+    const char *vm_id, *node_id;          /* NULL: any */
+    int by_state;                         /* only sessions in state */
+    enum session_state state;
     int live_only;                        /* only "starting" / "active" */
 };
 
@@ -120,9 +134,8 @@ int store_session_get(struct store *st, const char *id, struct session_rec *s, c
                       size_t errlen);
 int store_session_list(struct store *st, const struct session_filter *f, struct session_rec **out,
                        int *n, char *err, size_t errlen);
-/* Number of sessions per state; states[i] gets the name (up to max). Returns the count. */
-int store_session_count_by_state(struct store *st, char (*states)[STATE_MAX], long long *counts,
-                                 int max, char *err, size_t errlen);
+/* Number of sessions in each state (counts[SESSION_STATES]). */
+int store_session_count_by_state(struct store *st, long long *counts, char *err, size_t errlen);
 int session_is_live(const struct session_rec *s);
 
 /* Events: ids increase. */

@@ -10,7 +10,8 @@ static void node_from_row(const struct db_rows *r, int i, struct node_rec *n)
     store_copy_(n->id, sizeof n->id, db_cell(r, i, 0));
     store_copy_(n->host_ip, sizeof n->host_ip, db_cell(r, i, 1));
     store_copy_(n->address, sizeof n->address, db_cell(r, i, 2));
-    store_copy_(n->state, sizeof n->state, db_cell(r, i, 3));
+    if (node_state_parse(db_cell(r, i, 3), &n->state) < 0)
+        n->state = NODE_LOST;   /* a name this version does not know: no capacity */
     n->last_heartbeat = db_cell_int(r, i, 4);
     n->created_at = db_cell_int(r, i, 5);
     store_copy_(n->session_key, sizeof n->session_key, db_cell(r, i, 6));
@@ -35,7 +36,7 @@ static int node_one(struct store *st, const char *sql, const char *arg, struct n
 int store_node_insert(struct store *st, const struct node_rec *n, const char *token_hash,
                       char *err, size_t errlen)
 {
-    struct db_arg a[] = {DB_S(n->id), DB_S(n->host_ip), DB_SN(n->address), DB_S(n->state),
+    struct db_arg a[] = {DB_S(n->id), DB_S(n->host_ip), DB_SN(n->address), DB_S(node_state_name(n->state)),
                          DB_I(n->last_heartbeat), DB_I(n->created_at), DB_SN(n->session_key),
                          DB_SN(n->manager_token), DB_S(token_hash)};
     return db_exec(store_db_(st),
@@ -45,7 +46,7 @@ int store_node_insert(struct store *st, const struct node_rec *n, const char *to
 
 int store_node_update(struct store *st, const struct node_rec *n, char *err, size_t errlen)
 {
-    struct db_arg a[] = {DB_S(n->host_ip), DB_SN(n->address), DB_S(n->state),
+    struct db_arg a[] = {DB_S(n->host_ip), DB_SN(n->address), DB_S(node_state_name(n->state)),
                          DB_I(n->last_heartbeat), DB_SN(n->session_key), DB_SN(n->manager_token),
                          DB_S(n->id)};
     return db_exec(store_db_(st),

@@ -13,7 +13,7 @@
 
 int session_is_live(const struct session_rec *s)
 {
-    return strcmp(s->state, "starting") == 0 || strcmp(s->state, "active") == 0;
+    return s->state == SESSION_STARTING || s->state == SESSION_ACTIVE;
 }
 
 static void session_from_row(const struct db_rows *r, int i, struct session_rec *s)
@@ -31,7 +31,8 @@ static void session_from_row(const struct db_rows *r, int i, struct session_rec 
     s->memory_quota = db_cell_int(r, i, 8);
     store_copy_(s->endpoint, sizeof s->endpoint, db_cell(r, i, 9));
     s->server_pid = db_cell_int(r, i, 10);
-    store_copy_(s->state, sizeof s->state, db_cell(r, i, 11));
+    if (session_state_parse(db_cell(r, i, 11), &s->state) < 0)
+        s->state = SESSION_FAILED;   /* a name this version does not know: not live */
     s->created_at = db_cell_int(r, i, 12);
     s->last_activity = db_cell_int(r, i, 13);
     s->ended_at = db_cell_int(r, i, 14);
@@ -46,7 +47,7 @@ int store_session_insert(struct store *st, const struct session_rec *s, char *er
     struct db_arg a[] = {DB_S(s->id), DB_S(s->vm_id), DB_I(s->pid), DB_SN(s->process),
                          DB_S(s->node_id), DB_I(s->gpu_index), DB_I(s->sm_count), DB_S(groups),
                          DB_I(s->memory_quota), DB_SN(s->endpoint), DB_I(s->server_pid),
-                         DB_S(s->state), DB_I(s->created_at), DB_I(s->last_activity),
+                         DB_S(session_state_name(s->state)), DB_I(s->created_at), DB_I(s->last_activity),
                          DB_I(s->ended_at), DB_I(s->disconnected_since), DB_SN(s->end_reason)};
     return db_exec(store_db_(st),
                    "INSERT INTO sessions (" SESSION_COLS ") VALUES"
@@ -56,7 +57,7 @@ int store_session_insert(struct store *st, const struct session_rec *s, char *er
 
 int store_session_update(struct store *st, const struct session_rec *s, char *err, size_t errlen)
 {
-    struct db_arg a[] = {DB_SN(s->endpoint), DB_I(s->server_pid), DB_S(s->state),
+    struct db_arg a[] = {DB_SN(s->endpoint), DB_I(s->server_pid), DB_S(session_state_name(s->state)),
                          DB_I(s->last_activity), DB_I(s->ended_at), DB_I(s->disconnected_since),
                          DB_SN(s->end_reason), DB_S(s->id)};
     return db_exec(store_db_(st),
@@ -107,9 +108,9 @@ int store_session_list(struct store *st, const struct session_filter *f, struct 
         strcat(sql, " AND node_id = ?");
         a[na++] = DB_S(f->node_id);
     }
-    if (f && f->state) {
+    if (f && f->by_state) {
         strcat(sql, " AND state = ?");
-        a[na++] = DB_S(f->state);
+        a[na++] = DB_S(session_state_name(f->state));
     }
     if (f && f->live_only)
         strcat(sql, " AND state IN " LIVE_STATES);
@@ -132,8 +133,7 @@ int store_session_list(struct store *st, const struct session_filter *f, struct 
     return 0;
 }
 
-int store_session_count_by_state(struct store *st, char (*states)[STATE_MAX], long long *counts,
-                                 int max, char *err, size_t errlen)
+int store_session_count_by_state(struct store *st, long long *counts, char *err, size_t errlen)
 {
     struct db_rows r;
     int rc = db_exec(store_db_(st),
@@ -141,11 +141,13 @@ int store_session_count_by_state(struct store *st, char (*states)[STATE_MAX], lo
                      &r, err, errlen);
     if (rc < 0)
         return rc;
-    int n = 0;
-    for (int i = 0; i < r.nrows && n < max; i++, n++) {
-        store_copy_(states[n], STATE_MAX, db_cell(&r, i, 0));
-        counts[n] = db_cell_int(&r, i, 1);
+    for (int s = 0; s < SESSION_STATES; s++)
+        counts[s] = 0;
+    for (int i = 0; i < r.nrows; i++) {
+        enum session_state state;
+        if (session_state_parse(db_cell(&r, i, 0), &state) == 0)
+            counts[state] = db_cell_int(&r, i, 1);
     }
     db_rows_free(&r);
-    return n;
+    return 0;
 }
