@@ -53,6 +53,8 @@ static void capacity(struct store *st, long long *sm0, long long *mem0, long lon
     struct clm clm;
     memset(&clm, 0, sizeof clm);
     clm.store = st;
+    flyt_mutex_init(&clm.lock);
+    pthread_mutex_lock(&clm.lock);   /* capacity_build reads the store under the lock */
     struct node_rec n;
     CHECK(store_node_get(st, "node-a", &n, err, sizeof err) == 1, "node-a exists");
     struct gpu_cap *caps;
@@ -64,6 +66,8 @@ static void capacity(struct store *st, long long *sm0, long long *mem0, long lon
     *mem0 = caps[0].memory_allocated;
     *sm1 = (long long)gpu_cap_allocated_groups(&caps[1], g) * caps[1].granularity;
     free(caps);
+    pthread_mutex_unlock(&clm.lock);
+    pthread_mutex_destroy(&clm.lock);
 }
 
 int main(int argc, char **argv)
@@ -199,10 +203,13 @@ int main(int argc, char **argv)
     struct clm clm;
     memset(&clm, 0, sizeof clm);
     clm.store = st;
+    flyt_mutex_init(&clm.lock);
+    pthread_mutex_lock(&clm.lock);   /* session_end runs in a transaction, under the lock */
     CHECK(store_session_get(st, "s-1", &sg, err, sizeof err) == 1, "get s-1");
     CHECK(store_begin(st, err, sizeof err) == 0 && session_end(&clm, &sg, SESSION_RELEASED, "test", err, sizeof err) == 0
               && store_commit(st, err, sizeof err) == 0, "end s-1 (%s)", err);
     CHECK(session_end(&clm, &sg, SESSION_LOST, "again", err, sizeof err) == 0, "ending it again is a no-op");
+    pthread_mutex_unlock(&clm.lock);
     capacity(st, &a, &b, &c);
     CHECK(a == 24 && b == 5 * GiB, "s-1's 2 groups and 10 GiB are free (%lld SMs)", a);
     long long counts[SESSION_STATES];

@@ -67,7 +67,7 @@ static struct {
     int cluster_down;            /* the last call to the cluster manager got no answer */
     unsigned long long acquired, acquire_failed, reused, released, release_failed,
         release_retries, alive_sent, alive_failed, ended_by_cluster;
-} sessions = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake_fd = -1};
+} sessions = {.lock = FLYT_MUTEX_INITIALIZER, .wake_fd = -1};
 
 uint64_t cmgr_now_ms(void)
 {
@@ -127,6 +127,7 @@ static void wake_watcher(void)
 /* lock held. The watcher closes it when it is not polling. */
 static void drop_pidfd(struct ent *e)
 {
+    FLYT_ASSERT_HELD(&sessions.lock);
     if (e->pidfd < 0)
         return;
     if (sessions.n_close == sessions.cap_close) {
@@ -148,6 +149,7 @@ static void drop_pidfd(struct ent *e)
 /* lock held */
 static void unlink_ent(struct ent *e)
 {
+    FLYT_ASSERT_HELD(&sessions.lock);
     for (struct ent **pp = &sessions.list; *pp; pp = &(*pp)->next)
         if (*pp == e) {
             *pp = e->next;
@@ -161,6 +163,7 @@ static void unlink_ent(struct ent *e)
 /* lock held: the release of e's session is due now. */
 static void end_ent(struct ent *e, const char *why)
 {
+    FLYT_ASSERT_HELD(&sessions.lock);
     e->state = ENT_ENDED;
     e->why = why;
     e->next_retry = 0;
@@ -172,6 +175,7 @@ static void end_ent(struct ent *e, const char *why)
 /* lock held: e's process is gone. */
 static void process_ended(struct ent *e)
 {
+    FLYT_ASSERT_HELD(&sessions.lock);
     switch (e->state) {
     case ENT_ACQUIRING:
         e->dead = 1;
@@ -192,6 +196,7 @@ static void process_ended(struct ent *e)
 /* lock held: the answer (or not) of a call, for the "unreachable"/"back" log lines. */
 static void note_cluster(enum cluster_outcome o, const char *err)
 {
+    FLYT_ASSERT_HELD(&sessions.lock);
     if (o == CLUSTER_RETRY && !sessions.cluster_down) {
         sessions.cluster_down = 1;
         flyt_warn("cluster manager %s unreachable: %s; retrying with backoff", sessions.c->cluster_url,
@@ -205,6 +210,7 @@ static void note_cluster(enum cluster_outcome o, const char *err)
 /* lock held: waits on sessions.changed until ms (monotonic) or a signal */
 static void wait_until(uint64_t ms)
 {
+    FLYT_ASSERT_HELD(&sessions.lock);
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     pthread_cond_timedwait(&sessions.changed, &sessions.lock, &ts);
 }
@@ -291,6 +297,7 @@ static long call_timeout(void) { return (long)sessions.c->request_timeout_ms; }
 /* lock held; returns with it held. One release attempt for e; 1 when e is gone (freed). */
 static int release_one(struct ent *e, long timeout_ms)
 {
+    FLYT_ASSERT_HELD(&sessions.lock);
     char id[sizeof e->s.id], err[512] = "";
     snprintf(id, sizeof id, "%s", e->s.id);
     pthread_mutex_unlock(&sessions.lock);
@@ -328,6 +335,7 @@ static int release_one(struct ent *e, long timeout_ms)
 /* lock held; returns with it held. */
 static void alive_one(struct ent *e)
 {
+    FLYT_ASSERT_HELD(&sessions.lock);
     char id[sizeof e->s.id], err[512] = "";
     snprintf(id, sizeof id, "%s", e->s.id);
     pthread_mutex_unlock(&sessions.lock);
@@ -432,6 +440,7 @@ int sessions_start(const struct cmgr_config *c, char *err, size_t errlen)
 /* lock held: the entry a new request from pid concerns (not ended ones). */
 static struct ent *find_pid(pid_t pid)
 {
+    FLYT_ASSERT_HELD(&sessions.lock);
     for (struct ent *e = sessions.list; e; e = e->next)
         if (e->pid == pid && e->state != ENT_ENDED && !e->dead)
             return e;

@@ -38,7 +38,7 @@ static struct {
     pthread_cond_t idle;
     int conns[MAX_CONNS]; /* open connections, -1 free: shut down at stop */
     int nthreads;
-} listener = {.lfd = -1, .stop_pipe = {-1, -1}, .lock = PTHREAD_MUTEX_INITIALIZER,
+} listener = {.lfd = -1, .stop_pipe = {-1, -1}, .lock = FLYT_MUTEX_INITIALIZER,
        .idle = PTHREAD_COND_INITIALIZER};
 
 /* Copies the value of key out of a request line; 1 when present. */

@@ -57,6 +57,7 @@ int api_store_fail(struct api_error *e, const char *what, const char *dberr)
 int api_event(struct clm *clm, const char *kind, const char *subject, struct api_error *e,
               const char *fmt, ...)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     char msg[512], err[512];
     va_list ap;
     va_start(ap, fmt);
@@ -127,6 +128,7 @@ static const char *kind_name(enum principal_kind k)
 int auth_check(struct clm *clm, const struct flyt_http_request *req, unsigned allowed,
                struct principal *who, struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     memset(who, 0, sizeof *who);
     if (!req->token)
         return api_fail(e, 401, "unauthorized",
@@ -175,6 +177,7 @@ int clm_begin(struct clm *clm, struct api_error *e)
 
 int clm_end(struct clm *clm, int ok, struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     char err[512];
     int rc = 0;
     if (ok) {

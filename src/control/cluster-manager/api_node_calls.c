@@ -14,6 +14,7 @@
 static int node_self(struct clm *clm, const struct flyt_http_request *req, struct node_rec *n,
                      struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     struct principal who;
     if (auth_check(clm, req, P_NODE, &who, e) < 0)
         return -1;
@@ -107,6 +108,7 @@ static json_t *find_report(json_t *arr, const char *id)
 static int stops_for_unknown(struct clm *clm, const char *node_id, json_t *reports, json_t *stop,
                              struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     size_t i;
     json_t *o;
     json_array_foreach(reports, i, o) {
@@ -234,6 +236,7 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
 static int heartbeat_session(struct clm *clm, struct session_rec *s, json_t *r, long long now,
                              json_t *stop, struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     char err[512];
     int rc = 0;
     if (!json_is_true(json_object_get(r, "alive"))) {

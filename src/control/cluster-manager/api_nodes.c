@@ -11,6 +11,7 @@
 
 int node_load(struct clm *clm, const char *id, struct node_rec *n, struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     char err[512];
     int found = store_node_get(clm->store, id, n, err, sizeof err);
     if (found < 0)
@@ -121,6 +122,7 @@ static void reply_node(struct clm *clm, struct flyt_http_response *res, int stat
                        const struct node_rec *n, json_t *sessions, const char *token,
                        struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     json_t *j = node_json(clm, n, e);
     if (!j) {
         json_decref(sessions);

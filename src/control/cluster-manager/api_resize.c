@@ -144,6 +144,7 @@ static int reserve(struct clm *clm, const char *id, const struct resize_ask *a,
                    struct session_rec *s, struct session_rec *old, struct node_rec *node,
                    const char **granted, struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     char err[512];
     int found = store_session_get(clm->store, id, s, err, sizeof err);
     if (found <= 0)

@@ -75,6 +75,7 @@ void h_session_get(void *ctx, const struct flyt_http_request *req, struct flyt_h
 static int own_session(struct clm *clm, const struct flyt_http_request *req, unsigned allowed,
                        struct principal *who, struct session_rec *s, struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     char err[512];
     if (auth_check(clm, req, allowed, who, e) < 0)
         return -1;
@@ -161,6 +162,7 @@ static int make_token(struct clm *clm, const struct node_rec *node, const struct
 static int reserve(struct clm *clm, const struct flyt_http_request *req, struct session_rec *s,
                    struct node_rec *node, int *existing, struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     struct principal who;
     struct vm_rec vm;
     char err[512];
@@ -256,6 +258,7 @@ static int reserve(struct clm *clm, const struct flyt_http_request *req, struct 
 static int settle(struct clm *clm, struct session_rec *s, int started, const char *why,
                   struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     char err[512];
     struct session_rec now;
     int found = store_session_get(clm->store, s->id, &now, err, sizeof err);

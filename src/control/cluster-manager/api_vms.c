@@ -97,6 +97,7 @@ static int parse_vm(json_t *body, struct vm_rec *vm, int require, int strict, in
 static int vm_create(struct clm *clm, struct vm_rec *vm, char *token, const char *where,
                      struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     char err[512], hash[65];
     if (!vm->id[0]) {
         snprintf(vm->id, sizeof vm->id, "vm-%.50s", vm->vm_ip);   /* an IP has at most 45 chars */
@@ -137,6 +138,7 @@ static int vm_create(struct clm *clm, struct vm_rec *vm, char *token, const char
 static int vm_update(struct clm *clm, struct vm_rec *vm, const struct vm_rec *upd, const char *where,
                      struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     char err[512];
     if (upd->vm_ip[0] && strcmp(upd->vm_ip, vm->vm_ip) != 0) {
         struct vm_rec other;
@@ -171,6 +173,7 @@ static int vm_update(struct clm *clm, struct vm_rec *vm, const struct vm_rec *up
 
 static json_t *vm_json_live(struct clm *clm, const struct vm_rec *vm)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     char err[256];
     int n = vm_live_sessions(clm, vm->id, err, sizeof err);
     return vm_json(vm, n < 0 ? 0 : n);

@@ -8,6 +8,7 @@
 int capacity_build(struct clm *clm, const struct node_rec *nodes, int nnodes, struct gpu_cap **caps,
                    int *ncaps, char *err, size_t errlen)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     *caps = NULL;
     *ncaps = 0;
     int cap = 0, n = 0;
@@ -40,10 +41,12 @@ int capacity_build(struct clm *clm, const struct node_rec *nodes, int nnodes, st
             free(out);
             return -1;
         }
-        for (int s = 0; s < nss; s++)
+        for (int s = 0; s < nss; s++) {
+            FLYT_ASSERT(session_is_live(&ss[s]));   /* only live sessions hold a share */
             for (int g = first; g < n; g++)
                 if (out[g].index == ss[s].gpu_index)
                     gpu_cap_add(&out[g], ss[s].groups, ss[s].ngroups, ss[s].memory_quota);
+        }
         free(ss);
     }
     *caps = out;
@@ -53,6 +56,7 @@ int capacity_build(struct clm *clm, const struct node_rec *nodes, int nnodes, st
 
 int vm_live_sessions(struct clm *clm, const char *vm_id, char *err, size_t errlen)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     struct session_filter f = {.vm_id = vm_id, .live_only = 1};
     struct session_rec *ss;
     int n;

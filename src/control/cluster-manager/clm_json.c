@@ -78,6 +78,7 @@ json_t *event_json(const struct event_rec *e)
 
 json_t *node_json(struct clm *clm, const struct node_rec *n, struct api_error *e)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     char err[512];
     struct gpu_rec *gpus = NULL;
     int ngpus = 0;

@@ -49,6 +49,7 @@ void stop_list_run(struct stop_list *l)
 int session_end(struct clm *clm, struct session_rec *s, enum session_state state,
                 const char *reason, char *err, size_t errlen)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     if (!session_is_live(s))
         return 0;
     FLYT_ASSERT(state != SESSION_STARTING && state != SESSION_ACTIVE);
@@ -67,6 +68,7 @@ int session_end(struct clm *clm, struct session_rec *s, enum session_state state
 
 int node_mark_lost(struct clm *clm, struct node_rec *n, const char *reason, char *err, size_t errlen)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     struct session_filter f = {.node_id = n->id, .live_only = 1};
     struct session_rec *ss;
     int nss;

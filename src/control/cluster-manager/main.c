@@ -93,8 +93,8 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    pthread_mutex_init(&clm.lock, NULL);
-    pthread_mutex_init(&clm.timer_lock, NULL);
+    flyt_mutex_init(&clm.lock);
+    flyt_mutex_init(&clm.timer_lock);
     pthread_cond_init(&clm.timer_cond, NULL);
     clm.started_ms = now_ms();
     clm.store = store_open(clm.set.store_url, err, sizeof err);

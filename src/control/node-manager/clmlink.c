@@ -19,6 +19,7 @@
 /* Stops the servers of the sessions in a "stop" array (lock held). */
 static void apply_stops(struct nm *nm, json_t *stop, const char *from)
 {
+    FLYT_ASSERT_HELD(&nm->lock);
     size_t i;
     json_t *v;
     json_array_foreach(stop, i, v) {
@@ -39,6 +40,7 @@ static void apply_stops(struct nm *nm, json_t *stop, const char *from)
 
 static json_t *session_reports(struct nm *nm, int heartbeat)
 {
+    FLYT_ASSERT_HELD(&nm->lock);
     json_t *arr = json_array();
     for (struct nm_server *s = nm->servers; s; s = s->next) {
         if (s->state == NM_STARTING)

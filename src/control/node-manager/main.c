@@ -217,7 +217,7 @@ int main(int argc, char **argv)
                   node_manager.gpus[i].name, node_manager.gpus[i].uuid, node_manager.gpus[i].sm_count, node_manager.gpus[i].sm_granularity,
                   node_manager.gpus[i].memory_total >> 20);
 
-    pthread_mutex_init(&node_manager.lock, NULL);
+    flyt_mutex_init(&node_manager.lock);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_cond_init(&node_manager.cond, &ca);

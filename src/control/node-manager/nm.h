@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "flyt_assert.h"
 #include "flyt_config.h"
 #include "flyt_http.h"
 

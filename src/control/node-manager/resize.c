@@ -30,7 +30,7 @@
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
 /* one resize at a time on this node: the page's sequence lock has one writer */
-static pthread_mutex_t resize_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t resize_lock = FLYT_MUTEX_INITIALIZER;
 
 static uint64_t mono_ns(void)
 {

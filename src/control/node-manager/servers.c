@@ -200,6 +200,7 @@ int nm_run(const char *path, char *const argv[], char *const envp[], const char 
 
 struct nm_server *nm_server_find(struct nm *nm, const char *sid)
 {
+    FLYT_ASSERT_HELD(&nm->lock);
     for (struct nm_server *s = nm->servers; s; s = s->next)
         if (strcmp(s->sid, sid) == 0)
             return s;
@@ -208,6 +209,7 @@ struct nm_server *nm_server_find(struct nm *nm, const char *sid)
 
 void nm_server_unlink(struct nm *nm, struct nm_server *s)
 {
+    FLYT_ASSERT_HELD(&nm->lock);
     for (struct nm_server **pp = &nm->servers; *pp; pp = &(*pp)->next)
         if (*pp == s) {
             *pp = s->next;
@@ -231,6 +233,7 @@ void nm_server_free(struct nm_server *s)
 
 int nm_servers_any_live(struct nm *nm)
 {
+    FLYT_ASSERT_HELD(&nm->lock);
     for (struct nm_server *s = nm->servers; s; s = s->next)
         if (s->pid > 0 && s->state != NM_EXITED)
             return 1;
@@ -325,6 +328,7 @@ void nm_state_dir_clean(const struct nm_config *c)
 /* A port of the range that no server of ours holds and that is free now. */
 static int pick_port(struct nm *nm)
 {
+    FLYT_ASSERT_HELD(&nm->lock);
     const struct nm_config *c = &nm->cfg;
     int span = c->port_max - c->port_min + 1;
     if (nm->next_port < c->port_min || nm->next_port > c->port_max)
@@ -439,6 +443,7 @@ static void vm_cache_dir(const struct nm_config *c, const struct nm_server *s, c
 /* Spawns the server of s (lock held; s->port chosen). */
 static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t errlen)
 {
+    FLYT_ASSERT_HELD(&nm->lock);
     const struct nm_config *c = &nm->cfg;
     char cache[PATH_MAX];
     vm_cache_dir(c, s, cache, sizeof cache);
@@ -650,6 +655,7 @@ int nm_server_start(struct nm *nm, const struct nm_start_req *r, int *http_statu
 
 void nm_server_stop_locked(struct nm *nm, struct nm_server *s)
 {
+    FLYT_ASSERT_HELD(&nm->lock);
     s->stop_asked = 1;
     if (s->state == NM_EXITED || s->state == NM_STOPPING || s->pid <= 0)
         return;
