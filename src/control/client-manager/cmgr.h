@@ -27,7 +27,6 @@
 
 #define CMGR_DEFAULT_CONFIG "/etc/flyt/client-manager.conf"
 #define CMGR_TOKEN_MAX 512       /* session tokens (FLYT_MAX_TOKEN) */
-#define CMGR_LINE_MAX 4096       /* one protocol line */
 
 enum watch_mode { WATCH_AUTO, WATCH_PIDFD, WATCH_PROC };
 

@@ -1,15 +1,12 @@
 /*
- * The Unix socket the client library asks, and its line protocol (docs/api.md,
- * "flyt-client-manager <-> client library"):
- *   request  "op=acquire pid=N\n" | "op=release pid=N\n"
- *   answer   "status=ok session=ID endpoint=ADDR token=TOKEN\n" (acquire), "status=ok\n"
- *            (release), or "status=error message=TEXT\n" (TEXT runs to the end of line)
- * Fields are space-separated key=value pairs; unknown keys are ignored. The caller is
- * identified by SO_PEERCRED; the pid field must be the caller's own. One thread per
- * connection; a connection may carry several requests.
+ * The Unix socket the client library asks, with the line protocol of
+ * src/protocol/flyt_cmgr_proto.h. The caller is identified by SO_PEERCRED; the pid field
+ * must be the caller's own. One thread per connection; a connection may carry several
+ * requests.
  */
 #include "cmgr.h"
 
+#include "flyt_cmgr_proto.h"
 #include "flyt_log.h"
 
 #include <errno.h>
@@ -41,27 +38,6 @@ static struct {
 } listener = {.lfd = -1, .stop_pipe = {-1, -1}, .lock = FLYT_MUTEX_INITIALIZER,
        .idle = PTHREAD_COND_INITIALIZER};
 
-/* Copies the value of key out of a request line; 1 when present. */
-static int field(const char *line, const char *key, char *out, size_t cap)
-{
-    size_t kl = strlen(key);
-    for (const char *p = line; *p;) {
-        while (*p == ' ')
-            p++;
-        size_t n = strcspn(p, " ");
-        if (n > kl && strncmp(p, key, kl) == 0 && p[kl] == '=') {
-            size_t vl = n - kl - 1;
-            if (vl >= cap)
-                return 0;
-            memcpy(out, p + kl + 1, vl);
-            out[vl] = '\0';
-            return 1;
-        }
-        p += n;
-    }
-    return 0;
-}
-
 static int send_all(int fd, const char *s, size_t n)
 {
     while (n > 0) {
@@ -78,51 +54,38 @@ static int send_all(int fd, const char *s, size_t n)
 
 static int send_error(int fd, const char *msg)
 {
-    char line[CMGR_LINE_MAX];
-    int n = snprintf(line, sizeof line, "status=error message=%s", msg);
-    if (n < 0 || (size_t)n >= sizeof line - 1)
-        n = (int)sizeof line - 2;
-    for (int i = 0; i < n; i++) /* one line, printable */
-        if ((unsigned char)line[i] < ' ' || (unsigned char)line[i] > '~')
-            line[i] = ' ';
-    line[n++] = '\n';
+    char line[FLYT_CMGR_LINE_MAX];
+    int n = flyt_cmgr_format_error(line, sizeof line, msg);
     return send_all(fd, line, (size_t)n);
 }
 
 static int serve_line(int fd, const char *line, pid_t peer)
 {
-    char op[32], pidtext[32], err[1024];
-    if (!field(line, "op", op, sizeof op))
-        return send_error(fd, "bad request: no op");
-    if (strcmp(op, "acquire") != 0 && strcmp(op, "release") != 0) {
-        snprintf(err, sizeof err, "bad request: unknown op \"%.31s\" (acquire, release)", op);
+    char err[1024];
+    enum flyt_cmgr_op op;
+    long pid;
+    if (flyt_cmgr_parse_request(line, &op, &pid, err, sizeof err) < 0)
         return send_error(fd, err);
-    }
-    char *end;
-    long pid = field(line, "pid", pidtext, sizeof pidtext) ? strtol(pidtext, &end, 10) : -1;
-    if (pid <= 0 || *end != '\0' || pid > INT_MAX)
-        return send_error(fd, "bad request: pid missing or not a positive number");
     if (pid != (long)peer) {
-        flyt_warn("refused %s for pid %ld from pid %d: not the caller", op, pid, (int)peer);
+        flyt_warn("refused %s for pid %ld from pid %d: not the caller", flyt_cmgr_op_name(op), pid,
+                  (int)peer);
         snprintf(err, sizeof err, "pid %ld is not the caller: the socket says pid %d (a process "
                  "may ask only for itself; a process in another pid namespace cannot be served)",
                  pid, (int)peer);
         return send_error(fd, err);
     }
-    if (strcmp(op, "release") == 0) {
+    if (op == FLYT_CMGR_RELEASE) {
         if (sessions_release_pid((pid_t)pid, err, sizeof err) < 0)
             return send_error(fd, err);
-        return send_all(fd, "status=ok\n", 10);
+        return send_all(fd, FLYT_CMGR_RELEASED, strlen(FLYT_CMGR_RELEASED));
     }
     struct acquire_answer ans;
     if (sessions_acquire((pid_t)pid, &ans, err, sizeof err) < 0)
         return send_error(fd, err);
-    char out[CMGR_LINE_MAX];
-    int n = snprintf(out, sizeof out, "status=ok session=%s endpoint=%s token=%s\n",
-                     ans.session_id, ans.endpoint, ans.token);
+    char out[FLYT_CMGR_LINE_MAX];
+    int n = flyt_cmgr_format_acquired(out, sizeof out, ans.session_id, ans.endpoint, ans.token);
     explicit_bzero(ans.token, sizeof ans.token);
-    int rc = n > 0 && (size_t)n < sizeof out ? send_all(fd, out, (size_t)n)
-                                             : send_error(fd, "answer too long");
+    int rc = n > 0 ? send_all(fd, out, (size_t)n) : send_error(fd, "answer too long");
     explicit_bzero(out, sizeof out);
     return rc;
 }
@@ -148,7 +111,7 @@ static void *conn_main(void *arg)
         send_error(fd, "cannot identify the caller");
         goto out;
     }
-    char buf[CMGR_LINE_MAX];
+    char buf[FLYT_CMGR_LINE_MAX];
     size_t got = 0;
     for (;;) {
         char *nl;
