@@ -6,7 +6,7 @@
  * everything when it stops. Also installs Flyt's client library, the drop-in CUDA driver
  * libcuda.so.1 (with Flyt's libnvidia-ml.so.1 when beside it), VM-wide (install.c).
  *
- * Modules: main.c (arguments, config, signals), sessions.c (the pid -> session table,
+ * Modules: main.c (options and start, on flyt_daemon.h), sessions.c (the pid -> session table,
  * the watcher and worker threads), cluster.c (the calls to the cluster manager),
  * sock.c (the Unix socket and its line protocol), install.c (--install/--uninstall).
  */

@@ -1,11 +1,12 @@
-/* flyt-client-manager: arguments, config, signals; the work is in sessions.c, sock.c
+/* flyt-client-manager: its options and start on the daemons' skeleton (flyt_daemon.h); the
+ * work is in sessions.c, sock.c
  * and install.c (cmgr.h gives the map). */
 #include "cmgr.h"
 
+#include "flyt_daemon.h"
 #include "flyt_http.h"
 #include "flyt_log.h"
 
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,138 +67,156 @@ static void h_metrics(void *ctx, const struct flyt_http_request *req,
 static const struct flyt_http_route metric_routes[] = {{"GET", "/metrics", h_metrics},
                                                        {NULL, NULL, NULL}};
 
-enum { OPT_CHECK = 256, OPT_INSTALL, OPT_UNINSTALL, OPT_PREFIX, OPT_LIB, OPT_PRELOAD, OPT_ROOT,
-       OPT_LDCONFIG, OPT_NO_LDCONFIG };
-
-int main(int argc, char **argv)
+/* The help text with the config keys. */
+static void help(FILE *out)
 {
-    static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"check-config", required_argument, NULL, OPT_CHECK},
-        {"install", no_argument, NULL, OPT_INSTALL},
-        {"uninstall", no_argument, NULL, OPT_UNINSTALL},
-        {"prefix", required_argument, NULL, OPT_PREFIX},
-        {"lib", required_argument, NULL, OPT_LIB},
-        {"preload", no_argument, NULL, OPT_PRELOAD},
-        {"root", required_argument, NULL, OPT_ROOT},
-        {"ldconfig", no_argument, NULL, OPT_LDCONFIG},
-        {"no-ldconfig", no_argument, NULL, OPT_NO_LDCONFIG},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0}};
-    const char *config = CMGR_DEFAULT_CONFIG, *check = NULL;
-    int action = 0; /* OPT_INSTALL, OPT_UNINSTALL */
-    struct install_opts io = {.root = "", .prefix = NULL, .ldconfig = -1};
-    int c;
-    while ((c = getopt_long(argc, argv, "c:hV", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c': config = optarg; break;
-        case OPT_CHECK: check = optarg; break;
-        case OPT_INSTALL:
-        case OPT_UNINSTALL:
-            if (action && action != c) {
-                fprintf(stderr, "flyt-client-manager: --install and --uninstall together\n");
-                return 2;
-            }
-            action = c;
-            break;
-        case OPT_PREFIX: io.prefix = optarg; break;
-        case OPT_LIB: io.lib = optarg; break;
-        case OPT_PRELOAD: io.preload = 1; break;
-        case OPT_ROOT: io.root = optarg; break;
-        case OPT_LDCONFIG: io.ldconfig = 1; break;
-        case OPT_NO_LDCONFIG: io.ldconfig = 0; break;
-        case 'h':
-            usage(stdout);
-            cmgr_config_help();
-            return 0;
-        case 'V':
-            printf("flyt-client-manager %s\n", FLYT_VERSION);
-            return 0;
-        default:
-            fprintf(stderr, "try flyt-client-manager --help\n");
+    usage(out);
+    if (out == stdout)
+        cmgr_config_help();
+}
+
+static void version(void)
+{
+    printf("flyt-client-manager %s\n", FLYT_VERSION);
+}
+
+static int load(void *ctx, const char *path, int *log_level, char *err, size_t errlen)
+{
+    struct cmgr_config *c = ctx;
+    if (cmgr_config_load(path, c, err, errlen) < 0)
+        return -1;
+    *log_level = c->log_level;
+    return 0;
+}
+
+/* --install / --uninstall and what goes with them */
+enum { OPT_INSTALL = FLYT_DAEMON_OPT_OWN, OPT_UNINSTALL, OPT_PREFIX, OPT_LIB, OPT_PRELOAD,
+       OPT_ROOT, OPT_LDCONFIG, OPT_NO_LDCONFIG };
+static const struct option install_opts[] = {
+    {"install", no_argument, NULL, OPT_INSTALL},
+    {"uninstall", no_argument, NULL, OPT_UNINSTALL},
+    {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"lib", required_argument, NULL, OPT_LIB},
+    {"preload", no_argument, NULL, OPT_PRELOAD},
+    {"root", required_argument, NULL, OPT_ROOT},
+    {"ldconfig", no_argument, NULL, OPT_LDCONFIG},
+    {"no-ldconfig", no_argument, NULL, OPT_NO_LDCONFIG},
+    {NULL, 0, NULL, 0}};
+
+static struct {
+    int action; /* OPT_INSTALL, OPT_UNINSTALL; 0: run the daemon */
+    struct install_opts opts;
+} install = {.opts = {.root = "", .prefix = NULL, .ldconfig = -1}};
+
+static int install_option(void *ctx, int code, const char *arg)
+{
+    (void)ctx;
+    struct install_opts *io = &install.opts;
+    switch (code) {
+    case OPT_INSTALL:
+    case OPT_UNINSTALL:
+        if (install.action && install.action != code) {
+            fprintf(stderr, "flyt-client-manager: --install and --uninstall together\n");
             return 2;
         }
+        install.action = code;
+        break;
+    case OPT_PREFIX: io->prefix = arg; break;
+    case OPT_LIB: io->lib = arg; break;
+    case OPT_PRELOAD: io->preload = 1; break;
+    case OPT_ROOT: io->root = arg; break;
+    case OPT_LDCONFIG: io->ldconfig = 1; break;
+    case OPT_NO_LDCONFIG: io->ldconfig = 0; break;
     }
-    if (optind < argc) {
-        fprintf(stderr, "flyt-client-manager: unexpected argument \"%s\" (try --help)\n",
-                argv[optind]);
-        return 2;
-    }
-    if (!action && (io.prefix || io.lib || io.preload || io.root[0] || io.ldconfig != -1)) {
-        fprintf(stderr, "flyt-client-manager: --prefix, --lib, --preload, --root and "
-                        "--[no-]ldconfig go with --install or --uninstall\n");
-        return 2;
-    }
-    if (action == OPT_UNINSTALL && (io.lib || io.preload)) {
+    return 0;
+}
+
+/* --install or --uninstall: their exit status. */
+static int run_install(void)
+{
+    struct install_opts *io = &install.opts;
+    if (install.action == OPT_UNINSTALL && (io->lib || io->preload)) {
         fprintf(stderr, "flyt-client-manager: --uninstall takes no --lib or --preload: it "
                         "undoes what the install record lists\n");
         return 2;
     }
-    if (action == OPT_INSTALL) {
-        if (io.prefix == NULL)
-            io.prefix = "/usr/local/lib/flyt";
-        return cmgr_install(&io);
-    }
-    if (action == OPT_UNINSTALL)
-        return cmgr_uninstall(&io);
+    if (install.action == OPT_UNINSTALL)
+        return cmgr_uninstall(io);
+    if (io->prefix == NULL)
+        io->prefix = "/usr/local/lib/flyt";
+    return cmgr_install(io);
+}
 
+static const struct flyt_daemon daemon_spec = {
+    .name = "flyt-client-manager",
+    .short_opts = "c:hV",
+    .default_config = CMGR_DEFAULT_CONFIG,
+    .own_opts = install_opts,
+    .option = install_option,
+    .usage = help,
+    .version = version,
+    .try_help_on_error = 1,
+    .load = load,
+    .config_good = "good",
+    .sighup_continues = 1,
+    .ctx = &cfg,
+};
+
+/* The sessions, the socket and (when configured) the metrics endpoint; NULL or the
+ * metrics server in *metrics. */
+static int start_serving(struct flyt_http_server **metrics)
+{
     char err[4200];
-    if (check) {
-        if (cmgr_config_load(check, &cfg, err, sizeof err) < 0) {
-            fprintf(stderr, "%s\n", err);
-            return 2;
-        }
-        printf("%s: good\n", check);
-        return 0;
-    }
-    if (cmgr_config_load(config, &cfg, err, sizeof err) < 0) {
-        fprintf(stderr, "flyt-client-manager: %s\n", err);
-        return 2;
-    }
-    flyt_log_init("flyt-client-manager", (enum flyt_log_level)cfg.log_level);
-
-    /* signals go to sigwait below, not to the threads */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
     flyt_info("starting %s: VM %s, cluster manager %s", FLYT_VERSION, cfg.vm_id, cfg.cluster_url);
     if (sessions_start(&cfg, err, sizeof err) < 0) {
         flyt_error("%s", err);
-        return 1;
+        return -1;
     }
     if (sock_start(&cfg, err, sizeof err) < 0) {
         flyt_error("%s", err);
         sessions_stop();
+        return -1;
+    }
+    *metrics = NULL;
+    if (!cfg.metrics_listen[0])
+        return 0;
+    static struct flyt_http_server *srv_ref;
+    *metrics = flyt_http_start(cfg.metrics_listen, metric_routes, &srv_ref, err, sizeof err);
+    srv_ref = *metrics;
+    if (*metrics == NULL) {
+        flyt_error("metrics_listen %s: %s", cfg.metrics_listen, err);
+        sessions_stopping();
+        sock_stop();
+        sessions_stop();
+        return -1;
+    }
+    flyt_info("metrics on http://%s/metrics", cfg.metrics_listen);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct flyt_daemon_args args;
+    int rc = flyt_daemon_parse(&daemon_spec, argc, argv, &args);
+    if (rc != FLYT_DAEMON_RUN)
+        return rc;
+    const struct install_opts *io = &install.opts;
+    if (!install.action && (io->prefix || io->lib || io->preload || io->root[0] || io->ldconfig != -1)) {
+        fprintf(stderr, "flyt-client-manager: --prefix, --lib, --preload, --root and "
+                        "--[no-]ldconfig go with --install or --uninstall\n");
+        return 2;
+    }
+    if (install.action)
+        return run_install();
+    rc = flyt_daemon_configure(&daemon_spec, &args);
+    if (rc != FLYT_DAEMON_RUN)
+        return rc;
+    sigset_t sigs;   /* they go to flyt_daemon_wait, not to the threads */
+    flyt_daemon_block_signals(&daemon_spec, &sigs);
+    struct flyt_http_server *metrics;
+    if (start_serving(&metrics) < 0)
         return 1;
-    }
-    struct flyt_http_server *metrics = NULL;
-    if (cfg.metrics_listen[0]) {
-        static struct flyt_http_server *srv_ref;
-        metrics = flyt_http_start(cfg.metrics_listen, metric_routes, &srv_ref, err, sizeof err);
-        srv_ref = metrics;
-        if (metrics == NULL) {
-            flyt_error("metrics_listen %s: %s", cfg.metrics_listen, err);
-            sessions_stopping();
-            sock_stop();
-            sessions_stop();
-            return 1;
-        }
-        flyt_info("metrics on http://%s/metrics", cfg.metrics_listen);
-    }
-    int sig = 0;
-    for (;;) {
-        sigwait(&set, &sig);
-        if (sig != SIGHUP)
-            break;
-        flyt_info("SIGHUP: nothing to reload (restart to apply config changes)");
-    }
-    flyt_info("signal %d: stopping", sig);
+    flyt_daemon_wait(&daemon_spec, &sigs);
     sessions_stopping();
     sock_stop();
     if (metrics)

@@ -1,6 +1,7 @@
 /* flyt-node-manager: see nm.h. Startup, the main loop and shutdown. */
 #include "nm.h"
 
+#include "flyt_daemon.h"
 #include "flyt_log.h"
 #include "flyt_token.h"
 
@@ -73,19 +74,6 @@ static void usage(FILE *out)
     flyt_config_print_help(nm_config_keys, out);
 }
 
-static int write_port(const char *path, int port)
-{
-    char tmp[PATH_MAX + 8];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    fprintf(f, "%d\n", port);
-    if (fclose(f) != 0)
-        return -1;
-    return rename(tmp, path);
-}
-
 /* key: the config key naming the directory, for the messages. */
 static int make_private_dir(const char *key, const char *path)
 {
@@ -145,149 +133,153 @@ static void stop_all(void)
     }
 }
 
-int main(int argc, char **argv)
+static void version(void)
 {
-    const char *config = NULL, *port_file = NULL;
-    int check_only = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--version") == 0) {
-            printf("flyt-node-manager %s\n", NM_VERSION);
-            return 0;
-        } else if ((strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--check-config") == 0) &&
-                   i + 1 < argc) {
-            check_only = strcmp(argv[i], "--check-config") == 0;
-            config = argv[++i];
-        } else if (strcmp(argv[i], "--port-file") == 0 && i + 1 < argc) {
-            port_file = argv[++i];
+    printf("flyt-node-manager %s\n", NM_VERSION);
+}
+
+static int load(void *ctx, const char *path, int *log_level, char *err, size_t errlen)
+{
+    struct nm *nm = ctx;
+    if (nm_config_load(path, &nm->cfg, err, errlen) < 0)
+        return -1;
+    char why[1024];
+    if (nm_read_token(nm->cfg.node_token_file, nm->node_token, sizeof nm->node_token, why,
+                      sizeof why) < 0) {
+        snprintf(err, errlen, "%s:%s", path, why);
+        return -1;
+    }
+    *log_level = nm->cfg.log_level;
+    return 0;
+}
+
+/* When the loop runs next: registering (with backoff) or heartbeating, and telling the
+ * cluster manager of servers that ended. */
+static struct {
+    long long next_register, next_heartbeat, next_report, retry;
+} timer = {.retry = 1000};
+
+/* Registers until the cluster manager answers, then heartbeats. */
+static void talk_to_cluster_manager(void)
+{
+    long long now = nm_now_ms();
+    pthread_mutex_lock(&node_manager.lock);
+    int registered = node_manager.registered;
+    long long heartbeat_ms = node_manager.heartbeat_ms;
+    pthread_mutex_unlock(&node_manager.lock);
+    if (!registered && now >= timer.next_register) {
+        if (nm_register(&node_manager) == 0) {
+            timer.retry = 1000;
+            timer.next_heartbeat = nm_now_ms() + node_manager.heartbeat_ms;
         } else {
-            fprintf(stderr, "flyt-node-manager: unknown or incomplete argument \"%s\"\n\n", argv[i]);
-            usage(stderr);
-            return 2;
+            timer.next_register = nm_now_ms() + timer.retry;
+            timer.retry = timer.retry * 2 > 10000 ? 10000 : timer.retry * 2;
         }
+    } else if (registered && now >= timer.next_heartbeat) {
+        nm_heartbeat(&node_manager);
+        nm_report_ended(&node_manager, 0);
+        timer.next_heartbeat = nm_now_ms() + heartbeat_ms;
     }
-    if (!config) {
-        fprintf(stderr, "flyt-node-manager: --config FILE is required\n\n");
-        usage(stderr);
-        return 2;
-    }
+}
 
+/* A death is told at once, not at the next heartbeat. */
+static void report_deaths(void)
+{
+    pthread_mutex_lock(&node_manager.lock);
+    int pending = 0;
+    for (struct nm_server *s = node_manager.servers; s && !pending; s = s->next)
+        pending = s->report && s->state == NM_EXITED;
+    pthread_mutex_unlock(&node_manager.lock);
+    if (pending && nm_now_ms() >= timer.next_report) {
+        nm_report_ended(&node_manager, 0);
+        timer.next_report = nm_now_ms() + 2000; /* if it failed, not again at once */
+    }
+}
+
+/* One turn of the main loop; the ms until the next (SIGCHLD wakes it sooner). */
+static long long tick(void *ctx)
+{
+    (void)ctx;
+    talk_to_cluster_manager();
+    nm_servers_reap(&node_manager);
+    report_deaths();
+    long long now = nm_now_ms(), wait = 200;
+    pthread_mutex_lock(&node_manager.lock);
+    long long due = node_manager.registered ? timer.next_heartbeat : timer.next_register;
+    pthread_mutex_unlock(&node_manager.lock);
+    if (due - now < wait)
+        wait = due - now > 0 ? due - now : 0;
+    return wait;
+}
+
+static const struct flyt_daemon daemon_spec = {
+    .name = "flyt-node-manager",
+    .short_opts = "h",
+    .takes_port_file = 1,
+    .usage = usage,
+    .version = version,
+    .load = load,
+    .config_good = "OK",
+    .takes_sigchld = 1,
+    .tick = tick,
+    .ctx = &node_manager,
+};
+
+/* The state and cache directories, private; the GPUs, found. */
+static int prepare_node(void)
+{
+    const struct nm_config *c = &node_manager.cfg;
+    if (make_private_dir("state_dir", c->state_dir) != 0 ||
+        (c->module_cache_dir[0] && make_private_dir("module_cache_dir", c->module_cache_dir) != 0))
+        return -1;
+    nm_state_dir_clean(c);
     char err[1024];
-    flyt_log_init("flyt-node-manager", FLYT_LOG_INFO);
-    if (nm_config_load(config, &node_manager.cfg, err, sizeof err) < 0) {
-        fprintf(stderr, "flyt-node-manager: bad config: %s\n", err);
-        return 2;
-    }
-    if (nm_read_token(node_manager.cfg.node_token_file, node_manager.node_token, sizeof node_manager.node_token, err,
-                      sizeof err) < 0) {
-        fprintf(stderr, "flyt-node-manager: bad config: %s:%s\n", config, err);
-        return 2;
-    }
-    if (check_only) {
-        printf("%s: OK\n", config);
-        return 0;
-    }
-    flyt_log_init("flyt-node-manager", (enum flyt_log_level)node_manager.cfg.log_level);
-    if (node_manager.cfg.host_backend)
-        flyt_warn("backend = host: TEST MODE, fake GPUs and servers on host memory that run no "
-                  "kernels");
-
-    /* signals: blocked in every thread; the main loop takes them with sigtimedwait */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGCHLD);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    if (make_private_dir("state_dir", node_manager.cfg.state_dir) != 0 ||
-        (node_manager.cfg.module_cache_dir[0] &&
-         make_private_dir("module_cache_dir", node_manager.cfg.module_cache_dir) != 0))
-        return 1;
-    nm_state_dir_clean(&node_manager.cfg);
-    if (nm_gpus_discover(&node_manager.cfg, node_manager.gpus, &node_manager.ngpus, err, sizeof err) != 0) {
+    if (nm_gpus_discover(c, node_manager.gpus, &node_manager.ngpus, err, sizeof err) != 0) {
         flyt_error("GPUs: %s", err);
-        return 1;
+        return -1;
     }
-    for (int i = 0; i < node_manager.ngpus; i++)
-        flyt_info("GPU %d: %s, %s, %d SMs in groups of %d, %lld MiB", node_manager.gpus[i].index,
-                  node_manager.gpus[i].name, node_manager.gpus[i].uuid, node_manager.gpus[i].sm_count, node_manager.gpus[i].sm_granularity,
-                  node_manager.gpus[i].memory_total >> 20);
+    for (int i = 0; i < node_manager.ngpus; i++) {
+        const struct nm_gpu *gpu = &node_manager.gpus[i];
+        flyt_info("GPU %d: %s, %s, %d SMs in groups of %d, %lld MiB", gpu->index, gpu->name,
+                  gpu->uuid, gpu->sm_count, gpu->sm_granularity, gpu->memory_total >> 20);
+    }
+    return 0;
+}
 
+/* MPS when configured, then the API; its advertised address. */
+static int start_serving(void)
+{
+    char err[1024];
     flyt_mutex_init(&node_manager.lock);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_cond_init(&node_manager.cond, &ca);
     if (nm_mps_start(&node_manager, err, sizeof err) != 0) {
         flyt_error("MPS: %s", err);
-        return 1;
+        return -1;
     }
-
+    const struct nm_config *c = &node_manager.cfg;
     pthread_mutex_lock(&node_manager.lock); /* no request runs before node_manager.http is set */
-    node_manager.http = flyt_http_start(node_manager.cfg.listen, nm_routes, &node_manager, err, sizeof err);
+    node_manager.http = flyt_http_start(c->listen, nm_routes, &node_manager, err, sizeof err);
     pthread_mutex_unlock(&node_manager.lock);
     if (!node_manager.http) {
         flyt_error("%s", err);
         nm_mps_stop(&node_manager);
-        return 1;
+        return -1;
     }
     char host[NM_STR + 2];
-    nm_host_for_url(node_manager.cfg.advertise_host, host, sizeof host);
-    snprintf(node_manager.address, sizeof node_manager.address, "http://%s:%d", host, flyt_http_port(node_manager.http));
-    flyt_info("listening on %s (port %d) as %s; servers on ports %d-%d; backend %s%s",
-              node_manager.cfg.listen, flyt_http_port(node_manager.http), node_manager.address, node_manager.cfg.port_min, node_manager.cfg.port_max,
-              node_manager.cfg.host_backend ? "host" : "cuda", node_manager.cfg.mps ? ", MPS" : "");
-    if (port_file && write_port(port_file, flyt_http_port(node_manager.http)) < 0)
-        flyt_warn("cannot write the port file %s", port_file);
+    nm_host_for_url(c->advertise_host, host, sizeof host);
+    int port = flyt_http_port(node_manager.http);
+    snprintf(node_manager.address, sizeof node_manager.address, "http://%s:%d", host, port);
+    flyt_info("listening on %s (port %d) as %s; servers on ports %d-%d; backend %s%s", c->listen,
+              port, node_manager.address, c->port_min, c->port_max,
+              c->host_backend ? "host" : "cuda", c->mps ? ", MPS" : "");
+    return 0;
+}
 
-    long long next_register = 0, next_heartbeat = 0, next_report = 0, retry = 1000;
-    int sig = 0;
-    while (sig != SIGTERM && sig != SIGINT) {
-        long long now = nm_now_ms();
-        pthread_mutex_lock(&node_manager.lock);
-        int registered = node_manager.registered;
-        long long hb = node_manager.heartbeat_ms;
-        pthread_mutex_unlock(&node_manager.lock);
-        if (!registered && now >= next_register) {
-            if (nm_register(&node_manager) == 0) {
-                retry = 1000;
-                next_heartbeat = nm_now_ms() + node_manager.heartbeat_ms;
-            } else {
-                next_register = nm_now_ms() + retry;
-                retry = retry * 2 > 10000 ? 10000 : retry * 2;
-            }
-        } else if (registered && now >= next_heartbeat) {
-            nm_heartbeat(&node_manager);
-            nm_report_ended(&node_manager, 0);
-            next_heartbeat = nm_now_ms() + hb;
-        }
-        nm_servers_reap(&node_manager);
-        /* a death is told at once, not at the next heartbeat */
-        pthread_mutex_lock(&node_manager.lock);
-        int pending = 0;
-        for (struct nm_server *s = node_manager.servers; s && !pending; s = s->next)
-            pending = s->report && s->state == NM_EXITED;
-        pthread_mutex_unlock(&node_manager.lock);
-        if (pending && nm_now_ms() >= next_report) {
-            nm_report_ended(&node_manager, 0);
-            next_report = nm_now_ms() + 2000; /* if it failed, not again at once */
-        }
-
-        now = nm_now_ms();
-        long long wait = 200;
-        pthread_mutex_lock(&node_manager.lock);
-        long long due = node_manager.registered ? next_heartbeat : next_register;
-        pthread_mutex_unlock(&node_manager.lock);
-        if (due - now < wait)
-            wait = due - now > 0 ? due - now : 0;
-        struct timespec ts = {wait / 1000, (wait % 1000) * 1000000};
-        sig = sigtimedwait(&sigs, NULL, &ts);
-    }
-
-    flyt_info("signal %d: stopping", sig);
+/* Every server stopped and told, the API and MPS down. */
+static void shut_down(void)
+{
     stop_all();
     flyt_http_stop(node_manager.http);
     nm_report_ended(&node_manager, 2000);
@@ -300,5 +292,24 @@ int main(int argc, char **argv)
     pthread_mutex_unlock(&node_manager.lock);
     nm_mps_stop(&node_manager);
     flyt_info("stopped");
+}
+
+int main(int argc, char **argv)
+{
+    struct flyt_daemon_args args;
+    int rc = flyt_daemon_start(&daemon_spec, argc, argv, &args);
+    if (rc != FLYT_DAEMON_RUN)
+        return rc;
+    if (node_manager.cfg.host_backend)
+        flyt_warn("backend = host: TEST MODE, fake GPUs and servers on host memory that run no "
+                  "kernels");
+    sigset_t sigs;   /* blocked in every thread; the main loop takes them */
+    flyt_daemon_block_signals(&daemon_spec, &sigs);
+    if (prepare_node() < 0 || start_serving() < 0)
+        return 1;
+    if (args.port_file)
+        flyt_daemon_write_port(args.port_file, flyt_http_port(node_manager.http));
+    flyt_daemon_wait(&daemon_spec, &sigs);
+    shut_down();
     return 0;
 }
