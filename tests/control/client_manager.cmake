@@ -16,6 +16,7 @@ add_test(NAME control_client_install
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/run_client_install.sh $<TARGET_FILE:flyt-client-manager>
           $<TARGET_FILE:cuda> ${CMAKE_C_COMPILER})
 set_tests_properties(control_client_manager control_client_install PROPERTIES TIMEOUT 120)
+set_tests_properties(control_client_install PROPERTIES SKIP_RETURN_CODE 77)
 
 # ... and against the real control plane when its daemons are built: cluster manager,
 # node manager in test mode, flyt-servers admitting with session tokens.

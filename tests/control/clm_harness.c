@@ -40,7 +40,7 @@ static void spawn(struct clm_proc *clm)
     snprintf(conf, sizeof conf, "%s/clm.conf", clm->dir);
     unlink(port_file);
     pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
+    CHECK_GE(pid, 0, "fork");
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
@@ -82,7 +82,7 @@ static void write_config(struct clm_proc *clm)
     char path[512];
     snprintf(path, sizeof path, "%s/clm.conf", clm->dir);
     FILE *f = fopen(path, "w");
-    CHECK(f != NULL, "write the config");
+    CHECK_NE(f, NULL, "write the config");
     /* a restart listens on the port of the first start, as a real one would */
     fprintf(f, "# written by the test\nlisten = 127.0.0.1:%d\nstore = \"%s\"\n"
                "operator_token_file = operator.token\nlog_level = debug\n%s\n",
@@ -106,7 +106,7 @@ void clm_start(struct clm_proc *clm, const char *binary, const char *store, cons
     snprintf(clm->binary, sizeof clm->binary, "%s", binary);
     snprintf(clm->store, sizeof clm->store, "%s", store);
     snprintf(clm->dir, sizeof clm->dir, "/tmp/flyt-clm-test.XXXXXX");
-    CHECK(mkdtemp(clm->dir) != NULL, "temp dir");
+    CHECK_NE(mkdtemp(clm->dir), NULL, "temp dir");
     char path[512];
     /* an operator token of 64 hex characters */
     for (int i = 0; i < 64; i++)
@@ -114,7 +114,7 @@ void clm_start(struct clm_proc *clm, const char *binary, const char *store, cons
     clm->op_token[64] = 0;
     snprintf(path, sizeof path, "%s/operator.token", clm->dir);
     FILE *f = fopen(path, "w");
-    CHECK(f != NULL, "write the operator token");
+    CHECK_NE(f, NULL, "write the operator token");
     fprintf(f, "%s\n", clm->op_token);
     fclose(f);
     chmod(path, 0600);
@@ -135,7 +135,9 @@ void clm_stop(struct clm_proc *clm)
     int status = 0;
     waitpid(clm->pid, &status, 0);
     clm->pid = 0;
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+    CHECK(WIFEXITED(status),
+          "flyt-cluster-manager stopped cleanly on SIGTERM (status %d)", status);
+    CHECK_EQ(WEXITSTATUS(status), 0,
           "flyt-cluster-manager stopped cleanly on SIGTERM (status %d)", status);
 }
 
@@ -257,7 +259,7 @@ void fake_nm_start(struct fake_nm *nm, const char *node_id)
     snprintf(nm->node_id, sizeof nm->node_id, "%s", node_id);
     char err[256];
     nm->http = flyt_http_start("127.0.0.1:0", nm_routes, nm, err, sizeof err);
-    CHECK(nm->http != NULL, "fake node manager for %s starts (%s)", node_id, err);
+    CHECK_NE(nm->http, NULL, "fake node manager for %s starts (%s)", node_id, err);
     snprintf(nm->address, sizeof nm->address, "http://127.0.0.1:%d", flyt_http_port(nm->http));
 }
 
@@ -358,7 +360,7 @@ void heartbeats_start(struct clm_proc *clm, struct fake_nm **nms, int n, int per
     hb.n = n;
     hb.period_ms = period_ms;
     hb.running = 1;
-    CHECK(pthread_create(&hb.thread, NULL, hb_main, NULL) == 0, "heartbeat thread");
+    CHECK_EQ(pthread_create(&hb.thread, NULL, hb_main, NULL), 0, "heartbeat thread");
 }
 
 void heartbeats_stop(void)

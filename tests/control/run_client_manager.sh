@@ -26,7 +26,8 @@ vm_token=$(printf 'a%.0s' $(seq 64))
 printf '%s\n' "$vm_token" > "$tmp/vm.token"; chmod 600 "$tmp/vm.token"
 clm_log=$tmp/clm.log
 # a port the kernel says is free now, so that runs side by side do not collide
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port=$(free_port) metrics_port=$(free_port)
 clm_pid=
 start_cm() { # FIRST_ID [ENDPOINT [more options]]
   local first=$1 endpoint=${2:-unix:$tmp/s.sock}; shift; shift
@@ -50,7 +51,7 @@ request_timeout = 3s
 retry_max_backoff = 2s
 shutdown_timeout = 5s
 process_watch = $2
-metrics_listen = 127.0.0.1:$(( port + 1 ))
+metrics_listen = 127.0.0.1:$metrics_port
 EOF
 }
 mgr_pid=
@@ -123,7 +124,7 @@ wait_for 4 "^alive $s1\$" "$clm_log" && pass "alive pings for $s1 while its proc
 kill -9 $h1; wait $h1 2>/dev/null
 wait_for 5 "^release $s1\$" "$clm_log" && pass "released $s1 after kill -9" || fail "no release of $s1 after kill -9"
 
-metrics=$( (exec 3<>/dev/tcp/127.0.0.1/$(( port + 1 )) && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>&1)
+metrics=$( (exec 3<>/dev/tcp/127.0.0.1/$metrics_port && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>&1)
 grep -q '^flyt_client_manager_released_total [1-9]' <<<"$metrics" && grep -q '^flyt_client_manager_sessions{state="live"} 0' <<<"$metrics" \
   && pass "metrics: $(grep -E '^flyt_client_manager_(released|acquired)_total' <<<"$metrics" | tr '\n' ' ')" || fail "metrics: $metrics"
 

@@ -28,18 +28,21 @@ sid_of_pid() { "$ctl" --json session list | awk -v pid="$1" '
   /"id": "/ { match($0, /"id": "[^"]*"/); id = substr($0, RSTART + 7, RLENGTH - 8) }
   $0 ~ ("\"pid\": " pid ",?$") { print id; exit }'; }
 
-base=$(( 20000 + RANDOM % 20000 ))
-clm_port=$base nm_port=$(( base + 1 )) srv_min=$(( base + 2 )) srv_max=$(( base + 40 ))
+# the managers listen on ports the kernel picks; the servers' range is derived from this
+# shell's pid, so that runs side by side do not collide
+srv_min=$(( 20000 + ($$ % 1000) * 40 )) srv_max=$(( 20000 + ($$ % 1000) * 40 + 38 ))
 printf '%s\n' "$(printf 'c%.0s' $(seq 64))" > "$tmp/operator.token"; chmod 600 "$tmp/operator.token"
 cat > "$tmp/cluster.conf" <<EOF
-listen = 127.0.0.1:$clm_port
+listen = 127.0.0.1:0
 store = sqlite:$tmp/cluster.db
 operator_token_file = operator.token
 heartbeat_interval = 1s
 node_timeout = 30s
 log_level = info
 EOF
-"$clm" --config "$tmp/cluster.conf" > "$tmp/cluster.log" 2>&1 & pids+=($!)
+"$clm" --config "$tmp/cluster.conf" --port-file "$tmp/cluster.port" > "$tmp/cluster.log" 2>&1 & pids+=($!)
+wait_until 10 test -s "$tmp/cluster.port" || die "cluster manager did not start"
+clm_port=$(cat "$tmp/cluster.port")
 export FLYT_CM_URL=http://127.0.0.1:$clm_port FLYT_OPERATOR_TOKEN_FILE=$tmp/operator.token
 wait_until 10 "$ctl" status || die "cluster manager did not start"
 
@@ -54,7 +57,7 @@ cat > "$tmp/node.conf" <<EOF
 node_id = node-a
 node_token_file = node.token
 cluster_manager = http://127.0.0.1:$clm_port
-listen = 127.0.0.1:$nm_port
+listen = 127.0.0.1:0
 advertise_host = 127.0.0.1
 server_path = $server
 server_listen_host = 127.0.0.1

@@ -139,7 +139,7 @@ static int node_lost(void *arg)
 static int event_count(const char *kind)
 {
     json_t *a = NULL;
-    CHECK(call(&clm, "GET", "/v1/events?limit=1000", clm.op_token, NULL, &a) == 200, "GET /v1/events");
+    CHECK_EQ(call(&clm, "GET", "/v1/events?limit=1000", clm.op_token, NULL, &a), 200, "GET /v1/events");
     int n = 0;
     size_t i;
     json_t *e;
@@ -168,15 +168,14 @@ static void setup(char *sid, size_t sidlen)
              "\"uuid\": \"GPU-a\", \"name\": \"Fake H100\", \"sm_count\": 64, "
              "\"sm_granularity\": 8, \"memory_total\": 8589934592}], \"sessions\": []}",
              nm.address);
-    CHECK(call(&clm, "POST", "/v1/nodes/node-a/register", nm.node_token, body, &a) == 200,
+    CHECK_EQ(call(&clm, "POST", "/v1/nodes/node-a/register", nm.node_token, body, &a), 200,
           "register the node");
     pthread_mutex_lock(&nm.lock);
     snprintf(nm.manager_token, sizeof nm.manager_token, "%s", jstr(a, "manager_token"));
     nm.heartbeat = 1;
     pthread_mutex_unlock(&nm.lock);
     json_decref(a);
-    CHECK(call(&clm, "POST", "/v1/sessions", vm_token, "{\"pid\": 1, \"process\": \"t\"}", &a)
-              == 201, "a session on the node");
+    CHECK_EQ(call(&clm, "POST", "/v1/sessions", vm_token, "{\"pid\": 1, \"process\": \"t\"}", &a), 201, "a session on the node");
     snprintf(sid, sidlen, "%s", jstr(a, "session.id"));
     json_decref(a);
 }
@@ -220,7 +219,7 @@ int main(int argc, char **argv)
         one[i] = (struct slow){slow_connect(50), 50, mono_ms(), 0};
     poll(NULL, 0, 1000);
     int open = open_count(one, 80);
-    CHECK(open == 64, "80 connections from 127.0.0.50: %d kept open (limit 64)", open);
+    CHECK_EQ(open, 64, "80 connections from 127.0.0.50: %d kept open (limit 64)", open);
     close_all(one, 80);
 
     printf("-- %d slow connections from %d addresses for %d s\n", FLOOD_ADDRS * FLOOD_PER_ADDR,
@@ -231,12 +230,14 @@ int main(int argc, char **argv)
     int closed;
     long long longest = flood(c, FLOOD_ADDRS * FLOOD_PER_ADDR, FLOOD_SECONDS, &closed);
     close_all(c, FLOOD_ADDRS * FLOOD_PER_ADDR);
-    CHECK(longest <= DEADLINE_MS + SLACK_MS,
+    CHECK_LE(longest, DEADLINE_MS + SLACK_MS,
           "no slow connection outlived the request deadline (longest %lld ms, deadline %d ms)",
           longest, DEADLINE_MS);
-    CHECK(closed >= 512, "the server closed %d slow connections", closed);
+    CHECK_GE(closed, 512, "the server closed %d slow connections", closed);
     poll(NULL, 0, 1500);   /* heartbeats reach it again */
-    CHECK(event_count("node.lost") == 0 && node_state_is("ready"),
+    CHECK_EQ(event_count("node.lost"), 0,
+          "the node was never lost during the flood");
+    CHECK(node_state_is("ready"),
           "the node was never lost during the flood");
     CHECK(session_active(sid), "its session is still active");
 
