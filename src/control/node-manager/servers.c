@@ -508,43 +508,51 @@ static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t er
     return rc;
 }
 
-int nm_server_start(struct nm *nm, const struct nm_start_req *r, int *http_status, char *msg,
-                    size_t msglen, char *endpoint, size_t eplen, pid_t *pid)
+/* Whether the request can start a server now (lock held): 0 when it can; 1 when its
+ * server already runs with the same share (a retry: endpoint and pid filled); -1 with
+ * an HTTP status and message when it cannot. */
+static int start_allowed_locked(struct nm *nm, const struct nm_start_req *r, int *http_status,
+                                char *msg, size_t msglen, char *endpoint, size_t eplen,
+                                pid_t *pid)
 {
-    const struct nm_config *c = &nm->cfg;
-    pthread_mutex_lock(&nm->lock);
+    FLYT_ASSERT_HELD(&nm->lock);
     if (nm->shutting_down) {
-        pthread_mutex_unlock(&nm->lock);
         STATUS(503, "the node manager is stopping");
         return -1;
     }
     if (!nm->registered || !nm->session_key_hex[0]) {
-        pthread_mutex_unlock(&nm->lock);
         STATUS(503, "not registered with the cluster manager yet: no session key");
         return -1;
     }
     struct nm_server *old = nm_server_find(nm, r->sid);
-    if (old) {
-        int same = old->gpu_index == r->gpu_index && old->ngroups == r->ngroups &&
-                   old->memory_quota == r->memory_quota &&
-                   memcmp(old->groups, r->groups, sizeof r->groups[0] * (size_t)r->ngroups) == 0;
-        if (old->state == NM_RUNNING && same) { /* a retry: the same answer */
-            endpoint_of(nm, old, endpoint, eplen);
-            *pid = old->pid;
-            pthread_mutex_unlock(&nm->lock);
-            *http_status = 200;
-            return 0;
-        }
-        pthread_mutex_unlock(&nm->lock);
-        STATUS(409, "session %s already has a server here (%s)", r->sid,
-               old->state == NM_RUNNING ? "with another share" : "starting or stopping");
-        return -1;
+    if (!old)
+        return 0;
+    int same = old->gpu_index == r->gpu_index && old->ngroups == r->ngroups &&
+               old->memory_quota == r->memory_quota &&
+               memcmp(old->groups, r->groups, sizeof r->groups[0] * (size_t)r->ngroups) == 0;
+    if (old->state == NM_RUNNING && same) { /* a retry: the same answer */
+        endpoint_of(nm, old, endpoint, eplen);
+        *pid = old->pid;
+        *http_status = 200;
+        return 1;
     }
+    STATUS(409, "session %s already has a server here (%s)", r->sid,
+           old->state == NM_RUNNING ? "with another share" : "starting or stopping");
+    return -1;
+}
+
+/* The entry of the request's server, with its key file written, linked in (lock held);
+ * NULL with an HTTP status and why in err. */
+static struct nm_server *server_new_locked(struct nm *nm, const struct nm_start_req *r,
+                                           int *status, char *err, size_t errlen)
+{
+    FLYT_ASSERT_HELD(&nm->lock);
+    const struct nm_config *c = &nm->cfg;
     struct nm_server *s = calloc(1, sizeof *s);
     if (!s) {
-        pthread_mutex_unlock(&nm->lock);
-        STATUS(500, "out of memory");
-        return -1;
+        *status = 500;
+        snprintf(err, errlen, "out of memory");
+        return NULL;
     }
     snprintf(s->sid, sizeof s->sid, "%s", r->sid);
     s->gpu_index = r->gpu_index;
@@ -561,83 +569,123 @@ int nm_server_start(struct nm *nm, const struct nm_start_req *r, int *http_statu
         snprintf(s->sock_path, sizeof s->sock_path, "%s/%s.sock", c->state_dir, s->sid) >=
             (int)sizeof s->sock_path)
         s->sock_path[0] = '\0'; /* a state dir too deep for a socket path: TCP only */
-    char err[512];
-    if (write_key(s->key_path, nm->session_key_hex, err, sizeof err) != 0) {
-        pthread_mutex_unlock(&nm->lock);
+    if (write_key(s->key_path, nm->session_key_hex, err, errlen) != 0) {
         s->key_path[0] = '\0';
         nm_server_free(s);
         flyt_error("session %s: %s", r->sid, err);
-        STATUS(503, "%s", err);
-        return -1;
+        *status = 503;
+        return NULL;
     }
     s->next = nm->servers;
     nm->servers = s;
+    return s;
+}
 
-    int attempts = 0;
-    for (;;) {
-        attempts++;
+/* Waits (lock held) until s listens, dies, or the start timeout passes. */
+static void wait_listening_locked(struct nm *nm, struct nm_server *s)
+{
+    FLYT_ASSERT_HELD(&nm->lock);
+    long long deadline = nm_now_ms() + nm->cfg.start_timeout_ms;
+    while (s->state == NM_STARTING && !server_ready(s) && nm_now_ms() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&nm->cond, &nm->lock, &ts);
+    }
+}
+
+/* After a failed attempt (lock held): waits for the process to be gone. 1 when a new
+ * port is worth a try (it died before listening), else 0; why in err. */
+static int attempt_failed_locked(struct nm *nm, struct nm_server *s, char *err, size_t errlen)
+{
+    FLYT_ASSERT_HELD(&nm->lock);
+    if (s->state == NM_STARTING) { /* timed out: stop it */
+        snprintf(err, errlen, "the server did not listen within %lld ms",
+                 nm->cfg.start_timeout_ms);
+        nm_server_stop_locked(nm, s);
+        s->stop_asked = 1;
+        while (s->state != NM_EXITED)
+            pthread_cond_wait(&nm->cond, &nm->lock);
+        return 0;
+    }
+    if (s->state != NM_EXITED || s->stop_asked) { /* stopped meanwhile */
+        snprintf(err, errlen, "the server was stopped while it started");
+        while (s->state != NM_EXITED)
+            pthread_cond_wait(&nm->cond, &nm->lock);
+        return 0;
+    }
+    /* it died before listening; a port taken meanwhile is worth another try */
+    snprintf(err, errlen, "the server %s before it listened (see the log)", s->reason);
+    return 1;
+}
+
+/* Spawns s's server until one listens (up to 3 ports), lock held. 0 when it runs, or -1
+ * with why in err. */
+static int launch_locked(struct nm *nm, struct nm_server *s, char *err, size_t errlen)
+{
+    FLYT_ASSERT_HELD(&nm->lock);
+    const struct nm_config *c = &nm->cfg;
+    for (int attempts = 1;; attempts++) {
         if (s->stop_asked || nm->shutting_down) {
-            snprintf(err, sizeof err, "the server was stopped while it started");
-            break;
+            snprintf(err, errlen, "the server was stopped while it started");
+            return -1;
         }
         s->port = pick_port(nm);
         if (s->port < 0) {
-            snprintf(err, sizeof err, "no free port in %d-%d", c->port_min, c->port_max);
-            break;
+            snprintf(err, errlen, "no free port in %d-%d", c->port_min, c->port_max);
+            return -1;
         }
         unlink(s->status_path);
         s->state = NM_STARTING;
         s->reason[0] = '\0';
-        if (spawn_server(nm, s, err, sizeof err) != 0) {
+        if (spawn_server(nm, s, err, errlen) != 0) {
             s->pid = 0;
-            break;
+            return -1;
         }
         flyt_info("session %s: started server pid %d on port %d (GPU %d, %d SMs, %lld bytes)",
                   s->sid, (int)s->pid, s->port, s->gpu_index, s->sm_count, s->memory_quota);
-        /* wait until it listens; the main thread reaps it if it dies */
-        long long deadline = nm_now_ms() + c->start_timeout_ms;
-        while (s->state == NM_STARTING && !server_ready(s) && nm_now_ms() < deadline) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 10 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&nm->cond, &nm->lock, &ts);
-        }
+        wait_listening_locked(nm, s); /* the main thread reaps it if it dies */
         if (s->state == NM_STARTING && server_ready(s)) {
             s->state = NM_RUNNING;
             pthread_cond_broadcast(&nm->cond);
-            endpoint_of(nm, s, endpoint, eplen);
-            *pid = s->pid;
-            nm->starts++;
-            s->waiters--;
-            pthread_mutex_unlock(&nm->lock);
-            flyt_info("session %s: server pid %d listens at %s", r->sid, (int)*pid, endpoint);
-            *http_status = 201;
             return 0;
         }
-        if (s->state == NM_STARTING) { /* timed out: stop it */
-            snprintf(err, sizeof err, "the server did not listen within %lld ms",
-                     c->start_timeout_ms);
-            nm_server_stop_locked(nm, s);
-            s->stop_asked = 1;
-            while (s->state != NM_EXITED)
-                pthread_cond_wait(&nm->cond, &nm->lock);
-            break;
-        }
-        if (s->state != NM_EXITED || s->stop_asked) { /* stopped meanwhile */
-            snprintf(err, sizeof err, "the server was stopped while it started");
-            while (s->state != NM_EXITED)
-                pthread_cond_wait(&nm->cond, &nm->lock);
-            break;
-        }
-        /* it died before listening; a port taken meanwhile is worth another try */
-        snprintf(err, sizeof err, "the server %s before it listened (see the log)", s->reason);
-        if (attempts >= 3 || nm->shutting_down)
-            break;
+        if (!attempt_failed_locked(nm, s, err, errlen) || attempts >= 3 || nm->shutting_down)
+            return -1;
         flyt_warn("session %s: %s; trying another port", s->sid, err);
+    }
+}
+
+int nm_server_start(struct nm *nm, const struct nm_start_req *r, int *http_status, char *msg,
+                    size_t msglen, char *endpoint, size_t eplen, pid_t *pid)
+{
+    pthread_mutex_lock(&nm->lock);
+    int allowed = start_allowed_locked(nm, r, http_status, msg, msglen, endpoint, eplen, pid);
+    if (allowed != 0) {
+        pthread_mutex_unlock(&nm->lock);
+        return allowed > 0 ? 0 : -1;
+    }
+    char err[512];
+    int status;
+    struct nm_server *s = server_new_locked(nm, r, &status, err, sizeof err);
+    if (!s) {
+        pthread_mutex_unlock(&nm->lock);
+        STATUS(status, "%s", err);
+        return -1;
+    }
+    if (launch_locked(nm, s, err, sizeof err) == 0) {
+        endpoint_of(nm, s, endpoint, eplen);
+        *pid = s->pid;
+        nm->starts++;
+        s->waiters--;
+        pthread_mutex_unlock(&nm->lock);
+        flyt_info("session %s: server pid %d listens at %s", r->sid, (int)*pid, endpoint);
+        *http_status = 201;
+        return 0;
     }
     nm->start_failures++;
     flyt_error("session %s: could not start a server: %s", r->sid, err);
