@@ -577,60 +577,65 @@ static int find_nvml(const char *lib_src, struct lib_file *f)
     return 1;
 }
 
-int cmgr_install(const struct install_opts *o)
-{
+/* What one --install works on. */
+struct install {
+    const struct install_opts *o;
     char prefix[PATH_MAX / 2 + 1];
-    snprintf(prefix, sizeof prefix, "%s", o->prefix);
-    if (check_prefix(prefix) < 0)
-        return 1;
-    for (size_t l = strlen(prefix); l > 1 && prefix[l - 1] == '/';)
-        prefix[--l] = '\0';
-
-    /* libs[0]: Flyt's libcuda.so.1 (required); libs[1]: its NVML, when next to it */
-    struct lib_file *libs = calloc(2, sizeof *libs);
-    struct manifest *m = calloc(1, sizeof *m);
-    int nlibs = 0, rc = 1;
-    char err[PATH_MAX + 256];
-    if (libs == NULL || m == NULL) {
-        say_err("out of memory");
-        goto out;
-    }
-    libs[0].name = LIBNAME;
-    if (o->lib)
-        snprintf(libs[0].src, sizeof libs[0].src, "%s", o->lib);
-    else if (default_lib(libs[0].src, sizeof libs[0].src) < 0) {
-        say_err("cannot find Flyt's %s: give it with --lib", LIBNAME);
-        goto out;
-    }
-    if (read_all(libs[0].src, &libs[0].data, &libs[0].len, MAX_LIB) < 0) {
-        say_err("cannot read %s: %s (give Flyt's %s with --lib)", libs[0].src, strerror(errno),
-                LIBNAME);
-        goto out;
-    }
-    nlibs = 1;
-    if (libs[0].len < 4 || memcmp(libs[0].data, "\177ELF", 4) != 0 ||
-        memmem(libs[0].data, libs[0].len, "FLYT_SERVER", 11) == NULL) {
-        say_err("%s is not Flyt's client library (an ELF file that reads FLYT_SERVER)",
-                libs[0].src);
-        goto out;
-    }
-    nlibs += find_nvml(libs[0].src, &libs[1]);
-
-    int had = manifest_load(o, m, err, sizeof err);
+    struct lib_file *libs; /* [0]: Flyt's libcuda.so.1 (required); [1]: its NVML, if beside */
+    int nlibs;
+    struct manifest *m;    /* the record of what is installed */
+    int had;               /* an earlier install's record was there */
     char conf_path[PATH_MAX];
-    for (int i = 0; i < nlibs; i++) {
-        snprintf(libs[i].rel, sizeof libs[i].rel, "%s/%s", prefix, libs[i].name);
-        rooted(o, libs[i].rel, libs[i].path, sizeof libs[i].path);
+};
+
+/* Reads Flyt's libcuda.so.1 (and its NVML when next to it). 0, or -1 (said). */
+static int load_libs(struct install *in)
+{
+    struct lib_file *lib = &in->libs[0];
+    lib->name = LIBNAME;
+    if (in->o->lib)
+        snprintf(lib->src, sizeof lib->src, "%s", in->o->lib);
+    else if (default_lib(lib->src, sizeof lib->src) < 0) {
+        say_err("cannot find Flyt's %s: give it with --lib", LIBNAME);
+        return -1;
     }
-    rooted(o, CONF_REL, conf_path, sizeof conf_path);
-    if (had < 0) {
+    if (read_all(lib->src, &lib->data, &lib->len, MAX_LIB) < 0) {
+        say_err("cannot read %s: %s (give Flyt's %s with --lib)", lib->src, strerror(errno),
+                LIBNAME);
+        return -1;
+    }
+    in->nlibs = 1;
+    if (lib->len < 4 || memcmp(lib->data, "\177ELF", 4) != 0 ||
+        memmem(lib->data, lib->len, "FLYT_SERVER", 11) == NULL) {
+        say_err("%s is not Flyt's client library (an ELF file that reads FLYT_SERVER)",
+                lib->src);
+        return -1;
+    }
+    in->nlibs += find_nvml(lib->src, &in->libs[1]);
+    return 0;
+}
+
+/* The record of an earlier install agrees (same prefix, its files unchanged) and no file
+ * about to be written belongs to someone else. 0, or -1 (said). */
+static int check_ours(struct install *in)
+{
+    const struct install_opts *o = in->o;
+    struct manifest *m = in->m;
+    char err[PATH_MAX + 256];
+    in->had = manifest_load(o, m, err, sizeof err);
+    for (int i = 0; i < in->nlibs; i++) {
+        snprintf(in->libs[i].rel, sizeof in->libs[i].rel, "%s/%s", in->prefix, in->libs[i].name);
+        rooted(o, in->libs[i].rel, in->libs[i].path, sizeof in->libs[i].path);
+    }
+    rooted(o, CONF_REL, in->conf_path, sizeof in->conf_path);
+    if (in->had < 0) {
         say_err("%s", err);
-        goto out;
+        return -1;
     }
-    if (had) {
-        if (strcmp(m->prefix, prefix) != 0) {
+    if (in->had) {
+        if (strcmp(m->prefix, in->prefix) != 0) {
             say_err("already installed with prefix %s; run --uninstall first", m->prefix);
-            goto out;
+            return -1;
         }
         for (int i = 0; i < m->nfiles; i++) {
             char p[PATH_MAX], sha[65];
@@ -639,87 +644,115 @@ int cmgr_install(const struct install_opts *o)
             if (st > 0 && strcmp(sha, m->files[i].sha) != 0) {
                 say_err("%s changed since it was installed; not overwriting it (remove it "
                         "yourself, or restore it and run --uninstall)", p);
-                goto out;
+                return -1;
             }
         }
     } else {
-        snprintf(m->prefix, sizeof m->prefix, "%s", prefix);
+        snprintf(m->prefix, sizeof m->prefix, "%s", in->prefix);
     }
     /* never overwrite a file that is not ours (in the record) */
-    const char *mine[3] = {NULL, NULL, CONF_REL}, *mine_path[3] = {NULL, NULL, conf_path};
-    for (int i = 0; i < nlibs; i++) {
-        mine[i] = libs[i].rel;
-        mine_path[i] = libs[i].path;
+    const char *mine[3] = {NULL, NULL, CONF_REL}, *mine_path[3] = {NULL, NULL, in->conf_path};
+    for (int i = 0; i < in->nlibs; i++) {
+        mine[i] = in->libs[i].rel;
+        mine_path[i] = in->libs[i].path;
     }
     for (int i = 0; i < 3; i++)
         if (mine[i] && manifest_find_file(m, mine[i]) < 0 && access(mine_path[i], F_OK) == 0) {
             say_err("%s exists and was not installed by flyt-client-manager (no record in "
                     "%s%s); not overwriting it", mine_path[i], root_of(o), MANIFEST_REL);
-            goto out;
+            return -1;
         }
-    if (had)
-        printf("already installed at %s: updating\n", prefix);
+    return 0;
+}
 
-    char dir[PATH_MAX];
+/* The folders, recorded before the files go in so that a failure later leaves a record.
+ * 0; 1 when the folders failed (the record is to be saved); -1 when the record could not
+ * be written. Said. */
+static int make_folders(struct install *in)
+{
+    char err[PATH_MAX + 256], dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", MANIFEST_REL);
-    if (make_dirs(o, m, prefix, err, sizeof err) < 0 ||
-        make_dirs(o, m, "/etc/ld.so.conf.d", err, sizeof err) < 0 ||
-        make_dirs(o, m, dirname(dir), err, sizeof err) < 0) {
+    if (make_dirs(in->o, in->m, in->prefix, err, sizeof err) < 0 ||
+        make_dirs(in->o, in->m, "/etc/ld.so.conf.d", err, sizeof err) < 0 ||
+        make_dirs(in->o, in->m, dirname(dir), err, sizeof err) < 0) {
         say_err("%s", err);
-        goto save;
+        return 1;
     }
-    /* record the folders before the files go in, so a failure below leaves a record */
-    if (manifest_save(o, m, err, sizeof err) < 0) {
+    if (manifest_save(in->o, in->m, err, sizeof err) < 0) {
         say_err("%s", err);
-        goto out;
+        return -1;
     }
-    char sha[65];
-    for (int i = 0; i < nlibs; i++) {
-        if (write_atomic(libs[i].path, libs[i].data, libs[i].len, 0755) < 0) {
-            say_err("cannot write %s: %s", libs[i].path, strerror(errno));
-            goto save;
-        }
-        flyt_sha256_hex(libs[i].data, libs[i].len, sha, sizeof sha);
-        manifest_set_file(m, libs[i].rel, sha);
-        printf("installed %s (from %s)\n", libs[i].path, libs[i].src);
-    }
+    return 0;
+}
 
+/* The libraries, then the loader's conf naming the prefix; each recorded. 0, or -1 (said). */
+static int write_files(struct install *in)
+{
+    char sha[65];
+    for (int i = 0; i < in->nlibs; i++) {
+        struct lib_file *lib = &in->libs[i];
+        if (write_atomic(lib->path, lib->data, lib->len, 0755) < 0) {
+            say_err("cannot write %s: %s", lib->path, strerror(errno));
+            return -1;
+        }
+        flyt_sha256_hex(lib->data, lib->len, sha, sizeof sha);
+        manifest_set_file(in->m, lib->rel, sha);
+        printf("installed %s (from %s)\n", lib->path, lib->src);
+    }
     struct flyt_buf cb = {0};
     flyt_buf_printf(&cb, "# Written by flyt-client-manager --install; --uninstall removes it.\n"
                          "# Puts Flyt's %s%s (GPU through the Flyt cluster) ahead of\n"
                          "# NVIDIA's in the loader cache; NVIDIA's files are untouched.\n%s\n",
-                    LIBNAME, nlibs > 1 ? " and " NVML_NAME : "", prefix);
+                    LIBNAME, in->nlibs > 1 ? " and " NVML_NAME : "", in->prefix);
     char *conf = flyt_buf_take(&cb);
-    if (conf == NULL || write_atomic(conf_path, conf, strlen(conf), 0644) < 0) {
-        say_err("cannot write %s: %s", conf_path, strerror(errno));
+    if (conf == NULL || write_atomic(in->conf_path, conf, strlen(conf), 0644) < 0) {
+        say_err("cannot write %s: %s", in->conf_path, strerror(errno));
         free(conf);
-        goto save;
+        return -1;
     }
     flyt_sha256_hex(conf, strlen(conf), sha, sizeof sha);
     free(conf);
-    manifest_set_file(m, CONF_REL, sha);
-    printf("wrote %s\n", conf_path);
+    manifest_set_file(in->m, CONF_REL, sha);
+    printf("wrote %s\n", in->conf_path);
+    return 0;
+}
 
-    const char *lib_rel = libs[0].rel;
-    if (m->preload && strcmp(m->preload_line, lib_rel) != 0) {
-        /* an earlier install preloaded another file (the retired libcudart.so.13): its line
-         * goes before that file does */
-        int created_before = m->preload_created;
-        if (preload_edit(o, m->preload_line, 0, &m->preload_created, err, sizeof err) < 0) {
-            say_err("%s", err);
-            goto save;
-        }
-        printf("removed %s from %s%s (an earlier install's)\n", m->preload_line, root_of(o),
-               PRELOAD_REL);
-        m->preload = 0;
-        m->preload_created = created_before;
-        m->preload_line[0] = '\0';
+/* An earlier install preloaded another file (the retired libcudart.so.13): its line goes
+ * before that file does. 0, or -1 (said). */
+static int drop_old_preload(struct install *in, const char *lib_rel)
+{
+    struct manifest *m = in->m;
+    if (!m->preload || strcmp(m->preload_line, lib_rel) == 0)
+        return 0;
+    char err[PATH_MAX + 256];
+    int created_before = m->preload_created;
+    if (preload_edit(in->o, m->preload_line, 0, &m->preload_created, err, sizeof err) < 0) {
+        say_err("%s", err);
+        return -1;
     }
+    printf("removed %s from %s%s (an earlier install's)\n", m->preload_line, root_of(in->o),
+           PRELOAD_REL);
+    m->preload = 0;
+    m->preload_created = created_before;
+    m->preload_line[0] = '\0';
+    return 0;
+}
+
+/* /etc/ld.so.preload lists libcuda.so.1 with --preload, and not (by us) without. 0, or -1
+ * (said). */
+static int update_preload(struct install *in)
+{
+    const struct install_opts *o = in->o;
+    struct manifest *m = in->m;
+    const char *lib_rel = in->libs[0].rel;
+    char err[PATH_MAX + 256];
+    if (drop_old_preload(in, lib_rel) < 0)
+        return -1;
     if (o->preload) {
         int created = 0, did = preload_edit(o, lib_rel, 1, &created, err, sizeof err);
         if (did < 0) {
             say_err("%s", err);
-            goto save;
+            return -1;
         }
         if (did) {
             /* a file made by an earlier install whose line was just replaced stays "made" */
@@ -738,7 +771,7 @@ int cmgr_install(const struct install_opts *o)
     } else if (m->preload) {
         if (preload_edit(o, lib_rel, 0, &m->preload_created, err, sizeof err) < 0) {
             say_err("%s", err);
-            goto save;
+            return -1;
         }
         m->preload = m->preload_created = 0;
         m->preload_line[0] = '\0';
@@ -747,44 +780,85 @@ int cmgr_install(const struct install_opts *o)
     } else {
         m->preload_created = 0;
     }
+    return 0;
+}
 
-    /* files an earlier install recorded that this one does not write (unchanged: checked
-     * above) go, so that the loader cannot find them */
+/* Files an earlier install recorded that this one does not write (unchanged: checked
+ * above) go, so that the loader cannot find them. 0, or -1 (said). */
+static int drop_stale_files(struct install *in)
+{
+    struct manifest *m = in->m;
     for (int i = m->nfiles - 1; i >= 0; i--) {
         int current = strcmp(m->files[i].path, CONF_REL) == 0;
-        for (int j = 0; j < nlibs; j++)
-            current |= strcmp(m->files[i].path, libs[j].rel) == 0;
+        for (int j = 0; j < in->nlibs; j++)
+            current |= strcmp(m->files[i].path, in->libs[j].rel) == 0;
         if (current)
             continue;
         char p[PATH_MAX];
-        rooted(o, m->files[i].path, p, sizeof p);
+        rooted(in->o, m->files[i].path, p, sizeof p);
         if (unlink(p) != 0 && errno != ENOENT) {
             say_err("cannot remove %s: %s", p, strerror(errno));
-            goto save;
+            return -1;
         }
         printf("removed %s (an earlier install's, not installed now)\n", p);
         manifest_drop_file(m, i);
     }
-    rc = 0;
-save:
-    if (manifest_save(o, m, err, sizeof err) < 0) {
+    return 0;
+}
+
+/* The record saved (also after a failed step), then the loader cache when all went well.
+ * The exit status. */
+static int finish(struct install *in, int rc)
+{
+    char err[PATH_MAX + 256];
+    if (manifest_save(in->o, in->m, err, sizeof err) < 0) {
         say_err("%s", err);
-        rc = 1;
-    } else if (rc == 0) {
-        printf("recorded in %s%s\n", root_of(o), MANIFEST_REL);
+        return 1;
     }
-    if (rc == 0) {
-        char want[2][PATH_MAX];
-        for (int i = 0; i < nlibs; i++)
-            snprintf(want[i], PATH_MAX, "%s", libs[i].rel);
-        if (refresh_cache(o, want, nlibs) < 0)
-            rc = 1;
+    if (rc != 0)
+        return rc;
+    printf("recorded in %s%s\n", root_of(in->o), MANIFEST_REL);
+    char want[2][PATH_MAX];
+    for (int i = 0; i < in->nlibs; i++)
+        snprintf(want[i], PATH_MAX, "%s", in->libs[i].rel);
+    return refresh_cache(in->o, want, in->nlibs) < 0 ? 1 : 0;
+}
+
+/* Everything after the checks: folders, files, preload, stale files, the record. */
+static int install_files(struct install *in)
+{
+    int folders = make_folders(in);
+    if (folders < 0)
+        return 1;
+    if (folders > 0)
+        return finish(in, 1);
+    if (write_files(in) < 0 || update_preload(in) < 0 || drop_stale_files(in) < 0)
+        return finish(in, 1);
+    return finish(in, 0);
+}
+
+int cmgr_install(const struct install_opts *o)
+{
+    struct install in = {.o = o};
+    snprintf(in.prefix, sizeof in.prefix, "%s", o->prefix);
+    if (check_prefix(in.prefix) < 0)
+        return 1;
+    for (size_t l = strlen(in.prefix); l > 1 && in.prefix[l - 1] == '/';)
+        in.prefix[--l] = '\0';
+    in.libs = calloc(2, sizeof *in.libs);
+    in.m = calloc(1, sizeof *in.m);
+    int rc = 1;
+    if (in.libs == NULL || in.m == NULL)
+        say_err("out of memory");
+    else if (load_libs(&in) == 0 && check_ours(&in) == 0) {
+        if (in.had)
+            printf("already installed at %s: updating\n", in.prefix);
+        rc = install_files(&in);
     }
-out:
-    for (int i = 0; libs && i < 2; i++)
-        free(libs[i].data);
-    free(libs);
-    free(m);
+    for (int i = 0; in.libs && i < 2; i++)
+        free(in.libs[i].data);
+    free(in.libs);
+    free(in.m);
     return rc;
 }
 
