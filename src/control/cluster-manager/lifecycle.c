@@ -127,8 +127,10 @@ int node_start_server(struct clm *clm, const struct node_rec *node, const struct
     return 0;
 }
 
-int lifecycle_recover(struct clm *clm, char *err, size_t errlen)
+/* Lock held: the sessions a previous run left "starting" end "failed". */
+static int recover_locked(struct clm *clm, char *err, size_t errlen)
 {
+    FLYT_ASSERT_HELD(&clm->lock);
     struct session_filter f = {.by_state = 1, .state = SESSION_STARTING};
     struct session_rec *ss;
     int n;
@@ -151,6 +153,14 @@ int lifecycle_recover(struct clm *clm, char *err, size_t errlen)
         flyt_info("%d session(s) left starting by the previous run failed; their nodes stop "
                   "them at their next heartbeat", n);
     return store_commit(clm->store, err, errlen);
+}
+
+int lifecycle_recover(struct clm *clm, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&clm->lock);   /* nothing else runs yet: the lock is for the asserts */
+    int rc = recover_locked(clm, err, errlen);
+    pthread_mutex_unlock(&clm->lock);
+    return rc;
 }
 
 /* Since when the manager has been able to hear every node: heartbeats missed before then
