@@ -454,57 +454,52 @@ static void answer_from(const struct ent *e, struct acquire_answer *ans)
     snprintf(ans->token, sizeof ans->token, "%s", e->s.token);
 }
 
-int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t errlen)
+/* Lock held: what pid's earlier requests left. 0 when a new session is to be made (with the
+ * process's start time); 1 when its live session answers; -1 with why it cannot be served. */
+static int acquire_existing_locked(pid_t pid, uint64_t deadline, struct acquire_answer *ans,
+                                   unsigned long long *start, char *err, size_t errlen)
 {
-    uint64_t t0 = cmgr_now_ms(), deadline = t0 + (uint64_t)sessions.c->acquire_timeout_ms;
-    unsigned long long start;
-    int ended;
-    struct ent *e;
-    pthread_mutex_lock(&sessions.lock);
+    FLYT_ASSERT_HELD(&sessions.lock);
     for (;;) {
+        int ended;
         if (sessions.stopping) {
-            pthread_mutex_unlock(&sessions.lock);
             snprintf(err, errlen, "the client manager is stopping");
             return -1;
         }
-        if (proc_start_time(pid, &start, &ended) < 0 || ended) {
-            pthread_mutex_unlock(&sessions.lock);
+        if (proc_start_time(pid, start, &ended) < 0 || ended) {
             snprintf(err, errlen, "process %d has ended", (int)pid);
             return -1;
         }
-        e = find_pid(pid);
-        if (e && e->start != start) { /* the pid was reused: that process ended */
+        struct ent *e = find_pid(pid);
+        if (e && e->start != *start) { /* the pid was reused: that process ended */
             process_ended(e);
-            continue;
-        }
-        if (e && e->state == ENT_ACQUIRING) { /* the same process asks twice at once */
+        } else if (e && e->state == ENT_ACQUIRING) { /* the same process asks twice at once */
             if (cmgr_now_ms() >= deadline) {
-                pthread_mutex_unlock(&sessions.lock);
                 snprintf(err, errlen, "an earlier request of process %d is still pending",
                          (int)pid);
                 return -1;
             }
             wait_until(deadline);
-            continue;
-        }
-        if (e && e->state == ENT_LIVE) {
+        } else if (e && e->state == ENT_LIVE) {
             answer_from(e, ans);
             sessions.reused++;
-            pthread_mutex_unlock(&sessions.lock);
-            flyt_debug("process %d asked again: session %s", (int)pid, ans->session_id);
+            return 1;
+        } else if (e && e->state == ENT_GONE) {
+            unlink_ent(e);
+        } else {
             return 0;
         }
-        if (e && e->state == ENT_GONE) {
-            unlink_ent(e);
-            continue;
-        }
-        break;
     }
-    e = calloc(1, sizeof *e);
+}
+
+/* Lock held: the entry of a session being made for pid, watched; NULL with why. */
+static struct ent *ent_new_locked(pid_t pid, unsigned long long start, char *err, size_t errlen)
+{
+    FLYT_ASSERT_HELD(&sessions.lock);
+    struct ent *e = calloc(1, sizeof *e);
     if (e == NULL) {
-        pthread_mutex_unlock(&sessions.lock);
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return NULL;
     }
     e->pid = pid;
     e->start = start;
@@ -515,73 +510,106 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
         if (e->pidfd < 0) {
             int saved = errno;
             free(e);
-            pthread_mutex_unlock(&sessions.lock);
             snprintf(err, errlen, "cannot watch process %d: %s", (int)pid, strerror(saved));
-            return -1;
+            return NULL;
         }
         /* pidfd_open after reading the start time: make sure it is still that process */
         unsigned long long again;
+        int ended;
         if (proc_start_time(pid, &again, &ended) < 0 || again != start)
             e->dead = 1;
     }
     e->next = sessions.list;
     sessions.list = e;
     wake_watcher();
-    pthread_mutex_unlock(&sessions.lock);
+    return e;
+}
 
-    char comm[64], cerr[512] = "";
-    process_name(pid, comm, sizeof comm);
-    struct cluster_session s;
+/* Lock NOT held: asks the cluster manager for e's session until it answers, the deadline
+ * passes, the process ends or the client manager stops (backing off between tries). */
+static enum cluster_outcome ask_cluster(struct ent *e, const char *comm, uint64_t deadline,
+                                        struct cluster_session *s, char *cerr, size_t cerrlen,
+                                        int *tries)
+{
     enum cluster_outcome o = CLUSTER_RETRY;
     uint64_t backoff = 250;
-    int tries = 0;
     for (;;) {
-        uint64_t now = cmgr_now_ms();
-        long left = (long)(deadline - now);
+        long left = (long)(deadline - cmgr_now_ms());
         if (left <= 0)
-            break;
-        long per_call = (long)sessions.c->request_timeout_ms < left ? (long)sessions.c->request_timeout_ms : left;
+            return o;
+        long per_call = (long)sessions.c->request_timeout_ms;
+        per_call = per_call < left ? per_call : left;
         if (per_call < 1000)
             per_call = 1000;
-        tries++;
-        o = cluster_session_create(sessions.c, pid, comm, per_call, &s, cerr, sizeof cerr);
+        ++*tries;
+        o = cluster_session_create(sessions.c, e->pid, comm, per_call, s, cerr, cerrlen);
         pthread_mutex_lock(&sessions.lock);
         note_cluster(o, cerr);
         int stop = o != CLUSTER_RETRY || sessions.stopping || e->dead;
         if (!stop) {
             flyt_info("session for process %d (%s) not obtained yet: %s; retrying in %.2f s",
-                      (int)pid, comm, cerr, (double)backoff / 1000.0);
+                      (int)e->pid, comm, cerr, (double)backoff / 1000.0);
             wait_until(cmgr_now_ms() + backoff);
             stop = sessions.stopping || e->dead;
         }
         pthread_mutex_unlock(&sessions.lock);
         if (stop)
-            break;
+            return o;
         backoff = backoff * 2 > 4000 ? 4000 : backoff * 2;
     }
+}
+
+/* Lock held: e's session made (it goes live unless its process ended or the client
+ * manager stops meanwhile). 0 with ans, or -1 with why. */
+static int acquired_locked(struct ent *e, struct cluster_session *s, struct acquire_answer *ans,
+                           char *err, size_t errlen)
+{
+    FLYT_ASSERT_HELD(&sessions.lock);
+    e->s = *s;
+    explicit_bzero(s->token, sizeof s->token);
+    if (s->vm_id[0] && strcmp(s->vm_id, sessions.c->vm_id) != 0)
+        flyt_warn("session %s belongs to VM %s, but vm_id is %s: check the config", s->id,
+                  s->vm_id, sessions.c->vm_id);
+    if (e->dead || sessions.stopping) {
+        end_ent(e, e->dead ? "process ended while the session was being made"
+                           : "the client manager is stopping");
+        snprintf(err, errlen, "%s", e->dead ? "the process ended" : "the client manager is stopping");
+        return -1;
+    }
+    e->state = ENT_LIVE;
+    e->next_alive = cmgr_now_ms() + (uint64_t)sessions.c->alive_interval_ms;
+    answer_from(e, ans);
+    sessions.acquired++;
+    return 0;
+}
+
+int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t errlen)
+{
+    uint64_t t0 = cmgr_now_ms(), deadline = t0 + (uint64_t)sessions.c->acquire_timeout_ms;
+    unsigned long long start;
+    pthread_mutex_lock(&sessions.lock);
+    int existing = acquire_existing_locked(pid, deadline, ans, &start, err, errlen);
+    struct ent *e = existing == 0 ? ent_new_locked(pid, start, err, errlen) : NULL;
+    pthread_mutex_unlock(&sessions.lock);
+    if (existing > 0)
+        flyt_debug("process %d asked again: session %s", (int)pid, ans->session_id);
+    if (e == NULL)
+        return existing > 0 ? 0 : -1;
+
+    char comm[64], cerr[512] = "";
+    process_name(pid, comm, sizeof comm);
+    struct cluster_session s;
+    int tries = 0;
+    enum cluster_outcome o = ask_cluster(e, comm, deadline, &s, cerr, sizeof cerr, &tries);
 
     pthread_mutex_lock(&sessions.lock);
     int rc = -1;
     if (o == CLUSTER_OK) {
-        e->s = s;
-        explicit_bzero(s.token, sizeof s.token);
-        if (s.vm_id[0] && strcmp(s.vm_id, sessions.c->vm_id) != 0)
-            flyt_warn("session %s belongs to VM %s, but vm_id is %s: check the config", s.id,
-                      s.vm_id, sessions.c->vm_id);
-        if (e->dead || sessions.stopping) {
-            end_ent(e, e->dead ? "process ended while the session was being made"
-                               : "the client manager is stopping");
-            snprintf(err, errlen, "%s", e->dead ? "the process ended" : "the client manager is stopping");
-        } else {
-            e->state = ENT_LIVE;
-            e->next_alive = cmgr_now_ms() + (uint64_t)sessions.c->alive_interval_ms;
-            answer_from(e, ans);
-            sessions.acquired++;
-            rc = 0;
+        rc = acquired_locked(e, &s, ans, err, errlen);
+        if (rc == 0)
             flyt_info("process %d (%s): session %s at %s (%.1f s, %d %s)", (int)pid, comm, s.id,
                       s.endpoint, (double)(cmgr_now_ms() - t0) / 1000.0, tries,
                       tries == 1 ? "try" : "tries");
-        }
     } else {
         sessions.acquire_failed++;
         if (o == CLUSTER_RETRY)
