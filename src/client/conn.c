@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flyt_cmgr_proto.h"
 #include "flyt_reader.h"
 #include "flyt_transport.h"
 
@@ -458,7 +459,6 @@ static void *receiver_thread(void *arg)
  * server means "no GPU", never a hang. */
 
 #define DEFAULT_CLIENT_MANAGER "/run/flyt/client.sock"
-#define MANAGER_LINE_MAX 4096
 
 struct target {
     char endpoint[512];
@@ -482,28 +482,6 @@ static long ms_left(const struct timespec *deadline)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (deadline->tv_sec - t.tv_sec) * 1000L + (deadline->tv_nsec - t.tv_nsec) / 1000000L;
-}
-
-/* Copies the value of "key=" out of a reply line ("message" runs to the end
- * of the line; other values end at a space). 1 when present and it fits. */
-static int line_field(const char *line, const char *key, char *out, size_t outlen)
-{
-    size_t kl = strlen(key);
-    for (const char *p = line; *p;) {
-        while (*p == ' ')
-            p++;
-        if (strncmp(p, key, kl) == 0 && p[kl] == '=') {
-            const char *v = p + kl + 1;
-            size_t n = strcmp(key, "message") == 0 ? strlen(v) : strcspn(v, " ");
-            if (n >= outlen)
-                return 0;
-            memcpy(out, v, n);
-            out[n] = '\0';
-            return 1;
-        }
-        p += strcspn(p, " ");
-    }
-    return 0;
 }
 
 /* Asks the client manager for this process's server. 0 with t filled, or -1
@@ -538,8 +516,8 @@ static int ask_client_manager(struct target *t, char *why, size_t whylen)
         close(fd);
         return -1;
     }
-    char line[MANAGER_LINE_MAX];
-    int n = snprintf(line, sizeof line, "op=acquire pid=%ld\n", (long)getpid());
+    char line[FLYT_CMGR_LINE_MAX];
+    int n = flyt_cmgr_format_request(line, sizeof line, FLYT_CMGR_ACQUIRE, (long)getpid());
     if (send(fd, line, (size_t)n, MSG_NOSIGNAL) != n) {
         snprintf(why, whylen, "the client manager at %s: %s", path, strerror(errno));
         close(fd);
@@ -580,24 +558,24 @@ static int ask_client_manager(struct target *t, char *why, size_t whylen)
     close(fd);
     *nl = '\0';
     char status[16], msg[512];
-    if (!line_field(line, "status", status, sizeof status)) {
+    if (!flyt_cmgr_field(line, "status", status, sizeof status)) {
         snprintf(why, whylen, "the client manager at %s sent a malformed answer", path);
         return -1;
     }
     if (strcmp(status, "ok") != 0) {
-        if (!line_field(line, "message", msg, sizeof msg))
+        if (!flyt_cmgr_field(line, "message", msg, sizeof msg))
             snprintf(msg, sizeof msg, "no reason given");
         snprintf(why, whylen, "the client manager at %s could not get a GPU: %s", path, msg);
         return -1;
     }
-    if (!line_field(line, "endpoint", t->endpoint, sizeof t->endpoint)) {
+    if (!flyt_cmgr_field(line, "endpoint", t->endpoint, sizeof t->endpoint)) {
         snprintf(why, whylen, "the client manager at %s answered without an endpoint", path);
         return -1;
     }
-    if (!line_field(line, "token", t->token, sizeof t->token))
+    if (!flyt_cmgr_field(line, "token", t->token, sizeof t->token))
         t->token[0] = '\0';
     char session[96];
-    if (line_field(line, "session", session, sizeof session))
+    if (flyt_cmgr_field(line, "session", session, sizeof session))
         snprintf(t->origin, sizeof t->origin, "session %s from the client manager", session);
     else
         snprintf(t->origin, sizeof t->origin, "the client manager");

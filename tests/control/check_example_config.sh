@@ -8,8 +8,8 @@ trap 'rm -rf "$dir"' EXIT
 openssl rand -hex 32 > "$dir/operator.token" 2>/dev/null || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/operator.token"
 chmod 600 "$dir/operator.token"
 sed -e "s|^operator_token_file = .*|operator_token_file = $dir/operator.token|" \
-    -e "s|^store = .*|store = sqlite:$dir/cluster.db|" "$example" > "$dir/cm.conf"
-"$binary" --check-config "$dir/cm.conf"
+    -e "s|^store = .*|store = sqlite:$dir/cluster.db|" "$example" > "$dir/clm.conf"
+"$binary" --check-config "$dir/clm.conf"
 # and every key the daemon accepts is in the example
 for key in $("$binary" --help | awk '/^  [a-z_]+ +(string|int|bool|size|duration) /{print $1}'); do
   grep -q "^$key = " "$example" || { echo "configs/cluster-manager.conf lacks $key"; exit 1; }

@@ -6,6 +6,8 @@
  *   release: acquire, release, acquire (exit 0 when the second session differs)
  *   hold: acquire, print "held", sleep SECONDS
  */
+#include "flyt_cmgr_proto.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,10 +51,8 @@ static int ask(const char *fmt, long pid, char *out, size_t cap)
 
 static void session_of(const char *line, char *id, size_t cap)
 {
-    const char *p = strstr(line, "session=");
-    id[0] = '\0';
-    if (p)
-        snprintf(id, cap, "%.*s", (int)strcspn(p + 8, " "), p + 8);
+    if (!flyt_cmgr_field(line, "session", id, cap))
+        id[0] = '\0';
 }
 
 int main(int argc, char **argv)

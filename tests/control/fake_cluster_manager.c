@@ -36,22 +36,22 @@ static struct {
     int next_id;
     char live[MAX_SESSIONS][32];
     int nlive;
-} F = {.lock = PTHREAD_MUTEX_INITIALIZER, .next_id = 1};
+} fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .next_id = 1};
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void logf_(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(F.log, fmt, ap);
+    vfprintf(fake.log, fmt, ap);
     va_end(ap);
-    fputc('\n', F.log);
-    fflush(F.log);
+    fputc('\n', fake.log);
+    fflush(fake.log);
 }
 
 static int authorized(const struct flyt_http_request *req, struct flyt_http_response *res)
 {
-    if (req->token == NULL || strcmp(req->token, F.vm_token) != 0) {
+    if (req->token == NULL || strcmp(req->token, fake.vm_token) != 0) {
         flyt_http_reply_error(res, 401, "unauthorized", "missing or unknown token");
         return 0;
     }
@@ -61,8 +61,8 @@ static int authorized(const struct flyt_http_request *req, struct flyt_http_resp
 /* lock held: index of a live session, -1 if none */
 static int find_live(const char *id)
 {
-    for (int i = 0; i < F.nlive; i++)
-        if (strcmp(F.live[i], id) == 0)
+    for (int i = 0; i < fake.nlive; i++)
+        if (strcmp(fake.live[i], id) == 0)
             return i;
     return -1;
 }
@@ -77,31 +77,31 @@ static void h_create(void *ctx, const struct flyt_http_request *req, struct flyt
         flyt_http_reply_error(res, 400, "bad_request", "pid: expected a positive integer");
         return;
     }
-    if (F.refuse_file && access(F.refuse_file, F_OK) == 0) {
+    if (fake.refuse_file && access(fake.refuse_file, F_OK) == 0) {
         flyt_http_reply_error(res, 409, "no_capacity",
                               "needs 64 SMs and 20 GiB; best GPU node-a/0 has 8 SMs free");
         return;
     }
-    if (F.fail_file && access(F.fail_file, F_OK) == 0) {
+    if (fake.fail_file && access(fake.fail_file, F_OK) == 0) {
         flyt_http_reply_error(res, 503, "unavailable", "the node could not start the server");
         return;
     }
     const char *proc = json_string_value(json_object_get(req->body, "process"));
     char id[32], token[256];
-    pthread_mutex_lock(&F.lock);
-    snprintf(id, sizeof id, "s-%d", F.next_id++);
-    if (F.nlive < MAX_SESSIONS)
-        snprintf(F.live[F.nlive++], sizeof F.live[0], "%s", id);
+    pthread_mutex_lock(&fake.lock);
+    snprintf(id, sizeof id, "s-%d", fake.next_id++);
+    if (fake.nlive < MAX_SESSIONS)
+        snprintf(fake.live[fake.nlive++], sizeof fake.live[0], "%s", id);
     logf_("create %s pid=%lld process=%s", id, (long long)json_integer_value(pid),
           proc ? proc : "-");
-    pthread_mutex_unlock(&F.lock);
-    if (F.keylen)
-        flyt_session_token_make(F.key, F.keylen, id, (long long)time(NULL) + 3600, token,
+    pthread_mutex_unlock(&fake.lock);
+    if (fake.keylen)
+        flyt_session_token_make(fake.key, fake.keylen, id, (long long)time(NULL) + 3600, token,
                                 sizeof token);
     else
         snprintf(token, sizeof token, "tok-%s", id);
     json_t *s = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", id, "vm_id", "vm-test", "pid",
-                          json_integer_value(pid), "endpoint", F.endpoint, "state", "active");
+                          json_integer_value(pid), "endpoint", fake.endpoint, "state", "active");
     flyt_http_reply_json(res, 201, json_pack("{s:o, s:s}", "session", s, "token", token));
 }
 
@@ -110,12 +110,12 @@ static void h_delete(void *ctx, const struct flyt_http_request *req, struct flyt
     (void)ctx;
     if (!authorized(req, res))
         return;
-    pthread_mutex_lock(&F.lock);
+    pthread_mutex_lock(&fake.lock);
     int i = find_live(req->params[0]);
     if (i >= 0)
-        memcpy(F.live[i], F.live[--F.nlive], sizeof F.live[0]);
+        memcpy(fake.live[i], fake.live[--fake.nlive], sizeof fake.live[0]);
     logf_("release %s%s", req->params[0], i >= 0 ? "" : " unknown");
-    pthread_mutex_unlock(&F.lock);
+    pthread_mutex_unlock(&fake.lock);
     if (i < 0)
         flyt_http_reply_error(res, 404, "not_found", "no session %s", req->params[0]);
     else
@@ -127,10 +127,10 @@ static void h_alive(void *ctx, const struct flyt_http_request *req, struct flyt_
     (void)ctx;
     if (!authorized(req, res))
         return;
-    pthread_mutex_lock(&F.lock);
+    pthread_mutex_lock(&fake.lock);
     int i = find_live(req->params[0]);
     logf_("alive %s%s", req->params[0], i >= 0 ? "" : " unknown");
-    pthread_mutex_unlock(&F.lock);
+    pthread_mutex_unlock(&fake.lock);
     if (i < 0)
         flyt_http_reply_error(res, 404, "not_found", "no session %s", req->params[0]);
     else
@@ -159,28 +159,28 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'l': listen = optarg; break;
-        case 't': F.vm_token = optarg; break;
-        case 'e': F.endpoint = optarg; break;
+        case 't': fake.vm_token = optarg; break;
+        case 'e': fake.endpoint = optarg; break;
         case 'o': log = optarg; break;
-        case 'f': F.next_id = atoi(optarg); break;
+        case 'f': fake.next_id = atoi(optarg); break;
         case 'k':
-            if (flyt_hex_decode(optarg, F.key, sizeof F.key, &F.keylen) < 0) {
+            if (flyt_hex_decode(optarg, fake.key, sizeof fake.key, &fake.keylen) < 0) {
                 fprintf(stderr, "bad --session-key\n");
                 return 2;
             }
             break;
-        case 'r': F.refuse_file = optarg; break;
-        case 'x': F.fail_file = optarg; break;
+        case 'r': fake.refuse_file = optarg; break;
+        case 'x': fake.fail_file = optarg; break;
         default: return 2;
         }
     }
-    if (!listen || !F.vm_token || !F.endpoint || !log) {
+    if (!listen || !fake.vm_token || !fake.endpoint || !log) {
         fprintf(stderr, "usage: fake_cluster_manager --listen HOST:PORT --vm-token T "
                         "--endpoint ADDR --log FILE [...]\n");
         return 2;
     }
-    F.log = fopen(log, "a");
-    if (F.log == NULL) {
+    fake.log = fopen(log, "a");
+    if (fake.log == NULL) {
         perror(log);
         return 2;
     }
@@ -200,6 +200,6 @@ int main(int argc, char **argv)
     int sig;
     sigwait(&set, &sig);
     flyt_http_stop(s);
-    fclose(F.log);
+    fclose(fake.log);
     return 0;
 }

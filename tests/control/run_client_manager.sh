@@ -6,7 +6,7 @@
 #   LIB_PATH: the CUDA programs' LD_LIBRARY_PATH: Flyt's libcuda.so.1 first, then NVIDIA's
 #   libcudart.so.13 (the programs link NVIDIA's runtime, without an RPATH)
 set -u
-cmgr=$1 fakecm=$2 probe=$3 server=$4 libpath=$5 test_host=$6 noserver=$7 example=$8
+cmgr=$1 fake_clm=$2 probe=$3 server=$4 libpath=$5 test_host=$6 noserver=$7 example=$8
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -24,16 +24,17 @@ wait_socket() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; don
 
 vm_token=$(printf 'a%.0s' $(seq 64))
 printf '%s\n' "$vm_token" > "$tmp/vm.token"; chmod 600 "$tmp/vm.token"
-cm_log=$tmp/cm.log
+clm_log=$tmp/clm.log
 # a port the kernel says is free now, so that runs side by side do not collide
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-cm_pid=
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port=$(free_port) metrics_port=$(free_port)
+clm_pid=
 start_cm() { # FIRST_ID [ENDPOINT [more options]]
   local first=$1 endpoint=${2:-unix:$tmp/s.sock}; shift; shift
-  "$fakecm" --listen "127.0.0.1:$port" --vm-token "$vm_token" --endpoint "$endpoint" \
-    --log "$cm_log" --first-id "$first" --refuse-file "$tmp/refuse" --fail-file "$tmp/fail" "$@" \
-    > "$tmp/fakecm.out" 2>&1 & cm_pid=$!; pids+=($cm_pid)
-  wait_for 5 listening "$tmp/fakecm.out" || { echo "FAIL: fake cluster manager did not start"; cat "$tmp/fakecm.out"; exit 1; }
+  "$fake_clm" --listen "127.0.0.1:$port" --vm-token "$vm_token" --endpoint "$endpoint" \
+    --log "$clm_log" --first-id "$first" --refuse-file "$tmp/refuse" --fail-file "$tmp/fail" "$@" \
+    > "$tmp/fake_clm.out" 2>&1 & clm_pid=$!; pids+=($clm_pid)
+  wait_for 5 listening "$tmp/fake_clm.out" || { echo "FAIL: fake cluster manager did not start"; cat "$tmp/fake_clm.out"; exit 1; }
 }
 write_conf() { # FILE WATCH
   cat > "$1" <<EOF
@@ -50,13 +51,13 @@ request_timeout = 3s
 retry_max_backoff = 2s
 shutdown_timeout = 5s
 process_watch = $2
-metrics_listen = 127.0.0.1:$(( port + 1 ))
+metrics_listen = 127.0.0.1:$metrics_port
 EOF
 }
 mgr_pid=
 start_mgr() { # WATCH
-  write_conf "$tmp/cm.conf" "$1"
-  "$cmgr" --config "$tmp/cm.conf" > "$tmp/mgr.log" 2>&1 & mgr_pid=$!; pids+=($mgr_pid)
+  write_conf "$tmp/cmgr.conf" "$1"
+  "$cmgr" --config "$tmp/cmgr.conf" > "$tmp/mgr.log" 2>&1 & mgr_pid=$!; pids+=($mgr_pid)
   wait_socket "$tmp/run/client.sock" || { echo "FAIL: client manager did not start"; cat "$tmp/mgr.log"; exit 1; }
 }
 stop_mgr() {
@@ -64,7 +65,7 @@ stop_mgr() {
   return $st
 }
 # session id the fake handed to pid $1
-session_of_pid() { sed -n "s/^create \(s-[0-9]*\) pid=$1 .*/\1/p" "$cm_log" | tail -1; }
+session_of_pid() { sed -n "s/^create \(s-[0-9]*\) pid=$1 .*/\1/p" "$clm_log" | tail -1; }
 
 echo "== command line and config"
 "$cmgr" --version | grep -q "^flyt-client-manager [0-9]" && pass "--version" || fail "--version"
@@ -103,12 +104,12 @@ wait $host; st=$?
 [ $st = 0 ] && pass "test_client_host passed through the client manager: $(tail -1 "$tmp/host.out")" \
   || { cat "$tmp/host.out"; fail "test_client_host via the client manager"; }
 sid=$(session_of_pid $host)
-[ -n "$sid" ] && pass "the cluster manager made session $sid for pid $host" || fail "no session for pid $host: $(cat "$cm_log")"
-wait_for 5 "^release $sid\$" "$cm_log" && pass "released $sid after the program exited" || fail "no release of $sid"
+[ -n "$sid" ] && pass "the cluster manager made session $sid for pid $host" || fail "no session for pid $host: $(cat "$clm_log")"
+wait_for 5 "^release $sid\$" "$clm_log" && pass "released $sid after the program exited" || fail "no release of $sid"
 
 echo "== the protocol: same pid, same session; pid must be the caller's"
 "$probe" "$tmp/run/client.sock" twice > "$tmp/p.out" 2>&1 & p=$!; wait $p; st=$?
-[ $st = 0 ] && [ "$(grep -c "^create .* pid=$p " "$cm_log")" = 1 ] && pass "asked twice, one session: $(head -1 "$tmp/p.out" | cut -c1-60)..." || { cat "$tmp/p.out"; fail "twice"; }
+[ $st = 0 ] && [ "$(grep -c "^create .* pid=$p " "$clm_log")" = 1 ] && pass "asked twice, one session: $(head -1 "$tmp/p.out" | cut -c1-60)..." || { cat "$tmp/p.out"; fail "twice"; }
 "$probe" "$tmp/run/client.sock" wrong-pid > "$tmp/p.out" 2>&1 && grep -q "is not the caller" "$tmp/p.out" \
   && pass "asking for another pid refused: $(cat "$tmp/p.out")" || { cat "$tmp/p.out"; fail "wrong-pid"; }
 "$probe" "$tmp/run/client.sock" garbage > "$tmp/p.out" 2>&1 && pass "malformed request: $(cat "$tmp/p.out")" || { cat "$tmp/p.out"; fail "garbage"; }
@@ -119,11 +120,11 @@ echo "== kill -9 (pidfd), and alive pings"
 "$probe" "$tmp/run/client.sock" hold 60 > "$tmp/h1.out" 2>&1 & h1=$!; pids+=($h1)
 wait_for 10 held "$tmp/h1.out" || fail "holder got no session: $(cat "$tmp/h1.out")"
 s1=$(session_of_pid $h1)
-wait_for 4 "^alive $s1\$" "$cm_log" && pass "alive pings for $s1 while its process runs" || fail "no alive for $s1"
+wait_for 4 "^alive $s1\$" "$clm_log" && pass "alive pings for $s1 while its process runs" || fail "no alive for $s1"
 kill -9 $h1; wait $h1 2>/dev/null
-wait_for 5 "^release $s1\$" "$cm_log" && pass "released $s1 after kill -9" || fail "no release of $s1 after kill -9"
+wait_for 5 "^release $s1\$" "$clm_log" && pass "released $s1 after kill -9" || fail "no release of $s1 after kill -9"
 
-metrics=$( (exec 3<>/dev/tcp/127.0.0.1/$(( port + 1 )) && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>&1)
+metrics=$( (exec 3<>/dev/tcp/127.0.0.1/$metrics_port && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>&1)
 grep -q '^flyt_client_manager_released_total [1-9]' <<<"$metrics" && grep -q '^flyt_client_manager_sessions{state="live"} 0' <<<"$metrics" \
   && pass "metrics: $(grep -E '^flyt_client_manager_(released|acquired)_total' <<<"$metrics" | tr '\n' ' ')" || fail "metrics: $metrics"
 
@@ -131,13 +132,13 @@ echo "== the cluster manager briefly unreachable"
 "$probe" "$tmp/run/client.sock" hold 60 > "$tmp/h2.out" 2>&1 & h2=$!; pids+=($h2)
 wait_for 10 held "$tmp/h2.out" || fail "holder 2 got no session"
 s2=$(session_of_pid $h2)
-kill "$cm_pid"; wait "$cm_pid" 2>/dev/null
+kill "$clm_pid"; wait "$clm_pid" 2>/dev/null
 kill -9 $h2; wait $h2 2>/dev/null
 "$probe" "$tmp/run/client.sock" hold 60 > "$tmp/h3.out" 2>&1 & h3=$!; pids+=($h3)
 sleep 2
 grep -q "unreachable" "$tmp/mgr.log" && pass "logged: $(grep -m1 unreachable "$tmp/mgr.log" | cut -d' ' -f3-)" || fail "no unreachable log"
 start_cm 100
-wait_for 8 "^release $s2" "$cm_log" && pass "released $s2 (killed during the outage) once it was back" || fail "no release of $s2 after the outage"
+wait_for 8 "^release $s2" "$clm_log" && pass "released $s2 (killed during the outage) once it was back" || fail "no release of $s2 after the outage"
 wait_for 8 held "$tmp/h3.out" && pass "a request made during the outage got a session after retries" || fail "request during outage: $(cat "$tmp/h3.out")"
 grep -q "answers again" "$tmp/mgr.log" && pass "logged the return" || fail "no 'answers again' log"
 s3=$(session_of_pid $h3)
@@ -155,7 +156,7 @@ echo "== stopping releases every session"
 wait_for 10 held "$tmp/h4.out" || fail "holder 4 got no session"
 s4=$(session_of_pid $h4)
 stop_mgr && pass "SIGTERM: exit status 0" || fail "client manager exit status $?"
-grep -q "^release $s3\$" "$cm_log" && grep -q "^release $s4\$" "$cm_log" && pass "released $s3 and $s4 on stop" || fail "stop did not release $s3 $s4: $(tail -5 "$cm_log")"
+grep -q "^release $s3\$" "$clm_log" && grep -q "^release $s4\$" "$clm_log" && pass "released $s3 and $s4 on stop" || fail "stop did not release $s3 $s4: $(tail -5 "$clm_log")"
 [ ! -e "$tmp/run/client.sock" ] && pass "socket removed" || fail "socket left behind"
 kill $h3 $h4 2>/dev/null
 
@@ -166,10 +167,10 @@ grep -q "watching processes through /proc" "$tmp/mgr.log" && pass "process_watch
 wait_for 10 held "$tmp/h5.out" || fail "holder 5 got no session"
 s5=$(session_of_pid $h5)
 kill -9 $h5; wait $h5 2>/dev/null
-wait_for 5 "^release $s5\$" "$cm_log" && pass "released $s5 after kill -9 (/proc)" || fail "no release of $s5 (/proc)"
+wait_for 5 "^release $s5\$" "$clm_log" && pass "released $s5 after kill -9 (/proc)" || fail "no release of $s5 (/proc)"
 "$probe" "$tmp/run/client.sock" acquire > "$tmp/p.out" 2>&1 & p=$!; wait $p
 s6=$(session_of_pid $p)
-wait_for 5 "^release $s6\$" "$cm_log" && pass "released $s6 after a normal exit (/proc)" || fail "no release of $s6 (/proc)"
+wait_for 5 "^release $s6\$" "$clm_log" && pass "released $s6 after a normal exit (/proc)" || fail "no release of $s6 (/proc)"
 stop_mgr || fail "exit status (/proc)"
 
 echo "== session tokens end to end: a server that admits only its own session"
@@ -178,7 +179,7 @@ printf '%s\n' "$key" > "$tmp/session.key"; chmod 600 "$tmp/session.key"
 "$server" --backend host --listen "unix:$tmp/auth.sock" --session-id s-500 \
   --session-key-file "$tmp/session.key" > "$tmp/auth-server.log" 2>&1 & pids+=($!)
 wait_socket "$tmp/auth.sock" || { cat "$tmp/auth-server.log"; fail "admission server did not start"; }
-kill "$cm_pid"; wait "$cm_pid" 2>/dev/null
+kill "$clm_pid"; wait "$clm_pid" 2>/dev/null
 start_cm 500 "unix:$tmp/auth.sock" --session-key "$key"
 start_mgr auto
 env -u FLYT_SERVER FLYT_CLIENT_MANAGER="$tmp/run/client.sock" LD_LIBRARY_PATH="$libpath" \
@@ -190,12 +191,12 @@ grep -q "session s-500 admitted" "$tmp/auth-server.log" && pass "the server logg
 env -u FLYT_SERVER FLYT_CLIENT_MANAGER="$tmp/run/client.sock" LD_LIBRARY_PATH="$libpath" timeout 30 \
   "$noserver" > "$tmp/host.out" 2>&1 || { cat "$tmp/host.out"; fail "a token for another session was not refused"; }
 grep -q "refused the session token" "$tmp/host.out" && pass "a token for another session refused: $(grep -m1 'flyt:' "$tmp/host.out")" || { cat "$tmp/host.out"; fail "refusal message"; }
-wait_for 5 "^release s-501" "$cm_log" || fail "s-501 not released"
+wait_for 5 "^release s-501" "$clm_log" || fail "s-501 not released"
 stop_mgr || fail "exit status (tokens)"
 
-creates=$(grep -c '^create' "$cm_log"); releases=$(grep -cE '^release s-[0-9]+( unknown)?$' "$cm_log")
+creates=$(grep -c '^create' "$clm_log"); releases=$(grep -cE '^release s-[0-9]+( unknown)?$' "$clm_log")
 echo "cluster manager saw $creates creations and $releases releases"
-[ "$creates" = "$releases" ] && pass "every session made was released" || { cat "$cm_log"; fail "creations and releases differ"; }
+[ "$creates" = "$releases" ] && pass "every session made was released" || { cat "$clm_log"; fail "creations and releases differ"; }
 if grep -qE "ERROR|AddressSanitizer|runtime error" "$tmp/mgr.log"; then fail "errors in the client manager log"; grep -E "ERROR|Sanitizer|runtime error" "$tmp/mgr.log"; fi
 [ $rc = 0 ] && echo "all client manager checks passed" || { echo "--- client manager log"; tail -40 "$tmp/mgr.log"; }
 exit $rc

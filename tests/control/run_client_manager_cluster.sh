@@ -28,19 +28,22 @@ sid_of_pid() { "$ctl" --json session list | awk -v pid="$1" '
   /"id": "/ { match($0, /"id": "[^"]*"/); id = substr($0, RSTART + 7, RLENGTH - 8) }
   $0 ~ ("\"pid\": " pid ",?$") { print id; exit }'; }
 
-base=$(( 20000 + RANDOM % 20000 ))
-cm_port=$base nm_port=$(( base + 1 )) srv_min=$(( base + 2 )) srv_max=$(( base + 40 ))
+# the managers listen on ports the kernel picks; the servers' range is derived from this
+# shell's pid, so that runs side by side do not collide
+srv_min=$(( 20000 + ($$ % 1000) * 40 )) srv_max=$(( 20000 + ($$ % 1000) * 40 + 38 ))
 printf '%s\n' "$(printf 'c%.0s' $(seq 64))" > "$tmp/operator.token"; chmod 600 "$tmp/operator.token"
 cat > "$tmp/cluster.conf" <<EOF
-listen = 127.0.0.1:$cm_port
+listen = 127.0.0.1:0
 store = sqlite:$tmp/cluster.db
 operator_token_file = operator.token
 heartbeat_interval = 1s
 node_timeout = 30s
 log_level = info
 EOF
-"$clm" --config "$tmp/cluster.conf" > "$tmp/cluster.log" 2>&1 & pids+=($!)
-export FLYT_CM_URL=http://127.0.0.1:$cm_port FLYT_OPERATOR_TOKEN_FILE=$tmp/operator.token
+"$clm" --config "$tmp/cluster.conf" --port-file "$tmp/cluster.port" > "$tmp/cluster.log" 2>&1 & pids+=($!)
+wait_until 10 test -s "$tmp/cluster.port" || die "cluster manager did not start"
+clm_port=$(cat "$tmp/cluster.port")
+export FLYT_CM_URL=http://127.0.0.1:$clm_port FLYT_OPERATOR_TOKEN_FILE=$tmp/operator.token
 wait_until 10 "$ctl" status || die "cluster manager did not start"
 
 "$ctl" --json node add node-a --host-ip 127.0.0.1 > "$tmp/node.json" || die "node add"
@@ -53,8 +56,8 @@ json_field token < "$tmp/vm.json" > "$tmp/vm.token"; chmod 600 "$tmp/vm.token"
 cat > "$tmp/node.conf" <<EOF
 node_id = node-a
 node_token_file = node.token
-cluster_manager = http://127.0.0.1:$cm_port
-listen = 127.0.0.1:$nm_port
+cluster_manager = http://127.0.0.1:$clm_port
+listen = 127.0.0.1:0
 advertise_host = 127.0.0.1
 server_path = $server
 server_listen_host = 127.0.0.1
@@ -69,7 +72,7 @@ wait_until 15 sh -c "'$ctl' --json node show node-a | grep -q '\"state\": \"read
 pass "cluster manager, node manager (test mode) up; node-a ready"
 
 cat > "$tmp/client.conf" <<EOF
-cluster_manager = http://127.0.0.1:$cm_port
+cluster_manager = http://127.0.0.1:$clm_port
 vm_id = vm-1
 vm_token_file = vm.token
 socket = $tmp/client.sock

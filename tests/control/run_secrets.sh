@@ -5,7 +5,7 @@
 # at start with the file named and the fix (chmod 600 / 700).
 # usage: run_secrets.sh flyt-cluster-manager flyt-node-manager flyt-server
 set -uo pipefail
-cm=$1 nm=$2 server=$3
+clm=$1 nm=$2 server=$3
 dir=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
@@ -17,15 +17,15 @@ mode() { stat -c %a "$1"; }
 umask 022 # what a daemon started by hand usually gets
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/operator.token"
 chmod 600 "$dir/operator.token"
-cat > "$dir/cm.conf" <<CONF
+cat > "$dir/clm.conf" <<CONF
 listen = 127.0.0.1:0
 store = "sqlite:$dir/cluster.db"
 operator_token_file = $dir/operator.token
 CONF
 
-start_cm() { # waits for the port file; 0 when it listens
+start_clm() { # waits for the port file; 0 when it listens
   rm -f "$dir/port"
-  "$cm" --config "$dir/cm.conf" --port-file "$dir/port" > "$dir/cm.log" 2>&1 &
+  "$clm" --config "$dir/clm.conf" --port-file "$dir/port" > "$dir/clm.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do
     [ -s "$dir/port" ] && return 0
@@ -36,16 +36,16 @@ start_cm() { # waits for the port file; 0 when it listens
 }
 stop_cm() { kill "$pid"; wait "$pid"; pid=; }
 refused_with() { # file-named text: the daemon exits at start, saying it
-  "$cm" --config "$dir/cm.conf" --port-file "$dir/port" > "$dir/cm.log" 2>&1 &
+  "$clm" --config "$dir/clm.conf" --port-file "$dir/port" > "$dir/clm.log" 2>&1 &
   local p=$! rc
   for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
   if kill -0 "$p" 2>/dev/null; then kill "$p"; wait "$p"; return 1; fi
   wait "$p"; rc=$?
-  [ "$rc" != 0 ] && grep -q -- "$1" "$dir/cm.log" && grep -q "chmod 600" "$dir/cm.log"
+  [ "$rc" != 0 ] && grep -q -- "$1" "$dir/clm.log" && grep -q "chmod 600" "$dir/clm.log"
 }
 
 echo "== the cluster manager's store is private"
-start_cm && pass "flyt-cluster-manager started on a new SQLite store" || fail "start: $(cat "$dir/cm.log")"
+start_clm && pass "flyt-cluster-manager started on a new SQLite store" || fail "start: $(cat "$dir/clm.log")"
 for f in "$dir"/cluster.db*; do
   [ "$(mode "$f")" = 600 ] && pass "$(basename "$f") is 0600" || fail "$(basename "$f") is $(mode "$f")"
 done
@@ -53,18 +53,18 @@ stop_cm
 
 echo "== a store others can read is refused"
 chmod 644 "$dir/cluster.db"
-refused_with "cluster.db is open to other users" && pass "refused: $(grep -m1 'open to other' "$dir/cm.log")" \
-  || fail "a world-readable store was not refused: $(cat "$dir/cm.log")"
+refused_with "cluster.db is open to other users" && pass "refused: $(grep -m1 'open to other' "$dir/clm.log")" \
+  || fail "a world-readable store was not refused: $(cat "$dir/clm.log")"
 chmod 600 "$dir/cluster.db"
 [ -e "$dir/cluster.db-wal" ] && chmod 640 "$dir/cluster.db-wal" && {
   refused_with "cluster.db-wal is open to other users" && pass "a group-readable WAL file refused" \
-    || fail "the WAL file: $(cat "$dir/cm.log")"
+    || fail "the WAL file: $(cat "$dir/clm.log")"
   chmod 600 "$dir/cluster.db-wal"; }
 chmod 644 "$dir/operator.token"
 refused_with "operator.token is open to other users" && pass "a world-readable operator token refused" \
-  || fail "operator token: $(cat "$dir/cm.log")"
+  || fail "operator token: $(cat "$dir/clm.log")"
 chmod 600 "$dir/operator.token"
-start_cm && pass "all private again: it starts" || fail "restart: $(cat "$dir/cm.log")"
+start_clm && pass "all private again: it starts" || fail "restart: $(cat "$dir/clm.log")"
 stop_cm
 
 echo "== the node manager's token and state dir"

@@ -4,7 +4,7 @@
  * no-fit refusal, release, ended reports, idle release), bad input answered with clear
  * errors and nothing changed, node loss and return, metrics, events, restart. */
 #include "check.h"
-#include "cm_harness.h"
+#include "clm_harness.h"
 #include "flyt_log.h"
 #include "flyt_token.h"
 #include "rawhttp.h"
@@ -18,16 +18,22 @@
 #define GiB (1024LL * 1024 * 1024)
 #define MAX_GROUPS_SEEN 64
 
-static struct cm_proc cm;
+static struct clm_proc clm;
 static struct fake_nm nma, nmb;
 static char vma_token[65], vmb_token[65], vmc_token[65];
 
-static const char *T(void) { return cm.op_token; }
+static const char *T(void) { return clm.op_token; }
 
 static void expect_error(long status, json_t *ans, long want, const char *code, const char *text)
 {
     const char *c = jstr(ans, "error.code"), *m = jstr(ans, "error.message");
-    CHECK(status == want && c && strcmp(c, code) == 0 && m && (!text || strstr(m, text)),
+    CHECK_EQ(status, want,
+          "%ld %s: %s", status, c ? c : "?", m ? m : call_err);
+    CHECK(c,
+          "%ld %s: %s", status, c ? c : "?", m ? m : call_err);
+    CHECK_STR_EQ(c, code,
+          "%ld %s: %s", status, c ? c : "?", m ? m : call_err);
+    CHECK(m && (!text || strstr(m, text)),
           "%ld %s: %s", status, c ? c : "?", m ? m : call_err);
     json_decref(ans);
 }
@@ -36,8 +42,8 @@ static void expect_error(long status, json_t *ans, long want, const char *code, 
 static char *snapshot(const char *path)
 {
     json_t *a;
-    long st = call(&cm, "GET", path, T(), NULL, &a);
-    CHECK(st == 200, "GET %s", path);
+    long st = call(&clm, "GET", path, T(), NULL, &a);
+    CHECK_EQ(st, 200, "GET %s", path);
     /* drop what legitimately changes between two reads */
     json_t *nodes = json_object_get(a, "nodes");
     size_t i;
@@ -66,7 +72,7 @@ static char *state_snapshot(void)
 static int last_event_id(void)
 {
     json_t *a;
-    CHECK(call(&cm, "GET", "/v1/events?limit=10000", T(), NULL, &a) == 200, "events");
+    CHECK_EQ(call(&clm, "GET", "/v1/events?limit=10000", T(), NULL, &a), 200, "events");
     json_t *ev = json_object_get(a, "events");
     int id = json_array_size(ev) ? (int)jint(json_array_get(ev, json_array_size(ev) - 1), "id") : 0;
     json_decref(a);
@@ -76,7 +82,7 @@ static int last_event_id(void)
 static int has_event(const char *kind, const char *subject)
 {
     json_t *a;
-    CHECK(call(&cm, "GET", "/v1/events?limit=10000", T(), NULL, &a) == 200, "events");
+    CHECK_EQ(call(&clm, "GET", "/v1/events?limit=10000", T(), NULL, &a), 200, "events");
     size_t i;
     json_t *e;
     int found = 0;
@@ -91,7 +97,7 @@ static void session_state(const char *sid, char *state, size_t len, char *reason
     json_t *a;
     char path[128];
     snprintf(path, sizeof path, "/v1/sessions/%s", sid);
-    CHECK(call(&cm, "GET", path, T(), NULL, &a) == 200, "GET %s", path);
+    CHECK_EQ(call(&clm, "GET", path, T(), NULL, &a), 200, "GET %s", path);
     snprintf(state, len, "%s", jstr(a, "session.state"));
     if (reason)
         snprintf(reason, rlen, "%s", jstr(a, "session.end_reason") ? jstr(a, "session.end_reason") : "");
@@ -110,7 +116,7 @@ static long long gpu_field(const char *node, const char *field)
     json_t *a;
     char path[128];
     snprintf(path, sizeof path, "/v1/nodes/%s", node);
-    CHECK(call(&cm, "GET", path, T(), NULL, &a) == 200, "GET %s", path);
+    CHECK_EQ(call(&clm, "GET", path, T(), NULL, &a), 200, "GET %s", path);
     char f[128];
     snprintf(f, sizeof f, "node.gpus.0.%s", field);
     long long v = jint(a, f);
@@ -121,8 +127,12 @@ static long long gpu_field(const char *node, const char *field)
 static void create_vm(const char *body, char *token_out)
 {
     json_t *a;
-    long st = call(&cm, "POST", "/v1/vms", T(), body, &a);
-    CHECK(st == 201 && jstr(a, "token") && strlen(jstr(a, "token")) == 64,
+    long st = call(&clm, "POST", "/v1/vms", T(), body, &a);
+    CHECK_EQ(st, 201,
+          "create VM %s: %ld %s", body, st, call_err);
+    CHECK(jstr(a, "token"),
+          "create VM %s: %ld %s", body, st, call_err);
+    CHECK_EQ(strlen(jstr(a, "token")), 64,
           "create VM %s: %ld %s", body, st, call_err);
     if (token_out)
         snprintf(token_out, 65, "%s", jstr(a, "token"));
@@ -134,9 +144,11 @@ static void create_node(struct fake_nm *nm, const char *host_ip)
     char body[256];
     snprintf(body, sizeof body, "{\"id\": \"%s\", \"host_ip\": \"%s\"}", nm->node_id, host_ip);
     json_t *a;
-    CHECK(call(&cm, "POST", "/v1/nodes", T(), body, &a) == 201 && jstr(a, "token"),
+    CHECK_EQ(call(&clm, "POST", "/v1/nodes", T(), body, &a), 201,
           "create node %s", nm->node_id);
-    CHECK(strcmp(jstr(a, "node.state"), "registered") == 0, "new node is 'registered'");
+    CHECK(jstr(a, "token"),
+          "create node %s", nm->node_id);
+    CHECK_STR_EQ(jstr(a, "node.state"), "registered", "new node is 'registered'");
     snprintf(nm->node_token, sizeof nm->node_token, "%s", jstr(a, "token"));
     json_decref(a);
 }
@@ -152,8 +164,8 @@ static json_t *register_node(struct fake_nm *nm, const char *host_ip, int sms, l
              nm->address, host_ip, nm->node_id, sms, mem, sessions ? sessions : "[]");
     snprintf(path, sizeof path, "/v1/nodes/%s/register", nm->node_id);
     json_t *a;
-    long st = call(&cm, "POST", path, nm->node_token, body, &a);
-    CHECK(st == 200, "register %s: %ld %s", nm->node_id, st, call_err);
+    long st = call(&clm, "POST", path, nm->node_token, body, &a);
+    CHECK_EQ(st, 200, "register %s: %ld %s", nm->node_id, st, call_err);
     pthread_mutex_lock(&nm->lock);
     snprintf(nm->manager_token, sizeof nm->manager_token, "%s", jstr(a, "manager_token"));
     snprintf(nm->session_key, sizeof nm->session_key, "%s", jstr(a, "session_key"));
@@ -167,8 +179,8 @@ static json_t *new_session(const char *token, int pid, long want)
     char body[64];
     snprintf(body, sizeof body, "{\"pid\": %d, \"process\": \"test\"}", pid);
     json_t *a;
-    long st = call(&cm, "POST", "/v1/sessions", token, body, &a);
-    CHECK(st == want, "POST /v1/sessions pid %d: %ld (want %ld) %s", pid, st, want, call_err);
+    long st = call(&clm, "POST", "/v1/sessions", token, body, &a);
+    CHECK_EQ(st, want, "POST /v1/sessions pid %d: %ld (want %ld) %s", pid, st, want, call_err);
     return a;
 }
 
@@ -178,16 +190,16 @@ static void test_auth_and_health(void)
 {
     printf("-- health and authentication\n");
     json_t *a;
-    CHECK(call(&cm, "GET", "/v1/health", NULL, NULL, &a) == 200
-              && strcmp(jstr(a, "status"), "ok") == 0, "health needs no token");
+    CHECK_EQ(call(&clm, "GET", "/v1/health", NULL, NULL, &a), 200, "health needs no token");
+    CHECK_STR_EQ(jstr(a, "status"), "ok", "health needs no token");
     json_decref(a);
-    long st = call(&cm, "GET", "/v1/vms", NULL, NULL, &a);
+    long st = call(&clm, "GET", "/v1/vms", NULL, NULL, &a);
     expect_error(st, a, 401, "unauthorized", "missing token");
-    st = call(&cm, "GET", "/v1/vms", "0000000000000000000000000000000000000000000000000000000000000000", NULL, &a);
+    st = call(&clm, "GET", "/v1/vms", "0000000000000000000000000000000000000000000000000000000000000000", NULL, &a);
     expect_error(st, a, 401, "unauthorized", "unknown token");
-    st = call(&cm, "GET", "/metrics", NULL, NULL, &a);
+    st = call(&clm, "GET", "/metrics", NULL, NULL, &a);
     expect_error(st, a, 401, "unauthorized", NULL);
-    st = call(&cm, "GET", "/v1/nothing", T(), NULL, &a);
+    st = call(&clm, "GET", "/v1/nothing", T(), NULL, &a);
     expect_error(st, a, 404, "not_found", "/v1/nothing");
 }
 
@@ -199,12 +211,18 @@ static void test_vms(void)
     create_vm("{\"vm_ip\": \"10.0.0.2\", \"host_ip\": \"10.0.1.2\", \"compute_units\": 32, "
               "\"memory\": 8589934592}", vmb_token);
     json_t *a;
-    CHECK(call(&cm, "GET", "/v1/vms/vm-10.0.0.2", T(), NULL, &a) == 200
-              && jint(a, "vm.memory") == 8 * GiB && jint(a, "vm.compute_units") == 32,
+    CHECK(call(&clm, "GET", "/v1/vms/vm-10.0.0.2", T(), NULL, &a) == 200,
+          "id made from vm_ip; memory in bytes");
+    CHECK_EQ(jint(a, "vm.memory"), 8 * GiB,
+          "id made from vm_ip; memory in bytes");
+    CHECK_EQ(jint(a, "vm.compute_units"), 32,
           "id made from vm_ip; memory in bytes");
     json_decref(a);
-    CHECK(call(&cm, "PATCH", "/v1/vms/vm-10.0.0.2", T(), "{\"memory\": \"4GiB\"}", &a) == 200
-              && jint(a, "vm.memory") == 4 * GiB && jint(a, "vm.compute_units") == 32,
+    CHECK(call(&clm, "PATCH", "/v1/vms/vm-10.0.0.2", T(), "{\"memory\": \"4GiB\"}", &a) == 200,
+          "PATCH memory with a unit");
+    CHECK_EQ(jint(a, "vm.memory"), 4 * GiB,
+          "PATCH memory with a unit");
+    CHECK_EQ(jint(a, "vm.compute_units"), 32,
           "PATCH memory with a unit");
     json_decref(a);
 
@@ -213,19 +231,22 @@ static void test_vms(void)
                        "{\"vm_ip\": \"10.0.0.3\", \"host_ip\": \"10.0.1.9\", \"compute_units\": 8, \"memory\": 2048},"
                        "{\"vm_ip\": \"10.0.0.4\", \"host_ip\": \"10.0.1.9\", \"compute_units\": 8, \"memory\": \"512MiB\", \"_id\": \"x\"},"
                        "{\"vm_ip\": \"10.0.0.2\", \"host_ip\": \"10.0.1.2\", \"compute_units\": 32, \"memory\": \"3GB\"}]}";
-    CHECK(call(&cm, "POST", "/v1/vms/import", T(), docs, &a) == 200, "import: %s", call_err);
+    CHECK_EQ(call(&clm, "POST", "/v1/vms/import", T(), docs, &a), 200, "import: %s", call_err);
     json_t *created = json_object_get(a, "created"), *updated = json_object_get(a, "updated");
-    CHECK(json_array_size(created) == 2 && json_array_size(updated) == 1, "2 created, 1 updated");
-    CHECK(jint(created, "0.memory") == 2 * GiB && jint(created, "1.memory") == 512LL << 20,
+    CHECK_EQ(json_array_size(created), 2, "2 created, 1 updated");
+    CHECK_EQ(json_array_size(updated), 1, "2 created, 1 updated");
+    CHECK_EQ(jint(created, "0.memory"), 2 * GiB,
           "2048 (MiB) = 2 GiB; \"512MiB\"");
-    CHECK(strlen(jstr(created, "0.token")) == 64, "created VMs come with their token");
+    CHECK_EQ(jint(created, "1.memory"), 512LL << 20,
+          "2048 (MiB) = 2 GiB; \"512MiB\"");
+    CHECK_EQ(strlen(jstr(created, "0.token")), 64, "created VMs come with their token");
     snprintf(vmc_token, sizeof vmc_token, "%s", jstr(created, "0.token"));
-    CHECK(jint(updated, "0.memory") == 3000000000LL, "\"3GB\" = 3*10^9 bytes (updated)");
+    CHECK_EQ(jint(updated, "0.memory"), 3000000000LL, "\"3GB\" = 3*10^9 bytes (updated)");
     json_decref(a);
-    CHECK(call(&cm, "GET", "/v1/vms", T(), NULL, &a) == 200
-              && json_array_size(json_object_get(a, "vms")) == 4, "4 VMs listed");
+    CHECK_EQ(call(&clm, "GET", "/v1/vms", T(), NULL, &a), 200, "4 VMs listed");
+    CHECK_EQ(json_array_size(json_object_get(a, "vms")), 4, "4 VMs listed");
     json_decref(a);
-    CHECK(call(&cm, "GET", "/v1/vms", vma_token, NULL, &a) == 403, "a VM token may not list VMs");
+    CHECK_EQ(call(&clm, "GET", "/v1/vms", vma_token, NULL, &a), 403, "a VM token may not list VMs");
     expect_error(403, a, 403, "forbidden", "VM token");
 
     /* bad input: clear errors, nothing changed */
@@ -235,8 +256,9 @@ static void test_vms(void)
     char req[512];
     snprintf(req, sizeof req, "POST /v1/vms HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
              "Content-Length: 14\r\nConnection: close\r\n\r\n{\"vm_ip\": \"10.", T());
-    CHECK(raw_http(cm.port, req, out, sizeof out) == 0 && strstr(out, " 400 ")
-              && strstr(out, "bad_request") && strstr(out, "malformed JSON"),
+    CHECK_EQ(raw_http(clm.port, req, out, sizeof out), 0,
+          "malformed JSON: 400 bad_request");
+    CHECK(strstr(out, " 400 ") && strstr(out, "bad_request") && strstr(out, "malformed JSON"),
           "malformed JSON: 400 bad_request");
     struct {
         const char *body, *want;
@@ -252,36 +274,36 @@ static void test_vms(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         json_t *e;
-        long st = call(&cm, "POST", "/v1/vms", T(), bad[i].body, &e);
+        long st = call(&clm, "POST", "/v1/vms", T(), bad[i].body, &e);
         expect_error(st, e, 400, "bad_request", bad[i].want);
     }
-    long st = call(&cm, "POST", "/v1/vms", T(), "{\"vm_ip\": \"10.0.0.1\", \"host_ip\": \"10.0.1.1\", "
+    long st = call(&clm, "POST", "/v1/vms", T(), "{\"vm_ip\": \"10.0.0.1\", \"host_ip\": \"10.0.1.1\", "
                    "\"compute_units\": 8, \"memory\": 1}", &a);
     expect_error(st, a, 409, "conflict", "vm_ip 10.0.0.1");
-    st = call(&cm, "POST", "/v1/vms", T(), "{\"id\": \"vm-a\", \"vm_ip\": \"10.0.0.77\", "
+    st = call(&clm, "POST", "/v1/vms", T(), "{\"id\": \"vm-a\", \"vm_ip\": \"10.0.0.77\", "
               "\"host_ip\": \"10.0.1.1\", \"compute_units\": 8, \"memory\": 1}", &a);
     expect_error(st, a, 409, "conflict", "VM vm-a exists");
-    st = call(&cm, "GET", "/v1/vms/vm-nope", T(), NULL, &a);
+    st = call(&clm, "GET", "/v1/vms/vm-nope", T(), NULL, &a);
     expect_error(st, a, 404, "not_found", "no VM vm-nope");
-    st = call(&cm, "PATCH", "/v1/vms/vm-nope", T(), "{\"memory\": 5}", &a);
+    st = call(&clm, "PATCH", "/v1/vms/vm-nope", T(), "{\"memory\": 5}", &a);
     expect_error(st, a, 404, "not_found", "no VM vm-nope");
-    st = call(&cm, "PATCH", "/v1/vms/vm-a", T(), "{\"vm_ip\": \"10.0.0.2\"}", &a);
+    st = call(&clm, "PATCH", "/v1/vms/vm-a", T(), "{\"vm_ip\": \"10.0.0.2\"}", &a);
     expect_error(st, a, 409, "conflict", "already has vm_ip");
-    st = call(&cm, "PATCH", "/v1/vms/vm-a", T(), "{}", &a);
+    st = call(&clm, "PATCH", "/v1/vms/vm-a", T(), "{}", &a);
     expect_error(st, a, 400, "bad_request", "at least one");
-    st = call(&cm, "DELETE", "/v1/vms/vm-nope", T(), NULL, &a);
+    st = call(&clm, "DELETE", "/v1/vms/vm-nope", T(), NULL, &a);
     expect_error(st, a, 404, "not_found", NULL);
     /* an import with one bad document changes nothing, not even the good ones */
-    st = call(&cm, "POST", "/v1/vms/import", T(),
+    st = call(&clm, "POST", "/v1/vms/import", T(),
               "{\"documents\": [{\"vm_ip\": \"10.0.0.50\", \"host_ip\": \"10.0.1.1\", \"compute_units\": 8, \"memory\": 1},"
               "{\"vm_ip\": \"10.0.0.51\", \"host_ip\": \"10.0.1.1\", \"compute_units\": -1, \"memory\": 1}]}", &a);
     expect_error(st, a, 400, "bad_request", "documents[1].compute_units");
-    st = call(&cm, "POST", "/v1/vms/import", T(), "{\"docs\": []}", &a);
+    st = call(&clm, "POST", "/v1/vms/import", T(), "{\"docs\": []}", &a);
     expect_error(st, a, 400, "bad_request", "documents: expected an array");
     char *after = state_snapshot();
-    CHECK(strcmp(before, after) == 0, "after %zu refused requests nothing changed",
+    CHECK_STR_EQ(before, after, "after %zu refused requests nothing changed",
           sizeof bad / sizeof bad[0] + 10);
-    CHECK(last_event_id() == ev, "and no event was logged");
+    CHECK_EQ(last_event_id(), ev, "and no event was logged");
     free(before);
     free(after);
 }
@@ -292,44 +314,53 @@ static void test_nodes(void)
     create_node(&nma, "10.0.1.1");
     create_node(&nmb, "10.0.1.2");
     json_t *a;
-    long st = call(&cm, "POST", "/v1/nodes", T(), "{\"id\": \"node-a\", \"host_ip\": \"10.0.1.1\"}", &a);
+    long st = call(&clm, "POST", "/v1/nodes", T(), "{\"id\": \"node-a\", \"host_ip\": \"10.0.1.1\"}", &a);
     expect_error(st, a, 409, "conflict", "node node-a exists");
-    st = call(&cm, "POST", "/v1/nodes", T(), "{\"id\": \"node-x\"}", &a);
+    st = call(&clm, "POST", "/v1/nodes", T(), "{\"id\": \"node-x\"}", &a);
     expect_error(st, a, 400, "bad_request", "host_ip: missing");
 
     /* node calls before registering, and with the wrong token */
-    st = call(&cm, "POST", "/v1/nodes/node-a/heartbeat", nma.node_token, "{\"sessions\": []}", &a);
+    st = call(&clm, "POST", "/v1/nodes/node-a/heartbeat", nma.node_token, "{\"sessions\": []}", &a);
     expect_error(st, a, 409, "conflict", "not registered");
-    st = call(&cm, "POST", "/v1/nodes/node-b/register", nma.node_token, "{}", &a);
+    st = call(&clm, "POST", "/v1/nodes/node-b/register", nma.node_token, "{}", &a);
     expect_error(st, a, 403, "forbidden", "may not act for node node-b");
-    st = call(&cm, "POST", "/v1/nodes/node-a/register", vma_token, "{}", &a);
+    st = call(&clm, "POST", "/v1/nodes/node-a/register", vma_token, "{}", &a);
     expect_error(st, a, 403, "forbidden", "VM token");
-    st = call(&cm, "POST", "/v1/nodes/node-a/register", nma.node_token,
+    st = call(&clm, "POST", "/v1/nodes/node-a/register", nma.node_token,
               "{\"address\": \"http://127.0.0.1:1\", \"host_ip\": \"10.0.1.1\", \"gpus\": "
               "[{\"index\": 0, \"uuid\": \"u\", \"name\": \"n\", \"sm_count\": 64, "
               "\"sm_granularity\": 128, \"memory_total\": 1}]}", &a);
     expect_error(st, a, 400, "bad_request", "gpus[0].sm_granularity");
-    st = call(&cm, "POST", "/v1/nodes/node-a/register", nma.node_token,
+    st = call(&clm, "POST", "/v1/nodes/node-a/register", nma.node_token,
               "{\"address\": \"ftp://x\", \"host_ip\": \"10.0.1.1\", \"gpus\": []}", &a);
     expect_error(st, a, 400, "bad_request", "address");
-    st = call(&cm, "GET", "/v1/nodes", nma.node_token, NULL, &a);
+    st = call(&clm, "GET", "/v1/nodes", nma.node_token, NULL, &a);
     expect_error(st, a, 403, "forbidden", "node token");
 
     /* node-a: 64 SMs, 40 GiB; node-b: 128 SMs, 80 GiB */
     a = register_node(&nma, "10.0.1.1", 64, 40 * GiB, NULL);
-    CHECK(jint(a, "heartbeat_interval_s") == 1, "heartbeat_interval_s from the config");
-    CHECK(strlen(jstr(a, "session_key")) == 64 && strlen(jstr(a, "manager_token")) == 64,
+    CHECK_EQ(jint(a, "heartbeat_interval_s"), 1, "heartbeat_interval_s from the config");
+    CHECK_EQ(strlen(jstr(a, "session_key")), 64,
+          "session_key and manager_token, 64 hex characters");
+    CHECK_EQ(strlen(jstr(a, "manager_token")), 64,
           "session_key and manager_token, 64 hex characters");
     json_decref(a);
     json_decref(register_node(&nmb, "10.0.1.2", 128, 80 * GiB, NULL));
-    CHECK(call(&cm, "GET", "/v1/nodes/node-a", T(), NULL, &a) == 200
-              && strcmp(jstr(a, "node.state"), "ready") == 0 && jint(a, "node.gpus.0.sm_groups") == 8
-              && jint(a, "node.gpus.0.sm_free") == 64 && jint(a, "node.gpus.0.memory_free") == 40 * GiB,
+    CHECK_EQ(call(&clm, "GET", "/v1/nodes/node-a", T(), NULL, &a), 200,
+          "node-a ready, 8 SM groups free");
+    CHECK_STR_EQ(jstr(a, "node.state"), "ready",
+          "node-a ready, 8 SM groups free");
+    CHECK_EQ(jint(a, "node.gpus.0.sm_groups"), 8,
+          "node-a ready, 8 SM groups free");
+    CHECK_EQ(jint(a, "node.gpus.0.sm_free"), 64,
+          "node-a ready, 8 SM groups free");
+    CHECK_EQ(jint(a, "node.gpus.0.memory_free"), 40 * GiB,
           "node-a ready, 8 SM groups free");
     json_decref(a);
     CHECK(has_event("node.registered", "node-a"), "event node.registered");
-    st = heartbeat_once(&cm, &nma, &a);
-    CHECK(st == 200 && json_array_size(json_object_get(a, "stop")) == 0, "heartbeat");
+    st = heartbeat_once(&clm, &nma, &a);
+    CHECK_EQ(st, 200, "heartbeat");
+    CHECK_EQ(json_array_size(json_object_get(a, "stop")), 0, "heartbeat");
     json_decref(a);
 }
 
@@ -341,39 +372,52 @@ static void test_sessions(void)
     /* vm-a (host 10.0.1.1, 16 SMs, 10 GiB) goes to node-a although node-b is emptier */
     json_t *a = new_session(vma_token, 1001, 201);
     snprintf(sa1, sizeof sa1, "%s", jstr(a, "session.id"));
-    CHECK(strcmp(jstr(a, "session.node_id"), "node-a") == 0, "host preference: node-a");
-    CHECK(strcmp(jstr(a, "session.state"), "active") == 0
-              && strcmp(jstr(a, "session.endpoint"), "tcp://127.0.0.1:7000") == 0,
+    CHECK_STR_EQ(jstr(a, "session.node_id"), "node-a", "host preference: node-a");
+    CHECK_STR_EQ(jstr(a, "session.state"), "active",
           "active with the node's endpoint");
-    CHECK(jint(a, "session.sm_count") == 16 && jint(a, "session.sm_groups.0") == 0
-              && jint(a, "session.sm_groups.1") == 1 && jint(a, "session.memory_quota") == 10 * GiB,
+    CHECK_STR_EQ(jstr(a, "session.endpoint"), "tcp://127.0.0.1:7000",
+          "active with the node's endpoint");
+    CHECK_EQ(jint(a, "session.sm_count"), 16,
+          "16 SMs = groups 0,1; 10 GiB");
+    CHECK_EQ(jint(a, "session.sm_groups.0"), 0,
+          "16 SMs = groups 0,1; 10 GiB");
+    CHECK_EQ(jint(a, "session.sm_groups.1"), 1,
+          "16 SMs = groups 0,1; 10 GiB");
+    CHECK_EQ(jint(a, "session.memory_quota"), 10 * GiB,
           "16 SMs = groups 0,1; 10 GiB");
     unsigned char key[32];
     size_t kl;
     char err[128];
-    CHECK(flyt_hex_decode(nma.session_key, key, sizeof key, &kl) == 0
-              && flyt_session_token_verify(key, kl, jstr(a, "token"), sa1, (long long)time(NULL),
-                                           err, sizeof err) == 0,
+    CHECK_EQ(flyt_hex_decode(nma.session_key, key, sizeof key, &kl), 0,
           "the session token verifies with node-a's session_key");
-    CHECK(fake_nm_has(&nma, sa1) && nma.bad_auth == 0, "node-a's manager started it (manager token)");
+    CHECK_EQ(flyt_session_token_verify(key, kl, jstr(a, "token"), sa1, (long long)time(NULL), err, sizeof err), 0,
+          "the session token verifies with node-a's session_key");
+    CHECK(fake_nm_has(&nma, sa1), "node-a's manager started it (manager token)");
+    CHECK_EQ(nma.bad_auth, 0, "node-a's manager started it (manager token)");
     json_decref(a);
 
     a = new_session(vma_token, 1002, 201);
     snprintf(sa2, sizeof sa2, "%s", jstr(a, "session.id"));
-    CHECK(jint(a, "session.sm_groups.0") == 2 && jint(a, "session.sm_groups.1") == 3,
+    CHECK_EQ(jint(a, "session.sm_groups.0"), 2,
+          "the second session gets groups 2,3 (disjoint)");
+    CHECK_EQ(jint(a, "session.sm_groups.1"), 3,
           "the second session gets groups 2,3 (disjoint)");
     json_decref(a);
     a = new_session(vma_token, 1001, 200);
-    CHECK(strcmp(jstr(a, "session.id"), sa1) == 0 && jstr(a, "token"),
+    CHECK_STR_EQ(jstr(a, "session.id"), sa1,
+          "the same pid again: its session, 200, a fresh token");
+    CHECK(jstr(a, "token"),
           "the same pid again: its session, 200, a fresh token");
     json_decref(a);
-    CHECK(gpu_field("node-a", "sm_allocated") == 32 && gpu_field("node-a", "memory_allocated") == 20 * GiB,
+    CHECK_EQ(gpu_field("node-a", "sm_allocated"), 32,
+          "node-a: 32 SMs and 20 GiB allocated");
+    CHECK_EQ(gpu_field("node-a", "memory_allocated"), 20 * GiB,
           "node-a: 32 SMs and 20 GiB allocated");
 
     /* vm-10.0.0.2 (host 10.0.1.2, 32 SMs, 3 GB) goes to node-b */
     a = new_session(vmb_token, 2001, 201);
     snprintf(sb1, sizeof sb1, "%s", jstr(a, "session.id"));
-    CHECK(strcmp(jstr(a, "session.node_id"), "node-b") == 0, "host preference: node-b");
+    CHECK_STR_EQ(jstr(a, "session.node_id"), "node-b", "host preference: node-b");
     json_decref(a);
 
     /* no fit: a 200-SM VM */
@@ -381,89 +425,94 @@ static void test_sessions(void)
     create_vm("{\"id\": \"vm-big\", \"vm_ip\": \"10.0.0.60\", \"host_ip\": \"10.0.1.1\", "
               "\"compute_units\": 200, \"memory\": \"1GiB\"}", big_token);
     char *before = state_snapshot();
-    long st = call(&cm, "POST", "/v1/sessions", big_token, "{\"pid\": 5}", &a);
+    long st = call(&clm, "POST", "/v1/sessions", big_token, "{\"pid\": 5}", &a);
     expect_error(st, a, 409, "no_capacity", "needs 200 SMs (25 groups of 8) and 1 GiB; best GPU node-b/0 has 96 of 128 SMs");
     /* vm-c (10.0.1.9, 8 SMs, 2 GiB) fits elsewhere: spread picks node-b (most free) */
     a = new_session(vmc_token, 3001, 201);
-    CHECK(strcmp(jstr(a, "session.node_id"), "node-b") == 0, "no local GPU: spread picks the emptier node-b");
+    CHECK_STR_EQ(jstr(a, "session.node_id"), "node-b", "no local GPU: spread picks the emptier node-b");
     char sc1[64];
     snprintf(sc1, sizeof sc1, "%s", jstr(a, "session.id"));
     json_decref(a);
-    CHECK(call(&cm, "DELETE", "/v1/sessions/", vmc_token, NULL, NULL) == 404, "empty id: 404");
+    CHECK_EQ(call(&clm, "DELETE", "/v1/sessions/", vmc_token, NULL, NULL), 404, "empty id: 404");
     char path[128];
     snprintf(path, sizeof path, "/v1/sessions/%s", sc1);
-    CHECK(call(&cm, "DELETE", path, vmc_token, NULL, NULL) == 204, "vm-c releases its session");
+    CHECK_EQ(call(&clm, "DELETE", path, vmc_token, NULL, NULL), 204, "vm-c releases its session");
     free(before);
 
     /* bad input on sessions: nothing changed */
     before = state_snapshot();
     snprintf(path, sizeof path, "/v1/sessions/%s", sa1);
-    st = call(&cm, "DELETE", path, vmb_token, NULL, &a);
+    st = call(&clm, "DELETE", path, vmb_token, NULL, &a);
     expect_error(st, a, 403, "forbidden", "belongs to another VM");
     snprintf(path, sizeof path, "/v1/sessions/%s/alive", sa1);
-    st = call(&cm, "POST", path, vmb_token, NULL, &a);
+    st = call(&clm, "POST", path, vmb_token, NULL, &a);
     expect_error(st, a, 403, "forbidden", "another VM");
-    st = call(&cm, "DELETE", "/v1/sessions/s-doesnotexist", vma_token, NULL, &a);
+    st = call(&clm, "DELETE", "/v1/sessions/s-doesnotexist", vma_token, NULL, &a);
     expect_error(st, a, 404, "not_found", "no session s-doesnotexist");
-    st = call(&cm, "POST", "/v1/sessions", vma_token, "{\"pid\": \"many\"}", &a);
+    st = call(&clm, "POST", "/v1/sessions", vma_token, "{\"pid\": \"many\"}", &a);
     expect_error(st, a, 400, "bad_request", "pid");
-    st = call(&cm, "POST", "/v1/sessions", vma_token, "{\"pid\": 1, \"gpu\": 3}", &a);
+    st = call(&clm, "POST", "/v1/sessions", vma_token, "{\"pid\": 1, \"gpu\": 3}", &a);
     expect_error(st, a, 400, "bad_request", "unknown field \"gpu\"");
-    st = call(&cm, "POST", "/v1/sessions", T(), "{\"pid\": 1}", &a);
+    st = call(&clm, "POST", "/v1/sessions", T(), "{\"pid\": 1}", &a);
     expect_error(st, a, 403, "forbidden", "operator token");
-    st = call(&cm, "POST", "/v1/sessions", nma.node_token, "{\"pid\": 1}", &a);
+    st = call(&clm, "POST", "/v1/sessions", nma.node_token, "{\"pid\": 1}", &a);
     expect_error(st, a, 403, "forbidden", "node token");
     snprintf(path, sizeof path, "/v1/nodes/node-b/sessions/%s/ended", sa1);
-    st = call(&cm, "POST", path, nmb.node_token, "{\"reason\": \"exit\"}", &a);
+    st = call(&clm, "POST", path, nmb.node_token, "{\"reason\": \"exit\"}", &a);
     expect_error(st, a, 404, "not_found", "on node node-b");
     snprintf(path, sizeof path, "/v1/nodes/node-a/sessions/%s/ended", sa1);
-    st = call(&cm, "POST", path, nmb.node_token, "{\"reason\": \"exit\"}", &a);
+    st = call(&clm, "POST", path, nmb.node_token, "{\"reason\": \"exit\"}", &a);
     expect_error(st, a, 403, "forbidden", "may not act for node node-a");
-    st = call(&cm, "GET", "/v1/sessions?state=bogus", T(), NULL, &a);
+    st = call(&clm, "GET", "/v1/sessions?state=bogus", T(), NULL, &a);
     expect_error(st, a, 400, "bad_request", "state");
-    st = call(&cm, "GET", "/v1/events?limit=abc", T(), NULL, &a);
+    st = call(&clm, "GET", "/v1/events?limit=abc", T(), NULL, &a);
     expect_error(st, a, 400, "bad_request", "limit");
     char *after = state_snapshot();
-    CHECK(strcmp(before, after) == 0, "refused session calls changed nothing");
+    CHECK_STR_EQ(before, after, "refused session calls changed nothing");
     free(before);
     free(after);
 
     snprintf(path, sizeof path, "/v1/sessions/%s/alive", sa1);
-    CHECK(call(&cm, "POST", path, vma_token, NULL, NULL) == 204, "alive from its VM: 204");
-    CHECK(call(&cm, "GET", "/v1/sessions?vm=vm-a&state=active", T(), NULL, &a) == 200
-              && json_array_size(json_object_get(a, "sessions")) == 2, "filter by VM and state");
+    CHECK_EQ(call(&clm, "POST", path, vma_token, NULL, NULL), 204, "alive from its VM: 204");
+    CHECK_EQ(call(&clm, "GET", "/v1/sessions?vm=vm-a&state=active", T(), NULL, &a), 200, "filter by VM and state");
+    CHECK_EQ(json_array_size(json_object_get(a, "sessions")), 2, "filter by VM and state");
     json_decref(a);
 
     /* release by the VM: the node manager is told to stop the server */
     int stops = nma.stops;
     snprintf(path, sizeof path, "/v1/sessions/%s", sa2);
-    CHECK(call(&cm, "DELETE", path, vma_token, NULL, NULL) == 204, "vm-a releases its session");
-    CHECK(is_state(sa2, "released") && nma.stops == stops + 1 && !fake_nm_has(&nma, sa2),
+    CHECK_EQ(call(&clm, "DELETE", path, vma_token, NULL, NULL), 204, "vm-a releases its session");
+    CHECK(is_state(sa2, "released"),
           "released; node-a stopped its server");
-    CHECK(call(&cm, "DELETE", path, vma_token, NULL, NULL) == 204, "releasing again: 204, no change");
-    CHECK(gpu_field("node-a", "sm_allocated") == 16, "node-a: 16 SMs allocated again");
+    CHECK_EQ(nma.stops, stops + 1,
+          "released; node-a stopped its server");
+    CHECK(!fake_nm_has(&nma, sa2),
+          "released; node-a stopped its server");
+    CHECK_EQ(call(&clm, "DELETE", path, vma_token, NULL, NULL), 204, "releasing again: 204, no change");
+    CHECK_EQ(gpu_field("node-a", "sm_allocated"), 16, "node-a: 16 SMs allocated again");
 
     /* the node reports a session ended */
     a = new_session(vma_token, 1003, 201);
     char s3[64];
     snprintf(s3, sizeof s3, "%s", jstr(a, "session.id"));
-    CHECK(jint(a, "session.sm_groups.0") == 2, "groups 2,3 are reused after the release");
+    CHECK_EQ(jint(a, "session.sm_groups.0"), 2, "groups 2,3 are reused after the release");
     json_decref(a);
     snprintf(path, sizeof path, "/v1/nodes/node-a/sessions/%s/ended", s3);
-    CHECK(call(&cm, "POST", path, nma.node_token, "{\"reason\": \"exited\"}", NULL) == 204,
+    CHECK_EQ(call(&clm, "POST", path, nma.node_token, "{\"reason\": \"exited\"}", NULL), 204,
           "node-a reports the session ended");
     char state[32], reason[256];
     session_state(s3, state, sizeof state, reason, sizeof reason);
-    CHECK(strcmp(state, "released") == 0 && strstr(reason, "exited"), "released: %s", reason);
+    CHECK_STR_EQ(state, "released", "released: %s", reason);
+    CHECK(strstr(reason, "exited"), "released: %s", reason);
 
     /* the node cannot start the server: 503, the session failed, nothing held */
     nma.fail_start = 1;
-    st = call(&cm, "POST", "/v1/sessions", vma_token, "{\"pid\": 1004}", &a);
+    st = call(&clm, "POST", "/v1/sessions", vma_token, "{\"pid\": 1004}", &a);
     expect_error(st, a, 503, "unavailable", "node node-a could not start a server");
     nma.fail_start = 0;
-    CHECK(gpu_field("node-a", "sm_allocated") == 16, "the failed start holds no capacity");
-    CHECK(call(&cm, "GET", "/v1/sessions?state=failed", T(), NULL, &a) == 200
-              && json_array_size(json_object_get(a, "sessions")) == 1, "recorded as failed");
+    CHECK_EQ(gpu_field("node-a", "sm_allocated"), 16, "the failed start holds no capacity");
+    CHECK_EQ(call(&clm, "GET", "/v1/sessions?state=failed", T(), NULL, &a), 200, "recorded as failed");
+    CHECK_EQ(json_array_size(json_object_get(a, "sessions")), 1, "recorded as failed");
     json_decref(a);
     CHECK(has_event("session.allocated", sa1) && has_event("session.released", sa2)
               && has_event("session.failed", NULL), "events: allocated, released, failed");
@@ -479,7 +528,7 @@ static void *par_alloc(void *arg)
     char body[64];
     snprintf(body, sizeof body, "{\"pid\": %d}", 7000 + i);
     json_t *a;
-    if (call(&cm, "POST", "/v1/sessions", par_token, body, &a) == 201) {
+    if (call(&clm, "POST", "/v1/sessions", par_token, body, &a) == 201) {
         snprintf(par_ids[i], sizeof par_ids[i], "%s", jstr(a, "session.id"));
         par_groups[i] = (int)jint(a, "session.sm_groups.0");
     } else {
@@ -507,15 +556,16 @@ static void test_parallel(void)
         ok++;
         dup |= seen[par_groups[i]]++;
     }
-    CHECK(ok == 8 && !dup, "8 concurrent allocations on node-b got 8 distinct SM groups");
-    CHECK(gpu_field("node-b", "sm_allocated") == before + 64, "node-b: 64 more SMs allocated");
+    CHECK_EQ(ok, 8, "8 concurrent allocations on node-b got 8 distinct SM groups");
+    CHECK(!dup, "8 concurrent allocations on node-b got 8 distinct SM groups");
+    CHECK_EQ(gpu_field("node-b", "sm_allocated"), before + 64, "node-b: 64 more SMs allocated");
     for (int i = 0; i < 8; i++) {
         char path[640];
         snprintf(path, sizeof path, "/v1/sessions/%s", par_ids[i]);
-        CHECK(call(&cm, "DELETE", path, par_token, NULL, NULL) == 204, "release %s", par_ids[i]);
+        CHECK_EQ(call(&clm, "DELETE", path, par_token, NULL, NULL), 204, "release %s", par_ids[i]);
     }
-    CHECK(gpu_field("node-b", "sm_allocated") == before, "all released");
-    CHECK(call(&cm, "DELETE", "/v1/vms/vm-par", T(), NULL, NULL) == 204, "delete vm-par");
+    CHECK_EQ(gpu_field("node-b", "sm_allocated"), before, "all released");
+    CHECK_EQ(call(&clm, "DELETE", "/v1/vms/vm-par", T(), NULL, NULL), 204, "delete vm-par");
 }
 
 static int idle_released(void *sid) { return is_state(sid, "released"); }
@@ -540,14 +590,14 @@ static void test_metrics_events(void)
 {
     printf("-- metrics and events\n");
     char url[128], err[256];
-    snprintf(url, sizeof url, "%s/metrics", cm.base);
+    snprintf(url, sizeof url, "%s/metrics", clm.base);
     long status;
-    CHECK(flyt_http_call("GET", url, T(), NULL, &status, NULL, err, sizeof err) == -1
-              && status == 200, "metrics are text, not JSON");
+    CHECK_EQ(flyt_http_call("GET", url, T(), NULL, &status, NULL, err, sizeof err), -1, "metrics are text, not JSON");
+    CHECK_EQ(status, 200, "metrics are text, not JSON");
     char req[512], out[65536];
     snprintf(req, sizeof req, "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
              "Connection: close\r\n\r\n", T());
-    CHECK(raw_http(cm.port, req, out, sizeof out) == 0, "GET /metrics");
+    CHECK_EQ(raw_http(clm.port, req, out, sizeof out), 0, "GET /metrics");
     CHECK(strstr(out, "flyt_gpu_sm_total{node=\"node-a\",gpu=\"0\"} 64"), "SM total per GPU");
     CHECK(strstr(out, "flyt_gpu_sm_allocated{node=\"node-a\",gpu=\"0\"} 16"), "SMs allocated per GPU");
     CHECK(strstr(out, "flyt_gpu_memory_allocated_bytes{node=\"node-a\",gpu=\"0\"} 10737418240"),
@@ -560,9 +610,10 @@ static void test_metrics_events(void)
     CHECK(strstr(out, "flyt_http_request_duration_seconds_bucket{route=\"POST /v1/sessions\",le=\"+Inf\"}"),
           "latency histogram per route");
     json_t *a;
-    CHECK(call(&cm, "GET", "/v1/events?since=3&limit=2", T(), NULL, &a) == 200
-              && json_array_size(json_object_get(a, "events")) == 2
-              && jint(a, "events.0.id") == 4 && jint(a, "events.1.id") == 5, "events since/limit");
+    CHECK_EQ(call(&clm, "GET", "/v1/events?since=3&limit=2", T(), NULL, &a), 200, "events since/limit");
+    CHECK_EQ(json_array_size(json_object_get(a, "events")), 2, "events since/limit");
+    CHECK_EQ(jint(a, "events.0.id"), 4, "events since/limit");
+    CHECK_EQ(jint(a, "events.1.id"), 5, "events since/limit");
     json_decref(a);
 }
 
@@ -570,7 +621,7 @@ static int node_b_lost(void *arg)
 {
     (void)arg;
     json_t *a;
-    int lost = call(&cm, "GET", "/v1/nodes/node-b", T(), NULL, &a) == 200
+    int lost = call(&clm, "GET", "/v1/nodes/node-b", T(), NULL, &a) == 200
                && strcmp(jstr(a, "node.state"), "lost") == 0;
     json_decref(a);
     return lost;
@@ -585,27 +636,28 @@ static void test_node_loss(void)
     CHECK(wait_for(node_b_lost, NULL, 6000), "node-b is lost after node_timeout without heartbeats");
     char state[32], reason[256];
     session_state(sb1, state, sizeof state, reason, sizeof reason);
-    CHECK(strcmp(state, "lost") == 0 && strstr(reason, "node lost"), "its session is lost: %s", reason);
+    CHECK_STR_EQ(state, "lost", "its session is lost: %s", reason);
+    CHECK(strstr(reason, "node lost"), "its session is lost: %s", reason);
     CHECK(has_event("node.lost", "node-b"), "event node.lost");
     /* its capacity is withdrawn: vm-10.0.0.2 (32 SMs) now fits only on node-a (48 free) */
     json_t *a = new_session(vmb_token, 2002, 201);
-    CHECK(strcmp(jstr(a, "session.node_id"), "node-a") == 0, "placement skips the lost node");
+    CHECK_STR_EQ(jstr(a, "session.node_id"), "node-a", "placement skips the lost node");
     char sid[64], path[128];
     snprintf(sid, sizeof sid, "%s", jstr(a, "session.id"));
     json_decref(a);
     snprintf(path, sizeof path, "/v1/sessions/%s", sid);
-    CHECK(call(&cm, "DELETE", path, T(), NULL, NULL) == 204, "the operator releases it");
+    CHECK_EQ(call(&clm, "DELETE", path, T(), NULL, NULL), 204, "the operator releases it");
 
     /* node-b comes back still running the lost session's server: it is told to stop it */
     CHECK(fake_nm_has(&nmb, sb1), "node-b still runs the old server");
     char sessions[128];
     snprintf(sessions, sizeof sessions, "[{\"id\": \"%s\", \"alive\": true}]", sb1);
     a = register_node(&nmb, "10.0.1.2", 128, 80 * GiB, sessions);
-    CHECK(json_array_size(json_object_get(a, "stop")) == 1
-              && strcmp(jstr(a, "stop.0"), sb1) == 0, "register again: stop the lost session");
+    CHECK_EQ(json_array_size(json_object_get(a, "stop")), 1, "register again: stop the lost session");
+    CHECK_STR_EQ(jstr(a, "stop.0"), sb1, "register again: stop the lost session");
     json_decref(a);
     CHECK(!node_b_lost(NULL) && has_event("node.returned", "node-b"), "node-b ready again, node.returned");
-    CHECK(gpu_field("node-b", "sm_allocated") == 0, "nothing counted for the lost session");
+    CHECK_EQ(gpu_field("node-b", "sm_allocated"), 0, "nothing counted for the lost session");
 }
 
 static void test_restart(void)
@@ -618,41 +670,46 @@ static void test_restart(void)
     json_decref(a);
     char *before = state_snapshot();
     long long alloc_a = gpu_field("node-a", "sm_allocated"), alloc_b = gpu_field("node-b", "sm_allocated");
-    cm_restart(&cm);
+    clm_restart(&clm);
     char *after = state_snapshot();
-    CHECK(strcmp(before, after) == 0, "VMs, nodes (with allocations) and sessions are the same");
+    CHECK_STR_EQ(before, after, "VMs, nodes (with allocations) and sessions are the same");
     free(before);
     free(after);
-    CHECK(gpu_field("node-a", "sm_allocated") == alloc_a && gpu_field("node-b", "sm_allocated") == alloc_b,
+    CHECK_EQ(gpu_field("node-a", "sm_allocated"), alloc_a,
+          "allocations intact: node-a %lld SMs, node-b %lld SMs", alloc_a, alloc_b);
+    CHECK_EQ(gpu_field("node-b", "sm_allocated"), alloc_b,
           "allocations intact: node-a %lld SMs, node-b %lld SMs", alloc_a, alloc_b);
     CHECK(is_state(sa1, "active") && is_state(sb, "active"), "live sessions still active");
     usleep(1500 * 1000);   /* heartbeats reach the new process */
     CHECK(is_state(sa1, "active") && !node_b_lost(NULL), "after heartbeats: still active, node ready");
     /* a new session does not reuse held groups */
     a = new_session(vma_token, 1200, 201);
-    CHECK(strcmp(jstr(a, "session.node_id"), "node-a") == 0 && jint(a, "session.sm_groups.0") >= 2,
+    CHECK_STR_EQ(jstr(a, "session.node_id"), "node-a",
+          "new session on node-a avoids held groups (got group %lld)", jint(a, "session.sm_groups.0"));
+    CHECK_GE(jint(a, "session.sm_groups.0"), 2,
           "new session on node-a avoids held groups (got group %lld)", jint(a, "session.sm_groups.0"));
     json_decref(a);
     long long now_a = gpu_field("node-a", "sm_allocated");
-    CHECK(now_a == alloc_a + 16, "counted once: %lld SMs", now_a);
+    CHECK_EQ(now_a, alloc_a + 16, "counted once: %lld SMs", now_a);
 }
 
 static void test_deletes(void)
 {
     printf("-- deletes\n");
     json_t *a;
-    long st = call(&cm, "DELETE", "/v1/vms/vm-a", T(), NULL, &a);
+    long st = call(&clm, "DELETE", "/v1/vms/vm-a", T(), NULL, &a);
     expect_error(st, a, 409, "conflict", "live session");
     int stops = nma.stops;
-    CHECK(call(&cm, "DELETE", "/v1/vms/vm-a?force=1", T(), NULL, NULL) == 204, "force-delete vm-a");
-    CHECK(is_state(sa1, "released") && nma.stops > stops, "its sessions released, servers stopped");
-    st = call(&cm, "POST", "/v1/sessions", vma_token, "{\"pid\": 1}", &a);
+    CHECK_EQ(call(&clm, "DELETE", "/v1/vms/vm-a?force=1", T(), NULL, NULL), 204, "force-delete vm-a");
+    CHECK(is_state(sa1, "released"), "its sessions released, servers stopped");
+    CHECK_GT(nma.stops, stops, "its sessions released, servers stopped");
+    st = call(&clm, "POST", "/v1/sessions", vma_token, "{\"pid\": 1}", &a);
     expect_error(st, a, 401, "unauthorized", "unknown token");
-    CHECK(call(&cm, "DELETE", "/v1/nodes/node-b", T(), NULL, NULL) == 204, "delete node-b");
+    CHECK_EQ(call(&clm, "DELETE", "/v1/nodes/node-b", T(), NULL, NULL), 204, "delete node-b");
     pthread_mutex_lock(&nmb.lock);
     nmb.heartbeat = 0;
     pthread_mutex_unlock(&nmb.lock);
-    st = heartbeat_once(&cm, &nmb, &a);
+    st = heartbeat_once(&clm, &nmb, &a);
     expect_error(st, a, 401, "unauthorized", NULL);
     CHECK(has_event("vm.deleted", "vm-a") && has_event("node.deleted", "node-b"), "delete events");
 }
@@ -661,7 +718,7 @@ static void test_bad_config(const char *binary)
 {
     printf("-- config refused at start\n");
     char path[512], cmd[1200], out[2048];
-    snprintf(path, sizeof path, "%s/bad.conf", cm.dir);
+    snprintf(path, sizeof path, "%s/bad.conf", clm.dir);
     FILE *f = fopen(path, "w");
     fprintf(f, "# bad\nlisten = 127.0.0.1:0\nplacement_policy = fastest\noperator_token_file = operator.token\n");
     fclose(f);
@@ -702,11 +759,11 @@ int main(int argc, char **argv)
     printf("store: %s\n", store);
     fake_nm_start(&nma, "node-a");
     fake_nm_start(&nmb, "node-b");
-    cm_start(&cm, argv[1], store,
+    clm_start(&clm, argv[1], store,
              "heartbeat_interval = 1s\nnode_timeout = 2s\nidle_grace = 1500ms\n"
              "placement_policy = spread\n");
     struct fake_nm *nms[] = {&nma, &nmb};
-    heartbeats_start(&cm, nms, 2, 250);
+    heartbeats_start(&clm, nms, 2, 250);
 
     test_auth_and_health();
     test_vms();
@@ -721,7 +778,7 @@ int main(int argc, char **argv)
     test_bad_config(argv[1]);
 
     heartbeats_stop();
-    cm_stop(&cm);
+    clm_stop(&clm);
     fake_nm_stop(&nma);
     fake_nm_stop(&nmb);
     if (strncmp(store, "sqlite:", 7) == 0 && store == sqlite_path) {
@@ -733,7 +790,7 @@ int main(int argc, char **argv)
         unlink(p);
     }
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", cm.dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", clm.dir);
     if (system(cmd) != 0) {
     }
     printf("test_api: all passed\n");

@@ -6,7 +6,7 @@
  * the request deadline; one address gets no more than its per-peer share; and once the
  * flood is over a node that really goes silent is still found lost.
  *   test_api_flood PATH/flyt-cluster-manager */
-#include "cm_harness.h"
+#include "clm_harness.h"
 
 #include "check.h"
 #include "flyt_log.h"
@@ -29,7 +29,7 @@
 #define DEADLINE_MS 10000    /* api_request_timeout's default */
 #define SLACK_MS 3000
 
-static struct cm_proc cm;
+static struct clm_proc clm;
 static struct fake_nm nm;
 
 static long long mono_ms(void)
@@ -49,7 +49,7 @@ static int slow_connect(int host)
     src.sin_family = dst.sin_family = AF_INET;
     src.sin_addr.s_addr = htonl(0x7f000000u | (unsigned)host);
     dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    dst.sin_port = htons((unsigned short)cm.port);
+    dst.sin_port = htons((unsigned short)clm.port);
     if (bind(fd, (struct sockaddr *)&src, sizeof src) < 0
         || connect(fd, (struct sockaddr *)&dst, sizeof dst) < 0) {
         close(fd);
@@ -124,7 +124,7 @@ static void close_all(struct slow *c, int n)
 static int node_state_is(const char *want)
 {
     json_t *a = NULL;
-    int is = call(&cm, "GET", "/v1/nodes/node-a", cm.op_token, NULL, &a) == 200
+    int is = call(&clm, "GET", "/v1/nodes/node-a", clm.op_token, NULL, &a) == 200
              && jstr(a, "node.state") && strcmp(jstr(a, "node.state"), want) == 0;
     json_decref(a);
     return is;
@@ -139,7 +139,7 @@ static int node_lost(void *arg)
 static int event_count(const char *kind)
 {
     json_t *a = NULL;
-    CHECK(call(&cm, "GET", "/v1/events?limit=1000", cm.op_token, NULL, &a) == 200, "GET /v1/events");
+    CHECK_EQ(call(&clm, "GET", "/v1/events?limit=1000", clm.op_token, NULL, &a), 200, "GET /v1/events");
     int n = 0;
     size_t i;
     json_t *e;
@@ -152,13 +152,13 @@ static int event_count(const char *kind)
 static void setup(char *sid, size_t sidlen)
 {
     json_t *a = NULL;
-    CHECK(call(&cm, "POST", "/v1/vms", cm.op_token,
+    CHECK(call(&clm, "POST", "/v1/vms", clm.op_token,
                "{\"id\": \"vm-a\", \"vm_ip\": \"10.0.0.1\", \"host_ip\": \"10.0.1.1\", "
                "\"compute_units\": 16, \"memory\": \"1GiB\"}", &a) == 201, "create a VM");
     char vm_token[65];
     snprintf(vm_token, sizeof vm_token, "%s", jstr(a, "token"));
     json_decref(a);
-    CHECK(call(&cm, "POST", "/v1/nodes", cm.op_token,
+    CHECK(call(&clm, "POST", "/v1/nodes", clm.op_token,
                "{\"id\": \"node-a\", \"host_ip\": \"10.0.1.1\"}", &a) == 201, "create a node");
     snprintf(nm.node_token, sizeof nm.node_token, "%s", jstr(a, "token"));
     json_decref(a);
@@ -168,15 +168,14 @@ static void setup(char *sid, size_t sidlen)
              "\"uuid\": \"GPU-a\", \"name\": \"Fake H100\", \"sm_count\": 64, "
              "\"sm_granularity\": 8, \"memory_total\": 8589934592}], \"sessions\": []}",
              nm.address);
-    CHECK(call(&cm, "POST", "/v1/nodes/node-a/register", nm.node_token, body, &a) == 200,
+    CHECK_EQ(call(&clm, "POST", "/v1/nodes/node-a/register", nm.node_token, body, &a), 200,
           "register the node");
     pthread_mutex_lock(&nm.lock);
     snprintf(nm.manager_token, sizeof nm.manager_token, "%s", jstr(a, "manager_token"));
     nm.heartbeat = 1;
     pthread_mutex_unlock(&nm.lock);
     json_decref(a);
-    CHECK(call(&cm, "POST", "/v1/sessions", vm_token, "{\"pid\": 1, \"process\": \"t\"}", &a)
-              == 201, "a session on the node");
+    CHECK_EQ(call(&clm, "POST", "/v1/sessions", vm_token, "{\"pid\": 1, \"process\": \"t\"}", &a), 201, "a session on the node");
     snprintf(sid, sidlen, "%s", jstr(a, "session.id"));
     json_decref(a);
 }
@@ -186,7 +185,7 @@ static int session_active(const char *sid)
     char path[128];
     snprintf(path, sizeof path, "/v1/sessions/%s", sid);
     json_t *a = NULL;
-    int active = call(&cm, "GET", path, cm.op_token, NULL, &a) == 200
+    int active = call(&clm, "GET", path, clm.op_token, NULL, &a) == 200
                  && strcmp(jstr(a, "session.state"), "active") == 0;
     json_decref(a);
     return active;
@@ -209,9 +208,9 @@ int main(int argc, char **argv)
     char store[128], sid[64];
     snprintf(store, sizeof store, "sqlite:/tmp/flyt-test-flood-%d.db", (int)getpid());
     fake_nm_start(&nm, "node-a");
-    cm_start(&cm, argv[1], store, "heartbeat_interval = 1s\nnode_timeout = 3s\n");
+    clm_start(&clm, argv[1], store, "heartbeat_interval = 1s\nnode_timeout = 3s\n");
     struct fake_nm *nms[] = {&nm};
-    heartbeats_start(&cm, nms, 1, 250);
+    heartbeats_start(&clm, nms, 1, 250);
     setup(sid, sizeof sid);
 
     printf("-- one address gets its per-peer share, no more\n");
@@ -220,7 +219,7 @@ int main(int argc, char **argv)
         one[i] = (struct slow){slow_connect(50), 50, mono_ms(), 0};
     poll(NULL, 0, 1000);
     int open = open_count(one, 80);
-    CHECK(open == 64, "80 connections from 127.0.0.50: %d kept open (limit 64)", open);
+    CHECK_EQ(open, 64, "80 connections from 127.0.0.50: %d kept open (limit 64)", open);
     close_all(one, 80);
 
     printf("-- %d slow connections from %d addresses for %d s\n", FLOOD_ADDRS * FLOOD_PER_ADDR,
@@ -231,12 +230,14 @@ int main(int argc, char **argv)
     int closed;
     long long longest = flood(c, FLOOD_ADDRS * FLOOD_PER_ADDR, FLOOD_SECONDS, &closed);
     close_all(c, FLOOD_ADDRS * FLOOD_PER_ADDR);
-    CHECK(longest <= DEADLINE_MS + SLACK_MS,
+    CHECK_LE(longest, DEADLINE_MS + SLACK_MS,
           "no slow connection outlived the request deadline (longest %lld ms, deadline %d ms)",
           longest, DEADLINE_MS);
-    CHECK(closed >= 512, "the server closed %d slow connections", closed);
+    CHECK_GE(closed, 512, "the server closed %d slow connections", closed);
     poll(NULL, 0, 1500);   /* heartbeats reach it again */
-    CHECK(event_count("node.lost") == 0 && node_state_is("ready"),
+    CHECK_EQ(event_count("node.lost"), 0,
+          "the node was never lost during the flood");
+    CHECK(node_state_is("ready"),
           "the node was never lost during the flood");
     CHECK(session_active(sid), "its session is still active");
 
@@ -248,12 +249,12 @@ int main(int argc, char **argv)
     CHECK(!session_active(sid), "its session ended with it");
 
     heartbeats_stop();
-    cm_stop(&cm);
+    clm_stop(&clm);
     fake_nm_stop(&nm);
     unlink(store + 7);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s /tmp/flyt-test-flood-%d.db-wal /tmp/flyt-test-flood-%d.db-shm",
-             cm.dir, (int)getpid(), (int)getpid());
+             clm.dir, (int)getpid(), (int)getpid());
     if (system(cmd) != 0) {
     }
     printf("test_api_flood: all passed\n");

@@ -33,7 +33,8 @@ static void expect_error(const char *text, const char *want)
 {
     char err[512];
     int rc = parse(text, err, sizeof err, NULL);
-    CHECK(rc == -1 && strstr(err, want) != NULL, "refused with \"%s\" (got \"%s\")", want, err);
+    CHECK_EQ(rc, -1, "refused with \"%s\" (got \"%s\")", want, err);
+    CHECK_NE(strstr(err, want), NULL, "refused with \"%s\" (got \"%s\")", want, err);
 }
 
 int main(void)
@@ -42,14 +43,14 @@ int main(void)
     struct flyt_config *c;
 
     /* defaults */
-    CHECK(parse("", err, sizeof err, &c) == 0, "empty file parses");
-    CHECK(strcmp(flyt_config_str(c, "listen"), "127.0.0.1:8600") == 0, "string default");
-    CHECK(flyt_config_int(c, "workers") == 4, "int default");
+    CHECK_EQ(parse("", err, sizeof err, &c), 0, "empty file parses");
+    CHECK_STR_EQ(flyt_config_str(c, "listen"), "127.0.0.1:8600", "string default");
+    CHECK_EQ(flyt_config_int(c, "workers"), 4, "int default");
     CHECK(!flyt_config_bool(c, "overcommit"), "bool default");
-    CHECK(flyt_config_size(c, "store.cache") == 1u << 20, "size default 1MiB");
-    CHECK(flyt_config_str(c, "store.url") == NULL, "string without default is NULL");
-    CHECK(flyt_config_duration_ms(c, "timeouts.node") == 15000, "duration default 15s");
-    CHECK(flyt_config_duration_ms(c, "timeouts.idle") == 300000, "duration default 5m");
+    CHECK_EQ(flyt_config_size(c, "store.cache"), 1u << 20, "size default 1MiB");
+    CHECK_EQ(flyt_config_str(c, "store.url"), NULL, "string without default is NULL");
+    CHECK_EQ(flyt_config_duration_ms(c, "timeouts.node"), 15000, "duration default 15s");
+    CHECK_EQ(flyt_config_duration_ms(c, "timeouts.idle"), 300000, "duration default 5m");
     CHECK(!flyt_config_is_set(c, "listen"), "default is not 'set'");
     flyt_config_free(c);
 
@@ -67,14 +68,14 @@ int main(void)
         "[ timeouts ]\n"
         "node = 500ms\n"
         "idle = 2m\r\n";
-    CHECK(parse(text, err, sizeof err, &c) == 0, "full file parses (%s)", err);
-    CHECK(strcmp(flyt_config_str(c, "listen"), "0.0.0.0:9000") == 0, "comment stripped");
-    CHECK(flyt_config_int(c, "workers") == 16, "int");
+    CHECK_EQ(parse(text, err, sizeof err, &c), 0, "full file parses (%s)", err);
+    CHECK_STR_EQ(flyt_config_str(c, "listen"), "0.0.0.0:9000", "comment stripped");
+    CHECK_EQ(flyt_config_int(c, "workers"), 16, "int");
     CHECK(flyt_config_bool(c, "overcommit"), "bool yes");
-    CHECK(flyt_config_size(c, "store.cache") == 20ull << 30, "size 20 GiB");
-    CHECK(strcmp(flyt_config_str(c, "store.url"), "sqlite:/tmp/a #b.db") == 0, "quoted string");
-    CHECK(flyt_config_duration_ms(c, "timeouts.node") == 500, "500ms");
-    CHECK(flyt_config_duration_ms(c, "timeouts.idle") == 120000, "2m with CRLF");
+    CHECK_EQ(flyt_config_size(c, "store.cache"), 20ull << 30, "size 20 GiB");
+    CHECK_STR_EQ(flyt_config_str(c, "store.url"), "sqlite:/tmp/a #b.db", "quoted string");
+    CHECK_EQ(flyt_config_duration_ms(c, "timeouts.node"), 500, "500ms");
+    CHECK_EQ(flyt_config_duration_ms(c, "timeouts.idle"), 120000, "2m with CRLF");
     CHECK(flyt_config_is_set(c, "listen"), "set by the file");
     flyt_config_free(c);
 
@@ -100,38 +101,45 @@ int main(void)
     static const struct flyt_cfg_key req[] = {
         {"token_file", FLYT_CFG_STRING, NULL, "x", true, 0, 0}, {NULL, 0, NULL, NULL, false, 0, 0}};
     c = flyt_config_new(req);
-    CHECK(flyt_config_parse(c, "r.conf", "# nothing\n", err, sizeof err) == -1
-              && strcmp(err, "r.conf: required key \"token_file\" is not set") == 0,
+    CHECK_EQ(flyt_config_parse(c, "r.conf", "# nothing\n", err, sizeof err), -1,
+          "required key missing: %s", err);
+    CHECK_STR_EQ(err, "r.conf: required key \"token_file\" is not set",
           "required key missing: %s", err);
     flyt_config_free(c);
 
     /* loading a file */
     char path[] = "/tmp/flyt-test-config-XXXXXX";
     int fd = mkstemp(path);
-    CHECK(fd >= 0, "temp file");
+    CHECK_GE(fd, 0, "temp file");
     const char *ft = "workers = 2\nworkers = 3\n";
-    CHECK(write(fd, ft, strlen(ft)) == (ssize_t)strlen(ft), "write");
+    CHECK_EQ(write(fd, ft, strlen(ft)), (ssize_t)strlen(ft), "write");
     close(fd);
     c = flyt_config_new(keys);
-    CHECK(flyt_config_load(c, path, err, sizeof err) == -1, "load refuses the duplicate");
+    CHECK_EQ(flyt_config_load(c, path, err, sizeof err), -1, "load refuses the duplicate");
     char want[600];
     snprintf(want, sizeof want, "%s:2: duplicate key \"workers\" (first set on line 1)", path);
-    CHECK(strcmp(err, want) == 0, "message names file and line: %s", err);
+    CHECK_STR_EQ(err, want, "message names file and line: %s", err);
     flyt_config_free(c);
     unlink(path);
     c = flyt_config_new(keys);
-    CHECK(flyt_config_load(c, "/nonexistent/x.conf", err, sizeof err) == -1
-              && strstr(err, "/nonexistent/x.conf: cannot open") != NULL, "missing file: %s", err);
+    CHECK_EQ(flyt_config_load(c, "/nonexistent/x.conf", err, sizeof err), -1, "missing file: %s", err);
+    CHECK_NE(strstr(err, "/nonexistent/x.conf: cannot open"), NULL, "missing file: %s", err);
     flyt_config_free(c);
 
     /* the value parsers on their own */
     uint64_t u;
-    CHECK(flyt_parse_size("2048KiB", &u, err, sizeof err) == 0 && u == 2048 * 1024, "2048KiB");
-    CHECK(flyt_parse_size("1073741824B", &u, err, sizeof err) == 0 && u == 1073741824ull, "B");
-    CHECK(flyt_parse_size("3GB", &u, err, sizeof err) == 0 && u == 3000000000ull, "3GB");
-    CHECK(flyt_parse_size("5", &u, err, sizeof err) == 0 && u == 5, "bare bytes");
-    CHECK(flyt_parse_duration_ms("45", &u, err, sizeof err) == 0 && u == 45000, "bare seconds");
-    CHECK(flyt_parse_duration_ms("1h", &u, err, sizeof err) == 0 && u == 3600000, "1h");
+    CHECK_EQ(flyt_parse_size("2048KiB", &u, err, sizeof err), 0, "2048KiB");
+    CHECK_EQ(u, 2048 * 1024, "2048KiB");
+    CHECK_EQ(flyt_parse_size("1073741824B", &u, err, sizeof err), 0, "B");
+    CHECK_EQ(u, 1073741824ull, "B");
+    CHECK_EQ(flyt_parse_size("3GB", &u, err, sizeof err), 0, "3GB");
+    CHECK_EQ(u, 3000000000ull, "3GB");
+    CHECK_EQ(flyt_parse_size("5", &u, err, sizeof err), 0, "bare bytes");
+    CHECK_EQ(u, 5, "bare bytes");
+    CHECK_EQ(flyt_parse_duration_ms("45", &u, err, sizeof err), 0, "bare seconds");
+    CHECK_EQ(u, 45000, "bare seconds");
+    CHECK_EQ(flyt_parse_duration_ms("1h", &u, err, sizeof err), 0, "1h");
+    CHECK_EQ(u, 3600000, "1h");
 
     printf("test_config: all passed\n");
     return 0;

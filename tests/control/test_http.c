@@ -57,71 +57,76 @@ int main(void)
     flyt_log_init("test_http", FLYT_LOG_WARN);
     char err[512];
     struct flyt_http_server *srv = flyt_http_start("127.0.0.1:0", routes, NULL, err, sizeof err);
-    CHECK(srv != NULL, "server starts on a free port (%s)", err);
+    CHECK_NE(srv, NULL, "server starts on a free port (%s)", err);
     int port = flyt_http_port(srv);
-    CHECK(port > 0, "port %d", port);
+    CHECK_GT(port, 0, "port %d", port);
     char base[64], url[256];
     snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
 
     struct flyt_http_server *dup = flyt_http_start(base + 7, routes, NULL, err, sizeof err);
-    CHECK(dup == NULL && strstr(err, "Address already in use"), "second bind refused: %s", err);
-    CHECK(flyt_http_start("nonsense", routes, NULL, err, sizeof err) == NULL
-              && strstr(err, "expected HOST:PORT"), "bad address refused: %s", err);
+    CHECK_EQ(dup, NULL, "second bind refused: %s", err);
+    CHECK(strstr(err, "Address already in use"), "second bind refused: %s", err);
+    CHECK_EQ(flyt_http_start("nonsense", routes, NULL, err, sizeof err), NULL, "bad address refused: %s", err);
+    CHECK(strstr(err, "expected HOST:PORT"), "bad address refused: %s", err);
 
     long status;
     json_t *ans;
     /* captures, query, token */
     snprintf(url, sizeof url, "%s/v1/things/abc-1?q=hello%%20world", base);
-    CHECK(flyt_http_call("GET", url, "tok123", NULL, &status, &ans, err, sizeof err) == 0
-              && status == 200, "GET with capture: %ld %s", status, err);
-    CHECK(strcmp(json_string_value(json_object_get(ans, "token")), "tok123") == 0, "bearer token");
-    CHECK(strcmp(json_string_value(json_object_get(ans, "q")), "hello world") == 0, "query decoded");
-    CHECK(strcmp(json_string_value(json_array_get(json_object_get(ans, "params"), 0)), "abc-1") == 0,
+    CHECK_EQ(flyt_http_call("GET", url, "tok123", NULL, &status, &ans, err, sizeof err), 0, "GET with capture: %ld %s", status, err);
+    CHECK_EQ(status, 200, "GET with capture: %ld %s", status, err);
+    CHECK_STR_EQ(json_string_value(json_object_get(ans, "token")), "tok123", "bearer token");
+    CHECK_STR_EQ(json_string_value(json_object_get(ans, "q")), "hello world", "query decoded");
+    CHECK_STR_EQ(json_string_value(json_array_get(json_object_get(ans, "params"), 0)), "abc-1",
           "capture {id}");
-    CHECK(strcmp(json_string_value(json_object_get(ans, "route")), "GET /v1/things/{id}") == 0,
+    CHECK_STR_EQ(json_string_value(json_object_get(ans, "route")), "GET /v1/things/{id}",
           "route name");
     json_decref(ans);
 
     /* two captures, JSON body */
     snprintf(url, sizeof url, "%s/v1/nodes/n1/sessions/s9/ended", base);
     json_t *body = json_pack("{s:s}", "reason", "exit");
-    CHECK(flyt_http_call("PATCH", url, NULL, body, &status, &ans, err, sizeof err) == 0
-              && status == 200, "PATCH with body");
+    CHECK_EQ(flyt_http_call("PATCH", url, NULL, body, &status, &ans, err, sizeof err), 0, "PATCH with body");
+    CHECK_EQ(status, 200, "PATCH with body");
     json_t *ps = json_object_get(ans, "params");
-    CHECK(json_array_size(ps) == 2 && strcmp(json_string_value(json_array_get(ps, 1)), "s9") == 0,
+    CHECK_EQ(json_array_size(ps), 2,
+          "two captures");
+    CHECK_STR_EQ(json_string_value(json_array_get(ps, 1)), "s9",
           "two captures");
     CHECK(json_equal(json_object_get(ans, "body"), body), "body echoed");
-    CHECK(json_object_get(ans, "token") == NULL, "no token without Authorization");
+    CHECK_EQ(json_object_get(ans, "token"), NULL, "no token without Authorization");
     json_decref(ans);
     json_decref(body);
 
     /* literal route before the capture route */
     snprintf(url, sizeof url, "%s/v1/things/import", base);
-    CHECK(flyt_http_call("POST", url, "t", NULL, &status, &ans, err, sizeof err) == 0
-              && status == 200, "literal route wins");
+    CHECK_EQ(flyt_http_call("POST", url, "t", NULL, &status, &ans, err, sizeof err), 0, "literal route wins");
+    CHECK_EQ(status, 200, "literal route wins");
     json_decref(ans);
 
     /* errors in the docs/api.md format */
     snprintf(url, sizeof url, "%s/v1/things/x7", base);
-    CHECK(flyt_http_call("POST", url, "t", NULL, &status, &ans, err, sizeof err) == 0
-              && status == 409, "handler error status");
-    CHECK(strcmp(json_string_value(json_object_get(json_object_get(ans, "error"), "code")),
-                 "conflict") == 0, "error code");
-    CHECK(strcmp(err, "HTTP 409 conflict: id x7 exists") == 0, "client err text: %s", err);
+    CHECK_EQ(flyt_http_call("POST", url, "t", NULL, &status, &ans, err, sizeof err), 0, "handler error status");
+    CHECK_EQ(status, 409, "handler error status");
+    CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(ans, "error"), "code")), "conflict", "error code");
+    CHECK_STR_EQ(err, "HTTP 409 conflict: id x7 exists", "client err text: %s", err);
     json_decref(ans);
 
     snprintf(url, sizeof url, "%s/v1/nothing", base);
-    CHECK(flyt_http_call("GET", url, "t", NULL, &status, NULL, err, sizeof err) == 0
-              && status == 404 && strstr(err, "not_found"), "unknown path 404: %s", err);
+    CHECK_EQ(flyt_http_call("GET", url, "t", NULL, &status, NULL, err, sizeof err), 0, "unknown path 404: %s", err);
+    CHECK_EQ(status, 404, "unknown path 404: %s", err);
+    CHECK(strstr(err, "not_found"), "unknown path 404: %s", err);
     snprintf(url, sizeof url, "%s/v1/things/abc", base);
-    CHECK(flyt_http_call("DELETE", url, "t", NULL, &status, NULL, err, sizeof err) == 0
-              && status == 405 && strstr(err, "not allowed"), "wrong method 405: %s", err);
+    CHECK_EQ(flyt_http_call("DELETE", url, "t", NULL, &status, NULL, err, sizeof err), 0, "wrong method 405: %s", err);
+    CHECK_EQ(status, 405, "wrong method 405: %s", err);
+    CHECK(strstr(err, "not allowed"), "wrong method 405: %s", err);
     snprintf(url, sizeof url, "%s/v1/things/", base);
-    CHECK(flyt_http_call("GET", url, "t", NULL, &status, NULL, err, sizeof err) == 0
-              && status == 404, "empty capture 404");
+    CHECK_EQ(flyt_http_call("GET", url, "t", NULL, &status, NULL, err, sizeof err), 0, "empty capture 404");
+    CHECK_EQ(status, 404, "empty capture 404");
     snprintf(url, sizeof url, "%s/v1/none", base);
-    CHECK(flyt_http_call("GET", url, "t", NULL, &status, NULL, err, sizeof err) == 0
-              && status == 500 && strstr(err, "internal"), "no answer -> 500: %s", err);
+    CHECK_EQ(flyt_http_call("GET", url, "t", NULL, &status, NULL, err, sizeof err), 0, "no answer -> 500: %s", err);
+    CHECK_EQ(status, 500, "no answer -> 500: %s", err);
+    CHECK(strstr(err, "internal"), "no answer -> 500: %s", err);
 
     /* malformed JSON (flyt_http_call only sends valid JSON) */
     {
@@ -141,16 +146,16 @@ int main(void)
     body = json_pack("{s:s}", "x", s);
     free(s);
     snprintf(url, sizeof url, "%s/v1/nodes/a/sessions/b/ended", base);
-    CHECK(flyt_http_call("PATCH", url, "t", body, &status, NULL, err, sizeof err) == 0
-              && status == 413, "body over 1 MiB -> 413: %s", err);
+    CHECK_EQ(flyt_http_call("PATCH", url, "t", body, &status, NULL, err, sizeof err), 0, "body over 1 MiB -> 413: %s", err);
+    CHECK_EQ(status, 413, "body over 1 MiB -> 413: %s", err);
     json_decref(body);
 
     /* client timeout and connection errors */
     snprintf(url, sizeof url, "%s/v1/slow", base);
-    CHECK(flyt_http_call_timeout("DELETE", url, "t", NULL, 300, &status, NULL, err, sizeof err) == -1
-              && strstr(err, "timed out"), "client timeout: %s", err);
-    CHECK(flyt_http_call("GET", "http://127.0.0.1:1/v1/x", "t", NULL, &status, NULL, err,
-                         sizeof err) == -1 && status == 0, "connection refused: %s", err);
+    CHECK_EQ(flyt_http_call_timeout("DELETE", url, "t", NULL, 300, &status, NULL, err, sizeof err), -1, "client timeout: %s", err);
+    CHECK(strstr(err, "timed out"), "client timeout: %s", err);
+    CHECK(flyt_http_call("GET", "http://127.0.0.1:1/v1/x", "t", NULL, &status, NULL, err, sizeof err) == -1, "connection refused: %s", err);
+    CHECK_EQ(status, 0, "connection refused: %s", err);
 
     /* metrics */
     struct flyt_buf m = {0};

@@ -14,7 +14,7 @@
  *   CLIENT_TEST links, without an RPATH).
  */
 #include "check.h"
-#include "cm_harness.h"
+#include "clm_harness.h"
 
 #include "flyt_proto.h"
 
@@ -40,7 +40,7 @@
 #define GiB (1LL << 30)
 #define T_NOT_PERMITTED 800
 
-static struct cm_proc cm;
+static struct clm_proc clm;
 static char dir[256], nm_base[128], manager_token[128], node_token[128];
 static pid_t nm_pid;
 static const char *client_test, *flyt_lib_dir, *cuda_lib_dir;
@@ -79,11 +79,11 @@ static void at_exit(void)
     if (!passed) {
         dump("nm.log");
         char p[512];
-        snprintf(p, sizeof p, "%s/cm.log", cm.dir);
+        snprintf(p, sizeof p, "%s/clm.log", clm.dir);
         FILE *f = fopen(p, "r");
         if (f) {
             char line[1024];
-            printf("---- cm.log (last lines) ----\n");
+            printf("---- clm.log (last lines) ----\n");
             static char ring[40][1024];
             int n = 0;
             while (fgets(line, sizeof line, f))
@@ -101,7 +101,7 @@ static void write_file(const char *name, const char *text, mode_t mode)
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
-    CHECK(f != NULL, "write %s", name);
+    CHECK_NE(f, NULL, "write %s", name);
     fputs(text, f);
     fclose(f);
     chmod(path, mode);
@@ -145,7 +145,7 @@ static long nm_post(const char *path, const char *token, const char *body)
     snprintf(url, sizeof url, "%s%s", nm_base, path);
     json_error_t je;
     json_t *b = json_loads(body, 0, &je);
-    CHECK(b != NULL, "test body is JSON: %s", body);
+    CHECK_NE(b, NULL, "test body is JSON: %s", body);
     long status = 0;
     call_err[0] = 0;
     if (flyt_http_call("POST", url, token, b, &status, NULL, call_err, sizeof call_err) < 0)
@@ -189,7 +189,8 @@ static int tcp_connect(const char *endpoint)
     int port = 0;
     /* the TCP one of its alternatives (a Unix socket may come first) */
     const char *tcp = strstr(endpoint, "tcp://");
-    CHECK(tcp && sscanf(tcp, "tcp://%63[^:]:%d", host, &port) == 2, "endpoint %s parses", endpoint);
+    CHECK(tcp, "endpoint %s parses", endpoint);
+    CHECK_EQ(sscanf(tcp, "tcp://%63[^:]:%d", host, &port), 2, "endpoint %s parses", endpoint);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};
     a.sin_family = AF_INET;
@@ -312,7 +313,7 @@ static int leftovers(void)
     int n = 0;
     while (d && (e = readdir(d))) {
         int pid = atoi(e->d_name);
-        if (pid <= 0 || pid == getpid() || pid == nm_pid || pid == cm.pid)
+        if (pid <= 0 || pid == getpid() || pid == nm_pid || pid == clm.pid)
             continue;
         char cmd[4096];
         if (cmdline_of(pid, cmd, sizeof cmd) != 0)
@@ -347,7 +348,7 @@ static int node_ready(void *arg)
 {
     (void)arg;
     json_t *a = NULL;
-    int ok = call(&cm, "GET", "/v1/nodes/n1", cm.op_token, NULL, &a) == 200 &&
+    int ok = call(&clm, "GET", "/v1/nodes/n1", clm.op_token, NULL, &a) == 200 &&
              jstr(a, "node.state") && strcmp(jstr(a, "node.state"), "ready") == 0 &&
              json_array_size(json_object_get(json_object_get(a, "node"), "gpus")) == 2;
     json_decref(a);
@@ -361,7 +362,7 @@ static int session_state_is(void *arg)
     char path[200];
     snprintf(path, sizeof path, "/v1/sessions/%s", want_sid);
     json_t *a = NULL;
-    int ok = call(&cm, "GET", path, cm.op_token, NULL, &a) == 200 && jstr(a, "session.state") &&
+    int ok = call(&clm, "GET", path, clm.op_token, NULL, &a) == 200 && jstr(a, "session.state") &&
              strcmp(jstr(a, "session.state"), want_state) == 0;
     json_decref(a);
     return ok;
@@ -399,7 +400,7 @@ static int heartbeat_moved(void)
     static char last[64];
     json_t *a = NULL;
     int changed = 0;
-    if (call(&cm, "GET", "/v1/nodes/n1", cm.op_token, NULL, &a) == 200) {
+    if (call(&clm, "GET", "/v1/nodes/n1", clm.op_token, NULL, &a) == 200) {
         const char *t = jstr(a, "node.last_heartbeat");
         changed = t && strcmp(t, last) != 0;
         if (t)
@@ -415,8 +416,10 @@ static void new_session(const char *vm_token, int pid, char *sid, char *endpoint
     char body[64];
     snprintf(body, sizeof body, "{\"pid\": %d}", pid);
     json_t *a = NULL;
-    long st = call(&cm, "POST", "/v1/sessions", vm_token, body, &a);
-    CHECK(st == 201 && jstr(a, "session.id") && jstr(a, "session.endpoint") && jstr(a, "token"),
+    long st = call(&clm, "POST", "/v1/sessions", vm_token, body, &a);
+    CHECK_EQ(st, 201,
+          "POST /v1/sessions for pid %d: %ld %s", pid, st, call_err);
+    CHECK(jstr(a, "session.id") && jstr(a, "session.endpoint") && jstr(a, "token"),
           "POST /v1/sessions for pid %d: %ld %s", pid, st, call_err);
     snprintf(sid, 80, "%s", jstr(a, "session.id"));
     snprintf(endpoint, 128, "%s", jstr(a, "session.endpoint"));
@@ -493,7 +496,7 @@ static long resize(const char *what, const char *id, const char *body, json_t **
 {
     char path[200];
     snprintf(path, sizeof path, "/v1/%s/%s/resize", what, id);
-    return call(&cm, "POST", path, cm.op_token, body, ans);
+    return call(&clm, "POST", path, clm.op_token, body, ans);
 }
 
 /* The tenant's SM count and memory size as a connected client reads them. */
@@ -523,7 +526,7 @@ static long long gpu_sm_allocated(int gpu)
     json_t *a = NULL;
     char key[64];
     snprintf(key, sizeof key, "node.gpus.%d.sm_allocated", gpu);
-    long long v = call(&cm, "GET", "/v1/nodes/n1", cm.op_token, NULL, &a) == 200 ? jint(a, key) : -1;
+    long long v = call(&clm, "GET", "/v1/nodes/n1", clm.op_token, NULL, &a) == 200 ? jint(a, key) : -1;
     json_decref(a);
     return v;
 }
@@ -531,7 +534,7 @@ static long long gpu_sm_allocated(int gpu)
 static void check_resize(void)
 {
     json_t *a = NULL;
-    CHECK(call(&cm, "POST", "/v1/vms", cm.op_token,
+    CHECK(call(&clm, "POST", "/v1/vms", clm.op_token,
                "{\"vm_ip\": \"10.9.0.2\", \"host_ip\": \"127.0.0.1\", \"compute_units\": 16, "
                "\"memory\": \"1GiB\"}", &a) == 201 && jstr(a, "token"), "POST /v1/vms: %s", call_err);
     char vm_token[80], vm_id[80];
@@ -543,33 +546,45 @@ static void check_resize(void)
     new_session(vm_token, 5002, sb, eb, tb);
     int fa = tcp_connect(ea), fb = tcp_connect(eb);
     flyt_rep_hello hr;
-    CHECK(fa >= 0 && hello(fa, &hr) == 0 && auth(fa, ta) == 0 && fb >= 0 && hello(fb, &hr) == 0 &&
-              auth(fb, tb) == 0, "two sessions of 16 SMs, clients connected");
-    CHECK(seen_sms(fa) == 16, "A sees 16 SMs");
+    CHECK_GE(fa, 0, "two sessions of 16 SMs, clients connected");
+    CHECK_EQ(hello(fa, &hr), 0, "two sessions of 16 SMs, clients connected");
+    CHECK_EQ(auth(fa, ta), 0, "two sessions of 16 SMs, clients connected");
+    CHECK_GE(fb, 0, "two sessions of 16 SMs, clients connected");
+    CHECK_EQ(hello(fb, &hr), 0, "two sessions of 16 SMs, clients connected");
+    CHECK_EQ(auth(fb, tb), 0, "two sessions of 16 SMs, clients connected");
+    CHECK_EQ(seen_sms(fa), 16, "A sees 16 SMs");
     char path[200];
     snprintf(path, sizeof path, "/v1/sessions/%s", sa);
-    CHECK(call(&cm, "GET", path, cm.op_token, NULL, &a) == 200, "GET A");
+    CHECK_EQ(call(&clm, "GET", path, clm.op_token, NULL, &a), 200, "GET A");
     int gpu = (int)jint(a, "session.gpu_index");
     json_decref(a);
     long long before = gpu_sm_allocated(gpu);
 
-    CHECK(resize("sessions", sa, "{\"sm_delta\": 16}", &a) == 200 &&
-              jint(a, "session.sm_count") == 32 && strcmp(jstr(a, "granted"), "full") == 0 &&
-              jint(a, "node.applied") == 1,
+    CHECK_EQ(resize("sessions", sa, "{\"sm_delta\": 16}", &a), 200,
+          "resize A +16: 32 SMs, granted in full, applied by its connected session: %s", call_err);
+    CHECK_EQ(jint(a, "session.sm_count"), 32,
+          "resize A +16: 32 SMs, granted in full, applied by its connected session: %s", call_err);
+    CHECK_STR_EQ(jstr(a, "granted"), "full",
+          "resize A +16: 32 SMs, granted in full, applied by its connected session: %s", call_err);
+    CHECK_EQ(jint(a, "node.applied"), 1,
           "resize A +16: 32 SMs, granted in full, applied by its connected session: %s", call_err);
     double in_force = json_real_value(json_object_get(json_object_get(a, "node"), "in_force_ms"));
     double apply = json_real_value(json_object_get(json_object_get(a, "node"), "apply_ms"));
     double e2e = json_real_value(json_object_get(a, "cluster_ms"));
     printf("        times: server apply %.3f ms, in force %.3f ms after the node posted it, "
            "%.3f ms end to end through the cluster\n", apply, in_force, e2e);
-    CHECK(e2e < 1000 && in_force <= e2e, "times recorded");
+    CHECK_LT(e2e, 1000, "times recorded");
+    CHECK_LE(in_force, e2e, "times recorded");
     json_decref(a);
-    CHECK(seen_sms(fa) == 32, "the running session now reports 32 SMs (no reconnect)");
-    CHECK(gpu_sm_allocated(gpu) == before + 16, "the GPU's allocated SMs grew by 16, not 32");
-    CHECK(resize("sessions", sa, "{\"sm_count\": 8}", &a) == 200 && jint(a, "session.sm_count") == 8,
+    CHECK_EQ(seen_sms(fa), 32, "the running session now reports 32 SMs (no reconnect)");
+    CHECK_EQ(gpu_sm_allocated(gpu), before + 16, "the GPU's allocated SMs grew by 16, not 32");
+    CHECK_EQ(resize("sessions", sa, "{\"sm_count\": 8}", &a), 200,
+          "resize A to 8: %s", call_err);
+    CHECK_EQ(jint(a, "session.sm_count"), 8,
           "resize A to 8: %s", call_err);
     json_decref(a);
-    CHECK(seen_sms(fa) == 8 && gpu_sm_allocated(gpu) == before - 8, "down to 8, capacity freed");
+    CHECK_EQ(seen_sms(fa), 8, "down to 8, capacity freed");
+    CHECK_EQ(gpu_sm_allocated(gpu), before - 8, "down to 8, capacity freed");
 
     static const struct {
         const char *body, *want;
@@ -585,64 +600,75 @@ static void check_resize(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         long st = resize("sessions", sa, bad[i].body, NULL);
-        CHECK(st == bad[i].status && strstr(call_err, bad[i].want),
+        CHECK_EQ(st, bad[i].status,
+              "resize %s: %ld %s", bad[i].body, st, call_err);
+        CHECK(strstr(call_err, bad[i].want),
               "resize %s: %ld %s", bad[i].body, st, call_err);
     }
-    CHECK(resize("sessions", "s-none", "{\"sm_count\": 8}", NULL) == 404, "an unknown session: 404");
-    CHECK(gpu_sm_allocated(gpu) == before - 8, "refusals changed nothing");
+    CHECK_EQ(resize("sessions", "s-none", "{\"sm_count\": 8}", NULL), 404, "an unknown session: 404");
+    CHECK_EQ(gpu_sm_allocated(gpu), before - 8, "refusals changed nothing");
 
-    CHECK(resize("sessions", sa, "{\"sm_count\": 132, \"partial\": true}", &a) == 200 &&
-              strcmp(jstr(a, "granted"), "partial") == 0 && jint(a, "session.sm_count") == 116,
+    CHECK_EQ(resize("sessions", sa, "{\"sm_count\": 132, \"partial\": true}", &a), 200,
+          "with partial: 116 of 132 SMs (B holds 16): %s", call_err);
+    CHECK_STR_EQ(jstr(a, "granted"), "partial",
+          "with partial: 116 of 132 SMs (B holds 16): %s", call_err);
+    CHECK_EQ(jint(a, "session.sm_count"), 116,
           "with partial: 116 of 132 SMs (B holds 16): %s", call_err);
     json_decref(a);
-    CHECK(seen_sms(fa) == 116 && gpu_sm_allocated(gpu) == 132, "the GPU is full, counted once");
-    CHECK(resize("sessions", sb, "{\"sm_delta\": 4}", NULL) == 409, "B cannot grow now: 409");
+    CHECK_EQ(seen_sms(fa), 116, "the GPU is full, counted once");
+    CHECK_EQ(gpu_sm_allocated(gpu), 132, "the GPU is full, counted once");
+    CHECK_EQ(resize("sessions", sb, "{\"sm_delta\": 4}", NULL), 409, "B cannot grow now: 409");
 
     printf("== live resize: memory below use\n");
     uint64_t p1 = 0, p2 = 0;
     char pattern[64];
     memset(pattern, 0x5a, sizeof pattern);
-    CHECK(alloc(fa, 512 << 20, &p1) == 0 && p1, "A allocates 512 MiB");
+    CHECK_EQ(alloc(fa, 512 << 20, &p1), 0, "A allocates 512 MiB");
+    CHECK(p1, "A allocates 512 MiB");
     flyt_req_memcpy mc = {p1, 0, sizeof pattern, 0};
-    CHECK(frame_call(fa, FLYT_OP_MEMCPY_HTOD, &mc, sizeof mc, pattern, sizeof pattern, NULL, 0) == 0,
+    CHECK_EQ(frame_call(fa, FLYT_OP_MEMCPY_HTOD, &mc, sizeof mc, pattern, sizeof pattern, NULL, 0), 0,
           "and writes to it");
-    CHECK(resize("sessions", sa, "{\"memory_quota\": 268435456}", &a) == 200 &&
-              jint(a, "session.memory_quota") == 256 << 20, "quota lowered to 256 MiB: %s", call_err);
+    CHECK_EQ(resize("sessions", sa, "{\"memory_quota\": 268435456}", &a), 200, "quota lowered to 256 MiB: %s", call_err);
+    CHECK_EQ(jint(a, "session.memory_quota"), 256 << 20, "quota lowered to 256 MiB: %s", call_err);
     json_decref(a);
-    CHECK(alloc(fa, 1 << 20, &p2) == 2, "a new allocation fails with out of memory");
+    CHECK_EQ(alloc(fa, 1 << 20, &p2), 2, "a new allocation fails with out of memory");
     mc.dst = 0;
     mc.src = p1;
     struct {
         flyt_rep_none none; /* the reply struct, then the bytes */
         char bytes[sizeof pattern];
     } back;
-    CHECK(frame_call(fa, FLYT_OP_MEMCPY_DTOH, &mc, sizeof mc, NULL, 0, &back, sizeof back) == 0 &&
-              memcmp(back.bytes, pattern, sizeof pattern) == 0, "the data is intact");
-    CHECK(resize("sessions", sa, "{\"memory_quota\": 4294967296}", NULL) == 409,
+    CHECK_EQ(frame_call(fa, FLYT_OP_MEMCPY_DTOH, &mc, sizeof mc, NULL, 0, &back, sizeof back), 0, "the data is intact");
+    CHECK(memcmp(back.bytes, pattern, sizeof pattern) == 0, "the data is intact");
+    CHECK_EQ(resize("sessions", sa, "{\"memory_quota\": 4294967296}", NULL), 409,
           "4 GiB while B holds 1 GiB: refused");
-    CHECK(resize("sessions", sa, "{\"memory_quota\": 4294967296, \"partial\": true}", &a) == 200 &&
-              jint(a, "session.memory_quota") == 3 * GiB, "with partial: 3 GiB: %s", call_err);
+    CHECK_EQ(resize("sessions", sa, "{\"memory_quota\": 4294967296, \"partial\": true}", &a), 200, "with partial: 3 GiB: %s", call_err);
+    CHECK_EQ(jint(a, "session.memory_quota"), 3 * GiB, "with partial: 3 GiB: %s", call_err);
     json_decref(a);
-    CHECK(alloc(fa, 1 << 20, &p2) == 0, "allocations work again");
+    CHECK_EQ(alloc(fa, 1 << 20, &p2), 0, "allocations work again");
 
     printf("== live resize of a VM's sessions\n");
-    CHECK(resize("vms", vm_id, "{\"sm_count\": 8, \"memory_quota\": 536870912}", &a) == 200 &&
-              jint(a, "resized") == 2, "both sessions of the VM to 8 SMs: %s", call_err);
+    CHECK_EQ(resize("vms", vm_id, "{\"sm_count\": 8, \"memory_quota\": 536870912}", &a), 200, "both sessions of the VM to 8 SMs: %s", call_err);
+    CHECK_EQ(jint(a, "resized"), 2, "both sessions of the VM to 8 SMs: %s", call_err);
     json_decref(a);
-    CHECK(seen_sms(fa) == 8 && seen_sms(fb) == 8 && gpu_sm_allocated(gpu) == before - 16,
+    CHECK_EQ(seen_sms(fa), 8,
           "each sees 8 SMs; the GPU holds 16 SMs for them, 8 each");
-    CHECK(resize("vms", "vm-none", "{\"sm_count\": 8}", NULL) == 404, "an unknown VM: 404");
+    CHECK_EQ(seen_sms(fb), 8,
+          "each sees 8 SMs; the GPU holds 16 SMs for them, 8 each");
+    CHECK_EQ(gpu_sm_allocated(gpu), before - 16,
+          "each sees 8 SMs; the GPU holds 16 SMs for them, 8 each");
+    CHECK_EQ(resize("vms", "vm-none", "{\"sm_count\": 8}", NULL), 404, "an unknown VM: 404");
     close(fa);
     close(fb);
-    CHECK(call(&cm, "GET", "/v1/events", cm.op_token, NULL, &a) == 200, "GET /v1/events");
+    CHECK_EQ(call(&clm, "GET", "/v1/events", clm.op_token, NULL, &a), 200, "GET /v1/events");
     char *ev = json_dumps(a, 0);
     CHECK(ev && strstr(ev, "session.resized"), "the store recorded session.resized events");
     free(ev);
     json_decref(a);
     snprintf(path, sizeof path, "/v1/sessions/%s", sa);
-    CHECK(call(&cm, "DELETE", path, cm.op_token, NULL, NULL) == 204, "A released");
+    CHECK_EQ(call(&clm, "DELETE", path, clm.op_token, NULL, NULL), 204, "A released");
     snprintf(path, sizeof path, "/v1/sessions/%s", sb);
-    CHECK(call(&cm, "DELETE", path, cm.op_token, NULL, NULL) == 204, "B released");
+    CHECK_EQ(call(&clm, "DELETE", path, clm.op_token, NULL, NULL), 204, "B released");
 }
 
 int main(int argc, char **argv)
@@ -655,8 +681,8 @@ int main(int argc, char **argv)
     /* absolute paths: the daemons resolve relative ones against their config's directory */
     static char abs[6][4096];
     for (int i = 1; i < argc; i++)
-        CHECK(realpath(argv[i], abs[i - 1]) != NULL, "%s exists", argv[i]);
-    const char *nm_bin = abs[0], *cm_bin = abs[1], *server_bin = abs[2];
+        CHECK_NE(realpath(argv[i], abs[i - 1]), NULL, "%s exists", argv[i]);
+    const char *nm_bin = abs[0], *clm_bin = abs[1], *server_bin = abs[2];
     if (argc == 7) {
         client_test = abs[3];
         flyt_lib_dir = abs[4];
@@ -667,16 +693,16 @@ int main(int argc, char **argv)
     srand((unsigned)getpid());
     alarm(170);
     snprintf(dir, sizeof dir, "/tmp/flyt-nm-test.XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "temp dir %s", dir);
+    CHECK_NE(mkdtemp(dir), NULL, "temp dir %s", dir);
     atexit(at_exit);
 
     printf("== a cluster manager and a node\n");
     char store[512], extra[256];
-    snprintf(store, sizeof store, "sqlite:%s/cm.db", dir);
+    snprintf(store, sizeof store, "sqlite:%s/clm.db", dir);
     snprintf(extra, sizeof extra, "heartbeat_interval = 300ms\nnode_timeout = 5s\nidle_grace = 2s\n");
-    cm_start(&cm, cm_bin, store, extra);
+    clm_start(&clm, clm_bin, store, extra);
     json_t *a = NULL;
-    CHECK(call(&cm, "POST", "/v1/nodes", cm.op_token, "{\"id\": \"n1\", \"host_ip\": \"127.0.0.1\"}",
+    CHECK(call(&clm, "POST", "/v1/nodes", clm.op_token, "{\"id\": \"n1\", \"host_ip\": \"127.0.0.1\"}",
                &a) == 201 && jstr(a, "token"),
           "POST /v1/nodes n1: %s", call_err);
     snprintf(node_token, sizeof node_token, "%s", jstr(a, "token"));
@@ -690,8 +716,9 @@ int main(int argc, char **argv)
     char reg[512];
     snprintf(reg, sizeof reg, "{\"address\": \"http://127.0.0.1:9\", \"host_ip\": \"127.0.0.1\", "
              "\"gpus\": [], \"sessions\": []}");
-    CHECK(call(&cm, "POST", "/v1/nodes/n1/register", node_token, reg, &a) == 200 &&
-              jstr(a, "manager_token"),
+    CHECK_EQ(call(&clm, "POST", "/v1/nodes/n1/register", node_token, reg, &a), 200,
+          "the test learns the manager token: %s", call_err);
+    CHECK(jstr(a, "manager_token"),
           "the test learns the manager token: %s", call_err);
     snprintf(manager_token, sizeof manager_token, "%s", jstr(a, "manager_token"));
     json_decref(a);
@@ -706,7 +733,8 @@ int main(int argc, char **argv)
              dir);
     write_file("fake-mps-control", script, 0755);
 
-    int port_base = 30000 + rand() % 20000;
+    /* the servers' ports, derived from the pid so that runs side by side do not collide */
+    int port_base = 20000 + (int)(getpid() % 1000) * 41;
     char conf[4 * 4096 + 2048];
     snprintf(conf, sizeof conf,
              "# written by test_node\n"
@@ -718,7 +746,7 @@ int main(int argc, char **argv)
              "mps_log_dir = %s/mps-log\n"
              "[test]\ngpus = 2\ngpu_name = \"Test GPU\"\ngpu_sm_count = 132\n"
              "gpu_sm_granularity = 4\ngpu_memory = 4GiB\n",
-             cm.base, server_bin, port_base, port_base + 40, dir, dir, dir);
+             clm.base, server_bin, port_base, port_base + 40, dir, dir, dir);
     write_file("nm.conf", conf, 0644);
 
     printf("== the node manager starts and registers\n");
@@ -751,23 +779,39 @@ int main(int argc, char **argv)
             msleep(50);
         }
     }
-    CHECK(nm_port > 0, "flyt-node-manager listens (port %d)", nm_port);
+    CHECK_GT(nm_port, 0, "flyt-node-manager listens (port %d)", nm_port);
     snprintf(nm_base, sizeof nm_base, "http://127.0.0.1:%d", nm_port);
     CHECK(wait_for(node_ready, NULL, 10000), "the cluster manager sees node n1 ready with 2 GPUs");
-    CHECK(call(&cm, "GET", "/v1/nodes/n1", cm.op_token, NULL, &a) == 200, "GET /v1/nodes/n1");
+    CHECK_EQ(call(&clm, "GET", "/v1/nodes/n1", clm.op_token, NULL, &a), 200, "GET /v1/nodes/n1");
     char want_addr[160];
     snprintf(want_addr, sizeof want_addr, "http://127.0.0.1:%d", nm_port);
-    CHECK(jstr(a, "node.address") && strcmp(jstr(a, "node.address"), want_addr) == 0,
+    CHECK(jstr(a, "node.address"),
           "its address is %s", jstr(a, "node.address"));
-    CHECK(jint(a, "node.gpus.1.sm_count") == 132 && jint(a, "node.gpus.1.sm_granularity") == 4 &&
-              jint(a, "node.gpus.1.memory_total") == 4 * GiB &&
-              strcmp(jstr(a, "node.gpus.1.name"), "Test GPU") == 0 &&
-              strncmp(jstr(a, "node.gpus.1.uuid"), "GPU-", 4) == 0,
+    CHECK_STR_EQ(jstr(a, "node.address"), want_addr,
+          "its address is %s", jstr(a, "node.address"));
+    CHECK_EQ(jint(a, "node.gpus.1.sm_count"), 132,
+          "GPU 1: %s %s, 132 SMs in groups of 4, 4 GiB", jstr(a, "node.gpus.1.name"),
+          jstr(a, "node.gpus.1.uuid"));
+    CHECK_EQ(jint(a, "node.gpus.1.sm_granularity"), 4,
+          "GPU 1: %s %s, 132 SMs in groups of 4, 4 GiB", jstr(a, "node.gpus.1.name"),
+          jstr(a, "node.gpus.1.uuid"));
+    CHECK_EQ(jint(a, "node.gpus.1.memory_total"), 4 * GiB,
+          "GPU 1: %s %s, 132 SMs in groups of 4, 4 GiB", jstr(a, "node.gpus.1.name"),
+          jstr(a, "node.gpus.1.uuid"));
+    CHECK_STR_EQ(jstr(a, "node.gpus.1.name"), "Test GPU",
+          "GPU 1: %s %s, 132 SMs in groups of 4, 4 GiB", jstr(a, "node.gpus.1.name"),
+          jstr(a, "node.gpus.1.uuid"));
+    CHECK_EQ(strncmp(jstr(a, "node.gpus.1.uuid"), "GPU-", 4), 0,
           "GPU 1: %s %s, 132 SMs in groups of 4, 4 GiB", jstr(a, "node.gpus.1.name"),
           jstr(a, "node.gpus.1.uuid"));
     json_decref(a);
-    CHECK(count_lines("mps.log", "start ") == 2 && count_lines("mps.log", "/mps-pipe/gpu0") == 1 &&
-              count_lines("mps.log", "/mps-pipe/gpu1") == 1 && count_lines("mps.log", " GPU-") == 2,
+    CHECK_EQ(count_lines("mps.log", "start "), 2,
+          "an MPS control daemon was started per GPU (own pipe directory, CUDA_VISIBLE_DEVICES=UUID)");
+    CHECK_EQ(count_lines("mps.log", "/mps-pipe/gpu0"), 1,
+          "an MPS control daemon was started per GPU (own pipe directory, CUDA_VISIBLE_DEVICES=UUID)");
+    CHECK_EQ(count_lines("mps.log", "/mps-pipe/gpu1"), 1,
+          "an MPS control daemon was started per GPU (own pipe directory, CUDA_VISIBLE_DEVICES=UUID)");
+    CHECK_EQ(count_lines("mps.log", " GPU-"), 2,
           "an MPS control daemon was started per GPU (own pipe directory, CUDA_VISIBLE_DEVICES=UUID)");
 
     printf("== heartbeats\n");
@@ -776,12 +820,12 @@ int main(int argc, char **argv)
     CHECK(heartbeat_moved(), "last_heartbeat moves on");
 
     printf("== the node manager's API takes only the manager token\n");
-    CHECK(nm_call("GET", "/v1/servers", NULL, NULL) == 401, "no token: 401");
-    CHECK(nm_call("GET", "/v1/servers", node_token, NULL) == 401, "the node token: 401");
-    CHECK(nm_call("GET", "/v1/servers", cm.op_token, NULL) == 401, "the operator token: 401");
-    CHECK(nm_servers_count() == 0, "the manager token: 200, no servers");
-    CHECK(nm_call("GET", "/v1/health", NULL, NULL) == 200, "GET /v1/health needs no token");
-    CHECK(nm_call("DELETE", "/v1/servers/s-nothing", manager_token, NULL) == 404,
+    CHECK_EQ(nm_call("GET", "/v1/servers", NULL, NULL), 401, "no token: 401");
+    CHECK_EQ(nm_call("GET", "/v1/servers", node_token, NULL), 401, "the node token: 401");
+    CHECK_EQ(nm_call("GET", "/v1/servers", clm.op_token, NULL), 401, "the operator token: 401");
+    CHECK_EQ(nm_servers_count(), 0, "the manager token: 200, no servers");
+    CHECK_EQ(nm_call("GET", "/v1/health", NULL, NULL), 200, "GET /v1/health needs no token");
+    CHECK_EQ(nm_call("DELETE", "/v1/servers/s-nothing", manager_token, NULL), 404,
           "DELETE of an unknown session: 404");
     static const struct {
         const char *body, *what;
@@ -801,22 +845,27 @@ int main(int argc, char **argv)
         {"[]", "a body that is no object"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        CHECK(nm_post("/v1/servers", manager_token, bad[i].body) == 400, "POST /v1/servers with %s: %s",
+        CHECK_EQ(nm_post("/v1/servers", manager_token, bad[i].body), 400, "POST /v1/servers with %s: %s",
               bad[i].what, call_err);
-    CHECK(nm_post("/v1/servers", node_token,
+    CHECK_EQ(nm_post("/v1/servers", node_token,
                   "{\"session_id\": \"s-x\", \"gpu_index\": 0, \"sm_groups\": [1], "
-                  "\"sm_count\": 4, \"memory_quota\": 1024}") == 401,
+                  "\"sm_count\": 4, \"memory_quota\": 1024}"), 401,
           "POST /v1/servers with the node token: 401");
-    CHECK(nm_servers_count() == 0 && state_files() == 0, "nothing was started");
+    CHECK_EQ(nm_servers_count(), 0, "nothing was started");
+    CHECK_EQ(state_files(), 0, "nothing was started");
     char cache[600];
     struct stat cache_st;
     snprintf(cache, sizeof cache, "%s/state/modules", dir);
-    CHECK(stat(cache, &cache_st) == 0 && S_ISDIR(cache_st.st_mode) && (cache_st.st_mode & 077) == 0,
+    CHECK_EQ(stat(cache, &cache_st), 0,
+          "the servers' image cache is state_dir/modules, private");
+    CHECK(S_ISDIR(cache_st.st_mode),
+          "the servers' image cache is state_dir/modules, private");
+    CHECK_EQ((cache_st.st_mode & 077), 0,
           "the servers' image cache is state_dir/modules, private");
 
     printf("== a session: its server, admission with the session token\n");
     char vm_token[80], vm_id[80];
-    CHECK(call(&cm, "POST", "/v1/vms", cm.op_token,
+    CHECK(call(&clm, "POST", "/v1/vms", clm.op_token,
                "{\"vm_ip\": \"10.9.0.1\", \"host_ip\": \"127.0.0.1\", \"compute_units\": 132, "
                "\"memory\": \"1GiB\"}",
                &a) == 201 && jstr(a, "token") && jstr(a, "vm.id"),
@@ -827,61 +876,76 @@ int main(int argc, char **argv)
     char sid[80], endpoint[128], token[512];
     new_session(vm_token, 4242, sid, endpoint, token);
     pid_t spid = server_pid_of(sid);
-    CHECK(spid > 0 && alive(spid), "the node manager lists its server, pid %d", (int)spid);
+    CHECK_GT(spid, 0, "the node manager lists its server, pid %d", (int)spid);
+    CHECK(alive(spid), "the node manager lists its server, pid %d", (int)spid);
     char key_path[512];
     snprintf(key_path, sizeof key_path, "%s/state/%s.key", dir, sid);
     struct stat st;
-    CHECK(stat(key_path, &st) == 0 && (st.st_mode & 0777) == 0600, "its session key file is 0600");
+    CHECK_EQ(stat(key_path, &st), 0, "its session key file is 0600");
+    CHECK_EQ((st.st_mode & 0777), 0600, "its session key file is 0600");
     /* a cache shared by all tenants told each whether another had loaded an image */
     char vm_cache[700];
     snprintf(vm_cache, sizeof vm_cache, "--cache-dir %s/state/modules/vm-%s ", dir, vm_id);
     CHECK(cmdline_has(spid, vm_cache), "its image cache is the VM's own: %s", vm_cache);
     snprintf(vm_cache, sizeof vm_cache, "%s/state/modules/vm-%s", dir, vm_id);
-    CHECK(stat(vm_cache, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700,
+    CHECK_EQ(stat(vm_cache, &st), 0,
+          "the VM's cache folder is 0700");
+    CHECK(S_ISDIR(st.st_mode),
+          "the VM's cache folder is 0700");
+    CHECK_EQ((st.st_mode & 0777), 0700,
           "the VM's cache folder is 0700");
 
     int fd = tcp_connect(endpoint);
     flyt_rep_hello hr;
-    CHECK(fd >= 0 && hello(fd, &hr) == 0 && (hr.flags & FLYT_HELLO_AUTH_REQUIRED),
+    CHECK_GE(fd, 0,
           "HELLO: the server asks for a session token");
-    CHECK(auth(fd, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.x.1") ==
-              T_NOT_PERMITTED,
+    CHECK_EQ(hello(fd, &hr), 0,
+          "HELLO: the server asks for a session token");
+    CHECK((hr.flags & FLYT_HELLO_AUTH_REQUIRED),
+          "HELLO: the server asks for a session token");
+    CHECK_EQ(auth(fd, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.x.1"), T_NOT_PERMITTED,
           "a wrong token is refused");
     close(fd);
     fd = tcp_connect(endpoint);
-    CHECK(fd >= 0 && hello(fd, &hr) == 0 && auth(fd, token) == 0, "the session token is accepted");
+    CHECK_GE(fd, 0, "the session token is accepted");
+    CHECK_EQ(hello(fd, &hr), 0, "the session token is accepted");
+    CHECK_EQ(auth(fd, token), 0, "the session token is accepted");
     flyt_req_device dev = {0, 0};
     flyt_rep_props props;
-    CHECK(frame_call(fd, FLYT_OP_DEVICE_PROPS, &dev, sizeof dev, NULL, 0, &props, sizeof props) == 0,
+    CHECK_EQ(frame_call(fd, FLYT_OP_DEVICE_PROPS, &dev, sizeof dev, NULL, 0, &props, sizeof props), 0,
           "DEVICE_PROPS");
     struct cudaDeviceProp dp;
     memcpy(&dp, props.bytes, sizeof dp);
     int sms = dp.multiProcessorCount;
     size_t total = dp.totalGlobalMem;
-    CHECK(sms == 132 && total == (size_t)GiB, "the tenant sees its share: %d SMs, %zu bytes", sms,
+    CHECK_EQ(sms, 132, "the tenant sees its share: %d SMs, %zu bytes", sms,
+          total);
+    CHECK_EQ(total, (size_t)GiB, "the tenant sees its share: %d SMs, %zu bytes", sms,
           total);
     flyt_req_mem_alloc ma = {(uint64_t)GiB + 1, 0, 0};
     flyt_rep_u64 mr;
-    CHECK(frame_call(fd, FLYT_OP_MEM_ALLOC, &ma, sizeof ma, NULL, 0, &mr, sizeof mr) == 2,
+    CHECK_EQ(frame_call(fd, FLYT_OP_MEM_ALLOC, &ma, sizeof ma, NULL, 0, &mr, sizeof mr), 2,
           "more than its quota: out of memory");
     ma.size = 256 << 20;
-    CHECK(frame_call(fd, FLYT_OP_MEM_ALLOC, &ma, sizeof ma, NULL, 0, &mr, sizeof mr) == 0,
+    CHECK_EQ(frame_call(fd, FLYT_OP_MEM_ALLOC, &ma, sizeof ma, NULL, 0, &mr, sizeof mr), 0,
           "256 MiB allocated");
     CHECK(wait_for(server_connected, sid, 5000), "the node manager reports a client connected");
     json_t *all;
     json_t *o = nm_server(sid, &all);
-    CHECK(o && jint(o, "memory_used") == 256 << 20, "and 256 MiB used");
+    CHECK(o, "and 256 MiB used");
+    CHECK_EQ(jint(o, "memory_used"), 256 << 20, "and 256 MiB used");
     json_decref(all);
     close(fd);
     CHECK(wait_for(server_unconnected, sid, 5000), "closed: no client connected");
 
     if (client_test && client_has_tokens()) {
         printf("== the client test program (NVIDIA's runtime) through Flyt's libcuda.so.1\n");
-        CHECK(run_client(endpoint, token, 0) == 0, "%s passes with FLYT_SESSION_TOKEN",
+        CHECK_EQ(run_client(endpoint, token, 0), 0, "%s passes with FLYT_SESSION_TOKEN",
               client_test);
-        CHECK(run_client(endpoint, NULL, 1) != 0, "and fails without it");
+        CHECK_NE(run_client(endpoint, NULL, 1), 0, "and fails without it");
     } else {
-        printf("== (the client library does not send session tokens: client program skipped)\n");
+        check_skip_part("the client test program (not given, or the client library sends no "
+                        "session tokens)");
     }
 
     printf("== live resize: SMs of running sessions\n");
@@ -890,22 +954,24 @@ int main(int argc, char **argv)
     printf("== release: the server stops\n");
     char path[200];
     snprintf(path, sizeof path, "/v1/sessions/%s", sid);
-    CHECK(call(&cm, "DELETE", path, vm_token, NULL, NULL) == 204, "DELETE %s: %s", path, call_err);
+    CHECK_EQ(call(&clm, "DELETE", path, vm_token, NULL, NULL), 204, "DELETE %s: %s", path, call_err);
     CHECK(wait_for(server_gone, sid, 5000), "the node manager no longer has it");
     CHECK(!alive(spid), "its process is gone");
-    CHECK(stat(key_path, &st) != 0, "and its key file");
+    CHECK_NE(stat(key_path, &st), 0, "and its key file");
 
     printf("== a killed server is reported\n");
     new_session(vm_token, 4243, sid, endpoint, token);
     spid = server_pid_of(sid);
-    CHECK(spid > 0 && kill(spid, SIGKILL) == 0, "SIGKILL to its server pid %d", (int)spid);
+    CHECK_GT(spid, 0, "SIGKILL to its server pid %d", (int)spid);
+    CHECK_EQ(kill(spid, SIGKILL), 0, "SIGKILL to its server pid %d", (int)spid);
     snprintf(want_sid, sizeof want_sid, "%s", sid);
     snprintf(want_state, sizeof want_state, "failed");
     CHECK(wait_for(session_state_is, NULL, 5000), "the cluster manager records session %s failed",
           sid);
     snprintf(path, sizeof path, "/v1/sessions/%s", sid);
-    CHECK(call(&cm, "GET", path, cm.op_token, NULL, &a) == 200 &&
-              strstr(jstr(a, "session.end_reason"), "signal 9"),
+    CHECK_EQ(call(&clm, "GET", path, clm.op_token, NULL, &a), 200,
+          "reason: %s", jstr(a, "session.end_reason"));
+    CHECK(strstr(jstr(a, "session.end_reason"), "signal 9"),
           "reason: %s", jstr(a, "session.end_reason"));
     json_decref(a);
     CHECK(wait_for(server_gone, sid, 5000), "the node manager forgot it");
@@ -922,8 +988,10 @@ int main(int argc, char **argv)
     new_session(vm_token, 4245, sid, endpoint, token);
     spid = server_pid_of(sid);
     fd = tcp_connect(endpoint);
-    CHECK(fd >= 0 && hello(fd, &hr) == 0 && auth(fd, token) == 0, "a client is connected");
-    CHECK(kill(nm_pid, SIGTERM) == 0, "SIGTERM to the node manager");
+    CHECK_GE(fd, 0, "a client is connected");
+    CHECK_EQ(hello(fd, &hr), 0, "a client is connected");
+    CHECK_EQ(auth(fd, token), 0, "a client is connected");
+    CHECK_EQ(kill(nm_pid, SIGTERM), 0, "SIGTERM to the node manager");
     int status = -1;
     for (int i = 0; i < 200; i++) {
         if (waitpid(nm_pid, &status, WNOHANG) == nm_pid) {
@@ -932,28 +1000,35 @@ int main(int argc, char **argv)
         }
         msleep(50);
     }
-    CHECK(nm_pid == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+    CHECK_EQ(nm_pid, 0,
+          "it exited with status 0 (status 0x%x)", status);
+    CHECK(WIFEXITED(status),
+          "it exited with status 0 (status 0x%x)", status);
+    CHECK_EQ(WEXITSTATUS(status), 0,
           "it exited with status 0 (status 0x%x)", status);
     close(fd);
     CHECK(!alive(spid), "the server is gone");
-    CHECK(count_lines("mps.log", "quit ") == 2, "both MPS daemons were told to quit");
-    CHECK(leftovers() == 0, "nothing it started is left running");
-    CHECK(state_files() == 0, "no key or status file is left");
+    CHECK_EQ(count_lines("mps.log", "quit "), 2, "both MPS daemons were told to quit");
+    CHECK_EQ(leftovers(), 0, "nothing it started is left running");
+    CHECK_EQ(state_files(), 0, "no key or status file is left");
     snprintf(want_sid, sizeof want_sid, "%s", sid);
     snprintf(want_state, sizeof want_state, "released");
     CHECK(session_state_is(NULL), "the cluster manager was told the session ended");
-    CHECK(count_lines("nm.log", "Sanitizer") == 0 && count_lines("nm.log", "runtime error") == 0 &&
-              count_lines("nm.log", "died:") == 1,
+    CHECK_EQ(count_lines("nm.log", "Sanitizer"), 0,
+          "no sanitizer report, no death but the killed server's (node manager log)");
+    CHECK_EQ(count_lines("nm.log", "runtime error"), 0,
+          "no sanitizer report, no death but the killed server's (node manager log)");
+    CHECK_EQ(count_lines("nm.log", "died:"), 1,
           "no sanitizer report, no death but the killed server's (node manager log)");
 
-    cm_stop(&cm);
+    clm_stop(&clm);
     passed = 1;
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, cm.dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, clm.dir);
     if (getenv("FLYT_TEST_KEEP"))
-        printf("        (kept %s and %s)\n", dir, cm.dir);
+        printf("        (kept %s and %s)\n", dir, clm.dir);
     else if (system(cmd) != 0)
         printf("        (could not remove %s)\n", dir);
     printf("PASS: node manager\n");
-    return 0;
+    return check_done();
 }

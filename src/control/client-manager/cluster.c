@@ -1,0 +1,111 @@
+/* The client manager's calls to the cluster manager (docs/api.md, "VM"), with the VM
+ * token. Each call is one attempt; callers decide about retries from the outcome. */
+#include "cmgr.h"
+
+#include "flyt_http.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static enum cluster_outcome classify(int rc, long status)
+{
+    if (rc < 0 || status >= 500)
+        return CLUSTER_RETRY;
+    if (status >= 200 && status < 300)
+        return CLUSTER_OK;
+    if (status == 404 || status == 409)
+        return CLUSTER_GONE;
+    return CLUSTER_REFUSED;
+}
+
+/* A value relayed to the client library must fit its line protocol: printable, no spaces. */
+static int plain(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] <= ' ' || s[i] > '~')
+            return 0;
+    return 1;
+}
+
+/* Session ids go into URL paths: only [A-Za-z0-9._-]. */
+static int id_ok(const char *s)
+{
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '.' || *s == '_' || *s == '-'))
+            return 0;
+    return 1;
+}
+
+static int take(char *dst, size_t cap, json_t *obj, const char *key)
+{
+    const char *v = json_string_value(json_object_get(obj, key));
+    if (v == NULL || !plain(v, cap - 1))
+        return -1;
+    memcpy(dst, v, strlen(v) + 1);
+    return 0;
+}
+
+enum cluster_outcome cluster_session_create(const struct cmgr_config *c, pid_t pid, const char *process,
+                                  long timeout_ms, struct cluster_session *out, char *err,
+                                  size_t errlen)
+{
+    char url[640];
+    snprintf(url, sizeof url, "%s/v1/sessions", c->cluster_url);
+    json_t *body = json_pack("{s:I}", "pid", (json_int_t)pid);
+    if (process && *process)
+        json_object_set_new(body, "process", json_string(process));
+    long status = 0;
+    json_t *ans = NULL;
+    int rc = flyt_http_call_timeout("POST", url, c->vm_token, body, timeout_ms, &status, &ans,
+                                    err, errlen);
+    json_decref(body);
+    enum cluster_outcome o = classify(rc, status);
+    if (o == CLUSTER_GONE) /* 409 no_capacity / conflict: not a vanished session here */
+        o = CLUSTER_REFUSED;
+    if (o == CLUSTER_OK) {
+        json_t *s = json_object_get(ans, "session");
+        memset(out, 0, sizeof *out);
+        if (!json_is_object(s) || take(out->id, sizeof out->id, s, "id") < 0 ||
+            take(out->endpoint, sizeof out->endpoint, s, "endpoint") < 0 ||
+            take(out->token, sizeof out->token, ans, "token") < 0 || !id_ok(out->id)) {
+            snprintf(err, errlen, "the cluster manager's answer lacks a well-formed session id, "
+                     "endpoint or token");
+            /* a session may exist now: the caller cannot know its id to release it; the
+             * cluster manager ends it when no alive ping comes */
+            o = CLUSTER_REFUSED;
+        } else {
+            const char *vm = json_string_value(json_object_get(s, "vm_id"));
+            snprintf(out->vm_id, sizeof out->vm_id, "%s", vm ? vm : "");
+        }
+    }
+    json_decref(ans);
+    return o;
+}
+
+static enum cluster_outcome session_call(const struct cmgr_config *c, const char *method,
+                                    const char *id, const char *suffix, long timeout_ms,
+                                    char *err, size_t errlen)
+{
+    char url[768];
+    snprintf(url, sizeof url, "%s/v1/sessions/%s%s", c->cluster_url, id, suffix);
+    long status = 0;
+    int rc = flyt_http_call_timeout(method, url, c->vm_token, NULL, timeout_ms, &status, NULL,
+                                    err, errlen);
+    return classify(rc, status);
+}
+
+enum cluster_outcome cluster_session_release(const struct cmgr_config *c, const char *id, long timeout_ms,
+                                   char *err, size_t errlen)
+{
+    return session_call(c, "DELETE", id, "", timeout_ms, err, errlen);
+}
+
+enum cluster_outcome cluster_session_alive(const struct cmgr_config *c, const char *id, long timeout_ms,
+                                 char *err, size_t errlen)
+{
+    return session_call(c, "POST", id, "/alive", timeout_ms, err, errlen);
+}

@@ -1,0 +1,129 @@
+/* flyt-cluster-manager: the control plane's API and source of truth (docs/api.md). */
+#include "clm.h"
+
+#include "flyt_daemon.h"
+#include "flyt_log.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: flyt-cluster-manager --config FILE [--port-file FILE]\n"
+            "       flyt-cluster-manager --check-config FILE | --help | --version\n"
+            "\n"
+            "The Flyt cluster manager: VMs, nodes, GPU placement and sessions over the HTTP API\n"
+            "of docs/api.md, state in SQLite or PostgreSQL.\n"
+            "\n"
+            "  --config FILE        the config file (example: configs/cluster-manager.conf)\n"
+            "  --port-file FILE     write the bound TCP port there once listening (for tests\n"
+            "                       that listen on port 0)\n"
+            "  --check-config FILE  check the file (and the operator token file), then exit\n"
+            "  --help, --version\n"
+            "\n"
+            "Config keys (key = value; durations take ms/s/m/h):\n");
+    flyt_config_print_help(clm_config_keys, out);
+}
+
+static void version(void)
+{
+    printf("flyt-cluster-manager %s (store schema %d)\n", FLYT_CLM_VERSION,
+           store_latest_schema_version());
+}
+
+static struct clm clm;
+
+static int load(void *ctx, const char *path, int *log_level, char *err, size_t errlen)
+{
+    struct clm *c = ctx;
+    if (settings_load(path, &c->set, c->operator_token, sizeof c->operator_token, err,
+                      errlen) < 0)
+        return -1;
+    *log_level = c->set.log_level;
+    return 0;
+}
+
+static const struct flyt_daemon daemon_spec = {
+    .name = "flyt-cluster-manager",
+    .short_opts = "h",
+    .takes_port_file = 1,
+    .usage = usage,
+    .version = version,
+    .load = load,
+    .config_good = "OK",
+    .ctx = &clm,
+};
+
+/* The store, open and with the sessions a previous run left starting failed. */
+static int open_store(void)
+{
+    char err[1024];
+    clm.store = store_open(clm.set.store_url, err, sizeof err);
+    if (!clm.store) {
+        flyt_error("store %s: %s", clm.set.store_url, err);
+        return -1;
+    }
+    if (lifecycle_recover(&clm, err, sizeof err) < 0) {
+        flyt_error("recovering sessions: %s", err);
+        store_close(clm.store);
+        return -1;
+    }
+    return 0;
+}
+
+/* The API and the timer thread; the store is open. */
+static int start_serving(void)
+{
+    char err[1024];
+    pthread_mutex_lock(&clm.lock);   /* no request runs before clm.http is set */
+    clm.http = flyt_http_start_limited(clm.set.listen, clm_routes, &clm, &clm.set.api, err,
+                                       sizeof err);
+    pthread_mutex_unlock(&clm.lock);
+    if (!clm.http) {
+        flyt_error("%s", err);
+        return -1;
+    }
+    if (lifecycle_start(&clm) < 0) {
+        flyt_error("cannot start the timer thread");
+        flyt_http_stop(clm.http);
+        return -1;
+    }
+    char schema[128];
+    snprintf(schema, sizeof schema, "%d", store_schema_version(clm.store, err, sizeof err));
+    flyt_info("listening on %s (port %d), store %s (schema %s), policy %s%s", clm.set.listen,
+              flyt_http_port(clm.http), store_kind(clm.store), schema,
+              clm.set.policy == PLACE_PACK ? "pack" : "spread",
+              clm.set.overcommit ? ", overcommit" : "");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct flyt_daemon_args args;
+    int rc = flyt_daemon_start(&daemon_spec, argc, argv, &args);
+    if (rc != FLYT_DAEMON_RUN)
+        return rc;
+    sigset_t sigs;   /* they go to flyt_daemon_wait, not to the server threads */
+    flyt_daemon_block_signals(&daemon_spec, &sigs);
+    flyt_mutex_init(&clm.lock);
+    flyt_mutex_init(&clm.timer_lock);
+    pthread_cond_init(&clm.timer_cond, NULL);
+    clm.started_ms = now_ms();
+    if (open_store() < 0)
+        return 1;
+    if (start_serving() < 0) {
+        store_close(clm.store);
+        return 1;
+    }
+    if (args.port_file)
+        flyt_daemon_write_port(args.port_file, flyt_http_port(clm.http));
+    flyt_daemon_wait(&daemon_spec, &sigs);
+    flyt_http_stop(clm.http);
+    lifecycle_stop(&clm);
+    store_close(clm.store);
+    pthread_mutex_destroy(&clm.lock);
+    return 0;
+}

@@ -1,0 +1,160 @@
+/* flyt-cluster-manager's config keys (configs/cluster-manager.conf explains each) and the
+ * checks the config module does not do itself. */
+#include "clm.h"
+
+#include "flyt_log.h"
+#include "flyt_token.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+const struct flyt_cfg_key clm_config_keys[] = {
+    {"listen", FLYT_CFG_STRING, "0.0.0.0:8600", "HTTP API address, HOST:PORT", false, 0, 0},
+    {"store", FLYT_CFG_STRING, "sqlite:/var/lib/flyt/cluster.db",
+     "sqlite:/path/file.db (or a plain path) or postgresql://user@host/db", false, 0, 0},
+    {"operator_token_file", FLYT_CFG_STRING, NULL,
+     "file holding the operator token (flytctl's), at least 32 characters", true, 0, 0},
+    {"heartbeat_interval", FLYT_CFG_DURATION, "5s", "how often node managers heartbeat", false,
+     100, 3600000},
+    {"node_timeout", FLYT_CFG_DURATION, "20s", "a node silent this long is lost", false, 200,
+     86400000},
+    {"idle_grace", FLYT_CFG_DURATION, "10m",
+     "a session its node reports unconnected this long is released", false, 100, 604800000},
+    {"placement_policy", FLYT_CFG_STRING, "spread", "spread (most free GPU first) or pack", false,
+     0, 0},
+    {"overcommit", FLYT_CFG_BOOL, "false", "let sessions share SM groups (never memory)", false, 0,
+     0},
+    {"session_token_ttl", FLYT_CFG_DURATION, "24h", "lifetime of the session tokens issued",
+     false, 1000, 31536000000LL},
+    {"server_start_timeout", FLYT_CFG_DURATION, "30s",
+     "how long a node manager may take to start a server", false, 100, 600000},
+    {"log_level", FLYT_CFG_STRING, "info", "error, warn, info or debug", false, 0, 0},
+    {"api_max_connections", FLYT_CFG_INT, "512",
+     "API connections open at once, from all peers (more are closed at accept)", false, 8, 60000},
+    {"api_max_connections_per_peer", FLYT_CFG_INT, "64",
+     "API connections open at once from one IP address", false, 1, 60000},
+    {"api_request_timeout", FLYT_CFG_DURATION, "10s",
+     "a request's headers and body must arrive within this (and its answer leave within it)",
+     false, 100, 600000},
+    {NULL, 0, NULL, NULL, false, 0, 0}};
+
+static int copy_str(char *dst, size_t cap, const char *src, const char *path,
+                    const struct flyt_config *cfg, const char *key, char *err, size_t errlen)
+{
+    if (strlen(src) >= cap) {
+        snprintf(err, errlen, "%s:%d: %s: value too long", path, flyt_config_line(cfg, key), key);
+        return -1;
+    }
+    snprintf(dst, cap, "%s", src);
+    return 0;
+}
+
+static int read_token(const char *cfgpath, int line, const char *file, char *token,
+                      size_t tokenlen, char *err, size_t errlen)
+{
+    char refused[1024];
+    FILE *f = flyt_secret_open(file, 0077, refused, sizeof refused);
+    if (!f) {
+        snprintf(err, errlen, "%s:%d: operator_token_file: %s", cfgpath, line, refused);
+        return -1;
+    }
+    char buf[1024] = "";
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *s = buf;
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t len = strlen(s);
+    while (len && isspace((unsigned char)s[len - 1]))
+        s[--len] = 0;
+    const char *why = NULL;
+    if (len < 32)
+        why = "the token must be at least 32 characters";
+    else if (len >= tokenlen)
+        why = "the token is too long";
+    for (size_t i = 0; !why && i < len; i++)
+        if (!isgraph((unsigned char)s[i]))
+            why = "the token must be one word of printable characters";
+    if (why) {
+        snprintf(err, errlen, "%s:%d: operator_token_file: %s: %s", cfgpath, line, file, why);
+        return -1;
+    }
+    snprintf(token, tokenlen, "%s", s);
+    return 0;
+}
+
+int settings_load(const char *path, struct clm_settings *set, char *token, size_t tokenlen,
+                  char *err, size_t errlen)
+{
+    struct flyt_config *cfg = flyt_config_new(clm_config_keys);
+    if (!cfg) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = -1;
+    if (flyt_config_load(cfg, path, err, errlen) < 0)
+        goto out;
+    memset(set, 0, sizeof *set);
+    if (copy_str(set->listen, sizeof set->listen, flyt_config_str(cfg, "listen"), path, cfg,
+                 "listen", err, errlen) < 0
+        || copy_str(set->store_url, sizeof set->store_url, flyt_config_str(cfg, "store"), path,
+                    cfg, "store", err, errlen) < 0
+        || copy_str(set->operator_token_file, sizeof set->operator_token_file,
+                    flyt_config_str(cfg, "operator_token_file"), path, cfg, "operator_token_file",
+                    err, errlen) < 0)
+        goto out;
+    if (set->operator_token_file[0] != '/') {   /* relative to the config file */
+        const char *slash = strrchr(path, '/');
+        if (slash) {
+            char joined[sizeof set->operator_token_file];
+            int n = snprintf(joined, sizeof joined, "%.*s/%s", (int)(slash - path), path,
+                             set->operator_token_file);
+            if (n < 0 || (size_t)n >= sizeof joined) {
+                snprintf(err, errlen, "%s:%d: operator_token_file: path too long", path,
+                         flyt_config_line(cfg, "operator_token_file"));
+                goto out;
+            }
+            memcpy(set->operator_token_file, joined, (size_t)n + 1);
+        }
+    }
+    set->heartbeat_interval_ms = (long long)flyt_config_duration_ms(cfg, "heartbeat_interval");
+    set->node_timeout_ms = (long long)flyt_config_duration_ms(cfg, "node_timeout");
+    set->idle_grace_ms = (long long)flyt_config_duration_ms(cfg, "idle_grace");
+    set->session_token_ttl_ms = (long long)flyt_config_duration_ms(cfg, "session_token_ttl");
+    set->server_start_timeout_ms = (long long)flyt_config_duration_ms(cfg, "server_start_timeout");
+    set->overcommit = flyt_config_bool(cfg, "overcommit");
+    set->api.max_connections = (unsigned)flyt_config_int(cfg, "api_max_connections");
+    set->api.max_per_peer = (unsigned)flyt_config_int(cfg, "api_max_connections_per_peer");
+    set->api.request_timeout_ms = (unsigned)flyt_config_duration_ms(cfg, "api_request_timeout");
+    set->api.idle_timeout_s = FLYT_HTTP_IDLE_TIMEOUT_S;
+    if (placement_policy_parse(flyt_config_str(cfg, "placement_policy"), &set->policy) < 0) {
+        snprintf(err, errlen, "%s:%d: placement_policy: \"%s\" is not spread or pack", path,
+                 flyt_config_line(cfg, "placement_policy"), flyt_config_str(cfg, "placement_policy"));
+        goto out;
+    }
+    set->log_level = flyt_log_level_parse(flyt_config_str(cfg, "log_level"));
+    if (set->log_level < 0) {
+        snprintf(err, errlen, "%s:%d: log_level: \"%s\" is not error, warn, info or debug", path,
+                 flyt_config_line(cfg, "log_level"), flyt_config_str(cfg, "log_level"));
+        goto out;
+    }
+    if (set->node_timeout_ms <= set->heartbeat_interval_ms) {
+        snprintf(err, errlen, "%s:%d: node_timeout (%lld ms) must be longer than "
+                 "heartbeat_interval (%lld ms)", path,
+                 flyt_config_line(cfg, "node_timeout") ? flyt_config_line(cfg, "node_timeout")
+                                                       : flyt_config_line(cfg, "heartbeat_interval"),
+                 set->node_timeout_ms, set->heartbeat_interval_ms);
+        goto out;
+    }
+    if (read_token(path, flyt_config_line(cfg, "operator_token_file"), set->operator_token_file,
+                   token, tokenlen, err, errlen) < 0)
+        goto out;
+    rc = 0;
+out:
+    flyt_config_free(cfg);
+    return rc;
+}

@@ -1,0 +1,202 @@
+/*
+ * flyt-node-manager: one per GPU machine. Reports the node's GPUs to the
+ * cluster manager, starts one flyt-server per tenant session when the
+ * cluster manager asks (docs/api.md), watches them, heartbeats, and stops
+ * everything when it stops.
+ *
+ * Threads: the main thread owns signals (all blocked elsewhere), reaps
+ * servers, enforces stop deadlines and talks to the cluster manager
+ * (register, heartbeat, ended reports); the HTTP server's threads serve the
+ * cluster manager's calls (api.c). They share `struct nm` under nm.lock;
+ * nm.cond is broadcast whenever a server changes state.
+ */
+#ifndef FLYT_NM_H
+#define FLYT_NM_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "flyt_assert.h"
+#include "flyt_config.h"
+#include "flyt_http.h"
+
+#define NM_VERSION     "0.1.0"
+#define NM_MAX_GPUS    64
+#define NM_SID_MAX     65   /* session ids: 1..64 of [A-Za-z0-9._-] */
+#define NM_MAX_GROUPS  1024
+#define NM_STR         256
+
+/* ---- configuration (config.c) ---- */
+struct nm_config {
+    char node_id[NM_SID_MAX];
+    char node_token_file[PATH_MAX];
+    char cluster_manager[NM_STR];   /* without a trailing slash */
+    char listen[NM_STR];
+    char advertise_host[NM_STR];    /* an IP literal, no brackets */
+    char server_path[PATH_MAX];
+    char server_listen_host[NM_STR];
+    int  port_min, port_max;
+    long long start_timeout_ms, stop_grace_ms;
+    char state_dir[PATH_MAX];
+    char module_cache_dir[PATH_MAX]; /* "": servers keep no images on disk */
+    int  host_backend;              /* backend = host (test mode) */
+    int  server_unix_socket;        /* servers listen on a Unix socket in state_dir too */
+    int  sm_granularity;            /* 0: from the driver */
+    long long heartbeat_ms;         /* 0: as the cluster manager says */
+    int  log_level;
+    int  mps;
+    char mps_pipe_dir[PATH_MAX], mps_log_dir[PATH_MAX], mps_control[PATH_MAX];
+    /* test mode: the declared fake GPUs */
+    int  test_gpus;
+    char test_gpu_name[NM_STR];
+    int  test_gpu_sm_count, test_gpu_sm_granularity;
+    long long test_gpu_memory;
+};
+extern const struct flyt_cfg_key nm_config_keys[];
+/* Loads and checks the file; -1 with "FILE:LINE: reason" in err. */
+int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errlen);
+/* The node token from its file; -1 with a reason. */
+int nm_read_token(const char *path, char *out, size_t outlen, char *err, size_t errlen);
+
+/* ---- GPUs (gpus.c) ---- */
+struct nm_gpu {
+    int  index;
+    char uuid[64];      /* GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx */
+    char name[NM_STR];
+    int  sm_count;      /* SMs usable in whole groups */
+    int  sm_granularity;
+    long long memory_total;
+};
+/* The GPUs: through the CUDA driver (in a child process, so the node manager
+ * itself never holds driver state), or the declared fake ones. */
+int nm_gpus_discover(const struct nm_config *c, struct nm_gpu *out, int *n, char *err,
+                     size_t errlen);
+
+/* ---- servers (servers.c) ---- */
+enum nm_state { NM_STARTING, NM_RUNNING, NM_STOPPING, NM_EXITED };
+
+struct nm_server {
+    struct nm_server *next;
+    char      sid[NM_SID_MAX];
+    int       gpu_index;
+    int       port;
+    pid_t     pid;
+    enum nm_state state;
+    int       stop_asked;     /* the exit is expected: DELETE, stop list, shutdown */
+    long long stop_deadline;  /* ms (monotonic) when SIGKILL follows SIGTERM */
+    int       killed;
+    int       waiters;        /* DELETE handlers waiting for the exit */
+    int       report;         /* an unexpected end to tell the cluster manager */
+    char      reason[200];    /* how it ended */
+    int       sm_count, ngroups;
+    int       groups[NM_MAX_GROUPS];
+    long long memory_quota;
+    char      vm_id[NM_SID_MAX]; /* "" when the cluster manager did not say */
+    char      key_path[PATH_MAX + NM_SID_MAX + 16];
+    char      status_path[PATH_MAX + NM_SID_MAX + 16];
+    char      sock_path[108]; /* its Unix socket, for clients on this machine; "" if none */
+};
+
+struct nm {
+    struct nm_config cfg;
+    char node_token[NM_STR];
+    struct nm_gpu gpus[NM_MAX_GPUS];
+    int ngpus;
+
+    pthread_mutex_t lock;
+    pthread_cond_t  cond;
+    struct nm_server *servers;
+    int shutting_down;
+
+    /* from the cluster manager's register answer */
+    int  registered;
+    char manager_token[NM_STR];
+    char session_key_hex[NM_STR];
+    long long heartbeat_ms;         /* in use */
+
+    struct flyt_http_server *http;
+    char address[NM_STR + 40];      /* http://HOST:PORT */
+    int  next_port;
+
+    /* counters for /metrics */
+    unsigned long long starts, start_failures, deaths, heartbeats, heartbeat_failures;
+};
+
+long long nm_now_ms(void); /* CLOCK_MONOTONIC */
+int nm_valid_sid(const char *s);
+const struct nm_gpu *nm_gpu_by_index(const struct nm *nm, int index);
+/* Prefix for URLs/endpoints: "[v6]" or the plain host. */
+void nm_host_for_url(const char *host, char *out, size_t outlen);
+
+/* Starts a server for the request (lock NOT held); waits until it listens.
+ * 0 with the server's entry in *out; -1 with an HTTP status and message. */
+struct nm_start_req {
+    char sid[NM_SID_MAX];
+    int  gpu_index;
+    int  ngroups;
+    int  groups[NM_MAX_GROUPS];
+    int  sm_count;
+    long long memory_quota;
+    char vm_id[NM_SID_MAX]; /* the tenant: its own image cache; "" none */
+};
+int nm_server_start(struct nm *nm, const struct nm_start_req *r, int *http_status, char *msg,
+                    size_t msglen, char *endpoint, size_t eplen, pid_t *pid);
+/* SIGTERM now, SIGKILL after the grace (lock held). */
+void nm_server_stop_locked(struct nm *nm, struct nm_server *s);
+/* Stops the server of sid and waits for its exit (lock NOT held). 0, or -1
+ * when there is no such server. */
+int nm_server_stop_wait(struct nm *nm, const char *sid);
+/* Main thread: reaps what exited, SIGKILLs what outlived its grace. */
+void nm_servers_reap(struct nm *nm);
+/* A server's status page: connected clients and memory (lock held).
+ * 0 when it could be read and the server listens. */
+int nm_server_status(const struct nm_server *s, int *connected, long long *memory_used);
+/* Unlinks its files and frees it (lock held, entry already unlinked). */
+void nm_server_free(struct nm_server *s);
+struct nm_server *nm_server_find(struct nm *nm, const char *sid);
+void nm_server_unlink(struct nm *nm, struct nm_server *s);
+/* Whether any server process is still alive (lock held). */
+int nm_servers_any_live(struct nm *nm);
+/* Removes stale key/status files of earlier runs from state_dir. */
+void nm_state_dir_clean(const struct nm_config *c);
+
+/* ---- the cluster manager (clmlink.c), main thread ---- */
+int  nm_register(struct nm *nm);
+int  nm_heartbeat(struct nm *nm);
+void nm_report_ended(struct nm *nm, int timeout_ms);
+
+/* ---- the node manager's API (api.c) ---- */
+extern const struct flyt_http_route nm_routes[];
+/* Whether the request carries the cluster manager's token (else answered). */
+int nm_authorized(struct nm *nm, const struct flyt_http_request *req,
+                  struct flyt_http_response *res);
+/* "sm_groups", "sm_count", "memory_quota" of a share on gpu into r; -1 once
+ * answered with a 400. */
+int nm_parse_share(const struct nm_gpu *gpu, json_t *groups, json_t *sc, json_t *mq,
+                   struct nm_start_req *r, struct flyt_http_response *res);
+/* POST /v1/servers/{id}/resize (resize.c). */
+void nm_h_resize(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res);
+
+/* ---- MPS (mps.c), main thread ---- */
+int  nm_mps_start(struct nm *nm, char *err, size_t errlen);
+void nm_mps_stop(struct nm *nm);
+/* The MPS directories of GPU index (for a server's environment). */
+void nm_mps_dirs(const struct nm *nm, int index, char *pipe, size_t plen, char *log, size_t llen);
+
+/* ---- processes (servers.c) ---- */
+/* Builds an environment: the node manager's minus the variables Flyt sets,
+ * plus extra ("NAME=value", NULL-terminated). Free with nm_env_free. */
+char **nm_env_build(const char *const *extra);
+void   nm_env_free(char **env);
+/* fork + exec, the child in its own process group with default signals and
+ * only fds 0-2 (stdin from /dev/null unless stdin_fd >= 0). 0 with the pid;
+ * -1 with a reason (exec failures are reported, not just exit 127). */
+int nm_spawn(const char *path, char *const argv[], char *const envp[], int stdin_fd, pid_t *pid,
+             char *err, size_t errlen);
+/* Runs a command to completion (main thread): its exit status, or -1. */
+int nm_run(const char *path, char *const argv[], char *const envp[], const char *input,
+           long long timeout_ms, char *err, size_t errlen);
+
+#endif
