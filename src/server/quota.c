@@ -183,13 +183,12 @@ static size_t find(const struct flyt_memtab *t, uint64_t ptr)
     return (size_t)-1;
 }
 
-int flyt_memtab_add(struct flyt_memtab *t, uint64_t ptr, uint64_t size)
+int flyt_memtab_put(struct flyt_memtab *t, uint64_t ptr, uint64_t size)
 {
-    if (!page || !ptr)
+    if (!ptr)
         return 0;
     size_t i = find(t, ptr);
-    if (i != (size_t)-1) { /* the backend handed out a live pointer again: keep the newer size */
-        flyt_quota_uncharge(t, t->e[i].size);
+    if (i != (size_t)-1) {
         t->e[i].size = size;
         return 0;
     }
@@ -204,19 +203,28 @@ int flyt_memtab_add(struct flyt_memtab *t, uint64_t ptr, uint64_t size)
     return 0;
 }
 
+int flyt_memtab_add(struct flyt_memtab *t, uint64_t ptr, uint64_t size)
+{
+    if (!page || !ptr)
+        return 0;
+    size_t i = find(t, ptr);
+    if (i != (size_t)-1) /* the backend handed out a live pointer again: keep the newer size */
+        flyt_quota_uncharge(t, t->e[i].size);
+    return flyt_memtab_put(t, ptr, size);
+}
+
 uint64_t flyt_memtab_size(const struct flyt_memtab *t, uint64_t ptr)
 {
     size_t i = find(t, ptr);
     return i == (size_t)-1 ? 0 : t->e[i].size;
 }
 
-void flyt_memtab_remove(struct flyt_memtab *t, uint64_t ptr)
+uint64_t flyt_memtab_take(struct flyt_memtab *t, uint64_t ptr)
 {
     size_t i = find(t, ptr);
     if (i == (size_t)-1)
-        return;
-    FLYT_ASSERT(t->count > 0 && t->e[i].size <= t->used); /* used covers every tracked size */
-    flyt_quota_uncharge(t, t->e[i].size);
+        return 0;
+    uint64_t size = t->e[i].size;
     size_t mask = t->cap - 1;
     t->e[i].ptr = 0;
     t->e[i].size = 0;
@@ -231,6 +239,16 @@ void flyt_memtab_remove(struct flyt_memtab *t, uint64_t ptr)
             i = j;
         }
     }
+    return size;
+}
+
+void flyt_memtab_remove(struct flyt_memtab *t, uint64_t ptr)
+{
+    size_t i = find(t, ptr);
+    if (i == (size_t)-1)
+        return;
+    FLYT_ASSERT(t->count > 0 && t->e[i].size <= t->used); /* used covers every tracked size */
+    flyt_quota_uncharge(t, flyt_memtab_take(t, ptr));
 }
 
 void flyt_memtab_clear(struct flyt_memtab *t)
