@@ -285,6 +285,7 @@ static void destroy_tracked(struct flyt_cuda_backend *b)
         func_free_all(m);
         if (drv)
             b->cu.cuModuleUnload(m->mod);
+        free(m->image);
         free(m);
     }
 }
@@ -302,6 +303,7 @@ static void cuda_close(flyt_backend *base)
             flyt_debug("cuda backend: synchronize at close: %s", cu_errname(&b->cu, r));
     }
     flyt_cuda_staging_release(b, 1); /* also unmaps the host memory */
+    flyt_cuda_state_drop(b);
     destroy_tracked(b);
     ctx_drop(b);
     free(b->kparams);
@@ -348,6 +350,7 @@ static CUresult cuda_device_reset(flyt_backend *base)
     if (b->ctx && flyt_cuda_ctx(b) == CUDA_SUCCESS)
         b->cu.cuCtxSynchronize(); /* an error here is what the reset clears */
     flyt_cuda_staging_release(b, 0); /* buffers stay mapped: the server may hold one */
+    flyt_cuda_state_drop(b);
     destroy_tracked(b);
     flyt_cuda_green_drop(b); /* rebuilt by ctx_acquire below */
     CUresult r = b->cu.cuDevicePrimaryCtxReset(b->dev);
@@ -460,6 +463,8 @@ static CUresult cuda_mem_alloc(flyt_backend *base, uint64_t size, uint64_t *dptr
     }
     CUdeviceptr p = 0;
     CUresult r = b->cu.cuMemAlloc(&p, (size_t)size);
+    if (r == CUDA_SUCCESS && (r = flyt_cuda_state_note(&b->ckpt.plain, p, size)) != CUDA_SUCCESS)
+        b->cu.cuMemFree(p); /* an allocation a checkpoint would miss is none */
     if (r == CUDA_SUCCESS)
         *dptr = p;
     return r;
@@ -470,7 +475,13 @@ static CUresult cuda_mem_free(flyt_backend *base, uint64_t dptr)
     ENTER(b, base);
     if (dptr == 0) /* cudaFree(NULL) is a no-op */
         return CUDA_SUCCESS;
-    return b->cu.cuMemFree((CUdeviceptr)dptr);
+    CUresult r;
+    if (flyt_cuda_state_mem_free(b, dptr, &r)) /* placed by a restore: not cuMemAlloc's */
+        return r;
+    r = b->cu.cuMemFree((CUdeviceptr)dptr);
+    if (r == CUDA_SUCCESS)
+        flyt_cuda_state_forget(b, dptr);
+    return r;
 }
 
 /* The element size passed to cuMemAllocPitch (4, 8 or 16). Measured on an
@@ -494,6 +505,9 @@ static CUresult cuda_mem_alloc_pitch(flyt_backend *base, uint64_t width, uint64_
     size_t pp = 0;
     CUresult r = b->cu.cuMemAllocPitch(&p, &pp, (size_t)width, (size_t)height,
                                        FLYT_PITCH_ELEMENT_BYTES);
+    if (r == CUDA_SUCCESS &&
+        (r = flyt_cuda_state_note(&b->ckpt.plain, p, (uint64_t)pp * height)) != CUDA_SUCCESS)
+        b->cu.cuMemFree(p);
     if (r == CUDA_SUCCESS) {
         *dptr = p;
         *pitch = pp;
@@ -514,6 +528,8 @@ static CUresult cuda_mem_alloc_async(flyt_backend *base, uint64_t size, flyt_bha
                                           flyt_cuda_enqueue(b, stream));
     else
         r = b->cu.cuMemAllocAsync(&p, (size_t)size, flyt_cuda_enqueue(b, stream));
+    if (r == CUDA_SUCCESS && (r = flyt_cuda_state_note(&b->ckpt.async, p, size)) != CUDA_SUCCESS)
+        b->cu.cuMemFreeAsync(p, flyt_cuda_enqueue(b, stream));
     if (r == CUDA_SUCCESS)
         *dptr = p;
     return r;
@@ -522,7 +538,10 @@ static CUresult cuda_mem_alloc_async(flyt_backend *base, uint64_t size, flyt_bha
 static CUresult cuda_mem_free_async(flyt_backend *base, uint64_t dptr, flyt_bhandle stream)
 {
     ENTER(b, base);
-    return b->cu.cuMemFreeAsync((CUdeviceptr)dptr, flyt_cuda_enqueue(b, stream));
+    CUresult r = b->cu.cuMemFreeAsync((CUdeviceptr)dptr, flyt_cuda_enqueue(b, stream));
+    if (r == CUDA_SUCCESS)
+        flyt_cuda_state_forget(b, dptr);
+    return r;
 }
 
 static CUresult cuda_pointer_attrs(flyt_backend *base, uint64_t ptr, flyt_rep_pointer_attrs *out)
@@ -561,6 +580,7 @@ static CUresult cuda_pointer_attrs(flyt_backend *base, uint64_t ptr, flyt_rep_po
     out->device_pointer = devptr;
     out->base = start;
     out->size = range;
+    flyt_cuda_state_range(b, ptr, &out->base, &out->size); /* a span: the allocation's own range */
     return CUDA_SUCCESS;
 }
 
@@ -875,6 +895,7 @@ static CUresult cuda_module_load(flyt_backend *base, const void *image, size_t s
     int chk = image_check(image, size);
     if (chk < 0)
         return CUDA_ERROR_INVALID_IMAGE;
+    const void *image_sent = image; /* kept as sent, for a checkpoint */
     char *text = NULL;
     if (chk > 0) { /* PTX without its NUL: load a terminated copy */
         text = malloc(size + 1);
@@ -891,6 +912,10 @@ static CUresult cuda_module_load(flyt_backend *base, const void *image, size_t s
     }
     CUresult r = b->cu.cuModuleLoadData(&m->mod, image);
     free(text);
+    if (r == CUDA_SUCCESS && flyt_cuda_state_keep_image(m, image_sent, size) != 0) {
+        b->cu.cuModuleUnload(m->mod);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
     if (r != CUDA_SUCCESS) {
         free(m);
         return r;
@@ -912,6 +937,7 @@ static CUresult cuda_module_unload(flyt_backend *base, flyt_bhandle module)
     CUresult r = b->cu.cuModuleUnload(m->mod);
     module_unlink(b, m);
     func_free_all(m);
+    free(m->image);
     free(m);
     return r;
 }
@@ -1116,6 +1142,7 @@ static CUresult cuda_global_get(flyt_backend *base, flyt_bhandle module, const c
     size_t sz = 0;
     CUresult r = b->cu.cuModuleGetGlobal(&p, &sz, m->mod, name);
     if (r == CUDA_SUCCESS) {
+        m->globals = 1; /* placed by the driver: a checkpoint cannot bring it back */
         if (dptr)
             *dptr = p;
         if (size)
@@ -1403,6 +1430,9 @@ static const struct flyt_backend_ops cuda_ops = {
     .occupancy = cuda_occupancy,
     .occupancy_smem = cuda_occupancy_smem,
     .occupancy_cluster = cuda_occupancy_cluster,
+    .state_allocs = flyt_cuda_state_allocs,
+    .mem_alloc_at = flyt_cuda_mem_alloc_at,
+    .module_image = flyt_cuda_module_image,
 };
 
 /* ---- open ---- */

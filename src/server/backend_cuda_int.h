@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "flyt_calls.h"
 #include "flyt_hash.h"
+#include "quota.h"
 
 /* Every driver function the backend uses, by its cuda.h name. */
 #define FLYT_CU_FUNCS(X)                                  \
@@ -250,6 +251,9 @@ struct flyt_cuda_module {
     struct flyt_cuda_module *prev, *next;
     CUmodule                 mod;
     struct flyt_cuda_func   *funcs;
+    void                    *image;   /* the backend's copy, for a checkpoint */
+    size_t                   image_size;
+    int                      globals; /* a global was looked up: no checkpoint */
 };
 
 /* ---- pinned staging buffers for host-to-device copies ---- */
@@ -274,6 +278,25 @@ struct flyt_blocking {
     int      dirty;    /* work on s the legacy stream has not waited for */
 };
 
+/* ---- checkpoint and restore (backend_cuda_state.c) ----
+ * What a capture lists and a restore recreates: allocations by kind, each a
+ * pointer -> size table of quota.h's kind, and the VMM spans that hold the
+ * allocations a restore placed at their old addresses. */
+struct flyt_cuda_span {
+    uint64_t base, size; /* granularity-aligned: one reservation, one mapping */
+    uint64_t refs;       /* restored allocations that overlap it */
+};
+
+struct flyt_cuda_ckpt {
+    struct flyt_memtab     plain;    /* cuMemAlloc, cuMemAllocPitch (pitch * height) */
+    struct flyt_memtab     restored; /* placed by mem_alloc_at, in spans */
+    struct flyt_memtab     async;    /* stream-ordered: a capture refuses them */
+    struct flyt_cuda_span *spans;    /* sorted by base, disjoint */
+    size_t                 nspans, cap_spans;
+    uint64_t               gran;          /* VMM granularity, 0 until asked */
+    uint64_t               reservations;  /* the program's own cuMemAddressReserve ranges */
+};
+
 /* ---- the backend ---- */
 struct flyt_cuda_backend {
     struct flyt_backend base;
@@ -295,6 +318,7 @@ struct flyt_cuda_backend {
 
     flyt_hash streams, events, pools;
     struct flyt_cuda_module *modules;
+    struct flyt_cuda_ckpt    ckpt;
 
     /* Legacy-stream semantics inside a green context (backend_cuda_legacy.c):
      * the streams the application asked to be blocking. */
@@ -480,6 +504,30 @@ CUresult flyt_cuda_tex_create(flyt_backend *base, const CUDA_RESOURCE_DESC *res,
 CUresult flyt_cuda_tex_destroy(flyt_backend *base, uint64_t obj);
 CUresult flyt_cuda_surf_create(flyt_backend *base, const CUDA_RESOURCE_DESC *res, uint64_t *obj);
 CUresult flyt_cuda_surf_destroy(flyt_backend *base, uint64_t obj);
+
+/* backend_cuda_state.c: checkpoint and restore (backend.h's state_allocs,
+ * mem_alloc_at, module_image) and the records they need. note: a new
+ * allocation of the given table (0, or CUDA_ERROR_OUT_OF_MEMORY: the caller
+ * frees it); forget: a freed one. mem_free: 1 when dptr is a restored
+ * allocation, freed here with *r its result, 0 when cuMemFree is for it. */
+CUresult flyt_cuda_state_note(struct flyt_memtab *table, uint64_t dptr, uint64_t size);
+void     flyt_cuda_state_forget(struct flyt_cuda_backend *b, uint64_t dptr);
+int      flyt_cuda_state_mem_free(struct flyt_cuda_backend *b, uint64_t dptr, CUresult *r);
+/* ptr inside a restored allocation: its base and size (what the original
+ * allocation answered), 1; else 0. */
+int      flyt_cuda_state_range(const struct flyt_cuda_backend *b, uint64_t ptr, uint64_t *base,
+                               uint64_t *size);
+/* Keeps a copy of a module's image (0, or -1 out of memory). */
+int      flyt_cuda_state_keep_image(struct flyt_cuda_module *m, const void *image, size_t size);
+/* Before a context reset or close: unmaps and frees the restored spans and
+ * forgets every allocation (the reset or close frees the others). */
+void     flyt_cuda_state_drop(struct flyt_cuda_backend *b);
+CUresult flyt_cuda_state_allocs(flyt_backend *base,
+                                CUresult (*fn)(void *arg, uint64_t addr, uint64_t size), void *arg,
+                                const char **what);
+CUresult flyt_cuda_mem_alloc_at(flyt_backend *base, uint64_t addr, uint64_t size);
+CUresult flyt_cuda_module_image(flyt_backend *base, flyt_bhandle module, const void **image,
+                                size_t *size);
 
 /* Before a context reset or close: waits for every staging copy and drops
  * the driver state (events, registrations); the host memory stays, so a

@@ -38,13 +38,17 @@ CUresult flyt_cuda_vmm_reserve(flyt_backend *base, uint64_t size, uint64_t align
     CUdeviceptr p = 0;
     CUresult r = b->cu.cuMemAddressReserve(&p, (size_t)size, (size_t)alignment, addr, 0);
     *ptr = p;
+    b->ckpt.reservations += r == CUDA_SUCCESS; /* a checkpoint refuses them */
     return r;
 }
 
 CUresult flyt_cuda_vmm_free(flyt_backend *base, uint64_t ptr, uint64_t size)
 {
     ENTER(b, base);
-    return b->cu.cuMemAddressFree(ptr, (size_t)size);
+    CUresult r = b->cu.cuMemAddressFree(ptr, (size_t)size);
+    if (r == CUDA_SUCCESS && b->ckpt.reservations)
+        b->ckpt.reservations--;
+    return r;
 }
 
 CUresult flyt_cuda_vmm_create(flyt_backend *base, uint64_t size, const flyt_vmm_prop *prop,

@@ -143,21 +143,27 @@ void flyt_quota_uncharge(struct flyt_memtab *t, uint64_t size)
 
 /* ---- pointer -> size ---- */
 
+int flyt_memtab_put(struct flyt_memtab *t, uint64_t ptr, uint64_t size)
+{
+    if (!ptr)
+        return 0;
+    flyt_hash_slot *s = flyt_hash_find(&t->map, ptr);
+    if (!s)
+        s = flyt_hash_insert(&t->map, ptr);
+    if (!s)
+        return -1;
+    s->value.u64 = size;
+    return 0;
+}
+
 int flyt_memtab_add(struct flyt_memtab *t, uint64_t ptr, uint64_t size)
 {
     if (!page || !ptr)
         return 0;
     flyt_hash_slot *s = flyt_hash_find(&t->map, ptr);
-    if (s) { /* the backend handed out a live pointer again: keep the newer size */
+    if (s) /* the backend handed out a live pointer again: keep the newer size */
         flyt_quota_uncharge(t, s->value.u64);
-        s->value.u64 = size;
-        return 0;
-    }
-    s = flyt_hash_insert(&t->map, ptr);
-    if (!s)
-        return -1;
-    s->value.u64 = size;
-    return 0;
+    return flyt_memtab_put(t, ptr, size);
 }
 
 uint64_t flyt_memtab_size(const struct flyt_memtab *t, uint64_t ptr)
@@ -166,14 +172,23 @@ uint64_t flyt_memtab_size(const struct flyt_memtab *t, uint64_t ptr)
     return s ? s->value.u64 : 0;
 }
 
+uint64_t flyt_memtab_take(struct flyt_memtab *t, uint64_t ptr)
+{
+    flyt_hash_slot *s = flyt_hash_find(&t->map, ptr);
+    if (!s)
+        return 0;
+    uint64_t size = s->value.u64;
+    flyt_hash_remove_slot(&t->map, s);
+    return size;
+}
+
 void flyt_memtab_remove(struct flyt_memtab *t, uint64_t ptr)
 {
     flyt_hash_slot *s = flyt_hash_find(&t->map, ptr);
     if (!s)
         return;
     FLYT_ASSERT(s->value.u64 <= t->used); /* used covers every tracked size */
-    flyt_quota_uncharge(t, s->value.u64);
-    flyt_hash_remove_slot(&t->map, s);
+    flyt_quota_uncharge(t, flyt_memtab_take(t, ptr));
 }
 
 void flyt_memtab_clear(struct flyt_memtab *t)

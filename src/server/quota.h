@@ -70,6 +70,12 @@ uint64_t flyt_memtab_size(const struct flyt_memtab *t, uint64_t ptr);
 void flyt_memtab_remove(struct flyt_memtab *t, uint64_t ptr);
 /* Forgets and uncharges everything (device reset, end of session). */
 void flyt_memtab_clear(struct flyt_memtab *t);
+/* The table alone, with or without a page, charging nothing (a backend's own
+ * records use it): put adds or updates ptr (0, or -1 when out of memory);
+ * take removes it and returns its size (0 when absent). Entries with ptr 0
+ * in t->e[0..cap) are empty. */
+int      flyt_memtab_put(struct flyt_memtab *t, uint64_t ptr, uint64_t size);
+uint64_t flyt_memtab_take(struct flyt_memtab *t, uint64_t ptr);
 void flyt_memtab_free(struct flyt_memtab *t);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * The cuda backend's error paths without a GPU (issue 7), by fault injection
  * through its driver table as SQLite overrides its system calls: the backend
- * runs on a fake driver of this file (host memory as device memory, every
+ * runs on a fake driver (fake_cuda.c: host memory as device memory, every
  * object a malloc'd token, so a leaked one is an ASan leak), then entries of
  * the table are replaced by versions that fail on a chosen call. Each case
  * checks the result the client sees, that the session stays in step, that
@@ -12,248 +12,25 @@
  * Sessions run in this process (a thread, over a socketpair), on a status
  * page in anonymous shared memory so that allocations are accounted.
  */
-#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "../lib/check.h" /* before harness.h: the one set of assertions */
-#include "backend_cuda_int.h"
+#include "fake_cuda.h"
 #include "flyt_log.h"
 #include "harness.h"
 #include "quota.h"
 #include "session.h"
 
-/* ---- the fake driver ---- */
-
-static struct {
-    int ctx_refs, streams, events, modules, funcs, pools, registered;
-    int allocs;
-    void *alloc[64]; /* live device allocations (host memory) */
-} live;
-
-static const char token_stream, token_event, token_module, token_func, token_pool, token_ctx;
-
-/* A driver object: a small allocation, so one the backend never gives back leaks. */
-static void *obj_new(const char *kind, int *count)
-{
-    const char **o = malloc(sizeof *o);
-    if (o) {
-        *o = kind;
-        ++*count;
-    }
-    return o;
-}
-
-static CUresult obj_free(void *o, const char *kind, int *count)
-{
-    if (!o || *(const char **)o != kind)
-        return CUDA_ERROR_INVALID_HANDLE;
-    free(o);
-    --*count;
-    return CUDA_SUCCESS;
-}
-
-static CUresult fake_cuGetErrorName(CUresult r, const char **s)
-{
-    *s = r == CUDA_SUCCESS ? "CUDA_SUCCESS" : "CUDA_ERROR_FAKE";
-    return CUDA_SUCCESS;
-}
-static CUresult fake_cuGetErrorString(CUresult r, const char **s)
-{
-    (void)r;
-    *s = "an error of the fake driver";
-    return CUDA_SUCCESS;
-}
-static CUresult fake_cuInit(unsigned flags) { return flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
-static CUresult fake_cuDriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
-static CUresult fake_cuDeviceGetCount(int *n) { *n = 1; return CUDA_SUCCESS; }
-static CUresult fake_cuDeviceGet(CUdevice *d, int ordinal)
-{
-    *d = ordinal;
-    return ordinal == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
-}
-static CUresult fake_cuDeviceGetName(char *name, int len, CUdevice d)
-{
-    (void)d;
-    snprintf(name, (size_t)len, "fake GPU");
-    return CUDA_SUCCESS;
-}
-static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
-{
-    (void)a, (void)d;
-    *v = 1;
-    return CUDA_SUCCESS;
-}
-static CUresult fake_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
-{
-    (void)d;
-    live.ctx_refs++;
-    *c = (CUcontext)(uintptr_t)&token_ctx;
-    return CUDA_SUCCESS;
-}
-/* The last release destroys the context and, as the driver does, its memory. */
-static CUresult fake_cuDevicePrimaryCtxRelease(CUdevice d)
-{
-    (void)d;
-    if (live.ctx_refs == 0)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    if (--live.ctx_refs == 0)
-        for (int i = 0; i < 64; i++) {
-            if (live.alloc[i])
-                live.allocs--;
-            free(live.alloc[i]);
-            live.alloc[i] = NULL;
-        }
-    return CUDA_SUCCESS;
-}
-static CUresult fake_cuCtxSetCurrent(CUcontext c)
-{
-    return !c || c == (CUcontext)(uintptr_t)&token_ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-}
-static CUresult fake_cuCtxSynchronize(void) { return CUDA_SUCCESS; }
-static CUresult fake_cuMemGetInfo(size_t *free_bytes, size_t *total)
-{
-    *free_bytes = *total = (size_t)1 << 30;
-    return CUDA_SUCCESS;
-}
-
-static CUresult fake_cuMemAlloc(CUdeviceptr *p, size_t n)
-{
-    for (int i = 0; i < 64; i++)
-        if (!live.alloc[i]) {
-            if (!(live.alloc[i] = malloc(n)))
-                return CUDA_ERROR_OUT_OF_MEMORY;
-            live.allocs++;
-            *p = (CUdeviceptr)(uintptr_t)live.alloc[i];
-            return CUDA_SUCCESS;
-        }
-    return CUDA_ERROR_OUT_OF_MEMORY;
-}
-static CUresult fake_cuMemAllocPitch(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned e)
-{
-    (void)e;
-    *pitch = (w + 511) / 512 * 512;
-    return fake_cuMemAlloc(p, *pitch * h);
-}
-static CUresult fake_cuMemFree(CUdeviceptr p)
-{
-    for (int i = 0; i < 64; i++)
-        if (live.alloc[i] && (CUdeviceptr)(uintptr_t)live.alloc[i] == p) {
-            free(live.alloc[i]);
-            live.alloc[i] = NULL;
-            live.allocs--;
-            return CUDA_SUCCESS;
-        }
-    return CUDA_ERROR_INVALID_VALUE;
-}
-static CUresult fake_cuMemHostRegister(void *p, size_t n, unsigned flags)
-{
-    (void)p, (void)n, (void)flags;
-    live.registered++;
-    return CUDA_SUCCESS;
-}
-static CUresult fake_cuMemHostUnregister(void *p)
-{
-    (void)p;
-    live.registered--;
-    return CUDA_SUCCESS;
-}
-static CUresult fake_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
-{
-    (void)s;
-    memcpy((void *)(uintptr_t)dst, src, n);
-    return CUDA_SUCCESS;
-}
-static CUresult fake_cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
-{
-    (void)s;
-    memcpy(dst, (const void *)(uintptr_t)src, n);
-    return CUDA_SUCCESS;
-}
-
-static CUresult fake_cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio)
-{
-    (void)flags, (void)prio;
-    *s = obj_new(&token_stream, &live.streams);
-    return *s ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-static CUresult fake_cuStreamDestroy(CUstream s) { return obj_free(s, &token_stream, &live.streams); }
-static CUresult fake_cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
-static CUresult fake_cuEventCreate(CUevent *e, unsigned flags)
-{
-    (void)flags;
-    *e = obj_new(&token_event, &live.events);
-    return *e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-static CUresult fake_cuEventDestroy(CUevent e) { return obj_free(e, &token_event, &live.events); }
-static CUresult fake_cuEventRecord(CUevent e, CUstream s) { (void)e, (void)s; return CUDA_SUCCESS; }
-static CUresult fake_cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
-static CUresult fake_cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
-
-static CUresult fake_cuModuleLoadData(CUmodule *m, const void *image)
-{
-    (void)image;
-    *m = obj_new(&token_module, &live.modules);
-    return *m ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-static CUresult fake_cuModuleUnload(CUmodule m) { return obj_free(m, &token_module, &live.modules); }
-/* One function per module, kept until the module goes (here: a token that
- * must not leak past the test, freed at unload time by the test's count). */
-static CUresult fake_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
-{
-    (void)m;
-    if (strcmp(name, "kernel") != 0)
-        return CUDA_ERROR_NOT_FOUND;
-    *f = (CUfunction)(uintptr_t)&token_func;
-    return CUDA_SUCCESS;
-}
-static CUresult fake_cuFuncGetParamInfo(CUfunction f, size_t i, size_t *off, size_t *size)
-{
-    (void)f;
-    if (i > 0)
-        return CUDA_ERROR_INVALID_VALUE; /* one parameter: a pointer */
-    *off = 0;
-    *size = 8;
-    return CUDA_SUCCESS;
-}
-static CUresult fake_cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f)
-{
-    (void)a, (void)f;
-    *v = 0;
-    return CUDA_SUCCESS;
-}
-static CUresult fake_cuMemPoolCreate(CUmemoryPool *p, const CUmemPoolProps *props)
-{
-    (void)props;
-    *p = obj_new(&token_pool, &live.pools);
-    return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-static CUresult fake_cuMemPoolDestroy(CUmemoryPool p) { return obj_free(p, &token_pool, &live.pools); }
-
-/* The entries the paths under test call; the rest stay NULL (a call to one
- * would crash the test: a failure all the same). */
-#define FAKE_ENTRY(fn) flyt_cu_table_set(&table, #fn, (void *)fake_##fn, NULL);
-#define FAKE_ENTRIES(X)                                                                        \
-    X(cuGetErrorName) X(cuGetErrorString) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount)    \
-    X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)        \
-    X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemGetInfo)          \
-    X(cuMemAlloc) X(cuMemAllocPitch) X(cuMemFree) X(cuMemHostRegister) X(cuMemHostUnregister)    \
-    X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuStreamCreateWithPriority) X(cuStreamDestroy)   \
-    X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)   \
-    X(cuEventSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)           \
-    X(cuFuncGetParamInfo) X(cuFuncGetAttribute) X(cuMemPoolCreate) X(cuMemPoolDestroy)
-
 static struct flyt_cu_api table; /* what backends opened from now on call */
 
 static void table_reset(void)
 {
-    memset(&table, 0, sizeof table);
-    FAKE_ENTRIES(FAKE_ENTRY)
+    fake_cuda_table(&table);
 }
 
 /* ---- faults: an entry that fails on its nth call from now on ---- */
@@ -307,37 +84,14 @@ static const struct flyt_server_config config = {
     .admitted_fd = -1,
 };
 
-static struct {
-    pthread_t thread;
-    int       fd, server_fd;
-} sess;
-
-static void *session_main(void *arg)
-{
-    (void)arg;
-    flyt_session_run(sess.server_fd, "test", &config); /* closes server_fd */
-    return NULL;
-}
+static int sess_fd; /* the client's end of the session's socket */
 
 /* Starts a session on the table as it is now; HELLO answers hello_want. */
 static void session_begin(int hello_want)
 {
-    flyt_cuda_driver_use(&table);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0, "socketpair");
-    sess.fd = sv[0];
-    sess.server_fd = sv[1];
-    CHECK_EQ(pthread_create(&sess.thread, NULL, session_main, NULL), 0, "session thread");
-    flyt_req_hello h;
-    memset(&h, 0, sizeof h);
-    h.magic = FLYT_PROTO_MAGIC;
-    h.major = FLYT_PROTO_MAJOR;
-    h.minor = 0; /* the session keeps this process's stdout and stderr */
-    snprintf(h.client_host, sizeof h.client_host, "test");
     flyt_rep_hello rep;
-    memset(&rep, 0, sizeof rep);
-    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_HELLO, &h, sizeof h, NULL, 0, &rep, sizeof rep),
-             hello_want, "HELLO answers %d", hello_want);
+    CHECK_EQ(fake_session_begin(&table, &config, &sess_fd, &rep), hello_want, "HELLO answers %d",
+             hello_want);
     if (hello_want == CUDA_SUCCESS)
         CHECK_STR_EQ(rep.backend, "cuda", "the session runs the cuda backend");
 }
@@ -345,14 +99,13 @@ static void session_begin(int hello_want)
 /* Ends the session; the backend must have given back every driver object. */
 static void session_end(void)
 {
-    close(sess.fd);
-    pthread_join(sess.thread, NULL);
+    fake_session_end();
     table_reset();
-    CHECK_EQ(live.ctx_refs, 0, "the primary context is released");
-    CHECK_EQ(live.streams + live.events + live.pools + live.modules, 0,
+    CHECK_EQ(fake_live.ctx_refs, 0, "the primary context is released");
+    CHECK_EQ(fake_live.streams + fake_live.events + fake_live.pools + fake_live.modules, 0,
              "no stream, event, pool or module is left");
-    CHECK_EQ(live.registered, 0, "no host memory is left registered");
-    CHECK_EQ(live.allocs, 0, "no device memory is left");
+    CHECK_EQ(fake_live.registered, 0, "no host memory is left registered");
+    CHECK_EQ(fake_live.allocs, 0, "no device memory is left");
     CHECK_EQ(flyt_quota_used_total(), 0, "the quota is given back whole");
 }
 
@@ -360,7 +113,7 @@ static int no_args(uint16_t op, void *rep, size_t rep_len)
 {
     flyt_req_none req = {0};
     char none;
-    return th_call_rep(sess.fd, op, &req, sizeof req, NULL, 0, rep ? rep : &none, rep_len);
+    return th_call_rep(sess_fd, op, &req, sizeof req, NULL, 0, rep ? rep : &none, rep_len);
 }
 
 /* The session still answers in step. */
@@ -373,19 +126,19 @@ static void session_in_step(void)
 static int stream_create(uint64_t id)
 {
     flyt_req_stream_create r = {0, 0, id};
-    return th_call(sess.fd, FLYT_OP_STREAM_CREATE, &r, sizeof r, NULL, 0, NULL);
+    return th_call(sess_fd, FLYT_OP_STREAM_CREATE, &r, sizeof r, NULL, 0, NULL);
 }
 
 static int event_create(uint64_t id)
 {
     flyt_req_event_create r = {0, 0, id};
-    return th_call(sess.fd, FLYT_OP_EVENT_CREATE, &r, sizeof r, NULL, 0, NULL);
+    return th_call(sess_fd, FLYT_OP_EVENT_CREATE, &r, sizeof r, NULL, 0, NULL);
 }
 
 static int destroy(uint16_t op, uint64_t id)
 {
     flyt_req_handle r = {id};
-    return th_call(sess.fd, op, &r, sizeof r, NULL, 0, NULL);
+    return th_call(sess_fd, op, &r, sizeof r, NULL, 0, NULL);
 }
 
 /* ---- the cases ---- */
@@ -407,11 +160,11 @@ static void alloc_out_of_memory(void)
     INJECT(cuMemAlloc, 1, CUDA_ERROR_OUT_OF_MEMORY);
     session_begin(CUDA_SUCCESS);
     uint64_t p = 0;
-    CHECK_EQ(th_alloc(sess.fd, QUOTA, &p), CUDA_ERROR_OUT_OF_MEMORY, "MEM_ALLOC of the quota fails");
+    CHECK_EQ(th_alloc(sess_fd, QUOTA, &p), CUDA_ERROR_OUT_OF_MEMORY, "MEM_ALLOC of the quota fails");
     CHECK_EQ(flyt_quota_used_total(), 0, "nothing stays charged");
-    CHECK_EQ(th_alloc(sess.fd, QUOTA, &p), CUDA_SUCCESS, "the whole quota can be allocated again");
+    CHECK_EQ(th_alloc(sess_fd, QUOTA, &p), CUDA_SUCCESS, "the whole quota can be allocated again");
     CHECK_EQ(flyt_quota_used_total(), QUOTA, "and is charged");
-    CHECK_EQ(th_free(sess.fd, p), CUDA_SUCCESS, "MEM_FREE");
+    CHECK_EQ(th_free(sess_fd, p), CUDA_SUCCESS, "MEM_FREE");
     CHECK_EQ(flyt_quota_used_total(), 0, "uncharged");
     session_end();
 }
@@ -422,7 +175,7 @@ static void alloc_pitch_fails(void)
     INJECT(cuMemAllocPitch, 1, CUDA_ERROR_OUT_OF_MEMORY);
     session_begin(CUDA_SUCCESS);
     flyt_req_mem_pitch r = {1000, 100};
-    CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_ALLOC_PITCH, &r, sizeof r, NULL, 0, NULL),
+    CHECK_EQ(th_call(sess_fd, FLYT_OP_MEM_ALLOC_PITCH, &r, sizeof r, NULL, 0, NULL),
              CUDA_ERROR_OUT_OF_MEMORY, "MEM_ALLOC_PITCH fails");
     CHECK_EQ(flyt_quota_used_total(), 0, "nothing stays charged");
     session_end();
@@ -434,10 +187,10 @@ static void free_fails(void)
     INJECT(cuMemFree, 1, CUDA_ERROR_ILLEGAL_ADDRESS);
     session_begin(CUDA_SUCCESS);
     uint64_t p = 0;
-    CHECK_EQ(th_alloc(sess.fd, 4096, &p), CUDA_SUCCESS, "MEM_ALLOC");
-    CHECK_EQ(th_free(sess.fd, p), CUDA_ERROR_ILLEGAL_ADDRESS, "MEM_FREE reports the driver's error");
+    CHECK_EQ(th_alloc(sess_fd, 4096, &p), CUDA_SUCCESS, "MEM_ALLOC");
+    CHECK_EQ(th_free(sess_fd, p), CUDA_ERROR_ILLEGAL_ADDRESS, "MEM_FREE reports the driver's error");
     CHECK_EQ(flyt_quota_used_total(), 4096, "the memory that still exists stays charged");
-    CHECK_EQ(th_free(sess.fd, p), CUDA_SUCCESS, "a second MEM_FREE frees it");
+    CHECK_EQ(th_free(sess_fd, p), CUDA_SUCCESS, "a second MEM_FREE frees it");
     CHECK_EQ(flyt_quota_used_total(), 0, "uncharged");
     session_end();
 }
@@ -460,13 +213,13 @@ static void stream_and_event_create_fail(void)
     th_say("cuStreamCreateWithPriority fails: no half-registered stream");
     INJECT(cuStreamCreateWithPriority, 1, CUDA_ERROR_OUT_OF_MEMORY);
     session_begin(CUDA_SUCCESS);
-    create_fails("stream", FLYT_OP_STREAM_DESTROY, stream_create, &live.streams);
+    create_fails("stream", FLYT_OP_STREAM_DESTROY, stream_create, &fake_live.streams);
     session_end();
 
     th_say("cuEventCreate fails: no half-registered event");
     INJECT(cuEventCreate, 1, CUDA_ERROR_OUT_OF_MEMORY);
     session_begin(CUDA_SUCCESS);
-    create_fails("event", FLYT_OP_EVENT_DESTROY, event_create, &live.events);
+    create_fails("event", FLYT_OP_EVENT_DESTROY, event_create, &fake_live.events);
     session_end();
 }
 
@@ -477,11 +230,11 @@ static void pool_create_fails(void)
     session_begin(CUDA_SUCCESS);
     flyt_req_pool_create r = {0, 0, 0};
     flyt_rep_u64 rep = {0};
-    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_POOL_CREATE, &r, sizeof r, NULL, 0, &rep, sizeof rep),
+    CHECK_EQ(th_call_rep(sess_fd, FLYT_OP_POOL_CREATE, &r, sizeof r, NULL, 0, &rep, sizeof rep),
              CUDA_ERROR_OUT_OF_MEMORY, "POOL_CREATE fails");
     CHECK_EQ(rep.value, 0, "and names no pool");
-    CHECK_EQ(live.pools, 0, "the driver holds no pool");
-    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_POOL_CREATE, &r, sizeof r, NULL, 0, &rep, sizeof rep),
+    CHECK_EQ(fake_live.pools, 0, "the driver holds no pool");
+    CHECK_EQ(th_call_rep(sess_fd, FLYT_OP_POOL_CREATE, &r, sizeof r, NULL, 0, &rep, sizeof rep),
              CUDA_SUCCESS, "the next POOL_CREATE works (its pool is destroyed at the end)");
     session_end();
 }
@@ -489,7 +242,7 @@ static void pool_create_fails(void)
 static int func_get(uint64_t module, const char *name)
 {
     flyt_req_named r = {module, (uint32_t)strlen(name) + 1, 0};
-    return th_call(sess.fd, FLYT_OP_FUNC_GET, &r, sizeof r, name, strlen(name) + 1, NULL);
+    return th_call(sess_fd, FLYT_OP_FUNC_GET, &r, sizeof r, name, strlen(name) + 1, NULL);
 }
 
 static void module_faults(void)
@@ -500,20 +253,20 @@ static void module_faults(void)
     INJECT(cuModuleLoadData, 1, CUDA_ERROR_INVALID_PTX);
     session_begin(CUDA_SUCCESS);
     uint64_t module = 0;
-    CHECK_EQ(th_module_load(sess.fd, image, size, &module), CUDA_ERROR_INVALID_PTX,
+    CHECK_EQ(th_module_load(sess_fd, image, size, &module), CUDA_ERROR_INVALID_PTX,
              "MODULE_LOAD reports the driver's error");
-    CHECK_EQ(live.modules, 0, "the driver holds no module");
+    CHECK_EQ(fake_live.modules, 0, "the driver holds no module");
     CHECK_EQ(destroy(FLYT_OP_MODULE_UNLOAD, module), CUDA_ERROR_INVALID_HANDLE,
              "no module was registered");
     session_end();
 
     INJECT(cuModuleGetFunction, 1, CUDA_ERROR_NOT_FOUND);
     session_begin(CUDA_SUCCESS);
-    CHECK_EQ(th_module_load(sess.fd, image, size, &module), CUDA_SUCCESS, "MODULE_LOAD");
+    CHECK_EQ(th_module_load(sess_fd, image, size, &module), CUDA_SUCCESS, "MODULE_LOAD");
     CHECK_EQ(func_get(module, "kernel"), CUDA_ERROR_NOT_FOUND, "FUNC_GET reports the error");
     CHECK_EQ(func_get(module, "kernel"), CUDA_SUCCESS, "the next FUNC_GET finds it");
     CHECK_EQ(destroy(FLYT_OP_MODULE_UNLOAD, module), CUDA_SUCCESS, "MODULE_UNLOAD");
-    CHECK_EQ(live.modules, 0, "the driver holds no module");
+    CHECK_EQ(fake_live.modules, 0, "the driver holds no module");
     session_end();
     free(image);
 }
@@ -526,7 +279,7 @@ static void sync_fails_mid_session(void)
     uint64_t p = 0;
     CHECK_EQ(stream_create(FLYT_CLIENT_IDS + 1), CUDA_SUCCESS, "STREAM_CREATE");
     CHECK_EQ(event_create(FLYT_CLIENT_IDS + 2), CUDA_SUCCESS, "EVENT_CREATE");
-    CHECK_EQ(th_alloc(sess.fd, 1 << 20, &p), CUDA_SUCCESS, "MEM_ALLOC");
+    CHECK_EQ(th_alloc(sess_fd, 1 << 20, &p), CUDA_SUCCESS, "MEM_ALLOC");
     CHECK_EQ(no_args(FLYT_OP_DEVICE_SYNC, NULL, 0), CUDA_SUCCESS,
              "DEVICE_SYNC");
     CHECK_EQ(no_args(FLYT_OP_DEVICE_SYNC, NULL, 0),
@@ -549,21 +302,21 @@ static void copies_fail(void)
     INJECT(cuMemcpyHtoDAsync, 2, CUDA_ERROR_ILLEGAL_ADDRESS);
     session_begin(CUDA_SUCCESS);
     uint64_t p = 0;
-    CHECK_EQ(th_alloc(sess.fd, big, &p), CUDA_SUCCESS, "MEM_ALLOC");
-    CHECK_EQ(th_htod(sess.fd, p, data, big), CUDA_ERROR_ILLEGAL_ADDRESS,
+    CHECK_EQ(th_alloc(sess_fd, big, &p), CUDA_SUCCESS, "MEM_ALLOC");
+    CHECK_EQ(th_htod(sess_fd, p, data, big), CUDA_ERROR_ILLEGAL_ADDRESS,
              "MEMCPY_HTOD reports the failed chunk");
     session_in_step();
-    CHECK_EQ(th_htod(sess.fd, p, data, big), CUDA_SUCCESS, "the copy again works");
+    CHECK_EQ(th_htod(sess_fd, p, data, big), CUDA_SUCCESS, "the copy again works");
     int had = 0;
-    CHECK_EQ(th_dtoh(sess.fd, p, big, back, &had), CUDA_SUCCESS, "MEMCPY_DTOH");
+    CHECK_EQ(th_dtoh(sess_fd, p, big, back, &had), CUDA_SUCCESS, "MEMCPY_DTOH");
     CHECK_MEM_EQ(back, data, big, "the data came back");
     session_end();
 
     th_say("cuMemcpyDtoHAsync fails");
     INJECT(cuMemcpyDtoHAsync, 1, CUDA_ERROR_ILLEGAL_ADDRESS);
     session_begin(CUDA_SUCCESS);
-    CHECK_EQ(th_alloc(sess.fd, 4096, &p), CUDA_SUCCESS, "MEM_ALLOC");
-    CHECK_EQ(th_dtoh(sess.fd, p, 4096, back, &had), CUDA_ERROR_ILLEGAL_ADDRESS,
+    CHECK_EQ(th_alloc(sess_fd, 4096, &p), CUDA_SUCCESS, "MEM_ALLOC");
+    CHECK_EQ(th_dtoh(sess_fd, p, 4096, back, &had), CUDA_ERROR_ILLEGAL_ADDRESS,
              "MEMCPY_DTOH reports the error");
     session_in_step();
     session_end();
@@ -571,10 +324,10 @@ static void copies_fail(void)
     th_say("cuMemHostRegister fails: staging stays pageable and copies still work");
     INJECT(cuMemHostRegister, 1, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
     session_begin(CUDA_SUCCESS);
-    CHECK_EQ(th_alloc(sess.fd, big, &p), CUDA_SUCCESS, "MEM_ALLOC");
-    CHECK_EQ(th_htod(sess.fd, p, data, big), CUDA_SUCCESS, "MEMCPY_HTOD");
+    CHECK_EQ(th_alloc(sess_fd, big, &p), CUDA_SUCCESS, "MEM_ALLOC");
+    CHECK_EQ(th_htod(sess_fd, p, data, big), CUDA_SUCCESS, "MEMCPY_HTOD");
     memset(back, 0, big);
-    CHECK_EQ(th_dtoh(sess.fd, p, big, back, &had), CUDA_SUCCESS, "MEMCPY_DTOH");
+    CHECK_EQ(th_dtoh(sess_fd, p, big, back, &had), CUDA_SUCCESS, "MEMCPY_DTOH");
     CHECK_MEM_EQ(back, data, big, "the data came back");
     session_end();
     free(data);
@@ -602,7 +355,7 @@ static void live_override(void)
     CHECK_EQ(b->ops->mem_free(b, p), CUDA_SUCCESS, "mem_free");
     CHECK_EQ(flyt_cuda_table_override(b, "cuMemAlloc", old, NULL), 0, "restored");
     b->ops->close(b);
-    CHECK_EQ(live.ctx_refs, 0, "close released the primary context");
+    CHECK_EQ(fake_live.ctx_refs, 0, "close released the primary context");
 }
 
 int main(void)

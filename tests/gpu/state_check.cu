@@ -1,0 +1,147 @@
+// Checkpoint and restore on a real GPU (tests/gpu/state_check.sh runs it).
+//
+//   state_check fill FILE    allocates buffers of 1 KiB to 64 MiB, fills them
+//                            with a kernel, writes their addresses, sizes and
+//                            checksums to FILE, prints READY and waits for
+//                            stdin to close (the checkpoint is taken then)
+//   state_check verify FILE  in a restored session: checks each buffer at its
+//                            address from FILE with a kernel and a copy
+//
+// Prints PASS or FAIL lines; exit 0 when every check passed. With
+// STATE_CHECK_NO_KERNELS=1 buffers are filled and checked by copies alone
+// (flyt-server's host backend runs no kernels: the script's logic in CI).
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NBUF 6
+static const size_t sizes[NBUF] = {1 << 10, (4 << 10) + 100, 1 << 20, (3 << 20) + 7, 16 << 20, 64 << 20};
+
+__device__ __host__ unsigned char value(int b, size_t i)
+{
+    return (unsigned char)(i * 2654435761u + (size_t)b * 97u + (i >> 12));
+}
+
+__global__ void fill(unsigned char *p, size_t n, int b)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = value(b, i);
+}
+
+__global__ void check(const unsigned char *p, size_t n, int b, unsigned long long *bad)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        if (p[i] != value(b, i))
+            atomicAdd(bad, 1ull);
+}
+
+static unsigned long long checksum(const unsigned char *h, size_t n)
+{
+    unsigned long long s = 1469598103934665603ull; // FNV-1a
+    for (size_t i = 0; i < n; i++)
+        s = (s ^ h[i]) * 1099511628211ull;
+    return s;
+}
+
+#define CK(call)                                                                                  \
+    do {                                                                                          \
+        cudaError_t e_ = (call);                                                                  \
+        if (e_ != cudaSuccess) {                                                                  \
+            printf("FAIL %s: %s\n", #call, cudaGetErrorString(e_));                               \
+            return 1;                                                                             \
+        }                                                                                         \
+    } while (0)
+
+static int no_kernels(void)
+{
+    const char *e = getenv("STATE_CHECK_NO_KERNELS");
+    return e && strcmp(e, "1") == 0;
+}
+
+static int do_fill(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        printf("FAIL cannot write %s\n", path);
+        return 1;
+    }
+    unsigned char *host = (unsigned char *)malloc(sizes[NBUF - 1]);
+    for (int b = 0; b < NBUF; b++) {
+        void *p;
+        CK(cudaMalloc(&p, sizes[b]));
+        if (no_kernels()) {
+            for (size_t i = 0; i < sizes[b]; i++)
+                host[i] = value(b, i);
+            CK(cudaMemcpy(p, host, sizes[b], cudaMemcpyHostToDevice));
+        } else {
+            fill<<<256, 256>>>((unsigned char *)p, sizes[b], b);
+            CK(cudaGetLastError());
+        }
+        CK(cudaMemcpy(host, p, sizes[b], cudaMemcpyDeviceToHost));
+        fprintf(f, "%d %llx %zu %llx\n", b, (unsigned long long)(uintptr_t)p, sizes[b],
+                checksum(host, sizes[b]));
+    }
+    fclose(f);
+    free(host);
+    CK(cudaDeviceSynchronize());
+    printf("READY\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) // until the script closes stdin
+        ;
+    return 0;
+}
+
+static int do_verify(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        printf("FAIL cannot read %s\n", path);
+        return 1;
+    }
+    unsigned char *host = (unsigned char *)malloc(sizes[NBUF - 1]);
+    unsigned long long *bad;
+    CK(cudaMalloc(&bad, sizeof *bad));
+    int failed = 0, b;
+    unsigned long long addr, sum;
+    size_t n;
+    while (fscanf(f, "%d %llx %zu %llx", &b, &addr, &n, &sum) == 4) {
+        unsigned long long nbad = 0;
+        if (!no_kernels()) {
+            CK(cudaMemset(bad, 0, sizeof *bad));
+            check<<<256, 256>>>((const unsigned char *)(uintptr_t)addr, n, b, bad);
+            CK(cudaGetLastError());
+            CK(cudaMemcpy(&nbad, bad, sizeof nbad, cudaMemcpyDeviceToHost));
+        }
+        // the copy through the driver API: the address is not this process's allocation
+        CUresult r = cuMemcpyDtoH(host, (CUdeviceptr)addr, n);
+        int ok = nbad == 0 && r == CUDA_SUCCESS && checksum(host, n) == sum;
+        printf("%s buffer %d at 0x%llx (%zu bytes): kernel found %llu wrong, copy %d, checksum %s\n",
+               ok ? "PASS" : "FAIL", b, addr, n, nbad, (int)r,
+               r == CUDA_SUCCESS && checksum(host, n) == sum ? "equal" : "differs");
+        failed |= !ok;
+        // a kernel writing to it works too, then the buffer frees as the program's own
+        if (!no_kernels())
+            fill<<<256, 256>>>((unsigned char *)(uintptr_t)addr, n, b);
+        CK(cudaDeviceSynchronize());
+        cudaError_t e = cudaFree((void *)(uintptr_t)addr);
+        if (e != cudaSuccess)
+            printf("FAIL cudaFree of restored buffer %d: %s\n", b, cudaGetErrorString(e));
+        failed |= e != cudaSuccess;
+    }
+    fclose(f);
+    free(host);
+    printf("%s\n", failed ? "FAIL" : "PASS");
+    return failed;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3 || (strcmp(argv[1], "fill") && strcmp(argv[1], "verify"))) {
+        fprintf(stderr, "usage: %s fill|verify FILE\n", argv[0]);
+        return 2;
+    }
+    return strcmp(argv[1], "fill") == 0 ? do_fill(argv[2]) : do_verify(argv[2]);
+}

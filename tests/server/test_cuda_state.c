@@ -1,0 +1,302 @@
+/*
+ * Checkpoint and restore on the cuda backend without a GPU, on the fake
+ * driver of fake_cuda.c (docs/state-format.md): a session's allocations
+ * (small ones sharing a 2 MiB granule, larger ones across granules, a
+ * pitched one) with their contents, a module and its function are
+ * captured; a restored session has every allocation at its old address
+ * (placed with cuMemAddressReserve's fixed hint, cuMemCreate, cuMemMap,
+ * cuMemSetAccess) with its contents, the function launches on a restored
+ * buffer, pointer attributes give the allocation's own range, a restored
+ * buffer frees, and a second checkpoint of the restored session works. A
+ * restore whose address the driver does not grant fails with
+ * CUDA_ERROR_ALREADY_MAPPED, leaving nothing behind; stream-ordered
+ * allocations and module globals make a checkpoint fail, naming them.
+ *
+ * Sessions run in this process (a thread, over a socketpair), on a status
+ * page in anonymous shared memory, which also carries the checkpoint request.
+ */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../lib/check.h" /* before harness.h: the one set of assertions */
+#include "fake_cuda.h"
+#include "flyt_log.h"
+#include "harness.h"
+#include "quota.h"
+#include "session.h"
+#include "state.h"
+
+#define QUOTA ((uint64_t)64 << 20)
+#define T_ALREADY_MAPPED 208
+
+static struct flyt_cu_api table;
+static struct flyt_server_config config = {.backend_kind = "cuda", .no_peer_memory = 1,
+                                           .admitted_fd = -1};
+static struct {
+    int fd; /* the client's end of the session's socket */
+} sess;
+
+#define NBUF 5
+static const uint64_t buf_size[NBUF] = {1000, 4096, (1u << 20) + 13, (3u << 20) + 100, 0};
+#define PITCH_W 1000
+#define PITCH_H 7
+static uint64_t buf_ptr[NBUF], pitch;
+static uint64_t module_id, func_id;
+static char dir[64], state_path[128], state2_path[128];
+
+static unsigned char pattern(int b, uint64_t i) { return (unsigned char)(i * 13u + (uint64_t)b * 41u + (i >> 8)); }
+
+static int session_begin(void)
+{
+    flyt_rep_hello rep;
+    return fake_session_begin(&table, &config, &sess.fd, &rep);
+}
+
+/* Ends the session: every driver object, VMM ones included, given back. */
+static void session_end(void)
+{
+    fake_session_end();
+    CHECK_EQ(fake_live.ctx_refs, 0, "the primary context is released");
+    CHECK_EQ(fake_live.modules + fake_live.streams + fake_live.events, 0, "no module, stream, event left");
+    CHECK_EQ(fake_live.allocs, 0, "no allocation left");
+    CHECK_EQ(fake_live.reservations + fake_live.mappings + fake_live.handles, 0,
+             "no reservation, mapping or physical allocation left");
+    CHECK_EQ(flyt_quota_used_total(), 0, "the quota is given back whole");
+}
+
+static int device_count(void)
+{
+    flyt_req_none req = {0};
+    flyt_rep_i32 rep;
+    return th_call_rep(sess.fd, FLYT_OP_DEVICE_COUNT, &req, sizeof req, NULL, 0, &rep, sizeof rep);
+}
+
+/* A checkpoint request on the page for this process, served at the
+ * session's next request boundary; returns its result. */
+static int checkpoint(const char *path, char *error, size_t errlen)
+{
+    struct flyt_server_status *p = flyt_status_page();
+    snprintf(p->ckpt_path, sizeof p->ckpt_path, "%s", path);
+    __atomic_store_n(&p->ckpt_pid, (int32_t)getpid(), __ATOMIC_RELEASE);
+    __atomic_store_n(&p->ckpt_flags, 0u, __ATOMIC_RELEASE);
+    uint64_t gen = __atomic_load_n(&p->ckpt_gen, __ATOMIC_ACQUIRE) + 1;
+    __atomic_store_n(&p->ckpt_gen, gen, __ATOMIC_RELEASE);
+    CHECK_EQ(device_count(), T_SUCCESS, "a request: the boundary after it serves the checkpoint");
+    int done = 0;
+    for (int i = 0; i < 2000 && !done; i++) {
+        done = __atomic_load_n(&p->ckpt_done_gen, __ATOMIC_ACQUIRE) == gen;
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        if (!done)
+            nanosleep(&ts, NULL);
+    }
+    CHECK(done, "the checkpoint was answered");
+    snprintf(error, errlen, "%s", p->ckpt_error);
+    return p->ckpt_result;
+}
+
+static int func_get(uint64_t module, const char *name, uint64_t *func)
+{
+    flyt_req_named req = {module, (uint32_t)strlen(name) + 1, 0};
+    struct th_reply r;
+    int rc = th_call(sess.fd, FLYT_OP_FUNC_GET, &req, sizeof req, name, req.name_len, &r);
+    if (rc == T_SUCCESS && r.body_len >= sizeof(flyt_rep_func))
+        *func = ((const flyt_rep_func *)(const void *)r.body)->func;
+    th_reply_free(&r);
+    return rc;
+}
+
+static uint64_t size_of(int b) { return b == NBUF - 1 ? pitch * PITCH_H : buf_size[b]; }
+
+static void fill(int b)
+{
+    unsigned char *p = malloc(size_of(b));
+    for (uint64_t i = 0; i < size_of(b); i++)
+        p[i] = pattern(b, i);
+    CHECK_EQ(th_htod(sess.fd, buf_ptr[b], p, size_of(b)), T_SUCCESS, "pattern into buffer %d", b);
+    free(p);
+}
+
+/* Buffer b holds its pattern, plus `bumped` in its first FAKE_KERNEL_BYTES. */
+static void check_contents(int b, int bumped)
+{
+    unsigned char *got = malloc(size_of(b));
+    int had;
+    CHECK_EQ(th_dtoh(sess.fd, buf_ptr[b], size_of(b), got, &had), T_SUCCESS, "DTOH buffer %d", b);
+    uint64_t bad = UINT64_MAX;
+    for (uint64_t i = 0; i < size_of(b) && bad == UINT64_MAX; i++)
+        if (got[i] != (unsigned char)(pattern(b, i) + (i < FAKE_KERNEL_BYTES ? bumped : 0)))
+            bad = i;
+    CHECK_EQ(bad, UINT64_MAX, "buffer %d at 0x%llx holds its contents", b,
+             (unsigned long long)buf_ptr[b]);
+    free(got);
+}
+
+static void launch(uint64_t func, uint64_t ptr)
+{
+    struct {
+        flyt_req_launch l;
+        uint64_t arg;
+    } req;
+    memset(&req, 0, sizeof req);
+    req.l.func = func;
+    req.l.grid[0] = req.l.grid[1] = req.l.grid[2] = 1;
+    req.l.block[0] = req.l.block[1] = req.l.block[2] = 1;
+    req.l.param_bytes = sizeof req.arg;
+    req.arg = ptr;
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_LAUNCH, &req.l, sizeof req.l, &req.arg, sizeof req.arg, NULL),
+             T_SUCCESS, "LAUNCH");
+}
+
+static void build_and_checkpoint(void)
+{
+    th_say("a session: buffers packed in a granule and across granules, a pitched one, a module");
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO");
+    for (int b = 0; b < NBUF - 1; b++)
+        CHECK_EQ(th_alloc(sess.fd, buf_size[b], &buf_ptr[b]), T_SUCCESS, "MEM_ALLOC %d", b);
+    flyt_req_mem_pitch pr = {PITCH_W, PITCH_H};
+    flyt_rep_u64_pair pp;
+    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_MEM_ALLOC_PITCH, &pr, sizeof pr, NULL, 0, &pp, sizeof pp),
+             T_SUCCESS, "MEM_ALLOC_PITCH");
+    buf_ptr[NBUF - 1] = pp.a;
+    pitch = pp.b;
+    CHECK_EQ(buf_ptr[1] / FAKE_GRANULE, buf_ptr[0] / FAKE_GRANULE, "two buffers share a granule");
+    for (int b = 0; b < NBUF; b++)
+        fill(b);
+    size_t img_size;
+    unsigned char *img = th_fake_fatbin(&img_size);
+    CHECK_EQ(th_module_load(sess.fd, img, img_size, &module_id), T_SUCCESS, "MODULE_LOAD");
+    free(img);
+    CHECK_EQ(func_get(module_id, "kernel", &func_id), T_SUCCESS, "FUNC_GET");
+
+    th_say("a stream-ordered allocation makes the checkpoint fail, naming it");
+    flyt_req_mem_alloc ar = {4096, 0, 0};
+    flyt_rep_u64 arep = {0};
+    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_MEM_ALLOC_ASYNC, &ar, sizeof ar, NULL, 0, &arep, sizeof arep),
+             T_SUCCESS, "MEM_ALLOC_ASYNC");
+    char error[256];
+    CHECK_EQ(checkpoint(state_path, error, sizeof error), T_NOT_SUPPORTED, "refused");
+    CHECK(strstr(error, "stream-ordered allocation") != NULL, "says why: %s", error);
+    flyt_req_mem_free_async fr = {arep.value, 0};
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr, sizeof fr, NULL, 0, NULL), T_SUCCESS,
+             "MEM_FREE_ASYNC");
+
+    th_say("the checkpoint");
+    CHECK_EQ(checkpoint(state_path, error, sizeof error), T_SUCCESS, "checkpoint: %s", error);
+    check_contents(2, 0); /* the session carries on */
+    session_end();
+}
+
+static void restore_matches(struct flyt_state *st)
+{
+    th_say("the restored session: same addresses, contents, module and function");
+    config.restore = st;
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO restores the session");
+    CHECK_GT(fake_live.mappings, 0, "the allocations are VMM mappings");
+    for (int b = 0; b < NBUF; b++)
+        check_contents(b, 0);
+    launch(func_id, buf_ptr[3]);
+    CHECK_EQ(fake_live.launches, 1, "the restored function id launched the kernel");
+    check_contents(3, 1);
+
+    flyt_req_handle h = {buf_ptr[2] + 77};
+    flyt_rep_pointer_attrs pa;
+    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_POINTER_ATTRS, &h, sizeof h, NULL, 0, &pa, sizeof pa),
+             T_SUCCESS, "POINTER_ATTRS inside a restored buffer");
+    CHECK_EQ(pa.base, buf_ptr[2], "its base is the allocation's, not the span's");
+    CHECK_EQ(pa.size, buf_size[2], "its size too");
+
+    uint64_t fresh;
+    CHECK_EQ(th_alloc(sess.fd, 8192, &fresh), T_SUCCESS, "a new allocation");
+    for (int b = 0; b < NBUF; b++)
+        CHECK(fresh + 8192 <= buf_ptr[b] || fresh >= buf_ptr[b] + size_of(b),
+              "new allocation clear of buffer %d", b);
+    CHECK_EQ(th_free(sess.fd, buf_ptr[0]), T_SUCCESS, "a restored buffer in a shared granule frees");
+    check_contents(1, 0); /* its granule stays mapped for its neighbour */
+
+    th_say("a checkpoint of the restored session");
+    char error[256];
+    CHECK_EQ(checkpoint(state2_path, error, sizeof error), T_SUCCESS, "second checkpoint: %s", error);
+    for (int b = 1; b < NBUF; b++)
+        CHECK_EQ(th_free(sess.fd, buf_ptr[b]), T_SUCCESS, "restored buffer %d frees", b);
+    CHECK_EQ(fake_live.mappings + fake_live.reservations, 0, "every span is unmapped and freed");
+    CHECK_EQ(th_free(sess.fd, buf_ptr[1]), T_INVALID_VALUE, "a second free of it is refused");
+    CHECK_EQ(th_free(sess.fd, fresh), T_SUCCESS, "the new allocation frees");
+    session_end();
+
+    th_say("the second state restores too, without the freed buffer");
+    struct flyt_state *st2 = flyt_state_open(state2_path, error, sizeof error);
+    CHECK(st2 != NULL, "second state opens: %s", error);
+    config.restore = st2;
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO restores it");
+    for (int b = 1; b < NBUF; b++)
+        check_contents(b, b == 3);
+    session_end();
+    config.restore = NULL;
+    flyt_state_close(st2);
+}
+
+static void restore_refused_when_taken(struct flyt_state *st)
+{
+    th_say("an address the driver does not grant: the restore fails, nothing stays");
+    fake_cuda_occupy(buf_ptr[3] + FAKE_GRANULE, 64, 1);
+    config.restore = st;
+    CHECK_EQ(session_begin(), T_ALREADY_MAPPED, "HELLO answers CUDA_ERROR_ALREADY_MAPPED");
+    session_end();
+    config.restore = NULL;
+    fake_cuda_occupy(buf_ptr[3] + FAKE_GRANULE, 64, 0);
+}
+
+static void globals_refused(void)
+{
+    th_say("a module global makes the checkpoint fail, naming it");
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO");
+    size_t img_size;
+    unsigned char *img = th_fake_fatbin(&img_size);
+    uint64_t mod;
+    CHECK_EQ(th_module_load(sess.fd, img, img_size, &mod), T_SUCCESS, "MODULE_LOAD");
+    free(img);
+    flyt_req_named g = {mod, 5, 0};
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_GLOBAL_GET, &g, sizeof g, "glob", 5, NULL), T_SUCCESS,
+             "GLOBAL_GET");
+    char error[256], path[160];
+    snprintf(path, sizeof path, "%s/never.state", dir);
+    CHECK_EQ(checkpoint(path, error, sizeof error), T_NOT_SUPPORTED, "refused");
+    CHECK(strstr(error, "module global variable") != NULL, "says why: %s", error);
+    CHECK(access(path, F_OK) != 0, "no file left");
+    session_end();
+}
+
+int main(void)
+{
+    flyt_log_init("test_cuda_state", FLYT_LOG_ERROR);
+    signal(SIGPIPE, SIG_IGN);
+    th_watchdog(120);
+    char err[256];
+    CHECK_EQ(flyt_status_open(NULL, QUOTA, err, sizeof err), 0, "a status page with a quota");
+    fake_cuda_table(&table);
+    snprintf(dir, sizeof dir, "/tmp/flyt-cuda-state-XXXXXX");
+    CHECK(mkdtemp(dir) != NULL, "temp dir");
+    snprintf(state_path, sizeof state_path, "%s/a.state", dir);
+    snprintf(state2_path, sizeof state2_path, "%s/b.state", dir);
+
+    build_and_checkpoint();
+    struct flyt_state *st = flyt_state_open(state_path, err, sizeof err);
+    CHECK(st != NULL, "the state opens: %s", err);
+    restore_refused_when_taken(st);
+    restore_matches(st);
+    flyt_state_close(st);
+    globals_refused();
+
+    flyt_cuda_driver_use(NULL);
+    unlink(state_path);
+    unlink(state2_path);
+    rmdir(dir);
+    th_passed();
+    printf("PASS\n");
+    return 0;
+}
