@@ -69,19 +69,24 @@ else
 fi
 [ -n "$memory" ] || { [ $backend = cuda ] && memory=16GiB || memory=1GiB; }
 
-base=$(( 20000 + RANDOM % 20000 ))
-cm_port=$base nm_port=$(( base + 1 ))
+# The managers listen on ports the kernel picks (--port-file says which), so two
+# runs never collide; servers take free ports of a range derived from our pid
+# (a port another process holds is skipped).
+server_base=$(( 20000 + ($$ % 300) * 100 ))
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$tmp/operator.token"; echo >> "$tmp/operator.token"
 chmod 600 "$tmp/operator.token"
 cat > "$tmp/cluster.conf" <<EOF
-listen = 127.0.0.1:$cm_port
+listen = 127.0.0.1:0
 store = sqlite:$tmp/cluster.db
 operator_token_file = operator.token
 heartbeat_interval = 2s
 log_level = info
 EOF
-"${daemon_env[@]}" "$build/bin/flyt-cluster-manager" --config "$tmp/cluster.conf" > "$tmp/cluster-manager.log" 2>&1 &
+"${daemon_env[@]}" "$build/bin/flyt-cluster-manager" --config "$tmp/cluster.conf" \
+  --port-file "$tmp/cluster-manager.port" > "$tmp/cluster-manager.log" 2>&1 &
 pids+=($!)
+wait_until 15 test -s "$tmp/cluster-manager.port" || die "the cluster manager did not start"
+cm_port=$(cat "$tmp/cluster-manager.port")
 export FLYT_CM_URL=http://127.0.0.1:$cm_port FLYT_OPERATOR_TOKEN_FILE=$tmp/operator.token
 wait_until 15 ctl status || die "the cluster manager did not start"
 say "cluster manager on 127.0.0.1:$cm_port, store $tmp/cluster.db"
@@ -92,17 +97,18 @@ cat > "$tmp/node.conf" <<EOF
 node_id = local-node
 node_token_file = node.token
 cluster_manager = http://127.0.0.1:$cm_port
-listen = 127.0.0.1:$nm_port
+listen = 127.0.0.1:0
 advertise_host = 127.0.0.1
 server_path = $build/bin/flyt-server
 server_listen_host = 127.0.0.1
-server_port_min = $(( base + 2 ))
-server_port_max = $(( base + 60 ))
+server_port_min = $server_base
+server_port_max = $(( server_base + 99 ))
 state_dir = $tmp/node-state
 backend = $backend
 log_level = info
 EOF
-"${daemon_env[@]}" "$build/bin/flyt-node-manager" --config "$tmp/node.conf" > "$tmp/node-manager.log" 2>&1 &
+"${daemon_env[@]}" "$build/bin/flyt-node-manager" --config "$tmp/node.conf" \
+  --port-file "$tmp/node-manager.port" > "$tmp/node-manager.log" 2>&1 &
 pids+=($!)
 wait_until 30 sh -c "'$build/bin/flytctl' --json node show local-node | grep -q '\"state\": \"ready\"'" \
   || die "the node did not become ready"
@@ -153,7 +159,7 @@ for prog in "${programs[@]}"; do
   else
     rows+=("$name|-|$frc|-|-")
     [ $frc = 0 ] || rc=1
-    say "$name through the cluster: exit $frc, $(grep -c '^ok:' "$tmp/$name.flyt") checks passed"
+    say "$name through the cluster: exit $frc, $(grep -cE '^ +ok ' "$tmp/$name.flyt") checks passed"
   fi
 done
 ctl session list | sed 's/^/    /'
