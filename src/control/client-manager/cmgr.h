@@ -90,9 +90,6 @@ void sessions_stop(void);
 /* Prometheus text for /metrics. */
 void sessions_metrics(struct flyt_buf *out);
 
-/* Process facts from /proc: start time (clock ticks since boot, field 22 of stat) and
- * whether it has ended (gone, zombie or dead). 0, or -1 when there is no such process. */
-int proc_start_time(pid_t pid, unsigned long long *start, int *ended);
 
 /* ---- the Unix socket (sock.c) ---- */
 int sock_start(const struct cmgr_config *c, char *err, size_t errlen);

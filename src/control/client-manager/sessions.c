@@ -21,6 +21,7 @@
 #include "cmgr.h"
 
 #include "flyt_log.h"
+#include "flyt_proc.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -29,13 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
 
 enum ent_state { ENT_ACQUIRING, ENT_LIVE, ENT_ENDED, ENT_GONE };
 static const char *const state_names[] = {"acquiring", "live", "ended", "gone"};
@@ -74,33 +70,6 @@ uint64_t cmgr_now_ms(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
-}
-
-int proc_start_time(pid_t pid, unsigned long long *start, int *ended)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* the command name may hold anything but ends here */
-    if (p == NULL || p[1] != ' ')
-        return -1;
-    p += 2;
-    char state = *p;
-    for (int field = 3; field < 22 && p; field++) {
-        p = strchr(p, ' ');
-        if (p)
-            p++;
-    }
-    if (p == NULL)
-        return -1;
-    *start = strtoull(p, NULL, 10);
-    *ended = state == 'Z' || state == 'X' || state == 'x';
-    return 0;
 }
 
 static void process_name(pid_t pid, char *out, size_t cap)
@@ -277,7 +246,7 @@ static void *watcher_main(void *arg)
                     continue;
                 unsigned long long start;
                 int ended;
-                if (proc_start_time(e->pid, &start, &ended) < 0 || ended || start != e->start)
+                if (flyt_proc_start_time(e->pid, &start, &ended) < 0 || ended || start != e->start)
                     process_ended(e);
             }
         }
@@ -407,7 +376,7 @@ int sessions_start(const struct cmgr_config *c, char *err, size_t errlen)
     pthread_cond_init(&sessions.changed, &ca);
     pthread_condattr_destroy(&ca);
 
-    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    int fd = flyt_pidfd_open(getpid());
     int have_pidfd = fd >= 0;
     if (fd >= 0)
         close(fd);
@@ -466,7 +435,7 @@ static int acquire_existing_locked(pid_t pid, uint64_t deadline, struct acquire_
             snprintf(err, errlen, "the client manager is stopping");
             return -1;
         }
-        if (proc_start_time(pid, start, &ended) < 0 || ended) {
+        if (flyt_proc_start_time(pid, start, &ended) < 0 || ended) {
             snprintf(err, errlen, "process %d has ended", (int)pid);
             return -1;
         }
@@ -506,7 +475,7 @@ static struct ent *ent_new_locked(pid_t pid, unsigned long long start, char *err
     e->pidfd = -1;
     e->state = ENT_ACQUIRING;
     if (sessions.use_pidfd) {
-        e->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        e->pidfd = flyt_pidfd_open(pid);
         if (e->pidfd < 0) {
             int saved = errno;
             free(e);
@@ -516,7 +485,7 @@ static struct ent *ent_new_locked(pid_t pid, unsigned long long start, char *err
         /* pidfd_open after reading the start time: make sure it is still that process */
         unsigned long long again;
         int ended;
-        if (proc_start_time(pid, &again, &ended) < 0 || again != start)
+        if (flyt_proc_start_time(pid, &again, &ended) < 0 || again != start)
             e->dead = 1;
     }
     e->next = sessions.list;
