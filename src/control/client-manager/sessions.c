@@ -129,6 +129,26 @@ static void unlink_ent(struct ent *e)
     free(e);
 }
 
+/* lock held: the state file names the live sessions (reconcile.c). */
+static void held_save_locked(void)
+{
+    FLYT_ASSERT_HELD(&sessions.lock);
+    int n = 0, k = 0;
+    for (struct ent *e = sessions.list; e; e = e->next)
+        n += e->state == ENT_LIVE;
+    struct cmgr_held *h = calloc((size_t)n + 1, sizeof *h);
+    if (h == NULL)
+        return;
+    for (struct ent *e = sessions.list; e; e = e->next)
+        if (e->state == ENT_LIVE) {
+            snprintf(h[k].id, sizeof h[k].id, "%s", e->s.id);
+            h[k].pid = e->pid;
+            h[k++].start = e->start;
+        }
+    held_save(sessions.c->state_path, h, k);
+    free(h);
+}
+
 /* lock held: the release of e's session is due now. */
 static void end_ent(struct ent *e, const char *why)
 {
@@ -138,6 +158,7 @@ static void end_ent(struct ent *e, const char *why)
     e->next_retry = 0;
     e->backoff = 0;
     drop_pidfd(e);
+    held_save_locked();
     pthread_cond_broadcast(&sessions.changed);
 }
 
@@ -324,9 +345,28 @@ static void alive_one(struct ent *e)
                   "keeps no GPU, a new request from it gets a new session", id, (int)e->pid, err);
         sessions.ended_by_cluster++;
         e->state = ENT_GONE;
+        held_save_locked();
         pthread_cond_broadcast(&sessions.changed);
     } else if (o == CLUSTER_REFUSED) {
         flyt_error("alive for session %s of process %d refused: %s", id, (int)e->pid, err);
+    }
+}
+
+/* lock held: reconciles with what an earlier run left (reconcile.c) until the cluster
+ * manager answers or the client manager stops. */
+static void reconcile_locked(void)
+{
+    FLYT_ASSERT_HELD(&sessions.lock);
+    uint64_t backoff = 1000;
+    while (!sessions.stopping) {
+        pthread_mutex_unlock(&sessions.lock);
+        enum cluster_outcome o = reconcile_once(sessions.c);
+        pthread_mutex_lock(&sessions.lock);
+        if (o != CLUSTER_RETRY)
+            return;
+        wait_until(cmgr_now_ms() + backoff);
+        backoff = backoff * 2 > (uint64_t)sessions.c->retry_max_ms ? (uint64_t)sessions.c->retry_max_ms
+                                                                  : backoff * 2;
     }
 }
 
@@ -334,6 +374,7 @@ static void *worker_main(void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&sessions.lock);
+    reconcile_locked();
     while (!sessions.stopping) {
         uint64_t now = cmgr_now_ms(), next = now + 60000;
         struct ent *due = NULL;
@@ -425,8 +466,9 @@ static void answer_from(const struct ent *e, struct acquire_answer *ans)
 
 /* Lock held: what pid's earlier requests left. 0 when a new session is to be made (with the
  * process's start time); 1 when its live session answers; -1 with why it cannot be served. */
-static int acquire_existing_locked(pid_t pid, uint64_t deadline, struct acquire_answer *ans,
-                                   unsigned long long *start, char *err, size_t errlen)
+static int acquire_existing_locked(pid_t pid, unsigned long long want_start, uint64_t deadline,
+                                   struct acquire_answer *ans, unsigned long long *start,
+                                   char *err, size_t errlen)
 {
     FLYT_ASSERT_HELD(&sessions.lock);
     for (;;) {
@@ -435,7 +477,8 @@ static int acquire_existing_locked(pid_t pid, uint64_t deadline, struct acquire_
             snprintf(err, errlen, "the client manager is stopping");
             return -1;
         }
-        if (flyt_proc_start_time(pid, start, &ended) < 0 || ended) {
+        if (flyt_proc_start_time(pid, start, &ended) < 0 || ended ||
+            (want_start && *start != want_start)) {
             snprintf(err, errlen, "process %d has ended", (int)pid);
             return -1;
         }
@@ -546,18 +589,21 @@ static int acquired_locked(struct ent *e, struct cluster_session *s, struct acqu
         return -1;
     }
     e->state = ENT_LIVE;
+    held_save_locked(); /* before the process hears of it: a restart finds it */
     e->next_alive = cmgr_now_ms() + (uint64_t)sessions.c->alive_interval_ms;
     answer_from(e, ans);
     sessions.acquired++;
     return 0;
 }
 
-int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t errlen)
+/* sessions_acquire, for the process of start time want_start only (0: any). */
+static int acquire_pid(pid_t pid, unsigned long long want_start, struct acquire_answer *ans,
+                       char *err, size_t errlen)
 {
     uint64_t t0 = cmgr_now_ms(), deadline = t0 + (uint64_t)sessions.c->acquire_timeout_ms;
     unsigned long long start;
     pthread_mutex_lock(&sessions.lock);
-    int existing = acquire_existing_locked(pid, deadline, ans, &start, err, errlen);
+    int existing = acquire_existing_locked(pid, want_start, deadline, ans, &start, err, errlen);
     struct ent *e = existing == 0 ? ent_new_locked(pid, start, err, errlen) : NULL;
     pthread_mutex_unlock(&sessions.lock);
     if (existing > 0)
@@ -592,6 +638,48 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
     pthread_cond_broadcast(&sessions.changed);
     pthread_mutex_unlock(&sessions.lock);
     return rc;
+}
+
+int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t errlen)
+{
+    return acquire_pid(pid, 0, ans, err, errlen);
+}
+
+int sessions_adopt(pid_t pid, unsigned long long start, char *err, size_t errlen)
+{
+    struct acquire_answer ans; /* the cluster manager answers the pid's existing session */
+    int rc = acquire_pid(pid, start, &ans, err, errlen);
+    explicit_bzero(ans.token, sizeof ans.token);
+    if (rc == 0)
+        flyt_info("process %d: took over its session %s from the earlier run", (int)pid,
+                  ans.session_id);
+    return rc;
+}
+
+int sessions_knows(const char *id, pid_t pid)
+{
+    pthread_mutex_lock(&sessions.lock);
+    int known = 0;
+    for (struct ent *e = sessions.list; e && !known; e = e->next)
+        known = strcmp(e->s.id, id) == 0 || (e->pid == pid && e->state == ENT_ACQUIRING);
+    pthread_mutex_unlock(&sessions.lock);
+    return known;
+}
+
+void sessions_release_orphan(const char *id, pid_t pid)
+{
+    struct ent *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return; /* the cluster manager ends it after its idle grace */
+    e->pid = pid;
+    e->pidfd = -1;
+    e->dead = 1;
+    snprintf(e->s.id, sizeof e->s.id, "%s", id);
+    pthread_mutex_lock(&sessions.lock);
+    e->next = sessions.list;
+    sessions.list = e;
+    end_ent(e, "its process ended while the client manager was not running");
+    pthread_mutex_unlock(&sessions.lock);
 }
 
 int sessions_release_pid(pid_t pid, char *err, size_t errlen)
@@ -666,6 +754,7 @@ void sessions_stop(void)
     }
     while (sessions.list)
         unlink_ent(sessions.list);
+    unlink(sessions.c->state_path); /* what was not released, a restart releases */
     for (int i = 0; i < sessions.n_close; i++)
         close(sessions.to_close[i]);
     sessions.n_close = 0;
