@@ -8,7 +8,8 @@
  *
  * Modules: main.c (options and start, on flyt_daemon.h), sessions.c (the pid -> session table,
  * the watcher and worker threads), cluster.c (the calls to the cluster manager),
- * sock.c (the Unix socket and its line protocol), install.c (--install/--uninstall).
+ * sock.c (the Unix socket and its line protocol), reconcile.c (the state file and the
+ * reconciliation after a restart), install.c (--install/--uninstall).
  */
 #ifndef FLYT_CMGR_H
 #define FLYT_CMGR_H

@@ -18,6 +18,9 @@
  * group while the group id is still held by the zombie leader, then reaps. An
  * exit nobody asked for is a death: logged, reported to the cluster manager.
  *
+ * Servers adopted from an earlier run (adopt.c) are not our children: their
+ * pidfds are polled instead, and signals go through the pidfd.
+ *
  * Connected clients and memory use come from each server's status page
  * (src/common/flyt_server_status.h), read with pread.
  */
