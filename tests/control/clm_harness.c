@@ -148,6 +148,17 @@ void clm_restart(struct clm_proc *clm)
     spawn(clm);
 }
 
+void clm_kill_restart(struct clm_proc *clm)
+{
+    if (clm->pid > 0) {
+        kill(clm->pid, SIGKILL);
+        waitpid(clm->pid, NULL, 0);
+        clm->pid = 0;
+    }
+    write_config(clm);
+    spawn(clm);
+}
+
 long call(struct clm_proc *clm, const char *method, const char *path, const char *token,
           const char *body, json_t **ans)
 {

@@ -44,6 +44,8 @@ struct clm_proc {
 /* Writes the config (extra lines appended) and starts the daemon; exits on failure. */
 void clm_start(struct clm_proc *clm, const char *binary, const char *store, const char *extra);
 void clm_restart(struct clm_proc *clm);
+/* kill -9, then the same start as clm_restart (a crash and its restart). */
+void clm_kill_restart(struct clm_proc *clm);
 void clm_stop(struct clm_proc *clm);
 
 /* One call; body is JSON text or NULL. Returns the status; *ans (may be NULL) gets the

@@ -105,6 +105,28 @@ kill -9 $h; wait $h 2>/dev/null
 wait_until 10 sh -c "'$ctl' --json session show $sid | grep -q '\"state\": \"released\"'" \
   && pass "session $sid released after kill -9" || fail "session $sid not released after kill -9"
 
+echo "== kill -9 of the client manager: at its restart, a dead process's session is released at once, a live one's kept"
+"$probe" "$tmp/client.sock" hold 60 > "$tmp/h3.out" 2>&1 & h3=$!; pids+=($h3)
+"$probe" "$tmp/client.sock" hold 60 > "$tmp/h4.out" 2>&1 & h4=$!; pids+=($h4)
+wait_until 20 grep -q held "$tmp/h3.out" || fail "holder 3 got no session"
+wait_until 20 grep -q held "$tmp/h4.out" || fail "holder 4 got no session"
+sid3=$(sed -n 's/.*session=\([^ ]*\).*/\1/p' "$tmp/h3.out") sid4=$(sed -n 's/.*session=\([^ ]*\).*/\1/p' "$tmp/h4.out")
+grep -q "^$sid3 $h3 " "$tmp/client-manager.state" && pass "the state file (beside the socket) names $sid3 and pid $h3" || fail "state file: $(cat "$tmp/client-manager.state")"
+[ "$(stat -c %a "$tmp/client-manager.state")" = 600 ] && pass "the state file is 0600" || fail "state file mode $(stat -c %a "$tmp/client-manager.state")"
+kill -9 $mgr; wait $mgr 2>/dev/null
+kill -9 $h4; wait $h4 2>/dev/null
+sleep 1.5
+"$ctl" --json session show "$sid4" | grep -q '"state": "active"' && pass "with no client manager, $sid4 of the dead pid $h4 stays active" || fail "$sid4 not active while no manager ran"
+"$cmgr" --config "$tmp/client.conf" >> "$tmp/client.log" 2>&1 & mgr=$!; pids+=($mgr)
+wait_until 10 sh -c "'$ctl' --json session show $sid4 | grep -q '\"state\": \"released\"'" \
+  && pass "restarted: $sid4 of the dead process released at once (idle grace is 10 min)" || fail "$sid4 not released after the restart: $("$ctl" session show "$sid4")"
+sleep 2.5
+"$ctl" --json session show "$sid3" | grep -q '"state": "active"' && pass "$sid3 of the live pid $h3 still active" || fail "$sid3 not active after the restart"
+grep -q "took over its session $sid3" "$tmp/client.log" && pass "the new run took it over" || fail "no take-over of $sid3 in the log"
+kill -9 $h3; wait $h3 2>/dev/null
+wait_until 10 sh -c "'$ctl' --json session show $sid3 | grep -q '\"state\": \"released\"'" \
+  && pass "$sid3 released when its process is killed (the new run watches it)" || fail "$sid3 not released after kill -9 of $h3"
+
 echo "== stopping the client manager releases what it holds"
 "$probe" "$tmp/client.sock" hold 60 > "$tmp/h2.out" 2>&1 & h2=$!; pids+=($h2)
 wait_until 20 grep -q held "$tmp/h2.out" || fail "holder 2 got no session"

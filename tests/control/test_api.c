@@ -477,6 +477,15 @@ static void test_sessions(void)
     CHECK_EQ(call(&clm, "GET", "/v1/sessions?vm=vm-a&state=active", T(), NULL, &a), 200, "filter by VM and state");
     CHECK_EQ(json_array_size(json_object_get(a, "sessions")), 2, "filter by VM and state");
     json_decref(a);
+    /* a VM lists its own sessions (its client manager reconciles with them at a restart) */
+    CHECK_EQ(call(&clm, "GET", "/v1/sessions?state=active", vma_token, NULL, &a), 200,
+             "vm-a lists its sessions");
+    CHECK_EQ(json_array_size(json_object_get(a, "sessions")), 2, "vm-a sees its 2, no other VM's");
+    json_decref(a);
+    st = call(&clm, "GET", "/v1/sessions?vm=vm-b", vma_token, NULL, &a);
+    expect_error(st, a, 403, "forbidden", "its own");
+    st = call(&clm, "GET", "/v1/sessions", nma.node_token, NULL, &a);
+    expect_error(st, a, 403, "forbidden", NULL);
 
     /* release by the VM: the node manager is told to stop the server */
     int stops = nma.stops;

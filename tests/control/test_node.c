@@ -16,7 +16,9 @@
 #include "check.h"
 #include "clm_harness.h"
 
+#include "flyt_proc.h"
 #include "flyt_proto.h"
+#include "flyt_server_status.h"
 
 #include <driver_types.h>
 
@@ -671,6 +673,176 @@ static void check_resize(void)
     CHECK_EQ(call(&clm, "DELETE", path, clm.op_token, NULL, NULL), 204, "B released");
 }
 
+/* Starts the node manager on nm.conf (its log appended to nm.log); its API port. */
+static int start_nm(const char *nm_bin)
+{
+    char conf_path[512], port_path[512], log_path[512];
+    snprintf(conf_path, sizeof conf_path, "%s/nm.conf", dir);
+    snprintf(port_path, sizeof port_path, "%s/nm.port", dir);
+    snprintf(log_path, sizeof log_path, "%s/nm.log", dir);
+    unlink(port_path);
+    nm_pid = fork();
+    if (nm_pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(nm_bin, nm_bin, "--config", conf_path, "--port-file", port_path, (char *)NULL);
+        _exit(127);
+    }
+    int nm_port = 0;
+    for (int i = 0; i < 200 && !nm_port; i++) {
+        FILE *f = fopen(port_path, "r");
+        if (f) {
+            if (fscanf(f, "%d", &nm_port) != 1)
+                nm_port = 0;
+            fclose(f);
+        }
+        if (!nm_port) {
+            int st;
+            if (waitpid(nm_pid, &st, WNOHANG) == nm_pid) {
+                nm_pid = 0;
+                break;
+            }
+            msleep(50);
+        }
+    }
+    CHECK_GT(nm_port, 0, "flyt-node-manager listens (port %d)", nm_port);
+    snprintf(nm_base, sizeof nm_base, "http://127.0.0.1:%d", nm_port);
+    return nm_port;
+}
+
+/* ---- a node manager's restart (kill -9): its servers adopted ---- */
+
+static int server_adopted(void *arg)
+{
+    json_t *all;
+    json_t *o = nm_server((const char *)arg, &all);
+    int ok = o && json_is_true(json_object_get(o, "adopted"));
+    json_decref(all);
+    return ok;
+}
+
+/* A process that is no flyt-server, and the record and status page of session sid naming
+ * it, start time and all, as an earlier run would have left them had the pid been reused. */
+static pid_t plant_decoy(const char *sid, int port)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        execlp("sleep", "sleep", "60", (char *)NULL);
+        _exit(127);
+    }
+    CHECK_GT(p, 0, "fork a decoy");
+    char exe[64], target[512] = "";
+    snprintf(exe, sizeof exe, "/proc/%d/exe", (int)p);
+    for (int i = 0; i < 100 && !strstr(target, "sleep"); i++) { /* once it runs sleep */
+        ssize_t n = readlink(exe, target, sizeof target - 1);
+        target[n > 0 ? n : 0] = 0;
+        msleep(10);
+    }
+    unsigned long long start = 0;
+    int ended = 0;
+    CHECK_EQ(flyt_proc_start_time(p, &start, &ended), 0, "the decoy %d runs", (int)p);
+    static struct flyt_server_status page;
+    memset(&page, 0, sizeof page);
+    page.magic = FLYT_STATUS_MAGIC;
+    page.version = FLYT_STATUS_VERSION;
+    page.server_pid = (uint32_t)p;
+    page.listen_port = (uint32_t)port;
+    char path[600];
+    snprintf(path, sizeof path, "%s/state/%s.status", dir, sid);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fwrite(&page, sizeof page, 1, f) == 1, "write %s", path);
+    fclose(f);
+    json_t *a = NULL;
+    CHECK_EQ(call(&clm, "GET", "/v1/nodes/n1", clm.op_token, NULL, &a), 200, "GPU 0's UUID");
+    json_t *rec = json_pack("{s:s,s:i,s:I,s:i,s:s,s:i,s:s,s:[i],s:i,s:i,s:s}", "session_id", sid,
+                            "pid", (int)p, "start_time", (json_int_t)start, "gpu_index", 0,
+                            "gpu_uuid", jstr(a, "node.gpus.0.uuid"), "port", port, "sock", "",
+                            "sm_groups", 0, "sm_count", 4, "memory_quota", 1024, "vm_id", "");
+    json_decref(a);
+    snprintf(path, sizeof path, "%s/state/%s.server", dir, sid);
+    CHECK_EQ(json_dump_file(rec, path, 0), 0, "write %s", path);
+    json_decref(rec);
+    return p;
+}
+
+static long long session_gpu(const char *sid)
+{
+    char path[200];
+    snprintf(path, sizeof path, "/v1/sessions/%s", sid);
+    json_t *a = NULL;
+    long long g = call(&clm, "GET", path, clm.op_token, NULL, &a) == 200 ? jint(a, "session.gpu_index") : -1;
+    json_decref(a);
+    return g;
+}
+
+/* The session goes on, its capacity held once, its client's connection fd working. */
+static void check_session_goes_on(const char *sid, int gpu, long long held, int fd, int mib)
+{
+    snprintf(want_sid, sizeof want_sid, "%s", sid);
+    snprintf(want_state, sizeof want_state, "active");
+    CHECK(session_state_is(NULL), "session %s is still active", sid);
+    CHECK_EQ(gpu_sm_allocated(gpu), held, "GPU %d: %lld SMs allocated, as before", gpu, held);
+    uint64_t ptr = 0;
+    CHECK_EQ(alloc(fd, 16 << 20, &ptr), 0, "its client's connection still works (16 MiB more)");
+    json_t *all;
+    json_t *o = nm_server(sid, &all);
+    CHECK(o, "the node manager reports its memory");
+    CHECK_EQ(jint(o, "memory_used"), (long long)(mib + 16) << 20, "the node manager reports its memory");
+    json_decref(all);
+}
+
+static void check_restart(const char *nm_bin, const char *vm_token, int decoy_port)
+{
+    printf("== kill -9 of the node manager: its servers adopted, their sessions go on\n");
+    char sid[80], endpoint[128], token[512];
+    new_session(vm_token, 4246, sid, endpoint, token);
+    pid_t spid = server_pid_of(sid);
+    int fd = tcp_connect(endpoint);
+    flyt_rep_hello hr;
+    uint64_t ptr;
+    CHECK_GE(fd, 0, "a client connects");
+    CHECK_EQ(hello(fd, &hr), 0, "a client connects");
+    CHECK_EQ(auth(fd, token), 0, "a client connects");
+    CHECK_EQ(alloc(fd, 64 << 20, &ptr), 0, "and holds 64 MiB");
+    int gpu = (int)session_gpu(sid);
+    long long held = gpu_sm_allocated(gpu);
+    CHECK_GT(held, 0, "GPU %d: %lld SMs allocated", gpu, held);
+    kill_nm();
+    CHECK(alive(spid), "its server (pid %d) outlives the node manager", (int)spid);
+    pid_t decoy = plant_decoy("s-decoy", decoy_port);
+    start_nm(nm_bin);
+    CHECK(wait_for(server_adopted, sid, 10000), "the new node manager adopted session %s", sid);
+    CHECK_EQ(server_pid_of(sid), spid, "the same server process, pid %d", (int)spid);
+    CHECK(wait_for(node_ready, NULL, 10000), "node n1 ready");
+    msleep(1200); /* heartbeats of the new run */
+    check_session_goes_on(sid, gpu, held, fd, 64);
+    CHECK(alive(decoy), "a pid reused by another program is not killed");
+    json_t *all;
+    CHECK(!nm_server("s-decoy", &all) && all, "and not adopted");
+    json_decref(all);
+    char path[600];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/state/s-decoy.server", dir);
+    CHECK_NE(stat(path, &st), 0, "its files are removed");
+    kill(decoy, SIGKILL);
+    waitpid(decoy, NULL, 0);
+
+    printf("== kill -9 of the cluster manager: its restart keeps the session\n");
+    clm_kill_restart(&clm);
+    msleep(1500); /* heartbeats reach the new process */
+    CHECK(node_ready(NULL), "node n1 still ready");
+    check_session_goes_on(sid, gpu, held, fd, 80);
+
+    printf("== a release stops the adopted server\n");
+    close(fd);
+    snprintf(path, sizeof path, "/v1/sessions/%s", sid);
+    CHECK_EQ(call(&clm, "DELETE", path, vm_token, NULL, NULL), 204, "DELETE %s: %s", path, call_err);
+    CHECK(wait_for(server_gone, sid, 5000), "the node manager no longer has it");
+    CHECK(!alive(spid), "its process is gone");
+    CHECK_LT(gpu_sm_allocated(gpu), held, "GPU %d: its SMs are free again", gpu);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4 && argc != 7) {
@@ -750,37 +922,7 @@ int main(int argc, char **argv)
     write_file("nm.conf", conf, 0644);
 
     printf("== the node manager starts and registers\n");
-    char conf_path[512], port_path[512], log_path[512];
-    snprintf(conf_path, sizeof conf_path, "%s/nm.conf", dir);
-    snprintf(port_path, sizeof port_path, "%s/nm.port", dir);
-    snprintf(log_path, sizeof log_path, "%s/nm.log", dir);
-    nm_pid = fork();
-    if (nm_pid == 0) {
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl(nm_bin, nm_bin, "--config", conf_path, "--port-file", port_path, (char *)NULL);
-        _exit(127);
-    }
-    int nm_port = 0;
-    for (int i = 0; i < 200 && !nm_port; i++) {
-        FILE *f = fopen(port_path, "r");
-        if (f) {
-            if (fscanf(f, "%d", &nm_port) != 1)
-                nm_port = 0;
-            fclose(f);
-        }
-        if (!nm_port) {
-            int st;
-            if (waitpid(nm_pid, &st, WNOHANG) == nm_pid) {
-                nm_pid = 0;
-                break;
-            }
-            msleep(50);
-        }
-    }
-    CHECK_GT(nm_port, 0, "flyt-node-manager listens (port %d)", nm_port);
-    snprintf(nm_base, sizeof nm_base, "http://127.0.0.1:%d", nm_port);
+    int nm_port = start_nm(nm_bin);
     CHECK(wait_for(node_ready, NULL, 10000), "the cluster manager sees node n1 ready with 2 GPUs");
     CHECK_EQ(call(&clm, "GET", "/v1/nodes/n1", clm.op_token, NULL, &a), 200, "GET /v1/nodes/n1");
     char want_addr[160];
@@ -983,6 +1125,8 @@ int main(int argc, char **argv)
     snprintf(want_state, sizeof want_state, "released");
     CHECK(wait_for(session_state_is, NULL, 8000), "no client for 2 s: released");
     CHECK(wait_for(server_gone, sid, 5000) && !alive(spid), "and its server stopped");
+
+    check_restart(nm_bin, vm_token, port_base + 40);
 
     printf("== SIGTERM: everything stops\n");
     new_session(vm_token, 4245, sid, endpoint, token);

@@ -5,6 +5,7 @@
 #include "flyt_http.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static enum cluster_outcome classify(int rc, long status)
@@ -108,4 +109,42 @@ enum cluster_outcome cluster_session_alive(const struct cmgr_config *c, const ch
                                  char *err, size_t errlen)
 {
     return session_call(c, "POST", id, "/alive", timeout_ms, err, errlen);
+}
+
+enum cluster_outcome cluster_sessions_live(const struct cmgr_config *c, long timeout_ms,
+                                           struct cluster_live **out, int *n, char *err,
+                                           size_t errlen)
+{
+    char url[640];
+    snprintf(url, sizeof url, "%s/v1/sessions?state=live", c->cluster_url);
+    long status = 0;
+    json_t *ans = NULL;
+    int rc = flyt_http_call_timeout("GET", url, c->vm_token, NULL, timeout_ms, &status, &ans, err,
+                                    errlen);
+    enum cluster_outcome o = classify(rc, status);
+    json_t *arr = json_object_get(ans, "sessions");
+    *out = NULL;
+    *n = 0;
+    if (o == CLUSTER_OK && !json_is_array(arr)) {
+        snprintf(err, errlen, "the cluster manager's session list lacks \"sessions\"");
+        o = CLUSTER_REFUSED;
+    }
+    if (o == CLUSTER_OK && (*out = calloc(json_array_size(arr) + 1, sizeof **out)) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        o = CLUSTER_RETRY;
+    }
+    size_t i;
+    json_t *s;
+    if (o == CLUSTER_OK)
+        json_array_foreach(arr, i, s) {
+            struct cluster_live *l = &(*out)[*n];
+            const char *state = json_string_value(json_object_get(s, "state"));
+            if (take(l->id, sizeof l->id, s, "id") < 0 || !id_ok(l->id) || !state)
+                continue;
+            l->pid = json_integer_value(json_object_get(s, "pid"));
+            l->active = strcmp(state, "active") == 0;
+            ++*n;
+        }
+    json_decref(ans);
+    return o == CLUSTER_GONE ? CLUSTER_REFUSED : o;
 }

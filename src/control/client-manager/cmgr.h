@@ -8,7 +8,8 @@
  *
  * Modules: main.c (options and start, on flyt_daemon.h), sessions.c (the pid -> session table,
  * the watcher and worker threads), cluster.c (the calls to the cluster manager),
- * sock.c (the Unix socket and its line protocol), install.c (--install/--uninstall).
+ * sock.c (the Unix socket and its line protocol), reconcile.c (the state file and the
+ * reconciliation after a restart), install.c (--install/--uninstall).
  */
 #ifndef FLYT_CMGR_H
 #define FLYT_CMGR_H
@@ -35,6 +36,7 @@ struct cmgr_config {
     char vm_id[128];
     char vm_token[256];
     char socket_path[108];
+    char state_path[4096];       /* the sessions held, for a restart (reconcile.c) */
     int socket_gid;              /* -1: leave the daemon's group */
     unsigned socket_mode;
     long long alive_interval_ms;
@@ -72,6 +74,29 @@ enum cluster_outcome cluster_session_release(const struct cmgr_config *c, const 
 enum cluster_outcome cluster_session_alive(const struct cmgr_config *c, const char *id, long timeout_ms,
                                  char *err, size_t errlen);
 
+/* The VM's live sessions (a VM token lists only its own). */
+struct cluster_live {
+    char id[128];
+    long long pid;
+    int active; /* else still starting */
+};
+enum cluster_outcome cluster_sessions_live(const struct cmgr_config *c, long timeout_ms,
+                                           struct cluster_live **out, int *n, char *err,
+                                           size_t errlen);
+
+/* ---- the sessions held, across a restart (reconcile.c) ---- */
+struct cmgr_held {
+    char id[128];
+    pid_t pid;
+    unsigned long long start; /* the process's start time: a reused pid has another */
+};
+/* Writes the state file (0600, replaced whole); 0, or -1 logged. */
+int held_save(const char *path, const struct cmgr_held *h, int n);
+/* One reconciliation at start with the state file an earlier run left: the VM's live
+ * sessions whose process still runs (same pid and start time) are taken over, the others
+ * released. CLUSTER_RETRY when the cluster manager did not answer (try again). */
+enum cluster_outcome reconcile_once(const struct cmgr_config *c);
+
 /* ---- sessions (sessions.c) ---- */
 struct acquire_answer {
     char session_id[128];
@@ -81,6 +106,13 @@ struct acquire_answer {
 int sessions_start(const struct cmgr_config *c, char *err, size_t errlen);
 /* Acquires (or finds) the session of process pid. 0 with ans, or -1 with a message. */
 int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t errlen);
+/* Takes over the session of process pid whose start time is start (after a restart): as
+ * sessions_acquire, refused when pid is another process now. */
+int sessions_adopt(pid_t pid, unsigned long long start, char *err, size_t errlen);
+/* Whether this run holds session id, or is asking for one for pid. */
+int sessions_knows(const char *id, pid_t pid);
+/* Releases session id (of process pid, which has ended) through the worker, with retries. */
+void sessions_release_orphan(const char *id, pid_t pid);
 /* Releases pid's session now (the process asked). 0, or -1 with a message. */
 int sessions_release_pid(pid_t pid, char *err, size_t errlen);
 /* Pending and new requests fail from now on (before sock_stop). */
@@ -90,9 +122,6 @@ void sessions_stop(void);
 /* Prometheus text for /metrics. */
 void sessions_metrics(struct flyt_buf *out);
 
-/* Process facts from /proc: start time (clock ticks since boot, field 22 of stat) and
- * whether it has ended (gone, zombie or dead). 0, or -1 when there is no such process. */
-int proc_start_time(pid_t pid, unsigned long long *start, int *ended);
 
 /* ---- the Unix socket (sock.c) ---- */
 int sock_start(const struct cmgr_config *c, char *err, size_t errlen);

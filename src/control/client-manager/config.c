@@ -31,6 +31,9 @@ static const struct flyt_cfg_key keys[] = {
     {"socket_mode", FLYT_CFG_STRING, "0666",
      "permissions of the socket, octal; 0660 with socket_group limits GPUs to that group",
      false, 0, 0},
+    {"state_file", FLYT_CFG_STRING, NULL,
+     "where the sessions held are kept (pid, start time, session id) for a restart to "
+     "reconcile with; unset: client-manager.state beside the socket", false, 0, 0},
     {"log_level", FLYT_CFG_STRING, "info", "error, warn, info or debug", false, 0, 0},
     {"alive_interval", FLYT_CFG_DURATION, "30s",
      "how often each live process's session is reported alive", false, 200, 3600000},
@@ -162,6 +165,16 @@ int cmgr_config_load(const char *path, struct cmgr_config *c, char *err, size_t 
     if (sock[0] != '/' || copy(c->socket_path, sizeof c->socket_path, sock) < 0) {
         bad(err, errlen, path, cfg, "socket", "need an absolute path under 108 bytes, got \"%s\"",
             sock);
+        goto out;
+    }
+
+    const char *state = flyt_config_str(cfg, "state_file");
+    char sockdir[sizeof c->socket_path];
+    snprintf(sockdir, sizeof sockdir, "%s", c->socket_path);
+    if (state == NULL)
+        snprintf(c->state_path, sizeof c->state_path, "%s/client-manager.state", dirname(sockdir));
+    else if (state[0] != '/' || copy(c->state_path, sizeof c->state_path, state) < 0) {
+        bad(err, errlen, path, cfg, "state_file", "need an absolute path, got \"%s\"", state);
         goto out;
     }
 

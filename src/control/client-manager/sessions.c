@@ -21,6 +21,7 @@
 #include "cmgr.h"
 
 #include "flyt_log.h"
+#include "flyt_proc.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -29,13 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
 
 enum ent_state { ENT_ACQUIRING, ENT_LIVE, ENT_ENDED, ENT_GONE };
 static const char *const state_names[] = {"acquiring", "live", "ended", "gone"};
@@ -74,33 +70,6 @@ uint64_t cmgr_now_ms(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
-}
-
-int proc_start_time(pid_t pid, unsigned long long *start, int *ended)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* the command name may hold anything but ends here */
-    if (p == NULL || p[1] != ' ')
-        return -1;
-    p += 2;
-    char state = *p;
-    for (int field = 3; field < 22 && p; field++) {
-        p = strchr(p, ' ');
-        if (p)
-            p++;
-    }
-    if (p == NULL)
-        return -1;
-    *start = strtoull(p, NULL, 10);
-    *ended = state == 'Z' || state == 'X' || state == 'x';
-    return 0;
 }
 
 static void process_name(pid_t pid, char *out, size_t cap)
@@ -160,6 +129,26 @@ static void unlink_ent(struct ent *e)
     free(e);
 }
 
+/* lock held: the state file names the live sessions (reconcile.c). */
+static void held_save_locked(void)
+{
+    FLYT_ASSERT_HELD(&sessions.lock);
+    int n = 0, k = 0;
+    for (struct ent *e = sessions.list; e; e = e->next)
+        n += e->state == ENT_LIVE;
+    struct cmgr_held *h = calloc((size_t)n + 1, sizeof *h);
+    if (h == NULL)
+        return;
+    for (struct ent *e = sessions.list; e; e = e->next)
+        if (e->state == ENT_LIVE) {
+            snprintf(h[k].id, sizeof h[k].id, "%s", e->s.id);
+            h[k].pid = e->pid;
+            h[k++].start = e->start;
+        }
+    held_save(sessions.c->state_path, h, k);
+    free(h);
+}
+
 /* lock held: the release of e's session is due now. */
 static void end_ent(struct ent *e, const char *why)
 {
@@ -169,6 +158,7 @@ static void end_ent(struct ent *e, const char *why)
     e->next_retry = 0;
     e->backoff = 0;
     drop_pidfd(e);
+    held_save_locked();
     pthread_cond_broadcast(&sessions.changed);
 }
 
@@ -277,7 +267,7 @@ static void *watcher_main(void *arg)
                     continue;
                 unsigned long long start;
                 int ended;
-                if (proc_start_time(e->pid, &start, &ended) < 0 || ended || start != e->start)
+                if (flyt_proc_start_time(e->pid, &start, &ended) < 0 || ended || start != e->start)
                     process_ended(e);
             }
         }
@@ -355,9 +345,28 @@ static void alive_one(struct ent *e)
                   "keeps no GPU, a new request from it gets a new session", id, (int)e->pid, err);
         sessions.ended_by_cluster++;
         e->state = ENT_GONE;
+        held_save_locked();
         pthread_cond_broadcast(&sessions.changed);
     } else if (o == CLUSTER_REFUSED) {
         flyt_error("alive for session %s of process %d refused: %s", id, (int)e->pid, err);
+    }
+}
+
+/* lock held: reconciles with what an earlier run left (reconcile.c) until the cluster
+ * manager answers or the client manager stops. */
+static void reconcile_locked(void)
+{
+    FLYT_ASSERT_HELD(&sessions.lock);
+    uint64_t backoff = 1000;
+    while (!sessions.stopping) {
+        pthread_mutex_unlock(&sessions.lock);
+        enum cluster_outcome o = reconcile_once(sessions.c);
+        pthread_mutex_lock(&sessions.lock);
+        if (o != CLUSTER_RETRY)
+            return;
+        wait_until(cmgr_now_ms() + backoff);
+        backoff = backoff * 2 > (uint64_t)sessions.c->retry_max_ms ? (uint64_t)sessions.c->retry_max_ms
+                                                                  : backoff * 2;
     }
 }
 
@@ -365,6 +374,7 @@ static void *worker_main(void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&sessions.lock);
+    reconcile_locked();
     while (!sessions.stopping) {
         uint64_t now = cmgr_now_ms(), next = now + 60000;
         struct ent *due = NULL;
@@ -407,7 +417,7 @@ int sessions_start(const struct cmgr_config *c, char *err, size_t errlen)
     pthread_cond_init(&sessions.changed, &ca);
     pthread_condattr_destroy(&ca);
 
-    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    int fd = flyt_pidfd_open(getpid());
     int have_pidfd = fd >= 0;
     if (fd >= 0)
         close(fd);
@@ -456,8 +466,9 @@ static void answer_from(const struct ent *e, struct acquire_answer *ans)
 
 /* Lock held: what pid's earlier requests left. 0 when a new session is to be made (with the
  * process's start time); 1 when its live session answers; -1 with why it cannot be served. */
-static int acquire_existing_locked(pid_t pid, uint64_t deadline, struct acquire_answer *ans,
-                                   unsigned long long *start, char *err, size_t errlen)
+static int acquire_existing_locked(pid_t pid, unsigned long long want_start, uint64_t deadline,
+                                   struct acquire_answer *ans, unsigned long long *start,
+                                   char *err, size_t errlen)
 {
     FLYT_ASSERT_HELD(&sessions.lock);
     for (;;) {
@@ -466,7 +477,8 @@ static int acquire_existing_locked(pid_t pid, uint64_t deadline, struct acquire_
             snprintf(err, errlen, "the client manager is stopping");
             return -1;
         }
-        if (proc_start_time(pid, start, &ended) < 0 || ended) {
+        if (flyt_proc_start_time(pid, start, &ended) < 0 || ended ||
+            (want_start && *start != want_start)) {
             snprintf(err, errlen, "process %d has ended", (int)pid);
             return -1;
         }
@@ -506,7 +518,7 @@ static struct ent *ent_new_locked(pid_t pid, unsigned long long start, char *err
     e->pidfd = -1;
     e->state = ENT_ACQUIRING;
     if (sessions.use_pidfd) {
-        e->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        e->pidfd = flyt_pidfd_open(pid);
         if (e->pidfd < 0) {
             int saved = errno;
             free(e);
@@ -516,7 +528,7 @@ static struct ent *ent_new_locked(pid_t pid, unsigned long long start, char *err
         /* pidfd_open after reading the start time: make sure it is still that process */
         unsigned long long again;
         int ended;
-        if (proc_start_time(pid, &again, &ended) < 0 || again != start)
+        if (flyt_proc_start_time(pid, &again, &ended) < 0 || again != start)
             e->dead = 1;
     }
     e->next = sessions.list;
@@ -577,18 +589,21 @@ static int acquired_locked(struct ent *e, struct cluster_session *s, struct acqu
         return -1;
     }
     e->state = ENT_LIVE;
+    held_save_locked(); /* before the process hears of it: a restart finds it */
     e->next_alive = cmgr_now_ms() + (uint64_t)sessions.c->alive_interval_ms;
     answer_from(e, ans);
     sessions.acquired++;
     return 0;
 }
 
-int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t errlen)
+/* sessions_acquire, for the process of start time want_start only (0: any). */
+static int acquire_pid(pid_t pid, unsigned long long want_start, struct acquire_answer *ans,
+                       char *err, size_t errlen)
 {
     uint64_t t0 = cmgr_now_ms(), deadline = t0 + (uint64_t)sessions.c->acquire_timeout_ms;
     unsigned long long start;
     pthread_mutex_lock(&sessions.lock);
-    int existing = acquire_existing_locked(pid, deadline, ans, &start, err, errlen);
+    int existing = acquire_existing_locked(pid, want_start, deadline, ans, &start, err, errlen);
     struct ent *e = existing == 0 ? ent_new_locked(pid, start, err, errlen) : NULL;
     pthread_mutex_unlock(&sessions.lock);
     if (existing > 0)
@@ -623,6 +638,48 @@ int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t er
     pthread_cond_broadcast(&sessions.changed);
     pthread_mutex_unlock(&sessions.lock);
     return rc;
+}
+
+int sessions_acquire(pid_t pid, struct acquire_answer *ans, char *err, size_t errlen)
+{
+    return acquire_pid(pid, 0, ans, err, errlen);
+}
+
+int sessions_adopt(pid_t pid, unsigned long long start, char *err, size_t errlen)
+{
+    struct acquire_answer ans; /* the cluster manager answers the pid's existing session */
+    int rc = acquire_pid(pid, start, &ans, err, errlen);
+    explicit_bzero(ans.token, sizeof ans.token);
+    if (rc == 0)
+        flyt_info("process %d: took over its session %s from the earlier run", (int)pid,
+                  ans.session_id);
+    return rc;
+}
+
+int sessions_knows(const char *id, pid_t pid)
+{
+    pthread_mutex_lock(&sessions.lock);
+    int known = 0;
+    for (struct ent *e = sessions.list; e && !known; e = e->next)
+        known = strcmp(e->s.id, id) == 0 || (e->pid == pid && e->state == ENT_ACQUIRING);
+    pthread_mutex_unlock(&sessions.lock);
+    return known;
+}
+
+void sessions_release_orphan(const char *id, pid_t pid)
+{
+    struct ent *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return; /* the cluster manager ends it after its idle grace */
+    e->pid = pid;
+    e->pidfd = -1;
+    e->dead = 1;
+    snprintf(e->s.id, sizeof e->s.id, "%s", id);
+    pthread_mutex_lock(&sessions.lock);
+    e->next = sessions.list;
+    sessions.list = e;
+    end_ent(e, "its process ended while the client manager was not running");
+    pthread_mutex_unlock(&sessions.lock);
 }
 
 int sessions_release_pid(pid_t pid, char *err, size_t errlen)
@@ -697,6 +754,7 @@ void sessions_stop(void)
     }
     while (sessions.list)
         unlink_ent(sessions.list);
+    unlink(sessions.c->state_path); /* what was not released, a restart releases */
     for (int i = 0; i < sessions.n_close; i++)
         close(sessions.to_close[i]);
     sessions.n_close = 0;

@@ -1,4 +1,5 @@
-/* /v1/sessions: allocation (VM token), release (VM or operator), listing (operator).
+/* /v1/sessions: allocation (VM token), release (VM or operator), listing (operator; a VM
+ * lists only its own, which its client manager reconciles with after a restart).
  * POST places the VM's share, records the session "starting" (which reserves its SM
  * groups and memory), asks the node manager for a server without holding the lock, then
  * records it "active" with its endpoint, or "failed". */
@@ -32,7 +33,12 @@ void h_sessions_list(void *ctx, const struct flyt_http_request *req, struct flyt
         return;
     }
     pthread_mutex_lock(&clm->lock);
-    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
+    int rc = auth_check(clm, req, P_OPERATOR | P_VM, &who, &e);
+    if (rc == 0 && who.kind == P_VM) {
+        if (f.vm_id && strcmp(f.vm_id, who.id) != 0)
+            rc = api_fail(&e, 403, "forbidden", "a VM lists only its own sessions");
+        f.vm_id = who.id;
+    }
     if (rc == 0 && store_session_list(clm->store, &f, &ss, &n, err, sizeof err) < 0)
         rc = api_store_fail(&e, "listing sessions", err);
     pthread_mutex_unlock(&clm->lock);

@@ -179,11 +179,11 @@ static void h_list(void *ctx, const struct flyt_http_request *req, struct flyt_h
         char ep[NM_STR + 32];
         snprintf(ep, sizeof ep, "tcp://%s:%d", host, s->port);
         json_array_append_new(
-            arr, json_pack("{s:s,s:i,s:b,s:b,s:s,s:s,s:i,s:i,s:I,s:I}", "session_id", s->sid, "pid",
-                           (int)s->pid, "alive", alive, "connected", connected, "state",
+            arr, json_pack("{s:s,s:i,s:b,s:b,s:s,s:s,s:i,s:i,s:I,s:I,s:b}", "session_id", s->sid,
+                           "pid", (int)s->pid, "alive", alive, "connected", connected, "state",
                            state_name(s->state), "endpoint", ep, "gpu_index", s->gpu_index,
                            "sm_count", s->sm_count, "memory_quota", (json_int_t)s->memory_quota,
-                           "memory_used", (json_int_t)mem));
+                           "memory_used", (json_int_t)mem, "adopted", s->adopted));
     }
     pthread_mutex_unlock(&nm->lock);
     flyt_http_reply_json(res, 200, json_pack("{s:o}", "servers", arr));

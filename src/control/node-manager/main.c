@@ -232,7 +232,6 @@ static int prepare_node(void)
     if (make_private_dir("state_dir", c->state_dir) != 0 ||
         (c->module_cache_dir[0] && make_private_dir("module_cache_dir", c->module_cache_dir) != 0))
         return -1;
-    nm_state_dir_clean(c);
     char err[1024];
     if (nm_gpus_discover(c, node_manager.gpus, &node_manager.ngpus, err, sizeof err) != 0) {
         flyt_error("GPUs: %s", err);
@@ -307,6 +306,7 @@ int main(int argc, char **argv)
     flyt_daemon_block_signals(&daemon_spec, &sigs);
     if (prepare_node() < 0 || start_serving() < 0)
         return 1;
+    nm_servers_adopt(&node_manager); /* before registering: it reports them */
     if (args.port_file)
         flyt_daemon_write_port(args.port_file, flyt_http_port(node_manager.http));
     flyt_daemon_wait(&daemon_spec, &sigs);

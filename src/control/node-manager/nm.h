@@ -97,6 +97,9 @@ struct nm_server {
     char      key_path[PATH_MAX + NM_SID_MAX + 16];
     char      status_path[PATH_MAX + NM_SID_MAX + 16];
     char      sock_path[108]; /* its Unix socket, for clients on this machine; "" if none */
+    char      record_path[PATH_MAX + NM_SID_MAX + 16]; /* STATE_DIR/SID.server (adopt.c) */
+    int       adopted;        /* started by an earlier run: not our child, watched by pidfd */
+    int       pidfd;          /* an adopted server's pidfd */
 };
 
 struct nm {
@@ -153,14 +156,30 @@ void nm_servers_reap(struct nm *nm);
 /* A server's status page: connected clients and memory (lock held).
  * 0 when it could be read and the server listens. */
 int nm_server_status(const struct nm_server *s, int *connected, long long *memory_used);
+/* Whether s's status page says it listens on its port, as its pid (lock held). */
+int nm_server_listening(const struct nm_server *s);
 /* Unlinks its files and frees it (lock held, entry already unlinked). */
 void nm_server_free(struct nm_server *s);
 struct nm_server *nm_server_find(struct nm *nm, const char *sid);
 void nm_server_unlink(struct nm *nm, struct nm_server *s);
 /* Whether any server process is still alive (lock held). */
 int nm_servers_any_live(struct nm *nm);
-/* Removes stale key/status files of earlier runs from state_dir. */
-void nm_state_dir_clean(const struct nm_config *c);
+/* Where clients reach s: "unix:SOCK,tcp://HOST:PORT" (lock held). */
+void nm_server_endpoint(const struct nm *nm, const struct nm_server *s, char *out, size_t len);
+/* A server's exit, noticed (lock held): state, reason, what to report; frees an entry
+ * nobody waits for. how: the exit as words. */
+void nm_server_exited_locked(struct nm *nm, struct nm_server *s, const char *how);
+
+/* ---- servers of an earlier run (adopt.c) ---- */
+/* Writes s's record STATE_DIR/SID.server (0600): its pid and start time and share, what
+ * a later run needs to adopt it (lock held, s->pid set). 0, or -1 logged. */
+int nm_server_record(struct nm *nm, const struct nm_server *s);
+/* At start (lock NOT held, GPUs known): adopts the servers an earlier run left running,
+ * each proven the flyt-server its record names (start time, executable, status page);
+ * stops those it cannot use; removes the files of everything else. */
+void nm_servers_adopt(struct nm *nm);
+/* An adopted server (not our child) that has exited: 1 (its group killed), else 0. */
+int nm_adopted_exited(struct nm_server *s);
 
 /* ---- the cluster manager (clmlink.c), main thread ---- */
 int  nm_register(struct nm *nm);

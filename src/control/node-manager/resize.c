@@ -207,6 +207,7 @@ void nm_h_resize(void *ctx, const struct flyt_http_request *req, struct flyt_htt
         memcpy(s->groups, r->groups, sizeof r->groups[0] * (size_t)r->ngroups);
         s->sm_count = r->sm_count;
         s->memory_quota = r->memory_quota;
+        nm_server_record(nm, s); /* a later run adopts it with this share */
     }
     pthread_mutex_unlock(&nm->lock);
     int pending = (int)json_array_size(sessions) - applied - failed;

@@ -18,16 +18,19 @@
  * group while the group id is still held by the zombie leader, then reaps. An
  * exit nobody asked for is a death: logged, reported to the cluster manager.
  *
+ * Servers adopted from an earlier run (adopt.c) are not our children: their
+ * pidfds are polled instead, and signals go through the pidfd.
+ *
  * Connected clients and memory use come from each server's status page
  * (src/common/flyt_server_status.h), read with pread.
  */
 #include "nm.h"
 
 #include "flyt_log.h"
+#include "flyt_proc.h"
 #include "flyt_server_status.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -228,6 +231,10 @@ void nm_server_free(struct nm_server *s)
         unlink(s->status_path);
     if (s->sock_path[0])
         unlink(s->sock_path);
+    if (s->record_path[0])
+        unlink(s->record_path);
+    if (s->adopted && s->pidfd >= 0)
+        close(s->pidfd);
     free(s);
 }
 
@@ -259,70 +266,16 @@ int nm_server_status(const struct nm_server *s, int *connected, long long *memor
     return 0;
 }
 
-/* The server listens on port (its status page says so). */
-static int server_ready(const struct nm_server *s)
+int nm_server_listening(const struct nm_server *s)
 {
-    int fd = open(s->status_path, O_RDONLY | O_CLOEXEC);
+    int fd = open(s->status_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return 0;
     struct flyt_server_status st;
     ssize_t n = pread(fd, &st, sizeof st, 0);
     close(fd);
     return n == (ssize_t)sizeof st && st.magic == FLYT_STATUS_MAGIC &&
-           st.listen_port == (uint32_t)s->port;
-}
-
-/* A server of an earlier run of this node manager (killed without the chance
- * to stop its servers) would go on serving a tenant whose share the cluster
- * has already ended and may hand out again: stop it. Its status page names
- * it; the pid must still be a flyt-server (not a recycled pid). */
-static void stop_orphan(const char *status_path)
-{
-    int fd = open(status_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    struct flyt_server_status st;
-    ssize_t n = pread(fd, &st, sizeof st, 0);
-    close(fd);
-    if (n != (ssize_t)sizeof st || st.magic != FLYT_STATUS_MAGIC || st.server_pid <= 1)
-        return;
-    char comm_path[64], comm[32] = "";
-    snprintf(comm_path, sizeof comm_path, "/proc/%u/comm", st.server_pid);
-    FILE *f = fopen(comm_path, "r");
-    if (f == NULL)
-        return;
-    if (fgets(comm, sizeof comm, f) == NULL)
-        comm[0] = '\0';
-    fclose(f);
-    if (strncmp(comm, "flyt-server", 11) != 0)
-        return;
-    /* each server leads its own process group: the group takes its sessions too */
-    if (kill(-(pid_t)st.server_pid, SIGKILL) == 0 || kill((pid_t)st.server_pid, SIGKILL) == 0)
-        flyt_warn("stopped flyt-server %u left running by an earlier run", st.server_pid);
-}
-
-void nm_state_dir_clean(const struct nm_config *c)
-{
-    DIR *d = opendir(c->state_dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if ((l > 4 && strcmp(e->d_name + l - 4, ".key") == 0) ||
-            (l > 7 && strcmp(e->d_name + l - 7, ".status") == 0)) {
-            char p[PATH_MAX + NM_STR];
-            snprintf(p, sizeof p, "%s/%s", c->state_dir, e->d_name);
-            if (l > 7 && strcmp(e->d_name + l - 7, ".status") == 0)
-                stop_orphan(p);
-            if (unlink(p) == 0)
-                n++;
-        }
-    }
-    closedir(d);
-    if (n)
-        flyt_info("removed %d file(s) of an earlier run from %s", n, c->state_dir);
+           st.server_pid == (uint32_t)s->pid && st.listen_port == (uint32_t)s->port;
 }
 
 /* A port of the range that no server of ours holds and that is free now. */
@@ -415,7 +368,7 @@ static const char *exit_text(int st, char *buf, size_t len)
  * may open the state dir connects there, and gets shared memory: pinned,
  * mapped and managed memory at full speed), then its TCP address (clients
  * elsewhere, which find no such path). docs/node-manager.md. */
-static void endpoint_of(const struct nm *nm, const struct nm_server *s, char *out, size_t len)
+void nm_server_endpoint(const struct nm *nm, const struct nm_server *s, char *out, size_t len)
 {
     char host[NM_STR + 2];
     nm_host_for_url(nm->cfg.advertise_host, host, sizeof host);
@@ -531,7 +484,7 @@ static int start_allowed_locked(struct nm *nm, const struct nm_start_req *r, int
                old->memory_quota == r->memory_quota &&
                memcmp(old->groups, r->groups, sizeof r->groups[0] * (size_t)r->ngroups) == 0;
     if (old->state == NM_RUNNING && same) { /* a retry: the same answer */
-        endpoint_of(nm, old, endpoint, eplen);
+        nm_server_endpoint(nm, old, endpoint, eplen);
         *pid = old->pid;
         *http_status = 200;
         return 1;
@@ -565,6 +518,7 @@ static struct nm_server *server_new_locked(struct nm *nm, const struct nm_start_
     s->waiters = 1; /* this request: nobody else frees the entry meanwhile */
     snprintf(s->key_path, sizeof s->key_path, "%s/%s.key", c->state_dir, s->sid);
     snprintf(s->status_path, sizeof s->status_path, "%s/%s.status", c->state_dir, s->sid);
+    snprintf(s->record_path, sizeof s->record_path, "%s/%s.server", c->state_dir, s->sid);
     if (!c->server_unix_socket ||
         snprintf(s->sock_path, sizeof s->sock_path, "%s/%s.sock", c->state_dir, s->sid) >=
             (int)sizeof s->sock_path)
@@ -586,7 +540,7 @@ static void wait_listening_locked(struct nm *nm, struct nm_server *s)
 {
     FLYT_ASSERT_HELD(&nm->lock);
     long long deadline = nm_now_ms() + nm->cfg.start_timeout_ms;
-    while (s->state == NM_STARTING && !server_ready(s) && nm_now_ms() < deadline) {
+    while (s->state == NM_STARTING && !nm_server_listening(s) && nm_now_ms() < deadline) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 10 * 1000 * 1000;
@@ -648,8 +602,9 @@ static int launch_locked(struct nm *nm, struct nm_server *s, char *err, size_t e
         }
         flyt_info("session %s: started server pid %d on port %d (GPU %d, %d SMs, %lld bytes)",
                   s->sid, (int)s->pid, s->port, s->gpu_index, s->sm_count, s->memory_quota);
+        nm_server_record(nm, s); /* a later run adopts it by this (logged if it fails) */
         wait_listening_locked(nm, s); /* the main thread reaps it if it dies */
-        if (s->state == NM_STARTING && server_ready(s)) {
+        if (s->state == NM_STARTING && nm_server_listening(s)) {
             s->state = NM_RUNNING;
             pthread_cond_broadcast(&nm->cond);
             return 0;
@@ -678,7 +633,7 @@ int nm_server_start(struct nm *nm, const struct nm_start_req *r, int *http_statu
         return -1;
     }
     if (launch_locked(nm, s, err, sizeof err) == 0) {
-        endpoint_of(nm, s, endpoint, eplen);
+        nm_server_endpoint(nm, s, endpoint, eplen);
         *pid = s->pid;
         nm->starts++;
         s->waiters--;
@@ -709,7 +664,8 @@ void nm_server_stop_locked(struct nm *nm, struct nm_server *s)
         return;
     s->state = NM_STOPPING;
     s->stop_deadline = nm_now_ms() + nm->cfg.stop_grace_ms;
-    if (kill(s->pid, SIGTERM) != 0)
+    /* an adopted server through its pidfd: never a later holder of its pid */
+    if ((s->adopted ? flyt_pidfd_signal(s->pidfd, SIGTERM) : kill(s->pid, SIGTERM)) != 0)
         flyt_warn("session %s: SIGTERM to %d: %s", s->sid, (int)s->pid, strerror(errno));
     flyt_info("session %s: stopping server pid %d", s->sid, (int)s->pid);
 }
@@ -737,6 +693,46 @@ int nm_server_stop_wait(struct nm *nm, const char *sid)
 
 /* ---- reaping (main thread) ---- */
 
+void nm_server_exited_locked(struct nm *nm, struct nm_server *s, const char *how)
+{
+    FLYT_ASSERT_HELD(&nm->lock);
+    int was = s->state;
+    s->state = NM_EXITED;
+    if (s->stop_asked) {
+        if (!s->report) /* else the reason to report is already set */
+            snprintf(s->reason, sizeof s->reason, "%s", how);
+        flyt_info("session %s: server pid %d stopped (%s)", s->sid, (int)s->pid, how);
+        if (s->waiters == 0 && !s->report) {
+            nm_server_unlink(nm, s);
+            nm_server_free(s);
+        }
+    } else if (was == NM_STARTING) {
+        snprintf(s->reason, sizeof s->reason, "%s", how);
+    } else {
+        /* "failed" first: the cluster manager then records the session failed */
+        snprintf(s->reason, sizeof s->reason, "failed: its server (pid %d) %s", (int)s->pid, how);
+        flyt_warn("session %s: server pid %d died: %s", s->sid, (int)s->pid, how);
+        s->report = 1;
+        nm->deaths++;
+    }
+}
+
+/* Whether our child s has exited; reaped, its group killed, how in how. */
+static int child_exited(struct nm_server *s, char *how, size_t len)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PID, (id_t)s->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != s->pid)
+        return 0;
+    /* the leader is a zombie: its group id is still ours to kill */
+    kill(-s->pid, SIGKILL);
+    int st = 0;
+    while (waitpid(s->pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    exit_text(st, how, len);
+    return 1;
+}
+
 void nm_servers_reap(struct nm *nm)
 {
     pthread_mutex_lock(&nm->lock);
@@ -747,38 +743,13 @@ void nm_servers_reap(struct nm *nm)
         next = s->next;
         if (s->pid <= 0 || s->state == NM_EXITED)
             continue;
-        siginfo_t si;
-        memset(&si, 0, sizeof si);
-        if (waitid(P_PID, (id_t)s->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-            si.si_pid == s->pid) {
-            /* the leader is a zombie: its group id is still ours to kill */
-            kill(-s->pid, SIGKILL);
-            int st = 0;
-            while (waitpid(s->pid, &st, 0) < 0 && errno == EINTR)
-                ;
-            char how[128];
-            exit_text(st, how, sizeof how);
-            int was = s->state;
-            s->state = NM_EXITED;
+        char how[128];
+        int exited = s->adopted ? nm_adopted_exited(s) : child_exited(s, how, sizeof how);
+        if (exited) {
+            if (s->adopted) /* another process reaps it: its exit status is not ours to see */
+                snprintf(how, sizeof how, "exited (adopted: its exit status is unknown here)");
             changed = 1;
-            if (s->stop_asked) {
-                if (!s->report) /* else the reason to report is already set */
-                    snprintf(s->reason, sizeof s->reason, "%s", how);
-                flyt_info("session %s: server pid %d stopped (%s)", s->sid, (int)s->pid, how);
-                if (s->waiters == 0 && !s->report) {
-                    nm_server_unlink(nm, s);
-                    nm_server_free(s);
-                }
-            } else if (was == NM_STARTING) {
-                snprintf(s->reason, sizeof s->reason, "%s", how);
-            } else {
-                /* "failed" first: the cluster manager then records the session failed */
-                snprintf(s->reason, sizeof s->reason, "failed: its server (pid %d) %s",
-                         (int)s->pid, how);
-                flyt_warn("session %s: server pid %d died: %s", s->sid, (int)s->pid, how);
-                s->report = 1;
-                nm->deaths++;
-            }
+            nm_server_exited_locked(nm, s, how);
             continue;
         }
         if (s->state == NM_STOPPING && !s->killed && now >= s->stop_deadline) {
