@@ -54,6 +54,8 @@ struct callback {
     struct callback *next;
 };
 
+#define FD_FRAMES 16
+
 static struct {
     pthread_mutex_t init_lock;
     int initialized; /* 1 connected, -1 failed */
@@ -97,6 +99,11 @@ static struct {
     uint64_t epoch;            /* moves completed: written under send_lock and wait_lock */
     pthread_cond_t move_cv;    /* with wait_lock: epoch changed, or the connection was lost */
     uint64_t replay_from;      /* where the replay after a move starts */
+    /* Under send_lock: frames sent with a descriptor (HOST_MAP's memfd), not
+     * known consumed: a replay passes it again (their callers, waiting for
+     * the reply, still hold it open). */
+    struct { uint64_t at, end; int fd; } fd_frames[FD_FRAMES];
+    int n_fd_frames;
 } conn = {
     .init_lock = FLYT_MUTEX_INITIALIZER,
     .send_lock = FLYT_MUTEX_INITIALIZER,
@@ -960,15 +967,37 @@ static int try_resume(long ms_left_now, uint64_t *resume_at, char *why, size_t w
  * gate: on a thread of its own, as the receiver must read the replies
  * meanwhile (a replayed copy from the device may answer with more bytes than
  * the socket holds). */
-static void *replay_thread(void *arg)
+/* The held bytes from `from` on conn.fd, each frame that came with a
+ * descriptor in a write of its own that passes it again. Under send_lock. */
+static int replay_write(uint64_t from)
 {
-    uint64_t from = conn.replay_from;
-    (void)arg;
-    pthread_mutex_lock(&conn.send_lock);
     size_t n = 0;
     const char *bytes = flyt_replay_from(&conn.replay, from, &n);
-    struct iovec iov = {(void *)bytes, n};
-    if (n > 0 && flyt_writev_full(conn.fd, &iov, 1) != 0) {
+    for (uint64_t pos = from, end = from + n; pos < end;) {
+        uint64_t stop = end;
+        int fd = -1;
+        for (int i = 0; i < conn.n_fd_frames; i++) {
+            if (conn.fd_frames[i].at == pos) {
+                fd = conn.fd_frames[i].fd;
+                stop = conn.fd_frames[i].end;
+                break;
+            }
+            if (conn.fd_frames[i].at > pos && conn.fd_frames[i].at < stop)
+                stop = conn.fd_frames[i].at;
+        }
+        struct iovec iov = {(void *)(bytes + (pos - from)), (size_t)(stop - pos)};
+        if ((fd >= 0 ? flyt_writev_full_fd(conn.fd, &iov, 1, fd) : flyt_writev_full(conn.fd, &iov, 1)) != 0)
+            return -1;
+        pos = stop;
+    }
+    return 0;
+}
+
+static void *replay_thread(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&conn.send_lock);
+    if (replay_write(conn.replay_from) != 0) {
         /* the new server is gone too: the receiver finds out */
     }
     gate_open(1);
@@ -1073,6 +1102,18 @@ int flyt_conn_shares_memory(void)
     return flyt_connect_once() == CUDA_SUCCESS && conn.shares_memory;
 }
 
+/* A frame sent with a descriptor, for a replay. Under send_lock. More such
+ * frames in flight than FD_FRAMES (threads mapping host memory at once) go
+ * unrecorded: replayed, such a frame would reach the server without it. */
+static void note_fd_frame(uint64_t at, uint64_t end, int fd)
+{
+    if (conn.n_fd_frames == FD_FRAMES)
+        return;
+    conn.fd_frames[conn.n_fd_frames].at = at;
+    conn.fd_frames[conn.n_fd_frames].end = end;
+    conn.fd_frames[conn.n_fd_frames++].fd = fd;
+}
+
 /* Bytes of a frame: header, request, data. */
 static uint64_t frame_bytes(size_t req_size, const struct iovec *data, int data_count)
 {
@@ -1104,9 +1145,12 @@ static int send_frame_fd(uint16_t op, uint16_t flags, uint32_t seq, const void *
     int n = 2 + data_count;
     if (conn.resumable) {
         size_t total = sizeof h + (size_t)length;
+        uint64_t at = flyt_replay_end(&conn.replay);
         const char *copy = flyt_replay_append(&conn.replay, iov, n, total);
         if (copy == NULL)
             return -2;
+        if (pass_fd >= 0)
+            note_fd_frame(at, at + total, pass_fd);
         iov[0].iov_base = (void *)copy;
         iov[0].iov_len = total;
         n = 1;
@@ -1118,6 +1162,16 @@ static int send_frame_fd(uint16_t op, uint16_t flags, uint32_t seq, const void *
 
 static CUresult call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
                      int data_count, int pass_fd, struct flyt_reply_sink *sink);
+
+/* Forgets the descriptors of frames known consumed. Under send_lock. */
+static void forget_fd_frames(uint64_t consumed)
+{
+    for (int i = 0; i < conn.n_fd_frames;)
+        if (conn.fd_frames[i].end <= consumed)
+            conn.fd_frames[i] = conn.fd_frames[--conn.n_fd_frames];
+        else
+            i++;
+}
 
 /* Frames that never wait for room in the replay buffer: the server may need
  * them to consume what is there (a host function's acknowledgement), or they
@@ -1140,7 +1194,9 @@ static int send_lock_for(uint16_t op, uint64_t n)
         }
         if (!conn.resumable)
             return 0;
-        flyt_replay_trim(&conn.replay, __atomic_load_n(&conn.confirmed, __ATOMIC_ACQUIRE));
+        uint64_t consumed = __atomic_load_n(&conn.confirmed, __ATOMIC_ACQUIRE);
+        flyt_replay_trim(&conn.replay, consumed);
+        forget_fd_frames(consumed);
         if (never_waits(op) || !flyt_replay_must_wait(&conn.replay, (size_t)n))
             return 0;
         pthread_mutex_unlock(&conn.send_lock);
