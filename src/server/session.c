@@ -594,13 +594,14 @@ static void say_moved(flyt_session *s)
     if (rc != 0 || shutdown(s->fd, SHUT_WR) != 0)
         return;
     char scrap[4096];
-    for (int waited_ms = 0; waited_ms < 5000;) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
         struct pollfd p = {.fd = s->fd, .events = POLLIN};
-        int n = poll(&p, 1, 100);
-        waited_ms += n == 0 ? 100 : 0;
-        if (n > 0 && read(s->fd, scrap, sizeof scrap) <= 0)
-            return;
-    }
+        if (poll(&p, 1, 100) > 0 && read(s->fd, scrap, sizeof scrap) <= 0)
+            return; /* the client closed */
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (t.tv_sec - t0.tv_sec < 5);
 }
 
 /* ---- the loop -------------------------------------------------------- */

@@ -23,21 +23,28 @@ start_server() { # $1 = log, then extra arguments; sets srv
 }
 
 rc=0
-for kind in unix tcp; do
-  echo "== a session moved over $kind"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$tmp/key"; echo >> "$tmp/key"
+chmod 600 "$tmp/key"
+managed=(--session-id tenant-7 --session-key-file "$tmp/key")
+for kind in unix managed tcp; do
+  echo "== a session moved: $kind"
   rm -f "$tmp/s.sock" "$tmp/$kind.state"
-  start_server "$tmp/$kind-1.log" --listen "tcp://127.0.0.1:0" --status-file "$tmp/status" || exit 1
+  extra=(); [ $kind = managed ] && extra=("${managed[@]}")
+  start_server "$tmp/$kind-1.log" --listen "tcp://127.0.0.1:0" --status-file "$tmp/status" "${extra[@]}" || exit 1
   port=$(tcp_port_of "$tmp/$kind-1.log") || { echo "FAIL: no TCP port"; cat "$tmp/$kind-1.log"; exit 1; }
   addr="unix:$tmp/s.sock"; [ $kind = tcp ] && addr="tcp://127.0.0.1:$port"
-  # over TCP with a small replay buffer: the client waits for room (PING) often
+  # managed (a session token, presented again at the reconnect) over a Unix
+# socket; over TCP with a small replay buffer: the client waits for room (PING) often
   replay=""; [ $kind = tcp ] && replay=16384
+  [ $kind = managed ] && export FLYT_TEST_SESSION_KEY=$tmp/key FLYT_TEST_SESSION_ID=tenant-7
   FLYT_REPLAY_BYTES=$replay FLYT_TRACE=1 FLYT_SERVER=$addr FLYT_TEST_STATUS=$tmp/status FLYT_TEST_STATE=$tmp/$kind.state \
     LD_LIBRARY_PATH=$libdir timeout 120 "$test" resume > "$tmp/$kind.out" 2> "$tmp/$kind.err" & prog=$!
   wait_for "$tmp/$kind.state" || { cat "$tmp/$kind.out" "$tmp/$kind.err" "$tmp/$kind-1.log"; exit 1; }
   sleep 0.5
   kill "$srv"; wait "$srv" 2>/dev/null
   sleep 1 # the program is blocked meanwhile, retrying
-  start_server "$tmp/$kind-2.log" --listen "tcp://127.0.0.1:$port" --restore "$tmp/$kind.state" || exit 1
+  start_server "$tmp/$kind-2.log" --listen "tcp://127.0.0.1:$port" --restore "$tmp/$kind.state" "${extra[@]}" || exit 1
+  unset FLYT_TEST_SESSION_KEY FLYT_TEST_SESSION_ID
   if wait $prog; then grep "resumed at" "$tmp/$kind.err"; tail -1 "$tmp/$kind.out"
   else cat "$tmp/$kind.out" "$tmp/$kind.err"; rc=1; fi
   grep -q "moved at request byte" "$tmp/$kind-1.log" || { echo "FAIL: no move notice"; cat "$tmp/$kind-1.log"; rc=1; }

@@ -10,9 +10,12 @@
  * usage: test_reconnect resume|deadline   (FLYT_TEST_STATUS: the server's
  * status page; FLYT_TEST_STATE: where the checkpoint goes). deadline: no
  * server comes back, so the call fails with CUDA_ERROR_DEVICE_UNAVAILABLE
- * once FLYT_RECONNECT_TIMEOUT_S has passed.
+ * once FLYT_RECONNECT_TIMEOUT_S has passed. With FLYT_TEST_SESSION_KEY (the
+ * key file of a managed server) and FLYT_TEST_SESSION_ID, the program makes
+ * its session token, which the reconnect presents again (AUTH).
  */
 #include <cuda.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,7 @@
 #include "check.h"
 #include "ckpt_request.h"
 #include "flyt_server_status.h"
+#include "flyt_token.h"
 
 #define CU_OK(call) CHECK_EQ((call), CUDA_SUCCESS, "%s", #call)
 
@@ -35,9 +39,22 @@ static unsigned char big_byte(size_t i) { return (unsigned char)(i * 31u + (i >>
 static size_t set_piece(int i) { return (size_t)i * (SETS / (2 * ROUNDS)); }
 static size_t piped_piece(int i) { return (size_t)i * (PIPED / (2 * ROUNDS)); }
 
+/* Host functions among the pipelined work: each must run once, in order. */
+#define HOST_FUNC_EVERY 50
+static int host_funcs_run, host_funcs_in_order = 1;
+
+static void host_func(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    host_funcs_in_order &= i == host_funcs_run * HOST_FUNC_EVERY;
+    host_funcs_run++;
+}
+
 static void pipeline(CUstream s, CUdeviceptr sets, CUdeviceptr piped, int from, int to)
 {
     for (int i = from; i < to; i++) {
+        if (i % HOST_FUNC_EVERY == 0)
+            CU_OK(cuLaunchHostFunc(s, host_func, (void *)(intptr_t)i));
         size_t n = SETS / (2 * ROUNDS);
         CU_OK(cuMemsetD8Async(sets + set_piece(i), (unsigned char)(i + 1), n, s));
         size_t m = PIPED / (2 * ROUNDS);
@@ -72,6 +89,26 @@ static void check_contents(CUdeviceptr big, CUdeviceptr sets, CUdeviceptr piped)
     free(got);
 }
 
+/* A managed server's session token, made as the node manager makes it. */
+static void token_from_key(void)
+{
+    const char *key_path = getenv("FLYT_TEST_SESSION_KEY"), *sid = getenv("FLYT_TEST_SESSION_ID");
+    if (!key_path || !sid)
+        return;
+    char hex[160] = "";
+    FILE *f = fopen(key_path, "r");
+    CHECK(f && fgets(hex, sizeof hex, f), "session key %s read", key_path);
+    fclose(f);
+    hex[strcspn(hex, "\n")] = '\0';
+    unsigned char key[64];
+    size_t klen = 0;
+    CHECK_EQ(flyt_hex_decode(hex, key, sizeof key, &klen), 0, "session key decodes");
+    char token[256];
+    CHECK_EQ(flyt_session_token_make(key, klen, sid, (long long)time(NULL) + 3600, token, sizeof token),
+             0, "session token made");
+    setenv("FLYT_SESSION_TOKEN", token, 1);
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -87,6 +124,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int resume = strcmp(argv[1], "resume") == 0;
+    token_from_key();
     CUdevice dev;
     CUcontext ctx;
     CU_OK(cuInit(0));
@@ -118,6 +156,8 @@ int main(int argc, char **argv)
         return 0;
     }
     CHECK_EQ(r, CUDA_SUCCESS, "the synchronisation after the move succeeds (blocked %.1f s)", waited);
+    CHECK_EQ(host_funcs_run, 2 * ROUNDS / HOST_FUNC_EVERY, "every host function ran once");
+    CHECK(host_funcs_in_order, "in stream order");
     check_contents(big, sets, piped);
     CUdeviceptr base = 0;
     size_t size = 0;
