@@ -5,9 +5,10 @@
 # server, and after a pause starts flyt-server --restore on the same
 # endpoints, where the program carries on. Then the deadline: no server
 # comes back, and the program gets an error and a line on stderr.
-# usage: run_reconnect.sh SERVER_BIN LIB_DIR TEST_BIN
+# usage: run_reconnect.sh SERVER_BIN LIB_DIR TEST_BIN [BACKEND]
+# (BACKEND: host by default, as in CI; cuda on a GPU machine)
 set -u
-server=$1 libdir=$2 test=$3
+server=$1 libdir=$2 test=$3 backend=${4:-host}
 . "$(dirname "$0")/run_lib.sh"
 
 wait_for() { # $1 = a path that appears
@@ -17,7 +18,7 @@ wait_for() { # $1 = a path that appears
 
 start_server() { # $1 = log, then extra arguments; sets srv
   local log=$1; shift
-  "$server" --backend host --listen "unix:$tmp/s.sock" "$@" > "$log" 2>&1 & srv=$!
+  "$server" --backend "$backend" --listen "unix:$tmp/s.sock" "$@" > "$log" 2>&1 & srv=$!
   pids+=($srv)
   wait_for "$tmp/s.sock" || { cat "$log"; return 1; }
 }
