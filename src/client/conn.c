@@ -461,10 +461,14 @@ static void *receiver_thread(void *arg)
             callback_arrived(m.callback_id, m.keep != 0, m.status);
             continue;
         }
-        if (h.op == FLYT_OP_SESSION_MOVED && !(h.flags & FLYT_F_REPLY) && conn.resumable) {
+        if (h.op == FLYT_OP_SESSION_MOVED && !(h.flags & FLYT_F_REPLY)) {
             struct flyt_msg_moved m;
             if (h.length != sizeof m || rx_read(&m, sizeof m) != 0) {
                 fail_all("malformed session-moved frame");
+                return NULL;
+            }
+            if (!conn.resumable) {
+                fail_all("the server moved the session, and FLYT_RESUME=0 says not to follow it");
                 return NULL;
             }
             if (resume_session(m.consumed) != 0)
@@ -810,12 +814,15 @@ static void take_server(const flyt_addr *addr, const flyt_rep_hello *rep)
 #define REPLAY_MIN ((size_t)4 << 20)
 
 /* Requests are kept for a replay only for a server that can resume a
- * session; the target is kept to find it again. The buffer holds what the
+ * session (and not with FLYT_RESUME=0, which spares the copy of every
+ * request); the target is kept to find it again, its token too (a managed
+ * server asks for it again). The buffer holds what the
  * socket buffers can hold unconsumed, and more (fewer PINGs). A session
  * that was restored before this client came continues the stream's count. */
 static int prepare_moves(const struct target *t, const flyt_rep_hello *rep)
 {
-    if (conn.server_minor < FLYT_MINOR_RESUME)
+    const char *resume = getenv("FLYT_RESUME");
+    if (conn.server_minor < FLYT_MINOR_RESUME || (resume && strcmp(resume, "0") == 0))
         return 0;
     int sndbuf = 0;
     socklen_t len = sizeof sndbuf;

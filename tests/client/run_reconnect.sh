@@ -4,7 +4,8 @@
 # with FLYT_CKPT_STOP; this script waits for the state file, stops that
 # server, and after a pause starts flyt-server --restore on the same
 # endpoints, where the program carries on. Then the deadline: no server
-# comes back, and the program gets an error and a line on stderr.
+# comes back, and the program gets an error and a line on stderr; and with
+# FLYT_RESUME=0 the move is a lost server at once.
 # usage: run_reconnect.sh SERVER_BIN LIB_DIR TEST_BIN [BACKEND]
 # (BACKEND: host by default, as in CI; cuda on a GPU machine)
 set -u
@@ -63,4 +64,15 @@ FLYT_RECONNECT_TIMEOUT_S=2 FLYT_SERVER="unix:$tmp/s.sock" FLYT_TEST_STATUS=$tmp/
 tail -1 "$tmp/deadline.out"
 grep -q "not resumed within 2 s (FLYT_RECONNECT_TIMEOUT_S)" "$tmp/deadline.err" ||
   { echo "FAIL: no line on stderr about the deadline"; cat "$tmp/deadline.err"; rc=1; }
+
+echo "== FLYT_RESUME=0: a move is a lost server, said at once"
+kill "$srv"; wait "$srv" 2>/dev/null
+rm -f "$tmp/s.sock" "$tmp/deadline.state"
+start_server "$tmp/noresume.log" --status-file "$tmp/status" || exit 1
+FLYT_RESUME=0 FLYT_SERVER="unix:$tmp/s.sock" FLYT_TEST_STATUS=$tmp/status \
+  FLYT_TEST_STATE=$tmp/noresume.state LD_LIBRARY_PATH=$libdir timeout 60 "$test" deadline \
+  > "$tmp/noresume.out" 2> "$tmp/noresume.err" || { cat "$tmp/noresume.out" "$tmp/noresume.err"; rc=1; }
+tail -1 "$tmp/noresume.out"
+grep -q "FLYT_RESUME=0 says not to follow it" "$tmp/noresume.err" ||
+  { echo "FAIL: no line on stderr about FLYT_RESUME=0"; cat "$tmp/noresume.err"; rc=1; }
 exit $rc
