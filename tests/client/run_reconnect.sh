@@ -55,24 +55,22 @@ for kind in unix managed tcp; do
   kill "$srv"; wait "$srv" 2>/dev/null
 done
 
-echo "== no server comes back: the deadline"
-rm -f "$tmp/s.sock"
-start_server "$tmp/deadline.log" --status-file "$tmp/status" || exit 1
-FLYT_RECONNECT_TIMEOUT_S=2 FLYT_SERVER="unix:$tmp/s.sock" FLYT_TEST_STATUS=$tmp/status \
-  FLYT_TEST_STATE=$tmp/deadline.state LD_LIBRARY_PATH=$libdir timeout 60 "$test" deadline \
-  > "$tmp/deadline.out" 2> "$tmp/deadline.err" || { cat "$tmp/deadline.out" "$tmp/deadline.err"; rc=1; }
-tail -1 "$tmp/deadline.out"
-grep -q "not resumed within 2 s (FLYT_RECONNECT_TIMEOUT_S)" "$tmp/deadline.err" ||
-  { echo "FAIL: no line on stderr about the deadline"; cat "$tmp/deadline.err"; rc=1; }
+# lost NAME ENV LINE: the session moved and nobody resumed it: the program
+# (run with ENV, e.g. VAR=VALUE) gets an error, and LINE on stderr
+lost() {
+  local name=$1 env=$2 line=$3
+  rm -f "$tmp/s.sock"
+  start_server "$tmp/$name.log" --status-file "$tmp/status" || exit 1
+  env "$env" FLYT_SERVER="unix:$tmp/s.sock" FLYT_TEST_STATUS=$tmp/status \
+    FLYT_TEST_STATE=$tmp/$name.state LD_LIBRARY_PATH=$libdir timeout 60 "$test" deadline \
+    > "$tmp/$name.out" 2> "$tmp/$name.err" || { cat "$tmp/$name.out" "$tmp/$name.err"; rc=1; }
+  tail -1 "$tmp/$name.out"
+  grep -q "$line" "$tmp/$name.err" || { echo "FAIL: no line on stderr: $line"; cat "$tmp/$name.err"; rc=1; }
+  kill "$srv"; wait "$srv" 2>/dev/null
+}
 
+echo "== no server comes back: the deadline"
+lost deadline FLYT_RECONNECT_TIMEOUT_S=2 "not resumed within 2 s (FLYT_RECONNECT_TIMEOUT_S)"
 echo "== FLYT_RESUME=0: a move is a lost server, said at once"
-kill "$srv"; wait "$srv" 2>/dev/null
-rm -f "$tmp/s.sock" "$tmp/deadline.state"
-start_server "$tmp/noresume.log" --status-file "$tmp/status" || exit 1
-FLYT_RESUME=0 FLYT_SERVER="unix:$tmp/s.sock" FLYT_TEST_STATUS=$tmp/status \
-  FLYT_TEST_STATE=$tmp/noresume.state LD_LIBRARY_PATH=$libdir timeout 60 "$test" deadline \
-  > "$tmp/noresume.out" 2> "$tmp/noresume.err" || { cat "$tmp/noresume.out" "$tmp/noresume.err"; rc=1; }
-tail -1 "$tmp/noresume.out"
-grep -q "FLYT_RESUME=0 says not to follow it" "$tmp/noresume.err" ||
-  { echo "FAIL: no line on stderr about FLYT_RESUME=0"; cat "$tmp/noresume.err"; rc=1; }
+lost noresume FLYT_RESUME=0 "FLYT_RESUME=0 says not to follow it"
 exit $rc
