@@ -29,6 +29,7 @@
 #include "flyt_cmgr_proto.h"
 #include "flyt_reader.h"
 #include "flyt_transport.h"
+#include "replay.h"
 
 struct waiter {
     uint32_t seq;
@@ -36,6 +37,7 @@ struct waiter {
     struct flyt_reply_sink *sink;
     struct flyt_reply reply;
     uint64_t callbacks_seen; /* callbacks received before this reply */
+    uint64_t end_off; /* the request stream's offset after this request: consumed once answered */
     atomic_int done;
     sem_t sem;
     struct waiter *next;
@@ -51,6 +53,8 @@ struct callback {
     void *user;
     struct callback *next;
 };
+
+#define FD_FRAMES 16
 
 static struct {
     pthread_mutex_t init_lock;
@@ -81,12 +85,33 @@ static struct {
     uint64_t cb_stream_run;  /* ... of which have run */
     uint64_t cb_running_wire; /* the running counted callback's stream + 1, or 0 */
     pthread_t cb_thread;
+
+    /* Session moves (docs/protocol.md): with a 2.3 server every request is
+     * kept in `replay` until a reply proves it consumed, so that a restored
+     * server can be sent again what its checkpoint did not consume. */
+    int resumable;
+    uint8_t instance[16];      /* the session's identity, from HELLO */
+    struct target *target;     /* where the session was found: tried again after a move */
+    struct flyt_replay replay; /* under send_lock */
+    uint64_t confirmed;        /* atomic: request-stream bytes known consumed */
+    int gate_closed;           /* under send_lock: a move is under way, nothing is sent */
+    pthread_cond_t gate_cv;    /* with send_lock */
+    uint64_t epoch;            /* moves completed: written under send_lock and wait_lock */
+    pthread_cond_t move_cv;    /* with wait_lock: epoch changed, or the connection was lost */
+    uint64_t replay_from;      /* where the replay after a move starts */
+    /* Under send_lock: frames sent with a descriptor (HOST_MAP's memfd), not
+     * known consumed: a replay passes it again (their callers, waiting for
+     * the reply, still hold it open). */
+    struct { uint64_t at, end; int fd; } fd_frames[FD_FRAMES];
+    int n_fd_frames;
 } conn = {
     .init_lock = FLYT_MUTEX_INITIALIZER,
     .send_lock = FLYT_MUTEX_INITIALIZER,
     .wait_lock = FLYT_MUTEX_INITIALIZER,
     .cb_lock = FLYT_MUTEX_INITIALIZER,
     .cb_cond = PTHREAD_COND_INITIALIZER,
+    .gate_cv = PTHREAD_COND_INITIALIZER,
+    .move_cv = PTHREAD_COND_INITIALIZER,
     .fd = -1,
     .next_seq = 1,
     .cb_next_id = 1,
@@ -165,6 +190,7 @@ static void fail_all(const char *why)
     pthread_mutex_lock(&conn.wait_lock);
     struct waiter *w = conn.waiters;
     conn.waiters = NULL;
+    pthread_cond_broadcast(&conn.move_cv);
     pthread_mutex_unlock(&conn.wait_lock);
     while (w) {
         struct waiter *next = w->next;
@@ -404,6 +430,17 @@ static int read_output(uint32_t length, int (*read_fn)(void *, size_t))
     return 0;
 }
 
+/* A reply proves its request, and every one before it, consumed. */
+static void confirm(uint64_t end_off)
+{
+    uint64_t known = __atomic_load_n(&conn.confirmed, __ATOMIC_RELAXED);
+    while (end_off > known && !__atomic_compare_exchange_n(&conn.confirmed, &known, end_off, 0,
+                                                           __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        ;
+}
+
+static int resume_session(uint64_t moved_at);
+
 static void *receiver_thread(void *arg)
 {
     (void)arg;
@@ -422,6 +459,20 @@ static void *receiver_thread(void *arg)
                 return NULL;
             }
             callback_arrived(m.callback_id, m.keep != 0, m.status);
+            continue;
+        }
+        if (h.op == FLYT_OP_SESSION_MOVED && !(h.flags & FLYT_F_REPLY)) {
+            struct flyt_msg_moved m;
+            if (h.length != sizeof m || rx_read(&m, sizeof m) != 0) {
+                fail_all("malformed session-moved frame");
+                return NULL;
+            }
+            if (!conn.resumable) {
+                fail_all("the server moved the session, and FLYT_RESUME=0 says not to follow it");
+                return NULL;
+            }
+            if (resume_session(m.consumed) != 0)
+                return NULL;
             continue;
         }
         if (h.op == FLYT_OP_OUTPUT && !(h.flags & FLYT_F_REPLY)) {
@@ -445,6 +496,7 @@ static void *receiver_thread(void *arg)
         pthread_mutex_lock(&conn.cb_lock);
         w->callbacks_seen = conn.cb_received;
         pthread_mutex_unlock(&conn.cb_lock);
+        confirm(w->end_off);
         waiter_finish(w);
     }
 }
@@ -593,22 +645,25 @@ static void set_io_timeout(int fd, int seconds)
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
-static int handshake_read(void *buf, size_t len) { return flyt_read_full(conn.fd, buf, len); }
+static int handshake_fd = -1; /* the socket read_output reads during a handshake */
+static int handshake_read(void *buf, size_t len) { return flyt_read_full(handshake_fd, buf, len); }
 
-/* Sends one request and reads its reply: result and up to rep_size bytes of
- * the reply struct. 0, or -1 when the connection failed (errno: 0 at EOF). */
-static int handshake_call(uint16_t op, const void *req, size_t req_size, const void *data,
+/* Sends one request on fd and reads its reply: result and up to rep_size
+ * bytes of the reply struct. 0, or -1 when the connection failed (errno: 0
+ * at EOF). */
+static int handshake_call(int fd, uint16_t op, const void *req, size_t req_size, const void *data,
                           size_t data_size, int32_t *result, void *rep, size_t rep_size)
 {
     uint32_t seq = conn.next_seq++;
     struct flyt_frame_hdr h = {.length = (uint32_t)(req_size + data_size), .op = op, .seq = seq};
     struct iovec iov[3] = {{&h, sizeof h}, {(void *)req, req_size}, {(void *)data, data_size}};
-    if (flyt_writev_full(conn.fd, iov, data_size ? 3 : 2) != 0)
+    if (flyt_writev_full(fd, iov, data_size ? 3 : 2) != 0)
         return -1;
     struct flyt_frame_hdr rh;
     struct flyt_reply r;
+    handshake_fd = fd;
     do { /* what the driver printed as the server opened the GPU comes first */
-        if (flyt_read_full(conn.fd, &rh, sizeof rh) != 0)
+        if (flyt_read_full(fd, &rh, sizeof rh) != 0)
             return -1;
     } while (rh.op == FLYT_OP_OUTPUT && !(rh.flags & FLYT_F_REPLY) &&
              read_output(rh.length, handshake_read) == 0);
@@ -617,68 +672,80 @@ static int handshake_call(uint16_t op, const void *req, size_t req_size, const v
         errno = EPROTO;
         return -1;
     }
-    if (flyt_read_full(conn.fd, &r, sizeof r) != 0)
+    if (flyt_read_full(fd, &r, sizeof r) != 0)
         return -1;
     size_t left = rh.length - sizeof r, take = left < rep_size ? left : rep_size;
     memset(rep, 0, rep_size);
-    if (take && flyt_read_full(conn.fd, rep, take) != 0)
+    if (take && flyt_read_full(fd, rep, take) != 0)
         return -1;
-    if (left > take && flyt_skip(conn.fd, left - take) != 0)
+    if (left > take && flyt_skip(fd, left - take) != 0)
         return -1;
     *result = r.result;
     return 0;
 }
 
-/* HELLO, then AUTH when the server asks for a session token. 0, or -1 after
- * reporting why. */
-static int handshake(const char *where, const struct target *t)
+/* Whether a resuming client found its session: the server holds it restored. */
+static int holds_this_session(const flyt_rep_hello *rep)
+{
+    return (rep->flags & FLYT_HELLO_RESTORED) &&
+           memcmp(rep->instance, conn.instance, sizeof conn.instance) == 0;
+}
+
+/* HELLO on fd (as a client resuming its session, or not), then AUTH when the
+ * server asks for a session token. 0 with the HELLO reply in rep, or -1
+ * with why (one line). */
+static int handshake(int fd, const char *where, const struct target *t, int resume,
+                     flyt_rep_hello *rep, char *why, size_t whylen)
 {
     flyt_req_hello req = {.magic = FLYT_PROTO_MAGIC,
                           .major = FLYT_PROTO_MAJOR,
                           .minor = FLYT_PROTO_MINOR,
-                          .client_pid = (uint32_t)getpid()};
+                          .client_pid = (uint32_t)getpid(),
+                          .flags = resume ? FLYT_HELLO_RESUME : 0};
     gethostname(req.client_host, sizeof req.client_host - 1);
-    flyt_rep_hello rep;
     int32_t result = 0;
-    if (handshake_call(FLYT_OP_HELLO, &req, sizeof req, NULL, 0, &result, &rep, sizeof rep) != 0) {
-        report_once("server at %s did not complete HELLO: %s", where,
-                    errno == EAGAIN ? "no answer in time (FLYT_CONNECT_TIMEOUT)"
-                    : errno ? strerror(errno) : "it closed the connection");
+    if (handshake_call(fd, FLYT_OP_HELLO, &req, sizeof req, NULL, 0, &result, rep, sizeof *rep) != 0) {
+        snprintf(why, whylen, "server at %s did not complete HELLO: %s", where,
+                 errno == EAGAIN ? "no answer in time (FLYT_CONNECT_TIMEOUT)"
+                 : errno ? strerror(errno) : "it closed the connection");
         return -1;
     }
-    if (result != 0 || rep.major != FLYT_PROTO_MAJOR) {
-        report_once("server at %s refused the session (protocol %u.%u, ours %d.%d)", where,
-                    rep.major, rep.minor, FLYT_PROTO_MAJOR, FLYT_PROTO_MINOR);
+    if (result != 0 || rep->major != FLYT_PROTO_MAJOR) {
+        snprintf(why, whylen, "server at %s refused the session (protocol %u.%u, ours %d.%d)",
+                 where, rep->major, rep->minor, FLYT_PROTO_MAJOR, FLYT_PROTO_MINOR);
         return -1;
     }
-    conn.device_count = (int)rep.device_count;
-    conn.server_minor = rep.minor;
-    conn.server_pid = (pid_t)rep.server_pid;
-    if (!(rep.flags & FLYT_HELLO_AUTH_REQUIRED))
+    if (resume && !holds_this_session(rep)) {
+        snprintf(why, whylen, "the server at %s does not hold this session", where);
+        return -1;
+    }
+    if (!(rep->flags & FLYT_HELLO_AUTH_REQUIRED))
         return 0;
     size_t len = strlen(t->token);
     if (len == 0) {
-        report_once("server at %s requires a session token and none is known (%s)", where,
-                    getenv("FLYT_SERVER") && *getenv("FLYT_SERVER")
-                        ? "set FLYT_SESSION_TOKEN, or leave FLYT_SERVER unset to use the "
-                          "client manager"
-                        : "the client manager gave none");
+        snprintf(why, whylen, "server at %s requires a session token and none is known (%s)", where,
+                 getenv("FLYT_SERVER") && *getenv("FLYT_SERVER")
+                     ? "set FLYT_SESSION_TOKEN, or leave FLYT_SERVER unset to use the "
+                       "client manager"
+                     : "the client manager gave none");
         return -1;
     }
     if (len > FLYT_MAX_TOKEN) {
-        report_once("the session token for %s is longer than %u bytes", where, FLYT_MAX_TOKEN);
+        snprintf(why, whylen, "the session token for %s is longer than %u bytes", where,
+                 FLYT_MAX_TOKEN);
         return -1;
     }
     flyt_req_auth auth = {.token_len = (uint32_t)len};
     flyt_rep_none none;
-    if (handshake_call(FLYT_OP_AUTH, &auth, sizeof auth, t->token, len, &result, &none,
+    if (handshake_call(fd, FLYT_OP_AUTH, &auth, sizeof auth, t->token, len, &result, &none,
                        sizeof none) != 0) {
-        report_once("server at %s refused the session token (it closed the connection: %s)",
-                    where, errno == EAGAIN ? "no answer in time" : errno ? strerror(errno) : "");
+        snprintf(why, whylen, "server at %s refused the session token (it closed the connection: %s)",
+                 where, errno == EAGAIN ? "no answer in time" : errno ? strerror(errno) : "");
         return -1;
     }
     if (result != 0) {
-        report_once("server at %s refused the session token (error %d)", where, (int)result);
+        snprintf(why, whylen, "server at %s refused the session token (error %d)", where,
+                 (int)result);
         return -1;
     }
     return 0;
@@ -730,6 +797,50 @@ static int connect_any(const char *endpoint, int timeout_s, flyt_addr *addr, cha
     return fd;
 }
 
+/* What a handshake on a connection of kind addr told us about its server. */
+static void take_server(const flyt_addr *addr, const flyt_rep_hello *rep)
+{
+    const char *shm = getenv("FLYT_SHM");
+    conn.shares_memory = addr->kind == FLYT_ADDR_UNIX && !(shm && strcmp(shm, "0") == 0);
+    conn.server_minor = rep->minor;
+    conn.server_pid = (pid_t)rep->server_pid;
+    /* The server copies pageable memory of this process as this process's
+     * user; where Yama restricts such access to ancestors, this names the
+     * session's process as allowed (no effect elsewhere). */
+    if (addr->kind == FLYT_ADDR_UNIX && conn.server_pid > 0)
+        prctl(PR_SET_PTRACER, (unsigned long)conn.server_pid, 0, 0, 0);
+}
+
+#define REPLAY_MIN ((size_t)4 << 20)
+
+/* Requests are kept for a replay only for a server that can resume a
+ * session (and not with FLYT_RESUME=0, which spares the copy of every
+ * request); the target is kept to find it again, its token too (a managed
+ * server asks for it again). The buffer holds what the
+ * socket buffers can hold unconsumed, and more (fewer PINGs). A session
+ * that was restored before this client came continues the stream's count. */
+static int prepare_moves(const struct target *t, const flyt_rep_hello *rep)
+{
+    const char *resume = getenv("FLYT_RESUME");
+    if (conn.server_minor < FLYT_MINOR_RESUME || (resume && strcmp(resume, "0") == 0))
+        return 0;
+    int sndbuf = 0;
+    socklen_t len = sizeof sndbuf;
+    getsockopt(conn.fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len);
+    size_t limit = sndbuf > 0 && (size_t)sndbuf * 4 > REPLAY_MIN ? (size_t)sndbuf * 4 : REPLAY_MIN;
+    const char *bytes = getenv("FLYT_REPLAY_BYTES"); /* less memory, more PINGs (tests) */
+    if (bytes && atol(bytes) >= 4096)
+        limit = (size_t)atol(bytes);
+    conn.target = malloc(sizeof *conn.target);
+    if (conn.target == NULL || flyt_replay_init(&conn.replay, limit) != 0)
+        return -1;
+    *conn.target = *t;
+    if (rep->flags & FLYT_HELLO_RESTORED)
+        conn.replay.base = conn.confirmed = rep->resume_offset;
+    conn.resumable = 1;
+    return 0;
+}
+
 static int connect_server(void)
 {
     struct target t;
@@ -761,24 +872,25 @@ static int connect_server(void)
         conn.fd = -1;
         return -1;
     }
-    const char *shm = getenv("FLYT_SHM");
-    conn.shares_memory = addr.kind == FLYT_ADDR_UNIX && !(shm && strcmp(shm, "0") == 0);
     set_io_timeout(conn.fd, timeout_s);
-    int ok = handshake(where, &t) == 0;
+    flyt_rep_hello rep;
+    char why[768];
+    int ok = handshake(conn.fd, where, &t, 0, &rep, why, sizeof why) == 0;
     set_io_timeout(conn.fd, 0); /* before the receiver blocks in recv */
-    explicit_bzero(t.token, sizeof t.token);
     if (!ok) {
+        report_once("%s", why);
+        explicit_bzero(t.token, sizeof t.token);
         close(conn.fd);
         conn.fd = -1;
         return -1;
     }
-    /* The server copies pageable memory of this process as this process's
-     * user; where Yama restricts such access to ancestors, this names the
-     * session's process as allowed (no effect elsewhere). */
-    if (addr.kind == FLYT_ADDR_UNIX && conn.server_pid > 0)
-        prctl(PR_SET_PTRACER, (unsigned long)conn.server_pid, 0, 0, 0);
+    conn.device_count = (int)rep.device_count;
+    memcpy(conn.instance, rep.instance, sizeof conn.instance);
+    take_server(&addr, &rep);
+    ok = prepare_moves(&t, &rep) == 0;
+    explicit_bzero(t.token, sizeof t.token);
     conn.pid = getpid();
-    if (start_threads() != 0) {
+    if (!ok || start_threads() != 0) {
         report_once("cannot start the client threads");
         return -1;
     }
@@ -786,6 +898,177 @@ static int connect_server(void)
         report_once("server at %s failed to describe its device", where);
         return -1;
     }
+    return 0;
+}
+
+/* ---- session moves (docs/protocol.md, "Session moves") ----
+ *
+ * The server checkpointed the session and stopped it; a restored server will
+ * take it up. Until then nothing is sent (the gate is closed) and every
+ * caller stays blocked; the receiver tries the session's endpoint again,
+ * with backoff, until a server says in its HELLO reply that it holds this
+ * session, then sends again the requests from the byte that server resumes
+ * at and opens the gate. Past FLYT_RECONNECT_TIMEOUT_S the connection is
+ * lost, as when a server dies. */
+
+static void gate_close(void)
+{
+    pthread_mutex_lock(&conn.send_lock);
+    conn.gate_closed = 1;
+    pthread_mutex_unlock(&conn.send_lock);
+}
+
+/* Under send_lock: callers may send again; with moved, on a new connection. */
+static void gate_open(int moved)
+{
+    pthread_mutex_lock(&conn.wait_lock);
+    conn.epoch += moved != 0;
+    pthread_cond_broadcast(&conn.move_cv);
+    pthread_mutex_unlock(&conn.wait_lock);
+    conn.gate_closed = 0;
+    pthread_cond_broadcast(&conn.gate_cv);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* One try: a connection to the session's endpoint whose server holds the
+ * session restored; the fd and *resume_at, or -1 with why. */
+static int try_resume(long ms_left_now, uint64_t *resume_at, char *why, size_t whylen)
+{
+    const struct target *t = conn.target;
+    int timeout_s = ms_left_now > 5000 ? 5 : (int)(ms_left_now / 1000) + 1;
+    flyt_addr addr;
+    char err[256];
+    int fd = connect_any(t->endpoint, timeout_s, &addr, err, sizeof err);
+    if (fd < 0) {
+        snprintf(why, whylen, "no server reachable at %s: %s", t->endpoint, err);
+        return -1;
+    }
+    set_io_timeout(fd, timeout_s);
+    flyt_rep_hello rep;
+    if (handshake(fd, t->endpoint, t, 1, &rep, why, whylen) != 0) {
+        close(fd);
+        return -1;
+    }
+    set_io_timeout(fd, 0);
+    size_t held;
+    if (flyt_replay_from(&conn.replay, rep.resume_offset, &held) == NULL) {
+        snprintf(why, whylen, "the restored session resumes at request byte %llu, which this "
+                 "client no longer holds (it holds %llu to %llu)",
+                 (unsigned long long)rep.resume_offset, (unsigned long long)conn.replay.base,
+                 (unsigned long long)flyt_replay_end(&conn.replay));
+        close(fd);
+        return -2;
+    }
+    take_server(&addr, &rep);
+    *resume_at = rep.resume_offset;
+    return fd;
+}
+
+/* Sends the requests the restored server did not consume, then opens the
+ * gate: on a thread of its own, as the receiver must read the replies
+ * meanwhile (a replayed copy from the device may answer with more bytes than
+ * the socket holds). */
+/* The held bytes from `from` on conn.fd, each frame that came with a
+ * descriptor in a write of its own that passes it again. Under send_lock. */
+static int replay_write(uint64_t from)
+{
+    size_t n = 0;
+    const char *bytes = flyt_replay_from(&conn.replay, from, &n);
+    for (uint64_t pos = from, end = from + n; pos < end;) {
+        uint64_t stop = end;
+        int fd = -1;
+        for (int i = 0; i < conn.n_fd_frames; i++) {
+            if (conn.fd_frames[i].at == pos) {
+                fd = conn.fd_frames[i].fd;
+                stop = conn.fd_frames[i].end;
+                break;
+            }
+            if (conn.fd_frames[i].at > pos && conn.fd_frames[i].at < stop)
+                stop = conn.fd_frames[i].at;
+        }
+        struct iovec iov = {(void *)(bytes + (pos - from)), (size_t)(stop - pos)};
+        if ((fd >= 0 ? flyt_writev_full_fd(conn.fd, &iov, 1, fd) : flyt_writev_full(conn.fd, &iov, 1)) != 0)
+            return -1;
+        pos = stop;
+    }
+    return 0;
+}
+
+static void *replay_thread(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&conn.send_lock);
+    if (replay_write(conn.replay_from) != 0) {
+        /* the new server is gone too: the receiver finds out */
+    }
+    gate_open(1);
+    pthread_mutex_unlock(&conn.send_lock);
+    return NULL;
+}
+
+static void start_replay(uint64_t from)
+{
+    conn.replay_from = from;
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &attr, replay_thread, NULL) != 0)
+        replay_thread(NULL); /* no thread to be had: here, hoping the replies fit meanwhile */
+    pthread_attr_destroy(&attr);
+}
+
+static int resume_session(uint64_t moved_at)
+{
+    /* a sender blocked on the old socket fails now, and waits for the verdict */
+    shutdown(conn.fd, SHUT_RDWR);
+    gate_close();
+    close(conn.fd);
+    flyt_reader_free(&rx);
+    int timeout_s = env_seconds("FLYT_RECONNECT_TIMEOUT_S", 300);
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += timeout_s;
+    char why[768] = "";
+    uint64_t resume_at = 0;
+    int fd = -1;
+    for (long backoff = 50; fd < 0;) {
+        long left = ms_left(&deadline);
+        if (left <= 0 || (fd = try_resume(left, &resume_at, why, sizeof why)) == -2)
+            break;
+        if (fd < 0) {
+            sleep_ms(backoff < left ? backoff : left);
+            backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+        }
+    }
+    if (fd < 0 || flyt_reader_init(&rx, fd, RX_BUF, 0) != 0) {
+        char line[1024];
+        snprintf(line, sizeof line, "the server moved the session at request byte %llu and it "
+                 "was not resumed within %d s (FLYT_RECONNECT_TIMEOUT_S); last try: %s",
+                 (unsigned long long)moved_at, timeout_s, fd < 0 ? why : "out of memory");
+        if (fd >= 0)
+            close(fd);
+        conn.fd = -1;
+        fail_all(line);
+        pthread_mutex_lock(&conn.send_lock);
+        gate_open(0);
+        pthread_mutex_unlock(&conn.send_lock);
+        return -1;
+    }
+    conn.fd = fd;
+    confirm(resume_at);
+    if (flyt_tracing())
+        fprintf(stderr, "flyt: session resumed at request byte %llu (moved at %llu): sending "
+                "%llu bytes of requests again\n", (unsigned long long)resume_at,
+                (unsigned long long)moved_at,
+                (unsigned long long)(flyt_replay_end(&conn.replay) - resume_at));
+    start_replay(resume_at);
     return 0;
 }
 
@@ -826,15 +1109,37 @@ int flyt_conn_shares_memory(void)
     return flyt_connect_once() == CUDA_SUCCESS && conn.shares_memory;
 }
 
+/* A frame sent with a descriptor, for a replay. Under send_lock. More such
+ * frames in flight than FD_FRAMES (threads mapping host memory at once) go
+ * unrecorded: replayed, such a frame would reach the server without it. */
+static void note_fd_frame(uint64_t at, uint64_t end, int fd)
+{
+    if (conn.n_fd_frames == FD_FRAMES)
+        return;
+    conn.fd_frames[conn.n_fd_frames].at = at;
+    conn.fd_frames[conn.n_fd_frames].end = end;
+    conn.fd_frames[conn.n_fd_frames++].fd = fd;
+}
+
+/* Bytes of a frame: header, request, data. */
+static uint64_t frame_bytes(size_t req_size, const struct iovec *data, int data_count)
+{
+    uint64_t n = sizeof(struct flyt_frame_hdr) + req_size;
+    for (int i = 0; i < data_count; i++)
+        n += data[i].iov_len;
+    return n;
+}
+
+/* Sends one frame; with a server that can resume the session it goes out of
+ * its copy in the replay buffer. 0; -1 when the write failed (errno); -2 out
+ * of memory for the copy (nothing sent). Under send_lock. */
 static int send_frame_fd(uint16_t op, uint16_t flags, uint32_t seq, const void *req,
                          size_t req_size, const struct iovec *data, int data_count, int pass_fd)
 {
     struct iovec iov[8];
     if (data_count > 6)
         return -1;
-    uint64_t length = req_size;
-    for (int i = 0; i < data_count; i++)
-        length += data[i].iov_len;
+    uint64_t length = frame_bytes(req_size, data, data_count) - sizeof(struct flyt_frame_hdr);
     if (length > FLYT_MAX_PAYLOAD)
         return -1;
     struct flyt_frame_hdr h = {.length = (uint32_t)length, .op = op, .flags = flags, .seq = seq};
@@ -844,15 +1149,92 @@ static int send_frame_fd(uint16_t op, uint16_t flags, uint32_t seq, const void *
     iov[1].iov_len = req_size;
     for (int i = 0; i < data_count; i++)
         iov[2 + i] = data[i];
+    int n = 2 + data_count;
+    if (conn.resumable) {
+        size_t total = sizeof h + (size_t)length;
+        uint64_t at = flyt_replay_end(&conn.replay);
+        const char *copy = flyt_replay_append(&conn.replay, iov, n, total);
+        if (copy == NULL)
+            return -2;
+        if (pass_fd >= 0)
+            note_fd_frame(at, at + total, pass_fd);
+        iov[0].iov_base = (void *)copy;
+        iov[0].iov_len = total;
+        n = 1;
+    }
     if (pass_fd >= 0)
-        return flyt_writev_full_fd(conn.fd, iov, 2 + data_count, pass_fd);
-    return flyt_writev_full(conn.fd, iov, 2 + data_count);
+        return flyt_writev_full_fd(conn.fd, iov, n, pass_fd);
+    return flyt_writev_full(conn.fd, iov, n);
 }
 
-static int send_frame(uint16_t op, uint16_t flags, uint32_t seq, const void *req, size_t req_size,
-                      const struct iovec *data, int data_count)
+static CUresult call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
+                     int data_count, int pass_fd, struct flyt_reply_sink *sink);
+
+/* Forgets the descriptors of frames known consumed. Under send_lock. */
+static void forget_fd_frames(uint64_t consumed)
 {
-    return send_frame_fd(op, flags, seq, req, req_size, data, data_count, -1);
+    for (int i = 0; i < conn.n_fd_frames;)
+        if (conn.fd_frames[i].end <= consumed)
+            conn.fd_frames[i] = conn.fd_frames[--conn.n_fd_frames];
+        else
+            i++;
+}
+
+/* Frames that never wait for room in the replay buffer: the server may need
+ * them to consume what is there (a host function's acknowledgement), or they
+ * make the room. */
+static int never_waits(uint16_t op) { return op == FLYT_OP_PING || op == FLYT_OP_HOST_FUNC_DONE; }
+
+/* Takes send_lock for a frame of n bytes: once no move is under way and,
+ * with a server that can resume the session, the replay buffer has room
+ * (a PING makes it: its reply proves every earlier request consumed). 0, or
+ * -1 when the connection is lost (send_lock not held). */
+static int send_lock_for(uint16_t op, uint64_t n)
+{
+    pthread_mutex_lock(&conn.send_lock);
+    for (;;) {
+        while (conn.gate_closed && !atomic_load(&conn.broken))
+            pthread_cond_wait(&conn.gate_cv, &conn.send_lock);
+        if (atomic_load(&conn.broken)) {
+            pthread_mutex_unlock(&conn.send_lock);
+            return -1;
+        }
+        if (!conn.resumable)
+            return 0;
+        uint64_t consumed = __atomic_load_n(&conn.confirmed, __ATOMIC_ACQUIRE);
+        flyt_replay_trim(&conn.replay, consumed);
+        forget_fd_frames(consumed);
+        if (never_waits(op) || !flyt_replay_must_wait(&conn.replay, (size_t)n))
+            return 0;
+        pthread_mutex_unlock(&conn.send_lock);
+        flyt_req_none ping = {0};
+        CUresult r = call(FLYT_OP_PING, &ping, sizeof ping, NULL, 0, -1, NULL);
+        if (r != CUDA_SUCCESS && atomic_load(&conn.broken))
+            return -1;
+        pthread_mutex_lock(&conn.send_lock);
+    }
+}
+
+/* A send failed on a connection that may be moving: 0 once the receiver
+ * resumed the session elsewhere (the frame, kept for replay, went out
+ * again), -1 when it gave the connection up. */
+static int await_move(uint64_t epoch)
+{
+    pthread_mutex_lock(&conn.wait_lock);
+    while (conn.epoch == epoch && !atomic_load(&conn.broken))
+        pthread_cond_wait(&conn.move_cv, &conn.wait_lock);
+    int moved = conn.epoch != epoch;
+    pthread_mutex_unlock(&conn.wait_lock);
+    return moved ? 0 : -1;
+}
+
+/* The frame was sent, or kept and sent again after a move: 0; else -1 (the
+ * connection is lost) or -2 (out of memory, nothing sent). */
+static int sent_or_moved(int rc, uint64_t epoch)
+{
+    if (rc == -1 && conn.resumable)
+        return await_move(epoch);
+    return rc;
 }
 
 static CUresult lost(void)
@@ -882,16 +1264,23 @@ static CUresult call(uint16_t op, const void *req, size_t req_size, const struct
         return CUDA_ERROR_NO_DEVICE;
     if (atomic_load(&conn.broken))
         return lost();
+    uint64_t n = frame_bytes(req_size, data, data_count);
+    if (send_lock_for(op, n) != 0)
+        return lost();
     struct waiter w = {.op = op, .sink = sink};
     sem_init(&w.sem, 0, 0);
-    pthread_mutex_lock(&conn.send_lock);
     w.seq = conn.next_seq++;
+    w.end_off = conn.resumable ? flyt_replay_end(&conn.replay) + n : 0;
+    uint64_t epoch = conn.epoch;
     waiter_add(&w);
     int rc = send_frame_fd(op, 0, w.seq, req, req_size, data, data_count, pass_fd);
     pthread_mutex_unlock(&conn.send_lock);
+    rc = sent_or_moved(rc, epoch);
     if (rc != 0) {
         if (waiter_take(w.seq) != NULL) {
             sem_destroy(&w.sem);
+            if (rc == -2)
+                return CUDA_ERROR_OUT_OF_MEMORY;
             fail_all(strerror(errno));
             return lost();
         }
@@ -932,9 +1321,14 @@ CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size,
         return err;
     if (atomic_load(&conn.broken))
         return lost();
-    pthread_mutex_lock(&conn.send_lock);
-    int rc = send_frame(op, FLYT_F_NOREPLY, conn.next_seq++, req, req_size, data, data_count);
+    if (send_lock_for(op, frame_bytes(req_size, data, data_count)) != 0)
+        return lost();
+    uint64_t epoch = conn.epoch;
+    int rc = send_frame_fd(op, FLYT_F_NOREPLY, conn.next_seq++, req, req_size, data, data_count, -1);
     pthread_mutex_unlock(&conn.send_lock);
+    rc = sent_or_moved(rc, epoch);
+    if (rc == -2)
+        return CUDA_ERROR_OUT_OF_MEMORY;
     if (rc != 0) {
         fail_all(strerror(errno));
         return lost();

@@ -16,7 +16,7 @@
 
 #define FLYT_PROTO_MAGIC 0x54594c46u /* "FLYT" little-endian */
 #define FLYT_PROTO_MAJOR 2           /* incompatible changes bump this */
-#define FLYT_PROTO_MINOR 2           /* compatible additions bump this */
+#define FLYT_PROTO_MINOR 3           /* compatible additions bump this */
 
 /* The minor version from which a server forwards the driver's output
  * (OUTPUT frames, OUTPUT_DRAIN): only to a client that speaks it. */
@@ -24,6 +24,11 @@
 /* From 2 a client acknowledges each CALLBACK frame with HOST_FUNC_DONE once
  * the host function ran, and the server holds the stream until then. */
 #define FLYT_MINOR_HOST_FUNC_ACK 2
+/* From 3 a session can move (docs/protocol.md, "Session moves"): the HELLO
+ * reply names the session instance, a server that checkpoints a session and
+ * stops it says so in a SESSION_MOVED frame, a restored server says where in
+ * the client's request stream it resumes, and the client has PING. */
+#define FLYT_MINOR_RESUME 3
 
 /* Limits. A frame over a limit ends the session. */
 #define FLYT_MAX_PAYLOAD    (1u << 30)      /* bulk data streams through in chunks */
@@ -46,6 +51,7 @@
 /* Server-to-client frames that answer no request. */
 #define FLYT_OP_OUTPUT   101 /* payload: struct flyt_msg_output, then the bytes */
 #define FLYT_OP_CALLBACK 200 /* payload: struct flyt_msg_callback */
+#define FLYT_OP_SESSION_MOVED 161 /* payload: struct flyt_msg_moved; the last frame */
 
 /* Stream ids with fixed meaning; other ids come from STREAM_CREATE. */
 #define FLYT_STREAM_DEFAULT    0u
@@ -100,10 +106,18 @@ typedef struct {
     uint32_t device_count;
     uint32_t flags;       /* FLYT_HELLO_* */
     char     backend[32]; /* "cuda" or "host" */
+    /* from 2.3 (a 2.2 client skips them): */
+    uint8_t  instance[16];  /* this session's identity, kept across checkpoint and restore */
+    uint64_t resume_offset; /* FLYT_HELLO_RESTORED: the request-stream byte it resumes at */
 } flyt_rep_hello;
 
 /* HELLO flags in the reply: the server admits only with a session token. */
 #define FLYT_HELLO_AUTH_REQUIRED 0x1u
+/* ... it serves a restored session (instance, resume_offset) to the first
+ * client admitted. */
+#define FLYT_HELLO_RESTORED 0x2u
+/* HELLO flags in the request: the client reconnects to resume its session. */
+#define FLYT_HELLO_RESUME 0x1u
 
 /* AUTH: token_len bytes of session token follow (docs/api.md gives the
  * format). Sent right after HELLO when the server asks for it; any other
@@ -457,6 +471,12 @@ typedef struct { uint64_t node; uint64_t other; uint32_t what; uint32_t pad; } f
 /* keep = 1: the callback belongs to a graph and comes again at its next
  * launch, so the client keeps it registered. */
 struct flyt_msg_callback { uint64_t callback_id; int32_t status; int32_t keep; };
+
+/* server -> client, op FLYT_OP_SESSION_MOVED, seq 0, the session's last
+ * frame: it was checkpointed and stopped after consuming `consumed` bytes of
+ * the client's request stream (counted from the end of the handshake). */
+#define FLYT_MOVED_CHECKPOINT 1u /* FLYT_CKPT_STOP: a restore comes later */
+struct flyt_msg_moved { uint64_t consumed; uint32_t reason; uint32_t pad; };
 
 /* ---- the op table ---- */
 struct flyt_op_info {

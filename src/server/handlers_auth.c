@@ -61,6 +61,7 @@ int handle_AUTH(flyt_session *s, flyt_call *c)
         return FLYT_END_BACKEND;
     }
     flyt_info("session %s admitted for %s", cfg->session_id, s->peer);
+    flyt_session_stream_starts(s);
     c->result = CUDA_SUCCESS;
     return FLYT_CONT;
 }

@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "flyt_assert.h"
@@ -521,6 +524,86 @@ int handle_GOODBYE(flyt_session *s, flyt_call *c)
     return FLYT_END_BYE;
 }
 
+/* Answered once every request before it was consumed: nothing to do. */
+int handle_PING(flyt_session *s, flyt_call *c)
+{
+    (void)s;
+    (void)c;
+    return FLYT_CONT;
+}
+
+/* ---- session moves (docs/protocol.md) ---------------------------------- */
+
+void flyt_session_stream_starts(flyt_session *s)
+{
+    s->stream_base = s->frame_end - s->resume_at;
+}
+
+uint64_t flyt_session_consumed(const flyt_session *s)
+{
+    return flyt_reader_offset(&s->in) - s->stream_base;
+}
+
+uint64_t flyt_session_acks_ahead(const flyt_session *s)
+{
+    uint64_t n = 0;
+    for (uint64_t pos = flyt_reader_offset(&s->in);
+         pos < s->scan_pos && pos + sizeof(struct flyt_frame_hdr) <= s->in.total;) {
+        struct flyt_frame_hdr h;
+        memcpy(&h, flyt_reader_at(&s->in, pos), sizeof h);
+        n += h.op == FLYT_OP_HOST_FUNC_DONE && !(h.flags & FLYT_F_REPLY);
+        pos += sizeof h + h.length;
+    }
+    return n;
+}
+
+/* The identity the HELLO reply gives: a restored session's own, else a new one. */
+static void choose_instance(flyt_session *s, flyt_rep_hello *rep)
+{
+    uint64_t at;
+    if (s->cfg->restore && flyt_state_client(s->cfg->restore, s->instance, &at)) {
+        rep->flags |= FLYT_HELLO_RESTORED;
+        rep->resume_offset = at;
+    } else if (getrandom(s->instance, sizeof s->instance, 0) != (ssize_t)sizeof s->instance) {
+        struct timespec t; /* no entropy: the clock and the pid still tell sessions apart */
+        clock_gettime(CLOCK_REALTIME, &t);
+        uint64_t mix[2] = {(uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec,
+                           (uint64_t)getpid()};
+        memcpy(s->instance, mix, sizeof s->instance);
+    }
+    memcpy(rep->instance, s->instance, sizeof rep->instance);
+}
+
+/* After a checkpoint that stops the session: the client learns that the end
+ * is a move (where its request stream was consumed to), then the socket is
+ * half-closed and the requests it sent meanwhile are read and dropped until
+ * it closes (closing with unread bytes would reset the connection, and the
+ * reset could destroy the frame before the client read it). */
+static void say_moved(flyt_session *s)
+{
+    if (s->client_minor < FLYT_MINOR_RESUME)
+        return;
+    struct flyt_msg_moved m = {flyt_session_consumed(s), FLYT_MOVED_CHECKPOINT, 0};
+    struct flyt_frame_hdr h = {sizeof m, FLYT_OP_SESSION_MOVED, 0, 0, 0};
+    struct iovec iov[2] = {{&h, sizeof h}, {&m, sizeof m}};
+    send_acquire(s);
+    int rc = send_iov(s, iov, 2);
+    send_release(s);
+    flyt_info("told %s its session moved at request byte %llu", s->peer,
+              (unsigned long long)m.consumed);
+    if (rc != 0 || shutdown(s->fd, SHUT_WR) != 0)
+        return;
+    char scrap[4096];
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        struct pollfd p = {.fd = s->fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0 && read(s->fd, scrap, sizeof scrap) <= 0)
+            return; /* the client closed */
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (t.tv_sec - t0.tv_sec < 5);
+}
+
 /* ---- the loop -------------------------------------------------------- */
 
 /* 0: a header was read; 1: woken for a live resize before any byte came;
@@ -599,12 +682,16 @@ static int hello(flyt_session *s)
     flyt_info("session for %s: client pid %u on '%s', protocol %u.%u", s->peer, req.client_pid,
               req.client_host, req.major, req.minor);
     s->hf_ack = req.minor >= FLYT_MINOR_HOST_FUNC_ACK;
+    s->client_minor = req.minor;
+    if (req.flags & FLYT_HELLO_RESUME)
+        flyt_info("%s reconnects to resume its session", s->peer);
     if (req.minor >= FLYT_MINOR_DEVICE_OUTPUT && flyt_output_capture(&s->output) != 0)
         flyt_warn("the driver's output stays in this log, not with the client: %s",
                   strerror(errno));
 
     c.rep = &rep;
     c.rep_size = sizeof rep;
+    choose_instance(s, &rep);
     if (!s->cfg->session_id && flyt_session_admit(s) != 0) {
         refuse(s, &h, &rep, sizeof rep);
         return FLYT_END_AUTH;
@@ -633,6 +720,7 @@ static int hello(flyt_session *s)
     }
     if (flyt_reply(s, &c, result, NULL, 0) != 0)
         return FLYT_END_IO;
+    flyt_session_stream_starts(s);
     return s->b ? FLYT_CONT : FLYT_END_BACKEND;
 }
 
@@ -751,8 +839,10 @@ static int serve(flyt_session *s)
     for (;;) {
         struct flyt_frame_hdr h;
         flyt_resize_poll(s); /* a live resize posted since the last request applies here */
-        if (flyt_state_poll(s) != FLYT_CONT) /* and a checkpoint */
+        if (flyt_state_poll(s) != FLYT_CONT) { /* and a checkpoint */
+            say_moved(s);
             return FLYT_END_BYE;
+        }
         int got = read_header(s, &h, "");
         if (got > 0)
             continue; /* woken by a resize while idle */

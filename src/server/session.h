@@ -144,6 +144,15 @@ typedef struct flyt_session {
     struct { int fd; uint64_t end; } ahead_fds[FLYT_AHEAD_FDS]; /* passed, read ahead */
     int                 n_ahead_fds;
 
+    /* Session moves (docs/protocol.md, "Session moves"): the instance the
+     * client knows this session by, and where its request stream starts in
+     * `in` (offsets there minus stream_base are the client's stream offsets,
+     * which continue across a restore). */
+    uint8_t  instance[16];
+    int      client_minor;
+    uint64_t stream_base;
+    uint64_t resume_at; /* restored: the stream offset the client resumes at */
+
     /* kernel images of the session: shipped by the client (bytes) or found
      * in the cache dir, said when the session ends */
     uint64_t images_received, image_bytes_received, images_from_cache;
@@ -236,6 +245,15 @@ int flyt_session_admit(flyt_session *s);
 /* Opens the backend and applies the SM share; on failure the backend is
  * closed again and err says why. CUDA_SUCCESS or the failing result. */
 int32_t flyt_session_open_backend(flyt_session *s, char *err, size_t errlen);
+/* The handshake is over (HELLO, or AUTH on a managed server): the client's
+ * request stream starts at the next byte. */
+void flyt_session_stream_starts(flyt_session *s);
+/* Bytes of the client's request stream consumed so far (at a request
+ * boundary: every request before the next one read). */
+uint64_t flyt_session_consumed(const flyt_session *s);
+/* HOST_FUNC_DONE frames among the bytes read ahead past the consumed ones
+ * (counted already; a client replays them after a move). */
+uint64_t flyt_session_acks_ahead(const flyt_session *s);
 
 /* The shared bytes [offset, offset + size) of a HOST_MAP region, in *host. */
 CUresult flyt_region_span(flyt_session *s, uint64_t region, uint64_t offset, uint64_t size,

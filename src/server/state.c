@@ -320,8 +320,11 @@ static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *
     if (sess.sm_ngroups > FLYT_STATUS_GROUPS)
         sess.sm_ngroups = FLYT_STATUS_GROUPS;
     size_t glen = sess.sm_ngroups * sizeof(int32_t);
+    struct flyt_state_client client = {.consumed = flyt_session_consumed(s),
+                                       .acks_ahead = flyt_session_acks_ahead(s)};
+    memcpy(client.instance, s->instance, sizeof client.instance);
     if (w_put(w, &h, sizeof h) || w_record(w, FLYT_SS_SESSION, &sess, sizeof sess, glen) ||
-        w_put(w, g32, glen))
+        w_put(w, g32, glen) || w_record(w, FLYT_SS_CLIENT, &client, sizeof client, 0))
         return CUDA_ERROR_OPERATING_SYSTEM;
     struct alloc_ctx a = {s, w};
     const char *what = NULL;
@@ -402,6 +405,7 @@ struct flyt_state {
     const unsigned char *data;
     size_t               size;
     const struct flyt_state_session *sess;
+    const struct flyt_state_client  *client; /* NULL in version 1 */
 };
 
 /* The fixed record of a section and the bytes that must follow it. */
@@ -435,6 +439,7 @@ static int record_ok(uint32_t type, const unsigned char *p, uint64_t len)
     case FLYT_SS_STREAM: return len == sizeof(struct flyt_state_stream);
     case FLYT_SS_EVENT: return len == sizeof(struct flyt_state_event);
     case FLYT_SS_POOL: return len == sizeof(struct flyt_state_pool);
+    case FLYT_SS_CLIENT: return len == sizeof(struct flyt_state_client);
     }
     return 0;
 }
@@ -458,6 +463,7 @@ static int sections_ok(struct flyt_state *st, size_t body_end, char *err, size_t
             return 0;
         }
         if (sec.length > body_end - pos || (sec.type == FLYT_SS_SESSION) != (n == 0) ||
+            (sec.type == FLYT_SS_CLIENT && n != 1) ||
             sec.flags != 0 || !record_ok(sec.type, st->data + pos, sec.length)) {
             say(err, errlen, "section %d (type %u, %llu bytes) at byte %zu is malformed", n,
                 sec.type, (unsigned long long)sec.length, pos - sizeof sec);
@@ -465,6 +471,8 @@ static int sections_ok(struct flyt_state *st, size_t body_end, char *err, size_t
         }
         if (n == 0)
             st->sess = (const void *)(st->data + pos);
+        if (sec.type == FLYT_SS_CLIENT)
+            st->client = (const void *)(st->data + pos);
         pos += sec.length;
     }
     say(err, errlen, "the END section is misplaced");
@@ -534,6 +542,15 @@ struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
 const char *flyt_state_session_id(const struct flyt_state *st)
 {
     return st->sess->session_id;
+}
+
+int flyt_state_client(const struct flyt_state *st, uint8_t instance[16], uint64_t *consumed)
+{
+    if (st->client == NULL)
+        return 0;
+    memcpy(instance, st->client->instance, 16);
+    *consumed = st->client->consumed;
+    return 1;
 }
 
 void flyt_state_close(struct flyt_state *st)
@@ -729,10 +746,20 @@ static CUresult restore_object(flyt_session *s, uint32_t type, const void *rec, 
     return CUDA_SUCCESS;
 }
 
+/* The client's side of the session: its request stream resumes at consumed,
+ * and host-function tickets continue past the acknowledgements it replays. */
+static void restore_client(flyt_session *s, const struct flyt_state_client *r)
+{
+    memcpy(s->instance, r->instance, sizeof s->instance);
+    s->resume_at = r->consumed;
+    s->cb_posted = r->acks_ahead;
+}
+
 static CUresult restore_section(flyt_session *s, uint32_t type, const void *rec, uint64_t *last,
                                 char *err, size_t errlen)
 {
     switch (type) {
+    case FLYT_SS_CLIENT: restore_client(s, rec); return CUDA_SUCCESS;
     case FLYT_SS_SESSION: return restore_context(s, rec, err, errlen);
     case FLYT_SS_ALLOC: return restore_alloc(s, rec, err, errlen);
     case FLYT_SS_MODULE: return restore_module(s, rec, last, err, errlen);

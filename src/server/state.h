@@ -26,6 +26,9 @@ struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen);
 /* The session id the state was captured from, "" for a standalone server. */
 const char *flyt_state_session_id(const struct flyt_state *st);
 void flyt_state_close(struct flyt_state *st);
+/* The session's instance and the request-stream offset its client resumes
+ * at: 1, or 0 for a state without them (format version 1). */
+int flyt_state_client(const struct flyt_state *st, uint8_t instance[16], uint64_t *consumed);
 
 /* Drains the session and writes its state to fd (*bytes: how many). On
  * failure err says why in one line; the session is unchanged either way. */

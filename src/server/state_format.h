@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define FLYT_STATE_MAGIC   0x5441545354594c46ull /* "FLYTSTAT" little-endian */
-#define FLYT_STATE_VERSION 1u
+#define FLYT_STATE_VERSION 2u /* 2: the CLIENT section */
 #define FLYT_STATE_HASH    32u /* the SHA-256 trailer */
 
 struct flyt_state_header {
@@ -36,6 +36,7 @@ enum flyt_state_stype {
     FLYT_SS_STREAM,   /* flyt_state_stream */
     FLYT_SS_EVENT,    /* flyt_state_event */
     FLYT_SS_POOL,     /* flyt_state_pool: the id of the device's default pool */
+    FLYT_SS_CLIENT,   /* flyt_state_client; right after SESSION, at most once (version 2) */
 };
 
 struct flyt_state_section {
@@ -104,5 +105,12 @@ struct flyt_state_event {
 struct flyt_state_pool {
     uint64_t id;
 };
+/* Where the client's request stream stood (docs/protocol.md, "Session moves"). */
+struct flyt_state_client {
+    uint8_t  instance[16]; /* the session's identity, given to the client in HELLO */
+    uint64_t consumed;     /* request-stream bytes consumed: the client resumes there */
+    uint64_t acks_ahead;   /* HOST_FUNC_DONE frames past it, counted already */
+};
+static_assert(sizeof(struct flyt_state_client) == 32, "state client");
 
 #endif

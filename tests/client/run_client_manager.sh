@@ -6,10 +6,7 @@
 # usage: run_client_manager.sh SERVER_BIN LIB_DIR TEST_HOST TEST_NOSERVER TEST_AUTH FAKE_PEERS
 set -u
 server=$1 libdir=$2 test_host=$3 noserver=$4 test_auth=$5 fake=$6
-tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
+. "$(dirname "$0")/run_lib.sh"
 rc=0
 fail() { echo "FAIL: $*"; rc=1; }
 

@@ -6,12 +6,8 @@
 # Unix socket and TCP, to a file and to a pipe; none of it in the server log.
 # usage: run_device_output.sh SERVER_BIN LIB_DIR TEST_BIN
 set -u
-. "$(dirname "$0")/tcp_port.sh"
 server=$1 libdir=$2 test=$3
-tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
+. "$(dirname "$0")/run_lib.sh"
 
 big_lines=16384 # 1 MiB
 export FLYT_HOST_BACKEND_PRINTF="err:device opened;out:device one,out:device two;;err:device complains,out:device three;big:$big_lines;out:device before the host function;;out:device at exit"

@@ -3,12 +3,8 @@
 # socket and TCP port, runs the client test over both, stops the server.
 # usage: run_with_server.sh SERVER_BIN LIB_DIR TEST_BIN NOSERVER_BIN
 set -u
-. "$(dirname "$0")/tcp_port.sh"
 server=$1 libdir=$2 test=$3 noserver=$4
-tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
+. "$(dirname "$0")/run_lib.sh"
 
 wait_listening() { # $1 = unix path or tcp port
   for _ in $(seq 100); do

@@ -77,8 +77,9 @@ static void test_op_table(void)
     /* (the frame, reply and 3D copy headers are asserted at compile time) */
     CHECK_EQ(sizeof(flyt_req_memcpy), 32, "memcpy request is 32 bytes");
     CHECK_EQ(sizeof(flyt_req_memset), 64, "memset request is 64 bytes");
-    CHECK_EQ(sizeof(flyt_req_hello), 80, "hello request 80, reply 48 bytes");
-    CHECK_EQ(sizeof(flyt_rep_hello), 48, "hello request 80, reply 48 bytes");
+    CHECK_EQ(sizeof(flyt_req_hello), 80, "hello request 80, reply 72 bytes");
+    CHECK_EQ(sizeof(flyt_rep_hello), 72, "hello request 80, reply 72 bytes (48 before 2.3)");
+    CHECK_EQ(flyt_op_info(FLYT_OP_SESSION_MOVED), NULL, "SESSION_MOVED is not a request op");
 
     const struct flyt_op_info *i;
     i = flyt_op_info(FLYT_OP_HELLO);

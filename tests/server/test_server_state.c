@@ -23,6 +23,7 @@
 #include <openssl/evp.h>
 
 #include "check.h"
+#include "ckpt_request.h"
 #include "flyt_server_status.h"
 #include "harness.h"
 #include "state_format.h"
@@ -76,43 +77,12 @@ static int handle_op(int fd, uint16_t op, uint64_t handle)
     return th_call(fd, op, &req, sizeof req, NULL, 0, NULL);
 }
 
-static struct flyt_server_status *map_page(void)
-{
-    int fd = open(status_path, O_RDWR);
-    CHECK(fd >= 0, "status page opens");
-    void *m = mmap(NULL, sizeof(struct flyt_server_status), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    CHECK(m != MAP_FAILED, "status page maps");
-    return m;
-}
-
 /* Posts a checkpoint request for the connected session as the node manager
  * would, and waits for its answer; returns its result. */
 static int checkpoint(const char *path, char *error, size_t errlen)
 {
-    struct flyt_server_status *p = map_page();
-    pid_t pid = 0;
-    for (int i = 0; i < FLYT_STATUS_SLOTS; i++)
-        if (p->slots[i].pid > 0 && p->slots[i].admitted)
-            pid = p->slots[i].pid;
-    CHECK_GT(pid, 0, "the session's pid is on the page");
-    snprintf(p->ckpt_path, sizeof p->ckpt_path, "%s", path);
-    __atomic_store_n(&p->ckpt_pid, (int32_t)pid, __ATOMIC_RELEASE);
-    __atomic_store_n(&p->ckpt_flags, 0u, __ATOMIC_RELEASE);
-    uint64_t gen = __atomic_load_n(&p->ckpt_gen, __ATOMIC_ACQUIRE) + 1;
-    __atomic_store_n(&p->ckpt_gen, gen, __ATOMIC_RELEASE);
-    CHECK_EQ(kill(pid, SIGURG), 0, "SIGURG to the session");
-    int done = 0;
-    for (int i = 0; i < 1000 && !done; i++) {
-        done = __atomic_load_n(&p->ckpt_done_gen, __ATOMIC_ACQUIRE) == gen;
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        if (!done)
-            nanosleep(&ts, NULL);
-    }
-    CHECK(done, "the checkpoint was answered");
-    int result = p->ckpt_result;
-    snprintf(error, errlen, "%s", p->ckpt_error);
-    munmap(p, sizeof *p);
+    int result = ckpt_wait(status_path, ckpt_post(status_path, path, 0), 5000, error, errlen);
+    CHECK_NE(result, -1, "the checkpoint was answered");
     return result;
 }
 

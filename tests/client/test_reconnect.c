@@ -1,0 +1,176 @@
+/*
+ * A session that moves under a running driver-API program (issue 10): the
+ * program allocates, copies data in, issues pipelined copies and memsets,
+ * then has its session checkpointed and stopped (status page + SIGURG with
+ * FLYT_CKPT_STOP, as the node manager posts it) while it keeps issuing more;
+ * its next synchronising call blocks until run_reconnect.sh has started
+ * flyt-server --restore on the same endpoint, and then succeeds: same
+ * pointers, every byte right, no error.
+ *
+ * usage: test_reconnect resume|deadline   (FLYT_TEST_STATUS: the server's
+ * status page; FLYT_TEST_STATE: where the checkpoint goes). deadline: no
+ * server comes back, so the call fails with CUDA_ERROR_DEVICE_UNAVAILABLE
+ * once FLYT_RECONNECT_TIMEOUT_S has passed. With FLYT_TEST_SESSION_KEY (the
+ * key file of a managed server) and FLYT_TEST_SESSION_ID, the program makes
+ * its session token, which the reconnect presents again (AUTH).
+ */
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "ckpt_request.h"
+#include "flyt_server_status.h"
+#include "flyt_token.h"
+
+#define CU_OK(call) CHECK_EQ((call), CUDA_SUCCESS, "%s", #call)
+
+#define BIG   ((size_t)(1u << 20) + 13) /* copied in whole, before */
+#define SETS  (64 * 1024)                /* memset in pieces, around the stop */
+#define PIPED (3 * 4096 + 100)           /* copied in pieces, around the stop */
+#define ROUNDS 400                       /* pipelined operations on each side of the stop */
+
+static unsigned char big_byte(size_t i) { return (unsigned char)(i * 31u + (i >> 9)); }
+
+/* What the memsets and piece copies leave: piece i of each gets value i. */
+static size_t set_piece(int i) { return (size_t)i * (SETS / (2 * ROUNDS)); }
+static size_t piped_piece(int i) { return (size_t)i * (PIPED / (2 * ROUNDS)); }
+
+/* Host functions among the pipelined work: each must run once, in order. */
+#define HOST_FUNC_EVERY 50
+static int host_funcs_run, host_funcs_in_order = 1;
+
+static void host_func(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    host_funcs_in_order &= i == host_funcs_run * HOST_FUNC_EVERY;
+    host_funcs_run++;
+}
+
+static void pipeline(CUstream s, CUdeviceptr sets, CUdeviceptr piped, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        if (i % HOST_FUNC_EVERY == 0)
+            CU_OK(cuLaunchHostFunc(s, host_func, (void *)(intptr_t)i));
+        size_t n = SETS / (2 * ROUNDS);
+        CU_OK(cuMemsetD8Async(sets + set_piece(i), (unsigned char)(i + 1), n, s));
+        size_t m = PIPED / (2 * ROUNDS);
+        unsigned char *host = malloc(m);
+        memset(host, (unsigned char)(0x80 ^ i), m);
+        CU_OK(cuMemcpyHtoDAsync(piped + piped_piece(i), host, m, s));
+        memset(host, 0xee, m); /* the copy took the bytes when it was called */
+        free(host);
+    }
+}
+
+static void check_contents(CUdeviceptr big, CUdeviceptr sets, CUdeviceptr piped)
+{
+    unsigned char *got = malloc(BIG);
+    CU_OK(cuMemcpyDtoH(got, big, BIG));
+    size_t bad = BIG;
+    for (size_t i = 0; i < BIG && bad == BIG; i++)
+        if (got[i] != big_byte(i))
+            bad = i;
+    CHECK_EQ(bad, BIG, "the buffer copied in before the move is intact (first bad byte %zu)", bad);
+    CU_OK(cuMemcpyDtoH(got, sets, SETS));
+    for (int i = 0; i < 2 * ROUNDS; i++)
+        for (size_t k = set_piece(i); k < set_piece(i + 1); k++)
+            if (got[k] != (unsigned char)(i + 1))
+                CHECK_EQ(got[k], (unsigned char)(i + 1), "memset %d: byte %zu", i, k);
+    CU_OK(cuMemcpyDtoH(got, piped, PIPED));
+    for (int i = 0; i < 2 * ROUNDS; i++)
+        for (size_t k = piped_piece(i); k < piped_piece(i + 1); k++)
+            if (got[k] != (unsigned char)(0x80 ^ i))
+                CHECK_EQ(got[k], (unsigned char)(0x80 ^ i), "copy %d: byte %zu", i, k);
+    CHECK(1, "every memset and copy issued around the move landed (%d of each)", 2 * ROUNDS);
+    free(got);
+}
+
+/* A managed server's session token, made as the node manager makes it. */
+static void token_from_key(void)
+{
+    const char *key_path = getenv("FLYT_TEST_SESSION_KEY"), *sid = getenv("FLYT_TEST_SESSION_ID");
+    if (!key_path || !sid)
+        return;
+    char hex[160] = "";
+    FILE *f = fopen(key_path, "r");
+    CHECK(f && fgets(hex, sizeof hex, f), "session key %s read", key_path);
+    fclose(f);
+    hex[strcspn(hex, "\n")] = '\0';
+    unsigned char key[64];
+    size_t klen = 0;
+    CHECK_EQ(flyt_hex_decode(hex, key, sizeof key, &klen), 0, "session key decodes");
+    char token[256];
+    CHECK_EQ(flyt_session_token_make(key, klen, sid, (long long)time(NULL) + 3600, token, sizeof token),
+             0, "session token made");
+    setenv("FLYT_SESSION_TOKEN", token, 1);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    const char *status = getenv("FLYT_TEST_STATUS"), *state = getenv("FLYT_TEST_STATE");
+    if (argc != 2 || !status || !state) {
+        fprintf(stderr, "usage: FLYT_TEST_STATUS=P FLYT_TEST_STATE=P %s resume|deadline\n", argv[0]);
+        return 2;
+    }
+    int resume = strcmp(argv[1], "resume") == 0;
+    token_from_key();
+    CUdevice dev;
+    CUcontext ctx;
+    CU_OK(cuInit(0));
+    CU_OK(cuDeviceGet(&dev, 0));
+    CU_OK(cuCtxCreate(&ctx, NULL, 0, dev));
+    CUdeviceptr big, sets, piped;
+    CU_OK(cuMemAlloc(&big, BIG));
+    CU_OK(cuMemAlloc(&sets, SETS));
+    CU_OK(cuMemAlloc(&piped, PIPED));
+    unsigned char *host = malloc(BIG);
+    for (size_t i = 0; i < BIG; i++)
+        host[i] = big_byte(i);
+    CU_OK(cuMemcpyHtoD(big, host, BIG));
+    free(host);
+    CUstream s;
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+
+    pipeline(s, sets, piped, 0, ROUNDS);
+    ckpt_post(status, state, FLYT_CKPT_STOP); /* the server stops at its next request boundary */
+    pipeline(s, sets, piped, ROUNDS, 2 * ROUNDS);
+    double t0 = now_s();
+    CUresult r = cuStreamSynchronize(s);
+    double waited = now_s() - t0;
+    if (!resume) {
+        CHECK_EQ(r, CUDA_ERROR_DEVICE_UNAVAILABLE, "no server resumed the session: the call "
+                 "fails as with a lost server, after %.1f s", waited);
+        CHECK_EQ(cuMemAlloc(&big, 16), CUDA_ERROR_DEVICE_UNAVAILABLE, "and so do later calls");
+        printf("test_reconnect deadline: all checks passed\n");
+        return 0;
+    }
+    CHECK_EQ(r, CUDA_SUCCESS, "the synchronisation after the move succeeds (blocked %.1f s)", waited);
+    CHECK_EQ(host_funcs_run, 2 * ROUNDS / HOST_FUNC_EVERY, "every host function ran once");
+    CHECK(host_funcs_in_order, "in stream order");
+    check_contents(big, sets, piped);
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CU_OK(cuMemGetAddressRange(&base, &size, big + 100));
+    CHECK(base == big && size == BIG, "the restored server knows the same pointer and size");
+    CUdeviceptr fresh;
+    CU_OK(cuMemAlloc(&fresh, 4096));
+    CHECK(fresh + 4096 <= big || fresh >= big + BIG, "a new allocation is clear of the old ones");
+    CU_OK(cuMemsetD8(fresh, 7, 4096));
+    CU_OK(cuMemFree(fresh));
+    CU_OK(cuMemFree(big));
+    CU_OK(cuStreamDestroy(s));
+    CU_OK(cuCtxDestroy(ctx));
+    printf("test_reconnect: all checks passed\n");
+    return 0;
+}
