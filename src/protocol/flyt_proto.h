@@ -16,7 +16,7 @@
 
 #define FLYT_PROTO_MAGIC 0x54594c46u /* "FLYT" little-endian */
 #define FLYT_PROTO_MAJOR 2           /* incompatible changes bump this */
-#define FLYT_PROTO_MINOR 2           /* compatible additions bump this */
+#define FLYT_PROTO_MINOR 3           /* compatible additions bump this */
 
 /* The minor version from which a server forwards the driver's output
  * (OUTPUT frames, OUTPUT_DRAIN): only to a client that speaks it. */
@@ -24,6 +24,8 @@
 /* From 2 a client acknowledges each CALLBACK frame with HOST_FUNC_DONE once
  * the host function ran, and the server holds the stream until then. */
 #define FLYT_MINOR_HOST_FUNC_ACK 2
+/* From 3 the server says when the session's share changed (SHARE_CHANGED). */
+#define FLYT_MINOR_SHARE_CHANGED 3
 
 /* Limits. A frame over a limit ends the session. */
 #define FLYT_MAX_PAYLOAD    (1u << 30)      /* bulk data streams through in chunks */
@@ -46,6 +48,7 @@
 /* Server-to-client frames that answer no request. */
 #define FLYT_OP_OUTPUT   101 /* payload: struct flyt_msg_output, then the bytes */
 #define FLYT_OP_CALLBACK 200 /* payload: struct flyt_msg_callback */
+#define FLYT_OP_SHARE_CHANGED 166 /* payload: struct flyt_msg_share */
 
 /* Stream ids with fixed meaning; other ids come from STREAM_CREATE. */
 #define FLYT_STREAM_DEFAULT    0u
@@ -344,6 +347,16 @@ typedef struct { uint32_t sync; uint32_t pad; } flyt_req_output_drain;
  * (fd 1) or stderr (fd 2), at most FLYT_MAX_OUTPUT_CHUNK per frame. */
 #define FLYT_MAX_OUTPUT_CHUNK (64u * 1024u)
 struct flyt_msg_output { uint32_t fd; uint32_t pad; };
+
+/* server -> client, op FLYT_OP_SHARE_CHANGED, seq 0, to a client of minor
+ * FLYT_MINOR_SHARE_CHANGED or later: a live resize changed what the device
+ * reports (the share's SMs, the memory quota as total memory). Sent before
+ * the reply to the first request the session handles on the new share. */
+struct flyt_msg_share {
+    uint64_t total_mem; /* cuDeviceTotalMem's answer from now on */
+    int32_t  sm_count;  /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT's */
+    uint32_t pad;
+};
 /* ---- CUDA arrays, mipmapped arrays, texture and surface objects ----
  * ARRAY_CREATE / MIPMAP_CREATE: a CUDA_ARRAY3D_DESCRIPTOR (height 0: 1D,
  * depth 0: not 3D or layered), levels for mipmaps; answered with an id. */

@@ -171,6 +171,16 @@ int handle_DRIVER_VERSION(flyt_session *s, flyt_call *c)
     return FLYT_CONT;
 }
 
+uint64_t flyt_device_total_mem(flyt_session *s)
+{
+    uint64_t quota = flyt_quota_limit();
+    if (quota)
+        return quota;
+    struct cudaDeviceProp p;
+    memset(&p, 0, sizeof p);
+    return FLYT_BCALL(s, device_props, &p) == CUDA_SUCCESS ? (uint64_t)p.totalGlobalMem : 0;
+}
+
 /* Everything the client answers locally, in one reply: the properties (with
  * the quota as total memory) and every attribute the driver knows. */
 int handle_DEVICE_SNAPSHOT(flyt_session *s, flyt_call *c)

@@ -102,6 +102,21 @@ static void send_callback_frame(flyt_session *s, const struct flyt_cb_msg *m)
     send_iov(s, iov, 2);
 }
 
+static void send_release(flyt_session *s);
+
+void flyt_send_share_changed(flyt_session *s, int sm_count, uint64_t total_mem)
+{
+    if (!s->share_frames)
+        return;
+    struct flyt_frame_hdr h = {sizeof(struct flyt_msg_share), FLYT_OP_SHARE_CHANGED, 0, 0, 0};
+    struct flyt_msg_share m = {total_mem, sm_count, 0};
+    struct iovec iov[2] = {{&h, sizeof h}, {&m, sizeof m}};
+    send_acquire(s);
+    send_output(s);
+    send_iov(s, iov, 2);
+    send_release(s);
+}
+
 static void send_release(flyt_session *s)
 {
     pthread_mutex_lock(&s->send_mu);
@@ -599,6 +614,7 @@ static int hello(flyt_session *s)
     flyt_info("session for %s: client pid %u on '%s', protocol %u.%u", s->peer, req.client_pid,
               req.client_host, req.major, req.minor);
     s->hf_ack = req.minor >= FLYT_MINOR_HOST_FUNC_ACK;
+    s->share_frames = req.minor >= FLYT_MINOR_SHARE_CHANGED;
     if (req.minor >= FLYT_MINOR_DEVICE_OUTPUT && flyt_output_capture(&s->output) != 0)
         flyt_warn("the driver's output stays in this log, not with the client: %s",
                   strerror(errno));
