@@ -1,5 +1,6 @@
 /* Live resize, the session's side: see resize.h. */
 #include "resize.h"
+#include "stream_attrs.h"
 
 #include "flyt_log.h"
 
@@ -146,6 +147,7 @@ static void apply(flyt_session *s, uint64_t gen, int ngroups, unsigned gran)
     uint64_t t2 = now_ns();
     if (r == CUDA_SUCCESS) {
         s->sm_count = sms;
+        flyt_stream_attrs_reapply(s);
         struct flyt_server_status *p = flyt_status_page();
         STORE(&p->sm_count, (uint32_t)sms);
         flyt_info("session for %s resized to %d SMs (%d group(s) of %u): drain %.3f ms, apply "

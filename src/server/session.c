@@ -6,6 +6,7 @@
 #include "session.h"
 #include "resize.h"
 #include "state.h"
+#include "stream_attrs.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -826,6 +827,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     s.cfg = cfg;
     flyt_resize_init(&s);
     flyt_handles_init(&s.handles);
+    flyt_hash_init(&s.stream_attrs);
     flyt_mutex_init(&s.send_mu);
     pthread_cond_init(&s.send_cv, NULL);
     flyt_mutex_init(&s.rd_mu);
@@ -860,6 +862,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
         s.kept = next;
     }
     flyt_handles_clear(&s.handles);
+    flyt_stream_attrs_clear(&s);
     for (int i = 0; i < s.n_ahead_fds; i++)
         close(s.ahead_fds[i].fd);
     close(s.wake_fd);

@@ -112,6 +112,7 @@ typedef struct flyt_session {
     int                              share_sigfd; /* SIGURG: a live resize was posted (resize.h) */
     uint64_t                         share_gen;   /* the page's share this session runs on */
     int                              share_frames; /* the client takes SHARE_CHANGED frames */
+    flyt_hash                        stream_attrs; /* stream id + 1 -> attributes set (stream_attrs.h) */
     struct flyt_output               output;    /* the driver's stdout/stderr, for the client */
 
     /* Sending: one frame at a time. Driver threads (host functions) never
