@@ -18,19 +18,25 @@ struct attr_rec {
     struct attr_one e[];
 };
 
-/* Stream ids 0/1/2 are real keys here: the table's key is id + 1. */
+/* Stream ids 0/1/2 are real keys here: the table's key is id + 1. The NULL
+ * stream and the legacy stream are one stream: one record. */
+static uint64_t key_of(uint64_t stream)
+{
+    return (stream == FLYT_STREAM_LEGACY ? FLYT_STREAM_DEFAULT : stream) + 1;
+}
+
 static struct attr_rec *rec_of(flyt_session *s, uint64_t stream)
 {
-    flyt_hash_slot *slot = flyt_hash_find(&s->stream_attrs, stream + 1);
+    flyt_hash_slot *slot = flyt_hash_find(&s->stream_attrs, key_of(stream));
     return slot ? slot->value.ptr : NULL;
 }
 
 /* 0, or -1 (r freed, said in the log) when out of memory. */
 static int rec_put(flyt_session *s, uint64_t stream, struct attr_rec *r)
 {
-    flyt_hash_slot *slot = flyt_hash_find(&s->stream_attrs, stream + 1);
+    flyt_hash_slot *slot = flyt_hash_find(&s->stream_attrs, key_of(stream));
     if (!slot)
-        slot = flyt_hash_insert(&s->stream_attrs, stream + 1);
+        slot = flyt_hash_insert(&s->stream_attrs, key_of(stream));
     if (!slot) {
         flyt_warn("out of memory: stream %llu's attributes are not carried by a resize",
                   (unsigned long long)stream);
@@ -99,7 +105,7 @@ void flyt_stream_attrs_note(flyt_session *s, uint32_t call_id, const uint64_t *c
 
 void flyt_stream_attrs_forget(flyt_session *s, uint64_t stream)
 {
-    flyt_hash_slot *slot = flyt_hash_find(&s->stream_attrs, stream + 1);
+    flyt_hash_slot *slot = flyt_hash_find(&s->stream_attrs, key_of(stream));
     if (!slot)
         return;
     free(slot->value.ptr);
