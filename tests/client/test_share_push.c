@@ -6,11 +6,16 @@
  * (MULTIPROCESSOR_COUNT) and cuDeviceTotalMem answer the new share; its
  * streams keep their priority, flags and the attributes set on them, the
  * NULL stream's too, although the resize gave each a new backend stream.
+ * NVIDIA's runtime in the same process: cudaDeviceGetAttribute asks the
+ * driver each time and follows; cudaGetDeviceProperties is the copy the
+ * runtime took as it started and keeps the old share (printed, not checked:
+ * NVIDIA's behaviour, documented in docs/server.md).
  * Run by run_share_push.sh against a host-backend server started with
  * --status-file, --memory-quota and --sm-groups of 8-SM groups.
  * usage: test_share_push STATUS-FILE
  */
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -156,6 +161,9 @@ int main(int argc, char **argv)
     CHECK_EQ(cuStreamSetAttribute(NULL, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v),
              CUDA_SUCCESS, "cuStreamSetAttribute on the NULL stream");
     check_streams(prio, nonblocking, "before the resize");
+    struct cudaDeviceProp props;
+    CHECK_EQ(cudaGetDeviceProperties(&props, 0), cudaSuccess, "cudaGetDeviceProperties");
+    CHECK_EQ(props.multiProcessorCount, sms0, "the runtime's properties: the SM count");
 
     resize(page, groups, quota);
     /* the server told the client before it answers anything on the new
@@ -168,6 +176,13 @@ int main(int argc, char **argv)
     CHECK_EQ(cuMemGetInfo(&fr, &tot), CUDA_SUCCESS, "cuMemGetInfo");
     CHECK_EQ(tot, quota, "cuMemGetInfo's total is the new quota");
     check_streams(prio, nonblocking, "after the resize");
+    int rt_sms = 0;
+    CHECK_EQ(cudaDeviceGetAttribute(&rt_sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess,
+             "cudaDeviceGetAttribute");
+    CHECK_EQ(rt_sms, groups * GRANULARITY, "cudaDeviceGetAttribute answers the new SM count");
+    CHECK_EQ(cudaGetDeviceProperties(&props, 0), cudaSuccess, "cudaGetDeviceProperties");
+    printf("cudaGetDeviceProperties after the resize (the runtime's copy): %d SMs, %llu MiB\n",
+           props.multiProcessorCount, (unsigned long long)(props.totalGlobalMem / MiB));
 
     CHECK_EQ(cuStreamDestroy(prio), CUDA_SUCCESS, "cuStreamDestroy");
     CHECK_EQ(cuStreamDestroy(nonblocking), CUDA_SUCCESS, "cuStreamDestroy");
