@@ -43,8 +43,11 @@ struct flyt_reply_sink {
 /* Connects on first use and fetches the device snapshot. CUDA_SUCCESS, or
  * CUDA_ERROR_NO_DEVICE when no server can be reached (reason said once). */
 CUresult flyt_connect_once(void);
-/* The snapshot fetched at connect (valid once flyt_connect_once succeeded). */
+/* The snapshot fetched at connect (valid once flyt_connect_once succeeded).
+ * Its SM count and total memory change with the share: read them through
+ * flyt_device_share (device.c), never directly. */
 const flyt_rep_device_snapshot *flyt_conn_snapshot(void);
+flyt_rep_device_snapshot *flyt_conn_snapshot_mut(void);
 int flyt_conn_device_count(void);
 
 /* A synchronous call: sends op with req (+ data iovecs), waits for the reply.
@@ -115,6 +118,12 @@ CUresult flyt_init_state(void);
 /* Device ordinal check for an initialized library. */
 CUresult flyt_check_device(CUdevice dev);
 int flyt_device_attr(CUdevice_attribute attr);
+/* The share's SM count and total memory, a consistent pair; returns the
+ * share's generation (0 until the first SHARE_CHANGED), for caches of
+ * answers that depend on the share. No lock. */
+uint64_t flyt_device_share(int *sm_count, uint64_t *total_mem);
+/* The receiver thread, on a SHARE_CHANGED frame. */
+void flyt_device_share_changed(const struct flyt_msg_share *m);
 
 /* ---- errors (errors.c) ---- */
 /* FLYT_TRACE=1: every error the server answers, and the client's own

@@ -475,6 +475,15 @@ static void *receiver_thread(void *arg)
                 return NULL;
             continue;
         }
+        if (h.op == FLYT_OP_SHARE_CHANGED && !(h.flags & FLYT_F_REPLY)) {
+            struct flyt_msg_share m;
+            if (h.length != sizeof m || rx_read(&m, sizeof m) != 0) {
+                fail_all("malformed share frame");
+                return NULL;
+            }
+            flyt_device_share_changed(&m);
+            continue;
+        }
         if (h.op == FLYT_OP_OUTPUT && !(h.flags & FLYT_F_REPLY)) {
             if (read_output(h.length, rx_read) != 0) {
                 fail_all("malformed output frame");
@@ -1101,6 +1110,7 @@ int flyt_conn_device_count(void)
 }
 
 const flyt_rep_device_snapshot *flyt_conn_snapshot(void) { return &conn.snapshot; }
+flyt_rep_device_snapshot *flyt_conn_snapshot_mut(void) { return &conn.snapshot; }
 
 /* ---- calls ---- */
 

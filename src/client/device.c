@@ -90,11 +90,51 @@ static int hidden_feature(CUdevice_attribute attr)
     }
 }
 
+/* The snapshot's SM count and total memory under a sequence lock: one
+ * writer (the receiver thread, at a SHARE_CHANGED frame), readers on any
+ * thread that retry while it writes. Odd: being written. */
+static uint64_t share_seq;
+
+uint64_t flyt_device_share(int *sm_count, uint64_t *total_mem)
+{
+    flyt_rep_device_snapshot *s = flyt_conn_snapshot_mut();
+    for (;;) {
+        uint64_t seq = __atomic_load_n(&share_seq, __ATOMIC_ACQUIRE);
+        if (seq & 1)
+            continue; /* a writer is between two stores */
+        int sms = __atomic_load_n(&s->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT], __ATOMIC_RELAXED);
+        uint64_t total = __atomic_load_n(&s->total_mem, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&share_seq, __ATOMIC_RELAXED) == seq) {
+            *sm_count = sms;
+            *total_mem = total;
+            return seq / 2;
+        }
+    }
+}
+
+void flyt_device_share_changed(const struct flyt_msg_share *m)
+{
+    flyt_rep_device_snapshot *s = flyt_conn_snapshot_mut();
+    uint64_t seq = share_seq;
+    __atomic_store_n(&share_seq, seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&s->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT], m->sm_count, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->total_mem, m->total_mem, __ATOMIC_RELAXED);
+    __atomic_store_n(&share_seq, seq + 2, __ATOMIC_RELEASE);
+}
+
 int flyt_device_attr(CUdevice_attribute attr)
 {
     const flyt_rep_device_snapshot *s = flyt_conn_snapshot();
     if ((int)attr <= 0 || (int)attr >= s->attr_count || hidden_feature(attr))
         return 0;
+    if (attr == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) {
+        int sms;
+        uint64_t total;
+        flyt_device_share(&sms, &total);
+        return sms;
+    }
     return s->attrs[attr];
 }
 
@@ -135,7 +175,10 @@ FLYT_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
         return r;
     if (bytes == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    *bytes = (size_t)flyt_conn_snapshot()->total_mem;
+    int sms;
+    uint64_t total;
+    flyt_device_share(&sms, &total);
+    *bytes = (size_t)total;
     return CUDA_SUCCESS;
 }
 

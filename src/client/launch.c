@@ -269,12 +269,21 @@ FLYT_EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache config, CUd
 }
 
 /* ---- occupancy: asked once per (function and its settings, block, shared
- * memory, flags) ---- */
+ * memory, flags) and share (a live resize changes the GPU under it) ---- */
+
+/* The share's generation, which every cached occupancy answer was given for. */
+static uint64_t share_now(void)
+{
+    int sms;
+    uint64_t total;
+    return flyt_device_share(&sms, &total);
+}
 
 #define OCC_SLOTS 1024
 struct occ_entry {
     uint64_t func;
     uint32_t settings; /* the function's, when asked */
+    uint64_t share;    /* flyt_device_share's generation, when asked */
     int block;
     unsigned flags;
     uint64_t smem;
@@ -301,11 +310,12 @@ static CUresult max_active_blocks(int *blocks, struct flyt_function *f, int bloc
         return r;
     size_t slot = occ_slot(id, block, smem, flags);
     uint32_t settings = __atomic_load_n(&f->settings, __ATOMIC_RELAXED);
+    uint64_t share = share_now();
     pthread_mutex_lock(&occ.lock);
     struct occ_entry e = occ.e[slot];
     pthread_mutex_unlock(&occ.lock);
-    if (e.func == id && e.settings == settings && e.block == block && e.smem == smem &&
-        e.flags == flags) {
+    if (e.func == id && e.settings == settings && e.share == share && e.block == block &&
+        e.smem == smem && e.flags == flags) {
         *blocks = e.blocks;
         return CUDA_SUCCESS;
     }
@@ -316,7 +326,7 @@ static CUresult max_active_blocks(int *blocks, struct flyt_function *f, int bloc
         return r;
     *blocks = (int)n;
     pthread_mutex_lock(&occ.lock);
-    occ.e[slot] = (struct occ_entry){id, settings, block, flags, smem, (int)n};
+    occ.e[slot] = (struct occ_entry){id, settings, share, block, flags, smem, (int)n};
     pthread_mutex_unlock(&occ.lock);
     return CUDA_SUCCESS;
 }
@@ -437,6 +447,8 @@ static void cluster_key_of(struct cluster_key *k, const flyt_req_launch *req,
     digest(k, f->attrs, sizeof f->attrs);
     uint32_t settings = __atomic_load_n(&f->settings, __ATOMIC_RELAXED);
     digest(k, &settings, sizeof settings);
+    uint64_t share = share_now();
+    digest(k, &share, sizeof share);
 }
 
 static int cluster_cached(const struct cluster_key *k, int *value)

@@ -137,6 +137,20 @@ static int flyt_nvml_attr(CUdevice dev, CUdevice_attribute attr)
     return v;
 }
 
+int flyt_nvml_sm_count(const struct nvmlDevice_st *d)
+{
+    int v = flyt_nvml_attr(d->cu, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    return v > 0 ? v : d->sm_count;
+}
+
+unsigned long long flyt_nvml_total_mem(const struct nvmlDevice_st *d)
+{
+    size_t total = 0;
+    if (flyt_nvml_cu.device_total_mem(&total, d->cu) != CUDA_SUCCESS || total == 0)
+        return d->total_mem;
+    return total;
+}
+
 /* "dddd:bb:dd.f", "dddddddd:bb:dd.f" or "bb:dd.f", hexadecimal, any case. */
 int flyt_nvml_parse_pci(const char *text, struct flyt_nvml_pci_addr *out)
 {

@@ -273,9 +273,10 @@ FLYT_NVML_EXPORT nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device,
     if (numCores == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int per_sm = flyt_nvml_cores_per_sm(d->cc_major, d->cc_minor);
-    if (per_sm == 0 || d->sm_count <= 0)
+    int sms = flyt_nvml_sm_count(d);
+    if (per_sm == 0 || sms <= 0)
         return NVML_ERROR_NOT_SUPPORTED;
-    *numCores = per_sm * (unsigned int)d->sm_count;
+    *numCores = per_sm * (unsigned int)sms;
     return NVML_SUCCESS;
 }
 

@@ -58,6 +58,10 @@ extern struct flyt_nvml_cuda flyt_nvml_cu;
 nvmlReturn_t flyt_nvml_cuda_load(void);
 nvmlReturn_t flyt_nvml_cuda_start(unsigned int flags, unsigned int *count);
 nvmlReturn_t flyt_nvml_snapshot(struct nvmlDevice_st *d, unsigned int index);
+/* The share's SM count and memory now (a live resize changes them; Flyt's
+ * driver answers both without a round trip); the snapshot's if it won't say. */
+int flyt_nvml_sm_count(const struct nvmlDevice_st *d);
+unsigned long long flyt_nvml_total_mem(const struct nvmlDevice_st *d);
 nvmlReturn_t flyt_nvml_free_memory(struct nvmlDevice_st *d, unsigned long long *free_bytes);
 void flyt_nvml_release_context(struct nvmlDevice_st *d);
 nvmlReturn_t flyt_nvml_from_cuda(CUresult r);

@@ -16,7 +16,7 @@ static nvmlReturn_t flyt_nvml_memory(nvmlDevice_t device, const void *out,
     if (r != NVML_SUCCESS)
         return r;
     /* The tenant's quota is the device's whole memory. */
-    *total = d->total_mem;
+    *total = flyt_nvml_total_mem(d);
     if (*free_bytes > *total)
         *free_bytes = *total;
     return NVML_SUCCESS;

@@ -30,6 +30,10 @@ const char *flyt_op_name(unsigned op)
 {
     if (op == FLYT_OP_CALLBACK)
         return "CALLBACK";
+    if (op == FLYT_OP_OUTPUT)
+        return "OUTPUT";
+    if (op == FLYT_OP_SHARE_CHANGED)
+        return "SHARE_CHANGED";
     const struct flyt_op_info *info = flyt_op_info(op);
     return info ? info->name : "UNKNOWN";
 }

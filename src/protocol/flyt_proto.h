@@ -29,6 +29,8 @@
  * stops it says so in a SESSION_MOVED frame, a restored server says where in
  * the client's request stream it resumes, and the client has PING. */
 #define FLYT_MINOR_RESUME 3
+/* From 3 too (one minor for both) the server says when the session's share changed (SHARE_CHANGED). */
+#define FLYT_MINOR_SHARE_CHANGED 3
 
 /* Limits. A frame over a limit ends the session. */
 #define FLYT_MAX_PAYLOAD    (1u << 30)      /* bulk data streams through in chunks */
@@ -52,6 +54,7 @@
 #define FLYT_OP_OUTPUT   101 /* payload: struct flyt_msg_output, then the bytes */
 #define FLYT_OP_CALLBACK 200 /* payload: struct flyt_msg_callback */
 #define FLYT_OP_SESSION_MOVED 161 /* payload: struct flyt_msg_moved; the last frame */
+#define FLYT_OP_SHARE_CHANGED 166 /* payload: struct flyt_msg_share */
 
 /* Stream ids with fixed meaning; other ids come from STREAM_CREATE. */
 #define FLYT_STREAM_DEFAULT    0u
@@ -358,6 +361,16 @@ typedef struct { uint32_t sync; uint32_t pad; } flyt_req_output_drain;
  * (fd 1) or stderr (fd 2), at most FLYT_MAX_OUTPUT_CHUNK per frame. */
 #define FLYT_MAX_OUTPUT_CHUNK (64u * 1024u)
 struct flyt_msg_output { uint32_t fd; uint32_t pad; };
+
+/* server -> client, op FLYT_OP_SHARE_CHANGED, seq 0, to a client of minor
+ * FLYT_MINOR_SHARE_CHANGED or later: a live resize changed what the device
+ * reports (the share's SMs, the memory quota as total memory). Sent before
+ * the reply to the first request the session handles on the new share. */
+struct flyt_msg_share {
+    uint64_t total_mem; /* cuDeviceTotalMem's answer from now on */
+    int32_t  sm_count;  /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT's */
+    uint32_t pad;
+};
 /* ---- CUDA arrays, mipmapped arrays, texture and surface objects ----
  * ARRAY_CREATE / MIPMAP_CREATE: a CUDA_ARRAY3D_DESCRIPTOR (height 0: 1D,
  * depth 0: not 3D or layered), levels for mipmaps; answered with an id. */

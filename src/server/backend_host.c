@@ -110,9 +110,30 @@ struct hvmem {
     unsigned refs, maps;
 };
 
+/* The attributes CUDA keeps on a stream (cuStreamSetAttribute) besides its
+ * priority, which is the stream's own (CU_LAUNCH_ATTRIBUTE_PRIORITY). */
+static const CUlaunchAttributeID host_stream_attr_ids[] = {
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+    CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING,
+};
+#define HOST_STREAM_ATTRS (sizeof host_stream_attr_ids / sizeof host_stream_attr_ids[0])
+struct hattrs {
+    CUstreamAttrValue v[HOST_STREAM_ATTRS];
+};
+
+static void attrs_default(struct hattrs *a)
+{
+    memset(a, 0, sizeof *a);
+    for (size_t i = 0; i < HOST_STREAM_ATTRS; i++)
+        if (host_stream_attr_ids[i] == CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY)
+            a->v[i].syncPolicy = CU_SYNC_POLICY_AUTO;
+}
+
 struct hstream {
     unsigned flags;
     int priority;
+    struct hattrs attrs;
     struct hg_cap cap; /* its capture, if it captures */
 };
 
@@ -185,6 +206,9 @@ struct host_backend {
     ptrset vranges, vmems; /* VMM: reservations; allocations with a live handle */
 
     uint64_t limits[HOST_LIMIT_COUNT];
+    /* attributes of the NULL (= legacy) stream and of the per-thread one,
+     * which a resize renews as the green context's default streams are */
+    struct hattrs null_attrs, pt_attrs;
     int cache_config;
     unsigned ctx_flags;
 
@@ -492,6 +516,8 @@ static void reset_context_state(struct host_backend *h)
         0,         /* CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED */
     };
     memcpy(h->limits, defaults, sizeof defaults);
+    attrs_default(&h->null_attrs);
+    attrs_default(&h->pt_attrs);
     h->cache_config = CU_FUNC_CACHE_PREFER_NONE;
     h->ctx_flags = 0;
 }
@@ -985,14 +1011,45 @@ static CUresult host_set_sm_share(flyt_backend *b, unsigned granularity, const i
     return CUDA_SUCCESS;
 }
 
-/* Its streams are not tied to SMs: a resize changes only the count. */
+static CUresult host_stream_create(flyt_backend *b, unsigned flags, int priority, flyt_bhandle *stream);
+
+/* A resize moves every stream as the cuda backend does (a new stream of the
+ * same flags and priority, remapped behind its id; the default streams are
+ * the new context's, with default attributes), so that CI sees what a
+ * resize keeps and loses. No kernels here: the SM count is all that changes. */
 static CUresult host_resize_sm_share(flyt_backend *b, unsigned granularity, const int *groups,
                                      int ngroups, int *sm_count,
                                      void (*remap)(void *arg, flyt_bhandle old, flyt_bhandle now),
                                      void *arg)
 {
-    (void)remap, (void)arg;
-    return host_set_sm_share(b, granularity, groups, ngroups, sm_count);
+    struct host_backend *h = HB(b);
+    for (size_t i = 0; i < h->streams.n; i++)
+        if (capture_of(h, h->streams.items[i])) /* its graph is tied to it: not moved */
+            return CUDA_ERROR_NOT_PERMITTED;
+    CUresult r = host_set_sm_share(b, granularity, groups, ngroups, sm_count);
+    if (r != CUDA_SUCCESS)
+        return r;
+    size_t n = h->streams.n;
+    struct hstream **olds = malloc((n ? n : 1) * sizeof *olds);
+    if (!olds)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(olds, h->streams.items, n * sizeof *olds);
+    for (size_t k = 0; k < n && r == CUDA_SUCCESS; k++) {
+        flyt_bhandle now = NULL;
+        r = host_stream_create(b, olds[k]->flags, olds[k]->priority, &now);
+        if (r != CUDA_SUCCESS)
+            break; /* out of memory: the streams not yet moved stay as they are */
+        remap(arg, olds[k], now);
+        set_del(&h->streams, olds[k]);
+        hg_cap_drop(&olds[k]->cap);
+        free(olds[k]);
+    }
+    free(olds);
+    if (r != CUDA_SUCCESS)
+        return r;
+    attrs_default(&h->null_attrs);
+    attrs_default(&h->pt_attrs);
+    return CUDA_SUCCESS;
 }
 
 static CUresult host_driver_version(flyt_backend *b, int *version)
@@ -1374,6 +1431,7 @@ static CUresult host_stream_create(flyt_backend *b, unsigned flags, int priority
         priority = HOST_PRIO_GREATEST;
     s->flags = flags;
     s->priority = priority;
+    attrs_default(&s->attrs);
     memset(&s->cap, 0, sizeof s->cap);
     *stream = s;
     return CUDA_SUCCESS;
@@ -1450,6 +1508,75 @@ static CUresult host_stream_get_priority(flyt_backend *b, flyt_bhandle stream, i
     if (!stream_ok(h, stream))
         return CUDA_ERROR_INVALID_HANDLE;
     *priority = is_created_stream(h, stream) ? ((struct hstream *)stream)->priority : 0;
+    return CUDA_SUCCESS;
+}
+
+/* A stream's kept attributes; NULL for a stream this backend does not have. */
+static struct hattrs *attrs_of(struct host_backend *h, flyt_bhandle s)
+{
+    if (s == FLYT_BSTREAM_DEFAULT || s == FLYT_BSTREAM_LEGACY)
+        return &h->null_attrs;
+    if (s == FLYT_BSTREAM_PER_THREAD)
+        return &h->pt_attrs;
+    return set_has(&h->streams, s) ? &((struct hstream *)s)->attrs : NULL;
+}
+
+/* The slot of attribute id, -1 for one CUDA does not keep on streams. */
+static int attr_slot(uint64_t id)
+{
+    for (size_t i = 0; i < HOST_STREAM_ATTRS; i++)
+        if ((uint64_t)host_stream_attr_ids[i] == id)
+            return (int)i;
+    return -1;
+}
+
+static CUresult host_stream_set_attr(struct host_backend *h, flyt_bhandle s, uint64_t id,
+                                     const CUstreamAttrValue *v)
+{
+    struct hattrs *a = attrs_of(h, s);
+    if (!a)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (id == CU_LAUNCH_ATTRIBUTE_PRIORITY) {
+        if (is_created_stream(h, s))
+            ((struct hstream *)s)->priority = v->priority < HOST_PRIO_GREATEST ? HOST_PRIO_GREATEST
+                                              : v->priority > HOST_PRIO_LEAST  ? HOST_PRIO_LEAST
+                                                                               : v->priority;
+        return CUDA_SUCCESS;
+    }
+    int slot = attr_slot(id);
+    if (slot < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    a->v[slot] = *v;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_stream_get_attr(struct host_backend *h, flyt_bhandle s, uint64_t id,
+                                     CUstreamAttrValue *v)
+{
+    struct hattrs *a = attrs_of(h, s);
+    if (!a)
+        return CUDA_ERROR_INVALID_HANDLE;
+    memset(v, 0, sizeof *v);
+    if (id == CU_LAUNCH_ATTRIBUTE_PRIORITY) {
+        v->priority = is_created_stream(h, s) ? ((struct hstream *)s)->priority : 0;
+        return CUDA_SUCCESS;
+    }
+    int slot = attr_slot(id);
+    if (slot < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = a->v[slot];
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_stream_copy_attrs(struct host_backend *h, flyt_bhandle dst, flyt_bhandle src)
+{
+    struct hattrs *to = attrs_of(h, dst), *from = attrs_of(h, src);
+    if (!to || !from)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *to = *from;
+    if (is_created_stream(h, dst))
+        ((struct hstream *)dst)->priority =
+            is_created_stream(h, src) ? ((struct hstream *)src)->priority : 0;
     return CUDA_SUCCESS;
 }
 
@@ -2119,7 +2246,6 @@ static CUresult host_wait_value(struct host_backend *h, const uint64_t *a, unsig
 
 static CUresult host_call(flyt_backend *b, uint32_t id, const uint64_t *a, const void *in, void *out)
 {
-    (void)in;
     struct host_backend *h = HB(b);
     flyt_bhandle a0 = (flyt_bhandle)(uintptr_t)a[0], a1 = (flyt_bhandle)(uintptr_t)a[1];
     switch (id) {
@@ -2136,6 +2262,9 @@ static CUresult host_call(flyt_backend *b, uint32_t id, const uint64_t *a, const
         return CUDA_SUCCESS;
     case FLYT_CALL_cuDeviceGraphMemTrim:
     case FLYT_CALL_cuDeviceSetGraphMemAttribute: return CUDA_SUCCESS;
+    case FLYT_CALL_cuStreamSetAttribute: return host_stream_set_attr(h, a0, a[1], in);
+    case FLYT_CALL_cuStreamGetAttribute: return host_stream_get_attr(h, a0, a[1], out);
+    case FLYT_CALL_cuStreamCopyAttributes: return host_stream_copy_attrs(h, a0, a1);
     default: break;
     }
     if (capture_of(h, a0)) /* the stream memory operations: recorded nowhere here */

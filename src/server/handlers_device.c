@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "session.h"
+#include "stream_attrs.h"
 
 static_assert(sizeof(struct cudaDeviceProp) == FLYT_DEVICE_PROP_SIZE,
               "struct cudaDeviceProp does not match the wire size");
@@ -70,6 +71,7 @@ int handle_DEVICE_RESET(flyt_session *s, flyt_call *c)
      * than risk handing the backend a dangling handle. */
     flyt_regions_forget(s);
     flyt_handles_clear(&s->handles);
+    flyt_stream_attrs_clear(s);
     flyt_memtab_clear(&s->mem); /* the reset freed every allocation */
     s->default_pool_id = 0;
     return FLYT_CONT;
@@ -169,6 +171,16 @@ int handle_DRIVER_VERSION(flyt_session *s, flyt_call *c)
     c->result = FLYT_BCALL(s, driver_version, &v);
     rep->value = v;
     return FLYT_CONT;
+}
+
+uint64_t flyt_device_total_mem(flyt_session *s)
+{
+    uint64_t quota = flyt_quota_limit();
+    if (quota)
+        return quota;
+    struct cudaDeviceProp p;
+    memset(&p, 0, sizeof p);
+    return FLYT_BCALL(s, device_props, &p) == CUDA_SUCCESS ? (uint64_t)p.totalGlobalMem : 0;
 }
 
 /* Everything the client answers locally, in one reply: the properties (with

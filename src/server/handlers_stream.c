@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "session.h"
+#include "stream_attrs.h"
 
 /* Publishes a new backend object; if the table cannot take it the object
  * is destroyed again so nothing leaks. */
@@ -47,8 +48,10 @@ int handle_STREAM_DESTROY(flyt_session *s, flyt_call *c)
     c->result = flyt_lookup(s, r->handle, FLYT_H_STREAM, &st);
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, stream_destroy, st);
-    if (c->result == CUDA_SUCCESS)
+    if (c->result == CUDA_SUCCESS) {
         flyt_handles_remove(&s->handles, r->handle);
+        flyt_stream_attrs_forget(s, r->handle);
+    }
     return FLYT_CONT;
 }
 

@@ -1,5 +1,6 @@
 /* Live resize, the session's side: see resize.h. */
 #include "resize.h"
+#include "stream_attrs.h"
 
 #include "flyt_log.h"
 
@@ -119,6 +120,16 @@ static void acknowledge(uint64_t gen, int32_t result, int sms, uint64_t drain_ns
     STORE(&sl->share_gen, gen); /* last: the node manager waits for it */
 }
 
+/* What the device reports now goes to the client before any reply on the
+ * new share, also after a failed SM change (the memory quota changed). */
+static void tell_client(flyt_session *s)
+{
+    int sms = 0;
+    if (FLYT_BCALL(s, device_attr, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, &sms) != CUDA_SUCCESS)
+        sms = s->sm_count;
+    flyt_send_share_changed(s, sms, flyt_device_total_mem(s));
+}
+
 static void apply(flyt_session *s, uint64_t gen, int ngroups, unsigned gran)
 {
     s->share_gen = gen;
@@ -136,6 +147,7 @@ static void apply(flyt_session *s, uint64_t gen, int ngroups, unsigned gran)
     uint64_t t2 = now_ns();
     if (r == CUDA_SUCCESS) {
         s->sm_count = sms;
+        flyt_stream_attrs_reapply(s);
         struct flyt_server_status *p = flyt_status_page();
         STORE(&p->sm_count, (uint32_t)sms);
         flyt_info("session for %s resized to %d SMs (%d group(s) of %u): drain %.3f ms, apply "
@@ -145,6 +157,7 @@ static void apply(flyt_session *s, uint64_t gen, int ngroups, unsigned gran)
         flyt_error("session for %s: resize to %d SM group(s) of %u failed (CUDA error %d); the "
                    "share stays %d SMs", s->peer, ngroups, gran, (int)r, s->sm_count);
     }
+    tell_client(s);
     acknowledge(gen, (int32_t)r, s->sm_count, t1 - t0, t2 - t1);
 }
 

@@ -6,6 +6,7 @@
 #include "session.h"
 #include "resize.h"
 #include "state.h"
+#include "stream_attrs.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -103,6 +104,21 @@ static void send_callback_frame(flyt_session *s, const struct flyt_cb_msg *m)
     struct flyt_msg_callback msg = {m->callback_id, m->status, m->keep};
     struct iovec iov[2] = {{&h, sizeof h}, {&msg, sizeof msg}};
     send_iov(s, iov, 2);
+}
+
+static void send_release(flyt_session *s);
+
+void flyt_send_share_changed(flyt_session *s, int sm_count, uint64_t total_mem)
+{
+    if (!s->share_frames)
+        return;
+    struct flyt_frame_hdr h = {sizeof(struct flyt_msg_share), FLYT_OP_SHARE_CHANGED, 0, 0, 0};
+    struct flyt_msg_share m = {total_mem, sm_count, 0};
+    struct iovec iov[2] = {{&h, sizeof h}, {&m, sizeof m}};
+    send_acquire(s);
+    send_output(s);
+    send_iov(s, iov, 2);
+    send_release(s);
 }
 
 static void send_release(flyt_session *s)
@@ -685,6 +701,7 @@ static int hello(flyt_session *s)
     s->client_minor = req.minor;
     if (req.flags & FLYT_HELLO_RESUME)
         flyt_info("%s reconnects to resume its session", s->peer);
+    s->share_frames = req.minor >= FLYT_MINOR_SHARE_CHANGED;
     if (req.minor >= FLYT_MINOR_DEVICE_OUTPUT && flyt_output_capture(&s->output) != 0)
         flyt_warn("the driver's output stays in this log, not with the client: %s",
                   strerror(errno));
@@ -900,6 +917,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     s.cfg = cfg;
     flyt_resize_init(&s);
     flyt_handles_init(&s.handles);
+    flyt_hash_init(&s.stream_attrs);
     flyt_mutex_init(&s.send_mu);
     pthread_cond_init(&s.send_cv, NULL);
     flyt_mutex_init(&s.rd_mu);
@@ -934,6 +952,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
         s.kept = next;
     }
     flyt_handles_clear(&s.handles);
+    flyt_stream_attrs_clear(&s);
     for (int i = 0; i < s.n_ahead_fds; i++)
         close(s.ahead_fds[i].fd);
     close(s.wake_fd);

@@ -111,6 +111,8 @@ typedef struct flyt_session {
     struct flyt_memtab               mem;       /* live allocations, when accounted (quota.h) */
     int                              share_sigfd; /* SIGURG: a live resize was posted (resize.h) */
     uint64_t                         share_gen;   /* the page's share this session runs on */
+    int                              share_frames; /* the client takes SHARE_CHANGED frames */
+    flyt_hash                        stream_attrs; /* stream id + 1 -> attributes set (stream_attrs.h) */
     struct flyt_output               output;    /* the driver's stdout/stderr, for the client */
 
     /* Sending: one frame at a time. Driver threads (host functions) never
@@ -205,6 +207,11 @@ void flyt_reply_end(flyt_session *s);
  * thread; never waits for a send in progress (it queues m instead).
  * Returns the frame's ticket for flyt_host_func_wait. */
 uint64_t flyt_post_callback(struct flyt_cb_msg *m);
+/* Sends a SHARE_CHANGED frame (a client that takes them only): what the
+ * device reports from now on. The session thread. */
+void flyt_send_share_changed(flyt_session *s, int sm_count, uint64_t total_mem);
+/* The memory the device reports: the quota, else the GPU's. */
+uint64_t flyt_device_total_mem(flyt_session *s);
 /* Returns once the client acknowledged the host function of ticket (or the
  * session ends, or the client does not acknowledge). Any thread. */
 void flyt_host_func_wait(flyt_session *s, uint64_t ticket);

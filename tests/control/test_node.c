@@ -236,9 +236,11 @@ static int frame_call(int fd, uint16_t op, const void *req, size_t len, const vo
         return -1000;
     struct flyt_frame_hdr rh;
     struct flyt_reply r;
-    if (read_full(fd, &rh, sizeof rh) != 0 || rh.length < sizeof r || rh.length > sizeof buf ||
-        read_full(fd, buf, rh.length) != 0)
-        return -1000;
+    do { /* frames of the server's own (SHARE_CHANGED after a resize) are not the reply */
+        if (read_full(fd, &rh, sizeof rh) != 0 || rh.length < sizeof r || rh.length > sizeof buf ||
+            read_full(fd, buf, rh.length) != 0)
+            return -1000;
+    } while (!(rh.flags & FLYT_F_REPLY));
     memcpy(&r, buf, sizeof r);
     if (rep) {
         memset(rep, 0, replen);

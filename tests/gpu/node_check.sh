@@ -192,7 +192,8 @@ read -r _ body < <(api GET "$CM/v1/sessions/$S3" "$OP")
 echo "node_check: groups B $(jget "$body" session.sm_groups)"
 
 # live resize: a running program's share goes 16 -> 64 -> 16 SMs (flytctl session resize's
-# API); its streams, events and memory stay, its kernel time and SM ids follow the share
+# API); its streams (with their priority and attributes), events and memory stay, its kernel
+# time and SM ids follow the share, and so does the SM count it sees (SHARE_CHANGED)
 api DELETE "$CM/v1/sessions/$S2" "$V2" >/dev/null
 api DELETE "$CM/v1/sessions/$S3" "$V3" >/dev/null
 sleep 1
@@ -222,9 +223,12 @@ for step in "6 64" "14 16"; do
     fi
 done
 wait $rp || fail "share_check during the resizes: $(grep FAIL "$DIR/resize.txt" | head -3)"
+grep -E "program saw|kept its" "$DIR/resize.txt" | sed 's/^/node_check: /'
 python3 - "$DIR/resize.txt" "$DIR/resize-marks.txt" <<'EOF' || FAILED=1
 import re, sys
 rows = [tuple(map(float, re.findall(r"[-0-9.]+", l)[:3]))
+        for l in open(sys.argv[1]) if l.startswith("interval ")]
+sees = [int(re.search(r"sees=(\d+)", l).group(1))
         for l in open(sys.argv[1]) if l.startswith("interval ")]
 marks = [tuple(map(int, l.split())) for l in open(sys.argv[2])]
 def share(i):  # intervals begun after the command returned run on the new share;
@@ -235,15 +239,26 @@ def share(i):  # intervals begun after the command returned run on the new share
         elif i == at:
             s = max(s, sms)
     return s
-print("node_check: interval  share  kernel ms  distinct SMs")
-bad = 0
-for i, ms, d in rows:
+def seen_ok(i, n):  # what cudaDeviceGetAttribute may answer after interval i's work
+    s, ok = 16, {16}
+    for at, sms in marks:
+        if i > at:
+            s, ok = sms, {sms}
+        elif i == at:
+            ok = {s, sms}
+    return n in ok
+print("node_check: interval  share  kernel ms  distinct SMs  SMs seen")
+bad = wrong_seen = 0
+for (i, ms, d), n in zip(rows, sees):
     s = share(int(i))
-    print("node_check: %8d  %5d  %9.3f  %12d" % (i, s, ms, d))
+    print("node_check: %8d  %5d  %9.3f  %12d  %8d" % (i, s, ms, d, n))
     bad += d > s
+    wrong_seen += not seen_ok(int(i), n)
 print("node_check: %s no interval ran on more SMs than its share"
       % ("ok  " if not bad else "FAIL"))
-sys.exit(1 if bad else 0)
+print("node_check: %s the program saw each interval's share as its SM count"
+      % ("ok  " if not wrong_seen else "FAIL"))
+sys.exit(1 if bad or wrong_seen else 0)
 EOF
 api DELETE "$CM/v1/sessions/$S4" "$V4" >/dev/null
 

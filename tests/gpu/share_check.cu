@@ -14,9 +14,12 @@
 // SHARE_INTERVALS=N (a live resize check: after the checks, N timed
 // intervals, each a kernel on the created blocking stream, one on the
 // non-blocking one and one on the NULL stream, printed as
-// "interval I ms=... distinct=... stream_distinct=..." a line each, with
-// SHARE_INTERVAL_MS (default 250) between them; the share may change while
-// they run and the times and SM counts follow it).
+// "interval I ms=... distinct=... stream_distinct=...,... sees=..." a line
+// each on stderr, sees being the SM count cudaDeviceGetAttribute answers after
+// the interval's work, with SHARE_INTERVAL_MS (default 250) between them; the
+// share may change while they run and the times, SM counts and the count the
+// program sees follow it; the created streams' priority and synchronization
+// policy must be the same after the intervals as before).
 // Prints one "share_check:" line per fact and "RESULT ms=... sms=...
 // distinct=..." last; exits 0 when every check passed, 1 otherwise.
 #include <cuda_runtime.h>
@@ -95,6 +98,14 @@ static void live_intervals(float *out, unsigned *smids, int iters, cudaStream_t 
                            cudaStream_t nonblocking, cudaEvent_t a, cudaEvent_t b)
 {
     long long n = env_ll("SHARE_INTERVALS", 0), pause_ms = env_ll("SHARE_INTERVAL_MS", 250);
+    if (n == 0)
+        return;
+    int sees_before = 0, sees = 0, least = 0, greatest = 0, prio = 1;
+    CK(cudaDeviceGetAttribute(&sees_before, cudaDevAttrMultiProcessorCount, 0));
+    CK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaStreamAttrValue spin_policy = {};
+    spin_policy.syncPolicy = cudaSyncPolicySpin;
+    CK(cudaStreamSetAttribute(nonblocking, cudaStreamAttributeSynchronizationPolicy, &spin_policy));
     for (long long i = 0; i < n; i++) {
         CK(cudaEventRecord(a, blocking));
         int d = run_on(blocking, out, smids, iters);
@@ -104,10 +115,21 @@ static void live_intervals(float *out, unsigned *smids, int iters, cudaStream_t 
         CK(cudaEventElapsedTime(&t, a, b));
         int dn = run_on(nonblocking, out, smids, iters / 10 + 1);
         int d0 = run_on(0, out, smids, iters / 10 + 1);
-        fprintf(stderr, "interval %lld ms=%.3f distinct=%d stream_distinct=%d,%d\n", i, t, d, dn, d0);
+        CK(cudaDeviceGetAttribute(&sees, cudaDevAttrMultiProcessorCount, 0));
+        fprintf(stderr, "interval %lld ms=%.3f distinct=%d stream_distinct=%d,%d sees=%d\n", i, t, d,
+                dn, d0, sees);
         struct timespec ts = {(time_t)(pause_ms / 1000), (long)(pause_ms % 1000) * 1000000L};
         nanosleep(&ts, nullptr);
     }
+    // on stderr: the counts depend on the resizes the caller made
+    fprintf(stderr, "share_check: the program saw %d SMs before the intervals and %d after\n",
+            sees_before, sees);
+    cudaStreamAttrValue policy = {};
+    CK(cudaStreamGetPriority(blocking, &prio));
+    CK(cudaStreamGetAttribute(nonblocking, cudaStreamAttributeSynchronizationPolicy, &policy));
+    expect(prio == greatest, "the blocking stream kept its priority across the intervals");
+    expect(policy.syncPolicy == cudaSyncPolicySpin,
+           "the non-blocking stream kept its synchronization policy across the intervals");
 }
 
 int main()
@@ -156,7 +178,9 @@ int main()
     std::vector<unsigned> host(BLOCKS);
 
     cudaStream_t blocking, nonblocking;
-    CK(cudaStreamCreate(&blocking));
+    int least_prio = 0, greatest_prio = 0;
+    CK(cudaDeviceGetStreamPriorityRange(&least_prio, &greatest_prio));
+    CK(cudaStreamCreateWithPriority(&blocking, cudaStreamDefault, greatest_prio));
     CK(cudaStreamCreateWithFlags(&nonblocking, cudaStreamNonBlocking));
     struct {
         const char *name;
