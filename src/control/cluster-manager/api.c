@@ -35,6 +35,17 @@ const struct flyt_http_route clm_routes[] = {
     {"POST", "/v1/sessions/{id}/alive", h_session_alive},
     {"POST", "/v1/sessions/{id}/resize", h_session_resize},
     {"POST", "/v1/vms/{id}/resize", h_vm_resize},
+    {"POST", "/v1/sessions/{id}/checkpoint", h_session_checkpoint},
+    {"GET", "/v1/sessions/{id}/checkpoint", h_session_state_get},
+    {"DELETE", "/v1/sessions/{id}/checkpoint", h_session_state_delete},
+    {"POST", "/v1/sessions/{id}/restore", h_session_restore},
+    {"PUT", "/v1/sessions/{id}/restore", h_session_restore_data},
+    {"DELETE", "/v1/sessions/{id}/restore", h_session_restore_abort},
+    {"POST", "/v1/sessions/{id}/restore/start", h_session_restore_start},
+    {"POST", "/v1/sessions/{id}/migrate", h_session_migrate},
+    {"GET", "/v1/sessions/{id}/migration", h_session_migration},
+    {"POST", "/v1/nodes/{id}/drain", h_node_drain},
+    {"DELETE", "/v1/nodes/{id}/drain", h_node_undrain},
     {NULL, NULL, NULL}};
 
 int api_fail(struct api_error *e, int status, const char *code, const char *fmt, ...)

@@ -118,6 +118,8 @@ static int stops_for_unknown(struct clm *clm, const char *node_id, json_t *repor
         int found = store_session_get(clm->store, id, &s, err, sizeof err);
         if (found < 0)
             return api_store_fail(e, "reading a session", err);
+        if (found && ckpt_session_busy(id))
+            continue;   /* being restored or migrated here: that request settles it */
         if (!found || !session_is_live(&s) || strcmp(s.node_id, node_id) != 0)
             json_array_append_new(stop, json_string(id));
     }
@@ -182,8 +184,8 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
         if (!now || !was || strcmp(now->uuid, was->uuid) != 0 || now->sm_count != was->sm_count
             || now->sm_granularity != was->sm_granularity)
             why = "its GPU changed when the node registered again";
-        else if (ss[i].state == SESSION_STARTING)
-            why = NULL;   /* its start request is in flight; that request settles it */
+        else if (ss[i].state == SESSION_STARTING || ss[i].state == SESSION_MIGRATING)
+            why = NULL;   /* its start or migration is in flight; that request settles it */
         else if (!r || !json_is_true(json_object_get(r, "alive")))
             why = "not running on the node when it registered again";
         if (why) {
@@ -207,7 +209,7 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
         while (al && n.address[al - 1] == '/')
             n.address[--al] = 0;
         snprintf(n.host_ip, sizeof n.host_ip, "%s", host_ip);
-        n.state = NODE_READY;
+        n.state = prev == NODE_DRAINING ? NODE_DRAINING : NODE_READY;
         n.last_heartbeat = now_ms();
     }
     if (rc == 0 && store_node_update(clm->store, &n, err, sizeof err) < 0)
@@ -239,6 +241,8 @@ static int heartbeat_session(struct clm *clm, struct session_rec *s, json_t *r, 
     FLYT_ASSERT_HELD(&clm->lock);
     char err[512];
     int rc = 0;
+    if (s->state == SESSION_MIGRATING)
+        return 0;   /* its server ends on purpose; the migration settles it */
     if (!json_is_true(json_object_get(r, "alive"))) {
         rc = session_end(clm, s, SESSION_FAILED, "its server is no longer running", err, sizeof err);
     } else if (s->state != SESSION_ACTIVE) {
@@ -348,7 +352,7 @@ void h_node_session_ended(void *ctx, const struct flyt_http_request *req,
         else if (!found || strcmp(s.node_id, n.id) != 0)
             rc = api_fail(&e, 404, "not_found", "no session %s on node %s", req->params[1], n.id);
     }
-    if (rc == 0 && session_is_live(&s)) {
+    if (rc == 0 && session_is_live(&s) && s.state != SESSION_MIGRATING) {
         const char *r = reason ? json_string_value(reason) : "ended";
         int failed = strncmp(r, "fail", 4) == 0 || strncmp(r, "crash", 5) == 0;
         char why[300];

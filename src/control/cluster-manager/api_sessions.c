@@ -138,7 +138,7 @@ void h_session_alive(void *ctx, const struct flyt_http_request *req, struct flyt
         return;
     }
     int rc = own_session(clm, req, P_VM, &who, &s, &e);
-    if (rc == 0 && !session_is_live(&s))
+    if (rc == 0 && !session_is_live(&s) && s.state != SESSION_SUSPENDED)
         rc = api_fail(&e, 409, "conflict", "session %s has ended (%s)", s.id, s.end_reason);
     if (rc == 0) {
         s.last_activity = now_ms();
@@ -192,15 +192,20 @@ static int reserve(struct clm *clm, const struct flyt_http_request *req, struct 
         return found < 0 ? api_store_fail(e, "reading a VM", err)
                          : api_fail(e, 404, "not_found", "no VM %s", who.id);
     /* a retry for a process that already holds a session gets that session back */
-    struct session_filter f = {.vm_id = vm.id, .live_only = 1};
+    struct session_filter f = {.vm_id = vm.id};
     struct session_rec *ss;
     int ns;
     if (store_session_list(clm->store, &f, &ss, &ns, err, sizeof err) < 0)
         return api_store_fail(e, "reading sessions", err);
     for (int i = 0; i < ns; i++)
-        if (ss[i].pid == json_integer_value(pid)) {
+        if (ss[i].pid == json_integer_value(pid)
+            && (session_is_live(&ss[i]) || ss[i].state == SESSION_SUSPENDED)) {
             *s = ss[i];
             free(ss);
+            /* moving or preempted: the process waits (its client manager asks again) */
+            if (s->state == SESSION_MIGRATING || s->state == SESSION_SUSPENDED)
+                return api_fail(e, 503, "unavailable", "session %s of process %lld is %s; ask "
+                                "again", s->id, s->pid, session_state_name(s->state));
             if (s->state != SESSION_ACTIVE)
                 return api_fail(e, 409, "conflict", "process %lld of VM %s already has session "
                                 "%s, still starting", s->pid, vm.id, s->id);
@@ -218,7 +223,7 @@ static int reserve(struct clm *clm, const struct flyt_http_request *req, struct 
         return api_store_fail(e, "reading nodes", err);
     int ready = 0;
     for (int i = 0; i < nn; i++)
-        if (nodes[i].state == NODE_READY)
+        if (nodes[i].state == NODE_READY)   /* not lost, not draining */
             nodes[ready++] = nodes[i];
     struct gpu_cap *caps;
     int ncaps;
@@ -316,7 +321,7 @@ void h_sessions_create(void *ctx, const struct flyt_http_request *req, struct fl
     }
     if (!existing) {
         char why[512] = "";
-        int started = node_start_server(clm, &node, &s, s.endpoint, sizeof s.endpoint,
+        int started = node_start_server(clm, &node, &s, 0, s.endpoint, sizeof s.endpoint,
                                         &s.server_pid, why, sizeof why) == 0;
         if (!started)
             flyt_warn("session %s: node %s: %s", s.id, node.id, why);

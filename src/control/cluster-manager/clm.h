@@ -131,9 +131,10 @@ int session_end(struct clm *clm, struct session_rec *s, enum session_state state
                 const char *reason, char *err, size_t errlen);
 /* Marks a node lost: its live sessions end "lost", its capacity is withdrawn. */
 int node_mark_lost(struct clm *clm, struct node_rec *n, const char *reason, char *err, size_t errlen);
-/* Asks the node manager for a server; fills endpoint and server pid. Without the lock. */
+/* Asks the node manager for a server (restore: from the session's state file there);
+ * fills endpoint and server pid. Without the lock. */
 int node_start_server(struct clm *clm, const struct node_rec *node, const struct session_rec *s,
-                      char *endpoint, size_t eplen, long long *server_pid, char *err,
+                      int restore, char *endpoint, size_t eplen, long long *server_pid, char *err,
                       size_t errlen);
 /* At start: sessions left "starting" by a previous run are failed. */
 int lifecycle_recover(struct clm *clm, char *err, size_t errlen);
@@ -151,6 +152,13 @@ handler_fn h_nodes_list, h_nodes_create, h_node_get, h_node_delete, h_node_regis
     h_node_heartbeat, h_node_session_ended;
 handler_fn h_sessions_list, h_sessions_create, h_session_get, h_session_delete, h_session_alive;
 handler_fn h_session_resize, h_vm_resize; /* api_resize.c */
+/* api_checkpoint.c: checkpoint, restore, migration, node drain */
+handler_fn h_session_checkpoint, h_session_state_get, h_session_state_delete, h_session_restore,
+    h_session_restore_data, h_session_restore_start, h_session_restore_abort, h_session_migrate,
+    h_session_migration, h_node_drain, h_node_undrain;
+/* Whether a checkpoint, restore or migration of the session is in flight: its servers
+ * come and go on purpose (a heartbeat must not stop them). Any lock. */
+int ckpt_session_busy(const char *session_id);
 handler_fn h_events, h_health, h_metrics;
 extern const struct flyt_http_route clm_routes[];
 

@@ -52,7 +52,8 @@ int session_end(struct clm *clm, struct session_rec *s, enum session_state state
     FLYT_ASSERT_HELD(&clm->lock);
     if (!session_is_live(s))
         return 0;
-    FLYT_ASSERT(state != SESSION_STARTING && state != SESSION_ACTIVE);
+    FLYT_ASSERT(state != SESSION_STARTING && state != SESSION_ACTIVE
+                && state != SESSION_MIGRATING);
     s->state = state;
     snprintf(s->end_reason, sizeof s->end_reason, "%s", reason);
     s->ended_at = now_ms();
@@ -91,7 +92,7 @@ int node_mark_lost(struct clm *clm, struct node_rec *n, const char *reason, char
 }
 
 int node_start_server(struct clm *clm, const struct node_rec *node, const struct session_rec *s,
-                      char *endpoint, size_t eplen, long long *server_pid, char *err,
+                      int restore, char *endpoint, size_t eplen, long long *server_pid, char *err,
                       size_t errlen)
 {
     char url[ADDR_MAX + 32];
@@ -103,6 +104,8 @@ int node_start_server(struct clm *clm, const struct node_rec *node, const struct
     json_t *body = json_pack("{s:s,s:i,s:o,s:i,s:I,s:s}", "session_id", s->id, "gpu_index",
                              s->gpu_index, "sm_groups", groups, "sm_count", s->sm_count,
                              "memory_quota", (json_int_t)s->memory_quota, "vm_id", s->vm_id);
+    if (restore)   /* from the session's state file on that node (api_checkpoint.c) */
+        json_object_set_new(body, "restore", json_true());
     long status;
     json_t *ans = NULL;
     int rc = flyt_http_call_timeout("POST", url, node->manager_token, body,
@@ -212,7 +215,7 @@ void lifecycle_tick(struct clm *clm)
     }
     int ok = store_node_list(clm->store, &nodes, &n, err, sizeof err) >= 0;
     for (int i = 0; ok && i < n; i++) {
-        if (nodes[i].state != NODE_READY)
+        if (nodes[i].state != NODE_READY && nodes[i].state != NODE_DRAINING)
             continue;
         /* after a restart (or any deaf spell) every node gets a full node_timeout */
         long long seen = nodes[i].last_heartbeat > hearing ? nodes[i].last_heartbeat : hearing;

@@ -20,9 +20,11 @@ void store_copy_(char *dst, size_t cap, const char *src)
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
-static const char *const node_state_names[NODE_STATES] = {"registered", "ready", "lost"};
+static const char *const node_state_names[NODE_STATES] = {"registered", "ready", "lost",
+                                                          "draining"};
 static const char *const session_state_names[SESSION_STATES] = {"starting", "active", "released",
-                                                                "lost", "failed"};
+                                                                "lost", "failed", "suspended",
+                                                                "migrating"};
 
 static int state_parse(const char *const *names, int count, const char *name)
 {

@@ -24,10 +24,16 @@
 #define MAX_SM_GROUPS 256  /* SM groups per GPU */
 
 /* States are enums in memory; their names are what the store and the API carry. */
-enum node_state { NODE_REGISTERED, NODE_READY, NODE_LOST, NODE_STATES };
+/* draining: up and monitored like ready, but placement skips it (flytctl node drain). */
+enum node_state { NODE_REGISTERED, NODE_READY, NODE_LOST, NODE_DRAINING, NODE_STATES };
+/* suspended: checkpointed and stopped (preempted); holds no share, its state file is on
+ * its node until restored (docs/api.md, "Checkpoint, restore, migration"). migrating: a
+ * checkpoint with stop or a migration is under way; live (it holds its source share),
+ * and the end of its source server is expected, not a failure. */
 enum session_state {
     SESSION_STARTING, SESSION_ACTIVE,              /* live: they hold their share */
     SESSION_RELEASED, SESSION_LOST, SESSION_FAILED,
+    SESSION_SUSPENDED, SESSION_MIGRATING,
     SESSION_STATES
 };
 const char *node_state_name(enum node_state state);
@@ -127,6 +133,8 @@ int store_gpus_get(struct store *st, const char *node_id, struct gpu_rec **out, 
 int store_session_insert(struct store *st, const struct session_rec *s, char *err, size_t errlen);
 /* Updates everything but the id, VM, node, GPU and share (those never change). */
 int store_session_update(struct store *st, const struct session_rec *s, char *err, size_t errlen);
+/* A restore elsewhere: the session's node, GPU, SM count, groups and memory quota. */
+int store_session_move(struct store *st, const struct session_rec *s, char *err, size_t errlen);
 /* A live resize: the session's SM count, groups and memory quota. */
 int store_session_set_share(struct store *st, const struct session_rec *s, char *err,
                             size_t errlen);

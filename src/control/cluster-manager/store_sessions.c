@@ -9,11 +9,12 @@
 #define SESSION_COLS "id, vm_id, pid, process, node_id, gpu_index, sm_count, sm_groups," \
                      " memory_quota, endpoint, server_pid, state, created_at, last_activity," \
                      " ended_at, disconnected_since, end_reason"
-#define LIVE_STATES "('starting', 'active')"
+#define LIVE_STATES "('starting', 'active', 'migrating')"
 
 int session_is_live(const struct session_rec *s)
 {
-    return s->state == SESSION_STARTING || s->state == SESSION_ACTIVE;
+    return s->state == SESSION_STARTING || s->state == SESSION_ACTIVE
+           || s->state == SESSION_MIGRATING;
 }
 
 static void session_from_row(const struct db_rows *r, int i, struct session_rec *s)
@@ -75,6 +76,18 @@ int store_session_set_share(struct store *st, const struct session_rec *s, char 
     return db_exec(store_db_(st),
                    "UPDATE sessions SET sm_count = ?, sm_groups = ?, memory_quota = ? WHERE id = ?",
                    a, 4, NULL, err, errlen);
+}
+
+int store_session_move(struct store *st, const struct session_rec *s, char *err, size_t errlen)
+{
+    char groups[MAX_SM_GROUPS * 4 + 1];
+    groups_format(s->groups, s->ngroups, groups, sizeof groups);
+    struct db_arg a[] = {DB_S(s->node_id), DB_I(s->gpu_index), DB_I(s->sm_count), DB_S(groups),
+                         DB_I(s->memory_quota), DB_S(s->id)};
+    return db_exec(store_db_(st),
+                   "UPDATE sessions SET node_id = ?, gpu_index = ?, sm_count = ?, sm_groups = ?,"
+                   " memory_quota = ? WHERE id = ?",
+                   a, 6, NULL, err, errlen);
 }
 
 int store_session_get(struct store *st, const char *id, struct session_rec *s, char *err,

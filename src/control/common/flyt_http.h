@@ -21,6 +21,9 @@ struct flyt_http_request {
     int nparams;
     const char *token;     /* the token of "Authorization: Bearer <token>", or NULL */
     json_t *body;          /* the parsed body (borrowed), NULL when the body was empty */
+    const char *raw;       /* the body's bytes when it is application/octet-stream (then
+                            * body is NULL: such a body is not parsed); else NULL */
+    size_t raw_len;
     const char *route;     /* the matched route, "METHOD /pattern" */
     void *conn_;           /* private */
 };
@@ -89,6 +92,8 @@ const char *flyt_http_header(const struct flyt_http_request *req, const char *na
 void flyt_http_reply_json(struct flyt_http_response *res, int status, json_t *json);
 void flyt_http_reply_text(struct flyt_http_response *res, int status, const char *content_type,
                           char *text);
+/* Binary answer (application/octet-stream); takes data (malloc'd, may be NULL when len 0). */
+void flyt_http_reply_bytes(struct flyt_http_response *res, int status, char *data, size_t len);
 void flyt_http_reply_status(struct flyt_http_response *res, int status);  /* no body: 204 */
 void flyt_http_reply_error(struct flyt_http_response *res, int status, const char *code,
                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -114,5 +119,13 @@ int flyt_http_call(const char *method, const char *url, const char *token, json_
 int flyt_http_call_timeout(const char *method, const char *url, const char *token, json_t *body,
                            long timeout_ms, long *status, json_t **answer, char *err,
                            size_t errlen);
+
+/* Bytes both ways: body (len bytes, NULL: none) is sent as application/octet-stream; a 2xx
+ * answer's bytes come back in *out (malloc'd, free() it; NULL when empty) and *outlen. A
+ * non-2xx answer: 0 with *status and err as flyt_http_call, *out NULL. For state files,
+ * which move in chunks under FLYT_HTTP_BODY_LIMIT (docs/api.md, "Checkpoint"). */
+int flyt_http_call_bytes(const char *method, const char *url, const char *token, const void *body,
+                         size_t len, long timeout_ms, long *status, char **out, size_t *outlen,
+                         char *err, size_t errlen);
 
 #endif

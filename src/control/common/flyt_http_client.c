@@ -45,12 +45,12 @@ int flyt_http_call(const char *method, const char *url, const char *token, json_
     return flyt_http_call_timeout(method, url, token, body, 10000, status, answer, err, errlen);
 }
 
-int flyt_http_call_timeout(const char *method, const char *url, const char *token, json_t *body,
-                           long timeout_ms, long *status, json_t **answer, char *err,
-                           size_t errlen)
+/* One request with payload (NULL: none) of type ctype; the answer's bytes in ab. 0 when an
+ * HTTP answer came (status set), -1 with err when none did. */
+static int perform(const char *method, const char *url, const char *token, const char *payload,
+                   size_t plen, const char *ctype, long timeout_ms, long *status,
+                   struct answer_buf *ab, char *err, size_t errlen)
 {
-    if (answer)
-        *answer = NULL;
     *status = 0;
     if (err && errlen)
         err[0] = 0;
@@ -64,17 +64,17 @@ int flyt_http_call_timeout(const char *method, const char *url, const char *toke
         snprintf(err, errlen, "libcurl: cannot create a handle");
         return -1;
     }
-    char *payload = body ? json_dumps(body, JSON_COMPACT) : NULL;
     struct curl_slist *headers = NULL;
-    char auth[600];
+    char auth[600], type[128];
     if (token) {
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
         headers = curl_slist_append(headers, auth);
     }
-    if (payload)
-        headers = curl_slist_append(headers, "Content-Type: application/json");
+    if (payload) {
+        snprintf(type, sizeof type, "Content-Type: %s", ctype);
+        headers = curl_slist_append(headers, type);
+    }
     headers = curl_slist_append(headers, "Expect:");   /* no 100-continue round trip */
-    struct answer_buf ab = {0};
     char curl_err[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
@@ -84,12 +84,12 @@ int flyt_http_call_timeout(const char *method, const char *url, const char *toke
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 3000 ? timeout_ms : 3000L);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &ab);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, ab);
     curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, curl_err);
     curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
     if (payload) {
         curl_easy_setopt(curl, CURLOPT_POSTFIELDS, payload);
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)strlen(payload));
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)plen);
     } else if (strcmp(method, "GET") == 0) {
         curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
     } else if (strcmp(method, "DELETE") != 0) {
@@ -100,11 +100,39 @@ int flyt_http_call_timeout(const char *method, const char *url, const char *toke
     int result = 0;
     if (rc != CURLE_OK) {
         snprintf(err, errlen, "%s %s: %s", method, url,
-                 ab.too_large ? "answer too large" : curl_err[0] ? curl_err
-                                                                 : curl_easy_strerror(rc));
+                 ab->too_large ? "answer too large" : curl_err[0] ? curl_err
+                                                                  : curl_easy_strerror(rc));
         result = -1;
     } else {
         curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, status);
+    }
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(curl);
+    return result;
+}
+
+/* A non-2xx answer's error body into err: "HTTP <status> <code>: <message>". */
+static void error_text(long status, json_t *j, const struct answer_buf *ab, char *err,
+                       size_t errlen)
+{
+    json_t *e = j ? json_object_get(j, "error") : NULL;
+    const char *code = json_string_value(json_object_get(e, "code"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    snprintf(err, errlen, "HTTP %ld %s: %s", status, code ? code : "error",
+             msg ? msg : (ab->data ? ab->data : "(no body)"));
+}
+
+int flyt_http_call_timeout(const char *method, const char *url, const char *token, json_t *body,
+                           long timeout_ms, long *status, json_t **answer, char *err,
+                           size_t errlen)
+{
+    if (answer)
+        *answer = NULL;
+    char *payload = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    struct answer_buf ab = {0};
+    int result = perform(method, url, token, payload, payload ? strlen(payload) : 0,
+                         "application/json", timeout_ms, status, &ab, err, errlen);
+    if (result == 0) {
         json_t *j = NULL;
         if (ab.len) {
             json_error_t jerr;
@@ -116,11 +144,7 @@ int flyt_http_call_timeout(const char *method, const char *url, const char *toke
                 result = -1;
             }
         } else {
-            json_t *e = j ? json_object_get(j, "error") : NULL;
-            const char *code = json_string_value(json_object_get(e, "code"));
-            const char *msg = json_string_value(json_object_get(e, "message"));
-            snprintf(err, errlen, "HTTP %ld %s: %s", *status, code ? code : "error",
-                     msg ? msg : (ab.data ? ab.data : "(no body)"));
+            error_text(*status, j, &ab, err, errlen);
         }
         if (answer && result == 0)
             *answer = j;
@@ -129,7 +153,28 @@ int flyt_http_call_timeout(const char *method, const char *url, const char *toke
     }
     free(ab.data);
     free(payload);
-    curl_slist_free_all(headers);
-    curl_easy_cleanup(curl);
+    return result;
+}
+
+int flyt_http_call_bytes(const char *method, const char *url, const char *token, const void *body,
+                         size_t len, long timeout_ms, long *status, char **out, size_t *outlen,
+                         char *err, size_t errlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    struct answer_buf ab = {0};
+    int result = perform(method, url, token, body, len, "application/octet-stream", timeout_ms,
+                         status, &ab, err, errlen);
+    if (result == 0 && (*status < 200 || *status >= 300)) {
+        json_error_t jerr;
+        json_t *j = ab.len ? json_loadb(ab.data, ab.len, 0, &jerr) : NULL;
+        error_text(*status, j, &ab, err, errlen);
+        json_decref(j);
+    } else if (result == 0) {
+        *out = ab.data;
+        *outlen = ab.len;
+        ab.data = NULL;
+    }
+    free(ab.data);
     return result;
 }

@@ -85,6 +85,15 @@ void flyt_http_reply_text(struct flyt_http_response *res, int status, const char
     res->content_type = content_type;
 }
 
+void flyt_http_reply_bytes(struct flyt_http_response *res, int status, char *data, size_t len)
+{
+    reply_reset(res);
+    res->status = status;
+    res->body = data;
+    res->len = data ? len : 0;
+    res->content_type = "application/octet-stream";
+}
+
 void flyt_http_reply_status(struct flyt_http_response *res, int status)
 {
     reply_reset(res);
@@ -237,7 +246,12 @@ static void dispatch(struct flyt_http_server *srv, struct MHD_Connection *c, con
     char route_name[256];
     snprintf(route_name, sizeof route_name, "%s %s", found->method, found->pattern);
     req.route = route_name;
-    if (cs->len) {
+    const char *ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                    MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (cs->len && ctype && strncasecmp(ctype, "application/octet-stream", 24) == 0) {
+        req.raw = cs->body;
+        req.raw_len = cs->len;
+    } else if (cs->len) {
         json_error_t jerr;
         req.body = json_loadb(cs->body, cs->len, JSON_REJECT_DUPLICATES, &jerr);
         if (!req.body) {

@@ -361,4 +361,13 @@ const struct ctl_cmd ctl_misc_cmds[] = {
      status},
     {NULL, "version", "", 0, 0, version_opts,
      "flytctl's version and the cluster manager's.", NULL, version},
+    {NULL, "checkpoint", "SESSION", 1, 1, ctl_checkpoint_opts,
+     "Write a session's state to FILE (--stop: and stop it: preemption).", CTL_CKPT_HELP,
+     ctl_checkpoint},
+    {NULL, "restore", "FILE", 1, 1, ctl_where_opts,
+     "Bring a checkpointed session back from FILE, on a node placement picks or --node.",
+     CTL_RESTORE_HELP, ctl_restore},
+    {NULL, "migrate", "SESSION", 1, 1, ctl_where_opts,
+     "Move a running session to another node (or --node/--gpu), its id kept.", CTL_MIGRATE_HELP,
+     ctl_migrate},
     {NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL}};

@@ -198,4 +198,9 @@ const struct ctl_cmd ctl_node_cmds[] = {
      "\nExample:\n  flytctl node add gpu-1 --host-ip 10.0.1.1\n", node_add},
     {"node", "remove", "ID", 1, 1, no_opts,
      "Remove a node; its live sessions end and its capacity is withdrawn.", NULL, node_remove},
+    {"node", "drain", "ID", 1, 1, no_opts,
+     "Stop placements on a node and migrate its sessions away, reporting each.", NULL,
+     ctl_node_drain},
+    {"node", "undrain", "ID", 1, 1, no_opts, "Let a drained node take placements again.", NULL,
+     ctl_node_undrain},
     {NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL}};

@@ -6,7 +6,8 @@
  *   cmd_vm.c     vm list|show|add|update|remove|import
  *   cmd_node.c   node list|show|add|remove
  *   cmd_misc.c   session list|show|release, events, status, version
- *   cmd_resize.c session resize, vm resize */
+ *   cmd_resize.c session resize, vm resize
+ *   cmd_checkpoint.c  checkpoint, restore, migrate, node drain|undrain */
 #ifndef FLYT_CTL_H
 #define FLYT_CTL_H
 
@@ -123,6 +124,26 @@ int ctl_arg_duration(const struct ctl_cmd *cmd, const char *opt, const char *s, 
  * token, 401/403). */
 int ctl_call(struct ctl *c, const char *method, const char *path, json_t *body, int auth,
              json_t **answer);
+/* Bytes both ways (state files): body (NULL: none) as application/octet-stream, a 2xx
+ * answer's bytes in *out (free() it). Errors printed as ctl_call; CTL_OK or an exit code. */
+int ctl_call_bytes(struct ctl *c, const char *method, const char *path, const void *body,
+                   size_t len, long timeout_ms, char **out, size_t *outlen);
+/* cmd_checkpoint.c: checkpoint, restore, migrate, node drain|undrain */
+extern const struct ctl_opt ctl_checkpoint_opts[], ctl_where_opts[];
+ctl_run_fn ctl_checkpoint, ctl_restore, ctl_migrate, ctl_node_drain, ctl_node_undrain;
+#define CTL_CKPT_HELP                                                                           \
+    "The session's server writes its state (docs/state-format.md); the file comes back\n"     \
+    "through the node and cluster managers. With --stop the session ends after it and is\n"  \
+    "recorded suspended (its share freed); its program waits until `flytctl restore`.\n"      \
+    "\nExample:\n  flytctl checkpoint s-0123 --to s-0123.state --stop\n"
+#define CTL_RESTORE_HELP                                                                        \
+    "The file names its session; it must not be running (suspended, lost or failed).\n"      \
+    "\nExample:\n  flytctl restore s-0123.state --node gpu-2\n"
+#define CTL_MIGRATE_HELP                                                                        \
+    "Checkpoint with stop on the source, copy through the managers, restore on the target.\n" \
+    "If anything fails midway the session is restored on its source and the reason shown.\n" \
+    "Prints the downtime (checkpoint request to the restored server listening).\n"            \
+    "\nExample:\n  flytctl migrate s-0123 --node gpu-2 --gpu 1\n"
 /* DELETE path; then, with --json, the answer if any, else the line `done`
  * (printed with a newline). CTL_OK or ctl_call's error. */
 int ctl_delete(struct ctl *c, const char *path, const char *done);

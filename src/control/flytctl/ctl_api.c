@@ -160,6 +160,32 @@ int ctl_call(struct ctl *c, const char *method, const char *path, json_t *body, 
     return rc;
 }
 
+int ctl_call_bytes(struct ctl *c, const char *method, const char *path, const void *body,
+                   size_t len, long timeout_ms, char **out, size_t *outlen)
+{
+    *out = NULL;
+    *outlen = 0;
+    c->last_error[0] = 0;
+    int rc = load_token(c);
+    if (rc)
+        return rc;
+    char url[4096], err[2048];
+    snprintf(url, sizeof url, "%s%s", c->server, path);
+    long status = 0;
+    if (flyt_http_call_bytes(method, url, c->token, body, len, timeout_ms, &status, out, outlen,
+                             err, sizeof err) < 0) {
+        fprintf(stderr, "flytctl: cannot reach the cluster manager at %s (from %s): %s\n",
+                c->server, c->server_from, err);
+        snprintf(c->last_error, sizeof c->last_error, "unreachable");
+        return CTL_ECONN;
+    }
+    if (status >= 200 && status < 300)
+        return CTL_OK;
+    fprintf(stderr, "flytctl: %s\n", err);
+    snprintf(c->last_error, sizeof c->last_error, "http_%ld", status);
+    return status == 401 || status == 403 ? CTL_ECONN : CTL_EAPI;
+}
+
 int ctl_delete(struct ctl *c, const char *path, const char *done)
 {
     json_t *ans;

@@ -5,6 +5,7 @@
  *   DELETE /v1/servers/{session_id} stop it; 204 once nothing of it runs
  *   GET    /v1/servers              the servers, alive and connected
  *   POST   /v1/servers/{id}/resize  a live resize of its share (resize.c)
+ *   checkpoint, state files, restore   (checkpoint.c)
  * and, without a token, GET /v1/health and GET /metrics (counts only).
  */
 #include "nm.h"
@@ -123,6 +124,7 @@ static void h_start(void *ctx, const struct flyt_http_request *req, struct flyt_
         goto out;
     }
     snprintf(r->vm_id, sizeof r->vm_id, "%s", vm ? json_string_value(vm) : "");
+    r->restore = json_is_true(json_object_get(b, "restore"));
     snprintf(r->sid, sizeof r->sid, "%s", sid);
     r->gpu_index = gpu->index;
 
@@ -263,4 +265,8 @@ const struct flyt_http_route nm_routes[] = {
     {"GET", "/v1/servers", h_list},
     {"DELETE", "/v1/servers/{id}", h_stop},
     {"POST", "/v1/servers/{id}/resize", nm_h_resize},
+    {"POST", "/v1/servers/{id}/checkpoint", nm_h_checkpoint},
+    {"GET", "/v1/checkpoints/{id}", nm_h_state_get},
+    {"PUT", "/v1/checkpoints/{id}", nm_h_state_put},
+    {"DELETE", "/v1/checkpoints/{id}", nm_h_state_delete},
     {NULL, NULL, NULL}};

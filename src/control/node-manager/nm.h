@@ -94,6 +94,7 @@ struct nm_server {
     int       groups[NM_MAX_GROUPS];
     long long memory_quota;
     char      vm_id[NM_SID_MAX]; /* "" when the cluster manager did not say */
+    int       restore;        /* flyt-server --restore STATE_DIR/ID.state */
     char      key_path[PATH_MAX + NM_SID_MAX + 16];
     char      status_path[PATH_MAX + NM_SID_MAX + 16];
     char      sock_path[108]; /* its Unix socket, for clients on this machine; "" if none */
@@ -143,6 +144,7 @@ struct nm_start_req {
     int  sm_count;
     long long memory_quota;
     char vm_id[NM_SID_MAX]; /* the tenant: its own image cache; "" none */
+    int  restore;           /* start from the session's state file (checkpoint.c) */
 };
 int nm_server_start(struct nm *nm, const struct nm_start_req *r, int *http_status, char *msg,
                     size_t msglen, char *endpoint, size_t eplen, pid_t *pid);
@@ -197,6 +199,14 @@ int nm_parse_share(const struct nm_gpu *gpu, json_t *groups, json_t *sc, json_t 
                    struct nm_start_req *r, struct flyt_http_response *res);
 /* POST /v1/servers/{id}/resize (resize.c). */
 void nm_h_resize(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res);
+/* checkpoint.c: a session's state file STATE_DIR/ID.state (0, or -1: too long) and the
+ * routes that write, read, fill and remove it. */
+int nm_state_file(const struct nm *nm, const char *sid, char *out, size_t outlen);
+void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res);
+void nm_h_state_get(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res);
+void nm_h_state_put(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res);
+void nm_h_state_delete(void *ctx, const struct flyt_http_request *req,
+                       struct flyt_http_response *res);
 
 /* ---- MPS (mps.c), main thread ---- */
 int  nm_mps_start(struct nm *nm, char *err, size_t errlen);

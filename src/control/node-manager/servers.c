@@ -428,6 +428,11 @@ static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t er
         argv[argc++] = "--cache-dir";
         argv[argc++] = cache;
     }
+    char state[PATH_MAX + NM_SID_MAX + 16];
+    if (s->restore && nm_state_file(nm, s->sid, state, sizeof state) == 0) {
+        argv[argc++] = "--restore";
+        argv[argc++] = state;
+    }
     argv[argc] = NULL;
     /* the environment: this GPU only, or the fake GPU; its MPS daemon */
     const char *fin[6];
@@ -514,6 +519,7 @@ static struct nm_server *server_new_locked(struct nm *nm, const struct nm_start_
     s->sm_count = r->sm_count;
     s->memory_quota = r->memory_quota;
     snprintf(s->vm_id, sizeof s->vm_id, "%s", r->vm_id);
+    s->restore = r->restore;
     s->state = NM_STARTING;
     s->waiters = 1; /* this request: nobody else frees the entry meanwhile */
     snprintf(s->key_path, sizeof s->key_path, "%s/%s.key", c->state_dir, s->sid);

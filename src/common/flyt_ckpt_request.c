@@ -1,0 +1,84 @@
+/* The checkpoint request of flyt_ckpt_request.h over the status page. */
+#include "flyt_ckpt_request.h"
+
+#include "flyt_server_status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOAD(p)     __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+
+/* The session child with a client connected (the last one, if several). */
+static pid_t session_pid(struct flyt_server_status *p)
+{
+    pid_t pid = 0;
+    for (int i = 0; i < FLYT_STATUS_SLOTS; i++)
+        if (LOAD(&p->slots[i].pid) > 0 && LOAD(&p->slots[i].admitted))
+            pid = LOAD(&p->slots[i].pid);
+    return pid;
+}
+
+/* Posts the request and waits for its answer; the page is mapped. */
+static int ask(struct flyt_server_status *p, const char *status_path, const char *state_path,
+               int stop, long timeout_ms, struct flyt_ckpt_outcome *out, char *err, size_t errlen)
+{
+    if (LOAD(&p->magic) != FLYT_STATUS_MAGIC) {
+        snprintf(err, errlen, "%s is not a listening server's status page", status_path);
+        return -1;
+    }
+    pid_t pid = session_pid(p);
+    if (pid <= 0 || strlen(state_path) >= sizeof p->ckpt_path) {
+        snprintf(err, errlen, "%s", pid <= 0 ? "no session is connected" : "path too long");
+        return -1;
+    }
+    snprintf(p->ckpt_path, sizeof p->ckpt_path, "%s", state_path);
+    STORE(&p->ckpt_pid, (int32_t)pid);
+    STORE(&p->ckpt_flags, stop ? FLYT_CKPT_STOP : 0u);
+    uint64_t gen = LOAD(&p->ckpt_gen) + 1;
+    STORE(&p->ckpt_gen, gen);
+    if (kill(pid, SIGURG) != 0) {
+        snprintf(err, errlen, "SIGURG to the session %d: %s", (int)pid, strerror(errno));
+        return -1;
+    }
+    for (long waited = 0; waited < timeout_ms && LOAD(&p->ckpt_done_gen) != gen; waited += 5)
+        nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+    if (LOAD(&p->ckpt_done_gen) != gen) {
+        snprintf(err, errlen, "no answer from session %d within %ld ms", (int)pid, timeout_ms);
+        return -1;
+    }
+    out->result = LOAD(&p->ckpt_result);
+    out->bytes = LOAD(&p->ckpt_bytes);
+    out->ns = LOAD(&p->ckpt_ns);
+    if (out->result != 0)
+        snprintf(err, errlen, "refused (CUDA error %d): %.*s", (int)out->result,
+                 (int)sizeof p->ckpt_error, p->ckpt_error);
+    return 0;
+}
+
+int flyt_ckpt_request(const char *status_path, const char *state_path, int stop, long timeout_ms,
+                      struct flyt_ckpt_outcome *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int fd = open(status_path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", status_path, strerror(errno));
+        return -1;
+    }
+    struct flyt_server_status *p =
+        mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "%s: cannot map it: %s", status_path, strerror(errno));
+        return -1;
+    }
+    int rc = ask(p, status_path, state_path, stop, timeout_ms, out, err, errlen);
+    munmap(p, sizeof *p);
+    return rc;
+}

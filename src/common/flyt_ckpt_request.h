@@ -1,0 +1,26 @@
+/*
+ * Asking a managed flyt-server's session for a checkpoint through its status
+ * page (flyt_server_status.h, docs/state-format.md): the one implementation of
+ * that contract, used by flyt-checkpoint and the node manager.
+ */
+#ifndef FLYT_CKPT_REQUEST_H
+#define FLYT_CKPT_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct flyt_ckpt_outcome {
+    int32_t  result; /* the session's CUresult: 0 written */
+    uint64_t bytes;  /* the state file's size */
+    uint64_t ns;     /* the session's drain and write */
+};
+
+/* Writes the request for state_path into the page at status_path (stop: the session
+ * ends after a successful checkpoint), wakes the connected session and waits up to
+ * timeout_ms for its answer. 0 with out when the session answered (out->result says
+ * whether it wrote the file; err has its reason when not); -1 with err when no
+ * session could be asked or none answered. */
+int flyt_ckpt_request(const char *status_path, const char *state_path, int stop, long timeout_ms,
+                      struct flyt_ckpt_outcome *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,888 @@
+/*
+ * Checkpoint, restore, migration and node drain (docs/api.md, "Checkpoint, restore,
+ * migration"). State files move between nodes through this manager in chunks of
+ * CHUNK bytes (no shared file system): GET from one node manager, PUT to the other.
+ *
+ * Operations in flight live in a small table here (ops), one per session: a second
+ * one on the same session is refused (409). A migration runs on a thread of its own;
+ * its progress and outcome stay in the table for GET .../migration. A session being
+ * migrated, or checkpointed with stop, is "migrating" in the store (live: it keeps its
+ * source share); a preempted one is "suspended" (no share: a restore places it anew).
+ */
+#include "clm.h"
+
+#include "flyt_log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK (512 * 1024)
+#define OP_IDLE_MS (10LL * 60 * 1000)   /* a restore upload nobody continues expires */
+#define CKPT_CALL_MS (10L * 60 * 1000)
+
+enum op_kind { OP_CHECKPOINT, OP_RESTORE, OP_MIGRATE };
+
+/* Where a session is to run: a node, a GPU and a share on it. */
+struct target {
+    struct node_rec node;
+    int gpu_index, sm_count, ngroups, groups[MAX_SM_GROUPS];
+    long long memory_quota;
+};
+
+struct op {
+    char sid[ID_MAX];
+    enum op_kind kind;
+    int done, ok;
+    long long touched;
+    struct target to, from;
+    char phase[32];
+    long long bytes, total, downtime_ms;
+    char endpoint[ADDR_MAX], message[768];
+    struct clm *clm;
+    struct op *next;
+};
+
+static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct op *ops;
+
+static struct op *op_find_locked(const char *sid)
+{
+    for (struct op *o = ops; o; o = o->next)
+        if (strcmp(o->sid, sid) == 0)
+            return o;
+    return NULL;
+}
+
+static int op_busy_locked(const struct op *o)
+{
+    return o && !o->done && (o->kind != OP_RESTORE || now_ms() - o->touched < OP_IDLE_MS);
+}
+
+int ckpt_session_busy(const char *session_id)
+{
+    pthread_mutex_lock(&ops_lock);
+    int busy = op_busy_locked(op_find_locked(session_id));
+    pthread_mutex_unlock(&ops_lock);
+    return busy;
+}
+
+static void op_remove_locked(struct op *o)
+{
+    for (struct op **p = &ops; *p; p = &(*p)->next)
+        if (*p == o) {
+            *p = o->next;
+            free(o);
+            return;
+        }
+}
+
+/* A new operation on sid, or NULL (409 in e) while another one runs. */
+static struct op *op_claim(const char *sid, enum op_kind kind, struct api_error *e)
+{
+    pthread_mutex_lock(&ops_lock);
+    struct op *o = op_find_locked(sid);
+    if (op_busy_locked(o)) {
+        static const char *const names[] = {"checkpoint", "restore", "migration"};
+        api_fail(e, 409, "conflict", "session %s: a %s is already in progress", sid,
+                 names[o->kind]);
+        pthread_mutex_unlock(&ops_lock);
+        return NULL;
+    }
+    if (o)
+        op_remove_locked(o);
+    o = calloc(1, sizeof *o);
+    if (o) {
+        snprintf(o->sid, sizeof o->sid, "%s", sid);
+        o->kind = kind;
+        o->touched = now_ms();
+        snprintf(o->phase, sizeof o->phase, "starting");
+        o->next = ops;
+        ops = o;
+    } else {
+        api_fail(e, 500, "internal", "out of memory");
+    }
+    pthread_mutex_unlock(&ops_lock);
+    return o;
+}
+
+static void op_drop(struct op *o)
+{
+    pthread_mutex_lock(&ops_lock);
+    op_remove_locked(o);
+    pthread_mutex_unlock(&ops_lock);
+}
+
+static void op_phase(struct op *o, const char *phase)
+{
+    pthread_mutex_lock(&ops_lock);
+    snprintf(o->phase, sizeof o->phase, "%s", phase);
+    o->touched = now_ms();
+    pthread_mutex_unlock(&ops_lock);
+}
+
+static json_t *op_json_locked(const struct op *o)
+{
+    return json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:i,s:I,s:I,s:I,s:s,s:s}", "session_id", o->sid,
+                     "phase", o->phase, "done", o->done, "ok", o->ok, "from_node", o->from.node.id,
+                     "to_node", o->to.node.id, "to_gpu", o->to.gpu_index, "bytes",
+                     (json_int_t)o->bytes, "total", (json_int_t)o->total, "downtime_ms",
+                     (json_int_t)o->downtime_ms, "endpoint", o->endpoint, "message", o->message);
+}
+
+/* ---- shared steps ---- */
+
+/* The operator's session, with its node (lock held). */
+static int load_session(struct clm *clm, const struct flyt_http_request *req,
+                        struct session_rec *s, struct node_rec *node, struct api_error *e)
+{
+    FLYT_ASSERT_HELD(&clm->lock);
+    struct principal who;
+    char err[512];
+    if (auth_check(clm, req, P_OPERATOR, &who, e) < 0)
+        return -1;
+    int found = store_session_get(clm->store, req->params[0], s, err, sizeof err);
+    if (found <= 0)
+        return found < 0 ? api_store_fail(e, "reading a session", err)
+                         : api_fail(e, 404, "not_found", "no session %s", req->params[0]);
+    return node ? node_load(clm, s->node_id, node, e) : 0;
+}
+
+/* The share s holds now, on its node, as a target. */
+static void target_of(const struct session_rec *s, const struct node_rec *node, struct target *t)
+{
+    t->node = *node;
+    t->gpu_index = s->gpu_index;
+    t->sm_count = s->sm_count;
+    t->ngroups = s->ngroups;
+    memcpy(t->groups, s->groups, sizeof t->groups[0] * (size_t)s->ngroups);
+    t->memory_quota = s->memory_quota;
+}
+
+/* Placement of s's share (lock held): on node/gpu when given (gpu < 0: any), else on
+ * any ready node but `avoid` (NULL: none). */
+static int place(struct clm *clm, const struct session_rec *s, const char *node, int gpu,
+                 const char *avoid, struct target *t, struct api_error *e)
+{
+    FLYT_ASSERT_HELD(&clm->lock);
+    char err[512];
+    struct node_rec *nodes;
+    int nn, keep = 0;
+    if (store_node_list(clm->store, &nodes, &nn, err, sizeof err) < 0)
+        return api_store_fail(e, "reading nodes", err);
+    for (int i = 0; i < nn; i++)
+        if (nodes[i].state == NODE_READY && (node ? strcmp(nodes[i].id, node) == 0
+                                                  : !avoid || strcmp(nodes[i].id, avoid) != 0))
+            nodes[keep++] = nodes[i];
+    struct gpu_cap *caps = NULL;
+    int ncaps = 0, rc = 0;
+    if (keep == 0)
+        rc = api_fail(e, 409, "no_capacity", node ? "node %s is not ready (unknown, lost or "
+                      "draining)" : "no other ready node for session %s", node ? node : s->id);
+    else if (capacity_build(clm, nodes, keep, &caps, &ncaps, err, sizeof err) < 0)
+        rc = api_store_fail(e, "reading capacity", err);
+    int n = 0;
+    for (int i = 0; rc == 0 && i < ncaps; i++)
+        if (gpu < 0 || caps[i].index == gpu)
+            caps[n++] = caps[i];
+    struct vm_rec vm = {0};
+    if (rc == 0 && store_vm_get(clm->store, s->vm_id, &vm, err, sizeof err) < 0)
+        rc = api_store_fail(e, "reading a VM", err);
+    struct placement_request pr = {s->sm_count, s->memory_quota, vm.host_ip, clm->set.policy,
+                                   clm->set.overcommit};
+    struct placement_result out;
+    if (rc == 0 && (n == 0 || placement_choose(caps, n, &pr, &out) < 0))
+        rc = api_fail(e, 409, "no_capacity", "session %s: %s", s->id,
+                      n == 0 ? "no such GPU on the chosen node(s)" : out.reason);
+    for (int i = 0; rc == 0 && i < keep; i++)
+        if (strcmp(nodes[i].id, caps[out.gpu].node_id) == 0)
+            t->node = nodes[i];
+    if (rc == 0) {
+        t->gpu_index = caps[out.gpu].index;
+        t->sm_count = out.sm_count;
+        t->ngroups = out.ngroups;
+        memcpy(t->groups, out.groups, sizeof t->groups[0] * (size_t)out.ngroups);
+        t->memory_quota = s->memory_quota;
+    }
+    free(nodes);
+    free(caps);
+    return rc;
+}
+
+/* One call to a node manager's API (without the lock); bytes both ways when raw. */
+static int node_call(const struct node_rec *node, const char *method, const char *path,
+                     json_t *body, long timeout_ms, json_t **ans, char *err, size_t errlen)
+{
+    char url[ADDR_MAX + 256];
+    long status = 0;
+    snprintf(url, sizeof url, "%s%s", node->address, path);
+    int rc = flyt_http_call_timeout(method, url, node->manager_token, body, timeout_ms, &status,
+                                    ans, err, errlen);
+    return rc == 0 && status >= 200 && status < 300 ? 0 : -1;
+}
+
+static int node_bytes(const struct node_rec *node, const char *method, const char *path,
+                      const char *data, size_t len, char **out, size_t *outlen, long *status,
+                      char *err, size_t errlen)
+{
+    char url[ADDR_MAX + 256];
+    snprintf(url, sizeof url, "%s%s", node->address, path);
+    int rc = flyt_http_call_bytes(method, url, node->manager_token, data, len, 60000, status, out,
+                                  outlen, err, errlen);
+    return rc == 0 && *status >= 200 && *status < 300 ? 0 : -1;
+}
+
+/* Starts the restored server of sid on t (without the lock). */
+static int start_restored(struct clm *clm, const char *sid, const char *vm_id,
+                          const struct target *t, char *endpoint, size_t eplen,
+                          long long *server_pid, char *err, size_t errlen)
+{
+    struct session_rec s = {0};
+    snprintf(s.id, sizeof s.id, "%s", sid);
+    snprintf(s.vm_id, sizeof s.vm_id, "%s", vm_id);
+    s.gpu_index = t->gpu_index;
+    s.sm_count = t->sm_count;
+    s.ngroups = t->ngroups;
+    memcpy(s.groups, t->groups, sizeof s.groups[0] * (size_t)t->ngroups);
+    s.memory_quota = t->memory_quota;
+    return node_start_server(clm, &t->node, &s, 1, endpoint, eplen, server_pid, err, errlen);
+}
+
+/* Records sid active on t at endpoint and logs kind with msg (takes and leaves the lock). */
+static int record_running(struct clm *clm, const char *sid, const struct target *t,
+                          const char *endpoint, long long server_pid, const char *kind,
+                          const char *msg, struct api_error *e)
+{
+    struct session_rec s;
+    char err[512];
+    if (clm_begin(clm, e) < 0)
+        return -1;
+    int found = store_session_get(clm->store, sid, &s, err, sizeof err);
+    int rc = found > 0 ? 0 : found < 0 ? api_store_fail(e, "reading a session", err)
+                                       : api_fail(e, 404, "not_found", "no session %s", sid);
+    if (rc == 0 && (s.state == SESSION_RELEASED || s.state == SESSION_STARTING))
+        rc = api_fail(e, 409, "conflict", "session %s was %s meanwhile", sid,
+                      session_state_name(s.state));
+    if (rc == 0) {
+        snprintf(s.node_id, sizeof s.node_id, "%s", t->node.id);
+        s.gpu_index = t->gpu_index;
+        s.sm_count = t->sm_count;
+        s.ngroups = t->ngroups;
+        memcpy(s.groups, t->groups, sizeof s.groups[0] * (size_t)t->ngroups);
+        s.memory_quota = t->memory_quota;
+        snprintf(s.endpoint, sizeof s.endpoint, "%s", endpoint);
+        s.server_pid = server_pid;
+        s.state = SESSION_ACTIVE;
+        s.last_activity = now_ms();
+        s.ended_at = s.disconnected_since = 0;
+        s.end_reason[0] = 0;
+        if (store_session_move(clm->store, &s, err, sizeof err) < 0
+            || store_session_update(clm->store, &s, err, sizeof err) < 0)
+            rc = api_store_fail(e, "recording a session", err);
+    }
+    if (rc == 0)
+        rc = api_event(clm, kind, sid, e, "%s", msg);
+    return clm_end(clm, rc == 0, e);
+}
+
+/* Sets sid's state (from `from` only; any when from < 0) and logs (takes the lock). */
+static void record_state(struct clm *clm, const char *sid, int from, enum session_state to,
+                         const char *kind, const char *msg)
+{
+    struct api_error e = {0};
+    struct session_rec s;
+    char err[512];
+    if (clm_begin(clm, &e) < 0)
+        return;
+    int rc = store_session_get(clm->store, sid, &s, err, sizeof err) > 0 ? 0 : -1;
+    if (rc == 0 && (from < 0 || s.state == (enum session_state)from)) {
+        s.state = to;
+        if (to == SESSION_SUSPENDED) {
+            s.endpoint[0] = 0;
+            s.server_pid = 0;
+        }
+        if (store_session_update(clm->store, &s, err, sizeof err) < 0)
+            rc = api_store_fail(&e, "updating a session", err);
+    }
+    if (rc == 0 && kind)
+        rc = api_event(clm, kind, sid, &e, "%s", msg);
+    if (clm_end(clm, rc == 0, &e) < 0)
+        flyt_error("session %s: cannot record %s: %s", sid, kind ? kind : "", e.message);
+}
+
+static void path_of(char *out, size_t len, const char *fmt, const char *sid)
+{
+    snprintf(out, len, fmt, sid);
+}
+
+/* ---- checkpoint ---- */
+
+void h_session_checkpoint(void *ctx, const struct flyt_http_request *req,
+                          struct flyt_http_response *res)
+{
+    struct clm *clm = ctx;
+    struct api_error e = {0};
+    struct session_rec s;
+    struct node_rec node;
+    struct op *o = NULL;
+    json_t *stopj = json_object_get(req->body, "stop");
+    int stop = json_is_true(stopj);
+    if (clm_begin(clm, &e) < 0) {
+        api_reply_error(res, &e);
+        return;
+    }
+    int rc = load_session(clm, req, &s, &node, &e);
+    if (rc == 0 && ((req->body && !json_is_object(req->body)) || (stopj && !json_is_boolean(stopj))))
+        rc = api_fail(&e, 400, "bad_request", "body: expected {\"stop\": true|false}");
+    if (rc == 0 && s.state != SESSION_ACTIVE)
+        rc = api_fail(&e, 409, "conflict", "session %s is %s, not active", s.id,
+                      session_state_name(s.state));
+    if (rc == 0 && !(o = op_claim(s.id, OP_CHECKPOINT, &e)))
+        rc = -1;
+    if (rc == 0 && stop) {
+        char err[512];
+        s.state = SESSION_MIGRATING;   /* its server's end is expected from now on */
+        if (store_session_update(clm->store, &s, err, sizeof err) < 0)
+            rc = api_store_fail(&e, "updating a session", err);
+    }
+    if (clm_end(clm, rc == 0, &e) < 0) {
+        if (o)
+            op_drop(o);
+        api_reply_error(res, &e);
+        return;
+    }
+    char path[ID_MAX + 64], err[768];
+    path_of(path, sizeof path, "/v1/servers/%s/checkpoint", s.id);
+    json_t *body = json_pack("{s:b}", "stop", stop), *ans = NULL;
+    int ok = node_call(&node, "POST", path, body, CKPT_CALL_MS, &ans, err, sizeof err) == 0;
+    json_decref(body);
+    long long bytes = ok ? json_integer_value(json_object_get(ans, "bytes")) : 0;
+    double ms = ok ? json_number_value(json_object_get(ans, "ms")) : 0;
+    json_decref(ans);
+    char msg[512];
+    if (ok)
+        snprintf(msg, sizeof msg, "checkpoint of %lld bytes on node %s in %.1f ms%s", bytes,
+                 node.id, ms, stop ? "; the session is stopped (suspended)" : "");
+    else
+        snprintf(msg, sizeof msg, "checkpoint failed: %.400s", err);
+    if (stop)
+        record_state(clm, s.id, SESSION_MIGRATING, ok ? SESSION_SUSPENDED : SESSION_ACTIVE,
+                     ok ? "session.suspended" : "session.checkpoint_failed", msg);
+    else
+        record_state(clm, s.id, SESSION_ACTIVE, SESSION_ACTIVE, ok ? "session.checkpointed"
+                                                       : "session.checkpoint_failed", msg);
+    op_drop(o);
+    if (!ok) {
+        flyt_http_reply_error(res, 409, "conflict", "session %s: %s", s.id, err);
+        return;
+    }
+    flyt_http_reply_json(res, 200, json_pack("{s:{s:s,s:s,s:I,s:f,s:b}}", "checkpoint",
+                                             "session_id", s.id, "node", node.id, "bytes",
+                                             (json_int_t)bytes, "ms", ms, "stopped", stop));
+}
+
+/* GET / DELETE the session's state file on its node, through this manager. */
+static void state_proxy(struct clm *clm, const struct flyt_http_request *req,
+                        struct flyt_http_response *res, const char *method)
+{
+    struct api_error e = {0};
+    struct session_rec s;
+    struct node_rec node;
+    if (clm_begin(clm, &e) < 0) {
+        api_reply_error(res, &e);
+        return;
+    }
+    int rc = load_session(clm, req, &s, &node, &e);
+    if (clm_end(clm, rc == 0, &e) < 0) {
+        api_reply_error(res, &e);
+        return;
+    }
+    char path[ID_MAX + 128], err[768];
+    const char *off = flyt_http_query(req, "offset"), *len = flyt_http_query(req, "length");
+    snprintf(path, sizeof path, "/v1/checkpoints/%s?offset=%lld&length=%lld", s.id,
+             off ? atoll(off) : 0LL, len ? atoll(len) : (long long)CHUNK);
+    char *data = NULL;
+    size_t n = 0;
+    long status = 0;
+    if (node_bytes(&node, method, path, NULL, 0, &data, &n, &status, err, sizeof err) != 0) {
+        flyt_http_reply_error(res, status == 404 ? 404 : 502, status == 404 ? "not_found"
+                              : "unavailable", "node %s: %s", node.id, err);
+        return;
+    }
+    if (strcmp(method, "DELETE") == 0) {
+        free(data);
+        flyt_http_reply_status(res, 204);
+    } else {
+        flyt_http_reply_bytes(res, 200, data, n);
+    }
+}
+
+void h_session_state_get(void *ctx, const struct flyt_http_request *req,
+                         struct flyt_http_response *res)
+{
+    state_proxy(ctx, req, res, "GET");
+}
+
+void h_session_state_delete(void *ctx, const struct flyt_http_request *req,
+                            struct flyt_http_response *res)
+{
+    state_proxy(ctx, req, res, "DELETE");
+}
+
+/* ---- restore ---- */
+
+/* "node" / "gpu_index" of a body (both optional). */
+static int parse_where(json_t *body, const char **node, int *gpu, struct api_error *e)
+{
+    json_t *n = json_object_get(body, "node"), *g = json_object_get(body, "gpu_index");
+    if ((body && !json_is_object(body)) || (n && !json_is_string(n)) ||
+        (g && (!json_is_integer(g) || json_integer_value(g) < 0)))
+        return api_fail(e, 400, "bad_request", "body: expected {\"node\"?: ID, \"gpu_index\"?: N}");
+    *node = n ? json_string_value(n) : NULL;
+    *gpu = g ? (int)json_integer_value(g) : -1;
+    return 0;
+}
+
+void h_session_restore(void *ctx, const struct flyt_http_request *req,
+                       struct flyt_http_response *res)
+{
+    struct clm *clm = ctx;
+    struct api_error e = {0};
+    struct session_rec s;
+    struct target t;
+    const char *node = NULL;
+    int gpu = -1;
+    struct op *o = NULL;
+    if (clm_begin(clm, &e) < 0) {
+        api_reply_error(res, &e);
+        return;
+    }
+    int rc = load_session(clm, req, &s, NULL, &e);
+    if (rc == 0)
+        rc = parse_where(req->body, &node, &gpu, &e);
+    if (rc == 0 && session_is_live(&s))
+        rc = api_fail(&e, 409, "conflict", "session %s is %s: checkpoint it with stop first",
+                      s.id, session_state_name(s.state));
+    if (rc == 0)
+        rc = place(clm, &s, node, gpu, NULL, &t, &e);
+    if (rc == 0 && !(o = op_claim(s.id, OP_RESTORE, &e)))
+        rc = -1;
+    if (rc == 0) {
+        pthread_mutex_lock(&ops_lock);
+        o->to = t;
+        snprintf(o->phase, sizeof o->phase, "upload");
+        pthread_mutex_unlock(&ops_lock);
+    }
+    if (clm_end(clm, rc == 0, &e) < 0) {
+        if (o)
+            op_drop(o);
+        api_reply_error(res, &e);
+        return;
+    }
+    flyt_http_reply_json(res, 200, json_pack("{s:{s:s,s:s,s:i,s:i,s:I}}", "restore",
+                                             "session_id", s.id, "node", t.node.id, "gpu_index",
+                                             t.gpu_index, "sm_count", t.sm_count, "memory_quota",
+                                             (json_int_t)t.memory_quota));
+}
+
+/* The restore upload of the request's session (touched); -1 once answered. */
+static int restore_target(const struct flyt_http_request *req, struct flyt_http_response *res,
+                          struct clm *clm, struct target *t)
+{
+    struct api_error e = {0};
+    struct principal who;
+    pthread_mutex_lock(&clm->lock);
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
+    pthread_mutex_unlock(&clm->lock);
+    if (rc < 0) {
+        api_reply_error(res, &e);
+        return -1;
+    }
+    pthread_mutex_lock(&ops_lock);
+    struct op *o = op_find_locked(req->params[0]);
+    int ok = o && o->kind == OP_RESTORE && op_busy_locked(o);
+    if (ok) {
+        *t = o->to;
+        o->touched = now_ms();
+    }
+    pthread_mutex_unlock(&ops_lock);
+    if (!ok)
+        flyt_http_reply_error(res, 404, "not_found", "no restore of session %s in progress "
+                              "(POST /v1/sessions/%s/restore first)", req->params[0],
+                              req->params[0]);
+    return ok ? 0 : -1;
+}
+
+void h_session_restore_data(void *ctx, const struct flyt_http_request *req,
+                            struct flyt_http_response *res)
+{
+    struct target t;
+    if (restore_target(req, res, ctx, &t) != 0)
+        return;
+    const char *off = flyt_http_query(req, "offset");
+    char path[ID_MAX + 64], err[768];
+    snprintf(path, sizeof path, "/v1/checkpoints/%s?offset=%lld", req->params[0],
+             off ? atoll(off) : 0LL);
+    char *ans = NULL;
+    size_t n = 0;
+    long status = 0;
+    int rc = node_bytes(&t.node, "PUT", path, req->raw ? req->raw : "", req->raw_len, &ans, &n,
+                        &status, err, sizeof err);
+    free(ans);
+    if (rc != 0) {
+        flyt_http_reply_error(res, status == 409 ? 409 : 502, status == 409 ? "conflict"
+                              : "unavailable", "node %s: %s", t.node.id, err);
+        return;
+    }
+    flyt_http_reply_status(res, 204);
+}
+
+void h_session_restore_abort(void *ctx, const struct flyt_http_request *req,
+                             struct flyt_http_response *res)
+{
+    struct target t;
+    if (restore_target(req, res, ctx, &t) != 0)
+        return;
+    pthread_mutex_lock(&ops_lock);
+    op_remove_locked(op_find_locked(req->params[0]));
+    pthread_mutex_unlock(&ops_lock);
+    flyt_http_reply_status(res, 204);
+}
+
+void h_session_restore_start(void *ctx, const struct flyt_http_request *req,
+                             struct flyt_http_response *res)
+{
+    struct clm *clm = ctx;
+    struct api_error e = {0};
+    struct session_rec s;
+    struct target t;
+    if (restore_target(req, res, clm, &t) != 0)
+        return;
+    if (clm_begin(clm, &e) < 0) {
+        api_reply_error(res, &e);
+        return;
+    }
+    int rc = load_session(clm, req, &s, NULL, &e);
+    clm_end(clm, 0, &e);
+    char endpoint[ADDR_MAX], err[768], msg[512];
+    long long pid = 0, t0 = now_ms();
+    if (rc == 0 && start_restored(clm, s.id, s.vm_id, &t, endpoint, sizeof endpoint, &pid, err,
+                                  sizeof err) != 0)
+        rc = api_fail(&e, 503, "unavailable", "node %s could not restore session %s: %s",
+                      t.node.id, s.id, err);
+    if (rc == 0) {
+        snprintf(msg, sizeof msg, "restored on %s/%d at %s (server started in %lld ms)",
+                 t.node.id, t.gpu_index, endpoint, now_ms() - t0);
+        rc = record_running(clm, s.id, &t, endpoint, pid, "session.restored", msg, &e);
+    }
+    pthread_mutex_lock(&ops_lock);
+    op_remove_locked(op_find_locked(req->params[0]));
+    pthread_mutex_unlock(&ops_lock);
+    if (rc != 0) {
+        api_reply_error(res, &e);
+        return;
+    }
+    char path[ID_MAX + 64];
+    path_of(path, sizeof path, "/v1/checkpoints/%s", s.id);
+    node_call(&t.node, "DELETE", path, NULL, 10000, NULL, err, sizeof err); /* mapped already */
+    flyt_http_reply_json(res, 200, json_pack("{s:{s:s,s:s,s:i,s:s}}", "session", "id", s.id,
+                                             "node", t.node.id, "gpu_index", t.gpu_index,
+                                             "endpoint", endpoint));
+}
+
+/* ---- migration ---- */
+
+/* Copies the source's state file to the target, CHUNK by CHUNK; -1 with err. */
+static int copy_state(struct op *o, char *err, size_t errlen)
+{
+    char path[ID_MAX + 128];
+    for (long long off = 0;;) {
+        char *data = NULL;
+        size_t n = 0;
+        long status = 0;
+        snprintf(path, sizeof path, "/v1/checkpoints/%s?offset=%lld&length=%d", o->sid, off,
+                 CHUNK);
+        if (node_bytes(&o->from.node, "GET", path, NULL, 0, &data, &n, &status, err, errlen))
+            return -1;
+        snprintf(path, sizeof path, "/v1/checkpoints/%s?offset=%lld", o->sid, off);
+        char *ans = NULL;
+        size_t an = 0;
+        int rc = n ? node_bytes(&o->to.node, "PUT", path, data, n, &ans, &an, &status, err,
+                                errlen) : 0;
+        free(data);
+        free(ans);
+        if (rc)
+            return -1;
+        off += (long long)n;
+        pthread_mutex_lock(&ops_lock);
+        o->bytes = off;
+        o->touched = now_ms();
+        pthread_mutex_unlock(&ops_lock);
+        if (n < CHUNK)
+            return off == o->total || o->total == 0 ? 0
+                   : (snprintf(err, errlen, "copied %lld of %lld bytes", off, o->total), -1);
+    }
+}
+
+static void op_finish(struct op *o, int ok, const char *endpoint, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void op_finish(struct op *o, int ok, const char *endpoint, const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&ops_lock);
+    va_start(ap, fmt);
+    vsnprintf(o->message, sizeof o->message, fmt, ap);
+    va_end(ap);
+    snprintf(o->endpoint, sizeof o->endpoint, "%s", endpoint ? endpoint : "");
+    snprintf(o->phase, sizeof o->phase, "%s", ok ? "done" : "failed");
+    o->ok = ok;
+    o->done = 1;
+    o->touched = now_ms();
+    pthread_mutex_unlock(&ops_lock);
+}
+
+/* After a failure with the source stopped: the session comes back on its source. */
+static void migrate_fall_back(struct op *o, const char *vm_id, const char *why)
+{
+    struct clm *clm = o->clm;
+    char endpoint[ADDR_MAX], err[768], msg[1024];
+    long long pid = 0;
+    struct api_error e = {0};
+    op_phase(o, "fallback");
+    flyt_warn("session %s: migration to %s failed (%s); restoring it on %s", o->sid,
+              o->to.node.id, why, o->from.node.id);
+    if (start_restored(clm, o->sid, vm_id, &o->from, endpoint, sizeof endpoint, &pid, err,
+                       sizeof err) == 0) {
+        snprintf(msg, sizeof msg, "migration to %s failed: %.300s; restored on the source %s/%d "
+                 "at %s", o->to.node.id, why, o->from.node.id, o->from.gpu_index, endpoint);
+        if (record_running(clm, o->sid, &o->from, endpoint, pid, "session.migrate_failed", msg,
+                           &e) == 0) {
+            op_finish(o, 0, endpoint, "%s", msg);
+            return;
+        }
+        snprintf(err, sizeof err, "%s", e.message);
+    }
+    snprintf(msg, sizeof msg, "migration to %s failed: %.300s; restoring on the source failed "
+             "too: %.300s; the session is suspended, its state kept on node %s", o->to.node.id,
+             why, err, o->from.node.id);
+    record_state(clm, o->sid, SESSION_MIGRATING, SESSION_SUSPENDED, "session.migrate_failed", msg);
+    op_finish(o, 0, NULL, "%s", msg);
+}
+
+struct migrate_job {
+    struct op *op;
+    char vm_id[ID_MAX];
+};
+
+static void *migrate_main(void *arg)
+{
+    struct migrate_job *job = arg;
+    struct op *o = job->op;
+    struct clm *clm = o->clm;
+    char path[ID_MAX + 64], err[768], endpoint[ADDR_MAX], msg[1024];
+    long long t0 = now_ms(), pid = 0;
+    op_phase(o, "checkpoint");
+    path_of(path, sizeof path, "/v1/servers/%s/checkpoint", o->sid);
+    json_t *body = json_pack("{s:b}", "stop", 1), *ans = NULL;
+    int ok = node_call(&o->from.node, "POST", path, body, CKPT_CALL_MS, &ans, err, sizeof err) == 0;
+    json_decref(body);
+    if (!ok) {   /* a refused checkpoint leaves the session running on its source */
+        snprintf(msg, sizeof msg, "migration to %s refused: the checkpoint failed: %.400s",
+                 o->to.node.id, err);
+        record_state(clm, o->sid, SESSION_MIGRATING, SESSION_ACTIVE, "session.migrate_failed", msg);
+        op_finish(o, 0, NULL, "%s", msg);
+        goto out;
+    }
+    pthread_mutex_lock(&ops_lock);
+    o->total = json_integer_value(json_object_get(ans, "bytes"));
+    pthread_mutex_unlock(&ops_lock);
+    json_decref(ans);
+    if (strcmp(o->to.node.id, o->from.node.id) != 0) {
+        op_phase(o, "copy");
+        if (copy_state(o, err, sizeof err) != 0) {
+            migrate_fall_back(o, job->vm_id, err);
+            goto out;
+        }
+    }
+    op_phase(o, "restore");
+    if (start_restored(clm, o->sid, job->vm_id, &o->to, endpoint, sizeof endpoint, &pid, err,
+                       sizeof err) != 0) {
+        migrate_fall_back(o, job->vm_id, err);
+        goto out;
+    }
+    long long downtime = now_ms() - t0;
+    pthread_mutex_lock(&ops_lock);
+    o->downtime_ms = downtime;
+    pthread_mutex_unlock(&ops_lock);
+    snprintf(msg, sizeof msg, "migrated from %s/%d to %s/%d at %s: %lld bytes, downtime %lld ms",
+             o->from.node.id, o->from.gpu_index, o->to.node.id, o->to.gpu_index, endpoint,
+             o->total, downtime);
+    struct api_error e = {0};
+    if (record_running(clm, o->sid, &o->to, endpoint, pid, "session.migrated", msg, &e) != 0) {
+        struct stop_list stops = {0};   /* released meanwhile: nobody uses the new server */
+        stop_list_add(&stops, &o->to.node, o->sid);
+        stop_list_run(&stops);
+        op_finish(o, 0, NULL, "migration done, but %s", e.message);
+        goto out;
+    }
+    path_of(path, sizeof path, "/v1/checkpoints/%s", o->sid);
+    node_call(&o->from.node, "DELETE", path, NULL, 10000, NULL, err, sizeof err);
+    if (strcmp(o->to.node.id, o->from.node.id) != 0)
+        node_call(&o->to.node, "DELETE", path, NULL, 10000, NULL, err, sizeof err);
+    op_finish(o, 1, endpoint, "%s", msg);
+out:
+    free(job);
+    return NULL;
+}
+
+void h_session_migrate(void *ctx, const struct flyt_http_request *req,
+                       struct flyt_http_response *res)
+{
+    struct clm *clm = ctx;
+    struct api_error e = {0};
+    struct session_rec s;
+    struct node_rec node;
+    struct target to, from;
+    const char *where = NULL;
+    int gpu = -1;
+    struct op *o = NULL;
+    struct migrate_job *job = calloc(1, sizeof *job);
+    if (!job || clm_begin(clm, &e) < 0) {
+        free(job);
+        api_reply_error(res, &e);
+        return;
+    }
+    int rc = load_session(clm, req, &s, &node, &e);
+    if (rc == 0)
+        rc = parse_where(req->body, &where, &gpu, &e);
+    if (rc == 0 && s.state == SESSION_MIGRATING)
+        rc = api_fail(&e, 409, "conflict", "session %s is already being migrated", s.id);
+    else if (rc == 0 && s.state != SESSION_ACTIVE)
+        rc = api_fail(&e, 409, "conflict", "session %s is %s, not active", s.id,
+                      session_state_name(s.state));
+    if (rc == 0)
+        rc = place(clm, &s, where, gpu, where ? NULL : s.node_id, &to, &e);
+    if (rc == 0 && !(o = op_claim(s.id, OP_MIGRATE, &e)))
+        rc = -1;
+    if (rc == 0) {
+        target_of(&s, &node, &from);
+        pthread_mutex_lock(&ops_lock);
+        o->to = to;
+        o->from = from;
+        o->clm = clm;
+        pthread_mutex_unlock(&ops_lock);
+        s.state = SESSION_MIGRATING;
+        char err[512];
+        if (store_session_update(clm->store, &s, err, sizeof err) < 0)
+            rc = api_store_fail(&e, "updating a session", err);
+    }
+    if (rc == 0)
+        rc = api_event(clm, "session.migrating", s.id, &e, "migrating from %s/%d to %s/%d",
+                       node.id, s.gpu_index, to.node.id, to.gpu_index);
+    if (clm_end(clm, rc == 0, &e) < 0) {
+        if (o)
+            op_drop(o);
+        free(job);
+        api_reply_error(res, &e);
+        return;
+    }
+    job->op = o;
+    snprintf(job->vm_id, sizeof job->vm_id, "%s", s.vm_id);
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &attr, migrate_main, job) != 0) {
+        record_state(clm, s.id, SESSION_MIGRATING, SESSION_ACTIVE, NULL, NULL);
+        op_drop(o);
+        free(job);
+        flyt_http_reply_error(res, 500, "internal", "cannot start the migration");
+    } else {
+        pthread_mutex_lock(&ops_lock);
+        json_t *j = op_json_locked(o);
+        pthread_mutex_unlock(&ops_lock);
+        flyt_http_reply_json(res, 202, json_pack("{s:o}", "migration", j));
+    }
+    pthread_attr_destroy(&attr);
+}
+
+void h_session_migration(void *ctx, const struct flyt_http_request *req,
+                         struct flyt_http_response *res)
+{
+    struct clm *clm = ctx;
+    struct api_error e = {0};
+    struct principal who;
+    pthread_mutex_lock(&clm->lock);
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
+    pthread_mutex_unlock(&clm->lock);
+    if (rc < 0) {
+        api_reply_error(res, &e);
+        return;
+    }
+    pthread_mutex_lock(&ops_lock);
+    struct op *o = op_find_locked(req->params[0]);
+    json_t *j = o && o->kind == OP_MIGRATE ? op_json_locked(o) : NULL;
+    pthread_mutex_unlock(&ops_lock);
+    if (!j)
+        flyt_http_reply_error(res, 404, "not_found", "no migration of session %s is known",
+                              req->params[0]);
+    else
+        flyt_http_reply_json(res, 200, json_pack("{s:o}", "migration", j));
+}
+
+/* ---- node drain ---- */
+
+static void node_set_draining(struct clm *clm, const struct flyt_http_request *req,
+                              struct flyt_http_response *res, int drain)
+{
+    struct api_error e = {0};
+    struct principal who;
+    struct node_rec n;
+    char err[512];
+    if (clm_begin(clm, &e) < 0) {
+        api_reply_error(res, &e);
+        return;
+    }
+    int rc = auth_check(clm, req, P_OPERATOR, &who, &e);
+    if (rc == 0)
+        rc = node_load(clm, req->params[0], &n, &e);
+    enum node_state want = drain ? NODE_DRAINING : NODE_READY;
+    if (rc == 0 && n.state != want && n.state != (drain ? NODE_READY : NODE_DRAINING))
+        rc = api_fail(&e, 409, "conflict", "node %s is %s", n.id, node_state_name(n.state));
+    json_t *ids = json_array();
+    struct session_rec *ss = NULL;
+    int ns = 0;
+    if (rc == 0 && n.state != want) {
+        n.state = want;
+        if (store_node_update(clm->store, &n, err, sizeof err) < 0)
+            rc = api_store_fail(&e, "updating a node", err);
+        else
+            rc = api_event(clm, drain ? "node.draining" : "node.ready", n.id, &e, "node %s %s",
+                           n.id, drain ? "drains: no new placements" : "takes placements again");
+    }
+    struct session_filter f = {.node_id = n.id, .live_only = 1};
+    if (rc == 0 && store_session_list(clm->store, &f, &ss, &ns, err, sizeof err) < 0)
+        rc = api_store_fail(&e, "reading sessions", err);
+    for (int i = 0; rc == 0 && i < ns; i++)
+        json_array_append_new(ids, json_string(ss[i].id));
+    free(ss);
+    json_t *node = rc == 0 ? node_json(clm, &n, &e) : NULL;
+    if (clm_end(clm, rc == 0 && node, &e) < 0) {
+        json_decref(ids);
+        json_decref(node);
+        api_reply_error(res, &e);
+        return;
+    }
+    flyt_http_reply_json(res, 200, json_pack("{s:o,s:o}", "node", node, "sessions", ids));
+}
+
+void h_node_drain(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
+{
+    node_set_draining(ctx, req, res, 1);
+}
+
+void h_node_undrain(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
+{
+    node_set_draining(ctx, req, res, 0);
+}

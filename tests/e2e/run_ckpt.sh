@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Checkpoint, restore, migration and node drain end to end on the host backend: a cluster
+# manager and two node managers (test mode) on 127.0.0.1; sessions taken with the VM's
+# token; ckpt_client holds 1 MiB with a pattern, the state moves, a fresh connection to
+# the new endpoint (with a fresh token) checks the pointer and its contents.
+# usage: run_ckpt.sh BIN_DIR CKPT_CLIENT E2E_TOOL
+set -u
+bin=$1 client=$2 tool=$3
+tmp=$(mktemp -d)
+pids=()
+fails=0 passes=0
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+check() { local what=$1; shift; if "$@"; then passes=$((passes+1)); echo "ok: $what"; else fails=$((fails+1)); echo "FAIL: $what"; fi; }
+die() { echo "run_ckpt: $*"; for f in "$tmp"/*.log; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
+wait_until() { local t=$(( $1 * 10 )); shift; while (( t-- > 0 )); do "$@" > /dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+flat() { "$tool" flat; }
+ctl() { "$bin/flytctl" --timeout 60s "$@"; }
+field() { sed -n "s/^$1=//p" | head -1; }
+
+base=$(( 30000 + ($$ % 200) * 100 ))
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$tmp/operator.token"
+chmod 600 "$tmp/operator.token"
+cat > "$tmp/cluster.conf" <<EOF
+listen = 127.0.0.1:0
+store = sqlite:$tmp/cluster.db
+operator_token_file = operator.token
+heartbeat_interval = 1s
+log_level = info
+EOF
+"$bin/flyt-cluster-manager" --config "$tmp/cluster.conf" --port-file "$tmp/cm.port" > "$tmp/cm.log" 2>&1 &
+pids+=($!)
+wait_until 15 test -s "$tmp/cm.port" || die "the cluster manager did not start"
+cm=127.0.0.1:$(cat "$tmp/cm.port")
+export FLYT_CM_URL=http://$cm FLYT_OPERATOR_TOKEN_FILE=$tmp/operator.token
+
+start_node() {  # NAME INDEX
+  ctl --json node add "$1" --host-ip 127.0.0.1 | flat | field token > "$tmp/$1.token"; chmod 600 "$tmp/$1.token"
+  mkdir -m 700 -p "$tmp/$1-state"
+  cat > "$tmp/$1.conf" <<EOF
+node_id = $1
+node_token_file = $1.token
+cluster_manager = http://$cm
+listen = 127.0.0.1:0
+advertise_host = 127.0.0.1
+server_path = $bin/flyt-server
+server_listen_host = 127.0.0.1
+server_port_min = $(( base + $2 * 40 ))
+server_port_max = $(( base + $2 * 40 + 39 ))
+state_dir = $tmp/$1-state
+backend = host
+log_level = info
+EOF
+  "$bin/flyt-node-manager" --config "$tmp/$1.conf" --port-file "$tmp/$1.port" > "$tmp/$1.log" 2>&1 &
+  eval "pid_$1=$!"
+  pids+=($!)
+}
+node_ready() { ctl --json node show "$1" | flat | grep -q '^node.state=ready$'; }
+start_node na 0
+start_node nb 1
+wait_until 30 node_ready na || die "node na not ready"
+wait_until 30 node_ready nb || die "node nb not ready"
+ctl --json vm add --id vm1 --vm-ip 127.0.0.2 --host-ip 127.0.0.1 --compute-units 16 --memory 64MiB \
+  | flat | field token > "$tmp/vm.token"
+
+# A session for "process" PID (the VM's token): prints ID ENDPOINT TOKEN.
+session_of() {
+  "$tool" http POST "$cm" /v1/sessions "$(cat "$tmp/vm.token")" "{\"pid\": $1}" | tail -n +2 | flat \
+    > "$tmp/sess.flat"
+  echo "$(field session.id < "$tmp/sess.flat") $(field session.endpoint < "$tmp/sess.flat" | sed 's/^unix:[^,]*,//') $(field token < "$tmp/sess.flat")"
+}
+state_of() { ctl --json session show "$1" | flat | field session.state; }
+node_of() { ctl --json session show "$1" | flat | field session.node_id; }
+# Starts a holding client on a new session for PID; sets sid, ptr.
+hold() {
+  read -r sid ep tok <<< "$(session_of "$1")"
+  [ -n "$sid" ] || die "no session for pid $1: $(cat "$tmp/sess.flat")"
+  rm -f "$tmp/ptr.$1"
+  FLYT_SERVER=$ep FLYT_SESSION_TOKEN=$tok "$client" hold "$tmp/ptr.$1" > "$tmp/client.$1.log" 2>&1 &
+  eval "holder_$1=$!"
+  pids+=($!)
+  wait_until 15 test -s "$tmp/ptr.$1" || die "the client of session $sid did not start: $(cat "$tmp/client.$1.log")"
+  ptr=$(cat "$tmp/ptr.$1")
+}
+# A fresh connection to PID's session where it is now, checking ptr's contents.
+verify() {
+  read -r vsid vep vtok <<< "$(session_of "$1")"
+  [ "$vsid" = "$2" ] && FLYT_SERVER=$vep FLYT_SESSION_TOKEN=$vtok "$client" check "$3" > "$tmp/check.log" 2>&1
+}
+
+# 1. checkpoint with stop to a file, restore on the other node
+hold 1001
+sid1=$sid
+from=$(node_of "$sid1")
+other=$([ "$from" = na ] && echo nb || echo na)
+ctl checkpoint "$sid1" --to "$tmp/s1.state" --stop > "$tmp/ckpt.out" 2> "$tmp/ckpt.err"
+check "flytctl checkpoint --stop writes the file ($(cat "$tmp/ckpt.out"))" test -s "$tmp/s1.state"
+check "the session is suspended" wait_until 5 sh -c "[ \"\$($bin/flytctl --json session show $sid1 | $tool flat | sed -n 's/^session.state=//p')\" = suspended ]"
+kill "$(eval echo \$holder_1001)" 2>/dev/null
+ctl restore "$tmp/s1.state" --node "$other" > "$tmp/restore.out" 2> "$tmp/restore.err"
+check "flytctl restore on $other: $(cat "$tmp/restore.out" "$tmp/restore.err" | tr '\n' ' ')" \
+  [ "$(state_of "$sid1")" = active ] 
+check "the session now runs on $other" [ "$(node_of "$sid1")" = "$other" ]
+check "the restored server holds the allocation and its contents (fresh connection)" verify 1001 "$sid1" "$ptr"
+
+# 2. migration with pointers and contents checked through a fresh connection
+hold 1002
+sid2=$sid
+src=$(node_of "$sid2")
+ctl migrate "$sid2" > "$tmp/mig.out" 2> "$tmp/mig.err"
+rc=$?
+check "flytctl migrate (exit $rc): $(cat "$tmp/mig.out")" [ $rc = 0 ]
+check "migrate printed its downtime" grep -q "downtime [0-9]* ms" "$tmp/mig.out"
+check "the session moved off $src" [ "$(node_of "$sid2")" != "$src" ]
+check "the migration event records the downtime" sh -c "$bin/flytctl --json events | grep -q 'downtime'"
+kill "$(eval echo \$holder_1002)" 2>/dev/null
+check "migrated: pointer and contents hold (fresh connection)" verify 1002 "$sid2" "$ptr"
+
+# 3. a second concurrent migration is refused (409): the first one waits on a stopped target
+hold 1003
+sid3=$sid
+src3=$(node_of "$sid3")
+dst3=$([ "$src3" = na ] && echo nb || echo na)
+wait_until 10 node_ready "$dst3"
+kill -STOP "$(eval echo \$pid_$dst3)"
+"$tool" http POST "$cm" "/v1/sessions/$sid3/migrate" "$(cat "$tmp/operator.token")" "{\"node\": \"$dst3\"}" > "$tmp/first.out"
+"$tool" http POST "$cm" "/v1/sessions/$sid3/migrate" "$(cat "$tmp/operator.token")" '{}' > "$tmp/second.out"
+kill -CONT "$(eval echo \$pid_$dst3)"
+check "the first migration of $sid3 is accepted: $(head -1 "$tmp/first.out")" grep -q '^202' "$tmp/first.out"
+check "a second migration of $sid3 at once is refused: $(head -1 "$tmp/second.out")" grep -q '^409' "$tmp/second.out"
+mig_done() { "$bin/flytctl" --json session show "$sid3" | "$tool" flat | grep -q '^session.state=active$'; }
+check "the first migration ends with the session active" wait_until 60 mig_done
+kill "$(eval echo \$holder_1003)" 2>/dev/null
+wait_until 10 node_ready na; wait_until 10 node_ready nb
+
+# 4. a migration that fails midway (target node manager killed) leaves the source running
+hold 1004
+sid4=$sid
+src=$(node_of "$sid4")
+dst=$([ "$src" = na ] && echo nb || echo na)
+kill -STOP "$(eval echo \$pid_$dst)"
+ctl --timeout 30s migrate "$sid4" --node "$dst" > "$tmp/fail.out" 2> "$tmp/fail.err"
+rc=$?
+kill -CONT "$(eval echo \$pid_$dst)"
+check "a migration to a stopped node manager fails (exit $rc): $(tail -1 "$tmp/fail.err")" [ $rc != 0 ]
+check "the session is active on its source $src again" sh -c "[ \"\$($bin/flytctl --json session show $sid4 | $tool flat | sed -n 's/^session.state=//p')\" = active ] && [ \"\$($bin/flytctl --json session show $sid4 | $tool flat | sed -n 's/^session.node_id=//p')\" = $src ]"
+kill "$(eval echo \$holder_1004)" 2>/dev/null
+check "after the failed migration: pointer and contents hold on the source" verify 1004 "$sid4" "$ptr"
+
+# 5. drain migrates a node's sessions away
+wait_until 10 node_ready "$dst"
+hold 1005
+sid5=$sid
+n5=$(node_of "$sid5")
+ctl node drain "$n5" > "$tmp/drain.out" 2> "$tmp/drain.err"
+rc=$?
+check "flytctl node drain $n5 (exit $rc): $(cat "$tmp/drain.out")" [ $rc = 0 ]
+check "the drained node's session moved" [ "$(node_of "$sid5")" != "$n5" ]
+check "the node is draining" sh -c "$bin/flytctl --json node show $n5 | $tool flat | grep -q '^node.state=draining$'"
+kill "$(eval echo \$holder_1005)" 2>/dev/null
+check "drained: pointer and contents hold" verify 1005 "$sid5" "$ptr"
+
+echo "run_ckpt: $passes passed, $fails failed"
+[ $fails = 0 ] || { for f in "$tmp"/*.log; do echo "--- $f"; tail -15 "$f"; done; exit 1; }
