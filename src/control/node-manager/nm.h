@@ -97,6 +97,7 @@ struct nm_server {
     char      key_path[PATH_MAX + NM_SID_MAX + 16];
     char      status_path[PATH_MAX + NM_SID_MAX + 16];
     char      sock_path[108]; /* its Unix socket, for clients on this machine; "" if none */
+    struct nm_vmq *vmq;       /* its VM's memory quota page (vmquota.c); NULL: none */
 };
 
 struct nm {
@@ -108,6 +109,7 @@ struct nm {
     pthread_mutex_t lock;
     pthread_cond_t  cond;
     struct nm_server *servers;
+    struct nm_vmq *vmqs;            /* the VMs' memory quota pages (vmquota.c) */
     int shutting_down;
 
     /* from the cluster manager's register answer */
@@ -161,6 +163,19 @@ void nm_server_unlink(struct nm *nm, struct nm_server *s);
 int nm_servers_any_live(struct nm *nm);
 /* Removes stale key/status files of earlier runs from state_dir. */
 void nm_state_dir_clean(const struct nm_config *c);
+
+/* ---- a VM's memory quota, shared by its servers (vmquota.c), lock held ---- */
+struct nm_vmq;
+/* s joins its VM's page (created for the VM's first server, with s's quota). 0 (also
+ * when s names no VM: it then has none), or -1 with why. */
+int  nm_vmq_get(struct nm *nm, struct nm_server *s, char *err, size_t errlen);
+const char *nm_vmq_path(const struct nm_server *s); /* NULL: none */
+void nm_vmq_set_quota(struct nm_server *s, long long quota);
+long long nm_vmq_used(const struct nm_server *s);   /* the VM's bytes; -1: no page */
+/* s's process group is gone: what its sessions held is given back. */
+void nm_vmq_server_gone(struct nm_server *s);
+/* s leaves its VM's page; the VM's last server removes it. */
+void nm_vmq_put(struct nm_server *s);
 
 /* ---- the cluster manager (clmlink.c), main thread ---- */
 int  nm_register(struct nm *nm);

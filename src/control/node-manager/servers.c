@@ -228,6 +228,7 @@ void nm_server_free(struct nm_server *s)
         unlink(s->status_path);
     if (s->sock_path[0])
         unlink(s->sock_path);
+    nm_vmq_put(s);
     free(s);
 }
 
@@ -475,6 +476,10 @@ static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t er
         argv[argc++] = "--cache-dir";
         argv[argc++] = cache;
     }
+    if (nm_vmq_path(s)) {
+        argv[argc++] = "--vm-quota";
+        argv[argc++] = nm_vmq_path(s);
+    }
     argv[argc] = NULL;
     /* the environment: this GPU only, or the fake GPU; its MPS daemon */
     const char *fin[6];
@@ -571,6 +576,12 @@ static struct nm_server *server_new_locked(struct nm *nm, const struct nm_start_
         s->sock_path[0] = '\0'; /* a state dir too deep for a socket path: TCP only */
     if (write_key(s->key_path, nm->session_key_hex, err, errlen) != 0) {
         s->key_path[0] = '\0';
+        nm_server_free(s);
+        flyt_error("session %s: %s", r->sid, err);
+        *status = 503;
+        return NULL;
+    }
+    if (nm_vmq_get(nm, s, err, errlen) != 0) {
         nm_server_free(s);
         flyt_error("session %s: %s", r->sid, err);
         *status = 503;
@@ -753,6 +764,7 @@ void nm_servers_reap(struct nm *nm)
             si.si_pid == s->pid) {
             /* the leader is a zombie: its group id is still ours to kill */
             kill(-s->pid, SIGKILL);
+            nm_vmq_server_gone(s); /* its sessions' memory is the VM's again */
             int st = 0;
             while (waitpid(s->pid, &st, 0) < 0 && errno == EINTR)
                 ;
