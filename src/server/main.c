@@ -49,6 +49,7 @@ struct options {
     const char               *key_file;
     const char               *status_file;
     const char               *restore_file;
+    const char               *vm_quota_file;
     unsigned                  max_unadmitted, max_unadmitted_per_peer;
     int                       sm_groups[MAX_SM_GROUPS];
     unsigned char             key[MAX_SESSION_KEY];
@@ -89,6 +90,8 @@ static void usage(FILE *f)
             "                      green context; the device reports their SMs\n"
             "  --sm-granularity N  SMs per group (default 8)\n"
             "  --status-file PATH  keep a status page there for the node manager\n"
+            "  --vm-quota FILE     the memory quota of the tenant's VM on this node, shared\n"
+            "                      with its other servers (src/common/flyt_vm_quota.h)\n"
             "  --restore FILE      the first admitted session resumes the checkpointed\n"
             "                      session of FILE (docs/state-format.md)\n"
             "                      (src/common/flyt_server_status.h)\n"
@@ -217,6 +220,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"max-unadmitted", required_argument, NULL, 'U'},
         {"max-unadmitted-per-peer", required_argument, NULL, 'u'},
         {"restore", required_argument, NULL, 'R'},
+        {"vm-quota", required_argument, NULL, 'Q'},
         {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
@@ -309,6 +313,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return bad_arg("--log-level must be error, warn, info or debug, got '%s'", optarg);
             break;
         case 'R': o->restore_file = optarg; break;
+        case 'Q': o->vm_quota_file = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V':
             printf("flyt-server %s (protocol %d.%d)\n", FLYT_VERSION, FLYT_PROTO_MAJOR,
@@ -739,9 +744,13 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     if (o.restore_file && open_restore(&o) != 0)
         return 1;
-    if ((o.cfg.memory_quota || o.status_file) &&
+    if ((o.cfg.memory_quota || o.status_file || o.vm_quota_file) &&
         flyt_status_open(o.status_file, o.cfg.memory_quota, err, sizeof err) != 0) {
         flyt_error("%s", err);
+        return 1;
+    }
+    if (o.vm_quota_file && flyt_quota_vm_open(o.vm_quota_file, err, sizeof err) != 0) {
+        flyt_error("--vm-quota: %s", err);
         return 1;
     }
 

@@ -13,6 +13,10 @@
 
 static struct flyt_server_status *page;
 static int my_slot = -1; /* in a session child */
+/* --vm-quota: the VM's one quota on this node, shared with its other servers */
+static struct flyt_vm_quota *vm_page;
+static pid_t vm_server_pid; /* the listening parent: half of each slot's owner */
+static int vm_slot = -1;    /* in a session child */
 
 #define LOAD(p)      __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v)  __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -51,6 +55,13 @@ int flyt_status_open(const char *path, uint64_t quota, char *err, size_t errlen)
     return 0;
 }
 
+int flyt_quota_vm_open(const char *path, char *err, size_t errlen)
+{
+    vm_page = flyt_vmq_open(path, err, errlen);
+    vm_server_pid = getpid();
+    return vm_page ? 0 : -1;
+}
+
 struct flyt_server_status *flyt_status_page(void) { return page; }
 
 void flyt_status_listening(unsigned port)
@@ -66,6 +77,8 @@ void flyt_status_listening(unsigned port)
 
 void flyt_status_session_ended(pid_t pid)
 {
+    if (vm_page)
+        flyt_vmq_release(vm_page, vm_server_pid, pid);
     if (!page)
         return;
     for (int i = 0; i < FLYT_STATUS_SLOTS; i++)
@@ -95,6 +108,9 @@ int flyt_quota_child_admitted(void)
             ADD(&page->sessions, 1);
             ADD(&page->sessions_total, 1);
             my_slot = i;
+            /* the parent frees both slots when it reaps this child, whatever happens */
+            if (vm_page && (vm_slot = flyt_vmq_claim(vm_page, vm_server_pid, me)) < 0)
+                return -1;
             return 0;
         }
     }
@@ -103,21 +119,37 @@ int flyt_quota_child_admitted(void)
 
 int flyt_quota_active(void) { return page != NULL; }
 
-uint64_t flyt_quota_limit(void) { return page ? LOAD(&page->memory_quota) : 0; }
+uint64_t flyt_quota_limit(void)
+{
+    uint64_t own = page ? LOAD(&page->memory_quota) : 0;
+    uint64_t vm = vm_page ? flyt_vmq_quota(vm_page) : 0;
+    return own && vm ? (own < vm ? own : vm) : own ? own : vm;
+}
 
 int flyt_quota_my_slot(void) { return my_slot; }
 
-uint64_t flyt_quota_used_total(void) { return page ? LOAD(&page->memory_used) : 0; }
+uint64_t flyt_quota_used_total(void)
+{
+    uint64_t own = page ? LOAD(&page->memory_used) : 0;
+    uint64_t vm = vm_page ? flyt_vmq_used(vm_page) : 0;
+    return vm > own ? vm : own; /* the VM's processes together */
+}
 
 int flyt_quota_charge(struct flyt_memtab *t, uint64_t size)
 {
     if (!page)
         return 0;
+    /* the VM's quota first: what this server holds is part of the VM's use */
+    if (vm_page && flyt_vmq_charge(vm_page, vm_slot, size) != 0)
+        return -1;
     uint64_t quota = LOAD(&page->memory_quota); /* a live resize may change it */
     uint64_t cur = LOAD(&page->memory_used);
     for (;;) {
-        if (size > UINT64_MAX - cur || (quota && (size > quota || cur > quota - size)))
+        if (size > UINT64_MAX - cur || (quota && (size > quota || cur > quota - size))) {
+            if (vm_page)
+                flyt_vmq_uncharge(vm_page, vm_slot, size);
             return -1; /* past the quota, or more than any GPU has */
+        }
         if (__atomic_compare_exchange_n(&page->memory_used, &cur, cur + size, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE))
             break;
@@ -139,6 +171,8 @@ void flyt_quota_uncharge(struct flyt_memtab *t, uint64_t size)
     if (my_slot >= 0)
         SUB(&page->slots[my_slot].used, size);
     SUB(&page->memory_used, size);
+    if (vm_page)
+        flyt_vmq_uncharge(vm_page, vm_slot, size);
 }
 
 /* ---- pointer -> size ---- */

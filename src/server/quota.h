@@ -9,6 +9,10 @@
  * over the server's sessions, and an allocation that would take it past the
  * quota is refused before the backend sees it. Without either option there is
  * no page and nothing is tracked (standalone use is unchanged).
+ *
+ * With --vm-quota FILE (flyt_vm_quota.h) every charge is also a charge against
+ * the VM's one quota on this node, shared with its other servers: the VM's
+ * processes together stay within it, and the device reports what the VM has.
  */
 #ifndef FLYT_QUOTA_H
 #define FLYT_QUOTA_H
@@ -19,12 +23,15 @@
 
 #include "flyt_hash.h"
 #include "flyt_server_status.h"
+#include "flyt_vm_quota.h"
 
 /* ---- the page (parent side) ---- */
 
 /* Creates the page: in path (created/truncated, 0644) or, with path NULL, in
  * anonymous shared memory. 0, or -1 with a reason in err. */
 int flyt_status_open(const char *path, uint64_t quota, char *err, size_t errlen);
+/* Maps the VM's quota page (before any session is forked): 0, or -1 with why. */
+int flyt_quota_vm_open(const char *path, char *err, size_t errlen);
 /* The page, NULL when the server runs without one. */
 struct flyt_server_status *flyt_status_page(void);
 /* After the listen socket is bound: publishes the port and the magic. */
@@ -51,9 +58,9 @@ struct flyt_memtab {
 
 /* Whether allocations are tracked at all (a page exists). */
 int flyt_quota_active(void);
-/* The quota in bytes (0: none). */
+/* The quota in bytes (0: none): the smaller of the server's and the VM's. */
 uint64_t flyt_quota_limit(void);
-/* Bytes allocated by every session of this server. */
+/* Bytes allocated by every session of this server, or of the VM with --vm-quota. */
 uint64_t flyt_quota_used_total(void);
 
 /* Reserves size bytes against the quota before an allocation: 0, or -1 when

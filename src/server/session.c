@@ -791,8 +791,8 @@ int flyt_session_admit(flyt_session *s)
 {
     alarm(0); /* admitted: no admission deadline any more */
     if (flyt_quota_child_admitted() != 0) {
-        flyt_error("refusing %s: this server already has %d sessions", s->peer,
-                   FLYT_STATUS_SLOTS);
+        flyt_error("refusing %s: this server already has %d sessions, or its VM %d on this "
+                   "node", s->peer, FLYT_STATUS_SLOTS, FLYT_VMQ_SLOTS);
         return -1;
     }
     if (admitted_fd >= 0) {

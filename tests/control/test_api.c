@@ -398,10 +398,10 @@ static void test_sessions(void)
 
     a = new_session(vma_token, 1002, 201);
     snprintf(sa2, sizeof sa2, "%s", jstr(a, "session.id"));
-    CHECK_EQ(jint(a, "session.sm_groups.0"), 2,
-          "the second session gets groups 2,3 (disjoint)");
-    CHECK_EQ(jint(a, "session.sm_groups.1"), 3,
-          "the second session gets groups 2,3 (disjoint)");
+    CHECK_EQ(jint(a, "session.sm_groups.0"), 0,
+          "the VM's second process joins its share: groups 0,1");
+    CHECK_EQ(jint(a, "session.sm_groups.1"), 1,
+          "the VM's second process joins its share: groups 0,1");
     json_decref(a);
     a = new_session(vma_token, 1001, 200);
     CHECK_STR_EQ(jstr(a, "session.id"), sa1,
@@ -409,10 +409,10 @@ static void test_sessions(void)
     CHECK(jstr(a, "token"),
           "the same pid again: its session, 200, a fresh token");
     json_decref(a);
-    CHECK_EQ(gpu_field("node-a", "sm_allocated"), 32,
-          "node-a: 32 SMs and 20 GiB allocated");
-    CHECK_EQ(gpu_field("node-a", "memory_allocated"), 20 * GiB,
-          "node-a: 32 SMs and 20 GiB allocated");
+    CHECK_EQ(gpu_field("node-a", "sm_allocated"), 16,
+          "node-a: the VM's 16 SMs and 10 GiB allocated once");
+    CHECK_EQ(gpu_field("node-a", "memory_allocated"), 10 * GiB,
+          "node-a: the VM's 16 SMs and 10 GiB allocated once");
 
     /* vm-10.0.0.2 (host 10.0.1.2, 32 SMs, 3 GB) goes to node-b */
     a = new_session(vmb_token, 2001, 201);
@@ -498,13 +498,13 @@ static void test_sessions(void)
     CHECK(!fake_nm_has(&nma, sa2),
           "released; node-a stopped its server");
     CHECK_EQ(call(&clm, "DELETE", path, vma_token, NULL, NULL), 204, "releasing again: 204, no change");
-    CHECK_EQ(gpu_field("node-a", "sm_allocated"), 16, "node-a: 16 SMs allocated again");
+    CHECK_EQ(gpu_field("node-a", "sm_allocated"), 16, "node-a: the VM's 16 SMs while it has a session");
 
     /* the node reports a session ended */
     a = new_session(vma_token, 1003, 201);
     char s3[64];
     snprintf(s3, sizeof s3, "%s", jstr(a, "session.id"));
-    CHECK_EQ(jint(a, "session.sm_groups.0"), 2, "groups 2,3 are reused after the release");
+    CHECK_EQ(jint(a, "session.sm_groups.0"), 0, "a later process joins the VM's groups 0,1");
     json_decref(a);
     snprintf(path, sizeof path, "/v1/nodes/node-a/sessions/%s/ended", s3);
     CHECK_EQ(call(&clm, "POST", path, nma.node_token, "{\"reason\": \"exited\"}", NULL), 204,
@@ -528,8 +528,8 @@ static void test_sessions(void)
 }
 
 static char par_token[65];
-static char par_ids[8][64];
-static int par_groups[8];
+static char par_ids[8][64], par_nodes[8][64];
+static int par_groups[8][2];
 
 static void *par_alloc(void *arg)
 {
@@ -537,44 +537,69 @@ static void *par_alloc(void *arg)
     char body[64];
     snprintf(body, sizeof body, "{\"pid\": %d}", 7000 + i);
     json_t *a;
+    par_groups[i][0] = par_groups[i][1] = -1;
     if (call(&clm, "POST", "/v1/sessions", par_token, body, &a) == 201) {
         snprintf(par_ids[i], sizeof par_ids[i], "%s", jstr(a, "session.id"));
-        par_groups[i] = (int)jint(a, "session.sm_groups.0");
-    } else {
-        par_groups[i] = -1;
+        snprintf(par_nodes[i], sizeof par_nodes[i], "%s", jstr(a, "session.node_id"));
+        if (json_array_size(json_object_get(json_object_get(a, "session"), "sm_groups")) == 2) {
+            par_groups[i][0] = (int)jint(a, "session.sm_groups.0");
+            par_groups[i][1] = (int)jint(a, "session.sm_groups.1");
+        }
     }
     json_decref(a);
     return NULL;
 }
 
+/* issue 8, attack 3: a VM's share limits the VM, not each of its processes. */
 static void test_parallel(void)
 {
-    printf("-- concurrent allocations\n");
+    printf("-- a VM's processes share its share (8 concurrent allocations)\n");
     create_vm("{\"id\": \"vm-par\", \"vm_ip\": \"10.0.0.70\", \"host_ip\": \"10.0.1.2\", "
-              "\"compute_units\": 8, \"memory\": \"1GiB\"}", par_token);
+              "\"compute_units\": 16, \"memory\": \"1GiB\"}", par_token);
     long long before = gpu_field("node-b", "sm_allocated");
+    long long mem_before = gpu_field("node-b", "memory_allocated");
     pthread_t t[8];
     for (long i = 0; i < 8; i++)
         pthread_create(&t[i], NULL, par_alloc, (void *)i);
     for (int i = 0; i < 8; i++)
         pthread_join(t[i], NULL);
-    int seen[MAX_GROUPS_SEEN] = {0}, dup = 0, ok = 0;
+    int ok = 0, same = 0;
     for (int i = 0; i < 8; i++) {
-        if (par_groups[i] < 0)
-            continue;
-        ok++;
-        dup |= seen[par_groups[i]]++;
+        ok += par_groups[i][0] >= 0;
+        same += par_groups[i][0] == par_groups[0][0] && par_groups[i][1] == par_groups[0][1] &&
+                strcmp(par_nodes[i], "node-b") == 0;
     }
-    CHECK_EQ(ok, 8, "8 concurrent allocations on node-b got 8 distinct SM groups");
-    CHECK(!dup, "8 concurrent allocations on node-b got 8 distinct SM groups");
-    CHECK_EQ(gpu_field("node-b", "sm_allocated"), before + 64, "node-b: 64 more SMs allocated");
+    CHECK_EQ(ok, 8, "8 concurrent processes of vm-par got sessions of 2 SM groups");
+    CHECK_EQ(same, 8, "all 8 run on the VM's same 2 SM groups of node-b (%d,%d)",
+             par_groups[0][0], par_groups[0][1]);
+    CHECK_EQ(gpu_field("node-b", "sm_allocated"), before + 16,
+             "node-b: the VM's 16 SMs allocated once, not 8 times");
+    CHECK_EQ(gpu_field("node-b", "memory_allocated"), mem_before + GiB,
+             "node-b: the VM's 1 GiB allocated once");
+    /* the next VM still gets its share on node-b: 96 SMs are left for it */
+    char next_token[65];
+    create_vm("{\"id\": \"vm-next\", \"vm_ip\": \"10.0.0.71\", \"host_ip\": \"10.0.1.2\", "
+              "\"compute_units\": 64, \"memory\": \"1GiB\"}", next_token);
+    json_t *a = new_session(next_token, 7100, 201);
+    CHECK_STR_EQ(jstr(a, "session.node_id"), "node-b", "the next VM gets its 64 SMs on node-b");
+    char next_id[64];
+    snprintf(next_id, sizeof next_id, "%s", jstr(a, "session.id"));
+    json_decref(a);
+    CHECK_EQ(gpu_field("node-b", "sm_allocated"), before + 16 + 64, "node-b: 80 more SMs in all");
+    char path[640];
     for (int i = 0; i < 8; i++) {
-        char path[640];
         snprintf(path, sizeof path, "/v1/sessions/%s", par_ids[i]);
         CHECK_EQ(call(&clm, "DELETE", path, par_token, NULL, NULL), 204, "release %s", par_ids[i]);
+        if (i == 6)
+            CHECK_EQ(gpu_field("node-b", "sm_allocated"), before + 16 + 64,
+                     "the VM holds its share while one of its processes runs");
     }
-    CHECK_EQ(gpu_field("node-b", "sm_allocated"), before, "all released");
+    snprintf(path, sizeof path, "/v1/sessions/%s", next_id);
+    CHECK_EQ(call(&clm, "DELETE", path, next_token, NULL, NULL), 204, "release vm-next's");
+    CHECK_EQ(gpu_field("node-b", "sm_allocated"), before, "all released: the share is free");
+    CHECK_EQ(gpu_field("node-b", "memory_allocated"), mem_before, "all released: the share is free");
     CHECK_EQ(call(&clm, "DELETE", "/v1/vms/vm-par", T(), NULL, NULL), 204, "delete vm-par");
+    CHECK_EQ(call(&clm, "DELETE", "/v1/vms/vm-next", T(), NULL, NULL), 204, "delete vm-next");
 }
 
 static int idle_released(void *sid) { return is_state(sid, "released"); }
@@ -691,15 +716,23 @@ static void test_restart(void)
     CHECK(is_state(sa1, "active") && is_state(sb, "active"), "live sessions still active");
     usleep(1500 * 1000);   /* heartbeats reach the new process */
     CHECK(is_state(sa1, "active") && !node_b_lost(NULL), "after heartbeats: still active, node ready");
-    /* a new session does not reuse held groups */
+    /* a new process of vm-a joins its share; a new VM does not reuse held groups */
     a = new_session(vma_token, 1200, 201);
+    CHECK_EQ(jint(a, "session.sm_groups.0"), 0, "vm-a's new process joins its groups 0,1");
+    json_decref(a);
+    CHECK_EQ(gpu_field("node-a", "sm_allocated"), alloc_a, "vm-a still counted once");
+    char r_token[65];
+    create_vm("{\"id\": \"vm-r\", \"vm_ip\": \"10.0.0.80\", \"host_ip\": \"10.0.1.1\", "
+              "\"compute_units\": 16, \"memory\": \"1GiB\"}", r_token);
+    a = new_session(r_token, 1201, 201);
     CHECK_STR_EQ(jstr(a, "session.node_id"), "node-a",
-          "new session on node-a avoids held groups (got group %lld)", jint(a, "session.sm_groups.0"));
+          "new VM on node-a avoids held groups (got group %lld)", jint(a, "session.sm_groups.0"));
     CHECK_GE(jint(a, "session.sm_groups.0"), 2,
-          "new session on node-a avoids held groups (got group %lld)", jint(a, "session.sm_groups.0"));
+          "new VM on node-a avoids held groups (got group %lld)", jint(a, "session.sm_groups.0"));
     json_decref(a);
     long long now_a = gpu_field("node-a", "sm_allocated");
     CHECK_EQ(now_a, alloc_a + 16, "counted once: %lld SMs", now_a);
+    CHECK_EQ(call(&clm, "DELETE", "/v1/vms/vm-r?force=1", T(), NULL, NULL), 204, "delete vm-r");
 }
 
 static void test_deletes(void)

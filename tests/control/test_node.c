@@ -535,34 +535,76 @@ static long long gpu_sm_allocated(int gpu)
     return v;
 }
 
+/* A VM and its token; its id in id (may be NULL). */
+static void new_vm(const char *body, char *token, char *id)
+{
+    json_t *a = NULL;
+    CHECK(call(&clm, "POST", "/v1/vms", clm.op_token, body, &a) == 201 && jstr(a, "token"),
+          "POST /v1/vms %s: %s", body, call_err);
+    snprintf(token, 80, "%s", jstr(a, "token"));
+    if (id)
+        snprintf(id, 80, "%s", jstr(a, "vm.id"));
+    json_decref(a);
+}
+
+/* A connected, admitted client of a session: its fd. */
+static int connect_session(const char *endpoint, const char *token)
+{
+    flyt_rep_hello hr;
+    int fd = tcp_connect(endpoint);
+    CHECK_GE(fd, 0, "connect to %s", endpoint);
+    CHECK_EQ(hello(fd, &hr), 0, "HELLO at %s", endpoint);
+    CHECK_EQ(auth(fd, token), 0, "AUTH at %s", endpoint);
+    return fd;
+}
+
+/* The session's JSON field as text ("" when absent). */
+static void session_field(const char *sid, const char *field, char *out, size_t len)
+{
+    char path[200];
+    json_t *a = NULL;
+    snprintf(path, sizeof path, "/v1/sessions/%s", sid);
+    out[0] = '\0';
+    if (call(&clm, "GET", path, clm.op_token, NULL, &a) == 200) {
+        char *s = json_dumps(json_object_get(json_object_get(a, "session"), field),
+                             JSON_ENCODE_ANY | JSON_COMPACT);
+        snprintf(out, len, "%s", s ? s : "");
+        free(s);
+    }
+    json_decref(a);
+}
+
+static void release(const char *sid)
+{
+    char path[200];
+    snprintf(path, sizeof path, "/v1/sessions/%s", sid);
+    CHECK_EQ(call(&clm, "DELETE", path, clm.op_token, NULL, NULL), 204, "release %s", sid);
+}
+
 static void check_resize(void)
 {
     json_t *a = NULL;
-    CHECK(call(&clm, "POST", "/v1/vms", clm.op_token,
-               "{\"vm_ip\": \"10.9.0.2\", \"host_ip\": \"127.0.0.1\", \"compute_units\": 16, "
-               "\"memory\": \"1GiB\"}", &a) == 201 && jstr(a, "token"), "POST /v1/vms: %s", call_err);
     char vm_token[80], vm_id[80];
-    snprintf(vm_token, sizeof vm_token, "%s", jstr(a, "token"));
-    snprintf(vm_id, sizeof vm_id, "%s", jstr(a, "vm.id"));
-    json_decref(a);
+    new_vm("{\"vm_ip\": \"10.9.0.2\", \"host_ip\": \"127.0.0.1\", \"compute_units\": 16, "
+           "\"memory\": \"1GiB\"}", vm_token, vm_id);
+    /* A and B: two processes of one VM, on its one share */
     char sa[80], ea[128], ta[512], sb[80], eb[128], tb[512];
     new_session(vm_token, 5001, sa, ea, ta);
     new_session(vm_token, 5002, sb, eb, tb);
-    int fa = tcp_connect(ea), fb = tcp_connect(eb);
-    flyt_rep_hello hr;
-    CHECK_GE(fa, 0, "two sessions of 16 SMs, clients connected");
-    CHECK_EQ(hello(fa, &hr), 0, "two sessions of 16 SMs, clients connected");
-    CHECK_EQ(auth(fa, ta), 0, "two sessions of 16 SMs, clients connected");
-    CHECK_GE(fb, 0, "two sessions of 16 SMs, clients connected");
-    CHECK_EQ(hello(fb, &hr), 0, "two sessions of 16 SMs, clients connected");
-    CHECK_EQ(auth(fb, tb), 0, "two sessions of 16 SMs, clients connected");
+    int fa = connect_session(ea, ta), fb = connect_session(eb, tb);
     CHECK_EQ(seen_sms(fa), 16, "A sees 16 SMs");
+    CHECK_EQ(seen_sms(fb), 16, "B sees 16 SMs");
+    char ga[200], gb[200];
+    session_field(sa, "sm_groups", ga, sizeof ga);
+    session_field(sb, "sm_groups", gb, sizeof gb);
+    CHECK_STR_EQ(ga, gb, "A and B run on the VM's same SM groups");
     char path[200];
     snprintf(path, sizeof path, "/v1/sessions/%s", sa);
     CHECK_EQ(call(&clm, "GET", path, clm.op_token, NULL, &a), 200, "GET A");
     int gpu = (int)jint(a, "session.gpu_index");
     json_decref(a);
     long long before = gpu_sm_allocated(gpu);
+    CHECK_EQ(before, 16, "the GPU holds the VM's 16 SMs once");
 
     CHECK_EQ(resize("sessions", sa, "{\"sm_delta\": 16}", &a), 200,
           "resize A +16: 32 SMs, granted in full, applied by its connected session: %s", call_err);
@@ -572,6 +614,7 @@ static void check_resize(void)
           "resize A +16: 32 SMs, granted in full, applied by its connected session: %s", call_err);
     CHECK_EQ(jint(a, "node.applied"), 1,
           "resize A +16: 32 SMs, granted in full, applied by its connected session: %s", call_err);
+    CHECK_EQ(jint(a, "vm_sessions"), 2, "the VM's share: both of its sessions resized");
     double in_force = json_real_value(json_object_get(json_object_get(a, "node"), "in_force_ms"));
     double apply = json_real_value(json_object_get(json_object_get(a, "node"), "apply_ms"));
     double e2e = json_real_value(json_object_get(a, "cluster_ms"));
@@ -581,13 +624,15 @@ static void check_resize(void)
     CHECK_LE(in_force, e2e, "times recorded");
     json_decref(a);
     CHECK_EQ(seen_sms(fa), 32, "the running session now reports 32 SMs (no reconnect)");
-    CHECK_EQ(gpu_sm_allocated(gpu), before + 16, "the GPU's allocated SMs grew by 16, not 32");
+    CHECK_EQ(seen_sms(fb), 32, "and so does B, the VM's other process");
+    CHECK_EQ(gpu_sm_allocated(gpu), before + 16, "the GPU's allocated SMs grew by 16, once");
     CHECK_EQ(resize("sessions", sa, "{\"sm_count\": 8}", &a), 200,
           "resize A to 8: %s", call_err);
     CHECK_EQ(jint(a, "session.sm_count"), 8,
           "resize A to 8: %s", call_err);
     json_decref(a);
     CHECK_EQ(seen_sms(fa), 8, "down to 8, capacity freed");
+    CHECK_EQ(seen_sms(fb), 8, "down to 8, capacity freed");
     CHECK_EQ(gpu_sm_allocated(gpu), before - 8, "down to 8, capacity freed");
 
     static const struct {
@@ -600,7 +645,7 @@ static void check_resize(void)
         {"{\"memory_quota\": 0}", "bytes of memory", 400},
         {"{\"sm_count\": 8, \"sm_delta\": 4}", "not both", 400},
         {"{}", "at least one", 400},
-        {"{\"sm_count\": 132}", "add partial", 409},
+        {"{\"sm_count\": 136}", "more than GPU", 400},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         long st = resize("sessions", sa, bad[i].body, NULL);
@@ -612,16 +657,25 @@ static void check_resize(void)
     CHECK_EQ(resize("sessions", "s-none", "{\"sm_count\": 8}", NULL), 404, "an unknown session: 404");
     CHECK_EQ(gpu_sm_allocated(gpu), before - 8, "refusals changed nothing");
 
+    /* C: another VM on the same GPU (the other one is full) */
+    char vm2_token[80], sc[80], ec[128], tc[512];
+    new_vm("{\"vm_ip\": \"10.9.0.3\", \"host_ip\": \"127.0.0.1\", \"compute_units\": 16, "
+           "\"memory\": \"1GiB\"}", vm2_token, NULL);
+    new_session(vm2_token, 5003, sc, ec, tc);
+    CHECK_EQ(resize("sessions", sa, "{\"sm_count\": 132}", NULL), 409, "132 SMs while C holds 16: "
+          "409 (%s)", call_err);
+    CHECK(strstr(call_err, "add partial"), "132 SMs while C holds 16: 409 (%s)", call_err);
     CHECK_EQ(resize("sessions", sa, "{\"sm_count\": 132, \"partial\": true}", &a), 200,
-          "with partial: 116 of 132 SMs (B holds 16): %s", call_err);
+          "with partial: 116 of 132 SMs (C holds 16): %s", call_err);
     CHECK_STR_EQ(jstr(a, "granted"), "partial",
-          "with partial: 116 of 132 SMs (B holds 16): %s", call_err);
+          "with partial: 116 of 132 SMs (C holds 16): %s", call_err);
     CHECK_EQ(jint(a, "session.sm_count"), 116,
-          "with partial: 116 of 132 SMs (B holds 16): %s", call_err);
+          "with partial: 116 of 132 SMs (C holds 16): %s", call_err);
     json_decref(a);
-    CHECK_EQ(seen_sms(fa), 116, "the GPU is full, counted once");
-    CHECK_EQ(gpu_sm_allocated(gpu), 132, "the GPU is full, counted once");
-    CHECK_EQ(resize("sessions", sb, "{\"sm_delta\": 4}", NULL), 409, "B cannot grow now: 409");
+    CHECK_EQ(seen_sms(fa), 116, "the GPU is full, the VM counted once");
+    CHECK_EQ(seen_sms(fb), 116, "the GPU is full, the VM counted once");
+    CHECK_EQ(gpu_sm_allocated(gpu), 132, "the GPU is full, the VM counted once");
+    CHECK_EQ(resize("sessions", sc, "{\"sm_delta\": 4}", NULL), 409, "C cannot grow now: 409");
 
     printf("== live resize: memory below use\n");
     uint64_t p1 = 0, p2 = 0;
@@ -636,6 +690,7 @@ static void check_resize(void)
     CHECK_EQ(jint(a, "session.memory_quota"), 256 << 20, "quota lowered to 256 MiB: %s", call_err);
     json_decref(a);
     CHECK_EQ(alloc(fa, 1 << 20, &p2), 2, "a new allocation fails with out of memory");
+    CHECK_EQ(alloc(fb, 1 << 20, &p2), 2, "in B too: the VM's memory is used up");
     mc.dst = 0;
     mc.src = p1;
     struct {
@@ -645,22 +700,20 @@ static void check_resize(void)
     CHECK_EQ(frame_call(fa, FLYT_OP_MEMCPY_DTOH, &mc, sizeof mc, NULL, 0, &back, sizeof back), 0, "the data is intact");
     CHECK(memcmp(back.bytes, pattern, sizeof pattern) == 0, "the data is intact");
     CHECK_EQ(resize("sessions", sa, "{\"memory_quota\": 4294967296}", NULL), 409,
-          "4 GiB while B holds 1 GiB: refused");
+          "4 GiB while C holds 1 GiB: refused");
     CHECK_EQ(resize("sessions", sa, "{\"memory_quota\": 4294967296, \"partial\": true}", &a), 200, "with partial: 3 GiB: %s", call_err);
     CHECK_EQ(jint(a, "session.memory_quota"), 3 * GiB, "with partial: 3 GiB: %s", call_err);
     json_decref(a);
     CHECK_EQ(alloc(fa, 1 << 20, &p2), 0, "allocations work again");
+    CHECK_EQ(alloc(fb, 1 << 20, &p2), 0, "in B too");
 
-    printf("== live resize of a VM's sessions\n");
-    CHECK_EQ(resize("vms", vm_id, "{\"sm_count\": 8, \"memory_quota\": 536870912}", &a), 200, "both sessions of the VM to 8 SMs: %s", call_err);
-    CHECK_EQ(jint(a, "resized"), 2, "both sessions of the VM to 8 SMs: %s", call_err);
+    printf("== live resize of a VM's share\n");
+    CHECK_EQ(resize("vms", vm_id, "{\"sm_count\": 8, \"memory_quota\": 1073741824}", &a), 200, "the VM to 8 SMs: %s", call_err);
+    CHECK_EQ(jint(a, "resized"), 2, "the VM to 8 SMs: both sessions: %s", call_err);
     json_decref(a);
-    CHECK_EQ(seen_sms(fa), 8,
-          "each sees 8 SMs; the GPU holds 16 SMs for them, 8 each");
-    CHECK_EQ(seen_sms(fb), 8,
-          "each sees 8 SMs; the GPU holds 16 SMs for them, 8 each");
-    CHECK_EQ(gpu_sm_allocated(gpu), before - 16,
-          "each sees 8 SMs; the GPU holds 16 SMs for them, 8 each");
+    CHECK_EQ(seen_sms(fa), 8, "each sees 8 SMs; the GPU holds 8 SMs for the VM and 16 for C");
+    CHECK_EQ(seen_sms(fb), 8, "each sees 8 SMs; the GPU holds 8 SMs for the VM and 16 for C");
+    CHECK_EQ(gpu_sm_allocated(gpu), 24, "each sees 8 SMs; the GPU holds 8 SMs for the VM and 16 for C");
     CHECK_EQ(resize("vms", "vm-none", "{\"sm_count\": 8}", NULL), 404, "an unknown VM: 404");
     close(fa);
     close(fb);
@@ -669,10 +722,57 @@ static void check_resize(void)
     CHECK(ev && strstr(ev, "session.resized"), "the store recorded session.resized events");
     free(ev);
     json_decref(a);
-    snprintf(path, sizeof path, "/v1/sessions/%s", sa);
-    CHECK_EQ(call(&clm, "DELETE", path, clm.op_token, NULL, NULL), 204, "A released");
-    snprintf(path, sizeof path, "/v1/sessions/%s", sb);
-    CHECK_EQ(call(&clm, "DELETE", path, clm.op_token, NULL, NULL), 204, "B released");
+    release(sa);
+    release(sb);
+    release(sc);
+}
+
+/* issue 8, attack 3: the VM's processes together stay within its memory. */
+static int vm_alloc_ok(void *arg)
+{
+    uint64_t p = 0;
+    return alloc(*(int *)arg, 512 << 20, &p) == 0;
+}
+
+static void check_vm_memory(void)
+{
+    char vm_token[80], vm_id[80];
+    new_vm("{\"vm_ip\": \"10.9.0.4\", \"host_ip\": \"127.0.0.1\", \"compute_units\": 8, "
+           "\"memory\": \"1GiB\"}", vm_token, vm_id);
+    char sd[80], ed[128], td[512], se[80], ee[128], te[512], sf[80], ef[128], tf[512];
+    new_session(vm_token, 6001, sd, ed, td);
+    new_session(vm_token, 6002, se, ee, te);
+    char quota_file[700];
+    snprintf(quota_file, sizeof quota_file, "%s/state/vm-%s.quota", dir, vm_id);
+    struct stat st;
+    CHECK_EQ(stat(quota_file, &st), 0, "the VM's quota page %s, 0600", quota_file);
+    CHECK_EQ(st.st_mode & 0777, 0600, "the VM's quota page %s, 0600", quota_file);
+    char arg[800];
+    snprintf(arg, sizeof arg, "--vm-quota %s", quota_file);
+    CHECK(cmdline_has(server_pid_of(sd), arg) && cmdline_has(server_pid_of(se), arg),
+          "both servers of the VM get it");
+    int fd = connect_session(ed, td), fe = connect_session(ee, te);
+    uint64_t p = 0;
+    CHECK_EQ(alloc(fd, 768 << 20, &p), 0, "D allocates 768 MiB of the VM's 1 GiB");
+    CHECK_EQ(alloc(fe, 512 << 20, &p), 2, "E cannot take 512 MiB more: out of memory");
+    CHECK_EQ(alloc(fe, 256 << 20, &p), 0, "E takes the 256 MiB left");
+    CHECK_EQ(alloc(fd, 1 << 20, &p), 2, "the VM's 1 GiB is used up, for D too");
+    close(fd);
+    CHECK(wait_for(vm_alloc_ok, &fe, 5000), "D's client ended: E can take 512 MiB of what D held");
+    new_session(vm_token, 6003, sf, ef, tf);
+    int ff = connect_session(ef, tf);
+    CHECK_EQ(alloc(ff, 512 << 20, &p), 2, "F, a third process, finds the VM's memory used (E 768 MiB)");
+    CHECK_EQ(alloc(ff, 256 << 20, &p), 0, "F takes the 256 MiB left");
+    pid_t spid = server_pid_of(se);
+    CHECK_EQ(kill(spid, SIGKILL), 0, "SIGKILL to E's server pid %d", (int)spid);
+    CHECK(wait_for(vm_alloc_ok, &ff, 5000), "E's server died: F can take 512 MiB of what E held");
+    close(fe);
+    close(ff);
+    release(sd);
+    release(sf);
+    CHECK(wait_for(server_gone, sd, 5000) && wait_for(server_gone, sf, 5000) &&
+          wait_for(server_gone, se, 5000), "the VM's servers are gone");
+    CHECK_NE(stat(quota_file, &st), 0, "and so is its quota page");
 }
 
 /* Starts the node manager on nm.conf (its log appended to nm.log); its API port. */
@@ -1094,6 +1194,8 @@ int main(int argc, char **argv)
 
     printf("== live resize: SMs of running sessions\n");
     check_resize();
+    printf("== a VM's processes share its memory quota\n");
+    check_vm_memory();
 
     printf("== release: the server stops\n");
     char path[200];
@@ -1164,8 +1266,8 @@ int main(int argc, char **argv)
           "no sanitizer report, no death but the killed server's (node manager log)");
     CHECK_EQ(count_lines("nm.log", "runtime error"), 0,
           "no sanitizer report, no death but the killed server's (node manager log)");
-    CHECK_EQ(count_lines("nm.log", "died:"), 1,
-          "no sanitizer report, no death but the killed server's (node manager log)");
+    CHECK_EQ(count_lines("nm.log", "died:"), 2,
+          "no sanitizer report, no death but the two killed servers' (node manager log)");
 
     clm_stop(&clm);
     passed = 1;

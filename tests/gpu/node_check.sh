@@ -19,7 +19,9 @@
 # the node manager runs MPS and their kernel times should be those of one
 # alone); release stops the server; a live resize of a running program from
 # 16 to 64 SMs and back (a table of its kernel time and distinct SMs per
-# interval, and the resize times); SIGTERM leaves nothing running.
+# interval, and the resize times); four processes of one 16-SM VM run at once
+# on its one set of SM groups, the GPU holding 16 SMs for them; SIGTERM leaves
+# nothing running.
 #
 # Environment (optional): OUT (results), NODE_CHECK_MPS (0),
 # FLYT_TEST_CUDA_LIB (/usr/local/cuda/lib64, not needed by the daemons).
@@ -261,6 +263,39 @@ print("node_check: %s the program saw each interval's share as its SM count"
 sys.exit(1 if bad or wrong_seen else 0)
 EOF
 api DELETE "$CM/v1/sessions/$S4" "$V4" >/dev/null
+
+# one VM, four processes (issue 8): the share is the VM's: all four sessions run on its one
+# set of SM groups, the GPU's allocated SMs grow by 16 once, and each program's kernels run
+# on at most those 16 SMs (share_check's own check); with MPS they share them at once, so
+# each one's kernel time should be about four times the 16-SM one alone
+sleep 1
+V5=$(vm 10.250.0.5 16 8GiB)
+VSIDS=() VPIDS=()
+for i in 1 2 3 4; do
+    read -r S E T < <(session "$V5" $((1020 + i))) || die "no session"
+    VSIDS+=("$S")
+    run_share "vmproc$i" "$E" "$T" 16 0 & VPIDS+=($!)
+done
+vgroups=$(for s in "${VSIDS[@]}"; do
+    read -r _ b < <(api GET "$CM/v1/sessions/$s" "$OP"); jget "$b" session.sm_groups
+done | sort -u)
+if [ "$(echo "$vgroups" | wc -l)" = 1 ]; then
+    ok "the VM's 4 processes run on its one set of SM groups $vgroups"
+else
+    fail "the VM's 4 processes got different SM groups: $vgroups"
+fi
+read -r _ body < <(api GET "$CM/v1/nodes/gpu-node" "$OP")
+if [ "$(jget "$body" node.gpus.0.sm_allocated)" = 16 ]; then
+    ok "the GPU holds the VM's 16 SMs once"
+else
+    fail "the GPU holds $(jget "$body" node.gpus.0.sm_allocated) SMs for a 16-SM VM"
+fi
+for i in 1 2 3 4; do
+    wait "${VPIDS[$((i - 1))]}" || fail "process $i of the VM: $(grep FAIL "$DIR/vmproc$i.txt" | head -3)"
+done
+echo "node_check: the VM's 4 processes at once: $(ms vmproc1) / $(ms vmproc2) / $(ms vmproc3) /" \
+     "$(ms vmproc4) ms (each on at most 16 SMs)"
+for s in "${VSIDS[@]}"; do api DELETE "$CM/v1/sessions/$s" "$V5" >/dev/null; done
 
 kill -TERM "$NM_PID"
 if wait "$NM_PID"; then ok "the node manager stopped (exit 0)"; else fail "node manager exit status $?"; fi

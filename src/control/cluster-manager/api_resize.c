@@ -1,17 +1,20 @@
-/* Live resize (docs/api.md, "Live resize"): POST /v1/sessions/{id}/resize and
- * POST /v1/vms/{id}/resize (each live session of the VM), operator only.
+/* Live resize (docs/api.md, "Live resize"): POST /v1/vms/{id}/resize and
+ * POST /v1/sessions/{id}/resize, operator only. A share is the VM's (all its
+ * live sessions run on the same SM groups and memory quota), so both resize
+ * the VM's share and every session on it.
  *
  * Body: "sm_count" (absolute) or "sm_delta", "memory_quota" (bytes) or
- * "memory_delta", "partial" (bool). Per session, under the lock: the GPU's
- * capacity without this session's own share (capacity.c), the new SM count
- * checked (at least one group, at most the GPU, a multiple of the
- * granularity), groups kept lowest first when shrinking and the lowest free
- * ones added when growing, memory against what the GPU has free; past what is
- * free it is refused, or with "partial" granted as far as it goes. The new
- * share is recorded (the store's groups are the SM group map, so nothing is
- * counted twice) with a "session.resized" event; then, without the lock, the
- * node manager applies it to the running server. If the node cannot, the old
- * share is recorded again and the answer says why. */
+ * "memory_delta", "partial" (bool). Under the lock: the GPU's capacity without
+ * the VM's own share (capacity.c), the new SM count checked (at least one
+ * group, at most the GPU, a multiple of the granularity), groups kept lowest
+ * first when shrinking and the lowest free ones added when growing, memory
+ * against what the GPU has free; past what is free it is refused, or with
+ * "partial" granted as far as it goes. The new share is recorded for each of
+ * the VM's sessions (the store's groups are the SM group map, so nothing is
+ * counted twice) with "session.resized" events; then, without the lock, the
+ * node manager applies it to each running server. If a node cannot, the old
+ * share is recorded again, put back on the servers that took the new one, and
+ * the answer says why. */
 #include "clm.h"
 
 #include "flyt_log.h"
@@ -139,51 +142,92 @@ static int plan(const struct gpu_cap *c, struct session_rec *s, const struct res
     return 0;
 }
 
-/* Under the lock: the new share of session id recorded; old keeps the previous one. */
-static int reserve(struct clm *clm, const char *id, const struct resize_ask *a,
-                   struct session_rec *s, struct session_rec *old, struct node_rec *node,
-                   const char **granted, struct api_error *e)
+/* A resize of a VM's share: its live sessions (all on the share's node, GPU and SM groups),
+ * each with its new and previous share. */
+struct vm_resize {
+    int n;
+    struct session_rec *now, *old;
+    struct node_rec *nodes;
+    const char *granted;
+};
+
+static void vm_resize_free(struct vm_resize *rs)
+{
+    free(rs->now);
+    free(rs->old);
+    free(rs->nodes);
+    memset(rs, 0, sizeof *rs);
+}
+
+/* Records share (a session's SM groups, count and memory quota) for every session of rs. */
+static int record_shares(struct clm *clm, struct session_rec *ss, int n,
+                         const struct session_rec *share, const char *kind, const char *why,
+                         struct api_error *e)
+{
+    FLYT_ASSERT_HELD(&clm->lock);
+    char err[512], m[64];
+    format_bytes(share->memory_quota, m, sizeof m);
+    for (int i = 0; i < n; i++) {
+        ss[i].sm_count = share->sm_count;
+        ss[i].ngroups = share->ngroups;
+        memcpy(ss[i].groups, share->groups, sizeof ss[i].groups[0] * (size_t)share->ngroups);
+        ss[i].memory_quota = share->memory_quota;
+        if (store_session_set_share(clm->store, &ss[i], err, sizeof err) < 0)
+            return api_store_fail(e, "recording a share", err);
+        if (api_event(clm, kind, ss[i].id, e, "VM %s: %d SMs and %s on %s/%d (%s)", ss[i].vm_id,
+                      ss[i].sm_count, m, ss[i].node_id, ss[i].gpu_index, why) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Under the lock: the VM's new share planned on its GPU and recorded for each of its live
+ * sessions (rs->old keeps the previous one). A VM whose sessions are all gone has none. */
+static int reserve(struct clm *clm, const char *vm_id, const struct resize_ask *a,
+                   struct vm_resize *rs, struct api_error *e)
 {
     FLYT_ASSERT_HELD(&clm->lock);
     char err[512];
-    int found = store_session_get(clm->store, id, s, err, sizeof err);
-    if (found <= 0)
-        return found < 0 ? api_store_fail(e, "reading a session", err)
-                         : api_fail(e, 404, "not_found", "no session %s", id);
-    if (s->state != SESSION_ACTIVE)
-        return api_fail(e, 409, "conflict", "session %s is %s, not active", s->id,
-                        session_state_name(s->state));
-    if (node_load(clm, s->node_id, node, e) < 0)
-        return -1;
+    struct session_filter f = {.vm_id = vm_id, .live_only = 1};
+    struct session_rec *ss;
+    if (store_session_list(clm->store, &f, &ss, &rs->n, err, sizeof err) < 0)
+        return api_store_fail(e, "reading sessions", err);
+    rs->old = ss;
+    if (rs->n == 0)
+        return 0;
+    for (int i = 0; i < rs->n; i++)
+        if (ss[i].state != SESSION_ACTIVE) /* its server starts on the share it was given */
+            return api_fail(e, 409, "conflict", "session %s of VM %s is %s; try again once it "
+                            "is active", ss[i].id, vm_id, session_state_name(ss[i].state));
+    rs->now = malloc(sizeof *rs->now * (size_t)rs->n);
+    rs->nodes = calloc((size_t)rs->n, sizeof *rs->nodes);
+    if (!rs->now || !rs->nodes)
+        return api_fail(e, 500, "internal", "out of memory");
+    memcpy(rs->now, ss, sizeof *ss * (size_t)rs->n);
+    for (int i = 0; i < rs->n; i++)
+        if (node_load(clm, ss[i].node_id, &rs->nodes[i], e) < 0)
+            return -1;
     struct gpu_cap *caps = NULL;
     int ncaps = 0;
-    if (capacity_build(clm, node, 1, &caps, &ncaps, err, sizeof err) < 0)
+    if (capacity_build(clm, &rs->nodes[0], 1, &caps, &ncaps, err, sizeof err) < 0)
         return api_store_fail(e, "reading capacity", err);
     struct gpu_cap *c = NULL;
     for (int i = 0; i < ncaps; i++)
-        if (caps[i].index == s->gpu_index)
+        if (caps[i].index == ss[0].gpu_index)
             c = &caps[i];
     int rc = c ? 0 : api_fail(e, 409, "conflict", "node %s no longer reports GPU %d",
-                              s->node_id, s->gpu_index);
-    if (rc == 0) { /* the GPU as if this session held nothing */
-        for (int i = 0; i < s->ngroups; i++)
-            if (s->groups[i] >= 0 && s->groups[i] < c->ngroups)
-                c->group_users[s->groups[i]]--;
-        c->memory_allocated -= s->memory_quota;
-        *old = *s;
-        rc = plan(c, s, a, granted, e);
+                              ss[0].node_id, ss[0].gpu_index);
+    if (rc == 0) { /* the GPU as if this VM held nothing (capacity.c counts it once) */
+        for (int i = 0; i < ss[0].ngroups; i++)
+            if (ss[0].groups[i] >= 0 && ss[0].groups[i] < c->ngroups)
+                c->group_users[ss[0].groups[i]]--;
+        c->memory_allocated -= ss[0].memory_quota;
+        rc = plan(c, &rs->now[0], a, &rs->granted, e);
     }
     free(caps);
     if (rc < 0)
         return -1;
-    char m1[64], m2[64];
-    format_bytes(old->memory_quota, m1, sizeof m1);
-    format_bytes(s->memory_quota, m2, sizeof m2);
-    if (store_session_set_share(clm->store, s, err, sizeof err) < 0)
-        return api_store_fail(e, "recording a share", err);
-    return api_event(clm, "session.resized", s->id, e, "%d SMs and %s -> %d SMs and %s on %s/%d "
-                     "(%s)", old->sm_count, m1, s->sm_count, m2, s->node_id, s->gpu_index,
-                     *granted);
+    return record_shares(clm, rs->now, rs->n, &rs->now[0], "session.resized", rs->granted, e);
 }
 
 /* Without the lock: the node manager applies it. 0, or -1 with why. */
@@ -204,42 +248,68 @@ static int node_apply(struct clm *clm, const struct node_rec *node, const struct
     return rc < 0 || status != 200 ? -1 : 0;
 }
 
-/* One session, end to end: its answer object, or NULL with e. */
-static json_t *resize_one(struct clm *clm, const char *id, const struct resize_ask *a,
-                          struct api_error *e)
+/* The previous share recorded again and put back on the servers that took the new one
+ * (the first napplied), after the node of session failed could not apply it. */
+static void roll_back(struct clm *clm, struct vm_resize *rs, int napplied, const char *why)
+{
+    struct api_error e = {0};
+    if (clm_begin(clm, &e) == 0) {
+        int ok = record_shares(clm, rs->old, rs->n, &rs->old[0], "session.resize_failed", why,
+                               &e) == 0;
+        clm_end(clm, ok, &e);
+    }
+    for (int i = 0; i < napplied; i++) {
+        json_t *ans = NULL;
+        char err[512];
+        if (node_apply(clm, &rs->nodes[i], &rs->old[i], &ans, err, sizeof err) < 0)
+            flyt_warn("session %s: node %s could not take back its share: %s", rs->old[i].id,
+                      rs->nodes[i].id, err);
+        json_decref(ans);
+    }
+}
+
+/* The VM's share resized, end to end: each live session's answer in an array, or NULL
+ * with e (nothing changed). */
+static json_t *resize_vm(struct clm *clm, const char *vm_id, const struct resize_ask *a,
+                         struct vm_resize *rs, struct api_error *e)
 {
     double t0 = mono_ms();
-    struct session_rec s, old;
-    struct node_rec node;
-    const char *granted = "full";
     if (clm_begin(clm, e) < 0)
         return NULL;
-    int rc = reserve(clm, id, a, &s, &old, &node, &granted, e);
+    int rc = reserve(clm, vm_id, a, rs, e);
     if (clm_end(clm, rc == 0, e) < 0)
         return NULL;
-    json_t *ans = NULL;
-    char why[512] = "";
-    if (node_apply(clm, &node, &s, &ans, why, sizeof why) < 0) {
-        json_decref(ans);
-        struct api_error e2 = {0};
-        if (clm_begin(clm, &e2) == 0) { /* the share stays what the server runs on */
-            char err[512];
-            int ok = store_session_set_share(clm->store, &old, err, sizeof err) == 0 &&
-                     api_event(clm, "session.resize_failed", s.id, &e2, "node %s: %s", node.id,
-                               why) == 0;
-            clm_end(clm, ok, &e2);
+    json_t *answers = json_array();
+    for (int i = 0; i < rs->n; i++) {
+        json_t *ans = NULL;
+        char why[512] = "";
+        if (node_apply(clm, &rs->nodes[i], &rs->now[i], &ans, why, sizeof why) < 0) {
+            json_decref(ans);
+            json_decref(answers);
+            char msg[700];
+            snprintf(msg, sizeof msg, "node %s: %s", rs->nodes[i].id, why);
+            roll_back(clm, rs, i, msg);
+            api_fail(e, 503, "unavailable", "session %s: node %s could not apply the resize: %s",
+                     rs->now[i].id, rs->nodes[i].id, why);
+            return NULL;
         }
-        api_fail(e, 503, "unavailable", "session %s: node %s could not apply the resize: %s",
-                 s.id, node.id, why);
-        return NULL;
+        json_array_append_new(answers, json_pack("{s:o,s:s,s:{s:i,s:I},s:o}", "session",
+                                                 session_json(&rs->now[i]), "granted",
+                                                 rs->granted, "previous", "sm_count",
+                                                 rs->old[i].sm_count, "memory_quota",
+                                                 (json_int_t)rs->old[i].memory_quota, "node",
+                                                 ans ? ans : json_null()));
     }
     double ms = mono_ms() - t0;
-    flyt_info("session %s resized to %d SMs and %lld bytes (%s) in %.3f ms end to end", s.id,
-              s.sm_count, s.memory_quota, granted, ms);
-    return json_pack("{s:o,s:s,s:{s:i,s:I},s:o,s:f}", "session", session_json(&s), "granted",
-                     granted, "previous", "sm_count", old.sm_count, "memory_quota",
-                     (json_int_t)old.memory_quota, "node", ans ? ans : json_null(), "cluster_ms",
-                     ms);
+    size_t i;
+    json_t *r;
+    json_array_foreach(answers, i, r)
+        json_object_set_new(r, "cluster_ms", json_real(ms));
+    if (rs->n)
+        flyt_info("VM %s resized to %d SMs and %lld bytes (%s), %d session(s), in %.3f ms end "
+                  "to end", vm_id, rs->now[0].sm_count, rs->now[0].memory_quota, rs->granted,
+                  rs->n, ms);
+    return answers;
 }
 
 static int operator_only(struct clm *clm, const struct flyt_http_request *req, struct api_error *e)
@@ -251,66 +321,77 @@ static int operator_only(struct clm *clm, const struct flyt_http_request *req, s
     return rc;
 }
 
+/* A session's share is its VM's: resizing one resizes them all; the answer is this one's. */
 void h_session_resize(void *ctx, const struct flyt_http_request *req,
                       struct flyt_http_response *res)
 {
     struct clm *clm = ctx;
     struct api_error e = {0};
     struct resize_ask a;
-    json_t *out = NULL;
-    if (operator_only(clm, req, &e) == 0 && parse_ask(req->body, &a, &e) == 0)
-        out = resize_one(clm, req->params[0], &a, &e);
+    struct vm_resize rs = {0};
+    struct session_rec s;
+    char err[512];
+    json_t *all = NULL, *out = NULL;
+    if (operator_only(clm, req, &e) < 0 || parse_ask(req->body, &a, &e) < 0)
+        goto fail;
+    pthread_mutex_lock(&clm->lock);
+    int found = store_session_get(clm->store, req->params[0], &s, err, sizeof err);
+    int rc = found < 0 ? api_store_fail(&e, "reading a session", err)
+             : !found  ? api_fail(&e, 404, "not_found", "no session %s", req->params[0])
+             : s.state != SESSION_ACTIVE
+                 ? api_fail(&e, 409, "conflict", "session %s is %s, not active", s.id,
+                            session_state_name(s.state))
+                 : 0;
+    pthread_mutex_unlock(&clm->lock);
+    if (rc < 0 || !(all = resize_vm(clm, s.vm_id, &a, &rs, &e)))
+        goto fail;
+    size_t i;
+    json_t *r;
+    json_array_foreach(all, i, r)
+        if (strcmp(json_string_value(json_object_get(json_object_get(r, "session"), "id")),
+                   s.id) == 0)
+            out = json_incref(r);
+    json_decref(all);
+    int n = rs.n;
+    vm_resize_free(&rs);
     if (!out) {
-        api_reply_error(res, &e);
+        flyt_http_reply_error(res, 409, "conflict", "session %s ended during the resize", s.id);
         return;
     }
+    json_object_set_new(out, "vm_sessions", json_integer(n));
     flyt_http_reply_json(res, 200, out);
+    return;
+fail:
+    vm_resize_free(&rs);
+    api_reply_error(res, &e);
 }
 
-/* There is no VM-wide share yet: each live session of the VM is resized as
- * asked, one after the other; the VM's per-process share (for sessions that
- * start later) is "vm update"'s. */
+/* The VM's share, which all its live sessions run on. */
 void h_vm_resize(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
     struct clm *clm = ctx;
     struct api_error e = {0};
     struct resize_ask a;
-    struct session_rec *ss = NULL;
-    int n = 0;
-    char err[512];
-    if (operator_only(clm, req, &e) < 0 || parse_ask(req->body, &a, &e) < 0) {
-        api_reply_error(res, &e);
-        return;
-    }
+    struct vm_resize rs = {0};
     struct vm_rec vm;
+    char err[512];
+    json_t *all = NULL;
+    if (operator_only(clm, req, &e) < 0 || parse_ask(req->body, &a, &e) < 0)
+        goto fail;
     pthread_mutex_lock(&clm->lock);
     int found = store_vm_get(clm->store, req->params[0], &vm, err, sizeof err);
-    struct session_filter f = {.vm_id = req->params[0], .by_state = 1, .state = SESSION_ACTIVE};
     int rc = found < 0 ? api_store_fail(&e, "reading a VM", err)
              : !found  ? api_fail(&e, 404, "not_found", "no VM %s", req->params[0])
                        : 0;
-    if (rc == 0 && store_session_list(clm->store, &f, &ss, &n, err, sizeof err) < 0)
-        rc = api_store_fail(&e, "reading sessions", err);
     pthread_mutex_unlock(&clm->lock);
-    if (rc < 0) {
-        api_reply_error(res, &e);
-        return;
-    }
-    json_t *arr = json_array();
-    int done = 0;
-    for (int i = 0; i < n; i++) {
-        struct api_error one = {0};
-        json_t *r = resize_one(clm, ss[i].id, &a, &one);
-        if (r) {
-            done++;
-            json_array_append_new(arr, r);
-        } else {
-            json_array_append_new(arr, json_pack("{s:s,s:i,s:s,s:s}", "session_id", ss[i].id,
-                                                 "status", one.status, "error", one.code,
-                                                 "message", one.message));
-        }
-    }
-    free(ss);
+    if (rc < 0 || !(all = resize_vm(clm, vm.id, &a, &rs, &e)))
+        goto fail;
+    int n = rs.n;
+    vm_resize_free(&rs);
     flyt_http_reply_json(res, 200, json_pack("{s:s,s:i,s:i,s:o}", "vm", vm.id, "sessions", n,
-                                             "resized", done, "results", arr));
+                                             "resized", n, "results", all));
+    return;
+fail:
+    vm_resize_free(&rs);
+    api_reply_error(res, &e);
 }

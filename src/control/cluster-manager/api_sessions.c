@@ -164,7 +164,49 @@ static int make_token(struct clm *clm, const struct node_rec *node, const struct
     return flyt_session_token_make(key, klen, s->id, expiry, out, outlen);
 }
 
-/* Phase 1, under the lock: checks, placement, the "starting" record. */
+/* Records s "starting" for process pid of share's VM, on share's node, GPU, SM groups
+ * and memory quota (which reserves them unless the VM already holds them). */
+static int record_starting(struct clm *clm, const struct session_rec *share, long long pid,
+                           json_t *proc, struct session_rec *s, struct api_error *e)
+{
+    FLYT_ASSERT_HELD(&clm->lock);
+    char err[512];
+    memset(s, 0, sizeof *s);
+    new_id("s-", s->id, sizeof s->id);
+    snprintf(s->vm_id, sizeof s->vm_id, "%s", share->vm_id);
+    snprintf(s->node_id, sizeof s->node_id, "%s", share->node_id);
+    s->pid = pid;
+    if (proc)
+        snprintf(s->process, sizeof s->process, "%s", json_string_value(proc));
+    s->gpu_index = share->gpu_index;
+    s->sm_count = share->sm_count;
+    s->ngroups = share->ngroups;
+    memcpy(s->groups, share->groups, sizeof s->groups[0] * (size_t)share->ngroups);
+    s->memory_quota = share->memory_quota;
+    s->state = SESSION_STARTING;
+    s->created_at = s->last_activity = now_ms();
+    if (store_session_insert(clm->store, s, err, sizeof err) < 0)
+        return api_store_fail(e, "recording a session", err);
+    return 0;
+}
+
+/* A further process of a VM that holds a share (one of its live sessions, share): its
+ * session runs on the same node, GPU, SM groups and memory quota, so the VM's processes
+ * together never hold more than its share (capacity.c counts a VM once per GPU). */
+static int join_vm_share(struct clm *clm, const struct session_rec *share, long long pid,
+                         json_t *proc, struct session_rec *s, struct node_rec *node,
+                         struct api_error *e)
+{
+    FLYT_ASSERT_HELD(&clm->lock);
+    if (node_load(clm, share->node_id, node, e) < 0)
+        return -1;
+    if (node->state != NODE_READY)
+        return api_fail(e, 409, "no_capacity", "VM %s holds its share on node %s, which is %s",
+                        share->vm_id, node->id, node_state_name(node->state));
+    return record_starting(clm, share, pid, proc, s, e);
+}
+
+/* Phase 1, under the lock: checks, placement (or the VM's share), the "starting" record. */
 static int reserve(struct clm *clm, const struct flyt_http_request *req, struct session_rec *s,
                    struct node_rec *node, int *existing, struct api_error *e)
 {
@@ -214,7 +256,18 @@ static int reserve(struct clm *clm, const struct flyt_http_request *req, struct 
             return found > 0 ? 0 : found < 0 ? api_store_fail(e, "reading a node", err)
                                              : api_fail(e, 404, "not_found", "no node %s", s->node_id);
         }
+    /* the VM already holds its share: this process joins it, taking nothing more */
+    /* (the list holds ended and suspended sessions too: they hold no share) */
+    struct session_rec held;
+    int joins = 0;
+    for (int i = 0; i < ns && !joins; i++)
+        if (session_is_live(&ss[i])) {
+            held = ss[i];
+            joins = 1;
+        }
     free(ss);
+    if (joins)
+        return join_vm_share(clm, &held, json_integer_value(pid), proc, s, node, e);
 
     /* placement over the ready nodes' GPUs */
     struct node_rec *nodes;
@@ -244,25 +297,17 @@ static int reserve(struct clm *clm, const struct flyt_http_request *req, struct 
     for (int i = 0; i < ready; i++)
         if (strcmp(nodes[i].id, c->node_id) == 0)
             *node = nodes[i];
-    memset(s, 0, sizeof *s);
-    new_id("s-", s->id, sizeof s->id);
-    snprintf(s->vm_id, sizeof s->vm_id, "%s", vm.id);
-    snprintf(s->node_id, sizeof s->node_id, "%s", c->node_id);
-    s->pid = json_integer_value(pid);
-    if (proc)
-        snprintf(s->process, sizeof s->process, "%s", json_string_value(proc));
-    s->gpu_index = c->index;
-    s->sm_count = out.sm_count;
-    s->ngroups = out.ngroups;
-    memcpy(s->groups, out.groups, sizeof s->groups[0] * (size_t)out.ngroups);
-    s->memory_quota = vm.memory;
-    s->state = SESSION_STARTING;
-    s->created_at = s->last_activity = now_ms();
+    struct session_rec share = {0};
+    snprintf(share.vm_id, sizeof share.vm_id, "%s", vm.id);
+    snprintf(share.node_id, sizeof share.node_id, "%s", c->node_id);
+    share.gpu_index = c->index;
+    share.sm_count = out.sm_count;
+    share.ngroups = out.ngroups;
+    memcpy(share.groups, out.groups, sizeof share.groups[0] * (size_t)out.ngroups);
+    share.memory_quota = vm.memory;
     free(nodes);
     free(caps);
-    if (store_session_insert(clm->store, s, err, sizeof err) < 0)
-        return api_store_fail(e, "recording a session", err);
-    return 0;
+    return record_starting(clm, &share, json_integer_value(pid), proc, s, e);
 }
 
 /* Phase 3, under the lock: the outcome of the node's answer. */

@@ -1,9 +1,20 @@
 /* GPU capacity, derived every time from the live sessions (store.h INVARIANT): nothing
- * here is stored, so nothing can drift or be counted twice across restarts. */
+ * here is stored, so nothing can drift or be counted twice across restarts. A share is
+ * the VM's: all live sessions of a VM on a GPU run on the same SM groups and one memory
+ * quota (api_sessions.c, api_resize.c), so each VM's share is counted once per GPU. */
 #include "clm.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* Whether an earlier session of ss holds the same VM's share on the same GPU. */
+static int vm_share_counted(const struct session_rec *ss, int s)
+{
+    for (int j = 0; j < s; j++)
+        if (ss[j].gpu_index == ss[s].gpu_index && strcmp(ss[j].vm_id, ss[s].vm_id) == 0)
+            return 1;
+    return 0;
+}
 
 int capacity_build(struct clm *clm, const struct node_rec *nodes, int nnodes, struct gpu_cap **caps,
                    int *ncaps, char *err, size_t errlen)
@@ -43,6 +54,8 @@ int capacity_build(struct clm *clm, const struct node_rec *nodes, int nnodes, st
         }
         for (int s = 0; s < nss; s++) {
             FLYT_ASSERT(session_is_live(&ss[s]));   /* only live sessions hold a share */
+            if (vm_share_counted(ss, s))
+                continue;
             for (int g = first; g < n; g++)
                 if (out[g].index == ss[s].gpu_index)
                     gpu_cap_add(&out[g], ss[s].groups, ss[s].ngroups, ss[s].memory_quota);

@@ -162,7 +162,7 @@ int placement_choose(const struct gpu_cap *caps, int n, const struct placement_r
         out->gpu = best;
         pick_groups(c, (int)needed_groups(c, r->compute_units), out);
         out->sm_count = out->ngroups * c->granularity;
-        /* whole groups, disjoint from every other session's unless overcommit */
+        /* whole groups, disjoint from every other VM's unless overcommit */
         FLYT_ASSERT(out->ngroups == needed_groups(c, r->compute_units));
         for (int g = 0; g < out->ngroups; g++)
             FLYT_ASSERT(r->overcommit || c->group_users[out->groups[g]] == 0);

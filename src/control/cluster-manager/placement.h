@@ -2,8 +2,8 @@
  * SM groups, or a refusal with a reason. No I/O; unit-tested in tests/control.
  *
  * A GPU's SMs are split into groups of sm_granularity SMs (group i is SMs [i*g, (i+1)*g));
- * a session holds whole groups, disjoint from every other session's on that GPU unless
- * overcommit is on. Rules, in order:
+ * a VM's share (placed by its first session; its other sessions join it) holds whole
+ * groups, disjoint from every other VM's on that GPU unless overcommit is on. Rules:
  *   1. a GPU fits if it has enough free groups (ceil(compute_units / g)) and free memory;
  *      with overcommit, SM groups may be shared (the least shared are taken), memory never;
  *   2. GPUs on the VM's own host_ip come first;
@@ -23,7 +23,7 @@ struct gpu_cap {
     int index;
     int sm_count, granularity, ngroups;    /* ngroups = sm_count / granularity */
     long long memory_total, memory_allocated;
-    int group_users[MAX_SM_GROUPS];         /* live sessions holding each group */
+    int group_users[MAX_SM_GROUPS];         /* VMs' live shares holding each group */
 };
 
 struct placement_request {

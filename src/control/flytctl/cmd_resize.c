@@ -87,8 +87,7 @@ static int run_resize(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args 
     } else if (strcmp(what, "sessions") == 0) {
         print_outcome(ans);
     } else {
-        printf("VM %s: %lld of %lld active session(s) resized (there is no VM-wide share: each "
-               "session is resized as asked).\n", ctl_js(ans, "vm"), ctl_ji(ans, "resized"),
+        printf("VM %s: its share resized; its %lld process(es) run on it.\n", ctl_js(ans, "vm"),
                ctl_ji(ans, "sessions"));
         size_t i;
         json_t *r;

@@ -188,7 +188,7 @@ static int vm_update(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *
         json_t *vm = json_object_get(ans, "vm");
         char sum[512];
         vm_summary(vm, sum, sizeof sum);
-        printf("Updated VM %s: %s.\n(New sessions get this share; live ones keep theirs.)\n",
+        printf("Updated VM %s: %s.\n(The VM gets this share when it next starts with no live session; the share it holds now changes with vm resize.)\n",
                ctl_js(vm, "id"), sum);
     }
     json_decref(ans);

@@ -182,17 +182,23 @@ static void talk_to_cluster_manager(void)
     }
 }
 
-/* A death is told at once, not at the next heartbeat. */
-static void report_deaths(void)
+static int deaths_untold(void)
 {
     pthread_mutex_lock(&node_manager.lock);
     int pending = 0;
     for (struct nm_server *s = node_manager.servers; s && !pending; s = s->next)
         pending = s->report && s->state == NM_EXITED;
     pthread_mutex_unlock(&node_manager.lock);
-    if (pending && nm_now_ms() >= timer.next_report) {
+    return pending;
+}
+
+/* A death is told at once, not at the next heartbeat. */
+static void report_deaths(void)
+{
+    if (deaths_untold() && nm_now_ms() >= timer.next_report) {
         nm_report_ended(&node_manager, 0);
-        timer.next_report = nm_now_ms() + 2000; /* if it failed, not again at once */
+        if (deaths_untold()) /* it failed: not again at once (a later death is told at once) */
+            timer.next_report = nm_now_ms() + 2000;
     }
 }
 

@@ -101,6 +101,7 @@ struct nm_server {
     char      record_path[PATH_MAX + NM_SID_MAX + 16]; /* STATE_DIR/SID.server (adopt.c) */
     int       adopted;        /* started by an earlier run: not our child, watched by pidfd */
     int       pidfd;          /* an adopted server's pidfd */
+    struct nm_vmq *vmq;       /* its VM's memory quota page (vmquota.c); NULL: none */
 };
 
 struct nm {
@@ -112,6 +113,7 @@ struct nm {
     pthread_mutex_t lock;
     pthread_cond_t  cond;
     struct nm_server *servers;
+    struct nm_vmq *vmqs;            /* the VMs' memory quota pages (vmquota.c) */
     int shutting_down;
 
     /* from the cluster manager's register answer */
@@ -182,6 +184,19 @@ int nm_server_record(struct nm *nm, const struct nm_server *s);
 void nm_servers_adopt(struct nm *nm);
 /* An adopted server (not our child) that has exited: 1 (its group killed), else 0. */
 int nm_adopted_exited(struct nm_server *s);
+
+/* ---- a VM's memory quota, shared by its servers (vmquota.c), lock held ---- */
+struct nm_vmq;
+/* s joins its VM's page (created for the VM's first server, with s's quota). 0 (also
+ * when s names no VM: it then has none), or -1 with why. */
+int  nm_vmq_get(struct nm *nm, struct nm_server *s, char *err, size_t errlen);
+const char *nm_vmq_path(const struct nm_server *s); /* NULL: none */
+void nm_vmq_set_quota(struct nm_server *s, long long quota);
+long long nm_vmq_used(const struct nm_server *s);   /* the VM's bytes; -1: no page */
+/* s's process group is gone: what its sessions held is given back. */
+void nm_vmq_server_gone(struct nm_server *s);
+/* s leaves its VM's page; the VM's last server removes it. */
+void nm_vmq_put(struct nm_server *s);
 
 /* ---- the cluster manager (clmlink.c), main thread ---- */
 int  nm_register(struct nm *nm);

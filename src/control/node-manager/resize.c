@@ -203,6 +203,7 @@ void nm_h_resize(void *ctx, const struct flyt_http_request *req, struct flyt_htt
     pthread_mutex_lock(&nm->lock);
     s = nm_server_find(nm, req->params[0]);
     if (s) { /* what the node reports from now on */
+        nm_vmq_set_quota(s, r->memory_quota); /* the VM's, for all its servers here */
         s->ngroups = r->ngroups;
         memcpy(s->groups, r->groups, sizeof r->groups[0] * (size_t)r->ngroups);
         s->sm_count = r->sm_count;

@@ -235,6 +235,7 @@ void nm_server_free(struct nm_server *s)
         unlink(s->record_path);
     if (s->adopted && s->pidfd >= 0)
         close(s->pidfd);
+    nm_vmq_put(s);
     free(s);
 }
 
@@ -433,6 +434,10 @@ static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t er
         argv[argc++] = "--restore";
         argv[argc++] = state;
     }
+    if (nm_vmq_path(s)) {
+        argv[argc++] = "--vm-quota";
+        argv[argc++] = nm_vmq_path(s);
+    }
     argv[argc] = NULL;
     /* the environment: this GPU only, or the fake GPU; its MPS daemon */
     const char *fin[6];
@@ -531,6 +536,12 @@ static struct nm_server *server_new_locked(struct nm *nm, const struct nm_start_
         s->sock_path[0] = '\0'; /* a state dir too deep for a socket path: TCP only */
     if (write_key(s->key_path, nm->session_key_hex, err, errlen) != 0) {
         s->key_path[0] = '\0';
+        nm_server_free(s);
+        flyt_error("session %s: %s", r->sid, err);
+        *status = 503;
+        return NULL;
+    }
+    if (nm_vmq_get(nm, s, err, errlen) != 0) {
         nm_server_free(s);
         flyt_error("session %s: %s", r->sid, err);
         *status = 503;
@@ -732,6 +743,7 @@ static int child_exited(struct nm_server *s, char *how, size_t len)
         return 0;
     /* the leader is a zombie: its group id is still ours to kill */
     kill(-s->pid, SIGKILL);
+    nm_vmq_server_gone(s); /* its sessions' memory is the VM's again */
     int st = 0;
     while (waitpid(s->pid, &st, 0) < 0 && errno == EINTR)
         ;
@@ -752,6 +764,8 @@ void nm_servers_reap(struct nm *nm)
         char how[128];
         int exited = s->adopted ? nm_adopted_exited(s) : child_exited(s, how, sizeof how);
         if (exited) {
+            if (s->adopted)
+                nm_vmq_server_gone(s); /* its sessions' memory is the VM's again */
             if (s->adopted) /* another process reaps it: its exit status is not ours to see */
                 snprintf(how, sizeof how, "exited (adopted: its exit status is unknown here)");
             changed = 1;
