@@ -34,8 +34,12 @@ static int ask(struct flyt_server_status *p, const char *status_path, const char
         return -1;
     }
     pid_t pid = session_pid(p);
-    if (pid <= 0 || strlen(state_path) >= sizeof p->ckpt_path) {
-        snprintf(err, errlen, "%s", pid <= 0 ? "no session is connected" : "path too long");
+    if (pid <= 0) {
+        snprintf(err, errlen, "no session is connected");
+        return FLYT_CKPT_NO_SESSION;
+    }
+    if (strlen(state_path) >= sizeof p->ckpt_path) {
+        snprintf(err, errlen, "path too long");
         return -1;
     }
     snprintf(p->ckpt_path, sizeof p->ckpt_path, "%s", state_path);

@@ -18,8 +18,10 @@ struct flyt_ckpt_outcome {
 /* Writes the request for state_path into the page at status_path (stop: the session
  * ends after a successful checkpoint), wakes the connected session and waits up to
  * timeout_ms for its answer. 0 with out when the session answered (out->result says
- * whether it wrote the file; err has its reason when not); -1 with err when no
- * session could be asked or none answered. */
+ * whether it wrote the file; err has its reason when not); FLYT_CKPT_NO_SESSION
+ * when no client is connected (a session with nothing to capture); -1 with err
+ * when the session could not be asked or did not answer. */
+#define FLYT_CKPT_NO_SESSION (-2)
 int flyt_ckpt_request(const char *status_path, const char *state_path, int stop, long timeout_ms,
                       struct flyt_ckpt_outcome *out, char *err, size_t errlen);
 

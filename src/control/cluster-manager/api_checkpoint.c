@@ -160,6 +160,35 @@ static void target_of(const struct session_rec *s, const struct node_rec *node, 
     t->memory_quota = s->memory_quota;
 }
 
+/* A VM's processes share one share (api_sessions.c): when another live session of s's
+ * VM already runs on a ready node other than s's (one moved before it: a drain moves
+ * them one by one), s joins that share, as a further process of the VM would. 1 with t,
+ * 0 when there is none to join, -1 with e. */
+static int join_vm_elsewhere(struct clm *clm, const struct session_rec *s, const char *node,
+                             int gpu, struct target *t, struct api_error *e)
+{
+    FLYT_ASSERT_HELD(&clm->lock);
+    char err[512];
+    struct session_filter f = {.vm_id = s->vm_id, .live_only = 1};
+    struct session_rec *ss;
+    int ns, found = 0;
+    if (store_session_list(clm->store, &f, &ss, &ns, err, sizeof err) < 0)
+        return api_store_fail(e, "reading sessions", err);
+    for (int i = 0; i < ns && !found; i++) {
+        struct node_rec n;
+        if (strcmp(ss[i].id, s->id) == 0 || strcmp(ss[i].node_id, s->node_id) == 0 ||
+            (node && strcmp(ss[i].node_id, node) != 0) || (gpu >= 0 && ss[i].gpu_index != gpu))
+            continue;
+        if (store_node_get(clm->store, ss[i].node_id, &n, err, sizeof err) > 0 &&
+            n.state == NODE_READY) {
+            target_of(&ss[i], &n, t);
+            found = 1;
+        }
+    }
+    free(ss);
+    return found;
+}
+
 /* Placement of s's share (lock held): on node/gpu when given (gpu < 0: any), else on
  * any ready node but `avoid` (NULL: none). */
 static int place(struct clm *clm, const struct session_rec *s, const char *node, int gpu,
@@ -167,6 +196,9 @@ static int place(struct clm *clm, const struct session_rec *s, const char *node,
 {
     FLYT_ASSERT_HELD(&clm->lock);
     char err[512];
+    int joined = join_vm_elsewhere(clm, s, node, gpu, t, e);
+    if (joined != 0)
+        return joined > 0 ? 0 : -1;
     struct node_rec *nodes;
     int nn, keep = 0;
     if (store_node_list(clm->store, &nodes, &nn, err, sizeof err) < 0)
@@ -233,10 +265,11 @@ static int node_bytes(const struct node_rec *node, const char *method, const cha
     return rc == 0 && *status >= 200 && *status < 300 ? 0 : -1;
 }
 
-/* Starts the restored server of sid on t (without the lock). */
-static int start_restored(struct clm *clm, const char *sid, const char *vm_id,
-                          const struct target *t, char *endpoint, size_t eplen,
-                          long long *server_pid, char *err, size_t errlen)
+/* Starts the server of sid on t, restored from its state file or (restore 0) afresh
+ * (without the lock). */
+static int start_server_on(struct clm *clm, const char *sid, const char *vm_id,
+                           const struct target *t, int restore, char *endpoint, size_t eplen,
+                           long long *server_pid, char *err, size_t errlen)
 {
     struct session_rec s = {0};
     snprintf(s.id, sizeof s.id, "%s", sid);
@@ -246,7 +279,8 @@ static int start_restored(struct clm *clm, const char *sid, const char *vm_id,
     s.ngroups = t->ngroups;
     memcpy(s.groups, t->groups, sizeof s.groups[0] * (size_t)t->ngroups);
     s.memory_quota = t->memory_quota;
-    return node_start_server(clm, &t->node, &s, 1, endpoint, eplen, server_pid, err, errlen);
+    return node_start_server(clm, &t->node, &s, restore, endpoint, eplen, server_pid, err,
+                             errlen);
 }
 
 /* Records sid active on t at endpoint and logs kind with msg (takes and leaves the lock). */
@@ -567,8 +601,8 @@ void h_session_restore_start(void *ctx, const struct flyt_http_request *req,
     clm_end(clm, 0, &e);
     char endpoint[ADDR_MAX], err[768], msg[512];
     long long pid = 0, t0 = now_ms();
-    if (rc == 0 && start_restored(clm, s.id, s.vm_id, &t, endpoint, sizeof endpoint, &pid, err,
-                                  sizeof err) != 0)
+    if (rc == 0 && start_server_on(clm, s.id, s.vm_id, &t, 1, endpoint, sizeof endpoint, &pid,
+                                   err, sizeof err) != 0)
         rc = api_fail(&e, 503, "unavailable", "node %s could not restore session %s: %s",
                       t.node.id, s.id, err);
     if (rc == 0) {
@@ -643,7 +677,7 @@ static void op_finish(struct op *o, int ok, const char *endpoint, const char *fm
 }
 
 /* After a failure with the source stopped: the session comes back on its source. */
-static void migrate_fall_back(struct op *o, const char *vm_id, const char *why)
+static void migrate_fall_back(struct op *o, const char *vm_id, int fresh, const char *why)
 {
     struct clm *clm = o->clm;
     char endpoint[ADDR_MAX], err[768], msg[1024];
@@ -652,8 +686,8 @@ static void migrate_fall_back(struct op *o, const char *vm_id, const char *why)
     op_phase(o, "fallback");
     flyt_warn("session %s: migration to %s failed (%s); restoring it on %s", o->sid,
               o->to.node.id, why, o->from.node.id);
-    if (start_restored(clm, o->sid, vm_id, &o->from, endpoint, sizeof endpoint, &pid, err,
-                       sizeof err) == 0) {
+    if (start_server_on(clm, o->sid, vm_id, &o->from, !fresh, endpoint, sizeof endpoint, &pid,
+                        err, sizeof err) == 0) {
         snprintf(msg, sizeof msg, "migration to %s failed: %.300s; restored on the source %s/%d "
                  "at %s", o->to.node.id, why, o->from.node.id, o->from.gpu_index, endpoint);
         if (record_running(clm, o->sid, &o->from, endpoint, pid, "session.migrate_failed", msg,
@@ -675,6 +709,18 @@ struct migrate_job {
     char vm_id[ID_MAX];
 };
 
+/* The node refused the checkpoint because no client is connected: nothing to carry,
+ * so the session's idle server is stopped and started afresh on the target. */
+static int no_client(struct op *o, const char *why)
+{
+    if (strstr(why, " no_session:") == NULL)
+        return 0;
+    struct stop_list stops = {0};
+    stop_list_add(&stops, &o->from.node, o->sid);
+    stop_list_run(&stops);
+    return 1;
+}
+
 static void *migrate_main(void *arg)
 {
     struct migrate_job *job = arg;
@@ -687,7 +733,8 @@ static void *migrate_main(void *arg)
     json_t *body = json_pack("{s:b}", "stop", 1), *ans = NULL;
     int ok = node_call(&o->from.node, "POST", path, body, CKPT_CALL_MS, &ans, err, sizeof err) == 0;
     json_decref(body);
-    if (!ok) {   /* a refused checkpoint leaves the session running on its source */
+    int fresh = !ok && no_client(o, err);
+    if (!ok && !fresh) {   /* a refused checkpoint leaves the session running on its source */
         snprintf(msg, sizeof msg, "migration to %s refused: the checkpoint failed: %.400s",
                  o->to.node.id, err);
         record_state(clm, o->sid, SESSION_MIGRATING, SESSION_ACTIVE, "session.migrate_failed", msg);
@@ -695,20 +742,20 @@ static void *migrate_main(void *arg)
         goto out;
     }
     pthread_mutex_lock(&ops_lock);
-    o->total = json_integer_value(json_object_get(ans, "bytes"));
+    o->total = fresh ? 0 : json_integer_value(json_object_get(ans, "bytes"));
     pthread_mutex_unlock(&ops_lock);
     json_decref(ans);
-    if (strcmp(o->to.node.id, o->from.node.id) != 0) {
+    if (!fresh && strcmp(o->to.node.id, o->from.node.id) != 0) {
         op_phase(o, "copy");
         if (copy_state(o, err, sizeof err) != 0) {
-            migrate_fall_back(o, job->vm_id, err);
+            migrate_fall_back(o, job->vm_id, fresh, err);
             goto out;
         }
     }
-    op_phase(o, "restore");
-    if (start_restored(clm, o->sid, job->vm_id, &o->to, endpoint, sizeof endpoint, &pid, err,
-                       sizeof err) != 0) {
-        migrate_fall_back(o, job->vm_id, err);
+    op_phase(o, fresh ? "start" : "restore");
+    if (start_server_on(clm, o->sid, job->vm_id, &o->to, !fresh, endpoint, sizeof endpoint, &pid,
+                        err, sizeof err) != 0) {
+        migrate_fall_back(o, job->vm_id, fresh, err);
         goto out;
     }
     long long downtime = now_ms() - t0;

@@ -84,11 +84,13 @@ void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt
     }
     struct flyt_ckpt_outcome out;
     char err[600];
-    if (flyt_ckpt_request(status_path, path, json_is_true(stop), CKPT_TIMEOUT_MS, &out, err,
-                          sizeof err) != 0 || out.result != 0) {
+    int rc = flyt_ckpt_request(status_path, path, json_is_true(stop), CKPT_TIMEOUT_MS, &out, err,
+                               sizeof err);
+    if (rc != 0 || out.result != 0) {
         flyt_warn("session %s: checkpoint failed: %s", req->params[0], err);
-        flyt_http_reply_error(res, 409, "conflict", "session %s: checkpoint: %s", req->params[0],
-                              err);
+        /* no_session: no client holds anything there; a migration starts it afresh */
+        flyt_http_reply_error(res, 409, rc == FLYT_CKPT_NO_SESSION ? "no_session" : "conflict",
+                              "session %s: checkpoint: %s", req->params[0], err);
         return;
     }
     flyt_info("session %s: checkpoint of %llu bytes in %.1f ms%s", req->params[0],
