@@ -9,14 +9,13 @@
  * Whatever the requests, the manager must answer each without a memory
  * error, a leak, undefined behaviour or a failed assertion.
  */
-#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "clm.h"
-#include "flyt_log.h"
 #include "flyt_token.h"
 #include "fuzz_http.h"
 
@@ -153,10 +152,7 @@ static void store_seed(void)
 
 static void setup_once(void)
 {
-    flyt_log_init("fuzz_cluster_api", FLYT_LOG_ERROR);
-    int quiet = open("/dev/null", O_WRONLY | O_CLOEXEC); /* refusals log: noise */
-    if (quiet >= 0)
-        flyt_log_set_fd(quiet);
+    fuzz_http_quiet_logs("fuzz_cluster_api");
     flyt_mutex_init(&clm.lock);
     snprintf(clm.operator_token, sizeof clm.operator_token, "%s", OPERATOR_TOKEN);
     clm.set.heartbeat_interval_ms = 5000;
@@ -176,11 +172,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static int ready;
-    if (!ready) {
-        setup_once();
-        ready = 1;
-    }
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, setup_once);
     store_seed();
     static const char *const roles[] = {"op", OPERATOR_TOKEN, "node", NODE_TOKEN,
                                         "vm", VM_TOKEN, NULL};

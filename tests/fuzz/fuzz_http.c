@@ -1,9 +1,12 @@
 /* The request format of fuzz_http.h: split, substituted, handled. */
 #include "fuzz_http.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "flyt_log.h"
 
 #define MAX_QUERY 16
 #define MAX_REMEMBERED 128
@@ -153,4 +156,12 @@ void fuzz_http_run(const struct fuzz_http_target *t, const uint8_t *data, size_t
         handle_block(t, p, (size_t)(block_end - p), &m);
         p = sep ? (sep + 4 < end ? sep + 4 : end) : end;
     }
+}
+
+void fuzz_http_quiet_logs(const char *program)
+{
+    flyt_log_init(program, FLYT_LOG_ERROR);
+    int quiet = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (quiet >= 0)
+        flyt_log_set_fd(quiet);
 }

@@ -28,6 +28,9 @@ struct fuzz_http_target {
     void (*answer_line)(const char *line);  /* a "<STATUS BODY" line, '<' stripped */
 };
 
+/* Logs errors only, to /dev/null: the refusals every input causes are noise. */
+void fuzz_http_quiet_logs(const char *program);
+
 /* Handles every request of the input in order (at most FUZZ_HTTP_MAX_REQUESTS). */
 #define FUZZ_HTTP_MAX_REQUESTS 64
 void fuzz_http_run(const struct fuzz_http_target *t, const uint8_t *data, size_t size);
