@@ -2,7 +2,7 @@
 # Builds Flyt and runs every test that needs no GPU, in two configurations:
 # a plain build and a build with AddressSanitizer and UBSan; then each
 # libFuzzer target (tests/fuzz, built with clang) for a bounded time from its
-# seed and regression corpora (FLYT_FUZZ_SECONDS, default 60 per target).
+# seed and regression corpora (FLYT_FUZZ_SECONDS, default 45 per target).
 # usage: scripts/test.sh [--quick]   (--quick: plain build only)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,15 +22,16 @@ if [ "${1:-}" != "--quick" ]; then
   ASAN_OPTIONS=detect_leaks=1 run_config sanitize -DCMAKE_BUILD_TYPE=Debug -DFLYT_SANITIZE=address,undefined
 fi
 if [ "${1:-}" != "--quick" ]; then
-  fuzz_seconds=${FLYT_FUZZ_SECONDS:-60}
+  fuzz_seconds=${FLYT_FUZZ_SECONDS:-45}
+  targets="session config cluster_api node_api client_conn cmgr_proto"
   dir="$root/build-fuzz"
   echo "=== fuzz build (clang, libFuzzer) and ${fuzz_seconds}s per target"
   CC=clang cmake -S "$root" -B "$dir" -DFLYT_GPU_PROGRAMS=OFF -DFLYT_FUZZ=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
-  cmake --build "$dir" -j "$jobs" --target fuzz_session fuzz_config fuzz_seeds > "$dir.build.log" 2>&1 \
+  cmake --build "$dir" -j "$jobs" --target fuzz_seeds $(printf 'fuzz_%s ' $targets) > "$dir.build.log" 2>&1 \
     || { cat "$dir.build.log"; exit 1; }
   rm -rf "$dir/artifacts" && mkdir -p "$dir/artifacts"
-  for target in session config; do
+  for target in $targets; do
     work="$dir/corpus-$target"
     rm -rf "$work" && mkdir -p "$work"
     [ $target = session ] && "$dir/bin/fuzz_seeds" "$work"

@@ -494,6 +494,10 @@ static void *receiver_thread(void *arg)
         struct waiter *w = (h.flags & FLYT_F_REPLY) ? waiter_take(h.seq) : NULL;
         if (w == NULL || w->op != h.op) {
             fail_all("reply to no pending call");
+            if (w != NULL) { /* taken off the list, so fail_all did not wake its caller */
+                w->reply.result = -1;
+                waiter_finish(w);
+            }
             return NULL;
         }
         if (read_reply_body(w, h.length) != 0) {

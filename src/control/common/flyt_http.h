@@ -26,6 +26,7 @@ struct flyt_http_request {
     size_t raw_len;
     const char *route;     /* the matched route, "METHOD /pattern" */
     void *conn_;           /* private */
+    const char *const *query_, *const *headers_;  /* private: flyt_http_handle's */
 };
 
 struct flyt_http_response {
@@ -83,6 +84,13 @@ int flyt_http_port(const struct flyt_http_server *srv);
 long long flyt_http_refused_at(struct flyt_http_server *srv);
 /* Stops accepting, finishes or closes connections, joins the threads, frees. */
 void flyt_http_stop(struct flyt_http_server *srv);
+
+/* Routes and answers one request as the server would, without a socket (tests, fuzzing):
+ * query and headers are NULL-terminated arrays of name, value pairs (NULL: none), body
+ * len bytes. The caller frees res->body. */
+void flyt_http_handle(const struct flyt_http_route *routes, void *ctx, const char *method,
+                      const char *path, const char *const *query, const char *const *headers,
+                      const char *body, size_t len, struct flyt_http_response *res);
 
 /* Query-string argument (decoded) or request header; NULL when absent. */
 const char *flyt_http_query(const struct flyt_http_request *req, const char *name);

@@ -114,13 +114,27 @@ void flyt_http_reply_error(struct flyt_http_response *res, int status, const cha
 
 /* ---- request accessors ---- */
 
+/* A request handled without a socket (flyt_http_handle) carries its own lists. */
+static const char *pair_value(const char *const *pairs, const char *name,
+                              int (*cmp)(const char *, const char *))
+{
+    for (size_t i = 0; pairs && pairs[i] && pairs[i + 1]; i += 2)
+        if (cmp(pairs[i], name) == 0)
+            return pairs[i + 1];
+    return NULL;
+}
+
 const char *flyt_http_query(const struct flyt_http_request *req, const char *name)
 {
+    if (!req->conn_)
+        return pair_value(req->query_, name, strcmp);
     return MHD_lookup_connection_value(req->conn_, MHD_GET_ARGUMENT_KIND, name);
 }
 
 const char *flyt_http_header(const struct flyt_http_request *req, const char *name)
 {
+    if (!req->conn_)
+        return pair_value(req->headers_, name, strcasecmp);
     return MHD_lookup_connection_value(req->conn_, MHD_HEADER_KIND, name);
 }
 
@@ -181,9 +195,9 @@ static void count(struct flyt_http_server *srv, size_t route, int status, double
     pthread_mutex_unlock(&srv->lock);
 }
 
-static const char *bearer(struct MHD_Connection *c)
+/* The token of an Authorization header value, or NULL. */
+static const char *bearer(const char *h)
 {
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncasecmp(h, "Bearer ", 7) != 0)
         return NULL;
     h += 7;
@@ -205,27 +219,23 @@ static enum MHD_Result send_response(struct MHD_Connection *c, struct flyt_http_
     return rc;
 }
 
-static void dispatch(struct flyt_http_server *srv, struct MHD_Connection *c, const char *url,
-                     const char *method, struct conn_state *cs, struct flyt_http_response *res,
-                     size_t *route_index)
+/* Routes req (method, path, token and accessors set) to its handler and answers it; the
+ * index of the route in *route_index (nroutes: none). */
+static void dispatch(const struct flyt_http_route *routes, size_t nroutes, void *ctx,
+                     struct flyt_http_request *req, const char *body, size_t len, int too_large,
+                     struct flyt_http_response *res, size_t *route_index)
 {
-    struct flyt_http_request req;
-    memset(&req, 0, sizeof req);
-    req.method = method;
-    req.path = url;
-    req.conn_ = c;
-    req.token = bearer(c);
-    *route_index = srv->nroutes;
-
+    const char *method = req->method, *url = req->path;
+    *route_index = nroutes;
     char buf[2048];
     const struct flyt_http_route *found = NULL;
     int path_known = 0;
-    for (size_t i = 0; i < srv->nroutes; i++) {
-        if (!match(srv->routes[i].pattern, url, buf, sizeof buf, &req))
+    for (size_t i = 0; i < nroutes; i++) {
+        if (!match(routes[i].pattern, url, buf, sizeof buf, req))
             continue;
         path_known = 1;
-        if (strcmp(srv->routes[i].method, method) == 0) {
-            found = &srv->routes[i];
+        if (strcmp(routes[i].method, method) == 0) {
+            found = &routes[i];
             *route_index = i;
             break;
         }
@@ -238,35 +248,53 @@ static void dispatch(struct flyt_http_server *srv, struct MHD_Connection *c, con
             flyt_http_reply_error(res, 404, "not_found", "no such path: %s", url);
         return;
     }
-    if (cs->too_large) {
+    if (too_large) {
         flyt_http_reply_error(res, 413, "bad_request", "request body exceeds %u bytes",
                               FLYT_HTTP_BODY_LIMIT);
         return;
     }
     char route_name[256];
     snprintf(route_name, sizeof route_name, "%s %s", found->method, found->pattern);
-    req.route = route_name;
-    const char *ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                    MHD_HTTP_HEADER_CONTENT_TYPE);
-    if (cs->len && ctype && strncasecmp(ctype, "application/octet-stream", 24) == 0) {
-        req.raw = cs->body;
-        req.raw_len = cs->len;
-    } else if (cs->len) {
+    req->route = route_name;
+    const char *ctype = flyt_http_header(req, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (len && ctype && strncasecmp(ctype, "application/octet-stream", 24) == 0) {
+        req->raw = body;
+        req->raw_len = len;
+    } else if (len) {
         json_error_t jerr;
-        req.body = json_loadb(cs->body, cs->len, JSON_REJECT_DUPLICATES, &jerr);
-        if (!req.body) {
+        req->body = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!req->body) {
             flyt_http_reply_error(res, 400, "bad_request",
                                   "malformed JSON body: %s (line %d, column %d)", jerr.text,
                                   jerr.line, jerr.column);
             return;
         }
     }
-    found->fn(srv->ctx, &req, res);
-    json_decref(req.body);
+    found->fn(ctx, req, res);
+    json_decref(req->body);
+    req->body = NULL;
+    req->route = NULL;
     if (res->status == 0) {
         flyt_error("http: %s %s: handler gave no answer", method, url);
         flyt_http_reply_error(res, 500, "internal", "the handler gave no answer");
     }
+}
+
+void flyt_http_handle(const struct flyt_http_route *routes, void *ctx, const char *method,
+                      const char *path, const char *const *query, const char *const *headers,
+                      const char *body, size_t len, struct flyt_http_response *res)
+{
+    struct flyt_http_request req;
+    memset(&req, 0, sizeof req);
+    req.method = method;
+    req.path = path;
+    req.query_ = query;
+    req.headers_ = headers;
+    req.token = bearer(pair_value(headers, MHD_HTTP_HEADER_AUTHORIZATION, strcasecmp));
+    size_t nroutes = 0, route;
+    while (routes[nroutes].method)
+        nroutes++;
+    dispatch(routes, nroutes, ctx, &req, body, len, len > FLYT_HTTP_BODY_LIMIT, res, &route);
 }
 
 static void *conn_track(struct MHD_Connection *c)
@@ -319,7 +347,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     flyt_http_guard_handling(srv->guard, track);
     struct flyt_http_response res = {0};
     size_t route = srv->nroutes;
-    dispatch(srv, c, url, method, cs, &res, &route);
+    struct flyt_http_request req;
+    memset(&req, 0, sizeof req);
+    req.method = method;
+    req.path = url;
+    req.conn_ = c;
+    req.token = bearer(
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
+    dispatch(srv->routes, srv->nroutes, srv->ctx, &req, cs->body, cs->len, cs->too_large, &res,
+             &route);
     double secs = elapsed_s(&cs->start);
     count(srv, route, res.status, secs);
     flyt_debug("http: %s %s -> %d (%.1f ms)", method, url, res.status, secs * 1e3);
