@@ -6,7 +6,8 @@
  * usage: fake_cluster_manager --listen HOST:PORT --vm-token TOKEN --endpoint ADDR
  *                             --log FILE [--first-id N] [--session-key HEX]
  *                             [--refuse-file FILE] [--fail-file FILE]
- * Appends one line per request to FILE: "create s-N pid=P process=NAME",
+ * Appends one line per request to FILE: "create s-N pid=P process=NAME" (or, for a
+ * pid holding a live session, which it gets again as the real one answers, "again s-N"),
  * "release s-N" (or "release s-N unknown"), "alive s-N" (or "alive s-N unknown").
  * While --refuse-file exists, creation answers 409 no_capacity; while --fail-file exists,
  * 503 unavailable. With --session-key the session token is a real one (flyt_token.h),
@@ -35,6 +36,7 @@ static struct {
     pthread_mutex_t lock;
     int next_id;
     char live[MAX_SESSIONS][32];
+    long long live_pid[MAX_SESSIONS];
     int nlive;
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .next_id = 1};
 
@@ -56,6 +58,15 @@ static int authorized(const struct flyt_http_request *req, struct flyt_http_resp
         return 0;
     }
     return 1;
+}
+
+/* lock held: index of pid's live session, -1 if none */
+static int find_live_pid(long long pid)
+{
+    for (int i = 0; i < fake.nlive; i++)
+        if (fake.live_pid[i] == pid)
+            return i;
+    return -1;
 }
 
 /* lock held: index of a live session, -1 if none */
@@ -89,11 +100,19 @@ static void h_create(void *ctx, const struct flyt_http_request *req, struct flyt
     const char *proc = json_string_value(json_object_get(req->body, "process"));
     char id[32], token[256];
     pthread_mutex_lock(&fake.lock);
-    snprintf(id, sizeof id, "s-%d", fake.next_id++);
-    if (fake.nlive < MAX_SESSIONS)
-        snprintf(fake.live[fake.nlive++], sizeof fake.live[0], "%s", id);
-    logf_("create %s pid=%lld process=%s", id, (long long)json_integer_value(pid),
-          proc ? proc : "-");
+    int held = find_live_pid(json_integer_value(pid));
+    if (held >= 0) {
+        snprintf(id, sizeof id, "%s", fake.live[held]);
+        logf_("again %s", id);
+    } else {
+        snprintf(id, sizeof id, "s-%d", fake.next_id++);
+        if (fake.nlive < MAX_SESSIONS) {
+            fake.live_pid[fake.nlive] = json_integer_value(pid);
+            snprintf(fake.live[fake.nlive++], sizeof fake.live[0], "%s", id);
+        }
+        logf_("create %s pid=%lld process=%s", id, (long long)json_integer_value(pid),
+              proc ? proc : "-");
+    }
     pthread_mutex_unlock(&fake.lock);
     if (fake.keylen)
         flyt_session_token_make(fake.key, fake.keylen, id, (long long)time(NULL) + 3600, token,
@@ -102,7 +121,8 @@ static void h_create(void *ctx, const struct flyt_http_request *req, struct flyt
         snprintf(token, sizeof token, "tok-%s", id);
     json_t *s = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", id, "vm_id", "vm-test", "pid",
                           json_integer_value(pid), "endpoint", fake.endpoint, "state", "active");
-    flyt_http_reply_json(res, 201, json_pack("{s:o, s:s}", "session", s, "token", token));
+    flyt_http_reply_json(res, held >= 0 ? 200 : 201,
+                         json_pack("{s:o, s:s}", "session", s, "token", token));
 }
 
 static void h_delete(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
@@ -112,8 +132,10 @@ static void h_delete(void *ctx, const struct flyt_http_request *req, struct flyt
         return;
     pthread_mutex_lock(&fake.lock);
     int i = find_live(req->params[0]);
-    if (i >= 0)
+    if (i >= 0) {
         memcpy(fake.live[i], fake.live[--fake.nlive], sizeof fake.live[0]);
+        fake.live_pid[i] = fake.live_pid[fake.nlive];
+    }
     logf_("release %s%s", req->params[0], i >= 0 ? "" : " unknown");
     pthread_mutex_unlock(&fake.lock);
     if (i < 0)

@@ -596,6 +596,41 @@ static int acquired_locked(struct ent *e, struct cluster_session *s, struct acqu
     return 0;
 }
 
+/* A process that asks again already holds a live session, which may have moved since
+ * (migration, restore on another node): the cluster answers the same process with its
+ * session's endpoint now and a fresh token, and the entry follows. The answer kept
+ * stands when the cluster cannot say now (unreachable, or the session between nodes:
+ * the client tries again). */
+static void refresh_live(pid_t pid, struct acquire_answer *ans)
+{
+    char comm[64], cerr[512] = "";
+    process_name(pid, comm, sizeof comm);
+    struct cluster_session s;
+    enum cluster_outcome o = cluster_session_create(sessions.c, pid, comm,
+                                                    (long)sessions.c->request_timeout_ms, &s,
+                                                    cerr, sizeof cerr);
+    if (o != CLUSTER_OK) {
+        flyt_debug("process %d asked again; its session's endpoint stays as it was (%s)",
+                   (int)pid, cerr);
+        return;
+    }
+    pthread_mutex_lock(&sessions.lock);
+    note_cluster(o, cerr);
+    struct ent *e = find_pid(pid);
+    if (e && e->state == ENT_LIVE) {
+        if (strcmp(e->s.id, s.id) != 0)
+            flyt_warn("process %d: session %s ended; the cluster gave it %s", (int)pid, e->s.id,
+                      s.id);
+        else if (strcmp(e->s.endpoint, s.endpoint) != 0)
+            flyt_info("process %d: session %s moved to %s", (int)pid, s.id, s.endpoint);
+        e->s = s;
+        held_save_locked();
+        answer_from(e, ans);
+    }
+    pthread_mutex_unlock(&sessions.lock);
+    explicit_bzero(s.token, sizeof s.token);
+}
+
 /* sessions_acquire, for the process of start time want_start only (0: any). */
 static int acquire_pid(pid_t pid, unsigned long long want_start, struct acquire_answer *ans,
                        char *err, size_t errlen)
@@ -606,8 +641,10 @@ static int acquire_pid(pid_t pid, unsigned long long want_start, struct acquire_
     int existing = acquire_existing_locked(pid, want_start, deadline, ans, &start, err, errlen);
     struct ent *e = existing == 0 ? ent_new_locked(pid, start, err, errlen) : NULL;
     pthread_mutex_unlock(&sessions.lock);
-    if (existing > 0)
+    if (existing > 0) {
         flyt_debug("process %d asked again: session %s", (int)pid, ans->session_id);
+        refresh_live(pid, ans);
+    }
     if (e == NULL)
         return existing > 0 ? 0 : -1;
 
