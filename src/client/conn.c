@@ -529,6 +529,7 @@ struct target {
     char endpoint[512];
     char token[FLYT_MAX_TOKEN + 1];
     char origin[160]; /* where the endpoint came from, for messages */
+    int  from_manager; /* the client manager gave it: ask again where a moved session went */
 };
 
 /* A whole number of seconds from the environment, else def. */
@@ -871,6 +872,7 @@ static int connect_server(void)
                         "FLYT_SERVER=tcp://host:port or unix:/path)", why);
             return -1;
         }
+        t.from_manager = 1;
     }
     const char *where = t.endpoint;
     flyt_addr addr;
@@ -951,8 +953,24 @@ static void sleep_ms(long ms)
 
 /* One try: a connection to the session's endpoint whose server holds the
  * session restored; the fd and *resume_at, or -1 with why. */
+/* A session moved to another node (migration, restore elsewhere) has another
+ * endpoint: the client manager, asked again by this process, answers the
+ * session's endpoint now and a fresh token. Kept as it was when it cannot say. */
+static void refresh_target(void)
+{
+    struct target fresh;
+    char why[768];
+    memset(&fresh, 0, sizeof fresh);
+    if (!conn.target->from_manager || ask_client_manager(&fresh, why, sizeof why) != 0)
+        return;
+    fresh.from_manager = 1;
+    *conn.target = fresh;
+    explicit_bzero(&fresh, sizeof fresh);
+}
+
 static int try_resume(long ms_left_now, uint64_t *resume_at, char *why, size_t whylen)
 {
+    refresh_target();
     const struct target *t = conn.target;
     int timeout_s = ms_left_now > 5000 ? 5 : (int)(ms_left_now / 1000) + 1;
     flyt_addr addr;

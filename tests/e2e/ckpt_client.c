@@ -3,6 +3,10 @@
  * (FLYT_SERVER, FLYT_SESSION_TOKEN):
  *   ckpt_client hold FILE   allocates 1 MiB, fills it with a pattern, writes the
  *                           pointer to FILE and stays connected until killed
+ *   ckpt_client live FILE   as hold, but carries on itself: once FILE.go exists (its
+ *                           session moved meanwhile) it reads its allocation back,
+ *                           checks the pattern, allocates and copies anew, and exits
+ *                           0 when every call succeeded and every byte held
  *   ckpt_client check PTR   reads 1 MiB at PTR (an allocation of the session it
  *                           resumes) and checks the pattern; exit 0 when it holds
  */
@@ -26,6 +30,44 @@ static unsigned char pattern(size_t i) { return (unsigned char)(i * 7 + 3); }
         }                                                                          \
     } while (0)
 
+static int holds_pattern(const unsigned char *buf)
+{
+    for (size_t i = 0; i < BYTES; i++)
+        if (buf[i] != pattern(i)) {
+            fprintf(stderr, "ckpt_client: byte %zu is %u, not %u\n", i, buf[i], pattern(i));
+            return 0;
+        }
+    return 1;
+}
+
+/* The session moves while the program idles; its next calls must simply work. */
+static int live(const char *file, unsigned char *buf)
+{
+    char go[4096];
+    snprintf(go, sizeof go, "%s.go", file);
+    FILE *f = fopen(file, "r");
+    unsigned long long ptr = 0;
+    if (!f || fscanf(f, "%llu", &ptr) != 1)
+        return 1;
+    fclose(f);
+    while (access(go, F_OK) != 0)
+        usleep(20000);
+    memset(buf, 0, BYTES);
+    TRY(cuMemcpyDtoH(buf, (CUdeviceptr)ptr, BYTES));
+    if (!holds_pattern(buf))
+        return 1;
+    CUdeviceptr q;
+    TRY(cuMemAlloc(&q, BYTES));
+    TRY(cuMemcpyDtoD(q, (CUdeviceptr)ptr, BYTES));
+    memset(buf, 0, BYTES);
+    TRY(cuMemcpyDtoH(buf, q, BYTES));
+    if (!holds_pattern(buf))
+        return 1;
+    TRY(cuMemFree(q));
+    printf("ckpt_client: carried on after the move: 1 MiB at %llu holds its pattern\n", ptr);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3)
@@ -37,7 +79,7 @@ int main(int argc, char **argv)
     TRY(cuDeviceGet(&dev, 0));
     TRY(cuDevicePrimaryCtxRetain(&ctx, dev));
     TRY(cuCtxSetCurrent(ctx));
-    if (strcmp(argv[1], "hold") == 0) {
+    if (strcmp(argv[1], "hold") == 0 || strcmp(argv[1], "live") == 0) {
         CUdeviceptr p;
         TRY(cuMemAlloc(&p, BYTES));
         for (size_t i = 0; i < BYTES; i++)
@@ -49,16 +91,15 @@ int main(int argc, char **argv)
             return 1;
         fprintf(f, "%llu\n", (unsigned long long)p);
         fclose(f);
+        if (strcmp(argv[1], "live") == 0)
+            return live(argv[2], buf);
         for (;;)
             pause();
     }
     CUdeviceptr p = (CUdeviceptr)strtoull(argv[2], NULL, 10);
     TRY(cuMemcpyDtoH(buf, p, BYTES));
-    for (size_t i = 0; i < BYTES; i++)
-        if (buf[i] != pattern(i)) {
-            fprintf(stderr, "ckpt_client: byte %zu is %u, not %u\n", i, buf[i], pattern(i));
-            return 1;
-        }
+    if (!holds_pattern(buf))
+        return 1;
     printf("ckpt_client: 1 MiB at %llu holds its pattern\n", (unsigned long long)p);
     return 0;
 }

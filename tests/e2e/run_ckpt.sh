@@ -62,6 +62,7 @@ wait_until 30 node_ready na || die "node na not ready"
 wait_until 30 node_ready nb || die "node nb not ready"
 ctl --json vm add --id vm1 --vm-ip 127.0.0.2 --host-ip 127.0.0.1 --compute-units 16 --memory 64MiB \
   | flat | field token > "$tmp/vm.token"
+chmod 600 "$tmp/vm.token"
 
 # A session for "process" PID (the VM's token): prints ID ENDPOINT TOKEN.
 session_of() {
@@ -147,7 +148,34 @@ check "the session is active on its source $src again" sh -c "[ \"\$($bin/flytct
 kill "$(eval echo \$holder_1004)" 2>/dev/null
 check "after the failed migration: pointer and contents hold on the source" verify 1004 "$sid4" "$ptr"
 
-# 5. drain migrates a node's sessions away
+# 5. live: a program that got its session from its client manager carries on across a
+# migration of that session to the other node (it asks its client manager again)
+printf 'cluster_manager = http://%s\nvm_id = vm1\nvm_token_file = vm.token\nsocket = %s\nlog_level = info\n' \
+  "$cm" "$tmp/client.sock" > "$tmp/cmgr.conf"
+"$bin/flyt-client-manager" --config "$tmp/cmgr.conf" > "$tmp/cmgr.log" 2>&1 &
+pids+=($!)
+wait_until 15 test -S "$tmp/client.sock" || die "the client manager did not start"
+wait_until 10 node_ready na; wait_until 10 node_ready nb
+env -u FLYT_SERVER -u FLYT_SESSION_TOKEN FLYT_CLIENT_MANAGER="$tmp/client.sock" \
+  "$client" live "$tmp/live.ptr" > "$tmp/live.out" 2> "$tmp/live.log" &
+live_pid=$!
+pids+=($live_pid)
+wait_until 15 test -s "$tmp/live.ptr" || die "the live client did not start: $(cat "$tmp/live.log")"
+ctl --json session list --vm vm1 --state live | flat > "$tmp/live.flat"
+at=$(sed -n "s/\.pid=$live_pid\$//p" "$tmp/live.flat" | head -1)
+sid6=$(sed -n "s/^$at\.id=//p" "$tmp/live.flat")
+[ -n "$sid6" ] || die "no session for the live client (pid $live_pid)"
+src6=$(node_of "$sid6")
+ctl migrate "$sid6" > "$tmp/live-mig.out" 2> "$tmp/live-mig.err"
+rc=$?
+check "flytctl migrate of a connected program's session $sid6 (exit $rc): $(cat "$tmp/live-mig.out")" [ $rc = 0 ]
+check "the session moved off $src6" [ "$(node_of "$sid6")" != "$src6" ]
+touch "$tmp/live.ptr.go"
+wait "$live_pid"
+rc=$?
+check "the program carried on after its session moved (exit $rc): $(cat "$tmp/live.out" "$tmp/live.log" | tr '\n' ' ')" [ $rc = 0 ]
+
+# 6. drain migrates a node's sessions away
 wait_until 10 node_ready "$dst"
 hold 1005
 sid5=$sid
