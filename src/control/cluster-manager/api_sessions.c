@@ -29,7 +29,7 @@ void h_sessions_list(void *ctx, const struct flyt_http_request *req, struct flyt
         f.by_state = session_state_parse(state, &f.state) == 0;
     if (state && !f.live_only && !f.by_state) {
         flyt_http_reply_error(res, 400, "bad_request", "state: expected starting, active, "
-                              "released, lost, failed or live");
+                              "released, lost, failed, suspended, migrating or live");
         return;
     }
     pthread_mutex_lock(&clm->lock);

@@ -10,7 +10,7 @@
 /* ---- sessions ---- */
 
 static const char *const session_states[] = {"starting", "active", "released", "lost", "failed",
-                                             "live", NULL};
+                                             "suspended", "migrating", "live", NULL};
 
 static int session_list(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a)
 {
@@ -22,8 +22,8 @@ static int session_list(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_arg
         for (int i = 0; session_states[i] && !known; i++)
             known = strcmp(state, session_states[i]) == 0;
         if (!known)
-            return ctl_usage(cmd, "--state: expected starting, active, released, lost, failed "
-                                  "or live, got \"%s\"", state);
+            return ctl_usage(cmd, "--state: expected starting, active, released, lost, failed, "
+                                  "suspended, migrating or live, got \"%s\"", state);
     }
     if (vm)
         ctl_path_query(path, sizeof path, "vm", vm);
@@ -324,7 +324,8 @@ static int version(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a)
 static const struct ctl_opt list_opts[] = {
     {"--vm", "ID", "only the sessions of this VM"},
     {"--node", "ID", "only the sessions on this node"},
-    {"--state", "STATE", "starting, active, released, lost, failed, or live (starting+active)"},
+    {"--state", "STATE", "a state (starting, active, released, lost, failed, suspended, "
+                          "migrating) or live"},
     {NULL, NULL, NULL}};
 static const struct ctl_opt events_opts[] = {
     {"--since", "ID", "only events after this id (default 0: from the first)"},
