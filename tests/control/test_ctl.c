@@ -472,7 +472,7 @@ static void test_offline(void)
           "bad --interval");
     CHECK_EQ(CTL("session", "list", "--state", "sleeping"), 2,
           "bad --state");
-    CHECK(has(last_run.err, "--state: expected starting, active, released, lost, failed or live"),
+    CHECK(has(last_run.err, "--state: expected starting, active, released, lost, failed, suspended, migrating or live"),
           "bad --state");
     CHECK_EQ(CTL("--server", "ftp://x", "status"), 2, "bad server URL: %s", last_run.err);
     CHECK(has(last_run.err, "is not http://HOST:PORT") && has(last_run.err, "--server"), "bad server URL: %s", last_run.err);
