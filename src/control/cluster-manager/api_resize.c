@@ -193,7 +193,7 @@ static int reserve(struct clm *clm, const char *vm_id, const struct resize_ask *
     if (store_session_list(clm->store, &f, &ss, &rs->n, err, sizeof err) < 0)
         return api_store_fail(e, "reading sessions", err);
     rs->old = ss;
-    if (rs->n == 0)
+    if (rs->n <= 0)
         return 0;
     for (int i = 0; i < rs->n; i++)
         if (ss[i].state != SESSION_ACTIVE) /* its server starts on the share it was given */
