@@ -987,8 +987,8 @@ static int try_resume(long ms_left_now, uint64_t *resume_at, char *why, size_t w
         return -1;
     }
     set_io_timeout(fd, 0);
-    size_t held;
-    if (flyt_replay_from(&conn.replay, rep.resume_offset, &held) == NULL) {
+    struct iovec held[FLYT_REPLAY_REF_IOVS];
+    if (flyt_replay_iov_from(&conn.replay, rep.resume_offset, held) < 0) {
         snprintf(why, whylen, "the restored session resumes at request byte %llu, which this "
                  "client no longer holds (it holds %llu to %llu)",
                  (unsigned long long)rep.resume_offset, (unsigned long long)conn.replay.base,
@@ -1009,6 +1009,11 @@ static int try_resume(long ms_left_now, uint64_t *resume_at, char *why, size_t w
  * descriptor in a write of its own that passes it again. Under send_lock. */
 static int replay_write(uint64_t from)
 {
+    if (conn.replay.nref) { /* a frame held by reference, alone */
+        struct iovec held[FLYT_REPLAY_REF_IOVS];
+        int nheld = flyt_replay_iov_from(&conn.replay, from, held);
+        return nheld < 0 ? -1 : nheld == 0 ? 0 : flyt_writev_full(conn.fd, held, nheld);
+    }
     size_t n = 0;
     const char *bytes = flyt_replay_from(&conn.replay, from, &n);
     for (uint64_t pos = from, end = from + n; pos < end;) {
@@ -1182,6 +1187,15 @@ static int send_frame_fd(uint16_t op, uint16_t flags, uint32_t seq, const void *
     for (int i = 0; i < data_count; i++)
         iov[2 + i] = data[i];
     int n = 2 + data_count;
+    if (conn.resumable && flyt_replay_by_ref(&conn.replay, sizeof h + (size_t)length)) {
+        /* sent alone (send_lock_for), and its sender waits until it is consumed */
+        struct iovec held[FLYT_REPLAY_REF_IOVS];
+        int nheld;
+        if (pass_fd >= 0 || flyt_replay_append_ref(&conn.replay, iov, n, 2, sizeof h + length,
+                                                   held, &nheld) != 0)
+            return -2;
+        return flyt_writev_full(conn.fd, held, nheld);
+    }
     if (conn.resumable) {
         size_t total = sizeof h + (size_t)length;
         uint64_t at = flyt_replay_end(&conn.replay);
@@ -1356,6 +1370,8 @@ CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size,
     if (send_lock_for(op, frame_bytes(req_size, data, data_count)) != 0)
         return lost();
     uint64_t epoch = conn.epoch;
+    uint64_t n = frame_bytes(req_size, data, data_count);
+    int by_ref = conn.resumable && flyt_replay_by_ref(&conn.replay, (size_t)n);
     int rc = send_frame_fd(op, FLYT_F_NOREPLY, conn.next_seq++, req, req_size, data, data_count, -1);
     pthread_mutex_unlock(&conn.send_lock);
     rc = sent_or_moved(rc, epoch);
@@ -1364,6 +1380,12 @@ CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size,
     if (rc != 0) {
         fail_all(strerror(errno));
         return lost();
+    }
+    if (by_ref) { /* the replay holds the caller's memory: it is the caller's again once consumed */
+        flyt_req_none ping = {0};
+        CUresult r = call(FLYT_OP_PING, &ping, sizeof ping, NULL, 0, -1, NULL);
+        if (r != CUDA_SUCCESS && atomic_load(&conn.broken))
+            return lost();
     }
     return CUDA_SUCCESS;
 }
