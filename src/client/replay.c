@@ -70,7 +70,8 @@ int flyt_replay_append_ref(struct flyt_replay *r, const struct iovec *iov, int i
         return -1;
     char *at = r->head;
     for (int i = 0; i < nhead; i++) {
-        memcpy(at, iov[i].iov_base, iov[i].iov_len);
+        if (iov[i].iov_len)
+            memcpy(at, iov[i].iov_base, iov[i].iov_len);
         at += iov[i].iov_len;
     }
     r->ref[0] = (struct iovec){r->head, head_len};
@@ -101,7 +102,8 @@ const char *flyt_replay_append(struct flyt_replay *r, const struct iovec *iov, i
     }
     char *frame = r->buf + r->start + r->len, *at = frame;
     for (int i = 0; i < iovcnt; i++) {
-        memcpy(at, iov[i].iov_base, iov[i].iov_len);
+        if (iov[i].iov_len) /* an empty part may have no base */
+            memcpy(at, iov[i].iov_base, iov[i].iov_len);
         at += iov[i].iov_len;
     }
     r->len += total;

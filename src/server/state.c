@@ -404,31 +404,72 @@ CUresult flyt_state_capture_file(flyt_session *s, const char *path, uint64_t *by
 struct flyt_state {
     const unsigned char *data;
     size_t               size;
-    const struct flyt_state_session *sess;
-    const struct flyt_state_client  *client; /* NULL in version 1 */
+    struct flyt_state_session sess;   /* copies: a section may start at any byte */
+    struct flyt_state_client  client;
+    int                       has_client; /* 0 in version 1 */
 };
+
+/* A section's fixed record, copied out: sections follow each other without
+ * padding (an allocation's contents have its size), so a record in the file
+ * may be misaligned for its type. */
+union state_rec {
+    struct flyt_state_session session;
+    struct flyt_state_alloc   alloc;
+    struct flyt_state_module  module;
+    struct flyt_state_func    func;
+    struct flyt_state_stream  stream;
+    struct flyt_state_event   event;
+    struct flyt_state_pool    pool;
+    struct flyt_state_client  client;
+};
+
+static size_t rec_size(uint32_t type)
+{
+    switch (type) {
+    case FLYT_SS_SESSION: return sizeof(struct flyt_state_session);
+    case FLYT_SS_ALLOC: return sizeof(struct flyt_state_alloc);
+    case FLYT_SS_MODULE: return sizeof(struct flyt_state_module);
+    case FLYT_SS_FUNC: return sizeof(struct flyt_state_func);
+    case FLYT_SS_STREAM: return sizeof(struct flyt_state_stream);
+    case FLYT_SS_EVENT: return sizeof(struct flyt_state_event);
+    case FLYT_SS_POOL: return sizeof(struct flyt_state_pool);
+    case FLYT_SS_CLIENT: return sizeof(struct flyt_state_client);
+    }
+    return 0;
+}
+
+/* Copies the fixed record of a section of len bytes at p into rec (zeroed
+ * past len); what follows it is at p + rec_size(type). */
+static void rec_load(union state_rec *rec, uint32_t type, const unsigned char *p, uint64_t len)
+{
+    size_t n = rec_size(type);
+    memset(rec, 0, sizeof *rec);
+    memcpy(rec, p, len < n ? (size_t)len : n);
+}
 
 /* The fixed record of a section and the bytes that must follow it. */
 static int record_ok(uint32_t type, const unsigned char *p, uint64_t len)
 {
     uint64_t need;
+    union state_rec rec;
+    rec_load(&rec, type, p, len);
     switch (type) {
     case FLYT_SS_SESSION: {
-        const struct flyt_state_session *r = (const void *)p;
+        const struct flyt_state_session *r = &rec.session;
         return len >= sizeof *r && r->sm_ngroups <= FLYT_STATUS_GROUPS &&
                len == sizeof *r + r->sm_ngroups * sizeof(int32_t) &&
                memchr(r->session_id, '\0', sizeof r->session_id) != NULL;
     }
     case FLYT_SS_ALLOC: {
-        const struct flyt_state_alloc *r = (const void *)p;
+        const struct flyt_state_alloc *r = &rec.alloc;
         return len >= sizeof *r && r->size > 0 && len - sizeof *r == r->size;
     }
     case FLYT_SS_MODULE: {
-        const struct flyt_state_module *r = (const void *)p;
+        const struct flyt_state_module *r = &rec.module;
         return len >= sizeof *r && r->image_size > 0 && len - sizeof *r == r->image_size;
     }
     case FLYT_SS_FUNC: {
-        const struct flyt_state_func *r = (const void *)p;
+        const struct flyt_state_func *r = &rec.func;
         if (len < sizeof *r || r->param_count > FLYT_MAX_PARAMS || r->name_len == 0 ||
             r->name_len > FLYT_MAX_NAME)
             return 0;
@@ -470,9 +511,11 @@ static int sections_ok(struct flyt_state *st, size_t body_end, char *err, size_t
             return -1;
         }
         if (n == 0)
-            st->sess = (const void *)(st->data + pos);
-        if (sec.type == FLYT_SS_CLIENT)
-            st->client = (const void *)(st->data + pos);
+            memcpy(&st->sess, st->data + pos, sizeof st->sess);
+        if (sec.type == FLYT_SS_CLIENT) {
+            memcpy(&st->client, st->data + pos, sizeof st->client);
+            st->has_client = 1;
+        }
         pos += sec.length;
     }
     say(err, errlen, "the END section is misplaced");
@@ -541,15 +584,15 @@ struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
 
 const char *flyt_state_session_id(const struct flyt_state *st)
 {
-    return st->sess->session_id;
+    return st->sess.session_id;
 }
 
 int flyt_state_client(const struct flyt_state *st, uint8_t instance[16], uint64_t *consumed)
 {
-    if (st->client == NULL)
+    if (!st->has_client)
         return 0;
-    memcpy(instance, st->client->instance, 16);
-    *consumed = st->client->consumed;
+    memcpy(instance, st->client.instance, 16);
+    *consumed = st->client.consumed;
     return 1;
 }
 
@@ -576,14 +619,16 @@ static struct flyt_hentry *add_exact(flyt_session *s, uint64_t id, enum flyt_hty
     return flyt_handles_add(&s->handles, type, bh);
 }
 
-static CUresult restore_context(flyt_session *s, const struct flyt_state_session *r, char *err,
-                                size_t errlen)
+static CUresult restore_context(flyt_session *s, const struct flyt_state_session *r,
+                                const unsigned char *tail, char *err, size_t errlen)
 {
     if (s->sm_count == 0 && r->sm_ngroups > 0) { /* the server was given no share of its own */
-        const int32_t *g = (const int32_t *)(r + 1);
         int groups[FLYT_STATUS_GROUPS], sms = 0;
-        for (uint32_t i = 0; i < r->sm_ngroups; i++)
-            groups[i] = g[i];
+        for (uint32_t i = 0; i < r->sm_ngroups; i++) {
+            int32_t g;
+            memcpy(&g, tail + i * sizeof g, sizeof g);
+            groups[i] = g;
+        }
         CUresult e = FLYT_BCALL(s, set_sm_share, r->sm_granularity, groups, (int)r->sm_ngroups, &sms);
         if (e != CUDA_SUCCESS) {
             say(err, errlen, "the state's share of %u SM group(s) of %u cannot be had here: CUDA "
@@ -610,7 +655,8 @@ static CUresult restore_context(flyt_session *s, const struct flyt_state_session
     return CUDA_SUCCESS;
 }
 
-static CUresult restore_alloc(flyt_session *s, const struct flyt_state_alloc *r, char *err,
+static CUresult restore_alloc(flyt_session *s, const struct flyt_state_alloc *r,
+                              const unsigned char *tail, char *err,
                               size_t errlen)
 {
     flyt_backend *b = s->b;
@@ -631,7 +677,7 @@ static CUresult restore_alloc(flyt_session *s, const struct flyt_state_alloc *r,
         say(err, errlen, "out of memory");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    const unsigned char *data = (const unsigned char *)(r + 1);
+    const unsigned char *data = tail;
     for (uint64_t off = 0; off < r->size;) {
         size_t want = r->size - off < FLYT_STAGING_CHUNK ? (size_t)(r->size - off) : FLYT_STAGING_CHUNK;
         size_t got;
@@ -652,10 +698,11 @@ static CUresult restore_alloc(flyt_session *s, const struct flyt_state_alloc *r,
     return CUDA_SUCCESS;
 }
 
-static CUresult restore_module(flyt_session *s, const struct flyt_state_module *r, uint64_t *last,
+static CUresult restore_module(flyt_session *s, const struct flyt_state_module *r,
+                               const unsigned char *tail, uint64_t *last,
                                char *err, size_t errlen)
 {
-    const void *image = r + 1;
+    const void *image = tail;
     uint8_t sha[32];
     flyt_sha256(image, r->image_size, sha);
     flyt_bhandle mod = NULL;
@@ -674,11 +721,12 @@ static CUresult restore_module(flyt_session *s, const struct flyt_state_module *
     return CUDA_SUCCESS;
 }
 
-static CUresult restore_func(flyt_session *s, const struct flyt_state_func *r, uint64_t *last,
+static CUresult restore_func(flyt_session *s, const struct flyt_state_func *r,
+                             const unsigned char *tail, uint64_t *last,
                              char *err, size_t errlen)
 {
     size_t params = r->param_count * sizeof(flyt_param);
-    const char *name = (const char *)(r + 1) + params;
+    const char *name = (const char *)tail + params;
     flyt_bhandle mod, func = NULL;
     CUresult e = flyt_lookup(s, r->module, FLYT_H_MODULE, &mod);
     if (e == CUDA_SUCCESS)
@@ -691,7 +739,7 @@ static CUresult restore_func(flyt_session *s, const struct flyt_state_func *r, u
             (unsigned long long)r->id, (int)(e ? e : CUDA_ERROR_INVALID_VALUE));
         return e ? e : CUDA_ERROR_INVALID_VALUE;
     }
-    memcpy(block, r + 1, params + r->name_len);
+    memcpy(block, tail, params + r->name_len);
     h->u.func = (struct flyt_func_info){.module = r->module, .param_count = r->param_count,
                                         .param_bytes = r->param_bytes,
                                         .params = (flyt_param *)(void *)block, .name = block + params};
@@ -755,16 +803,19 @@ static void restore_client(flyt_session *s, const struct flyt_state_client *r)
     s->cb_posted = r->acks_ahead;
 }
 
-static CUresult restore_section(flyt_session *s, uint32_t type, const void *rec, uint64_t *last,
-                                char *err, size_t errlen)
+static CUresult restore_section(flyt_session *s, uint32_t type, const unsigned char *p,
+                                uint64_t len, uint64_t *last, char *err, size_t errlen)
 {
+    union state_rec rec;
+    rec_load(&rec, type, p, len);
+    const unsigned char *tail = p + rec_size(type);
     switch (type) {
-    case FLYT_SS_CLIENT: restore_client(s, rec); return CUDA_SUCCESS;
-    case FLYT_SS_SESSION: return restore_context(s, rec, err, errlen);
-    case FLYT_SS_ALLOC: return restore_alloc(s, rec, err, errlen);
-    case FLYT_SS_MODULE: return restore_module(s, rec, last, err, errlen);
-    case FLYT_SS_FUNC: return restore_func(s, rec, last, err, errlen);
-    default: return restore_object(s, type, rec, last, err, errlen);
+    case FLYT_SS_CLIENT: restore_client(s, &rec.client); return CUDA_SUCCESS;
+    case FLYT_SS_SESSION: return restore_context(s, &rec.session, tail, err, errlen);
+    case FLYT_SS_ALLOC: return restore_alloc(s, &rec.alloc, tail, err, errlen);
+    case FLYT_SS_MODULE: return restore_module(s, &rec.module, tail, last, err, errlen);
+    case FLYT_SS_FUNC: return restore_func(s, &rec.func, tail, last, err, errlen);
+    default: return restore_object(s, type, &rec, last, err, errlen);
     }
 }
 
@@ -785,18 +836,18 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
         pos += sizeof sec;
         if (sec.type == FLYT_SS_END)
             break;
-        e = restore_section(s, sec.type, st->data + pos, &last, err, errlen);
+        e = restore_section(s, sec.type, st->data + pos, sec.length, &last, err, errlen);
         if (e != CUDA_SUCCESS)
             return e;
         allocs += sec.type == FLYT_SS_ALLOC;
         pos += sec.length;
     }
-    if (st->sess->next_id <= last) {
+    if (st->sess.next_id <= last) {
         say(err, errlen, "the state's id counter %llu is behind its ids",
-            (unsigned long long)st->sess->next_id);
+            (unsigned long long)st->sess.next_id);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    s->handles.next_id = st->sess->next_id;
+    s->handles.next_id = st->sess.next_id;
     e = FLYT_BCALL0(s, device_sync); /* the contents are in place before the first request */
     if (e != CUDA_SUCCESS) {
         say(err, errlen, "writing the allocations' contents failed: CUDA error %d", (int)e);

@@ -77,7 +77,7 @@ static void note_set(flyt_session *s, uint64_t stream, uint32_t id, const void *
 /* cuStreamCopyAttributes(dst, src): dst now has src's attributes, all of them. */
 static void note_copy(flyt_session *s, uint64_t dst, uint64_t src)
 {
-    if (dst == src)
+    if (key_of(dst) == key_of(src)) /* one stream (the NULL and legacy streams are one) */
         return;
     const struct attr_rec *from = rec_of(s, src);
     flyt_stream_attrs_forget(s, dst);
