@@ -1367,10 +1367,10 @@ CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size,
         return err;
     if (atomic_load(&conn.broken))
         return lost();
-    if (send_lock_for(op, frame_bytes(req_size, data, data_count)) != 0)
+    uint64_t n = frame_bytes(req_size, data, data_count);
+    if (send_lock_for(op, n) != 0)
         return lost();
     uint64_t epoch = conn.epoch;
-    uint64_t n = frame_bytes(req_size, data, data_count);
     int by_ref = conn.resumable && flyt_replay_by_ref(&conn.replay, (size_t)n);
     int rc = send_frame_fd(op, FLYT_F_NOREPLY, conn.next_seq++, req, req_size, data, data_count, -1);
     pthread_mutex_unlock(&conn.send_lock);
