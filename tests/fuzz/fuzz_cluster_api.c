@@ -82,6 +82,15 @@ static const char *default_answer(const char *method, const char *url, int *stat
 }
 
 /* Replaces flyt_http_client.c's libcurl call (that object is then not linked). */
+/* The input's next answer (status in *st), or fallback with *st as it was. */
+static const char *next_answer_text(const char *fallback, int *st)
+{
+    if (next_answer >= nanswers)
+        return fallback;
+    *st = answers[next_answer].status;
+    return answers[next_answer++].body;
+}
+
 int flyt_http_call_timeout(const char *method, const char *url, const char *token, json_t *body,
                            long timeout_ms, long *status, json_t **answer, char *err,
                            size_t errlen)
@@ -93,12 +102,7 @@ int flyt_http_call_timeout(const char *method, const char *url, const char *toke
         *answer = NULL;
     *status = 0;
     int st;
-    const char *text = default_answer(method, url, &st);
-    if (next_answer < nanswers) {
-        st = answers[next_answer].status;
-        text = answers[next_answer].body;
-        next_answer++;
-    }
+    const char *text = next_answer_text(default_answer(method, url, &st), &st);
     if (st == 0) {
         snprintf(err, errlen, "%s %s: connection refused", method, url);
         return -1;
@@ -140,12 +144,7 @@ int flyt_http_call_bytes(const char *method, const char *url, const char *token,
         *outlen = 0;
     *status = 0;
     int st = 200;
-    const char *text = "";
-    if (next_answer < nanswers) {
-        st = answers[next_answer].status;
-        text = answers[next_answer].body;
-        next_answer++;
-    }
+    const char *text = next_answer_text("", &st);
     if (st == 0) {
         snprintf(err, errlen, "%s %s: connection refused", method, url);
         return -1;
