@@ -300,12 +300,18 @@ struct flyt_backend_ops {
      * before any call, with its kind in *what. mem_alloc_at allocates size
      * bytes at exactly addr (CUDA_ERROR_ALREADY_MAPPED when it cannot).
      * module_image: the image the module was loaded from, the backend's
-     * copy. NULL ops: the backend cannot checkpoint. */
+     * copy. state_arenas calls fn for every address range the backend
+     * reserved for allocations, and arena_at reserves one at exactly addr
+     * (a restore, before its allocations); NULL when the backend places
+     * allocations without them. NULL ops: the backend cannot checkpoint. */
     CUresult (*state_allocs)(flyt_backend *b, CUresult (*fn)(void *arg, uint64_t addr, uint64_t size),
                              void *arg, const char **what);
     CUresult (*mem_alloc_at)(flyt_backend *b, uint64_t addr, uint64_t size);
     CUresult (*module_image)(flyt_backend *b, flyt_bhandle module, const void **image,
                              size_t *size);
+    CUresult (*state_arenas)(flyt_backend *b, CUresult (*fn)(void *arg, uint64_t addr, uint64_t size),
+                             void *arg);
+    CUresult (*arena_at)(flyt_backend *b, uint64_t addr, uint64_t size);
 };
 
 /* Every backend's state starts with this. */

@@ -303,7 +303,8 @@ static void cuda_close(flyt_backend *base)
             flyt_debug("cuda backend: synchronize at close: %s", cu_errname(&b->cu, r));
     }
     flyt_cuda_staging_release(b, 1); /* also unmaps the host memory */
-    flyt_cuda_state_drop(b);
+    flyt_cuda_mem_drop(b);
+    flyt_memtab_free(&b->ckpt.async);
     destroy_tracked(b);
     ctx_drop(b);
     free(b->kparams);
@@ -350,7 +351,8 @@ static CUresult cuda_device_reset(flyt_backend *base)
     if (b->ctx && flyt_cuda_ctx(b) == CUDA_SUCCESS)
         b->cu.cuCtxSynchronize(); /* an error here is what the reset clears */
     flyt_cuda_staging_release(b, 0); /* buffers stay mapped: the server may hold one */
-    flyt_cuda_state_drop(b);
+    flyt_cuda_mem_drop(b);
+    flyt_memtab_free(&b->ckpt.async);
     destroy_tracked(b);
     flyt_cuda_green_drop(b); /* rebuilt by ctx_acquire below */
     CUresult r = b->cu.cuDevicePrimaryCtxReset(b->dev);
@@ -461,13 +463,7 @@ static CUresult cuda_mem_alloc(flyt_backend *base, uint64_t size, uint64_t *dptr
         *dptr = 0;
         return CUDA_SUCCESS;
     }
-    CUdeviceptr p = 0;
-    CUresult r = b->cu.cuMemAlloc(&p, (size_t)size);
-    if (r == CUDA_SUCCESS && (r = flyt_cuda_state_note(&b->ckpt.plain, p, size)) != CUDA_SUCCESS)
-        b->cu.cuMemFree(p); /* an allocation a checkpoint would miss is none */
-    if (r == CUDA_SUCCESS)
-        *dptr = p;
-    return r;
+    return flyt_cuda_mem_place(b, size, dptr);
 }
 
 static CUresult cuda_mem_free(flyt_backend *base, uint64_t dptr)
@@ -476,19 +472,13 @@ static CUresult cuda_mem_free(flyt_backend *base, uint64_t dptr)
     if (dptr == 0) /* cudaFree(NULL) is a no-op */
         return CUDA_SUCCESS;
     CUresult r;
-    if (flyt_cuda_state_mem_free(b, dptr, &r)) /* placed by a restore: not cuMemAlloc's */
+    if (flyt_cuda_mem_release(b, dptr, &r))
         return r;
-    r = b->cu.cuMemFree((CUdeviceptr)dptr);
+    r = b->cu.cuMemFree((CUdeviceptr)dptr); /* e.g. stream-ordered memory, freed at once */
     if (r == CUDA_SUCCESS)
-        flyt_cuda_state_forget(b, dptr);
+        flyt_memtab_take(&b->ckpt.async, dptr);
     return r;
 }
-
-/* The element size passed to cuMemAllocPitch (4, 8 or 16). Measured on an
- * H100 (driver 580): for widths 1..70000 all three give the pitch that
- * cudaMallocPitch returns (512-byte multiples); 16, the largest alignment,
- * is kept. */
-#define FLYT_PITCH_ELEMENT_BYTES 16u
 
 static CUresult cuda_mem_alloc_pitch(flyt_backend *base, uint64_t width, uint64_t height,
                                      uint64_t *dptr, uint64_t *pitch)
@@ -501,17 +491,14 @@ static CUresult cuda_mem_alloc_pitch(flyt_backend *base, uint64_t width, uint64_
         *pitch = 0;
         return CUDA_SUCCESS;
     }
-    CUdeviceptr p = 0;
-    size_t pp = 0;
-    CUresult r = b->cu.cuMemAllocPitch(&p, &pp, (size_t)width, (size_t)height,
-                                       FLYT_PITCH_ELEMENT_BYTES);
-    if (r == CUDA_SUCCESS &&
-        (r = flyt_cuda_state_note(&b->ckpt.plain, p, (uint64_t)pp * height)) != CUDA_SUCCESS)
-        b->cu.cuMemFree(p);
-    if (r == CUDA_SUCCESS) {
-        *dptr = p;
+    uint64_t pp = 0;
+    CUresult r = flyt_cuda_mem_pitch(b, width, &pp);
+    if (r == CUDA_SUCCESS && height > UINT64_MAX / pp)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS)
+        r = flyt_cuda_mem_place(b, pp * height, dptr);
+    if (r == CUDA_SUCCESS)
         *pitch = pp;
-    }
     return r;
 }
 
@@ -528,8 +515,10 @@ static CUresult cuda_mem_alloc_async(flyt_backend *base, uint64_t size, flyt_bha
                                           flyt_cuda_enqueue(b, stream));
     else
         r = b->cu.cuMemAllocAsync(&p, (size_t)size, flyt_cuda_enqueue(b, stream));
-    if (r == CUDA_SUCCESS && (r = flyt_cuda_state_note(&b->ckpt.async, p, size)) != CUDA_SUCCESS)
-        b->cu.cuMemFreeAsync(p, flyt_cuda_enqueue(b, stream));
+    if (r == CUDA_SUCCESS && flyt_memtab_put(&b->ckpt.async, p, size) != 0) {
+        b->cu.cuMemFreeAsync(p, flyt_cuda_enqueue(b, stream)); /* a capture would miss it */
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
     if (r == CUDA_SUCCESS)
         *dptr = p;
     return r;
@@ -540,7 +529,7 @@ static CUresult cuda_mem_free_async(flyt_backend *base, uint64_t dptr, flyt_bhan
     ENTER(b, base);
     CUresult r = b->cu.cuMemFreeAsync((CUdeviceptr)dptr, flyt_cuda_enqueue(b, stream));
     if (r == CUDA_SUCCESS)
-        flyt_cuda_state_forget(b, dptr);
+        flyt_memtab_take(&b->ckpt.async, dptr);
     return r;
 }
 
@@ -580,7 +569,7 @@ static CUresult cuda_pointer_attrs(flyt_backend *base, uint64_t ptr, flyt_rep_po
     out->device_pointer = devptr;
     out->base = start;
     out->size = range;
-    flyt_cuda_state_range(b, ptr, &out->base, &out->size); /* a span: the allocation's own range */
+    flyt_cuda_mem_range(b, ptr, &out->base, &out->size); /* the allocation's range, not the chunk's */
     return CUDA_SUCCESS;
 }
 
@@ -1433,6 +1422,8 @@ static const struct flyt_backend_ops cuda_ops = {
     .state_allocs = flyt_cuda_state_allocs,
     .mem_alloc_at = flyt_cuda_mem_alloc_at,
     .module_image = flyt_cuda_module_image,
+    .state_arenas = flyt_cuda_mem_arenas,
+    .arena_at = flyt_cuda_mem_arena_at,
 };
 
 /* ---- open ---- */

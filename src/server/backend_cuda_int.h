@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "extent.h"
 #include "flyt_calls.h"
 #include "flyt_hash.h"
 #include "quota.h"
@@ -278,23 +279,43 @@ struct flyt_blocking {
     int      dirty;    /* work on s the legacy stream has not waited for */
 };
 
-/* ---- checkpoint and restore (backend_cuda_state.c) ----
- * What a capture lists and a restore recreates: allocations by kind, each a
- * pointer -> size table of quota.h's kind, and the VMM spans that hold the
- * allocations a restore placed at their old addresses. */
-struct flyt_cuda_span {
-    uint64_t base, size; /* granularity-aligned: one reservation, one mapping */
-    uint64_t refs;       /* restored allocations that overlap it */
+/* ---- tenant memory (backend_cuda_mem.c) ----
+ * Every cuMemAlloc / cuMemAllocPitch of the tenant is placed by Flyt in an
+ * address arena it reserved itself (cuMemAddressReserve), backed through the
+ * driver's virtual-memory API, so that a restore in a fresh process can
+ * reserve the same arena and put every allocation back at its address (a
+ * cuMemAlloc address is not granted again there: measured, 2026-11-24).
+ * Allocations over half a granule get mappings of their own; smaller ones
+ * are packed into chunks, one granule (2 MiB) each, mapped once. */
+#define FLYT_CUDA_ARENAS 8
+
+struct flyt_cuda_arena {
+    uint64_t            base, size; /* one reservation, granularity-aligned */
+    struct flyt_extents va;         /* offsets of [base, base + size) */
 };
 
+struct flyt_cuda_chunk {
+    struct flyt_extents space; /* offsets inside the granule */
+};
+
+struct flyt_cuda_mem {
+    struct flyt_cuda_arena arenas[FLYT_CUDA_ARENAS];
+    int                    narenas;
+    int                    disabled;     /* FLYT_CUDA_ARENA=0: cuMemAlloc, no checkpoint */
+    uint64_t               gran;         /* VMM granularity, 0 until asked */
+    uint64_t               arena_bytes;  /* the size of a new arena, 0 until decided */
+    flyt_hash              chunks;       /* granule address -> struct flyt_cuda_chunk * */
+    uint64_t               last_chunk;   /* where the last small allocation went */
+    int                    empty_chunks; /* chunks kept mapped with nothing in them (0 or 1) */
+    struct flyt_memtab     allocs;       /* address -> size, in the arenas */
+    struct flyt_memtab     outside;      /* address -> size, cuMemAlloc's (arena disabled) */
+    flyt_hash              pitches;      /* width -> the driver's pitch for it */
+};
+
+/* ---- checkpoint and restore (backend_cuda_state.c) ---- */
 struct flyt_cuda_ckpt {
-    struct flyt_memtab     plain;    /* cuMemAlloc, cuMemAllocPitch (pitch * height) */
-    struct flyt_memtab     restored; /* placed by mem_alloc_at, in spans */
-    struct flyt_memtab     async;    /* stream-ordered: a capture refuses them */
-    struct flyt_cuda_span *spans;    /* sorted by base, disjoint */
-    size_t                 nspans, cap_spans;
-    uint64_t               gran;          /* VMM granularity, 0 until asked */
-    uint64_t               reservations;  /* the program's own cuMemAddressReserve ranges */
+    struct flyt_memtab async;        /* stream-ordered: a capture refuses them */
+    uint64_t           reservations; /* the program's own cuMemAddressReserve ranges */
 };
 
 /* ---- the backend ---- */
@@ -318,6 +339,7 @@ struct flyt_cuda_backend {
 
     flyt_hash streams, events, pools;
     struct flyt_cuda_module *modules;
+    struct flyt_cuda_mem     mem;
     struct flyt_cuda_ckpt    ckpt;
 
     /* Legacy-stream semantics inside a green context (backend_cuda_legacy.c):
@@ -505,23 +527,29 @@ CUresult flyt_cuda_tex_destroy(flyt_backend *base, uint64_t obj);
 CUresult flyt_cuda_surf_create(flyt_backend *base, const CUDA_RESOURCE_DESC *res, uint64_t *obj);
 CUresult flyt_cuda_surf_destroy(flyt_backend *base, uint64_t obj);
 
+/* backend_cuda_mem.c: tenant memory in Flyt's arenas (above). place: a new
+ * allocation (*dptr); place_at: one at exactly addr, inside an arena
+ * (a restore); release: frees dptr, 1 with *r its result, 0 when it is not
+ * an allocation of these; range: the allocation holding ptr, 1, else 0;
+ * pitch: the pitch the driver gives width bytes of cuMemAllocPitch. */
+CUresult flyt_cuda_mem_place(struct flyt_cuda_backend *b, uint64_t size, uint64_t *dptr);
+CUresult flyt_cuda_mem_place_at(struct flyt_cuda_backend *b, uint64_t addr, uint64_t size);
+int      flyt_cuda_mem_release(struct flyt_cuda_backend *b, uint64_t dptr, CUresult *r);
+int      flyt_cuda_mem_range(const struct flyt_cuda_backend *b, uint64_t ptr, uint64_t *base,
+                             uint64_t *size);
+CUresult flyt_cuda_mem_pitch(struct flyt_cuda_backend *b, uint64_t width, uint64_t *pitch);
+/* An arena at exactly [base, base + size) (a restore, before any allocation):
+ * CUDA_ERROR_ALREADY_MAPPED when the driver offers another address. */
+CUresult flyt_cuda_mem_arena_at(flyt_backend *base, uint64_t addr, uint64_t size);
+CUresult flyt_cuda_mem_arenas(flyt_backend *base,
+                              CUresult (*fn)(void *arg, uint64_t addr, uint64_t size), void *arg);
+/* Before a context reset or close: unmaps every allocation, frees the arenas. */
+void     flyt_cuda_mem_drop(struct flyt_cuda_backend *b);
+
 /* backend_cuda_state.c: checkpoint and restore (backend.h's state_allocs,
- * mem_alloc_at, module_image) and the records they need. note: a new
- * allocation of the given table (0, or CUDA_ERROR_OUT_OF_MEMORY: the caller
- * frees it); forget: a freed one. mem_free: 1 when dptr is a restored
- * allocation, freed here with *r its result, 0 when cuMemFree is for it. */
-CUresult flyt_cuda_state_note(struct flyt_memtab *table, uint64_t dptr, uint64_t size);
-void     flyt_cuda_state_forget(struct flyt_cuda_backend *b, uint64_t dptr);
-int      flyt_cuda_state_mem_free(struct flyt_cuda_backend *b, uint64_t dptr, CUresult *r);
-/* ptr inside a restored allocation: its base and size (what the original
- * allocation answered), 1; else 0. */
-int      flyt_cuda_state_range(const struct flyt_cuda_backend *b, uint64_t ptr, uint64_t *base,
-                               uint64_t *size);
+ * mem_alloc_at, module_image). */
 /* Keeps a copy of a module's image (0, or -1 out of memory). */
 int      flyt_cuda_state_keep_image(struct flyt_cuda_module *m, const void *image, size_t size);
-/* Before a context reset or close: unmaps and frees the restored spans and
- * forgets every allocation (the reset or close frees the others). */
-void     flyt_cuda_state_drop(struct flyt_cuda_backend *b);
 CUresult flyt_cuda_state_allocs(flyt_backend *base,
                                 CUresult (*fn)(void *arg, uint64_t addr, uint64_t size), void *arg,
                                 const char **what);

@@ -223,6 +223,13 @@ struct alloc_ctx {
     struct writer *w;
 };
 
+static CUresult write_arena(void *arg, uint64_t base, uint64_t size)
+{
+    struct flyt_state_arena rec = {base, size};
+    return w_record(((struct alloc_ctx *)arg)->w, FLYT_SS_ARENA, &rec, sizeof rec, 0)
+               ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
+}
+
 /* One allocation and its contents, read through staging buffers. */
 static CUresult write_alloc(void *arg, uint64_t addr, uint64_t size)
 {
@@ -328,7 +335,10 @@ static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *
         return CUDA_ERROR_OPERATING_SYSTEM;
     struct alloc_ctx a = {s, w};
     const char *what = NULL;
-    CUresult r = s->b->ops->state_allocs(s->b, write_alloc, &a, &what);
+    CUresult r = s->b->ops->state_arenas ? s->b->ops->state_arenas(s->b, write_arena, &a)
+                                         : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        r = s->b->ops->state_allocs(s->b, write_alloc, &a, &what);
     for (size_t i = 0; r == CUDA_SUCCESS && i < sc->n; i++)
         r = write_entry(s, w, sc->list[i]);
     if (r != CUDA_SUCCESS)
@@ -421,6 +431,7 @@ union state_rec {
     struct flyt_state_event   event;
     struct flyt_state_pool    pool;
     struct flyt_state_client  client;
+    struct flyt_state_arena   arena;
 };
 
 static size_t rec_size(uint32_t type)
@@ -434,6 +445,7 @@ static size_t rec_size(uint32_t type)
     case FLYT_SS_EVENT: return sizeof(struct flyt_state_event);
     case FLYT_SS_POOL: return sizeof(struct flyt_state_pool);
     case FLYT_SS_CLIENT: return sizeof(struct flyt_state_client);
+    case FLYT_SS_ARENA: return sizeof(struct flyt_state_arena);
     }
     return 0;
 }
@@ -481,6 +493,9 @@ static int record_ok(uint32_t type, const unsigned char *p, uint64_t len)
     case FLYT_SS_EVENT: return len == sizeof(struct flyt_state_event);
     case FLYT_SS_POOL: return len == sizeof(struct flyt_state_pool);
     case FLYT_SS_CLIENT: return len == sizeof(struct flyt_state_client);
+    case FLYT_SS_ARENA:
+        return len == sizeof(struct flyt_state_arena) && rec.arena.size > 0 &&
+               rec.arena.base + rec.arena.size > rec.arena.base;
     }
     return 0;
 }
@@ -490,6 +505,7 @@ static int record_ok(uint32_t type, const unsigned char *p, uint64_t len)
 static int sections_ok(struct flyt_state *st, size_t body_end, char *err, size_t errlen)
 {
     size_t pos = sizeof(struct flyt_state_header);
+    int allocs_seen = 0;
     for (int n = 0;; n++) {
         struct flyt_state_section sec;
         if (body_end - pos < sizeof sec) {
@@ -504,12 +520,13 @@ static int sections_ok(struct flyt_state *st, size_t body_end, char *err, size_t
             return 0;
         }
         if (sec.length > body_end - pos || (sec.type == FLYT_SS_SESSION) != (n == 0) ||
-            (sec.type == FLYT_SS_CLIENT && n != 1) ||
+            (sec.type == FLYT_SS_CLIENT && n != 1) || (sec.type == FLYT_SS_ARENA && allocs_seen) ||
             sec.flags != 0 || !record_ok(sec.type, st->data + pos, sec.length)) {
             say(err, errlen, "section %d (type %u, %llu bytes) at byte %zu is malformed", n,
                 sec.type, (unsigned long long)sec.length, pos - sizeof sec);
             return -1;
         }
+        allocs_seen |= sec.type == FLYT_SS_ALLOC;
         if (n == 0)
             memcpy(&st->sess, st->data + pos, sizeof st->sess);
         if (sec.type == FLYT_SS_CLIENT) {
@@ -653,6 +670,17 @@ static CUresult restore_context(flyt_session *s, const struct flyt_state_session
         FLYT_BCALL(s, set_ctx_flags, r->ctx_flags);
     s->deferred = r->deferred;
     return CUDA_SUCCESS;
+}
+
+static CUresult restore_arena(flyt_session *s, const struct flyt_state_arena *r, char *err,
+                              size_t errlen)
+{
+    CUresult e = s->b->ops->arena_at ? s->b->ops->arena_at(s->b, r->base, r->size)
+                                     : CUDA_ERROR_NOT_SUPPORTED;
+    if (e != CUDA_SUCCESS)
+        say(err, errlen, "cannot reserve the session's address arena 0x%llx (%llu bytes) here: "
+            "CUDA error %d", (unsigned long long)r->base, (unsigned long long)r->size, (int)e);
+    return e;
 }
 
 static CUresult restore_alloc(flyt_session *s, const struct flyt_state_alloc *r,
@@ -813,6 +841,7 @@ static CUresult restore_section(flyt_session *s, uint32_t type, const unsigned c
     case FLYT_SS_CLIENT: restore_client(s, &rec.client); return CUDA_SUCCESS;
     case FLYT_SS_SESSION: return restore_context(s, &rec.session, tail, err, errlen);
     case FLYT_SS_ALLOC: return restore_alloc(s, &rec.alloc, tail, err, errlen);
+    case FLYT_SS_ARENA: return restore_arena(s, &rec.arena, err, errlen);
     case FLYT_SS_MODULE: return restore_module(s, &rec.module, tail, last, err, errlen);
     case FLYT_SS_FUNC: return restore_func(s, &rec.func, tail, last, err, errlen);
     default: return restore_object(s, type, &rec, last, err, errlen);

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define FLYT_STATE_MAGIC   0x5441545354594c46ull /* "FLYTSTAT" little-endian */
-#define FLYT_STATE_VERSION 2u /* 2: the CLIENT section */
+#define FLYT_STATE_VERSION 3u /* 2: the CLIENT section; 3: ARENA sections */
 #define FLYT_STATE_HASH    32u /* the SHA-256 trailer */
 
 struct flyt_state_header {
@@ -37,6 +37,7 @@ enum flyt_state_stype {
     FLYT_SS_EVENT,    /* flyt_state_event */
     FLYT_SS_POOL,     /* flyt_state_pool: the id of the device's default pool */
     FLYT_SS_CLIENT,   /* flyt_state_client; right after SESSION, at most once (version 2) */
+    FLYT_SS_ARENA,    /* flyt_state_arena; before every ALLOC (version 3) */
 };
 
 struct flyt_state_section {
@@ -69,6 +70,12 @@ static_assert(sizeof(struct flyt_state_session) == 248, "state session");
 
 struct flyt_state_alloc {
     uint64_t addr, size;
+};
+
+/* An address range the backend reserved for the session's allocations:
+ * reserved again, at exactly this address, before they are placed. */
+struct flyt_state_arena {
+    uint64_t base, size;
 };
 
 struct flyt_state_module {

@@ -40,7 +40,7 @@ static CUresult obj_free(void *o, const char *kind, int *count)
 
 /* ---- the fake device address space ---- */
 
-#define SPACE_BYTES ((uint64_t)512 << 20)
+#define SPACE_BYTES ((uint64_t)4 << 30) /* virtual (MAP_NORESERVE): arenas of 2 GiB fit */
 #define MAX_RANGES  512
 
 enum range_kind { R_ALLOC = 1, R_RESERVED, R_OCCUPIED, R_MAPPED };
@@ -118,10 +118,11 @@ static int range_find(uint64_t base, uint64_t size, int kind)
     return -1;
 }
 
-/* Drops range i; memory that was device memory is scribbled over. */
+/* Drops range i; memory that was device memory (an allocation or a
+ * mapping) is scribbled over. */
 static void range_del(int i)
 {
-    if (ranges[i].kind != R_MAPPED)
+    if (ranges[i].kind == R_ALLOC || ranges[i].kind == R_MAPPED)
         memset((void *)(uintptr_t)ranges[i].base, FAKE_FREED, ranges[i].size);
     ranges[i] = ranges[--nranges];
 }
@@ -161,6 +162,12 @@ static CUresult fake_cuDeviceGetName(char *name, int len, CUdevice d)
 {
     (void)d;
     snprintf(name, (size_t)len, "fake GPU");
+    return CUDA_SUCCESS;
+}
+static CUresult fake_cuDeviceTotalMem(size_t *bytes, CUdevice d)
+{
+    (void)d;
+    *bytes = (size_t)1 << 30; /* as cuMemGetInfo says */
     return CUDA_SUCCESS;
 }
 static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
@@ -327,7 +334,7 @@ static CUresult fake_cuMemAddressFree(CUdeviceptr p, size_t size)
     fake_live.reservations--;
     return CUDA_SUCCESS;
 }
-static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
                                  const CUmemAllocationProp *prop, unsigned long long flags)
 {
     if (size == 0 || size % FAKE_GRANULE || flags || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
@@ -341,7 +348,7 @@ static CUresult fake_cuMemRelease(CUmemGenericAllocationHandle h)
 {
     return obj_free((void *)(uintptr_t)h, &token_vmem, &fake_live.handles);
 }
-static CUresult fake_cuMemMap(CUdeviceptr p, size_t size, size_t offset,
+CUresult fake_cuMemMap(CUdeviceptr p, size_t size, size_t offset,
                               CUmemGenericAllocationHandle h, unsigned long long flags)
 {
     const char **o = (const char **)(uintptr_t)h;
@@ -353,7 +360,7 @@ static CUresult fake_cuMemMap(CUdeviceptr p, size_t size, size_t offset,
     fake_live.mappings++;
     return CUDA_SUCCESS;
 }
-static CUresult fake_cuMemUnmap(CUdeviceptr p, size_t size)
+CUresult fake_cuMemUnmap(CUdeviceptr p, size_t size)
 {
     int i = range_find(p, size, R_MAPPED);
     if (i < 0 || ranges[i].base != p || ranges[i].size != size)
@@ -362,7 +369,7 @@ static CUresult fake_cuMemUnmap(CUdeviceptr p, size_t size)
     fake_live.mappings--;
     return CUDA_SUCCESS;
 }
-static CUresult fake_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t n)
+CUresult fake_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t n)
 {
     if (n != 1 || d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE ||
         d->location.type != CU_MEM_LOCATION_TYPE_DEVICE || range_find(p, size, R_MAPPED) < 0)
@@ -480,7 +487,7 @@ static CUresult fake_cuMemPoolDestroy(CUmemoryPool p) { return obj_free(p, &toke
 #define FAKE_ENTRY(fn) flyt_cu_table_set(table, #fn, (void *)fake_##fn, NULL);
 #define FAKE_ENTRIES(X)                                                                        \
     X(cuGetErrorName) X(cuGetErrorString) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount)    \
-    X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)        \
+    X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)        \
     X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuCtxGetLimit)         \
     X(cuCtxGetCacheConfig) X(cuCtxGetFlags) X(cuMemGetInfo) X(cuMemAlloc) X(cuMemAllocPitch)      \
     X(cuMemFree) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemHostRegister)                       \

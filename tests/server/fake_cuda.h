@@ -65,5 +65,11 @@ CUresult fake_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
 CUresult fake_cuMemPoolCreate(CUmemoryPool *p, const CUmemPoolProps *props);
 CUresult fake_cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
                                   unsigned long long flags);
+CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+                          const CUmemAllocationProp *prop, unsigned long long flags);
+CUresult fake_cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                       unsigned long long flags);
+CUresult fake_cuMemUnmap(CUdeviceptr p, size_t size);
+CUresult fake_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t n);
 
 #endif

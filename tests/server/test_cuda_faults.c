@@ -53,7 +53,14 @@ FAULTY(cuCtxSynchronize, (void), ())
 FAULTY(cuMemAlloc, (CUdeviceptr *p, size_t n), (p, n))
 FAULTY(cuMemAllocPitch, (CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned e),
        (p, pitch, w, h, e))
-FAULTY(cuMemFree, (CUdeviceptr p), (p))
+FAULTY(cuMemAddressReserve, (CUdeviceptr *p, size_t n, size_t a, CUdeviceptr at, unsigned long long f),
+       (p, n, a, at, f))
+FAULTY(cuMemCreate, (CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *pr,
+                     unsigned long long f), (h, n, pr, f))
+FAULTY(cuMemMap, (CUdeviceptr p, size_t n, size_t o, CUmemGenericAllocationHandle h,
+                  unsigned long long f), (p, n, o, h, f))
+FAULTY(cuMemSetAccess, (CUdeviceptr p, size_t n, const CUmemAccessDesc *d, size_t k), (p, n, d, k))
+FAULTY(cuMemUnmap, (CUdeviceptr p, size_t n), (p, n))
 FAULTY(cuMemHostRegister, (void *p, size_t n, unsigned f), (p, n, f))
 FAULTY(cuMemcpyHtoDAsync, (CUdeviceptr d, const void *s, size_t n, CUstream st), (d, s, n, st))
 FAULTY(cuMemcpyDtoHAsync, (void *d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st))
@@ -106,6 +113,8 @@ static void session_end(void)
              "no stream, event, pool or module is left");
     CHECK_EQ(fake_live.registered, 0, "no host memory is left registered");
     CHECK_EQ(fake_live.allocs, 0, "no device memory is left");
+    CHECK_EQ(fake_live.reservations + fake_live.mappings + fake_live.handles, 0,
+             "no arena, mapping or physical allocation is left");
     CHECK_EQ(flyt_quota_used_total(), 0, "the quota is given back whole");
 }
 
@@ -154,19 +163,42 @@ static void open_failures(void)
     session_end();
 }
 
-static void alloc_out_of_memory(void)
+/* Allocating the whole quota fails once through fn's fault, then works:
+ * nothing stays charged, reserved or mapped in between. */
+static void alloc_fault(const char *fn_name, uint64_t size)
 {
-    th_say("cuMemAlloc out of memory: the quota is given back");
-    INJECT(cuMemAlloc, 1, CUDA_ERROR_OUT_OF_MEMORY);
-    session_begin(CUDA_SUCCESS);
     uint64_t p = 0;
-    CHECK_EQ(th_alloc(sess_fd, QUOTA, &p), CUDA_ERROR_OUT_OF_MEMORY, "MEM_ALLOC of the quota fails");
+    CHECK_EQ(th_alloc(sess_fd, size, &p), CUDA_ERROR_OUT_OF_MEMORY, "MEM_ALLOC fails (%s)", fn_name);
     CHECK_EQ(flyt_quota_used_total(), 0, "nothing stays charged");
-    CHECK_EQ(th_alloc(sess_fd, QUOTA, &p), CUDA_SUCCESS, "the whole quota can be allocated again");
-    CHECK_EQ(flyt_quota_used_total(), QUOTA, "and is charged");
+    CHECK_EQ(fake_live.mappings + fake_live.handles, 0, "nothing stays mapped or created");
+    CHECK_EQ(th_alloc(sess_fd, size, &p), CUDA_SUCCESS, "the same allocation works next time");
+    CHECK_EQ(flyt_quota_used_total(), size, "and is charged");
     CHECK_EQ(th_free(sess_fd, p), CUDA_SUCCESS, "MEM_FREE");
     CHECK_EQ(flyt_quota_used_total(), 0, "uncharged");
-    session_end();
+}
+
+static void alloc_out_of_memory(void)
+{
+    static const struct {
+        const char *fn;
+        void       *faulty;
+        uint64_t    size;
+    } cases[] = {
+        {"cuMemAddressReserve", (void *)faulty_cuMemAddressReserve, QUOTA},
+        {"cuMemCreate", (void *)faulty_cuMemCreate, QUOTA},
+        {"cuMemMap", (void *)faulty_cuMemMap, QUOTA},
+        {"cuMemSetAccess", (void *)faulty_cuMemSetAccess, QUOTA},
+        {"cuMemCreate", (void *)faulty_cuMemCreate, 4096}, /* a new chunk for a small one */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        th_say("%s fails for an allocation of %llu bytes: everything given back", cases[i].fn,
+               (unsigned long long)cases[i].size);
+        fault.nth = 1, fault.calls = 0, fault.code = CUDA_ERROR_OUT_OF_MEMORY;
+        CHECK_EQ(flyt_cu_table_set(&table, cases[i].fn, cases[i].faulty, NULL), 0, "inject");
+        session_begin(CUDA_SUCCESS);
+        alloc_fault(cases[i].fn, cases[i].size);
+        session_end();
+    }
 }
 
 static void alloc_pitch_fails(void)
@@ -183,16 +215,25 @@ static void alloc_pitch_fails(void)
 
 static void free_fails(void)
 {
-    th_say("cuMemFree fails: the allocation stays charged until it is freed");
-    INJECT(cuMemFree, 1, CUDA_ERROR_ILLEGAL_ADDRESS);
-    session_begin(CUDA_SUCCESS);
-    uint64_t p = 0;
-    CHECK_EQ(th_alloc(sess_fd, 4096, &p), CUDA_SUCCESS, "MEM_ALLOC");
-    CHECK_EQ(th_free(sess_fd, p), CUDA_ERROR_ILLEGAL_ADDRESS, "MEM_FREE reports the driver's error");
-    CHECK_EQ(flyt_quota_used_total(), 4096, "the memory that still exists stays charged");
-    CHECK_EQ(th_free(sess_fd, p), CUDA_SUCCESS, "a second MEM_FREE frees it");
-    CHECK_EQ(flyt_quota_used_total(), 0, "uncharged");
-    session_end();
+    static const uint64_t sizes[] = {4u << 20, 4096};
+    for (int i = 0; i < 2; i++) {
+        int small = sizes[i] < FAKE_GRANULE / 2;
+        th_say("a free of %llu bytes fails (%s): the allocation stays charged until it is freed",
+               (unsigned long long)sizes[i], small ? "the wait for the device" : "cuMemUnmap");
+        if (small)
+            INJECT(cuCtxSynchronize, 0, CUDA_ERROR_ILLEGAL_ADDRESS);
+        else
+            INJECT(cuMemUnmap, 0, CUDA_ERROR_ILLEGAL_ADDRESS);
+        session_begin(CUDA_SUCCESS);
+        fault.calls = 0, fault.nth = 1; /* armed now: the session's start may call them */
+        uint64_t p = 0;
+        CHECK_EQ(th_alloc(sess_fd, sizes[i], &p), CUDA_SUCCESS, "MEM_ALLOC");
+        CHECK_EQ(th_free(sess_fd, p), CUDA_ERROR_ILLEGAL_ADDRESS, "MEM_FREE reports the driver's error");
+        CHECK_EQ(flyt_quota_used_total(), sizes[i], "the memory that still exists stays charged");
+        CHECK_EQ(th_free(sess_fd, p), CUDA_SUCCESS, "a second MEM_FREE frees it");
+        CHECK_EQ(flyt_quota_used_total(), 0, "uncharged");
+        session_end();
+    }
 }
 
 /* A create that fails with a client-chosen id leaves the id free. */
@@ -346,14 +387,17 @@ static void live_override(void)
     CHECK_EQ(flyt_cuda_table_override(b, "cuMemAlloc", (void *)faulty_cuMemAlloc, &old), 0,
              "cuMemAlloc is an entry (its symbol is cuMemAlloc_v2)");
     CHECK_EQ(old, (void *)fake_cuMemAlloc, "the former entry is given back");
+    CHECK_EQ(flyt_cuda_table_override(b, "cuMemAlloc", old, NULL), 0, "restored");
     CHECK_EQ(flyt_cuda_table_override(b, "cuNoSuchCall", old, NULL), -1, "an unknown name is refused");
+    CHECK_EQ(flyt_cuda_table_override(b, "cuMemCreate", (void *)faulty_cuMemCreate, &old), 0,
+             "cuMemCreate overridden");
     fault.nth = 1, fault.calls = 0, fault.code = CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t p = 0;
     CHECK_EQ(b->ops->mem_alloc(b, 64, &p), CUDA_ERROR_OUT_OF_MEMORY, "mem_alloc fails");
     CHECK_EQ(p, 0, "and returns no pointer");
     CHECK_EQ(b->ops->mem_alloc(b, 64, &p), CUDA_SUCCESS, "the next one works");
     CHECK_EQ(b->ops->mem_free(b, p), CUDA_SUCCESS, "mem_free");
-    CHECK_EQ(flyt_cuda_table_override(b, "cuMemAlloc", old, NULL), 0, "restored");
+    CHECK_EQ(flyt_cuda_table_override(b, "cuMemCreate", old, NULL), 0, "restored");
     b->ops->close(b);
     CHECK_EQ(fake_live.ctx_refs, 0, "close released the primary context");
 }

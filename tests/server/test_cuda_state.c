@@ -223,9 +223,10 @@ static void restore_matches(struct flyt_state *st)
     CHECK_EQ(checkpoint(state2_path, error, sizeof error), T_SUCCESS, "second checkpoint: %s", error);
     for (int b = 1; b < NBUF; b++)
         CHECK_EQ(th_free(sess.fd, buf_ptr[b]), T_SUCCESS, "restored buffer %d frees", b);
-    CHECK_EQ(fake_live.mappings + fake_live.reservations, 0, "every span is unmapped and freed");
     CHECK_EQ(th_free(sess.fd, buf_ptr[1]), T_INVALID_VALUE, "a second free of it is refused");
     CHECK_EQ(th_free(sess.fd, fresh), T_SUCCESS, "the new allocation frees");
+    CHECK_LE(fake_live.mappings, 1, "every allocation is unmapped but one empty chunk");
+    CHECK_EQ(fake_live.reservations, 1, "the arena stays reserved for the session");
     session_end();
 
     th_say("the second state restores too, without the freed buffer");
@@ -249,6 +250,62 @@ static void restore_refused_when_taken(struct flyt_state *st)
     session_end();
     config.restore = NULL;
     fake_cuda_occupy(buf_ptr[3] + FAKE_GRANULE, 64, 0);
+}
+
+static void packing(void)
+{
+    th_say("small allocations share one mapped chunk; large ones map alone; all in one arena");
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO");
+    enum { N = 300 };
+    static uint64_t small[N];
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(th_alloc(sess.fd, 1000 + (uint64_t)i, &small[i]), T_SUCCESS, "MEM_ALLOC %d", i);
+        CHECK_EQ(small[i] % 512, 0, "allocation %d is 512-byte aligned", i);
+        lo = small[i] < lo ? small[i] : lo;
+        hi = small[i] + 1000 + (uint64_t)i > hi ? small[i] + 1000 + (uint64_t)i : hi;
+    }
+    CHECK_LE(hi - lo, FAKE_GRANULE, "300 small allocations fit in one granule");
+    CHECK_EQ(fake_live.mappings, 1, "with one mapping");
+    uint64_t big, big2;
+    CHECK_EQ(th_alloc(sess.fd, (3u << 20) + 1, &big), T_SUCCESS, "a large allocation");
+    CHECK_EQ(big % FAKE_GRANULE, 0, "granule-aligned");
+    CHECK_EQ(fake_live.mappings, 2, "mapped alone");
+    CHECK_EQ(th_alloc(sess.fd, FAKE_GRANULE, &big2), T_SUCCESS, "another");
+    CHECK(big2 >= big + (4u << 20) || big2 + FAKE_GRANULE <= big, "clear of the first");
+    CHECK_EQ(fake_live.reservations, 1, "one arena holds them all");
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(th_free(sess.fd, small[i]), T_SUCCESS, "MEM_FREE %d", i);
+    CHECK_EQ(fake_live.mappings, 3, "the empty chunk stays mapped for the next small one");
+    uint64_t again;
+    CHECK_EQ(th_alloc(sess.fd, 64, &again), T_SUCCESS, "a small allocation again");
+    CHECK_EQ(again & ~(FAKE_GRANULE - 1), lo & ~(FAKE_GRANULE - 1), "in the kept chunk");
+    CHECK_EQ(fake_live.mappings, 3, "without a new mapping");
+    CHECK_EQ(th_free(sess.fd, big), T_SUCCESS, "the large one frees");
+    CHECK_EQ(fake_live.mappings, 2, "its mapping is gone");
+    CHECK_EQ(th_free(sess.fd, big + 512), T_INVALID_VALUE, "an address inside nothing is refused");
+    CHECK_EQ(th_free(sess.fd, again), T_SUCCESS, "MEM_FREE");
+    CHECK_EQ(th_free(sess.fd, big2), T_SUCCESS, "MEM_FREE");
+    session_end();
+}
+
+static void arena_disabled(void)
+{
+    th_say("FLYT_CUDA_ARENA=0: cuMemAlloc's memory, which a checkpoint refuses by name");
+    setenv("FLYT_CUDA_ARENA", "0", 1);
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO");
+    uint64_t p;
+    CHECK_EQ(th_alloc(sess.fd, 4096, &p), T_SUCCESS, "MEM_ALLOC");
+    CHECK_EQ(fake_live.allocs, 1, "a cuMemAlloc allocation");
+    CHECK_EQ(fake_live.reservations + fake_live.mappings, 0, "no arena");
+    char error[256], path[160];
+    snprintf(path, sizeof path, "%s/never.state", dir);
+    CHECK_EQ(checkpoint(path, error, sizeof error), T_NOT_SUPPORTED, "refused");
+    CHECK(strstr(error, "FLYT_CUDA_ARENA=0") != NULL, "says why: %s", error);
+    CHECK_EQ(th_free(sess.fd, p), T_SUCCESS, "MEM_FREE");
+    CHECK_EQ(fake_live.allocs, 0, "freed with cuMemFree");
+    session_end();
+    unsetenv("FLYT_CUDA_ARENA");
 }
 
 static void globals_refused(void)
@@ -291,6 +348,8 @@ int main(void)
     restore_matches(st);
     flyt_state_close(st);
     globals_refused();
+    packing();
+    arena_disabled();
 
     flyt_cuda_driver_use(NULL);
     unlink(state_path);
