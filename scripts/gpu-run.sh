@@ -18,6 +18,8 @@
 #   are reported as not run), FLYT_GPU_TORCH_LIMIT (400 s), FLYT_GPU_BENCH_LIMIT
 #   (420 s). A device command may run 10 minutes at most: with all three parts
 #   split the run, e.g. `--only tests` then `--only pytorch,bench --quick`.
+#   Parts: tests, pytorch, pytorch-es, nvml, elastic (checkpoint/restore and
+#   sessions moved mid-run, tests/gpu/migrate_check.sh), bench.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 1 ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
@@ -121,6 +123,25 @@ if has_part nvml; then
     nvml_rc=$?
     { echo "===== nvidia-smi natively and on Flyt's NVML, rc=$nvml_rc"; cat "$OUT/nvml.txt"; } >> "$summary"
     pack nvml nvml nvml.txt
+fi
+
+if has_part elastic; then
+    # checkpoint/restore and sessions moved mid-run (issue 10), each against native
+    echo "gpu-run: elastic (checkpoint, restore, moves mid-run) ..."
+    cuda_lib=${FLYT_TEST_CUDA_LIB:-/usr/local/cuda/lib64}
+    {
+        echo "===== elastic: checkpoint, restore, sessions moved mid-run"
+        OUT=$OUT timeout -k 10 180 bash "$root/tests/gpu/state_check.sh" "$build" cuda 2>&1 | tail -n 8
+        echo "-- a client carrying on across moves (tests/client/run_reconnect.sh, cuda)"
+        (tmpdir=$(mktemp -d) && cd "$tmpdir" && timeout -k 10 240 bash "$root/tests/client/run_reconnect.sh" \
+            "$build/bin/flyt-server" "$build/lib:$cuda_lib" "$build/bin/test_reconnect" cuda 2>&1 | tail -n 15)
+        OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" loop "step 50:" -- \
+            "$build/gpu-tests/migrate_loop" 200 20 2>&1 | tail -n 12
+        OUT=$OUT timeout -k 10 300 bash "$root/tests/gpu/migrate_check.sh" "$build" torch "step 50:" -- \
+            "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
+    } > "$OUT/elastic.txt" 2>&1
+    cat "$OUT/elastic.txt" >> "$summary"
+    pack elastic state-check migrate-loop migrate-torch
 fi
 
 if has_part bench; then

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# A running program's session moved between two flyt-server processes
+# mid-run, against the same program run natively (issue 10's proof).
+#
+# usage: tests/gpu/migrate_check.sh BUILD_DIR NAME MARK -- COMMAND [ARG...]
+#
+#   Runs COMMAND natively, then through Flyt on a server with a status page;
+#   once COMMAND has printed a line starting with MARK, its session is
+#   checkpointed with stop (flyt-checkpoint --stop), that server is stopped
+#   and `flyt-server --restore` starts on the same socket, where the client
+#   reconnects and carries on. The two stdouts must be identical.
+#   Prints one summary line: NAME, identical, state bytes, checkpoint ms,
+#   downtime ms (checkpoint asked -> restored server listening), the
+#   native and Flyt wall times. Logs under $OUT/migrate-NAME (default /tmp).
+# Environment: FLYT_TEST_CUDA_LIB (/usr/local/cuda/lib64).
+# Exit status: 0 identical, 1 not, 2 setup error.
+set -u
+die() { echo "migrate_check: $*" >&2; exit 2; }
+[ $# -ge 5 ] && [ "$4" = -- ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+BUILD=$(cd "$1" 2>/dev/null && pwd) || die "no build directory $1"
+NAME=$2 MARK=$3
+shift 4
+SERVER="$BUILD/bin/flyt-server" CKPT="$BUILD/bin/flyt-checkpoint" FLYT_LIB="$BUILD/lib"
+CUDA_LIB="${FLYT_TEST_CUDA_LIB:-/usr/local/cuda/lib64}"
+for f in "$SERVER" "$CKPT"; do [ -x "$f" ] || die "no $f"; done
+D="${OUT:-/tmp}/migrate-$NAME"
+rm -rf "$D" && mkdir -p "$D" || die "cannot create $D"
+SOCK="$D/s.sock" STATUS="$D/status" STATE="$D/session.state"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap cleanup EXIT
+ms() { date +%s%3N; }
+
+start_server() { # LOG ARGS... -> SRV
+    local log=$1; shift
+    rm -f "$SOCK"
+    env -u FLYT_SERVER LD_LIBRARY_PATH="$CUDA_LIB" "$SERVER" --backend cuda \
+        --listen "unix:$SOCK" --status-file "$STATUS" "$@" >"$log" 2>&1 &
+    SRV=$!; PIDS+=("$SRV")
+    for _ in $(seq 1 400); do
+        [ -S "$SOCK" ] && return 0
+        kill -0 "$SRV" 2>/dev/null || break
+        sleep 0.025
+    done
+    tail -n 20 "$log" >&2; die "server did not start ($log)"
+}
+
+t=$(ms)
+env LD_LIBRARY_PATH="$CUDA_LIB" timeout 600 "$@" >"$D/native.out" 2>"$D/native.err" ||
+    die "the native run failed: $(tail -n 3 "$D/native.err")"
+native_ms=$(( $(ms) - t ))
+
+start_server "$D/server-1.log"
+t=$(ms)
+env FLYT_SERVER="unix:$SOCK" LD_LIBRARY_PATH="$FLYT_LIB:$CUDA_LIB" timeout 600 "$@" \
+    >"$D/flyt.out" 2>"$D/flyt.err" &
+PROG=$!; PIDS+=("$PROG")
+for _ in $(seq 1 6000); do
+    grep -q "^$MARK" "$D/flyt.out" 2>/dev/null && break
+    kill -0 "$PROG" 2>/dev/null || break
+    sleep 0.01
+done
+grep -q "^$MARK" "$D/flyt.out" || { tail -n 5 "$D/flyt.err" >&2; die "no '$MARK' line through Flyt"; }
+t0=$(ms)
+"$CKPT" "$STATUS" "$STATE" --stop >"$D/checkpoint.txt" 2>&1 ||
+    { cat "$D/checkpoint.txt" >&2; echo "$NAME: FAIL checkpoint: $(cat "$D/checkpoint.txt")"; exit 1; }
+kill -TERM "$SRV"; wait "$SRV" 2>/dev/null
+start_server "$D/server-2.log" --restore "$STATE"
+down_ms=$(( $(ms) - t0 ))
+wait "$PROG"; prc=$?
+flyt_ms=$(( $(ms) - t ))
+bytes=$(sed -n 's/^checkpoint: \([0-9]*\) bytes in \([0-9.]*\) ms$/\1/p' "$D/checkpoint.txt")
+ck_ms=$(sed -n 's/^checkpoint: \([0-9]*\) bytes in \([0-9.]*\) ms$/\2/p' "$D/checkpoint.txt")
+same=no
+[ $prc = 0 ] && cmp -s "$D/native.out" "$D/flyt.out" && same=yes
+printf '%s: identical %s, state %s bytes, checkpoint %s ms, downtime %s ms, native %s ms, flyt %s ms\n' \
+    "$NAME" "$same" "${bytes:-?}" "${ck_ms:-?}" "$down_ms" "$native_ms" "$flyt_ms"
+[ $same = yes ] && exit 0
+diff "$D/native.out" "$D/flyt.out" | head -n 10
+tail -n 5 "$D/flyt.err"
+grep -iE "error|refused|fail" "$D/server-2.log" | head -n 5
+exit 1

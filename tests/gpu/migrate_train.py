@@ -1,0 +1,39 @@
+"""A PyTorch training loop for tests/gpu/migrate_check.sh: a small MLP and a
+small CNN trained on fixed synthetic data, deterministic, printing the loss
+every 10 steps. Run natively and through Flyt with its session moved
+mid-run, the printed lines must be identical.
+usage: migrate_train.py [STEPS] [SLEEP_S]"""
+import os
+import sys
+import time
+
+import torch
+
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+pause = float(sys.argv[2]) if len(sys.argv) > 2 else 0.02
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+torch.manual_seed(1234)
+torch.use_deterministic_algorithms(True)
+torch.backends.cudnn.benchmark = False
+dev = torch.device("cuda")
+x = torch.randn(512, 64, device=dev)
+y = (x[:, :8].sum(dim=1, keepdim=True) > 0).float()
+img = torch.randn(32, 3, 16, 16, device=dev)
+lab = torch.randint(0, 10, (32,), device=dev)
+mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1)).to(dev)
+cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                          torch.nn.AdaptiveAvgPool2d(4), torch.nn.Flatten(),
+                          torch.nn.Linear(128, 10)).to(dev)
+opt = torch.optim.Adam(list(mlp.parameters()) + list(cnn.parameters()), lr=1e-3)
+bce = torch.nn.BCEWithLogitsLoss()
+ce = torch.nn.CrossEntropyLoss()
+for step in range(1, steps + 1):
+    opt.zero_grad()
+    loss = bce(mlp(x), y) + ce(cnn(img), lab)
+    loss.backward()
+    opt.step()
+    if step % 10 == 0:
+        print(f"step {step}: loss {loss.item():.6f}", flush=True)
+    time.sleep(pause)
+print(f"memory allocated {torch.cuda.memory_allocated()}")
+print("PASS")
