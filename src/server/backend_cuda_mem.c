@@ -347,9 +347,24 @@ static CUresult outside_place(struct flyt_cuda_backend *b, uint64_t size, uint64
     return r;
 }
 
+/* The context's sticky error, as cuMemAlloc reports it even when the
+ * allocation needs no driver call (a chunk with room). A stream query is
+ * cheap and says it; not asked while a capture is open, where a query of
+ * the NULL stream would invalidate a global-mode capture. */
+static CUresult context_error(struct flyt_cuda_backend *b)
+{
+    if (b->captures > 0)
+        return CUDA_SUCCESS;
+    CUresult r = b->cu.cuStreamQuery(flyt_cuda_stream(b, FLYT_BSTREAM_DEFAULT));
+    return r == CUDA_ERROR_NOT_READY ? CUDA_SUCCESS : r;
+}
+
 static CUresult place(struct flyt_cuda_backend *b, uint64_t size, int fixed, uint64_t *addr)
 {
-    CUresult r = granularity(b);
+    CUresult r = fixed ? CUDA_SUCCESS : context_error(b);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = granularity(b);
     if (r != CUDA_SUCCESS)
         return r;
     uint64_t len = footprint(b, size);

@@ -22,7 +22,7 @@ img = torch.randn(32, 3, 16, 16, device=dev)
 lab = torch.randint(0, 10, (32,), device=dev)
 mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1)).to(dev)
 cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
-                          torch.nn.AdaptiveAvgPool2d(4), torch.nn.Flatten(),
+                          torch.nn.AvgPool2d(4), torch.nn.Flatten(),
                           torch.nn.Linear(128, 10)).to(dev)
 opt = torch.optim.Adam(list(mlp.parameters()) + list(cnn.parameters()), lr=1e-3)
 bce = torch.nn.BCEWithLogitsLoss()

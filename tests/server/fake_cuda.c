@@ -411,6 +411,7 @@ CUresult fake_cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio)
 }
 static CUresult fake_cuStreamDestroy(CUstream s) { return obj_free(s, &token_stream, &fake_live.streams); }
 static CUresult fake_cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
+static CUresult fake_cuStreamQuery(CUstream s) { (void)s; return (CUresult)fake_live.sticky; }
 CUresult fake_cuEventCreate(CUevent *e, unsigned flags)
 {
     (void)flags;
@@ -494,7 +495,7 @@ static CUresult fake_cuMemPoolDestroy(CUmemoryPool p) { return obj_free(p, &toke
     X(cuMemHostUnregister) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                             \
     X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate)    \
     X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuPointerGetAttributes)         \
-    X(cuStreamCreateWithPriority) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)     \
+    X(cuStreamCreateWithPriority) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) X(cuEventCreate)     \
     X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuModuleLoadData) \
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetParamInfo)          \
     X(cuFuncGetAttribute) X(cuLaunchKernelEx) X(cuMemPoolCreate) X(cuMemPoolDestroy)

@@ -28,6 +28,7 @@ extern struct fake_live {
     int mappings;     /* cuMemMap ranges not unmapped */
     int launches;     /* cuLaunchKernelEx calls */
     int globals;      /* cuModuleGetGlobal calls */
+    int sticky;       /* what cuStreamQuery answers: a context's sticky error (0: none) */
 } fake_live;
 
 /* Fills table with the fake driver (every other entry NULL). */

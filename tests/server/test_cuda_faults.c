@@ -236,6 +236,23 @@ static void free_fails(void)
     }
 }
 
+static void sticky_error(void)
+{
+    th_say("a context with a sticky error: MEM_ALLOC answers it, even with room in a chunk");
+    session_begin(CUDA_SUCCESS);
+    uint64_t p = 0, q = 0;
+    CHECK_EQ(th_alloc(sess_fd, 4096, &p), CUDA_SUCCESS, "MEM_ALLOC");
+    fake_live.sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+    CHECK_EQ(th_alloc(sess_fd, 4096, &q), CUDA_ERROR_ILLEGAL_ADDRESS, "MEM_ALLOC after the fault");
+    CHECK_EQ(flyt_quota_used_total(), 4096, "nothing more is charged");
+    fake_live.sticky = CUDA_ERROR_NOT_READY;
+    CHECK_EQ(th_alloc(sess_fd, 4096, &q), CUDA_SUCCESS, "work still running is no error");
+    fake_live.sticky = 0;
+    CHECK_EQ(th_free(sess_fd, q), CUDA_SUCCESS, "MEM_FREE");
+    CHECK_EQ(th_free(sess_fd, p), CUDA_SUCCESS, "MEM_FREE");
+    session_end();
+}
+
 /* A create that fails with a client-chosen id leaves the id free. */
 static void create_fails(const char *what, uint16_t destroy_op, int (*create)(uint64_t),
                          const int *count)
@@ -415,6 +432,7 @@ int main(void)
     alloc_out_of_memory();
     alloc_pitch_fails();
     free_fails();
+    sticky_error();
     stream_and_event_create_fail();
     pool_create_fails();
     module_faults();
