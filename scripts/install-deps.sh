@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config libssl-dev iproute2 procps
           libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libsqlite3-dev libpq-dev
-          postgresql clang)
+          postgresql clang openssl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

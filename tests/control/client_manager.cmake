@@ -30,5 +30,14 @@ if(TARGET flyt-cluster-manager AND TARGET flyt-node-manager AND TARGET flytctl)
             $<TARGET_FILE:flyt-client-manager> $<TARGET_FILE:flyt-cluster-manager>
             $<TARGET_FILE:flyt-node-manager> $<TARGET_FILE:flytctl> $<TARGET_FILE:flyt-server>
             $<TARGET_FILE:cmgr_probe> ${cmgr_libpath} $<TARGET_FILE:cmgr_cuda_user>)
-  set_tests_properties(control_client_manager_cluster PROPERTIES TIMEOUT 120)
+  # the same over HTTPS, every caller verifying the certificates
+  add_test(NAME control_client_manager_cluster_tls
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/run_client_manager_cluster.sh
+            $<TARGET_FILE:flyt-client-manager> $<TARGET_FILE:flyt-cluster-manager>
+            $<TARGET_FILE:flyt-node-manager> $<TARGET_FILE:flytctl> $<TARGET_FILE:flyt-server>
+            $<TARGET_FILE:cmgr_probe> ${cmgr_libpath} $<TARGET_FILE:cmgr_cuda_user>
+            tls ${CMAKE_CURRENT_SOURCE_DIR}/make_test_certs.sh)
+  set_tests_properties(control_client_manager_cluster control_client_manager_cluster_tls
+                       PROPERTIES TIMEOUT 120)
+  set_tests_properties(control_client_manager_cluster_tls PROPERTIES SKIP_RETURN_CODE 77)
 endif()

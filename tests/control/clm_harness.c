@@ -57,8 +57,9 @@ static void spawn(struct clm_proc *clm)
             int ok = fscanf(f, "%d", &clm->port) == 1;
             fclose(f);
             if (ok) {
-                char base[64];
-                snprintf(base, sizeof base, "http://127.0.0.1:%d", clm->port);
+                char base[64];   /* a config with a certificate serves HTTPS only */
+                snprintf(base, sizeof base, "%s://127.0.0.1:%d",
+                         strstr(clm->extra, "tls_cert_file") ? "https" : "http", clm->port);
                 if (strcmp(base, clm->base) != 0)   /* a restart keeps it: no write */
                     memcpy(clm->base, base, sizeof base);
                 return;

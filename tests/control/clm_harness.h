@@ -35,7 +35,7 @@ struct fake_nm {
 struct clm_proc {
     pid_t pid;
     int port;
-    char base[64];               /* http://127.0.0.1:PORT */
+    char base[64];               /* http://127.0.0.1:PORT; https:// when extra sets tls_* */
     char dir[256];               /* config, token, port file, log */
     char op_token[65];
     char binary[1024], store[1024], extra[1024];

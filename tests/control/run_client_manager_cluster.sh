@@ -2,13 +2,15 @@
 # flyt-client-manager against the real control plane on loopback: flyt-cluster-manager
 # (SQLite), flyt-node-manager in test mode (host backend, one fake GPU) starting real
 # flyt-servers that admit only with the cluster's session token, and a CUDA program that
-# knows nothing but the client manager's socket.
+# knows nothing but the client manager's socket. With "tls MAKE_CERTS" every API is HTTPS
+# (a throwaway CA from make_test_certs.sh) and every caller verifies it; tls_checks then
+# shows callers with another CA or plain HTTP refused and a world-readable key refused.
 # usage: run_client_manager_cluster.sh CMGR CLUSTER_MANAGER NODE_MANAGER FLYTCTL SERVER
-#                                      PROBE LIB_PATH CUDA_USER
+#                                      PROBE LIB_PATH CUDA_USER [tls MAKE_CERTS]
 #   LIB_PATH: CUDA_USER's LD_LIBRARY_PATH: Flyt's libcuda.so.1 first, then NVIDIA's
 #   libcudart.so.13 (CUDA_USER links NVIDIA's runtime, without an RPATH)
 set -u
-cmgr=$1 clm=$2 nm=$3 ctl=$4 server=$5 probe=$6 libpath=$7 cuda_user=$8
+cmgr=$1 clm=$2 nm=$3 ctl=$4 server=$5 probe=$6 libpath=$7 cuda_user=$8 mode=${9:-plain}
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -28,10 +30,59 @@ sid_of_pid() { "$ctl" --json session list | awk -v pid="$1" '
   /"id": "/ { match($0, /"id": "[^"]*"/); id = substr($0, RSTART + 7, RLENGTH - 8) }
   $0 ~ ("\"pid\": " pid ",?$") { print id; exit }'; }
 
+# TLS mode: node-a registered its https:// URL (which the cluster manager verified when it
+# called it); callers with another CA or plain HTTP get no answer; a daemon whose key others
+# can read, or with a certificate and no key, does not start.
+tls_checks() {
+  echo "== TLS: who is answered, what is refused"
+  "$ctl" --json node show node-a | grep -q "\"address\": \"https://127.0.0.1:" \
+    && pass "node-a registered an https:// address" || fail "node-a's address: $("$ctl" --json node show node-a | grep address)"
+  local out r
+  out=$("$ctl" --ca "$tmp/certs/other-ca.pem" status 2>&1); r=$?
+  [ $r = 3 ] && grep -q "certificate" <<<"$out" && pass "flytctl with another CA refused: $out" \
+    || fail "flytctl with another CA (exit $r): $out"
+  out=$("$ctl" --server "http://127.0.0.1:$clm_port" status 2>&1); r=$?
+  [ $r = 3 ] && pass "plain HTTP to the HTTPS port gets no answer: $out" || fail "plain HTTP (exit $r): $out"
+  sed 's|^cluster_ca_file = .*|cluster_ca_file = certs/other-ca.pem|; s|^node_id = .*|node_id = node-x|' \
+    "$tmp/node.conf" > "$tmp/node-other.conf"
+  out=$(timeout 3 "$nm" --config "$tmp/node-other.conf" 2>&1 | grep -m1 "certificate")
+  [ -n "$out" ] && pass "a node manager trusting another CA cannot register: $out" \
+    || fail "node manager with another CA: no certificate error"
+  cp -p "$tmp/certs/server.key" "$tmp/certs/open.key"; chmod 644 "$tmp/certs/open.key"
+  sed 's|^tls_key_file = .*|tls_key_file = certs/open.key|' "$tmp/cluster.conf" > "$tmp/cluster-open.conf"
+  out=$(timeout 5 "$clm" --config "$tmp/cluster-open.conf" 2>&1); r=$?
+  [ $r != 0 ] && [ $r != 124 ] && grep -q "open.key is open to other users.*chmod 600" <<<"$out" \
+    && pass "a cluster manager whose key others can read does not start: $out" || fail "world-readable key (exit $r): $out"
+  sed 's|^tls_key_file = .*|tls_key_file = certs/open.key|' "$tmp/node.conf" > "$tmp/node-open.conf"
+  out=$("$nm" --check-config "$tmp/node-open.conf" 2>&1); r=$?
+  [ $r != 0 ] && grep -q "open.key is open to other users" <<<"$out" \
+    && pass "--check-config refuses it for the node manager too" || fail "node manager --check-config (exit $r): $out"
+  grep -v '^tls_key_file' "$tmp/cluster.conf" > "$tmp/cluster-half.conf"
+  out=$("$clm" --check-config "$tmp/cluster-half.conf" 2>&1); r=$?
+  [ $r != 0 ] && grep -q "tls_cert_file .* is set without tls_key_file" <<<"$out" \
+    && pass "a certificate without its key refused: $out" || fail "certificate alone (exit $r): $out"
+}
+
 # the managers listen on ports the kernel picks; the servers' range is derived from this
 # shell's pid, so that runs side by side do not collide
 srv_min=$(( 20000 + ($$ % 1000) * 40 )) srv_max=$(( 20000 + ($$ % 1000) * 40 + 38 ))
 printf '%s\n' "$(printf 'c%.0s' $(seq 64))" > "$tmp/operator.token"; chmod 600 "$tmp/operator.token"
+# the scheme, and the lines each daemon's config gets for TLS (none in plain mode)
+scheme=http clm_tls= nm_tls= cmgr_tls=
+if [ "$mode" = tls ]; then
+  "${10}" "$tmp/certs"; r=$?
+  [ $r = 77 ] && exit 77
+  [ $r = 0 ] || die "make_test_certs.sh failed"
+  scheme=https
+  clm_tls="tls_cert_file = certs/server.pem
+tls_key_file = certs/server.key
+node_ca_file = certs/ca.pem"
+  nm_tls="tls_cert_file = certs/server.pem
+tls_key_file = certs/server.key
+cluster_ca_file = certs/ca.pem"
+  cmgr_tls="cluster_ca_file = certs/ca.pem"
+  export FLYT_CA=$tmp/certs/ca.pem
+fi
 cat > "$tmp/cluster.conf" <<EOF
 listen = 127.0.0.1:0
 store = sqlite:$tmp/cluster.db
@@ -39,11 +90,12 @@ operator_token_file = operator.token
 heartbeat_interval = 1s
 node_timeout = 30s
 log_level = info
+$clm_tls
 EOF
 "$clm" --config "$tmp/cluster.conf" --port-file "$tmp/cluster.port" > "$tmp/cluster.log" 2>&1 & pids+=($!)
 wait_until 10 test -s "$tmp/cluster.port" || die "cluster manager did not start"
 clm_port=$(cat "$tmp/cluster.port")
-export FLYT_CM_URL=http://127.0.0.1:$clm_port FLYT_OPERATOR_TOKEN_FILE=$tmp/operator.token
+export FLYT_CM_URL=$scheme://127.0.0.1:$clm_port FLYT_OPERATOR_TOKEN_FILE=$tmp/operator.token
 wait_until 10 "$ctl" status || die "cluster manager did not start"
 
 "$ctl" --json node add node-a --host-ip 127.0.0.1 > "$tmp/node.json" || die "node add"
@@ -56,7 +108,7 @@ json_field token < "$tmp/vm.json" > "$tmp/vm.token"; chmod 600 "$tmp/vm.token"
 cat > "$tmp/node.conf" <<EOF
 node_id = node-a
 node_token_file = node.token
-cluster_manager = http://127.0.0.1:$clm_port
+cluster_manager = $scheme://127.0.0.1:$clm_port
 listen = 127.0.0.1:0
 advertise_host = 127.0.0.1
 server_path = $server
@@ -66,18 +118,21 @@ server_port_max = $srv_max
 state_dir = $tmp/nm-state
 backend = host
 log_level = info
+$nm_tls
 EOF
 "$nm" --config "$tmp/node.conf" > "$tmp/node.log" 2>&1 & pids+=($!)
 wait_until 15 sh -c "'$ctl' --json node show node-a | grep -q '\"state\": \"ready\"'" || die "node did not become ready"
 pass "cluster manager, node manager (test mode) up; node-a ready"
+[ "$mode" = tls ] && tls_checks
 
 cat > "$tmp/client.conf" <<EOF
-cluster_manager = http://127.0.0.1:$clm_port
+cluster_manager = $scheme://127.0.0.1:$clm_port
 vm_id = vm-1
 vm_token_file = vm.token
 socket = $tmp/client.sock
 alive_interval = 1s
 log_level = info
+$cmgr_tls
 EOF
 "$cmgr" --config "$tmp/client.conf" > "$tmp/client.log" 2>&1 & mgr=$!; pids+=($mgr)
 wait_until 10 test -S "$tmp/client.sock" || die "client manager did not start"

@@ -5,7 +5,9 @@
  * The node must never be lost nor its session end; every slow connection must be cut by
  * the request deadline; one address gets no more than its per-peer share; and once the
  * flood is over a node that really goes silent is still found lost.
- *   test_api_flood PATH/flyt-cluster-manager */
+ * With "tls" the API is HTTPS (certificates from make_test_certs.sh) and the slow clients
+ * trickle a TLS handshake instead: a ClientHello that never ends.
+ *   test_api_flood PATH/flyt-cluster-manager [tls PATH/make_test_certs.sh] */
 #include "clm_harness.h"
 
 #include "check.h"
@@ -20,6 +22,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,10 +63,16 @@ static int slow_connect(int host)
 
 /* One more byte of a request whose headers never end; 0 while the server keeps the
  * connection, -1 once it closed it. */
+static int tls_mode;
+
 static int trickle(int fd, long long n)
 {
     static const char req[] = "POST /v1/nodes/node-a/heartbeat HTTP/1.1\r\nHost: x\r\nX-Slow: ";
-    char ch = n < (long long)sizeof req - 1 ? req[n] : 'a';
+    /* a handshake record of 512 bytes announced, then a ClientHello's first bytes */
+    static const char hello[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+    const char *start = tls_mode ? hello : req;
+    long long len = tls_mode ? (long long)sizeof hello - 1 : (long long)sizeof req - 1;
+    char ch = n < len ? start[n] : 'a';
     char buf[256];
     ssize_t r = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
@@ -193,8 +202,9 @@ static int session_active(const char *sid)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: test_api_flood PATH/flyt-cluster-manager\n");
+    tls_mode = argc == 4 && strcmp(argv[2], "tls") == 0;
+    if (argc != 2 && !tls_mode) {
+        fprintf(stderr, "usage: test_api_flood PATH/flyt-cluster-manager [tls PATH/make_test_certs.sh]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -208,7 +218,24 @@ int main(int argc, char **argv)
     char store[128], sid[64];
     snprintf(store, sizeof store, "sqlite:/tmp/flyt-test-flood-%d.db", (int)getpid());
     fake_nm_start(&nm, "node-a");
-    clm_start(&clm, argv[1], store, "heartbeat_interval = 1s\nnode_timeout = 3s\n");
+    char extra[1024] = "heartbeat_interval = 1s\nnode_timeout = 3s\n", certs[128] = "";
+    if (tls_mode) {
+        snprintf(certs, sizeof certs, "/tmp/flyt-test-flood-certs-%d", (int)getpid());
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "%s %s", argv[3], certs);
+        int rc = system(cmd);
+        if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77)
+            return 77;
+        CHECK_EQ(rc, 0, "make the test certificates (%s)", cmd);
+        char ca[256];
+        snprintf(ca, sizeof ca, "%s/ca.pem", certs);
+        CHECK_EQ(flyt_http_client_ca(ca, cmd, sizeof cmd), 0, "trust the test CA: %s", cmd);
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
+                 "tls_cert_file = %s/server.pem\ntls_key_file = %s/server.key\n", certs, certs);
+        printf("-- over HTTPS; the slow clients trickle a TLS handshake\n");
+    }
+    clm_start(&clm, argv[1], store, extra);
+    CHECK(!tls_mode || strncmp(clm.base, "https://", 8) == 0, "the API is at %s", clm.base);
     struct fake_nm *nms[] = {&nm};
     heartbeats_start(&clm, nms, 1, 250);
     setup(sid, sizeof sid);
@@ -253,8 +280,8 @@ int main(int argc, char **argv)
     fake_nm_stop(&nm);
     unlink(store + 7);
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s /tmp/flyt-test-flood-%d.db-wal /tmp/flyt-test-flood-%d.db-shm",
-             clm.dir, (int)getpid(), (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf %s /tmp/flyt-test-flood-%d.db-wal /tmp/flyt-test-flood-%d.db-shm %s",
+             clm.dir, (int)getpid(), (int)getpid(), certs);
     if (system(cmd) != 0) {
     }
     printf("test_api_flood: all passed\n");

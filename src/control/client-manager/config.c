@@ -4,6 +4,7 @@
 #include "cmgr.h"
 
 #include "flyt_config.h"
+#include "flyt_http.h"
 #include "flyt_log.h"
 #include "flyt_token.h"
 
@@ -18,7 +19,10 @@
 
 static const struct flyt_cfg_key keys[] = {
     {"cluster_manager", FLYT_CFG_STRING, NULL,
-     "cluster manager base URL, http://HOST:PORT (https:// works too)", true, 0, 0},
+     "cluster manager base URL, http://HOST:PORT or https://HOST:PORT", true, 0, 0},
+    {"cluster_ca_file", FLYT_CFG_STRING, NULL,
+     "PEM CA certificate(s) that an https:// cluster manager's certificate must chain to; "
+     "unset: the system's CA store", false, 0, 0},
     {"vm_id", FLYT_CFG_STRING, NULL, "this VM's id in the cluster manager (flytctl vm list)",
      true, 0, 0},
     {"vm_token_file", FLYT_CFG_STRING, NULL,
@@ -241,6 +245,8 @@ int cmgr_config_load(const char *path, struct cmgr_config *c, char *err, size_t 
     c->request_timeout_ms = (long long)flyt_config_duration_ms(cfg, "request_timeout");
     c->retry_max_ms = (long long)flyt_config_duration_ms(cfg, "retry_max_backoff");
     c->shutdown_timeout_ms = (long long)flyt_config_duration_ms(cfg, "shutdown_timeout");
+    if (flyt_http_client_ca_from_config(cfg, path, "cluster_ca_file", err, errlen) < 0)
+        goto out;
     rc = 0;
 out:
     flyt_config_free(cfg);

@@ -159,7 +159,7 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
                                  && strncmp(address, "https://", 8) != 0)
                     || strlen(address) >= ADDR_MAX - 1 || strlen(address) < 9))
         rc = api_fail(&e, 400, "bad_request", "address: expected the node manager's URL, "
-                      "http://IP:PORT");
+                      "http://IP:PORT or https://IP:PORT");
     if (rc == 0 && (!host_ip || !valid_ip(host_ip)))
         rc = api_fail(&e, 400, "bad_request", "host_ip: expected an IPv4 or IPv6 address");
     if (rc == 0)

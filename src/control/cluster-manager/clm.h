@@ -33,6 +33,7 @@ struct clm_settings {
     int overcommit;
     int log_level;
     struct flyt_http_limits api;
+    struct flyt_http_tls tls;      /* the API's certificate and key; none: plain HTTP */
 };
 
 struct clm {

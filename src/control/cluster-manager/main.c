@@ -21,7 +21,8 @@ static void usage(FILE *out)
             "  --config FILE        the config file (example: configs/cluster-manager.conf)\n"
             "  --port-file FILE     write the bound TCP port there once listening (for tests\n"
             "                       that listen on port 0)\n"
-            "  --check-config FILE  check the file (and the operator token file), then exit\n"
+            "  --check-config FILE  check the file (and the operator token, TLS and CA files),\n"
+            "                       then exit\n"
             "  --help, --version\n"
             "\n"
             "Config keys (key = value; durations take ms/s/m/h):\n");
@@ -78,9 +79,11 @@ static int open_store(void)
 static int start_serving(void)
 {
     char err[1024];
+    int https = clm.set.tls.cert_pem != NULL;
     pthread_mutex_lock(&clm.lock);   /* no request runs before clm.http is set */
-    clm.http = flyt_http_start_limited(clm.set.listen, clm_routes, &clm, &clm.set.api, err,
-                                       sizeof err);
+    clm.http = flyt_http_start_tls(clm.set.listen, clm_routes, &clm, &clm.set.api, &clm.set.tls,
+                                   err, sizeof err);
+    flyt_http_tls_free(&clm.set.tls);   /* the server keeps its own copy */
     pthread_mutex_unlock(&clm.lock);
     if (!clm.http) {
         flyt_error("%s", err);
@@ -93,8 +96,8 @@ static int start_serving(void)
     }
     char schema[128];
     snprintf(schema, sizeof schema, "%d", store_schema_version(clm.store, err, sizeof err));
-    flyt_info("listening on %s (port %d), store %s (schema %s), policy %s%s", clm.set.listen,
-              flyt_http_port(clm.http), store_kind(clm.store), schema,
+    flyt_info("listening on %s (port %d, %s), store %s (schema %s), policy %s%s", clm.set.listen,
+              flyt_http_port(clm.http), https ? "HTTPS" : "plain HTTP", store_kind(clm.store), schema,
               clm.set.policy == PLACE_PACK ? "pack" : "spread",
               clm.set.overcommit ? ", overcommit" : "");
     return 0;

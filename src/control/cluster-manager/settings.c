@@ -39,6 +39,10 @@ const struct flyt_cfg_key clm_config_keys[] = {
     {"api_request_timeout", FLYT_CFG_DURATION, "10s",
      "a request's headers and body must arrive within this (and its answer leave within it)",
      false, 100, 600000},
+    FLYT_HTTP_TLS_CFG_KEYS,
+    {"node_ca_file", FLYT_CFG_STRING, NULL,
+     "PEM CA certificate(s) that node managers' https:// certificates must chain to; unset: "
+     "the system's CA store", false, 0, 0},
     {NULL, 0, NULL, NULL, false, 0, 0}};
 
 static int copy_str(char *dst, size_t cap, const char *src, const char *path,
@@ -151,7 +155,9 @@ int settings_load(const char *path, struct clm_settings *set, char *token, size_
         goto out;
     }
     if (read_token(path, flyt_config_line(cfg, "operator_token_file"), set->operator_token_file,
-                   token, tokenlen, err, errlen) < 0)
+                   token, tokenlen, err, errlen) < 0
+        || flyt_http_client_ca_from_config(cfg, path, "node_ca_file", err, errlen) < 0
+        || flyt_http_tls_from_config(cfg, path, &set->tls, err, errlen) < 0)
         goto out;
     rc = 0;
 out:

@@ -366,6 +366,25 @@ int flyt_config_line(const struct flyt_config *cfg, const char *name)
     return i >= 0 && cfg->values[i].set ? cfg->values[i].line : 0;
 }
 
+int flyt_config_path(const struct flyt_config *cfg, const char *cfgpath, const char *name,
+                     char *out, size_t outlen, char *err, size_t errlen)
+{
+    const char *v = flyt_config_str(cfg, name);
+    out[0] = 0;
+    if (!v || !v[0])
+        return 0;
+    const char *slash = v[0] == '/' ? NULL : strrchr(cfgpath, '/');
+    int n = slash ? snprintf(out, outlen, "%.*s/%s", (int)(slash - cfgpath), cfgpath, v)
+                  : snprintf(out, outlen, "%s", v);
+    if (n < 0 || (size_t)n >= outlen) {
+        flyt_set_reason(err, errlen, "%s:%d: %s: path too long", cfgpath,
+                        flyt_config_line(cfg, name), name);
+        out[0] = 0;
+        return -1;
+    }
+    return 1;
+}
+
 void flyt_config_print_help(const struct flyt_cfg_key *keys, FILE *out)
 {
     for (const struct flyt_cfg_key *k = keys; k->name; k++) {

@@ -66,6 +66,12 @@ bool flyt_config_is_set(const struct flyt_config *cfg, const char *name);
  * e.g. "%s:%d: placement_policy: must be spread or pack". */
 int flyt_config_line(const struct flyt_config *cfg, const char *name);
 
+/* A string key naming a file, relative paths taken relative to the directory of the config
+ * file cfgpath: 1 with the path in out, 0 when the key has no value (out ""), -1 with
+ * "FILE:LINE: key: path too long" in err. */
+int flyt_config_path(const struct flyt_config *cfg, const char *cfgpath, const char *name,
+                     char *out, size_t outlen, char *err, size_t errlen);
+
 /* Writes every key with its type, default and help (for --help). */
 void flyt_config_print_help(const struct flyt_cfg_key *keys, FILE *out);
 

@@ -78,6 +78,18 @@ struct flyt_http_server *flyt_http_start_limited(const char *listen,
                                                  const struct flyt_http_route *routes, void *ctx,
                                                  const struct flyt_http_limits *limits, char *err,
                                                  size_t errlen);
+/* TLS (flyt_http_tls.c): a server's certificate (chain) and private key, PEM, loaded and
+ * checked. Both NULL: plain HTTP. */
+struct flyt_http_tls {
+    char *cert_pem, *key_pem;
+};
+/* As flyt_http_start_limited (limits NULL: the defaults), serving HTTPS only when tls holds
+ * a pair, else plain HTTP. */
+struct flyt_http_server *flyt_http_start_tls(const char *listen,
+                                             const struct flyt_http_route *routes, void *ctx,
+                                             const struct flyt_http_limits *limits,
+                                             const struct flyt_http_tls *tls, char *err,
+                                             size_t errlen);
 int flyt_http_port(const struct flyt_http_server *srv);
 /* Wall-clock ms when a limit last refused a connection (0: never): requests may have been
  * lost then through no fault of their sender. */
@@ -135,5 +147,37 @@ int flyt_http_call_timeout(const char *method, const char *url, const char *toke
 int flyt_http_call_bytes(const char *method, const char *url, const char *token, const void *body,
                          size_t len, long timeout_ms, long *status, char **out, size_t *outlen,
                          char *err, size_t errlen);
+
+/* ---- TLS (flyt_http_tls.c) ---- */
+
+/* The config keys of a server's pair, for a daemon's key table (with flyt_config.h). */
+#define FLYT_HTTP_TLS_CFG_KEYS                                                                   \
+    {"tls_cert_file", FLYT_CFG_STRING, NULL,                                                     \
+     "PEM certificate (chain) of the API; with tls_key_file the API is HTTPS only", false, 0,    \
+     0},                                                                                         \
+    {"tls_key_file", FLYT_CFG_STRING, NULL,                                                      \
+     "PEM private key of tls_cert_file, unencrypted, readable by its owner alone (0600)", false, \
+     0, 0}
+struct flyt_config;
+/* Loads the pair that the keys tls_cert_file and tls_key_file of cfg name (relative to
+ * the config file cfgpath): 0 with tls filled, or zeroed when neither key is set; -1 with
+ * err naming the file when only one is set, a file cannot be read, the key file is open
+ * to group or others, a file holds no PEM certificate / unencrypted private key, the key
+ * is not the certificate's, or this libmicrohttpd has no TLS. */
+int flyt_http_tls_from_config(const struct flyt_config *cfg, const char *cfgpath,
+                              struct flyt_http_tls *tls, char *err, size_t errlen);
+int flyt_http_tls_load(const char *cert_file, const char *key_file, struct flyt_http_tls *tls,
+                       char *err, size_t errlen);
+void flyt_http_tls_free(struct flyt_http_tls *tls);
+
+/* Calls to https:// URLs always verify the server's certificate and host name: against
+ * the CA certificates (PEM) of ca_file alone, or against the system's store when ca_file
+ * is NULL. Process-wide: set it before calls run. -1 with err when ca_file holds no
+ * certificate. */
+int flyt_http_client_ca(const char *ca_file, char *err, size_t errlen);
+/* flyt_http_client_ca with the file that the string key name of cfg names (relative to
+ * cfgpath; unset: the system's store); -1 with "FILE:LINE: name: reason". */
+int flyt_http_client_ca_from_config(const struct flyt_config *cfg, const char *cfgpath,
+                                    const char *name, char *err, size_t errlen);
 
 #endif

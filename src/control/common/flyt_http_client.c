@@ -10,6 +10,8 @@
 
 #define ANSWER_LIMIT (16u << 20)
 
+const char *flyt_http_client_ca_file(void);   /* flyt_http_tls.c: NULL for the system's */
+
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc = CURLE_FAILED_INIT;
 
@@ -87,6 +89,13 @@ static int perform(const char *method, const char *url, const char *token, const
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, ab);
     curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, curl_err);
     curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 1L);   /* libcurl's defaults, never off */
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 2L);
+    curl_easy_setopt(curl, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
+    if (flyt_http_client_ca_file()) {   /* that CA alone: not the system's directory too */
+        curl_easy_setopt(curl, CURLOPT_CAINFO, flyt_http_client_ca_file());
+        curl_easy_setopt(curl, CURLOPT_CAPATH, NULL);
+    }
     if (payload) {
         curl_easy_setopt(curl, CURLOPT_POSTFIELDS, payload);
         curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)plen);
@@ -99,9 +108,13 @@ static int perform(const char *method, const char *url, const char *token, const
     CURLcode rc = curl_easy_perform(curl);
     int result = 0;
     if (rc != CURLE_OK) {
-        snprintf(err, errlen, "%s %s: %s", method, url,
+        const char *ca = flyt_http_client_ca_file();
+        snprintf(err, errlen, "%s %s: %s%s%s%s", method, url,
                  ab->too_large ? "answer too large" : curl_err[0] ? curl_err
-                                                                  : curl_easy_strerror(rc));
+                                                                  : curl_easy_strerror(rc),
+                 rc == CURLE_PEER_FAILED_VERIFICATION ? " (verified against " : "",
+                 rc == CURLE_PEER_FAILED_VERIFICATION ? (ca ? ca : "the system's CA store") : "",
+                 rc == CURLE_PEER_FAILED_VERIFICATION ? ")" : "");
         result = -1;
     } else {
         curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, status);

@@ -40,6 +40,7 @@ struct flyt_http_server {
     pthread_mutex_t lock;
     struct route_stats *stats;          /* nroutes + 1 ("unmatched") */
     struct flyt_http_guard *guard;
+    struct flyt_http_tls tls;   /* HTTPS: copies, libmicrohttpd is not documented to keep its own */
 };
 
 struct conn_state {
@@ -414,7 +415,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n && msg[n - 1] == '\n')
         msg[--n] = 0;
-    flyt_warn("http: %s", msg);
+    /* a peer that fails the TLS handshake (plain HTTP, a CA it does not trust, a cut slow
+     * client) is its own trouble: not a line per connection at warn, which a flood fills */
+    if (strstr(msg, "andshake") || strstr(msg, "TLS"))
+        flyt_debug("http: %s", msg);
+    else
+        flyt_warn("http: %s", msg);
 }
 
 /* Splits "HOST:PORT" / "[V6]:PORT" and binds a listening socket. -1 with err. */
@@ -470,14 +476,12 @@ struct flyt_http_server *flyt_http_start(const char *listen_addr,
                                          const struct flyt_http_route *routes, void *ctx,
                                          char *err, size_t errlen)
 {
-    const struct flyt_http_limits defaults = {FLYT_HTTP_MAX_CONNECTIONS, FLYT_HTTP_MAX_PER_PEER,
-                                              FLYT_HTTP_REQUEST_TIMEOUT_MS,
-                                              FLYT_HTTP_IDLE_TIMEOUT_S};
-    return flyt_http_start_limited(listen_addr, routes, ctx, &defaults, err, errlen);
+    return flyt_http_start_tls(listen_addr, routes, ctx, NULL, NULL, err, errlen);
 }
 
 static void server_free(struct flyt_http_server *srv)
 {
+    flyt_http_tls_free(&srv->tls);
     flyt_http_guard_free(srv->guard);
     pthread_mutex_destroy(&srv->lock);
     free(srv->stats);
@@ -489,6 +493,29 @@ struct flyt_http_server *flyt_http_start_limited(const char *listen_addr,
                                                  const struct flyt_http_limits *limits, char *err,
                                                  size_t errlen)
 {
+    return flyt_http_start_tls(listen_addr, routes, ctx, limits, NULL, err, errlen);
+}
+
+/* TLS 1.2 and 1.3 only. */
+#define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
+
+struct flyt_http_server *flyt_http_start_tls(const char *listen_addr,
+                                             const struct flyt_http_route *routes, void *ctx,
+                                             const struct flyt_http_limits *limits,
+                                             const struct flyt_http_tls *tls, char *err,
+                                             size_t errlen)
+{
+    const struct flyt_http_limits defaults = {FLYT_HTTP_MAX_CONNECTIONS, FLYT_HTTP_MAX_PER_PEER,
+                                              FLYT_HTTP_REQUEST_TIMEOUT_MS,
+                                              FLYT_HTTP_IDLE_TIMEOUT_S};
+    if (!limits)
+        limits = &defaults;
+    int use_tls = tls && tls->cert_pem && tls->key_pem;
+    if (use_tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        snprintf(err, errlen, "HTTPS on %s: this libmicrohttpd was built without TLS (GnuTLS)",
+                 listen_addr);
+        return NULL;
+    }
     struct flyt_http_server *srv = calloc(1, sizeof *srv);
     if (!srv) {
         snprintf(err, errlen, "out of memory");
@@ -501,18 +528,25 @@ struct flyt_http_server *flyt_http_start_limited(const char *listen_addr,
     srv->stats = calloc(srv->nroutes + 1, sizeof *srv->stats);
     pthread_mutex_init(&srv->lock, NULL);
     srv->guard = flyt_http_guard_new(limits);
-    int fd = srv->stats && srv->guard ? bind_listen(listen_addr, &srv->port, err, errlen) : -1;
+    if (use_tls) {
+        srv->tls.cert_pem = strdup(tls->cert_pem);
+        srv->tls.key_pem = strdup(tls->key_pem);
+    }
+    int allocated = srv->stats && srv->guard && (!use_tls || (srv->tls.cert_pem && srv->tls.key_pem));
+    int fd = allocated ? bind_listen(listen_addr, &srv->port, err, errlen) : -1;
     if (fd < 0) {
-        if (!srv->stats || !srv->guard)
+        if (!allocated)
             snprintf(err, errlen, "out of memory");
         server_free(srv);
         return NULL;
     }
     /* The guard refuses first (and notes it); the daemon's own limits, one above, only back
      * it up for a connection the guard could not track. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION
+                     | MHD_USE_ERROR_LOG | (use_tls ? MHD_USE_TLS : 0);
+    /* Without TLS the options' list ends before the certificate (MHD_OPTION_END). */
     srv->daemon = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG,
-        0, on_accept, srv, on_request, srv,
+        flags, 0, on_accept, srv, on_request, srv,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
@@ -521,9 +555,13 @@ struct flyt_http_server *flyt_http_start_limited(const char *listen_addr,
         MHD_OPTION_CONNECTION_LIMIT, limits->max_connections + 1,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, limits->max_per_peer + 1,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)FLYT_HTTP_HEADER_MEMORY,
+        use_tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, srv->tls.cert_pem,
+        MHD_OPTION_HTTPS_MEM_KEY, srv->tls.key_pem,
+        MHD_OPTION_HTTPS_PRIORITIES, TLS_PRIORITIES,
         MHD_OPTION_END);
     if (!srv->daemon) {
-        snprintf(err, errlen, "cannot start the HTTP server on %s", listen_addr);
+        snprintf(err, errlen, "cannot start the HTTP%s server on %s%s", use_tls ? "S" : "",
+                 listen_addr, use_tls ? " (the certificate or key did not load)" : "");
         close(fd);
         server_free(srv);
         return NULL;

@@ -44,7 +44,7 @@ struct ctl {
     char config_path[1100];      /* the config file read, "" when none */
     char last_error[64];         /* the error code of the last failed call ("conflict") */
     /* global options as given on the command line (NULL: not given) */
-    const char *opt_server, *opt_token_file, *opt_config, *opt_timeout;
+    const char *opt_server, *opt_token_file, *opt_config, *opt_timeout, *opt_ca;
 };
 
 /* ---- commands ---- */

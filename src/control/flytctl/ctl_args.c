@@ -16,6 +16,9 @@ static const struct ctl_opt global_opts[] = {
                         "\"server\" in the config file, else " CTL_DEFAULT_SERVER},
     {"--token-file", "FILE", "file holding the operator token; else $FLYT_OPERATOR_TOKEN_FILE,\n"
                              "else \"token_file\" in the config file"},
+    {"--ca", "FILE", "PEM CA certificate(s) an https:// server's certificate must chain\n"
+                     "to; else $FLYT_CA, else \"ca_file\" in the config file, else the\n"
+                     "system's CA store (the certificate is always verified)"},
     {"--json", NULL, "print the API's JSON instead of tables (for scripts)"},
     {"--config", "FILE", "config file (default ~/.config/flyt/flytctl.conf)"},
     {"--timeout", "DURATION", "time limit of each request: 500ms, 10s, 1m (default 30s)"},
@@ -134,6 +137,8 @@ int ctl_global_opt(struct ctl *c, int argc, char **argv, int *i, char *msg, size
         slot = &c->opt_token_file;
     else if (strcmp(o->name, "--config") == 0)
         slot = &c->opt_config;
+    else if (strcmp(o->name, "--ca") == 0)
+        slot = &c->opt_ca;
     else
         slot = &c->opt_timeout;
     const char *v = opt_value(argc, argv, i, iv);

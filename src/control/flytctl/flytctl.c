@@ -2,6 +2,7 @@
 #include "ctl.h"
 
 #include "flyt_config.h"
+#include "flyt_http.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -20,7 +21,10 @@ static const struct {
 #define NGROUPS (sizeof groups / sizeof groups[0])
 
 static const struct flyt_cfg_key config_keys[] = {
-    {"server", FLYT_CFG_STRING, NULL, "the cluster manager's URL, http://HOST:PORT", false, 0, 0},
+    {"server", FLYT_CFG_STRING, NULL, "the cluster manager's URL, http://HOST:PORT or https://",
+     false, 0, 0},
+    {"ca_file", FLYT_CFG_STRING, NULL,
+     "PEM CA certificate(s) an https:// server's certificate must chain to", false, 0, 0},
     {"token_file", FLYT_CFG_STRING, NULL,
      "file holding the operator token (~/ and paths relative to this file work)", false, 0, 0},
     {"timeout", FLYT_CFG_DURATION, "30s", "time limit of each request", false, 10, 86400000},
@@ -93,6 +97,30 @@ static void expand_path(const char *p, const char *base, char *out, size_t outle
     } else {
         snprintf(out, outlen, "%s", p);
     }
+}
+
+/* The CA that https:// servers are verified with: --ca > $FLYT_CA > ca_file > the
+ * system's store. 0 or CTL_EUSAGE after a message. */
+static int resolve_ca(struct ctl *c, const struct flyt_config *cfg)
+{
+    char path[1100] = "", from[1200] = "";
+    const char *env = getenv("FLYT_CA");
+    if (c->opt_ca) {
+        expand_path(c->opt_ca, NULL, path, sizeof path);
+        snprintf(from, sizeof from, "--ca");
+    } else if (env && env[0]) {
+        expand_path(env, NULL, path, sizeof path);
+        snprintf(from, sizeof from, "FLYT_CA");
+    } else if (flyt_config_str(cfg, "ca_file")) {
+        expand_path(flyt_config_str(cfg, "ca_file"), c->config_path, path, sizeof path);
+        snprintf(from, sizeof from, "%s:%d", c->config_path, flyt_config_line(cfg, "ca_file"));
+    }
+    char err[1400];
+    if (path[0] && flyt_http_client_ca(path, err, sizeof err) < 0) {
+        fprintf(stderr, "flytctl: %s (from %s)\n", err, from);
+        return CTL_EUSAGE;
+    }
+    return 0;
 }
 
 /* Options > environment > config file > defaults. 0 or CTL_EUSAGE after a message. */
@@ -168,7 +196,10 @@ static int resolve(struct ctl *c)
     }
 
     c->timeout_ms = (long)flyt_config_duration_ms(cfg, "timeout");
+    int rc = resolve_ca(c, cfg);
     flyt_config_free(cfg);
+    if (rc)
+        return rc;
     if (c->opt_timeout) {
         uint64_t ms = 0;
         char why[256];

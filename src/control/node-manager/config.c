@@ -16,8 +16,12 @@
 const struct flyt_cfg_key nm_config_keys[] = {
     {"node_id", FLYT_CFG_STRING, NULL, "this node's id, as created with POST /v1/nodes", true, 0, 0},
     {"node_token_file", FLYT_CFG_STRING, NULL, "file holding the node token (mode 0600)", true, 0, 0},
-    {"cluster_manager", FLYT_CFG_STRING, NULL, "the cluster manager's URL, http://HOST:PORT", true,
-     0, 0},
+    {"cluster_manager", FLYT_CFG_STRING, NULL,
+     "the cluster manager's URL, http://HOST:PORT or https://HOST:PORT", true, 0, 0},
+    {"cluster_ca_file", FLYT_CFG_STRING, NULL,
+     "PEM CA certificate(s) that an https:// cluster manager's certificate must chain to; "
+     "unset: the system's CA store", false, 0, 0},
+    FLYT_HTTP_TLS_CFG_KEYS,
     {"listen", FLYT_CFG_STRING, "0.0.0.0:8601",
      "HOST:PORT of this node manager's API, called by the cluster manager (port 0: any)", false,
      0, 0},
@@ -171,7 +175,7 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
         FAIL("node_id", "expected 1 to 64 of A-Z a-z 0-9 . _ -");
     if (strncmp(c->cluster_manager, "http://", 7) != 0 &&
         strncmp(c->cluster_manager, "https://", 8) != 0)
-        FAIL("cluster_manager", "expected a URL, http://HOST:PORT");
+        FAIL("cluster_manager", "expected a URL, http://HOST:PORT or https://HOST:PORT");
     size_t ul = strlen(c->cluster_manager);
     while (ul && c->cluster_manager[ul - 1] == '/')
         c->cluster_manager[--ul] = '\0';
@@ -259,6 +263,9 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
         goto out;
     if (access(c->server_path, X_OK) != 0)
         FAIL("server_path", "%s: %s", c->server_path, strerror(errno));
+    if (flyt_http_client_ca_from_config(cfg, path, "cluster_ca_file", err, errlen) < 0
+        || flyt_http_tls_from_config(cfg, path, &c->tls, err, errlen) < 0)
+        goto out;
     if (c->mps && (c->mps_pipe_dir[0] != '/' || c->mps_log_dir[0] != '/'))
         FAIL(c->mps_pipe_dir[0] != '/' ? "mps_pipe_dir" : "mps_log_dir", "expected an absolute path");
     rc = 0;

@@ -28,7 +28,8 @@ static void usage(FILE *out)
             "  --config FILE        the config file (example: configs/node-manager.conf)\n"
             "  --port-file FILE     write the API's TCP port there once listening (tests that\n"
             "                       listen on port 0)\n"
-            "  --check-config FILE  check the file (and the node token file), then exit\n"
+            "  --check-config FILE  check the file (and the node token, TLS and CA files), then\n"
+            "                       exit\n"
             "  --help, --version\n"
             "\n"
             "Config keys (key = value; durations take ms/s/m/h, sizes KiB/MiB/GiB):\n");
@@ -226,8 +227,11 @@ static int start_serving(void)
     }
     const struct nm_config *c = &node_manager.cfg;
     pthread_mutex_lock(&node_manager.lock); /* no request runs before node_manager.http is set */
-    node_manager.http = flyt_http_start(c->listen, nm_routes, &node_manager, err, sizeof err);
+    int https = c->tls.cert_pem != NULL;
+    node_manager.http = flyt_http_start_tls(c->listen, nm_routes, &node_manager, NULL, &c->tls,
+                                            err, sizeof err);
     pthread_mutex_unlock(&node_manager.lock);
+    flyt_http_tls_free(&node_manager.cfg.tls);   /* the server keeps its own copy */
     if (!node_manager.http) {
         flyt_error("%s", err);
         nm_mps_stop(&node_manager);
@@ -236,7 +240,8 @@ static int start_serving(void)
     char host[NM_STR + 2];
     nm_host_for_url(c->advertise_host, host, sizeof host);
     int port = flyt_http_port(node_manager.http);
-    snprintf(node_manager.address, sizeof node_manager.address, "http://%s:%d", host, port);
+    snprintf(node_manager.address, sizeof node_manager.address, "%s://%s:%d",
+             https ? "https" : "http", host, port);
     flyt_info("listening on %s (port %d) as %s; servers on ports %d-%d; backend %s%s", c->listen,
               port, node_manager.address, c->port_min, c->port_max,
               c->host_backend ? "host" : "cuda", c->mps ? ", MPS" : "");

@@ -53,6 +53,7 @@ struct nm_config {
     char test_gpu_name[NM_STR];
     int  test_gpu_sm_count, test_gpu_sm_granularity;
     long long test_gpu_memory;
+    struct flyt_http_tls tls;       /* the API's certificate and key; none: plain HTTP */
 };
 extern const struct flyt_cfg_key nm_config_keys[];
 /* Loads and checks the file; -1 with "FILE:LINE: reason" in err. */
@@ -123,7 +124,7 @@ struct nm {
     long long heartbeat_ms;         /* in use */
 
     struct flyt_http_server *http;
-    char address[NM_STR + 40];      /* http://HOST:PORT */
+    char address[NM_STR + 40];      /* http://HOST:PORT, https:// with TLS */
     int  next_port;
 
     /* counters for /metrics */
