@@ -206,6 +206,9 @@ static int request_record(struct clm *clm, struct request_rec *q, int is_new,
         snprintf(old[i].message, sizeof old[i].message, "replaced by request %s", q->id);
         if (store_request_update(clm->store, &old[i], err, sizeof err) < 0)
             rc = api_store_fail(e, "updating a request", err);
+        else
+            rc = api_event(clm, "request.superseded", q->vm_id, e, "request %s %s", old[i].id,
+                           old[i].message);
     }
     free(old);
     if (rc == 0 && (is_new ? store_request_insert(clm->store, q, err, sizeof err)
