@@ -559,70 +559,11 @@ static int ask_client_manager(struct target *t, char *why, size_t whylen)
         path = DEFAULT_CLIENT_MANAGER;
     if (strncmp(path, "unix:", 5) == 0)
         path += 5;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof sa.sun_path) {
-        snprintf(why, whylen, "the client manager socket path is too long: %s", path);
-        return -1;
-    }
-    memcpy(sa.sun_path, path, strlen(path) + 1);
     int timeout_s = env_seconds("FLYT_CLIENT_MANAGER_TIMEOUT", 90);
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += timeout_s;
-
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(why, whylen, "cannot make a socket: %s", strerror(errno));
-        return -1;
-    }
-    struct timeval tv = {timeout_s, 0};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        snprintf(why, whylen, "no client manager at %s (%s)", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
     char line[FLYT_CMGR_LINE_MAX];
     int n = flyt_cmgr_format_request(line, sizeof line, FLYT_CMGR_ACQUIRE, (long)getpid());
-    if (send(fd, line, (size_t)n, MSG_NOSIGNAL) != n) {
-        snprintf(why, whylen, "the client manager at %s: %s", path, strerror(errno));
-        close(fd);
+    if (n < 0 || flyt_cmgr_ask(path, line, timeout_s, line, sizeof line, why, whylen) < 0)
         return -1;
-    }
-    size_t got = 0;
-    char *nl = NULL;
-    while (nl == NULL) {
-        long left = ms_left(&deadline);
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int pr = left > 0 ? poll(&pfd, 1, (int)left) : 0;
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr == 0) {
-            snprintf(why, whylen, "the client manager at %s did not answer within %d s "
-                     "(FLYT_CLIENT_MANAGER_TIMEOUT)", path, timeout_s);
-            close(fd);
-            return -1;
-        }
-        ssize_t r = pr > 0 ? recv(fd, line + got, sizeof line - 1 - got, 0) : -1;
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            snprintf(why, whylen, "the client manager at %s closed the connection without "
-                     "an answer%s%s", path, r < 0 ? ": " : "", r < 0 ? strerror(errno) : "");
-            close(fd);
-            return -1;
-        }
-        got += (size_t)r;
-        line[got] = '\0';
-        nl = strchr(line, '\n');
-        if (nl == NULL && got == sizeof line - 1) {
-            snprintf(why, whylen, "the client manager at %s sent an over-long line", path);
-            close(fd);
-            return -1;
-        }
-    }
-    close(fd);
-    *nl = '\0';
     char status[16], msg[512];
     if (!flyt_cmgr_field(line, "status", status, sizeof status)) {
         snprintf(why, whylen, "the client manager at %s sent a malformed answer", path);

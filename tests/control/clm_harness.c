@@ -259,8 +259,24 @@ static void nm_stop_server(void *ctx, const struct flyt_http_request *req,
     pthread_mutex_unlock(&nm->lock);
 }
 
+/* A live resize: taken by the server's one connected session. */
+static void nm_resize_server(void *ctx, const struct flyt_http_request *req,
+                             struct flyt_http_response *res)
+{
+    struct fake_nm *nm = ctx;
+    pthread_mutex_lock(&nm->lock);
+    if (nm_auth(nm, req, res) == 0) {
+        nm->resizes++;
+        nm->last_sm_count = (int)json_integer_value(json_object_get(req->body, "sm_count"));
+        flyt_http_reply_json(res, 200, json_pack("{s:i,s:i,s:i}", "applied", 1, "pending", 0,
+                                                 "failed", 0));
+    }
+    pthread_mutex_unlock(&nm->lock);
+}
+
 static const struct flyt_http_route nm_routes[] = {
     {"POST", "/v1/servers", nm_start_server},
+    {"POST", "/v1/servers/{sid}/resize", nm_resize_server},
     {"DELETE", "/v1/servers/{sid}", nm_stop_server},
     {NULL, NULL, NULL}};
 

@@ -16,7 +16,8 @@ struct fake_server {
     int connected;
 };
 
-/* A fake node manager: answers POST/DELETE/GET /v1/servers with the manager token. */
+/* A fake node manager: answers POST/DELETE/GET /v1/servers and POST /v1/servers/{id}/resize
+ * with the manager token. */
 struct fake_nm {
     struct flyt_http_server *http;
     char address[64];            /* http://127.0.0.1:PORT */
@@ -27,6 +28,7 @@ struct fake_nm {
     int heartbeat;               /* the heartbeat thread reports for it */
     int fail_start;              /* POST /v1/servers answers 500 */
     int starts, stops, bad_auth;
+    int resizes, last_sm_count;  /* POST /v1/servers/{id}/resize: count, the last SM count */
     struct fake_server servers[FAKE_MAX_SERVERS];
     int nservers;
     pthread_mutex_t lock;

@@ -5,6 +5,8 @@
  *   twice: two acquires on two connections (exit 0 when both name the same session)
  *   release: acquire, release, acquire (exit 0 when the second session differs)
  *   hold: acquire, print "held", sleep SECONDS
+ *   line TEXT: sends TEXT ("%ld" in it: this process's pid) as one line (exit 0 when the
+ *   answer is an error)
  */
 #include "flyt_cmgr_proto.h"
 
@@ -93,6 +95,12 @@ int main(int argc, char **argv)
         session_of(a, ia, sizeof ia);
         session_of(b, ib, sizeof ib);
         return ia[0] && ib[0] && strcmp(ia, ib) != 0 ? 0 : 1;
+    }
+    if (strcmp(what, "line") == 0 && argc == 4) {
+        char fmt[1024];
+        snprintf(fmt, sizeof fmt, "%s\n", argv[3]);
+        ask(fmt, me, a, sizeof a);
+        return strncmp(a, "status=error ", 13) == 0 ? 0 : 1;
     }
     if (strcmp(what, "hold") == 0 && argc == 4) {
         ask("op=acquire pid=%ld\n", me, a, sizeof a);

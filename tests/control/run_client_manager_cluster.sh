@@ -150,6 +150,39 @@ wait_until 10 sh -c "'$ctl' --json session show $sid | grep -q '\"state\": \"rel
   && pass "session $sid released after the program exited" || fail "session $sid not released: $("$ctl" session show "$sid")"
 grep -q "admitted" "$tmp/nm-state"/*.log "$tmp/node.log" 2>/dev/null && pass "a server logged the admission" || echo "(no server admission line found in the node manager's logs)"
 
+echo "== app-requested scaling: a program asks its client manager for another share"
+req=("$cmgr" request --socket "$tmp/client.sock")
+out=$("${req[@]}" --sm +16 2>&1) && fail "a request with no live session was granted: $out" \
+  || { echo "$out" | grep -q "no live session" && pass "refused with no live session: $out" || fail "no-session refusal: $out"; }
+"$ctl" vm update vm-1 --sm-min 8 --sm-max 32 --memory-max 2GiB > /dev/null || fail "vm update with bounds"
+"$ctl" vm show vm-1 | grep -q "SMs 8..32" && pass "vm show lists the bounds" || fail "bounds not shown: $("$ctl" vm show vm-1)"
+if [ -n "${FLYT_KNOWN_RESIZE_BUG:-}" ]; then
+  echo "SKIPPED part: the grant seen by a running program (known bug in $FLYT_KNOWN_RESIZE_BUG builds, tests/control/client_manager.cmake)"
+  "$probe" "$tmp/client.sock" hold 30 > "$tmp/r.out" 2>&1 & r=$!; pids+=($r)
+  wait_until 20 grep -q held "$tmp/r.out" || fail "holder got no session"
+else
+  "${cuda[@]}" 16 30 32 > "$tmp/r.out" 2>&1 & r=$!; pids+=($r)
+  wait_until 20 grep -q held "$tmp/r.out" || fail "program got no session: $(cat "$tmp/r.out")"
+  out=$("${req[@]}" --sm +16 --reason "a bigger batch" 2>&1) \
+    && echo "$out" | grep -q "^granted: .* 32 SMs" && pass "+16 SMs granted: $out" || fail "+16 SMs: $out"
+  wait $r && pass "the running program sees the new share: $(tail -1 "$tmp/r.out")" || fail "program: $(cat "$tmp/r.out")"
+  "$probe" "$tmp/client.sock" hold 30 > "$tmp/r.out" 2>&1 & r=$!; pids+=($r)
+  wait_until 20 grep -q held "$tmp/r.out" || fail "holder got no session"
+fi
+out=$("${req[@]}" --sm 64 2>&1); st=$?
+[ $st = 1 ] && echo "$out" | grep -q "sm_max of 32" && pass "64 SMs refused naming the bound (exit 1): $out" || fail "64 SMs: status $st: $out"
+out=$("${req[@]}" --memory +4GiB 2>&1); st=$?
+[ $st = 1 ] && echo "$out" | grep -q "memory_max" && pass "memory past its bound refused: $out" || fail "memory: status $st: $out"
+"${req[@]}" > /dev/null 2>&1; [ $? = 2 ] && pass "no --sm or --memory: usage error (exit 2)" || fail "request without an ask"
+for bad in "op=request pid=%ld" "op=request pid=%ld sm=lots" "op=request pid=%ld memory=+1" \
+           "op=request pid=1 sm=+8" "op=request sm=+8"; do
+  out=$("$probe" "$tmp/client.sock" line "$bad") && pass "refused: '$bad' -> ${out#status=error }" || fail "'$bad' answered: $out"
+done
+"$ctl" vm requests vm-1 > "$tmp/requests.txt" || fail "flytctl vm requests"
+grep -q refused "$tmp/requests.txt" && pass "flytctl vm requests lists them" || fail "requests: $(cat "$tmp/requests.txt")"
+[ -n "${FLYT_KNOWN_RESIZE_BUG:-}" ] || grep -q granted "$tmp/requests.txt" || fail "no granted request listed"
+kill $r 2>/dev/null; wait $r 2>/dev/null
+
 echo "== kill -9 of a CUDA program"
 "${cuda[@]}" 16 60 > "$tmp/h.out" 2>&1 & h=$!; pids+=($h)
 wait_until 20 grep -q held "$tmp/h.out" || fail "holder got no session: $(cat "$tmp/h.out")"

@@ -19,7 +19,7 @@
 #define MAX_GROUPS_SEEN 64
 
 static struct clm_proc clm;
-static struct fake_nm nma, nmb;
+static struct fake_nm nma, nmb, nmr;
 static char vma_token[65], vmb_token[65], vmc_token[65];
 
 static const char *T(void) { return clm.op_token; }
@@ -756,6 +756,159 @@ static void test_deletes(void)
     CHECK(has_event("vm.deleted", "vm-a") && has_event("node.deleted", "node-b"), "delete events");
 }
 
+/* ---- app-requested scaling (docs/api.md, "App-requested scaling") ---- */
+
+static long ask(const char *vm, const char *token, const char *body, json_t **a)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/vms/%s/requests", vm);
+    return call(&clm, "POST", path, token, body, a);
+}
+
+static long long share_sms(const char *sid)
+{
+    char path[128];
+    json_t *a;
+    snprintf(path, sizeof path, "/v1/sessions/%s", sid);
+    long long v = call(&clm, "GET", path, T(), NULL, &a) == 200 ? jint(a, "session.sm_count") : -1;
+    json_decref(a);
+    return v;
+}
+
+static char queued_id[64];
+static int request_granted(void *arg)
+{
+    json_t *a;
+    int ok = 0;
+    if (call(&clm, "GET", "/v1/vms/vm-r1/requests", T(), NULL, &a) == 200) {
+        json_t *qs = json_object_get(a, "requests"), *q;
+        size_t i;
+        json_array_foreach(qs, i, q)
+            ok |= strcmp(jstr(q, "id"), queued_id) == 0 && strcmp(jstr(q, "state"), "granted") == 0;
+    }
+    json_decref(a);
+    (void)arg;
+    return ok;
+}
+
+/* The operator's bounds on a VM: kept, shown, checked. */
+static void check_bounds_api(char *r1_token, char *r2_token)
+{
+    json_t *a;
+    long st = call(&clm, "POST", "/v1/vms", T(), "{\"id\": \"vm-rx\", \"vm_ip\": \"10.0.9.9\", "
+                   "\"host_ip\": \"10.0.9.1\", \"compute_units\": 8, \"memory\": \"1GiB\", "
+                   "\"sm_min\": 32, \"sm_max\": 16}", &a);
+    expect_error(st, a, 400, "bad_request", "sm_min");
+    create_vm("{\"id\": \"vm-r1\", \"vm_ip\": \"10.0.9.11\", \"host_ip\": \"10.0.9.1\", "
+              "\"compute_units\": 8, \"memory\": \"1GiB\", \"sm_min\": 8, \"sm_max\": 32, "
+              "\"memory_max\": \"4GiB\"}", r1_token);
+    create_vm("{\"id\": \"vm-r2\", \"vm_ip\": \"10.0.9.12\", \"host_ip\": \"10.0.9.1\", "
+              "\"compute_units\": 16, \"memory\": \"2GiB\"}", r2_token);
+    st = call(&clm, "PATCH", "/v1/vms/vm-r1", T(), "{\"memory_min\": \"8GiB\"}", &a);
+    expect_error(st, a, 400, "bad_request", "memory_min");
+    st = call(&clm, "PATCH", "/v1/vms/vm-r1", T(), "{\"sm_max\": \"many\"}", &a);
+    expect_error(st, a, 400, "bad_request", "sm_max");
+    CHECK_EQ(call(&clm, "PATCH", "/v1/vms/vm-r1", T(), "{\"memory_min\": \"512MiB\"}", &a), 200,
+             "PATCH memory_min: %s", call_err);
+    CHECK_EQ(jint(a, "vm.bounds.memory_min"), 512LL << 20, "bounds shown with the VM");
+    CHECK_EQ(jint(a, "vm.bounds.sm_max"), 32, "bounds shown with the VM");
+    CHECK_EQ(jint(a, "vm.bounds.memory_max"), 4 * GiB, "bounds shown with the VM");
+    json_decref(a);
+    CHECK_EQ(call(&clm, "GET", "/v1/vms/vm-r2", T(), NULL, &a), 200, "GET vm-r2");
+    CHECK(json_is_null(json_object_get(json_object_get(json_object_get(a, "vm"), "bounds"),
+                                       "sm_max")), "no bounds: null");
+    json_decref(a);
+}
+
+static void test_requests(void)
+{
+    printf("-- app-requested scaling\n");
+    char r1[65], r2[65], s1[64], s2[64];
+    create_node(&nmr, "10.0.9.1");
+    json_decref(register_node(&nmr, "10.0.9.1", 32, 8 * GiB, NULL));
+    check_bounds_api(r1, r2);
+    json_t *a;
+    long st = ask("vm-r1", r1, "{\"sm\": \"+8\"}", &a);
+    expect_error(st, a, 409, "conflict", "no live session");
+    a = new_session(r1, 7001, 201);
+    snprintf(s1, sizeof s1, "%s", jstr(a, "session.id"));
+    CHECK_STR_EQ(jstr(a, "session.node_id"), "node-r", "vm-r1 on node-r");
+    json_decref(a);
+    a = new_session(r2, 7002, 201);
+    snprintf(s2, sizeof s2, "%s", jstr(a, "session.id"));
+    json_decref(a);
+
+    st = ask("vm-r2", r2, "{\"sm\": \"+8\"}", &a);
+    expect_error(st, a, 409, "out_of_bounds", "no bounds set by the operator");
+    st = ask("vm-r1", r2, "{\"sm\": \"+8\"}", &a);
+    expect_error(st, a, 403, "forbidden", "its own share");
+    st = ask("vm-r1", T(), "{\"sm\": \"+8\"}", &a);
+    expect_error(st, a, 403, "forbidden", NULL);
+    st = ask("vm-r1", r1, "{\"sm\": \"lots\"}", &a);
+    expect_error(st, a, 400, "bad_request", "sm");
+    st = ask("vm-r1", r1, "{\"memory\": \"+1\"}", &a);
+    expect_error(st, a, 400, "bad_request", "unit");
+    st = ask("vm-r1", r1, "{\"gpus\": 2}", &a);
+    expect_error(st, a, 400, "bad_request", "unknown field");
+
+    int resizes = nmr.resizes;
+    CHECK_EQ(ask("vm-r1", r1, "{\"sm\": \"+8\", \"reason\": \"bigger batch\"}", &a), 200,
+             "+8 SMs within the bounds: granted: %s", call_err);
+    CHECK_STR_EQ(jstr(a, "request.state"), "granted", "granted");
+    CHECK_EQ(jint(a, "share.sm_count"), 16, "the share is 16 SMs");
+    CHECK_EQ(jint(a, "results.0.node.applied"), 1, "the node applied it to the running server");
+    json_decref(a);
+    CHECK_EQ(nmr.resizes, resizes + 1, "one resize call to the node");
+    CHECK_EQ(nmr.last_sm_count, 16, "the node was told 16 SMs");
+    CHECK_EQ(share_sms(s1), 16, "the session records 16 SMs");
+
+    st = ask("vm-r1", r1, "{\"sm\": \"64\"}", &a);
+    expect_error(st, a, 409, "out_of_bounds", "sm_max of 32");
+    st = ask("vm-r1", r1, "{\"memory\": \"+8GiB\"}", &a);
+    expect_error(st, a, 409, "out_of_bounds", "memory_max");
+    st = ask("vm-r1", r1, "{\"sm\": \"-8\", \"memory\": \"256MiB\"}", &a);
+    expect_error(st, a, 409, "out_of_bounds", "memory_min");
+
+    /* 32 SMs: 16 own + 16 of vm-r2's: queued; then 24 replaces it */
+    CHECK_EQ(ask("vm-r1", r1, "{\"sm\": \"+16\"}", &a), 202, "beyond free capacity: queued: %s",
+             call_err);
+    CHECK_STR_EQ(jstr(a, "request.state"), "queued", "queued");
+    char first[64];
+    snprintf(first, sizeof first, "%s", jstr(a, "request.id"));
+    json_decref(a);
+    CHECK_EQ(ask("vm-r1", r1, "{\"sm\": \"24\"}", &a), 202, "24: queued too: %s", call_err);
+    snprintf(queued_id, sizeof queued_id, "%s", jstr(a, "request.id"));
+    json_decref(a);
+    CHECK_EQ(share_sms(s1), 16, "nothing changed while queued");
+    char path[128];
+    snprintf(path, sizeof path, "/v1/sessions/%s", s2);
+    CHECK_EQ(call(&clm, "DELETE", path, r2, NULL, NULL), 204, "vm-r2's session ends");
+    CHECK(wait_for(request_granted, NULL, 5000), "the queued request is granted as capacity frees");
+    CHECK_EQ(share_sms(s1), 24, "the session records 24 SMs");
+    CHECK_EQ(nmr.last_sm_count, 24, "the node was told 24 SMs");
+
+    CHECK_EQ(call(&clm, "GET", "/v1/vms/vm-r1/requests", r1, NULL, &a), 200, "list own: %s",
+             call_err);
+    json_t *qs = json_object_get(a, "requests"), *q;
+    size_t i;
+    int superseded = 0, refused = 0, granted = 0;
+    json_array_foreach(qs, i, q) {
+        superseded += strcmp(jstr(q, "state"), "superseded") == 0 && strcmp(jstr(q, "id"), first) == 0;
+        refused += strcmp(jstr(q, "state"), "refused") == 0;
+        granted += strcmp(jstr(q, "state"), "granted") == 0;
+    }
+    CHECK_EQ(superseded, 1, "the first queued request was superseded");
+    CHECK_EQ(refused, 4, "refusals recorded (no live session, three out of bounds)");
+    CHECK_EQ(granted, 2, "two granted");
+    json_decref(a);
+    CHECK_EQ(call(&clm, "GET", "/v1/vms/vm-r1/requests", r2, NULL, NULL), 403,
+             "another VM may not list them");
+    CHECK(has_event("request.granted", "vm-r1") && has_event("request.superseded", "vm-r1"),
+          "request events");
+    snprintf(path, sizeof path, "/v1/sessions/%s", s1);
+    CHECK_EQ(call(&clm, "DELETE", path, r1, NULL, NULL), 204, "vm-r1's session ends");
+}
+
 static void test_bad_config(const char *binary)
 {
     printf("-- config refused at start\n");
@@ -804,8 +957,9 @@ int main(int argc, char **argv)
     clm_start(&clm, argv[1], store,
              "heartbeat_interval = 1s\nnode_timeout = 2s\nidle_grace = 1500ms\n"
              "placement_policy = spread\n");
-    struct fake_nm *nms[] = {&nma, &nmb};
-    heartbeats_start(&clm, nms, 2, 250);
+    fake_nm_start(&nmr, "node-r");
+    struct fake_nm *nms[] = {&nma, &nmb, &nmr};
+    heartbeats_start(&clm, nms, 3, 250);
 
     test_auth_and_health();
     test_vms();
@@ -817,12 +971,14 @@ int main(int argc, char **argv)
     test_node_loss();
     test_restart();
     test_deletes();
+    test_requests();
     test_bad_config(argv[1]);
 
     heartbeats_stop();
     clm_stop(&clm);
     fake_nm_stop(&nma);
     fake_nm_stop(&nmb);
+    fake_nm_stop(&nmr);
     if (strncmp(store, "sqlite:", 7) == 0 && store == sqlite_path) {
         unlink(store + 7);
         char p[700];

@@ -17,7 +17,7 @@ static void reset(const char *url)
     struct db *db = strncmp(url, "postgres", 8) == 0 ? db_open_pg(url, err, sizeof err)
                                                      : db_open_sqlite(url + 7, err, sizeof err);
     CHECK_NE(db, NULL, "open the raw database to reset it (%s)", err);
-    static const char *const tables[] = {"events", "sessions", "gpus", "nodes", "vms",
+    static const char *const tables[] = {"events", "share_requests", "sessions", "gpus", "nodes", "vms",
                                          "schema_version"};
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
         char sql[128];

@@ -22,6 +22,21 @@ static void expect(int ok, const char *what)
     }
 }
 
+/* An op=request line whose share fields parse formats back to the same fields. */
+static void share_side(const char *line, long pid)
+{
+    struct flyt_cmgr_share_ask a, b;
+    char err[256], out[FLYT_CMGR_LINE_MAX];
+    if (flyt_cmgr_parse_share(line, &a, err, sizeof err) != 0)
+        return;
+    int n = flyt_cmgr_format_share_request(out, sizeof out, pid, &a);
+    expect(n > 0 && out[n - 1] == '\n', "a parsed share request does not format");
+    out[n - 1] = '\0';
+    expect(flyt_cmgr_parse_share(out, &b, err, sizeof err) == 0 && strcmp(a.sm, b.sm) == 0 &&
+               strcmp(a.memory, b.memory) == 0 && strcmp(a.reason, b.reason) == 0,
+           "a formatted share request does not parse back to itself");
+}
+
 static void request_side(const char *line)
 {
     enum flyt_cmgr_op op;
@@ -37,11 +52,14 @@ static void request_side(const char *line)
     expect(flyt_cmgr_parse_request(out, &op2, &pid2, err, sizeof err) == 0 && op2 == op &&
                pid2 == pid,
            "a formatted request does not parse back to itself");
+    if (op == FLYT_CMGR_REQUEST)
+        share_side(line, pid);
 }
 
 static void answer_side(const char *line)
 {
-    static const char *const keys[] = {"status", "session", "endpoint", "token", "message", ""};
+    static const char *const keys[] = {"status", "session", "endpoint", "token", "message",
+                                       "state", "request", "sm", "memory", "reason", ""};
     char value[FLYT_CMGR_LINE_MAX];
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         flyt_cmgr_field(line, keys[i], value, sizeof value);

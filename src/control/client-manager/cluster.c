@@ -50,6 +50,20 @@ static int take(char *dst, size_t cap, json_t *obj, const char *key)
     return 0;
 }
 
+/* POST body (taken) to url with the VM token: the outcome, the answer in *ans, the status
+ * in *status (0: no answer). */
+static enum cluster_outcome post(const struct cmgr_config *c, const char *url, json_t *body,
+                                 long timeout_ms, json_t **ans, long *status, char *err,
+                                 size_t errlen)
+{
+    *status = 0;
+    *ans = NULL;
+    int rc = flyt_http_call_timeout("POST", url, c->vm_token, body, timeout_ms, status, ans,
+                                    err, errlen);
+    json_decref(body);
+    return classify(rc, *status);
+}
+
 enum cluster_outcome cluster_session_create(const struct cmgr_config *c, pid_t pid, const char *process,
                                   long timeout_ms, struct cluster_session *out, char *err,
                                   size_t errlen)
@@ -59,12 +73,9 @@ enum cluster_outcome cluster_session_create(const struct cmgr_config *c, pid_t p
     json_t *body = json_pack("{s:I}", "pid", (json_int_t)pid);
     if (process && *process)
         json_object_set_new(body, "process", json_string(process));
-    long status = 0;
-    json_t *ans = NULL;
-    int rc = flyt_http_call_timeout("POST", url, c->vm_token, body, timeout_ms, &status, &ans,
-                                    err, errlen);
-    json_decref(body);
-    enum cluster_outcome o = classify(rc, status);
+    long status;
+    json_t *ans;
+    enum cluster_outcome o = post(c, url, body, timeout_ms, &ans, &status, err, errlen);
     if (o == CLUSTER_GONE) /* 409 no_capacity / conflict: not a vanished session here */
         o = CLUSTER_REFUSED;
     if (o == CLUSTER_OK) {
@@ -145,6 +156,49 @@ enum cluster_outcome cluster_sessions_live(const struct cmgr_config *c, long tim
             l->active = strcmp(state, "active") == 0;
             ++*n;
         }
+    json_decref(ans);
+    return o == CLUSTER_GONE ? CLUSTER_REFUSED : o;
+}
+
+/* The cluster manager's error message (or the call's error) into err. */
+static void api_message(json_t *ans, long status, char *err, size_t errlen)
+{
+    const char *m = json_string_value(json_object_get(json_object_get(ans, "error"), "message"));
+    if (m)
+        snprintf(err, errlen, "%s", m);
+    else if (status)
+        snprintf(err, errlen, "the cluster manager answered HTTP %ld", status);
+}
+
+enum cluster_outcome cluster_share_request(const struct cmgr_config *c, const char *sm,
+                                           const char *memory, const char *reason,
+                                           long timeout_ms, struct cluster_share *out,
+                                           char *err, size_t errlen)
+{
+    char url[768];
+    snprintf(url, sizeof url, "%s/v1/vms/%s/requests", c->cluster_url, c->vm_id);
+    json_t *body = json_object();
+    if (sm[0])
+        json_object_set_new(body, "sm", json_string(sm));
+    if (memory[0])
+        json_object_set_new(body, "memory", json_string(memory));
+    if (reason[0])
+        json_object_set_new(body, "reason", json_string(reason));
+    long status;
+    json_t *ans;
+    enum cluster_outcome o = post(c, url, body, timeout_ms, &ans, &status, err, errlen);
+    json_t *q = json_object_get(ans, "request"), *share = json_object_get(ans, "share");
+    memset(out, 0, sizeof *out);
+    if (o == CLUSTER_OK && (take(out->state, sizeof out->state, q, "state") < 0 ||
+                            take(out->request, sizeof out->request, q, "id") < 0)) {
+        snprintf(err, errlen, "the cluster manager's answer lacks the request's state or id");
+        o = CLUSTER_REFUSED;
+    } else if (o == CLUSTER_OK) {
+        out->sm = json_integer_value(json_object_get(share, "sm_count"));
+        out->memory = json_integer_value(json_object_get(share, "memory_quota"));
+    } else if (status) {
+        api_message(ans, status, err, errlen);
+    }
     json_decref(ans);
     return o == CLUSTER_GONE ? CLUSTER_REFUSED : o;
 }

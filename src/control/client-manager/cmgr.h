@@ -9,7 +9,8 @@
  * Modules: main.c (options and start, on flyt_daemon.h), sessions.c (the pid -> session table,
  * the watcher and worker threads), cluster.c (the calls to the cluster manager),
  * sock.c (the Unix socket and its line protocol), reconcile.c (the state file and the
- * reconciliation after a restart), install.c (--install/--uninstall).
+ * reconciliation after a restart), install.c (--install/--uninstall), request_cmd.c (the
+ * `request` subcommand, over share_client.c: flyt_share.h, a program's share requests).
  */
 #ifndef FLYT_CMGR_H
 #define FLYT_CMGR_H
@@ -84,6 +85,18 @@ enum cluster_outcome cluster_sessions_live(const struct cmgr_config *c, long tim
                                            struct cluster_live **out, int *n, char *err,
                                            size_t errlen);
 
+/* A share request of a VM's program (docs/api.md, "App-requested scaling"): POST
+ * /v1/vms/{vm_id}/requests. CLUSTER_OK with the answer (state "granted" or "queued", the
+ * share now), else the cluster manager's reason in err. */
+struct cluster_share {
+    char state[16], request[128];
+    long long sm, memory;
+};
+enum cluster_outcome cluster_share_request(const struct cmgr_config *c, const char *sm,
+                                           const char *memory, const char *reason,
+                                           long timeout_ms, struct cluster_share *out,
+                                           char *err, size_t errlen);
+
 /* ---- the sessions held, across a restart (reconcile.c) ---- */
 struct cmgr_held {
     char id[128];
@@ -137,6 +150,9 @@ struct install_opts {
 };
 int cmgr_install(const struct install_opts *o);
 int cmgr_uninstall(const struct install_opts *o);
+
+/* flyt-client-manager request ... (request_cmd.c): argv[0] is "request". Exit status. */
+int cmgr_request_main(int argc, char **argv);
 
 /* monotonic milliseconds */
 uint64_t cmgr_now_ms(void);

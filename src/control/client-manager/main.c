@@ -20,6 +20,8 @@ static void usage(FILE *out)
             "       flyt-client-manager --install [--prefix DIR] [--lib FILE] [--preload]\n"
             "                           [--root DIR] [--ldconfig | --no-ldconfig]\n"
             "       flyt-client-manager --uninstall [--root DIR] [--ldconfig | --no-ldconfig]\n"
+            "       flyt-client-manager request [--sm N|+N|-N] [--memory SIZE|+SIZE|-SIZE]\n"
+            "                           [--reason TEXT] [--socket PATH]  (request --help)\n"
             "       flyt-client-manager --help | --version\n"
             "\n"
             "Runs in a VM: gives each CUDA process that asks (through Flyt's libcuda.so.1,\n"
@@ -196,6 +198,8 @@ static int start_serving(struct flyt_http_server **metrics)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "request") == 0)
+        return cmgr_request_main(argc - 1, argv + 1);
     struct flyt_daemon_args args;
     int rc = flyt_daemon_parse(&daemon_spec, argc, argv, &args);
     if (rc != FLYT_DAEMON_RUN)

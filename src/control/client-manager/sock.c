@@ -46,6 +46,33 @@ static int send_error(int fd, const char *msg)
     return flyt_write_full(fd, line, (size_t)n);
 }
 
+/* op=request: the VM's share, asked of the cluster manager (one attempt; a program that
+ * gets "try again" asks again). */
+static int serve_share_request(int fd, const char *line)
+{
+    char err[1024] = "";
+    struct flyt_cmgr_share_ask a;
+    struct cluster_share ans;
+    if (flyt_cmgr_parse_share(line, &a, err, sizeof err) < 0)
+        return send_error(fd, err);
+    enum cluster_outcome o = cluster_share_request(listener.c, a.sm, a.memory, a.reason,
+                                                   (long)listener.c->request_timeout_ms, &ans,
+                                                   err, sizeof err);
+    if (o != CLUSTER_OK) {
+        char msg[1200];
+        snprintf(msg, sizeof msg, "%s%s", o == CLUSTER_RETRY ? "cluster manager unreachable, "
+                 "try again: " : "refused: ", err);
+        return send_error(fd, msg);
+    }
+    flyt_info("share request %s (sm %s, memory %s): %s, share now %lld SMs and %lld bytes",
+              ans.request, a.sm[0] ? a.sm : "-", a.memory[0] ? a.memory : "-", ans.state, ans.sm,
+              ans.memory);
+    char out[FLYT_CMGR_LINE_MAX];
+    int n = flyt_cmgr_format_share_answer(out, sizeof out, ans.state, ans.request, ans.sm,
+                                          ans.memory);
+    return n > 0 ? flyt_write_full(fd, out, (size_t)n) : send_error(fd, "answer too long");
+}
+
 static int serve_line(int fd, const char *line, pid_t peer)
 {
     char err[1024];
@@ -61,6 +88,8 @@ static int serve_line(int fd, const char *line, pid_t peer)
                  pid, (int)peer);
         return send_error(fd, err);
     }
+    if (op == FLYT_CMGR_REQUEST)
+        return serve_share_request(fd, line);
     if (op == FLYT_CMGR_RELEASE) {
         if (sessions_release_pid((pid_t)pid, err, sizeof err) < 0)
             return send_error(fd, err);

@@ -35,6 +35,8 @@ const struct flyt_http_route clm_routes[] = {
     {"POST", "/v1/sessions/{id}/alive", h_session_alive},
     {"POST", "/v1/sessions/{id}/resize", h_session_resize},
     {"POST", "/v1/vms/{id}/resize", h_vm_resize},
+    {"POST", "/v1/vms/{id}/requests", h_vm_requests_post},
+    {"GET", "/v1/vms/{id}/requests", h_vm_requests_list},
     {"POST", "/v1/sessions/{id}/checkpoint", h_session_checkpoint},
     {"GET", "/v1/sessions/{id}/checkpoint", h_session_state_get},
     {"DELETE", "/v1/sessions/{id}/checkpoint", h_session_state_delete},

@@ -312,6 +312,22 @@ static json_t *resize_vm(struct clm *clm, const char *vm_id, const struct resize
     return answers;
 }
 
+json_t *share_resize(struct clm *clm, const char *vm_id, long long sm, long long mem,
+                     struct vm_resize_outcome *out, struct api_error *e)
+{
+    struct resize_ask a = {.has_sm = sm > 0, .sm = sm, .has_mem = mem > 0, .mem = mem};
+    struct vm_resize rs = {0};
+    json_t *all = resize_vm(clm, vm_id, &a, &rs, e);
+    memset(out, 0, sizeof *out);
+    out->sessions = rs.n;
+    if (all && rs.n) {
+        out->sm_count = rs.now[0].sm_count;
+        out->memory_quota = rs.now[0].memory_quota;
+    }
+    vm_resize_free(&rs);
+    return all;
+}
+
 static int operator_only(struct clm *clm, const struct flyt_http_request *req, struct api_error *e)
 {
     struct principal who;

@@ -14,21 +14,21 @@
 
 /* memory: bytes as an integer (mib_numbers: MiB, the original documents' unit) or a string
  * with a unit ("20GiB", "512MiB", "2048KiB", "1073741824B", GB/MB in powers of 1000). */
-static int parse_memory(json_t *v, int mib_numbers, const char *where, long long *out,
-                        struct api_error *e)
+static int parse_memory(json_t *v, int mib_numbers, const char *where, const char *key,
+                        long long *out, struct api_error *e)
 {
     if (json_is_string(v)) {
         uint64_t b;
         char why[256];
         const char *s = json_string_value(v);
         if (flyt_parse_size(s, &b, why, sizeof why) < 0)
-            return api_fail(e, 400, "bad_request", "%smemory: %s", where, why);
+            return api_fail(e, 400, "bad_request", "%s%s: %s", where, key, why);
         if (strspn(s, "0123456789 ") == strlen(s))
-            return api_fail(e, 400, "bad_request", "%smemory: a string needs a unit, e.g. "
-                            "\"20GiB\" or \"512MiB\"", where);
+            return api_fail(e, 400, "bad_request", "%s%s: a string needs a unit, e.g. "
+                            "\"20GiB\" or \"512MiB\"", where, key);
         if (b == 0 || b > (1ULL << 60))
-            return api_fail(e, 400, "bad_request", "%smemory: must be between 1 byte and 1 EiB",
-                            where);
+            return api_fail(e, 400, "bad_request", "%s%s: must be between 1 byte and 1 EiB",
+                            where, key);
         *out = (long long)b;
         return 0;
     }
@@ -38,14 +38,64 @@ static int parse_memory(json_t *v, int mib_numbers, const char *where, long long
     else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)))
         d = json_real_value(v);
     else
-        return api_fail(e, 400, "bad_request", "%smemory: expected %s or a string with a unit",
-                        where, mib_numbers ? "a number of MiB" : "an integer number of bytes");
+        return api_fail(e, 400, "bad_request", "%s%s: expected %s or a string with a unit",
+                        where, key, mib_numbers ? "a number of MiB" : "an integer number of bytes");
     if (mib_numbers)
         d *= 1048576.0;
     if (d < 1 || d > (double)(1ULL << 60))
-        return api_fail(e, 400, "bad_request", "%smemory: must be between 1 byte and 1 EiB", where);
+        return api_fail(e, 400, "bad_request", "%s%s: must be between 1 byte and 1 EiB", where,
+                        key);
     *out = (long long)d;
     return 0;
+}
+
+/* The bound a field names (sm_min, sm_max, memory_min, memory_max), or NULL. */
+static long long *bound_field(struct vm_rec *vm, const char *key)
+{
+    return strcmp(key, "sm_min") == 0       ? &vm->sm_min
+           : strcmp(key, "sm_max") == 0     ? &vm->sm_max
+           : strcmp(key, "memory_min") == 0 ? &vm->memory_min
+           : strcmp(key, "memory_max") == 0 ? &vm->memory_max
+                                            : NULL;
+}
+
+/* A bound: SMs (an integer) or memory (as "memory"); null clears it (stored -1 here, 0 once
+ * applied, see vm_update). */
+static int parse_bound(json_t *v, const char *key, long long *out, struct api_error *e)
+{
+    if (json_is_null(v)) {
+        *out = -1;
+        return 0;
+    }
+    if (key[0] == 'm')
+        return parse_memory(v, 0, "", key, out, e);
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > MAX_COMPUTE_UNITS)
+        return api_fail(e, 400, "bad_request", "%s: expected an integer number of SMs, 1 or more, "
+                        "or null to clear it", key);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+/* min <= max for both pairs of the VM's bounds (0: not set). */
+static int check_bounds(const struct vm_rec *vm, struct api_error *e)
+{
+    if (vm->sm_min && vm->sm_max && vm->sm_min > vm->sm_max)
+        return api_fail(e, 400, "bad_request", "sm_min: %lld SMs is above sm_max (%lld SMs)",
+                        vm->sm_min, vm->sm_max);
+    if (vm->memory_min && vm->memory_max && vm->memory_min > vm->memory_max)
+        return api_fail(e, 400, "bad_request", "memory_min: %lld bytes is above memory_max "
+                        "(%lld bytes)", vm->memory_min, vm->memory_max);
+    return 0;
+}
+
+/* upd's bounds over vm's: 0 keeps one, -1 clears it. */
+static void apply_bounds(struct vm_rec *vm, const struct vm_rec *upd)
+{
+    const long long *from[] = {&upd->sm_min, &upd->sm_max, &upd->memory_min, &upd->memory_max};
+    long long *to[] = {&vm->sm_min, &vm->sm_max, &vm->memory_min, &vm->memory_max};
+    for (int i = 0; i < 4; i++)
+        if (*from[i])
+            *to[i] = *from[i] < 0 ? 0 : *from[i];
 }
 
 /* Reads the VM fields of body into vm. require: all four must be there. strict: unknown
@@ -72,7 +122,10 @@ static int parse_vm(json_t *body, struct vm_rec *vm, int require, int strict, in
                                 where);
             vm->compute_units = json_integer_value(v);
         } else if (strcmp(key, "memory") == 0) {
-            if (parse_memory(v, mib_numbers, where, &vm->memory, e) < 0)
+            if (parse_memory(v, mib_numbers, where, key, &vm->memory, e) < 0)
+                return -1;
+        } else if (strict && bound_field(vm, key)) {
+            if (parse_bound(v, key, bound_field(vm, key), e) < 0)
                 return -1;
         } else if (strcmp(key, "id") == 0 && allow_id) {
             const char *s = json_string_value(v);
@@ -119,6 +172,12 @@ static int vm_create(struct clm *clm, struct vm_rec *vm, char *token, const char
                         vm->vm_ip);
     if (flyt_token_new(token, 65) < 0 || flyt_sha256_hex(token, strlen(token), hash, sizeof hash) < 0)
         return api_fail(e, 500, "internal", "cannot make a token");
+    struct vm_rec none = {0};
+    apply_bounds(&none, vm); /* null at creation: no bound */
+    vm->sm_min = none.sm_min, vm->sm_max = none.sm_max;
+    vm->memory_min = none.memory_min, vm->memory_max = none.memory_max;
+    if (check_bounds(vm, e) < 0)
+        return -1;
     vm->created_at = vm->updated_at = now_ms();
     rc = store_vm_insert(clm->store, vm, hash, err, sizeof err);
     if (rc == DB_CONSTRAINT)
@@ -156,6 +215,9 @@ static int vm_update(struct clm *clm, struct vm_rec *vm, const struct vm_rec *up
         vm->compute_units = upd->compute_units;
     if (upd->memory)
         vm->memory = upd->memory;
+    apply_bounds(vm, upd);
+    if (check_bounds(vm, e) < 0)
+        return -1;
     vm->updated_at = now_ms();
     int rc = store_vm_update(clm->store, vm, err, sizeof err);
     if (rc == DB_CONSTRAINT)
@@ -350,9 +412,10 @@ void h_vm_patch(void *ctx, const struct flyt_http_request *req, struct flyt_http
     }
     if (rc == 0)
         rc = parse_vm(req->body, &upd, 0, 1, 0, 0, "", &e);
-    if (rc == 0 && !upd.vm_ip[0] && !upd.host_ip[0] && !upd.compute_units && !upd.memory)
-        rc = api_fail(&e, 400, "bad_request",
-                      "body: give at least one of vm_ip, host_ip, compute_units, memory");
+    if (rc == 0 && !upd.vm_ip[0] && !upd.host_ip[0] && !upd.compute_units && !upd.memory
+        && !upd.sm_min && !upd.sm_max && !upd.memory_min && !upd.memory_max)
+        rc = api_fail(&e, 400, "bad_request", "body: give at least one of vm_ip, host_ip, "
+                      "compute_units, memory, sm_min, sm_max, memory_min, memory_max");
     if (rc == 0)
         rc = vm_update(clm, &vm, &upd, "", &e);
     json_t *j = rc == 0 ? vm_json_live(clm, &vm) : NULL;

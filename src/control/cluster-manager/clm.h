@@ -102,6 +102,7 @@ void new_id(const char *prefix, char *out, size_t outlen);
 json_t *json_time(long long ms);   /* RFC 3339 UTC string; null for 0 */
 json_t *vm_json(const struct vm_rec *vm, int live_sessions);
 json_t *session_json(const struct session_rec *s);
+json_t *request_json(const struct request_rec *r);
 json_t *gpu_json(const struct gpu_rec *g, const struct gpu_cap *cap);
 json_t *event_json(const struct event_rec *e);
 /* The node with its GPUs and their derived allocation; needs the store (lock held). */
@@ -153,6 +154,19 @@ handler_fn h_nodes_list, h_nodes_create, h_node_get, h_node_delete, h_node_regis
     h_node_heartbeat, h_node_session_ended;
 handler_fn h_sessions_list, h_sessions_create, h_session_get, h_session_delete, h_session_alive;
 handler_fn h_session_resize, h_vm_resize; /* api_resize.c */
+/* The VM's share resized to sm SMs and mem bytes (0: that part unchanged) through the same
+ * path as h_vm_resize (no partial grant): each live session's answer in an array, or NULL
+ * with e (409 no_capacity past what the GPU has free; nothing changed). Lock not held. */
+struct vm_resize_outcome {
+    int sessions;                 /* live sessions resized (0: the VM has none) */
+    long long sm_count, memory_quota;  /* the share now */
+};
+json_t *share_resize(struct clm *clm, const char *vm_id, long long sm, long long mem,
+                     struct vm_resize_outcome *out, struct api_error *e);
+/* api_requests.c: app-requested scaling (VM token), and its retries by the timer */
+handler_fn h_vm_requests_post, h_vm_requests_list;
+/* Retries the queued requests as capacity frees. Lock not held. */
+void requests_retry(struct clm *clm);
 /* api_checkpoint.c: checkpoint, restore, migration, node drain */
 handler_fn h_session_checkpoint, h_session_state_get, h_session_state_delete, h_session_restore,
     h_session_restore_data, h_session_restore_start, h_session_restore_abort, h_session_migrate,

@@ -24,12 +24,31 @@ static json_t *str_or_null(const char *s)
     return s && *s ? json_string(s) : json_null();
 }
 
+static json_t *int_or_null(long long v)
+{
+    return v ? json_integer((json_int_t)v) : json_null();
+}
+
 json_t *vm_json(const struct vm_rec *vm, int live_sessions)
 {
-    return json_pack("{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:i}", "id", vm->id, "vm_ip", vm->vm_ip,
-                     "host_ip", vm->host_ip, "compute_units", (json_int_t)vm->compute_units,
-                     "memory", (json_int_t)vm->memory, "created_at", json_time(vm->created_at),
-                     "updated_at", json_time(vm->updated_at), "sessions", live_sessions);
+    return json_pack("{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:i,s:{s:o,s:o,s:o,s:o}}", "id", vm->id,
+                     "vm_ip", vm->vm_ip, "host_ip", vm->host_ip, "compute_units",
+                     (json_int_t)vm->compute_units, "memory", (json_int_t)vm->memory,
+                     "created_at", json_time(vm->created_at), "updated_at",
+                     json_time(vm->updated_at), "sessions", live_sessions, "bounds", "sm_min",
+                     int_or_null(vm->sm_min), "sm_max", int_or_null(vm->sm_max), "memory_min",
+                     int_or_null(vm->memory_min), "memory_max", int_or_null(vm->memory_max));
+}
+
+json_t *request_json(const struct request_rec *r)
+{
+    return json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o}", "id", r->id, "vm_id",
+                     r->vm_id, "sm", str_or_null(r->sm_ask), "memory", str_or_null(r->memory_ask),
+                     "reason", str_or_null(r->reason), "sm_target", int_or_null(r->sm_target),
+                     "memory_target", int_or_null(r->memory_target), "state",
+                     request_state_name(r->state), "message", str_or_null(r->message),
+                     "created_at", json_time(r->created_at), "updated_at",
+                     json_time(r->updated_at));
 }
 
 json_t *session_json(const struct session_rec *s)

@@ -261,6 +261,7 @@ static void *timer_main(void *arg)
         if (rc == ETIMEDOUT) {
             pthread_mutex_unlock(&clm->timer_lock);
             lifecycle_tick(clm);
+            requests_retry(clm);
             pthread_mutex_lock(&clm->timer_lock);
         }
     }

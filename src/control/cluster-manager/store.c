@@ -22,6 +22,8 @@ void store_copy_(char *dst, size_t cap, const char *src)
 
 static const char *const node_state_names[NODE_STATES] = {"registered", "ready", "lost",
                                                           "draining"};
+static const char *const request_state_names[REQ_STATES] = {"granted", "queued", "refused",
+                                                            "superseded", "cancelled"};
 static const char *const session_state_names[SESSION_STATES] = {"starting", "active", "released",
                                                                 "lost", "failed", "suspended",
                                                                 "migrating"};
@@ -44,6 +46,20 @@ const char *session_state_name(enum session_state state)
 {
     FLYT_ASSERT(state >= 0 && state < SESSION_STATES);
     return session_state_names[state];
+}
+
+const char *request_state_name(enum request_state state)
+{
+    FLYT_ASSERT(state >= 0 && state < REQ_STATES);
+    return request_state_names[state];
+}
+
+int request_state_parse_(const char *name, enum request_state *state)
+{
+    int i = state_parse(request_state_names, REQ_STATES, name);
+    if (i >= 0)
+        *state = (enum request_state)i;
+    return i < 0 ? -1 : 0;
 }
 
 int node_state_parse(const char *name, enum node_state *state)
@@ -99,8 +115,24 @@ static const char *const m1[] = {
     " message TEXT NOT NULL)",
     NULL};
 
+/* App-requested scaling: the operator's bounds on a VM's share (0: none) and the requests. */
+static const char *const m2[] = {
+    "ALTER TABLE vms ADD COLUMN sm_min BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE vms ADD COLUMN sm_max BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE vms ADD COLUMN memory_min BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE vms ADD COLUMN memory_max BIGINT NOT NULL DEFAULT 0",
+    /* requests keep their vm_id as plain text: their history outlives the VM */
+    "CREATE TABLE share_requests ("
+    " id TEXT PRIMARY KEY, vm_id TEXT NOT NULL, sm_ask TEXT, memory_ask TEXT, reason TEXT,"
+    " sm_target BIGINT NOT NULL DEFAULT 0, memory_target BIGINT NOT NULL DEFAULT 0,"
+    " state TEXT NOT NULL, message TEXT, created_at BIGINT NOT NULL,"
+    " updated_at BIGINT NOT NULL)",
+    "CREATE INDEX share_requests_by_vm ON share_requests (vm_id, state)",
+    NULL};
+
 static const struct migration migrations[] = {
     {1, "VMs, nodes, GPUs, sessions, events", m1},
+    {2, "VM share bounds, share requests", m2},
 };
 #define NMIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 
@@ -242,6 +274,29 @@ void store_rollback(struct store *st)
 {
     char err[256];
     db_exec(st->db, "ROLLBACK", NULL, 0, NULL, err, sizeof err);
+}
+
+int store_select_(struct store *st, const char *sql, const struct db_arg *a, int na,
+                  size_t recsize, store_row_fn_ *from_row, void **out, int *n, char *err,
+                  size_t errlen)
+{
+    struct db_rows r;
+    *out = NULL;
+    *n = 0;
+    int rc = db_exec(st->db, sql, a, na, &r, err, errlen);
+    if (rc < 0)
+        return rc;
+    char *recs = calloc((size_t)(r.nrows ? r.nrows : 1), recsize);
+    if (!recs) {
+        db_rows_free(&r);
+        return DB_ERR;
+    }
+    for (int i = 0; i < r.nrows; i++)
+        from_row(&r, i, recs + (size_t)i * recsize);
+    *out = recs;
+    *n = r.nrows;
+    db_rows_free(&r);
+    return 0;
 }
 
 void groups_format(const int *groups, int n, char *out, size_t outlen)

@@ -47,6 +47,8 @@ struct vm_rec {
     long long compute_units;   /* SMs */
     long long memory;          /* bytes */
     long long created_at, updated_at;
+    /* bounds the operator sets on what the VM's programs may ask for (0: not set) */
+    long long sm_min, sm_max, memory_min, memory_max;
 };
 
 struct gpu_rec {
@@ -83,6 +85,20 @@ struct event_rec {
     long long id, time;
     char kind[48], subject[ID_MAX];
     char message[512];
+};
+
+/* A request of a VM's program for a different share (docs/api.md, "App-requested
+ * scaling"): what it asked, the share it resolved to, and what became of it. */
+enum request_state { REQ_GRANTED, REQ_QUEUED, REQ_REFUSED, REQ_SUPERSEDED, REQ_CANCELLED,
+                     REQ_STATES };
+struct request_rec {
+    char id[ID_MAX], vm_id[ID_MAX];
+    char sm_ask[32], memory_ask[32];  /* as asked ("+16", "-1GiB", "48"); "" when not */
+    char reason[256];                 /* the program's words, may be "" */
+    long long sm_target, memory_target; /* the share it resolved to; 0: unchanged */
+    enum request_state state;
+    char message[512];                /* why it is in that state */
+    long long created_at, updated_at;
 };
 
 struct session_filter {
@@ -146,6 +162,14 @@ int store_session_list(struct store *st, const struct session_filter *f, struct 
 int store_session_count_by_state(struct store *st, long long *counts, char *err, size_t errlen);
 int session_is_live(const struct session_rec *s);
 
+/* Share requests, oldest first; vm_id NULL: every VM's; by_state: only that state. */
+const char *request_state_name(enum request_state state);
+int store_request_insert(struct store *st, const struct request_rec *r, char *err, size_t errlen);
+/* Its state, message, targets and updated_at. */
+int store_request_update(struct store *st, const struct request_rec *r, char *err, size_t errlen);
+int store_request_list(struct store *st, const char *vm_id, int by_state, enum request_state state,
+                       struct request_rec **out, int *n, char *err, size_t errlen);
+
 /* Events: ids increase. */
 int store_event_add(struct store *st, const char *kind, const char *subject, const char *message,
                     char *err, size_t errlen);
@@ -159,5 +183,12 @@ int groups_parse(const char *text, int *groups, int max);   /* count, -1 if malf
 /* private to store_*.c */
 struct db *store_db_(struct store *st);
 void store_copy_(char *dst, size_t cap, const char *src);
+int request_state_parse_(const char *name, enum request_state *state);
+/* Runs a SELECT and makes each row a record of recsize bytes with from_row (calloc'd
+ * array in *out, *n rows). */
+typedef void store_row_fn_(const struct db_rows *r, int i, void *rec);
+int store_select_(struct store *st, const char *sql, const struct db_arg *a, int na,
+                  size_t recsize, store_row_fn_ *from_row, void **out, int *n, char *err,
+                  size_t errlen);
 
 #endif

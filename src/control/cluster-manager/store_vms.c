@@ -3,7 +3,8 @@
 
 #include <stdlib.h>
 
-#define VM_COLS "id, vm_ip, host_ip, compute_units, memory, created_at, updated_at"
+#define VM_COLS "id, vm_ip, host_ip, compute_units, memory, created_at, updated_at, sm_min," \
+                " sm_max, memory_min, memory_max"
 
 static void vm_from_row(const struct db_rows *r, int i, struct vm_rec *vm)
 {
@@ -14,6 +15,10 @@ static void vm_from_row(const struct db_rows *r, int i, struct vm_rec *vm)
     vm->memory = db_cell_int(r, i, 4);
     vm->created_at = db_cell_int(r, i, 5);
     vm->updated_at = db_cell_int(r, i, 6);
+    vm->sm_min = db_cell_int(r, i, 7);
+    vm->sm_max = db_cell_int(r, i, 8);
+    vm->memory_min = db_cell_int(r, i, 9);
+    vm->memory_max = db_cell_int(r, i, 10);
 }
 
 static int vm_one(struct store *st, const char *sql, const char *arg, struct vm_rec *vm,
@@ -36,19 +41,23 @@ int store_vm_insert(struct store *st, const struct vm_rec *vm, const char *token
 {
     struct db_arg a[] = {DB_S(vm->id), DB_S(vm->vm_ip), DB_S(vm->host_ip), DB_I(vm->compute_units),
                          DB_I(vm->memory), DB_I(vm->created_at), DB_I(vm->updated_at),
-                         DB_S(token_hash)};
+                         DB_I(vm->sm_min), DB_I(vm->sm_max), DB_I(vm->memory_min),
+                         DB_I(vm->memory_max), DB_S(token_hash)};
     return db_exec(store_db_(st),
-                   "INSERT INTO vms (" VM_COLS ", token_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", a,
-                   8, NULL, err, errlen);
+                   "INSERT INTO vms (" VM_COLS ", token_hash) VALUES"
+                   " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", a, 12, NULL, err, errlen);
 }
 
 int store_vm_update(struct store *st, const struct vm_rec *vm, char *err, size_t errlen)
 {
     struct db_arg a[] = {DB_S(vm->vm_ip), DB_S(vm->host_ip), DB_I(vm->compute_units),
-                         DB_I(vm->memory), DB_I(vm->updated_at), DB_S(vm->id)};
+                         DB_I(vm->memory), DB_I(vm->updated_at), DB_I(vm->sm_min),
+                         DB_I(vm->sm_max), DB_I(vm->memory_min), DB_I(vm->memory_max),
+                         DB_S(vm->id)};
     return db_exec(store_db_(st),
                    "UPDATE vms SET vm_ip = ?, host_ip = ?, compute_units = ?, memory = ?,"
-                   " updated_at = ? WHERE id = ?", a, 6, NULL, err, errlen);
+                   " updated_at = ?, sm_min = ?, sm_max = ?, memory_min = ?, memory_max = ?"
+                   " WHERE id = ?", a, 10, NULL, err, errlen);
 }
 
 int store_vm_delete(struct store *st, const char *id, char *err, size_t errlen)

@@ -10,19 +10,36 @@
     "a number with a unit is exact: B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB\n" \
     "(powers of 1000), e.g. 20480, 20GiB, \"512 MiB\".\n"
 
+/* "16-64 SMs, 1 GiB-8 GiB" or "-" (bounds the operator set for the VM's programs' requests) */
+static void bounds_text(json_t *vm, char *out, size_t outlen)
+{
+    json_t *b = json_object_get(vm, "bounds");
+    char sm0[32], sm1[32], m0[32], m1[32];
+    ctl_fmt_int(b, "sm_min", sm0, sizeof sm0);
+    ctl_fmt_int(b, "sm_max", sm1, sizeof sm1);
+    ctl_fmt_size(b, "memory_min", m0, sizeof m0);
+    ctl_fmt_size(b, "memory_max", m1, sizeof m1);
+    if (!json_is_integer(json_object_get(b, "sm_max")) &&
+        !json_is_integer(json_object_get(b, "memory_max")))
+        snprintf(out, outlen, "-");
+    else
+        snprintf(out, outlen, "SMs %s..%s, memory %s..%s", sm0, sm1, m0, m1);
+}
+
 static void vm_row(struct ctl_table *t, json_t *vm)
 {
-    char sms[32], mem[32], sessions[32], created[32];
+    char sms[32], mem[32], sessions[32], created[32], bounds[160];
     ctl_fmt_int(vm, "compute_units", sms, sizeof sms);
     ctl_fmt_size(vm, "memory", mem, sizeof mem);
     ctl_fmt_int(vm, "sessions", sessions, sizeof sessions);
     ctl_fmt_time(json_object_get(vm, "created_at"), created, sizeof created);
+    bounds_text(vm, bounds, sizeof bounds);
     ctl_table_row(t, ctl_js(vm, "id"), ctl_js(vm, "vm_ip"), ctl_js(vm, "host_ip"), sms, mem,
-                  sessions, created);
+                  sessions, created, bounds);
 }
 
 static const char *const vm_headers[] = {"ID", "VM IP", "HOST IP", ">SMS", ">MEMORY",
-                                         ">SESSIONS", "CREATED (UTC)"};
+                                         ">SESSIONS", "CREATED (UTC)", "APP REQUEST BOUNDS"};
 
 static int vm_list(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a)
 {
@@ -38,7 +55,7 @@ static int vm_list(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a)
     } else if (json_array_size(vms) == 0) {
         printf("No VMs (add them with 'flytctl vm add' or 'flytctl vm import').\n");
     } else {
-        struct ctl_table *t = ctl_table_new(7, vm_headers);
+        struct ctl_table *t = ctl_table_new(8, vm_headers);
         size_t i;
         json_t *vm;
         json_array_foreach(vms, i, vm)
@@ -59,15 +76,17 @@ static void size_exact(json_t *o, const char *key, char *out, size_t outlen)
 
 static void print_vm_fields(json_t *vm)
 {
-    char sms[48], mem[96], sessions[32], created[32], updated[32];
+    char sms[48], mem[96], sessions[32], created[32], updated[32], bounds[160];
     snprintf(sms, sizeof sms, "%lld SMs", ctl_ji(vm, "compute_units"));
+    bounds_text(vm, bounds, sizeof bounds);
     size_exact(vm, "memory", mem, sizeof mem);
     ctl_fmt_int(vm, "sessions", sessions, sizeof sessions);
     ctl_fmt_time(json_object_get(vm, "created_at"), created, sizeof created);
     ctl_fmt_time(json_object_get(vm, "updated_at"), updated, sizeof updated);
     ctl_print_fields(stdout, "ID", ctl_js(vm, "id"), "VM IP", ctl_js(vm, "vm_ip"), "Host IP",
                      ctl_js(vm, "host_ip"), "Compute units", sms, "Memory", mem, "Live sessions",
-                     sessions, "Created (UTC)", created, "Updated (UTC)", updated, NULL);
+                     sessions, "App request bounds", bounds, "Created (UTC)", created,
+                     "Updated (UTC)", updated, NULL);
 }
 
 static int vm_show(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a)
@@ -93,6 +112,27 @@ static int vm_show(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a)
     }
     json_decref(ans);
     return CTL_OK;
+}
+
+/* --sm-min N, --sm-max N, --memory-min SIZE, --memory-max SIZE ("none" clears one). */
+static int bounds_body(const struct ctl_cmd *cmd, struct ctl_args *a, json_t *body)
+{
+    static const char *const opts[] = {"--sm-min", "--sm-max", "--memory-min", "--memory-max"};
+    static const char *const keys[] = {"sm_min", "sm_max", "memory_min", "memory_max"};
+    for (int i = 0; i < 4; i++) {
+        const char *v = ctl_opt(cmd, a, opts[i]);
+        long long n;
+        if (!v)
+            continue;
+        if (strcmp(v, "none") == 0)
+            json_object_set_new(body, keys[i], json_null());
+        else if (i < 2 ? ctl_arg_count(cmd, opts[i], v, 1, 1000000, &n)
+                       : ctl_arg_memory(cmd, opts[i], v, &n))
+            return CTL_EUSAGE;
+        else
+            json_object_set_new(body, keys[i], json_integer(n));
+    }
+    return 0;
 }
 
 /* The VM fields of the options into body; require: all four. */
@@ -125,6 +165,8 @@ static int vm_body(const struct ctl_cmd *cmd, struct ctl_args *a, int require, j
             return CTL_EUSAGE;
         json_object_set_new(body, "memory", json_integer(n));
     }
+    if (bounds_body(cmd, a, body))
+        return CTL_EUSAGE;
     if ((v = ctl_opt(cmd, a, "--id"))) {
         if (ctl_arg_id(cmd, "--id", v))
             return CTL_EUSAGE;
@@ -132,7 +174,8 @@ static int vm_body(const struct ctl_cmd *cmd, struct ctl_args *a, int require, j
     }
     if (json_object_size(body) == 0)
         return ctl_usage(cmd, "nothing to change: give at least one of --vm-ip, --host-ip, "
-                              "--compute-units, --memory");
+                              "--compute-units, --memory, --sm-min, --sm-max, --memory-min, "
+                              "--memory-max");
     return 0;
 }
 
@@ -210,6 +253,41 @@ static int vm_remove(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *
         fprintf(stderr, "  'flytctl vm remove %s --force' releases its sessions and removes "
                         "it\n", a->pos[0]);
     return rc;
+}
+
+/* The share requests of the VM's programs: granted, queued, refused, superseded, cancelled. */
+static int vm_requests(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a)
+{
+    (void)cmd;
+    char path[1024];
+    ctl_path(path, sizeof path, "/v1/vms/%s/requests", a->pos[0]);
+    json_t *ans;
+    int rc = ctl_call(c, "GET", path, NULL, 1, &ans);
+    if (rc)
+        return rc;
+    json_t *qs = json_object_get(ans, "requests");
+    if (c->json) {
+        ctl_print_json(ans);
+    } else if (json_array_size(qs) == 0) {
+        printf("No requests from VM %s's programs.\n", a->pos[0]);
+    } else {
+        static const char *const h[] = {"ID", "ASKED SMS", "ASKED MEMORY", ">TARGET SMS",
+                                        ">TARGET MEMORY", "STATE", "CREATED (UTC)", "MESSAGE"};
+        struct ctl_table *t = ctl_table_new(8, h);
+        size_t i;
+        json_t *q;
+        json_array_foreach(qs, i, q) {
+            char sms[32], mem[32], when[32];
+            ctl_fmt_int(q, "sm_target", sms, sizeof sms);
+            ctl_fmt_size(q, "memory_target", mem, sizeof mem);
+            ctl_fmt_time(json_object_get(q, "created_at"), when, sizeof when);
+            ctl_table_row(t, ctl_js(q, "id"), ctl_js(q, "sm"), ctl_js(q, "memory"), sms, mem,
+                          ctl_js(q, "state"), when, ctl_js(q, "message"));
+        }
+        ctl_table_print(t, stdout);
+    }
+    json_decref(ans);
+    return CTL_OK;
 }
 
 /* Reads FILE ("-": stdin) into {"documents": [...]}; NULL after a usage error. */
@@ -312,18 +390,28 @@ static int vm_import(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *
     return CTL_OK;
 }
 
+/* the bounds within which the VM's programs may ask for another share (docs/api.md,
+ * "App-requested scaling") */
+#define BOUNDS_OPTS                                                                         \
+    {"--sm-min", "N", "fewest SMs the VM's programs may ask for (\"none\" clears it)"},     \
+    {"--sm-max", "N", "most SMs the VM's programs may ask for (none: SM asks refused)"},     \
+        {"--memory-min", "SIZE", "least memory its programs may ask for"},                 \
+        {"--memory-max", "SIZE", "most memory its programs may ask for (none: refused)"}
+
 static const struct ctl_opt add_opts[] = {
     {"--vm-ip", "IP", "the VM's address (required)"},
     {"--host-ip", "IP", "the machine that hosts the VM (required; placement prefers its GPUs)"},
     {"--compute-units", "N", "SMs per CUDA process (required; rounded up to whole SM groups)"},
     {"--memory", "SIZE", "GPU memory per CUDA process (required); a bare number is MiB"},
     {"--id", "ID", "the VM's id (default: vm-<vm_ip>)"},
+    BOUNDS_OPTS,
     {NULL, NULL, NULL}};
 static const struct ctl_opt update_opts[] = {
     {"--vm-ip", "IP", "new VM address"},
     {"--host-ip", "IP", "new host address"},
     {"--compute-units", "N", "new SMs per CUDA process"},
     {"--memory", "SIZE", "new GPU memory per CUDA process; a bare number is MiB"},
+    BOUNDS_OPTS,
     {NULL, NULL, NULL}};
 static const struct ctl_opt remove_opts[] = {
     {"--force", NULL, "also release the VM's live sessions (else refused while it has any)"},
@@ -344,6 +432,13 @@ const struct ctl_cmd ctl_vm_cmds[] = {
     {"vm", "resize", "ID", 1, 1, ctl_resize_opts,
      "Resize the share of each of the VM's running sessions, live.", CTL_RESIZE_HELP,
      ctl_vm_resize},
+    {"vm", "requests", "ID", 1, 1, no_opts,
+     "List the share requests of the VM's programs and what became of them.",
+     "A program asks through its client manager (flyt-client-manager request) for more or\n"
+     "fewer SMs or memory, within the bounds set here with vm add/update --sm-min, --sm-max,\n"
+     "--memory-min, --memory-max. States: granted, queued (the GPU lacks the capacity now;\n"
+     "retried as it frees), refused (the message says why), superseded (a later request of\n"
+     "the VM replaced it), cancelled (the VM's sessions ended first).\n", vm_requests},
     {"vm", "remove", "ID", 1, 1, remove_opts,
      "Remove a VM (refused while it has live sessions unless --force).", NULL, vm_remove},
     {"vm", "import", "FILE", 1, 1, no_opts,
