@@ -169,13 +169,15 @@ int flyt_session_key_file_read(const char *path, unsigned char *out, size_t outc
                                size_t *outlen, char *why, size_t whylen)
 {
     flyt_token_line line[1];
-    if (flyt_token_file_read(path, 0077, 32, line, 1, why, whylen) < 0)
-        return -1;
-    int rc = flyt_hex_decode(line[0], out, outcap, outlen);
+    if (whylen)
+        why[0] = '\0';
+    int rc = flyt_token_file_read(path, 0077, 32, line, 1, why, whylen) < 0 ? -1
+             : flyt_hex_decode(line[0], out, outcap, outlen);
     OPENSSL_cleanse(line, sizeof line);
-    if (rc != 0)
-        snprintf(why, whylen, "%s must hold the session key as 32 to %zu hex digits", path,
-                 2 * outcap);
+    size_t used = strlen(why);
+    if (rc != 0 && used + 1 < whylen)
+        snprintf(why + used, whylen - used, "%s(it must hold the session key as 32 to %zu hex "
+                 "digits, the owner's alone)", used ? " " : "", 2 * outcap);
     return rc;
 }
 
