@@ -141,6 +141,46 @@ int flyt_session_token_verify(const unsigned char *key, size_t keylen, const cha
     return 0;
 }
 
+int flyt_session_key_derive(const unsigned char *key, size_t keylen, const char *session_id,
+                            long long epoch, unsigned char *out, size_t outcap, size_t *outlen)
+{
+    if (epoch == 0) {
+        if (keylen > outcap)
+            return -1;
+        memcpy(out, key, keylen);
+        *outlen = keylen;
+        return 0;
+    }
+    char msg[512];
+    int n = snprintf(msg, sizeof msg, "flyt-session-epoch\n%s\n%lld", session_id, epoch);
+    unsigned int mdlen = 0;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    if (n < 0 || (size_t)n >= sizeof msg || outcap < 32
+        || !HMAC(EVP_sha256(), key, (int)keylen, (const unsigned char *)msg, (size_t)n, md, &mdlen)
+        || mdlen != 32)
+        return -1;
+    memcpy(out, md, 32);
+    OPENSSL_cleanse(md, sizeof md);
+    *outlen = 32;
+    return 0;
+}
+
+int flyt_session_key_file_read(const char *path, unsigned char *out, size_t outcap,
+                               size_t *outlen, char *why, size_t whylen)
+{
+    flyt_token_line line[1];
+    if (whylen)
+        why[0] = '\0';
+    int rc = flyt_token_file_read(path, 0077, 32, line, 1, why, whylen) < 0 ? -1
+             : flyt_hex_decode(line[0], out, outcap, outlen);
+    OPENSSL_cleanse(line, sizeof line);
+    size_t used = strlen(why);
+    if (rc != 0 && used + 1 < whylen)
+        snprintf(why + used, whylen - used, "%s(it must hold the session key as 32 to %zu hex "
+                 "digits, the owner's alone)", used ? " " : "", 2 * outcap);
+    return rc;
+}
+
 static int private_mode(const char *path, const struct stat *st, unsigned refused, char *why,
                         size_t whylen)
 {
@@ -178,4 +218,60 @@ FILE *flyt_secret_open(const char *path, unsigned refused, char *why, size_t why
         return NULL;
     }
     return f;
+}
+
+/* One line of a token file, trimmed: NULL when it holds a token, else why not. */
+static const char *token_line_check(char *line, size_t min_len, char **tok)
+{
+    char *s = line;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t len = strcspn(s, "\r\n");
+    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+        len--;
+    s[len] = '\0';
+    *tok = s;
+    if (len == 0 || s[0] == '#')
+        return "";
+    if (len < min_len)
+        return "a token is shorter than required";
+    if (len >= FLYT_TOKEN_LINE_MAX)
+        return "a token is too long";
+    for (size_t i = 0; i < len; i++)
+        if (s[i] <= ' ' || s[i] > '~')
+            return "a token must be one word of printable characters";
+    return NULL;
+}
+
+int flyt_token_file_read(const char *path, unsigned refused, size_t min_len,
+                         flyt_token_line *tokens, int max, char *why, size_t whylen)
+{
+    FILE *f = flyt_secret_open(path, refused, why, whylen);
+    if (!f)
+        return -1;
+    char line[2 * FLYT_TOKEN_LINE_MAX];
+    int n = 0;
+    const char *bad = NULL;
+    while (!bad && fgets(line, sizeof line, f)) {
+        char *tok;
+        const char *w = token_line_check(line, min_len, &tok);
+        if (w && *w)
+            bad = w;
+        else if (!w && n == max)
+            bad = max == 1 ? "it holds more than one token" : "it holds too many tokens";
+        else if (!w)
+            snprintf(tokens[n++], FLYT_TOKEN_LINE_MAX, "%s", tok);
+    }
+    fclose(f);
+    OPENSSL_cleanse(line, sizeof line);
+    if (!bad && n == 0)
+        bad = "it holds no token";
+    if (bad) {
+        if (min_len && strcmp(bad, "a token is shorter than required") == 0)
+            snprintf(why, whylen, "%s: a token must be at least %zu characters", path, min_len);
+        else
+            snprintf(why, whylen, "%s: %s", path, bad);
+        return -1;
+    }
+    return n;
 }

@@ -36,6 +36,16 @@ int flyt_session_token_verify(const unsigned char *key, size_t keylen, const cha
                               const char *session_id, long long now_unix, char *err,
                               size_t errlen);
 
+/* The key a session's tokens are signed with once they were revoked epoch times
+ * (docs/api.md, "Revoking a session's tokens"): HMAC-SHA256(key, "flyt-session-epoch\n"
+ * session_id "\n" epoch), 32 bytes; epoch 0 is key itself. 0, or -1 when out is too small. */
+int flyt_session_key_derive(const unsigned char *key, size_t keylen, const char *session_id,
+                            long long epoch, unsigned char *out, size_t outcap, size_t *outlen);
+/* A session key file (hex, 32 to 2*outcap digits, the owner's alone): 0 with the raw key,
+ * or -1 with why. flyt-server reads it at start and again at each admission. */
+int flyt_session_key_file_read(const char *path, unsigned char *out, size_t outcap,
+                               size_t *outlen, char *why, size_t whylen);
+
 /* Files that hold secrets (tokens, keys, the store) must be the owner's
  * alone. flyt_private_check: 0 when path is missing or neither group nor
  * others may read, write or enter it; else -1 and why names the file, its
@@ -45,5 +55,16 @@ int flyt_private_check(const char *path, char *why, size_t whylen);
  * without any of the mode bits refused (0077: the owner's alone; 0007: its
  * group may read it too): NULL with why. */
 FILE *flyt_secret_open(const char *path, unsigned refused, char *why, size_t whylen);
+
+/* Token files: one token a line (printable, no spaces); blank lines and lines starting
+ * with '#' are skipped. The file is opened with flyt_secret_open(refused). Up to max
+ * tokens of min_len..FLYT_TOKEN_LINE_MAX-1 characters go into tokens; their count (>= 1),
+ * or -1 with why naming the file (none, too many, a malformed one). Several lines are how
+ * an operator rotates a token with no downtime: add the new one, switch, remove the old. */
+#define FLYT_TOKEN_LINE_MAX 256
+#define FLYT_TOKEN_FILE_MAX 8
+typedef char flyt_token_line[FLYT_TOKEN_LINE_MAX];
+int flyt_token_file_read(const char *path, unsigned refused, size_t min_len,
+                         flyt_token_line *tokens, int max, char *why, size_t whylen);
 
 #endif

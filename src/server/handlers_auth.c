@@ -8,6 +8,12 @@
  * not verify is answered CUDA_ERROR_NOT_PERMITTED, logged, and the session
  * ends. A standalone server (no session key) asks for no token and accepts a
  * client that sends one anyway.
+ *
+ * The key is read again from --session-key-file at each admission, so a
+ * revocation (the node manager writing the key of the session's next token
+ * epoch there) refuses every token issued before it from the next connection
+ * on; connections already admitted carry on. A key file that cannot be read
+ * refuses the client (never the key of before: it may be the revoked one).
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +22,19 @@
 #include "flyt_log.h"
 #include "flyt_token.h"
 #include "session.h"
+
+/* The session key in force now: the key file's (read again), else the command line's. */
+static int admission_key(const struct flyt_server_config *cfg, unsigned char *key, size_t cap,
+                         size_t *len, char *why, size_t whylen)
+{
+    if (cfg->session_key_file)
+        return flyt_session_key_file_read(cfg->session_key_file, key, cap, len, why, whylen);
+    if (cfg->session_key_len > cap)
+        return snprintf(why, whylen, "the session key is too long"), -1;
+    memcpy(key, cfg->session_key, cfg->session_key_len);
+    *len = cfg->session_key_len;
+    return 0;
+}
 
 int handle_AUTH(flyt_session *s, flyt_call *c)
 {
@@ -35,12 +54,16 @@ int handle_AUTH(flyt_session *s, flyt_call *c)
         return FLYT_CONT;
     }
 
-    char why[256] = "";
-    if (strlen(token) != r->token_len)
+    char why[1400] = "";
+    unsigned char key[128];
+    size_t keylen = 0;
+    int no_key = admission_key(cfg, key, sizeof key, &keylen, why, sizeof why) != 0;
+    if (!no_key && strlen(token) != r->token_len)
         snprintf(why, sizeof why, "the token holds a NUL byte");
-    else
-        flyt_session_token_verify(cfg->session_key, cfg->session_key_len, token, cfg->session_id,
-                                  (long long)time(NULL), why, sizeof why);
+    else if (!no_key)
+        flyt_session_token_verify(key, keylen, token, cfg->session_id, (long long)time(NULL),
+                                  why, sizeof why);
+    explicit_bzero(key, sizeof key);
     if (why[0]) {
         flyt_error("admission refused for %s: %s (session %s); ending session", s->peer, why,
                    cfg->session_id);

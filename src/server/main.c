@@ -152,53 +152,16 @@ static int parse_groups(const char *list, struct options *o)
 /* The session key: hex in a file that only its owner may read. */
 static int read_session_key(struct options *o)
 {
-    const char *path = o->key_file;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fprintf(stderr, "flyt-server: --session-key-file %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fprintf(stderr, "flyt-server: --session-key-file %s is not a regular file\n", path);
-        close(fd);
-        return -1;
-    }
-    if (st.st_mode & 077) {
-        fprintf(stderr,
-                "flyt-server: --session-key-file %s is readable or writable by group or others "
-                "(mode %04o): refusing it; chmod 600 it\n",
-                path, (unsigned)(st.st_mode & 07777));
-        close(fd);
-        return -1;
-    }
-    char buf[2 * MAX_SESSION_KEY + 64];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n < 0) {
-        fprintf(stderr, "flyt-server: --session-key-file %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    buf[n] = '\0';
-    char *start = buf;
-    while (*start == ' ' || *start == '\t' || *start == '\n' || *start == '\r')
-        start++;
-    size_t len = strlen(start);
-    while (len && (start[len - 1] == ' ' || start[len - 1] == '\t' || start[len - 1] == '\n' ||
-                   start[len - 1] == '\r'))
-        start[--len] = '\0';
+    char why[1400];
     size_t klen = 0;
-    if (len < 32 || flyt_hex_decode(start, o->key, sizeof o->key, &klen) != 0) {
-        fprintf(stderr,
-                "flyt-server: --session-key-file %s must hold the session key as 32 to %d hex "
-                "digits\n",
-                path, 2 * MAX_SESSION_KEY);
-        explicit_bzero(buf, sizeof buf);
+    if (flyt_session_key_file_read(o->key_file, o->key, sizeof o->key, &klen, why,
+                                   sizeof why) != 0) {
+        fprintf(stderr, "flyt-server: --session-key-file %s\n", why);
         return -1;
     }
-    explicit_bzero(buf, sizeof buf);
     o->cfg.session_key = o->key;
     o->cfg.session_key_len = klen;
+    o->cfg.session_key_file = o->key_file;
     return 0;
 }
 

@@ -55,6 +55,9 @@ struct flyt_server_config {
     const char          *session_id;     /* NULL: standalone, no token asked */
     const unsigned char *session_key;
     size_t               session_key_len;
+    /* read again at each admission: the node manager rewrites it when the session's tokens
+     * are revoked (docs/api.md, "Revoking a session's tokens") */
+    const char          *session_key_file;
     unsigned             admission_timeout_s; /* a client not admitted by then is dropped */
     int                  admitted_fd; /* one byte is written here at admission (-1: none) */
 

@@ -19,6 +19,7 @@
 #include "flyt_proc.h"
 #include "flyt_proto.h"
 #include "flyt_server_status.h"
+#include "flyt_token.h"
 
 #include <driver_types.h>
 
@@ -43,7 +44,7 @@
 #define T_NOT_PERMITTED 800
 
 static struct clm_proc clm;
-static char dir[256], nm_base[128], manager_token[128], node_token[128];
+static char dir[256], nm_base[128], manager_token[128], node_token[128], session_key[160];
 static pid_t nm_pid;
 static const char *client_test, *flyt_lib_dir, *cuda_lib_dir;
 
@@ -414,14 +415,16 @@ static int heartbeat_moved(void)
     return changed;
 }
 
-/* A session for the VM; its id, endpoint and token. */
-static void new_session(const char *vm_token, int pid, char *sid, char *endpoint, char *token)
+/* The session of process pid of the VM (want: 201 a new one, 200 the one it holds); its
+ * id, endpoint and a fresh token. */
+static void session_of(const char *vm_token, int pid, long want, char *sid, char *endpoint,
+                       char *token)
 {
     char body[64];
     snprintf(body, sizeof body, "{\"pid\": %d}", pid);
     json_t *a = NULL;
     long st = call(&clm, "POST", "/v1/sessions", vm_token, body, &a);
-    CHECK_EQ(st, 201,
+    CHECK_EQ(st, want,
           "POST /v1/sessions for pid %d: %ld %s", pid, st, call_err);
     CHECK(jstr(a, "session.id") && jstr(a, "session.endpoint") && jstr(a, "token"),
           "POST /v1/sessions for pid %d: %ld %s", pid, st, call_err);
@@ -430,6 +433,12 @@ static void new_session(const char *vm_token, int pid, char *sid, char *endpoint
     snprintf(token, 512, "%s", jstr(a, "token"));
     printf("        session %s at %s\n", sid, endpoint);
     json_decref(a);
+}
+
+/* A new session for the VM; its id, endpoint and token. */
+static void new_session(const char *vm_token, int pid, char *sid, char *endpoint, char *token)
+{
+    session_of(vm_token, pid, 201, sid, endpoint, token);
 }
 
 static pid_t server_pid_of(const char *sid)
@@ -894,6 +903,119 @@ static void check_session_goes_on(const char *sid, int gpu, long long held, int 
     json_decref(all);
 }
 
+static int node_state_is_ready(void)
+{
+    json_t *a = NULL;
+    int ok = call(&clm, "GET", "/v1/nodes/n1", clm.op_token, NULL, &a) == 200 &&
+             strcmp(jstr(a, "node.state"), "ready") == 0;
+    json_decref(a);
+    return ok;
+}
+
+/* A node token rotated with a grace: the node manager switches by itself (the file, read
+ * again at the first 401), no heartbeat is missed; the old token works during the grace
+ * and not after; a revoked token is refused at once. */
+static void check_node_rotation(void)
+{
+    printf("== node token rotation without downtime, revocation\n");
+    char old[128];
+    snprintf(old, sizeof old, "%s", node_token);
+    json_t *a = NULL;
+    CHECK_EQ(call(&clm, "POST", "/v1/nodes/n1/rotate-token", clm.op_token, "{\"grace_s\": 2}", &a),
+             200, "rotate-token: %s", call_err);
+    snprintf(node_token, sizeof node_token, "%s", jstr(a, "token") ? jstr(a, "token") : "");
+    json_decref(a);
+    CHECK_EQ((int)strlen(node_token), 64, "a new token of 64 hex characters");
+    CHECK_EQ(call(&clm, "POST", "/v1/nodes/n1/heartbeat", old, "{\"sessions\": []}", NULL), 200,
+             "the old token still works during the grace");
+    CHECK_EQ(call(&clm, "POST", "/v1/nodes/n1/heartbeat", node_token, "{\"sessions\": []}", NULL),
+             200, "the new one works");
+    char line[160];
+    snprintf(line, sizeof line, "%s\n", node_token);
+    write_file("node.token", line, 0600); /* no SIGHUP: the 401 after the grace reads it */
+    int refused_before = count_lines("nm.log", "heartbeat refused");
+    msleep(2600);
+    CHECK_EQ(call(&clm, "POST", "/v1/nodes/n1/heartbeat", old, "{\"sessions\": []}", NULL), 401,
+             "after the grace the old token is refused");
+    heartbeat_moved();
+    msleep(900);
+    CHECK(heartbeat_moved(), "the node manager heartbeats on with the new token");
+    CHECK(node_state_is_ready(), "node n1 stays ready");
+    CHECK_EQ(count_lines("nm.log", "heartbeat refused"), refused_before,
+             "not one heartbeat was refused across the rotation");
+    CHECK_GE(count_lines("nm.log", "calling again with it"), 1,
+             "the node manager read its token file again at the first 401");
+
+    CHECK_EQ(call(&clm, "POST", "/v1/nodes/n1/rotate-token", clm.op_token, "{\"grace_s\": 600}",
+                  &a), 200, "rotate again, 10 min grace: %s", call_err);
+    char newest[128];
+    snprintf(newest, sizeof newest, "%s", jstr(a, "token") ? jstr(a, "token") : "");
+    json_decref(a);
+    CHECK_EQ(call(&clm, "POST", "/v1/nodes/n1/revoke-token", clm.op_token,
+                  "{\"previous_only\": true}", NULL), 200, "revoke the previous one only");
+    CHECK_EQ(call(&clm, "POST", "/v1/nodes/n1/heartbeat", node_token, "{\"sessions\": []}", NULL),
+             401, "the previous token is refused at once");
+    snprintf(line, sizeof line, "%s\n", newest);
+    write_file("node.token", line, 0600);
+    kill(nm_pid, SIGHUP); /* and this time the operator tells it */
+    snprintf(node_token, sizeof node_token, "%s", newest);
+    msleep(800);
+    CHECK(node_state_is_ready(), "node n1 is still ready");
+    CHECK_GE(count_lines("nm.log", "a new token, in use from now on"), 1,
+             "SIGHUP read the node token file again");
+    CHECK_EQ(call(&clm, "GET", "/v1/events?limit=10000", clm.op_token, NULL, &a), 200, "events");
+    char *text = json_dumps(a, 0);
+    CHECK(text && strstr(text, "node.token_rotated") && strstr(text, "node.token_revoked"),
+          "node.token_rotated and node.token_revoked events");
+    free(text);
+    json_decref(a);
+}
+
+/* A session's tokens: an expired one and, after revoke-tokens, every earlier one is refused
+ * at the server's admission; a fresh one (the client manager's next ask) is admitted. */
+static void check_session_revocation(const char *vm_token, const char *sid,
+                                     const char *endpoint, char *token, size_t token_cap)
+{
+    printf("== session tokens: expired and revoked ones refused at admission\n");
+    unsigned char key[64];
+    size_t klen = 0;
+    char expired[512];
+    CHECK_EQ(flyt_hex_decode(session_key, key, sizeof key, &klen), 0, "the node's session key");
+    CHECK_EQ(flyt_session_token_make(key, klen, sid, (long long)time(NULL) - 1, expired,
+                                     sizeof expired), 0, "a token that expired a second ago");
+    int fd = tcp_connect(endpoint);
+    flyt_rep_hello hr;
+    CHECK(fd >= 0 && hello(fd, &hr) == 0, "connected");
+    CHECK_EQ(auth(fd, expired), T_NOT_PERMITTED, "an expired session token is refused");
+    close(fd);
+    int held = tcp_connect(endpoint);   /* admitted before the revocation: carries on */
+    CHECK(held >= 0 && hello(held, &hr) == 0 && auth(held, token) == 0, "admitted");
+    char path[256];
+    snprintf(path, sizeof path, "/v1/sessions/%s/revoke-tokens", sid);
+    json_t *a = NULL;
+    CHECK_EQ(call(&clm, "POST", path, clm.op_token, NULL, &a), 200, "revoke-tokens: %s",
+             call_err);
+    CHECK_EQ(jint(a, "token_epoch"), 1, "the session's token epoch is 1");
+    json_decref(a);
+    fd = tcp_connect(endpoint);
+    CHECK(fd >= 0 && hello(fd, &hr) == 0, "connected");
+    CHECK_EQ(auth(fd, token), T_NOT_PERMITTED, "a token issued before the revocation is refused");
+    close(fd);
+    flyt_req_device dev = {0, 0};
+    flyt_rep_props props;
+    CHECK_EQ(frame_call(held, FLYT_OP_DEVICE_PROPS, &dev, sizeof dev, NULL, 0, &props,
+                        sizeof props), 0, "the connection admitted before carries on");
+    close(held);
+    char sid2[80], ep2[128], fresh[512];
+    session_of(vm_token, 4242, 200, sid2, ep2, fresh);   /* the same process asks again */
+    CHECK_STR_EQ(sid2, sid, "the same session");
+    fd = tcp_connect(endpoint);
+    CHECK(fd >= 0 && hello(fd, &hr) == 0, "connected");
+    CHECK_EQ(auth(fd, fresh), 0, "a token issued after the revocation is admitted");
+    close(fd);
+    snprintf(token, token_cap, "%s", fresh);   /* the rest of the test uses the fresh one */
+}
+
 static void check_restart(const char *nm_bin, const char *vm_token, int decoy_port)
 {
     printf("== kill -9 of the node manager: its servers adopted, their sessions go on\n");
@@ -995,6 +1117,7 @@ int main(int argc, char **argv)
     CHECK(jstr(a, "manager_token"),
           "the test learns the manager token: %s", call_err);
     snprintf(manager_token, sizeof manager_token, "%s", jstr(a, "manager_token"));
+    snprintf(session_key, sizeof session_key, "%s", jstr(a, "session_key"));
     json_decref(a);
 
     /* a stand-in for nvidia-cuda-mps-control: records each call */
@@ -1062,6 +1185,7 @@ int main(int argc, char **argv)
     heartbeat_moved();
     msleep(1200);
     CHECK(heartbeat_moved(), "last_heartbeat moves on");
+    check_node_rotation();
 
     printf("== the node manager's API takes only the manager token\n");
     CHECK_EQ(nm_call("GET", "/v1/servers", NULL, NULL), 401, "no token: 401");
@@ -1174,6 +1298,7 @@ int main(int argc, char **argv)
     CHECK_EQ(frame_call(fd, FLYT_OP_MEM_ALLOC, &ma, sizeof ma, NULL, 0, &mr, sizeof mr), 0,
           "256 MiB allocated");
     CHECK(wait_for(server_connected, sid, 5000), "the node manager reports a client connected");
+    check_session_revocation(vm_token, sid, endpoint, token, sizeof token);
     json_t *all;
     json_t *o = nm_server(sid, &all);
     CHECK(o, "and 256 MiB used");

@@ -204,7 +204,8 @@ static void setup_once(void)
 {
     fuzz_http_quiet_logs("fuzz_cluster_api");
     flyt_mutex_init(&clm.lock);
-    snprintf(clm.operator_token, sizeof clm.operator_token, "%s", OPERATOR_TOKEN);
+    snprintf(clm.operator_tokens.tok[0], sizeof clm.operator_tokens.tok[0], "%s", OPERATOR_TOKEN);
+    clm.operator_tokens.n = 1;
     clm.set.heartbeat_interval_ms = 5000;
     clm.set.node_timeout_ms = 20000;
     clm.set.idle_grace_ms = 600000;

@@ -58,8 +58,7 @@ static enum cluster_outcome post(const struct cmgr_config *c, const char *url, j
 {
     *status = 0;
     *ans = NULL;
-    int rc = flyt_http_call_timeout("POST", url, c->vm_token, body, timeout_ms, status, ans,
-                                    err, errlen);
+    int rc = flyt_cred_call(c->vm_cred, "POST", url, body, timeout_ms, status, ans, err, errlen);
     json_decref(body);
     return classify(rc, *status);
 }
@@ -105,7 +104,7 @@ static enum cluster_outcome session_call(const struct cmgr_config *c, const char
     char url[768];
     snprintf(url, sizeof url, "%s/v1/sessions/%s%s", c->cluster_url, id, suffix);
     long status = 0;
-    int rc = flyt_http_call_timeout(method, url, c->vm_token, NULL, timeout_ms, &status, NULL,
+    int rc = flyt_cred_call(c->vm_cred, method, url, NULL, timeout_ms, &status, NULL,
                                     err, errlen);
     return classify(rc, status);
 }
@@ -130,7 +129,7 @@ enum cluster_outcome cluster_sessions_live(const struct cmgr_config *c, long tim
     snprintf(url, sizeof url, "%s/v1/sessions?state=live", c->cluster_url);
     long status = 0;
     json_t *ans = NULL;
-    int rc = flyt_http_call_timeout("GET", url, c->vm_token, NULL, timeout_ms, &status, &ans, err,
+    int rc = flyt_cred_call(c->vm_cred, "GET", url, NULL, timeout_ms, &status, &ans, err,
                                     errlen);
     enum cluster_outcome o = classify(rc, status);
     json_t *arr = json_object_get(ans, "sessions");

@@ -22,6 +22,7 @@
 
 #include "flyt_assert.h"
 #include "flyt_buf.h"
+#include "flyt_cred.h"
 
 #ifndef FLYT_VERSION
 #define FLYT_VERSION "0.0.0"
@@ -35,7 +36,7 @@ enum watch_mode { WATCH_AUTO, WATCH_PIDFD, WATCH_PROC };
 struct cmgr_config {
     char cluster_url[512];       /* without a trailing '/' */
     char vm_id[128];
-    char vm_token[256];
+    struct flyt_cred *vm_cred;   /* the VM token (read again on SIGHUP and on a 401) */
     char socket_path[108];
     char state_path[4096];       /* the sessions held, for a restart (reconcile.c) */
     int socket_gid;              /* -1: leave the daemon's group */

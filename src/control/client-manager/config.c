@@ -82,37 +82,6 @@ static int copy(char *dst, size_t cap, const char *src)
     return 0;
 }
 
-/* Reads the VM token: one line, printable, no spaces; the file not open to others. */
-static int read_token(const char *path, char *tok, size_t cap, char *why, size_t whylen)
-{
-    FILE *f = flyt_secret_open(path, 0007, why, whylen); /* 0640 allowed, as documented */
-    if (f == NULL)
-        return -1;
-    char line[1024];
-    if (fgets(line, sizeof line, f) == NULL)
-        line[0] = '\0';
-    fclose(f);
-    line[strcspn(line, "\r\n")] = '\0';
-    size_t n = strlen(line);
-    while (n > 0 && (line[n - 1] == ' ' || line[n - 1] == '\t'))
-        line[--n] = '\0';
-    if (n == 0) {
-        snprintf(why, whylen, "%s is empty", path);
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (line[i] <= ' ' || line[i] > '~') {
-            snprintf(why, whylen, "%s: the token has a space or control character", path);
-            return -1;
-        }
-    if (n >= cap) {
-        snprintf(why, whylen, "%s: the token is too long", path);
-        return -1;
-    }
-    memcpy(tok, line, n + 1);
-    return 0;
-}
-
 int cmgr_config_load(const char *path, struct cmgr_config *c, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
@@ -160,7 +129,10 @@ int cmgr_config_load(const char *path, struct cmgr_config *c, char *err, size_t 
         snprintf(tpath, sizeof tpath, "%s/%s", dirname(dir), tf);
     }
     char why[PATH_MAX + 200];
-    if (read_token(tpath, c->vm_token, sizeof c->vm_token, why, sizeof why) < 0) {
+    static struct flyt_cred vm_cred; /* one per process; its lock outlives config reloads */
+    c->vm_cred = &vm_cred;
+    /* 0640 allowed, as documented */
+    if (flyt_cred_init(&vm_cred, "vm_token_file", tpath, 0007, 1, why, sizeof why) < 0) {
         bad(err, errlen, path, cfg, "vm_token_file", "%s", why);
         goto out;
     }

@@ -27,7 +27,9 @@ static void usage(FILE *out)
             "Runs in a VM: gives each CUDA process that asks (through Flyt's libcuda.so.1,\n"
             "the CUDA driver library that NVIDIA's runtime and libraries load) a GPU server\n"
             "and session token from the cluster manager, and releases the session when the\n"
-            "process ends. Stops on SIGTERM/SIGINT, releasing every session.\n"
+            "process ends. Stops on SIGTERM/SIGINT, releasing every session. SIGHUP reads\n"
+            "vm_token_file again (a rotated token); a call the cluster manager answers 401\n"
+            "does too.\n"
             "\n"
             "  -c, --config FILE   config file (default %s)\n"
             "      --check-config FILE  check a config file and exit (0: good)\n"
@@ -89,6 +91,13 @@ static int load(void *ctx, const char *path, int *log_level, char *err, size_t e
         return -1;
     *log_level = c->log_level;
     return 0;
+}
+
+/* SIGHUP: the VM token file again (a rotated token, docs/api.md). */
+static void reload(void *ctx)
+{
+    struct cmgr_config *c = ctx;
+    flyt_cred_reload_logged(c->vm_cred);
 }
 
 /* --install / --uninstall and what goes with them */
@@ -160,7 +169,7 @@ static const struct flyt_daemon daemon_spec = {
     .try_help_on_error = 1,
     .load = load,
     .config_good = "good",
-    .sighup_continues = 1,
+    .reload = reload,
     .ctx = &cfg,
 };
 
@@ -226,7 +235,7 @@ int main(int argc, char **argv)
     if (metrics)
         flyt_http_stop(metrics);
     sessions_stop();
-    explicit_bzero(cfg.vm_token, sizeof cfg.vm_token);
+    explicit_bzero(cfg.vm_cred->token, sizeof cfg.vm_cred->token);
     flyt_info("stopped");
     return 0;
 }

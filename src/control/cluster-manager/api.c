@@ -48,6 +48,11 @@ const struct flyt_http_route clm_routes[] = {
     {"GET", "/v1/sessions/{id}/migration", h_session_migration},
     {"POST", "/v1/nodes/{id}/drain", h_node_drain},
     {"DELETE", "/v1/nodes/{id}/drain", h_node_undrain},
+    {"POST", "/v1/nodes/{id}/rotate-token", h_node_rotate_token},
+    {"POST", "/v1/nodes/{id}/revoke-token", h_node_revoke_token},
+    {"POST", "/v1/vms/{id}/rotate-token", h_vm_rotate_token},
+    {"POST", "/v1/vms/{id}/revoke-token", h_vm_revoke_token},
+    {"POST", "/v1/sessions/{id}/revoke-tokens", h_session_revoke_tokens},
     {NULL, NULL, NULL}};
 
 int api_fail(struct api_error *e, int status, const char *code, const char *fmt, ...)
@@ -138,6 +143,15 @@ static const char *kind_name(enum principal_kind k)
     return k == P_OPERATOR ? "operator" : k == P_NODE ? "node" : k == P_VM ? "VM" : "no";
 }
 
+/* Every operator token is compared (the time does not say which one matched). */
+static int is_operator_token(const struct clm *clm, const char *token)
+{
+    int match = 0;
+    for (int i = 0; i < clm->operator_tokens.n; i++)
+        match |= flyt_token_equal(token, clm->operator_tokens.tok[i]);
+    return match;
+}
+
 int auth_check(struct clm *clm, const struct flyt_http_request *req, unsigned allowed,
                struct principal *who, struct api_error *e)
 {
@@ -147,7 +161,7 @@ int auth_check(struct clm *clm, const struct flyt_http_request *req, unsigned al
         return api_fail(e, 401, "unauthorized",
                         "missing token: send \"Authorization: Bearer <token>\"");
     char err[256];
-    if (flyt_token_equal(req->token, clm->operator_token)) {
+    if (is_operator_token(clm, req->token)) {
         who->kind = P_OPERATOR;
     } else {
         char hash[65];

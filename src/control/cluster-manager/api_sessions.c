@@ -8,6 +8,7 @@
 #include "flyt_log.h"
 #include "flyt_token.h"
 
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,10 +159,12 @@ static int make_token(struct clm *clm, const struct node_rec *node, const struct
 {
     unsigned char key[64];
     size_t klen;
-    if (flyt_hex_decode(node->session_key, key, sizeof key, &klen) < 0 || klen == 0)
+    if (session_signing_key(node, s->id, s->token_epoch, key, sizeof key, &klen) < 0)
         return -1;
     long long expiry = (now_ms() + clm->set.session_token_ttl_ms) / 1000;
-    return flyt_session_token_make(key, klen, s->id, expiry, out, outlen);
+    int rc = flyt_session_token_make(key, klen, s->id, expiry, out, outlen);
+    OPENSSL_cleanse(key, sizeof key);
+    return rc;
 }
 
 /* Records s "starting" for process pid of share's VM, on share's node, GPU, SM groups

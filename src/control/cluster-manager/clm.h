@@ -16,6 +16,7 @@
 #include "flyt_assert.h"
 #include "flyt_config.h"
 #include "flyt_http.h"
+#include "flyt_token.h"
 #include "placement.h"
 #include "store.h"
 
@@ -36,9 +37,15 @@ struct clm_settings {
     struct flyt_http_tls tls;      /* the API's certificate and key; none: plain HTTP */
 };
 
+/* The operator tokens: every line of operator_token_file (several during a rotation). */
+struct clm_operator_tokens {
+    flyt_token_line tok[FLYT_TOKEN_FILE_MAX];
+    int n;
+};
+
 struct clm {
     struct clm_settings set;
-    char operator_token[512];
+    struct clm_operator_tokens operator_tokens;   /* under lock (SIGHUP replaces them) */
     struct store *store;
     struct flyt_http_server *http;
     pthread_mutex_t lock;
@@ -177,10 +184,23 @@ int ckpt_session_busy(const char *session_id);
 handler_fn h_events, h_health, h_metrics;
 extern const struct flyt_http_route clm_routes[];
 
+/* ---- tokens (api_tokens.c) ---- */
+/* The key session sid's tokens are signed with at epoch (its node's session key, or one
+ * derived from it after a revocation): raw, or hex. 0, or -1 when the node has none. */
+int session_signing_key(const struct node_rec *node, const char *sid, long long epoch,
+                        unsigned char *key, size_t cap, size_t *len);
+int session_signing_key_hex(const struct node_rec *node, const char *sid, long long epoch,
+                            char *hex, size_t cap);
+handler_fn h_node_rotate_token, h_node_revoke_token, h_vm_rotate_token, h_vm_revoke_token,
+    h_session_revoke_tokens;
+
 /* ---- settings (settings.c) ---- */
 extern const struct flyt_cfg_key clm_config_keys[];
 /* Loads and checks the config file and the operator token. -1 with "FILE:LINE: reason". */
-int settings_load(const char *path, struct clm_settings *set, char *token, size_t tokenlen,
+int settings_load(const char *path, struct clm_settings *set, struct clm_operator_tokens *ops,
                   char *err, size_t errlen);
+/* The operator token file's tokens (SIGHUP): 0, or -1 with why (ops untouched). */
+int settings_read_operator_tokens(const char *file, struct clm_operator_tokens *ops, char *err,
+                                  size_t errlen);
 
 #endif

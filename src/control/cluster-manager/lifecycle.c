@@ -5,6 +5,7 @@
 #include "flyt_log.h"
 
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,16 @@ int node_start_server(struct clm *clm, const struct node_rec *node, const struct
                              "memory_quota", (json_int_t)s->memory_quota, "vm_id", s->vm_id);
     if (restore)   /* from the session's state file on that node (api_checkpoint.c) */
         json_object_set_new(body, "restore", json_true());
+    if (s->token_epoch) {   /* its tokens were revoked: the key of its epoch (api_tokens.c) */
+        char hex[2 * 64 + 1];
+        if (session_signing_key_hex(node, s->id, s->token_epoch, hex, sizeof hex) < 0) {
+            json_decref(body);
+            snprintf(err, errlen, "node %s has no valid session key", node->id);
+            return -1;
+        }
+        json_object_set_new(body, "session_key", json_string(hex));
+        OPENSSL_cleanse(hex, sizeof hex);
+    }
     long status;
     json_t *ans = NULL;
     int rc = flyt_http_call_timeout("POST", url, node->manager_token, body,

@@ -4,6 +4,7 @@
 #include "flyt_daemon.h"
 #include "flyt_log.h"
 
+#include <openssl/crypto.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,8 @@ static void usage(FILE *out)
             "                       then exit\n"
             "  --help, --version\n"
             "\n"
+            "SIGHUP reads operator_token_file again (token rotation; docs/api.md).\n"
+            "\n"
             "Config keys (key = value; durations take ms/s/m/h):\n");
     flyt_config_print_help(clm_config_keys, out);
 }
@@ -40,11 +43,29 @@ static struct clm clm;
 static int load(void *ctx, const char *path, int *log_level, char *err, size_t errlen)
 {
     struct clm *c = ctx;
-    if (settings_load(path, &c->set, c->operator_token, sizeof c->operator_token, err,
-                      errlen) < 0)
+    if (settings_load(path, &c->set, &c->operator_tokens, err, errlen) < 0)
         return -1;
     *log_level = c->set.log_level;
     return 0;
+}
+
+/* SIGHUP: operator_token_file again (a rotation: docs/api.md). */
+static void reload(void *ctx)
+{
+    struct clm *c = ctx;
+    struct clm_operator_tokens ops;
+    char why[1400];
+    if (settings_read_operator_tokens(c->set.operator_token_file, &ops, why, sizeof why) < 0) {
+        flyt_error("SIGHUP: operator_token_file: %s; keeping the tokens in use", why);
+        return;
+    }
+    int n = ops.n;
+    pthread_mutex_lock(&c->lock);
+    c->operator_tokens = ops;
+    pthread_mutex_unlock(&c->lock);
+    OPENSSL_cleanse(&ops, sizeof ops);
+    flyt_info("SIGHUP: operator_token_file %s: %d operator token(s) valid from now on",
+              c->set.operator_token_file, n);
 }
 
 static const struct flyt_daemon daemon_spec = {
@@ -55,6 +76,7 @@ static const struct flyt_daemon daemon_spec = {
     .version = version,
     .load = load,
     .config_good = "OK",
+    .reload = reload,
     .ctx = &clm,
 };
 

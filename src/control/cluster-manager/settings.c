@@ -5,6 +5,8 @@
 #include "flyt_log.h"
 #include "flyt_token.h"
 
+#include <openssl/crypto.h>
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -16,7 +18,9 @@ const struct flyt_cfg_key clm_config_keys[] = {
     {"store", FLYT_CFG_STRING, "sqlite:/var/lib/flyt/cluster.db",
      "sqlite:/path/file.db (or a plain path) or postgresql://user@host/db", false, 0, 0},
     {"operator_token_file", FLYT_CFG_STRING, NULL,
-     "file holding the operator token (flytctl's), at least 32 characters", true, 0, 0},
+     "file holding the operator token (flytctl's), at least 32 characters; up to 8, one a "
+     "line, all valid (rotation: add the new one, switch, remove the old; SIGHUP reads it "
+     "again)", true, 0, 0},
     {"heartbeat_interval", FLYT_CFG_DURATION, "5s", "how often node managers heartbeat", false,
      100, 3600000},
     {"node_timeout", FLYT_CFG_DURATION, "20s", "a node silent this long is lost", false, 200,
@@ -27,7 +31,7 @@ const struct flyt_cfg_key clm_config_keys[] = {
      0, 0},
     {"overcommit", FLYT_CFG_BOOL, "false", "let sessions share SM groups (never memory)", false, 0,
      0},
-    {"session_token_ttl", FLYT_CFG_DURATION, "24h", "lifetime of the session tokens issued",
+    {"session_token_ttl", FLYT_CFG_DURATION, "10m", "lifetime of the session tokens issued (a client asks again at each reconnect)",
      false, 1000, 31536000000LL},
     {"server_start_timeout", FLYT_CFG_DURATION, "30s",
      "how long a node manager may take to start a server", false, 100, 600000},
@@ -56,42 +60,19 @@ static int copy_str(char *dst, size_t cap, const char *src, const char *path,
     return 0;
 }
 
-static int read_token(const char *cfgpath, int line, const char *file, char *token,
-                      size_t tokenlen, char *err, size_t errlen)
+int settings_read_operator_tokens(const char *file, struct clm_operator_tokens *ops, char *err,
+                                  size_t errlen)
 {
-    char refused[1024];
-    FILE *f = flyt_secret_open(file, 0077, refused, sizeof refused);
-    if (!f) {
-        snprintf(err, errlen, "%s:%d: operator_token_file: %s", cfgpath, line, refused);
+    struct clm_operator_tokens got = {0};
+    got.n = flyt_token_file_read(file, 0077, 32, got.tok, FLYT_TOKEN_FILE_MAX, err, errlen);
+    if (got.n < 0)
         return -1;
-    }
-    char buf[1024] = "";
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *s = buf;
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t len = strlen(s);
-    while (len && isspace((unsigned char)s[len - 1]))
-        s[--len] = 0;
-    const char *why = NULL;
-    if (len < 32)
-        why = "the token must be at least 32 characters";
-    else if (len >= tokenlen)
-        why = "the token is too long";
-    for (size_t i = 0; !why && i < len; i++)
-        if (!isgraph((unsigned char)s[i]))
-            why = "the token must be one word of printable characters";
-    if (why) {
-        snprintf(err, errlen, "%s:%d: operator_token_file: %s: %s", cfgpath, line, file, why);
-        return -1;
-    }
-    snprintf(token, tokenlen, "%s", s);
+    *ops = got;
+    OPENSSL_cleanse(&got, sizeof got);
     return 0;
 }
 
-int settings_load(const char *path, struct clm_settings *set, char *token, size_t tokenlen,
+int settings_load(const char *path, struct clm_settings *set, struct clm_operator_tokens *ops,
                   char *err, size_t errlen)
 {
     struct flyt_config *cfg = flyt_config_new(clm_config_keys);
@@ -154,10 +135,14 @@ int settings_load(const char *path, struct clm_settings *set, char *token, size_
                  set->node_timeout_ms, set->heartbeat_interval_ms);
         goto out;
     }
-    if (read_token(path, flyt_config_line(cfg, "operator_token_file"), set->operator_token_file,
-                   token, tokenlen, err, errlen) < 0
-        || flyt_http_client_ca_from_config(cfg, path, "node_ca_file", err, errlen) < 0
-        || flyt_http_tls_from_config(cfg, path, &set->tls, err, errlen) < 0)
+    char why[1400];
+    if (settings_read_operator_tokens(set->operator_token_file, ops, why, sizeof why) < 0) {
+        snprintf(err, errlen, "%s:%d: operator_token_file: %s", path,
+                 flyt_config_line(cfg, "operator_token_file"), why);
+        goto out;
+    }
+    if (flyt_http_client_ca_from_config(cfg, path, "node_ca_file", err, errlen) < 0 ||
+        flyt_http_tls_from_config(cfg, path, &set->tls, err, errlen) < 0)
         goto out;
     rc = 0;
 out:

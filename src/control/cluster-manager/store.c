@@ -15,6 +15,13 @@ struct store {
 
 struct db *store_db_(struct store *st) { return st->db; }
 
+long long store_now_ms_(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void store_copy_(char *dst, size_t cap, const char *src)
 {
     snprintf(dst, cap, "%s", src ? src : "");
@@ -130,9 +137,21 @@ static const char *const m2[] = {
     "CREATE INDEX share_requests_by_vm ON share_requests (vm_id, state)",
     NULL};
 
+/* Token rotation (docs/api.md, "Rotating and revoking tokens"): a VM's or node's previous
+ * token stays valid until old_token_until (ms); a session's tokens are signed with a key
+ * derived for its token_epoch (0: the node's session key itself). */
+static const char *const m3[] = {
+    "ALTER TABLE vms ADD COLUMN old_token_hash TEXT",
+    "ALTER TABLE vms ADD COLUMN old_token_until BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE nodes ADD COLUMN old_token_hash TEXT",
+    "ALTER TABLE nodes ADD COLUMN old_token_until BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE sessions ADD COLUMN token_epoch BIGINT NOT NULL DEFAULT 0",
+    NULL};
+
 static const struct migration migrations[] = {
     {1, "VMs, nodes, GPUs, sessions, events", m1},
     {2, "VM share bounds, share requests", m2},
+    {3, "token rotation and revocation", m3},
 };
 #define NMIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 

@@ -79,6 +79,7 @@ struct session_rec {
     long long created_at, last_activity, ended_at;
     long long disconnected_since;    /* first "connected: false" report of a run; 0: none */
     char end_reason[256];
+    long long token_epoch;           /* its tokens' key epoch (store_session_token_epoch_next) */
 };
 
 struct event_rec {
@@ -176,6 +177,23 @@ int store_event_add(struct store *st, const char *kind, const char *subject, con
 int store_event_list(struct store *st, long long since_id, int limit, struct event_rec **out,
                      int *n, char *err, size_t errlen);
 
+/* Tokens of VMs and nodes (store_tokens.c). A rotation makes new_hash the token and lets
+ * the one it replaces stay valid until old_until (ms since the epoch; 0: refused at once);
+ * a revocation refuses every token of the record at once, or with old_only the one of a
+ * rotation's grace only. 1 done, 0 no such record. The by_token getters find a record by
+ * its token or by its previous one within the grace. */
+enum token_owner { TOKEN_OF_VM, TOKEN_OF_NODE };
+int store_token_rotate(struct store *st, enum token_owner owner, const char *id,
+                       const char *new_hash, long long old_until, char *err, size_t errlen);
+int store_token_revoke(struct store *st, enum token_owner owner, const char *id, int old_only,
+                       char *err, size_t errlen);
+/* The epoch a session's tokens are signed for (0: never revoked); its revocation makes the
+ * next one. 1 done, 0 no such session. */
+int store_session_token_epoch(struct store *st, const char *id, long long *epoch, char *err,
+                              size_t errlen);
+int store_session_token_epoch_next(struct store *st, const char *id, long long *epoch,
+                                   char *err, size_t errlen);
+
 /* "0,3,4" <-> int arrays */
 void groups_format(const int *groups, int n, char *out, size_t outlen);
 int groups_parse(const char *text, int *groups, int max);   /* count, -1 if malformed */
@@ -190,5 +208,6 @@ typedef void store_row_fn_(const struct db_rows *r, int i, void *rec);
 int store_select_(struct store *st, const char *sql, const struct db_arg *a, int na,
                   size_t recsize, store_row_fn_ *from_row, void **out, int *n, char *err,
                   size_t errlen);
+long long store_now_ms_(void);
 
 #endif

@@ -18,12 +18,11 @@ static void node_from_row(const struct db_rows *r, int i, struct node_rec *n)
     store_copy_(n->manager_token, sizeof n->manager_token, db_cell(r, i, 7));
 }
 
-static int node_one(struct store *st, const char *sql, const char *arg, struct node_rec *node,
-                    char *err, size_t errlen)
+static int node_one_args(struct store *st, const char *sql, const struct db_arg *a, int nargs,
+                    struct node_rec *node, char *err, size_t errlen)
 {
     struct db_rows r;
-    struct db_arg a[] = {DB_S(arg)};
-    int rc = db_exec(store_db_(st), sql, a, 1, &r, err, errlen);
+    int rc = db_exec(store_db_(st), sql, a, nargs, &r, err, errlen);
     if (rc < 0)
         return rc;
     int found = r.nrows > 0;
@@ -31,6 +30,13 @@ static int node_one(struct store *st, const char *sql, const char *arg, struct n
         node_from_row(&r, 0, node);
     db_rows_free(&r);
     return found;
+}
+
+static int node_one(struct store *st, const char *sql, const char *arg, struct node_rec *node,
+                    char *err, size_t errlen)
+{
+    struct db_arg a[] = {DB_S(arg)};
+    return node_one_args(st, sql, a, 1, node, err, errlen);
 }
 
 int store_node_insert(struct store *st, const struct node_rec *n, const char *token_hash,
@@ -71,10 +77,11 @@ int store_node_get(struct store *st, const char *id, struct node_rec *node, char
 }
 
 int store_node_by_token(struct store *st, const char *token_hash, struct node_rec *node,
-                        char *err, size_t errlen)
+                    char *err, size_t errlen)
 {
-    return node_one(st, "SELECT " NODE_COLS " FROM nodes WHERE token_hash = ?", token_hash, node,
-                    err, errlen);
+    struct db_arg a[] = {DB_S(token_hash), DB_S(token_hash), DB_I(store_now_ms_())};
+    return node_one_args(st, "SELECT " NODE_COLS " FROM nodes WHERE token_hash = ? OR"
+                  " (old_token_hash = ? AND old_token_until > ?)", a, 3, node, err, errlen);
 }
 
 int store_node_list(struct store *st, struct node_rec **out, int *n, char *err, size_t errlen)

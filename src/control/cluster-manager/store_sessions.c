@@ -9,6 +9,8 @@
 #define SESSION_COLS "id, vm_id, pid, process, node_id, gpu_index, sm_count, sm_groups," \
                      " memory_quota, endpoint, server_pid, state, created_at, last_activity," \
                      " ended_at, disconnected_since, end_reason"
+/* read only: written by store_session_token_epoch_next alone */
+#define SESSION_READ_COLS SESSION_COLS ", token_epoch"
 #define LIVE_STATES "('starting', 'active', 'migrating')"
 
 int session_is_live(const struct session_rec *s)
@@ -39,6 +41,7 @@ static void session_from_row(const struct db_rows *r, int i, struct session_rec 
     s->ended_at = db_cell_int(r, i, 14);
     s->disconnected_since = db_cell_int(r, i, 15);
     store_copy_(s->end_reason, sizeof s->end_reason, db_cell(r, i, 16));
+    s->token_epoch = db_cell_int(r, i, 17);
 }
 
 int store_session_insert(struct store *st, const struct session_rec *s, char *err, size_t errlen)
@@ -95,7 +98,7 @@ int store_session_get(struct store *st, const char *id, struct session_rec *s, c
 {
     struct db_rows r;
     struct db_arg a[] = {DB_S(id)};
-    int rc = db_exec(store_db_(st), "SELECT " SESSION_COLS " FROM sessions WHERE id = ?", a, 1, &r,
+    int rc = db_exec(store_db_(st), "SELECT " SESSION_READ_COLS " FROM sessions WHERE id = ?", a, 1, &r,
                      err, errlen);
     if (rc < 0)
         return rc;
@@ -112,7 +115,7 @@ int store_session_list(struct store *st, const struct session_filter *f, struct 
     char sql[1024];
     struct db_arg a[3];
     int na = 0;
-    snprintf(sql, sizeof sql, "SELECT " SESSION_COLS " FROM sessions WHERE 1 = 1");
+    snprintf(sql, sizeof sql, "SELECT " SESSION_READ_COLS " FROM sessions WHERE 1 = 1");
     if (f && f->vm_id) {
         strcat(sql, " AND vm_id = ?");
         a[na++] = DB_S(f->vm_id);

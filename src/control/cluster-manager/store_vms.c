@@ -21,12 +21,11 @@ static void vm_from_row(const struct db_rows *r, int i, struct vm_rec *vm)
     vm->memory_max = db_cell_int(r, i, 10);
 }
 
-static int vm_one(struct store *st, const char *sql, const char *arg, struct vm_rec *vm,
-                  char *err, size_t errlen)
+static int vm_one_args(struct store *st, const char *sql, const struct db_arg *a, int nargs,
+                    struct vm_rec *vm, char *err, size_t errlen)
 {
     struct db_rows r;
-    struct db_arg a[] = {DB_S(arg)};
-    int rc = db_exec(store_db_(st), sql, a, 1, &r, err, errlen);
+    int rc = db_exec(store_db_(st), sql, a, nargs, &r, err, errlen);
     if (rc < 0)
         return rc;
     int found = r.nrows > 0;
@@ -34,6 +33,13 @@ static int vm_one(struct store *st, const char *sql, const char *arg, struct vm_
         vm_from_row(&r, 0, vm);
     db_rows_free(&r);
     return found;
+}
+
+static int vm_one(struct store *st, const char *sql, const char *arg, struct vm_rec *vm,
+                  char *err, size_t errlen)
+{
+    struct db_arg a[] = {DB_S(arg)};
+    return vm_one_args(st, sql, a, 1, vm, err, errlen);
 }
 
 int store_vm_insert(struct store *st, const struct vm_rec *vm, const char *token_hash, char *err,
@@ -76,11 +82,12 @@ int store_vm_by_ip(struct store *st, const char *vm_ip, struct vm_rec *vm, char 
     return vm_one(st, "SELECT " VM_COLS " FROM vms WHERE vm_ip = ?", vm_ip, vm, err, errlen);
 }
 
-int store_vm_by_token(struct store *st, const char *token_hash, struct vm_rec *vm, char *err,
-                      size_t errlen)
+int store_vm_by_token(struct store *st, const char *token_hash, struct vm_rec *vm,
+                  char *err, size_t errlen)
 {
-    return vm_one(st, "SELECT " VM_COLS " FROM vms WHERE token_hash = ?", token_hash, vm, err,
-                  errlen);
+    struct db_arg a[] = {DB_S(token_hash), DB_S(token_hash), DB_I(store_now_ms_())};
+    return vm_one_args(st, "SELECT " VM_COLS " FROM vms WHERE token_hash = ? OR"
+                " (old_token_hash = ? AND old_token_until > ?)", a, 3, vm, err, errlen);
 }
 
 int store_vm_list(struct store *st, struct vm_rec **out, int *n, char *err, size_t errlen)

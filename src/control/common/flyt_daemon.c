@@ -122,7 +122,7 @@ void flyt_daemon_block_signals(const struct flyt_daemon *d, sigset_t *sigs)
     sigemptyset(sigs);
     sigaddset(sigs, SIGTERM);
     sigaddset(sigs, SIGINT);
-    if (d->sighup_continues)
+    if (d->sighup_continues || d->reload)
         sigaddset(sigs, SIGHUP);
     if (d->takes_sigchld)
         sigaddset(sigs, SIGCHLD);
@@ -151,7 +151,9 @@ int flyt_daemon_wait(const struct flyt_daemon *d, const sigset_t *sigs)
             flyt_info("signal %d: stopping", sig);
             return sig;
         }
-        if (sig == SIGHUP)
+        if (sig == SIGHUP && d->reload)
+            d->reload(d->ctx);
+        else if (sig == SIGHUP)
             flyt_info("SIGHUP: nothing to reload (restart to apply config changes)");
     }
 }

@@ -9,6 +9,7 @@
  *   sigset_t sigs; flyt_daemon_block_signals(&spec, &sigs);     before any thread starts
  *   ... start ...
  *   int sig = flyt_daemon_wait(&spec, &sigs);                    SIGTERM or SIGINT
+ *                                                               (SIGHUP: spec.reload)
  *   ... stop ... */
 #ifndef FLYT_DAEMON_H
 #define FLYT_DAEMON_H
@@ -46,6 +47,8 @@ struct flyt_daemon {
     int (*load)(void *ctx, const char *path, int *log_level, char *err, size_t errlen);
     const char *config_good;      /* --check-config's word for a good file: "OK", "good" */
     int sighup_continues;         /* SIGHUP is logged and ignored (else its default) */
+    /* SIGHUP runs this (reads token files again); NULL: sighup_continues decides */
+    void (*reload)(void *ctx);
     int takes_sigchld;            /* SIGCHLD wakes the loop (a daemon that reaps children) */
     /* The timer: runs between signals; the milliseconds until it wants to run again.
      * NULL: the loop only waits for a stopping signal. */

@@ -342,6 +342,11 @@ const struct ctl_cmd ctl_session_cmds[] = {
     {"session", "list", "", 0, 0, list_opts,
      "List sessions (every CUDA process given a GPU share), live and ended.",
      "Example:\n  flytctl session list --vm vm-10.0.0.5 --state live\n", session_list},
+    {"session", "revoke-tokens", "ID", 1, 1, no_opts,
+     "Refuse every token issued for a session so far at its server's admission.",
+     "Its server reads a new key at once (the session keeps running; connections already\n"
+     "admitted carry on); its process gets a token of the new key when it asks again.\n",
+     ctl_session_revoke_tokens},
     {"session", "show", "ID", 1, 1, no_opts,
      "Show one session: where it runs, its share, its state and why it ended.", NULL,
      session_show},

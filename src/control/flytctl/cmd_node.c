@@ -203,4 +203,11 @@ const struct ctl_cmd ctl_node_cmds[] = {
      ctl_node_drain},
     {"node", "undrain", "ID", 1, 1, no_opts, "Let a drained node take placements again.", NULL,
      ctl_node_undrain},
+    {"node", "rotate-token", "ID", 1, 1, ctl_rotate_opts,
+     "Give a node a new token; the previous one stays valid for a grace period.",
+     CTL_ROTATE_HELP "\nExample:\n  flytctl node rotate-token gpu-1 --grace 5m\n",
+     ctl_rotate_token},
+    {"node", "revoke-token", "ID", 1, 1, ctl_revoke_opts,
+     "Refuse a node's token (or only its previous one) from now on.", CTL_REVOKE_HELP,
+     ctl_revoke_token},
     {NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL}};

@@ -439,6 +439,13 @@ const struct ctl_cmd ctl_vm_cmds[] = {
      "--memory-min, --memory-max. States: granted, queued (the GPU lacks the capacity now;\n"
      "retried as it frees), refused (the message says why), superseded (a later request of\n"
      "the VM replaced it), cancelled (the VM's sessions ended first).\n", vm_requests},
+    {"vm", "rotate-token", "ID", 1, 1, ctl_rotate_opts,
+     "Give a VM a new token; the previous one stays valid for a grace period.",
+     CTL_ROTATE_HELP "\nExample:\n  flytctl vm rotate-token vm-10.0.0.5 --grace 5m\n",
+     ctl_rotate_token},
+    {"vm", "revoke-token", "ID", 1, 1, ctl_revoke_opts,
+     "Refuse a VM's token (or only its previous one) from now on.", CTL_REVOKE_HELP,
+     ctl_revoke_token},
     {"vm", "remove", "ID", 1, 1, remove_opts,
      "Remove a VM (refused while it has live sessions unless --force).", NULL, vm_remove},
     {"vm", "import", "FILE", 1, 1, no_opts,

@@ -74,6 +74,17 @@ struct ctl_cmd {
     ctl_run_fn *run;
 };
 
+/* cmd_token.c: node|vm rotate-token|revoke-token, session revoke-tokens */
+extern const struct ctl_opt ctl_rotate_opts[], ctl_revoke_opts[];
+ctl_run_fn ctl_rotate_token, ctl_revoke_token, ctl_session_revoke_tokens;
+#define CTL_ROTATE_HELP                                                                         \
+    "The new token is printed once. Calls with the previous one keep working until the\n"     \
+    "grace ends (default 10m), so the daemon that holds it can be switched without a\n"       \
+    "failed call: write the new token into its token file; it reads the file again on\n"     \
+    "SIGHUP and when the cluster manager refuses the old one (401).\n"
+#define CTL_REVOKE_HELP                                                                         \
+    "Takes effect at once: the next call with a revoked token is answered 401.\n"
+
 /* cmd_resize.c: session resize / vm resize */
 extern const struct ctl_opt ctl_resize_opts[];
 ctl_run_fn ctl_session_resize, ctl_vm_resize;

@@ -41,6 +41,14 @@ int nm_authorized(struct nm *nm, const struct flyt_http_request *req,
     return 1;
 }
 
+/* A session key as the cluster manager sends it: 64 hex digits. */
+static int nm_valid_key(const char *hex)
+{
+    unsigned char raw[32];
+    size_t n = 0;
+    return hex && strlen(hex) == 64 && flyt_hex_decode(hex, raw, sizeof raw, &n) == 0;
+}
+
 int nm_parse_share(const struct nm_gpu *gpu, json_t *groups, json_t *sc, json_t *mq,
                    struct nm_start_req *r, struct flyt_http_response *res)
 {
@@ -125,6 +133,12 @@ static void h_start(void *ctx, const struct flyt_http_request *req, struct flyt_
     }
     snprintf(r->vm_id, sizeof r->vm_id, "%s", vm ? json_string_value(vm) : "");
     r->restore = json_is_true(json_object_get(b, "restore"));
+    json_t *key = json_object_get(b, "session_key");
+    if (key && !nm_valid_key(json_string_value(key))) {
+        flyt_http_reply_error(res, 400, "bad_request", "session_key: expected 64 hex digits");
+        goto out;
+    }
+    snprintf(r->session_key, sizeof r->session_key, "%s", key ? json_string_value(key) : "");
     snprintf(r->sid, sizeof r->sid, "%s", sid);
     r->gpu_index = gpu->index;
 
@@ -151,6 +165,30 @@ static void h_stop(void *ctx, const struct flyt_http_request *req, struct flyt_h
         return;
     }
     flyt_http_reply_status(res, 204);
+}
+
+/* PUT /v1/servers/{id}/session-key {"session_key": hex}: the session's tokens revoked. */
+static void h_set_key(void *ctx, const struct flyt_http_request *req,
+                      struct flyt_http_response *res)
+{
+    struct nm *nm = ctx;
+    if (!nm_authorized(nm, req, res))
+        return;
+    const char *hex = json_string_value(json_object_get(req->body, "session_key"));
+    char err[512];
+    if (!nm_valid_key(hex)) {
+        flyt_http_reply_error(res, 400, "bad_request", "session_key: expected 64 hex digits");
+        return;
+    }
+    int rc = nm_server_set_key(nm, req->params[0], hex, err, sizeof err);
+    if (rc == 1)
+        flyt_http_reply_error(res, 404, "not_found", "no server for session %s", req->params[0]);
+    else if (rc < 0)
+        flyt_http_reply_error(res, 500, "internal", "%s", err);
+    else
+        flyt_http_reply_status(res, 204);
+    if (rc == 0)
+        flyt_info("session %s: new session key (its earlier tokens are refused)", req->params[0]);
 }
 
 static const char *state_name(enum nm_state s)
@@ -264,6 +302,7 @@ const struct flyt_http_route nm_routes[] = {
     {"POST", "/v1/servers", h_start},
     {"GET", "/v1/servers", h_list},
     {"DELETE", "/v1/servers/{id}", h_stop},
+    {"PUT", "/v1/servers/{id}/session-key", h_set_key},
     {"POST", "/v1/servers/{id}/resize", nm_h_resize},
     {"POST", "/v1/servers/{id}/checkpoint", nm_h_checkpoint},
     {"GET", "/v1/checkpoints/{id}", nm_h_state_get},

@@ -79,7 +79,7 @@ int nm_register(struct nm *nm)
     snprintf(url, sizeof url, "%s/v1/nodes/%s/register", nm->cfg.cluster_manager, nm->cfg.node_id);
     long status = 0;
     json_t *ans = NULL;
-    int rc = flyt_http_call_timeout("POST", url, nm->node_token, body, CLM_TIMEOUT_MS, &status,
+    int rc = flyt_cred_call(&nm->node_cred, "POST", url, body, CLM_TIMEOUT_MS, &status,
                                     &ans, err, sizeof err);
     json_decref(body);
     if (rc < 0 || status != 200) {
@@ -136,7 +136,7 @@ int nm_heartbeat(struct nm *nm)
     snprintf(url, sizeof url, "%s/v1/nodes/%s/heartbeat", nm->cfg.cluster_manager, nm->cfg.node_id);
     long status = 0;
     json_t *ans = NULL;
-    int rc = flyt_http_call_timeout("POST", url, nm->node_token, body, CLM_TIMEOUT_MS, &status,
+    int rc = flyt_cred_call(&nm->node_cred, "POST", url, body, CLM_TIMEOUT_MS, &status,
                                     &ans, err, sizeof err);
     json_decref(body);
     nm->heartbeats++;
@@ -187,7 +187,7 @@ void nm_report_ended(struct nm *nm, int timeout_ms)
                  nm->cfg.node_id, sid);
         json_t *body = json_pack("{s:s}", "reason", reason);
         long status = 0;
-        int rc = flyt_http_call_timeout("POST", url, nm->node_token, body,
+        int rc = flyt_cred_call(&nm->node_cred, "POST", url, body,
                                         timeout_ms ? timeout_ms : CLM_TIMEOUT_MS, &status, NULL, err,
                                         sizeof err);
         json_decref(body);

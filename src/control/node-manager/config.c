@@ -6,7 +6,6 @@
 #include "flyt_token.h"
 
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -272,38 +271,4 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
 out:
     flyt_config_free(cfg);
     return rc;
-}
-
-int nm_read_token(const char *path, char *out, size_t outlen, char *err, size_t errlen)
-{
-    char whyf[1024];
-    FILE *f = flyt_secret_open(path, 0077, whyf, sizeof whyf);
-    if (!f) {
-        snprintf(err, errlen, "node_token_file: %s", whyf);
-        return -1;
-    }
-    char buf[1024] = "";
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *s = buf;
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t len = strlen(s);
-    while (len && isspace((unsigned char)s[len - 1]))
-        s[--len] = '\0';
-    const char *why = NULL;
-    if (len < 32)
-        why = "the token must be at least 32 characters";
-    else if (len >= outlen)
-        why = "the token is too long";
-    for (size_t i = 0; !why && i < len; i++)
-        if (!isgraph((unsigned char)s[i]))
-            why = "the token must be one word of printable characters";
-    if (why) {
-        snprintf(err, errlen, "node_token_file %s: %s", path, why);
-        return -1;
-    }
-    snprintf(out, outlen, "%s", s);
-    return 0;
 }

@@ -23,7 +23,8 @@ static void usage(FILE *out)
             "The Flyt node manager of a GPU machine: registers the machine's GPUs with the\n"
             "cluster manager, starts one flyt-server per tenant session when the cluster\n"
             "manager asks, watches them and heartbeats (docs/api.md). SIGTERM stops every\n"
-            "server and MPS daemon it started, then it exits 0.\n"
+            "server and MPS daemon it started, then it exits 0. SIGHUP reads node_token_file\n"
+            "again (a rotated token); a call the cluster manager answers 401 does too.\n"
             "\n"
             "  --config FILE        the config file (example: configs/node-manager.conf)\n"
             "  --port-file FILE     write the API's TCP port there once listening (tests that\n"
@@ -106,13 +107,20 @@ static int load(void *ctx, const char *path, int *log_level, char *err, size_t e
     if (nm_config_load(path, &nm->cfg, err, errlen) < 0)
         return -1;
     char why[1024];
-    if (nm_read_token(nm->cfg.node_token_file, nm->node_token, sizeof nm->node_token, why,
-                      sizeof why) < 0) {
-        snprintf(err, errlen, "%s:%s", path, why);
+    if (flyt_cred_init(&nm->node_cred, "node_token_file", nm->cfg.node_token_file, 0077, 32, why,
+                       sizeof why) < 0) {
+        snprintf(err, errlen, "%s: node_token_file: %s", path, why);
         return -1;
     }
     *log_level = nm->cfg.log_level;
     return 0;
+}
+
+/* SIGHUP: the node token file again (a rotated token, docs/api.md). */
+static void reload(void *ctx)
+{
+    struct nm *nm = ctx;
+    flyt_cred_reload_logged(&nm->node_cred);
 }
 
 /* When the loop runs next: registering (with backoff) or heartbeating, and telling the
@@ -189,6 +197,7 @@ static const struct flyt_daemon daemon_spec = {
     .load = load,
     .config_good = "OK",
     .takes_sigchld = 1,
+    .reload = reload,
     .tick = tick,
     .ctx = &node_manager,
 };

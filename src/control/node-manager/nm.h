@@ -20,6 +20,7 @@
 
 #include "flyt_assert.h"
 #include "flyt_config.h"
+#include "flyt_cred.h"
 #include "flyt_http.h"
 
 #define NM_VERSION     "0.1.0"
@@ -58,8 +59,6 @@ struct nm_config {
 extern const struct flyt_cfg_key nm_config_keys[];
 /* Loads and checks the file; -1 with "FILE:LINE: reason" in err. */
 int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errlen);
-/* The node token from its file; -1 with a reason. */
-int nm_read_token(const char *path, char *out, size_t outlen, char *err, size_t errlen);
 
 /* ---- GPUs (gpus.c) ---- */
 struct nm_gpu {
@@ -107,7 +106,7 @@ struct nm_server {
 
 struct nm {
     struct nm_config cfg;
-    char node_token[NM_STR];
+    struct flyt_cred node_cred;     /* the node token (read again on SIGHUP and on a 401) */
     struct nm_gpu gpus[NM_MAX_GPUS];
     int ngpus;
 
@@ -148,9 +147,13 @@ struct nm_start_req {
     long long memory_quota;
     char vm_id[NM_SID_MAX]; /* the tenant: its own image cache; "" none */
     int  restore;           /* start from the session's state file (checkpoint.c) */
+    char session_key[NM_STR]; /* hex: the session's own key (its tokens revoked); "": the node's */
 };
 int nm_server_start(struct nm *nm, const struct nm_start_req *r, int *http_status, char *msg,
                     size_t msglen, char *endpoint, size_t eplen, pid_t *pid);
+/* Replaces the session key file of sid's server (its tokens revoked: docs/api.md); the
+ * server reads it at its next admission. 0, 1 when there is no such server, -1 with err. */
+int nm_server_set_key(struct nm *nm, const char *sid, const char *hex, char *err, size_t errlen);
 /* SIGTERM now, SIGKILL after the grace (lock held). */
 void nm_server_stop_locked(struct nm *nm, struct nm_server *s);
 /* Stops the server of sid and waits for its exit (lock NOT held). 0, or -1

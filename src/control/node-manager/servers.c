@@ -346,6 +346,26 @@ static int write_key(const char *path, const char *hex, char *err, size_t errlen
     return 0;
 }
 
+int nm_server_set_key(struct nm *nm, const char *sid, const char *hex, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&nm->lock);
+    struct nm_server *s = nm_server_find(nm, sid);
+    int rc = 1;
+    if (s && s->key_path[0]) {
+        char tmp[sizeof s->key_path + 8];
+        snprintf(tmp, sizeof tmp, "%s.new", s->key_path);
+        /* a new file renamed over the old: an admission reads one key or the other, whole */
+        rc = write_key(tmp, hex, err, errlen);
+        if (rc == 0 && rename(tmp, s->key_path) != 0) {
+            snprintf(err, errlen, "cannot rename %s: %s", tmp, strerror(errno));
+            unlink(tmp);
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(&nm->lock);
+    return rc;
+}
+
 static const char *exit_text(int st, char *buf, size_t len)
 {
     if (WIFEXITED(st))
@@ -534,7 +554,8 @@ static struct nm_server *server_new_locked(struct nm *nm, const struct nm_start_
         snprintf(s->sock_path, sizeof s->sock_path, "%s/%s.sock", c->state_dir, s->sid) >=
             (int)sizeof s->sock_path)
         s->sock_path[0] = '\0'; /* a state dir too deep for a socket path: TCP only */
-    if (write_key(s->key_path, nm->session_key_hex, err, errlen) != 0) {
+    if (write_key(s->key_path, r->session_key[0] ? r->session_key : nm->session_key_hex, err,
+                  errlen) != 0) {
         s->key_path[0] = '\0';
         nm_server_free(s);
         flyt_error("session %s: %s", r->sid, err);
