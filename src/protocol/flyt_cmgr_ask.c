@@ -91,7 +91,15 @@ int flyt_cmgr_ask(const char *path, const char *request, int timeout_s, char *an
         return -1;
     ssize_t n = (ssize_t)strlen(request);
     if (send(fd, request, (size_t)n, MSG_NOSIGNAL) != n) {
-        snprintf(why, whylen, "the client manager at %s: %s", path, strerror(errno));
+        /* a manager that refuses the connection answers and closes before reading: its
+         * line is still queued here, and says more than EPIPE */
+        int e = errno;
+        if ((e == EPIPE || e == ECONNRESET) &&
+            read_line(fd, path, timeout_s, answer, cap, why, whylen) >= 0) {
+            close(fd);
+            return 0;
+        }
+        snprintf(why, whylen, "the client manager at %s: %s", path, strerror(e));
         close(fd);
         return -1;
     }

@@ -5,11 +5,13 @@
  *   twice: two acquires on two connections (exit 0 when both name the same session)
  *   release: acquire, release, acquire (exit 0 when the second session differs)
  *   hold: acquire, print "held", sleep SECONDS
+ *   idle N SECONDS: opens N connections that send nothing, prints "open N", sleeps
  *   line TEXT: sends TEXT ("%ld" in it: this process's pid) as one line (exit 0 when the
  *   answer is an error)
  */
 #include "flyt_cmgr_proto.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,9 @@ static int ask(const char *fmt, long pid, char *out, size_t cap)
     }
     char req[256];
     int n = snprintf(req, sizeof req, fmt, pid);
-    if (write(fd, req, (size_t)n) != n) {
+    /* a refused connection is answered and closed before the request is read: the
+     * answer is still there to read after EPIPE */
+    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n && errno != EPIPE && errno != ECONNRESET) {
         perror("write");
         exit(2);
     }
@@ -101,6 +105,22 @@ int main(int argc, char **argv)
         snprintf(fmt, sizeof fmt, "%s\n", argv[3]);
         ask(fmt, me, a, sizeof a);
         return strncmp(a, "status=error ", 13) == 0 ? 0 : 1;
+    }
+    if (strcmp(what, "idle") == 0 && argc == 5) {
+        int n = atoi(argv[3]);
+        for (int i = 0; i < n; i++) {
+            int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+            struct sockaddr_un sa = {.sun_family = AF_UNIX};
+            snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+            if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+                perror(sock);
+                return 2;
+            }
+        }
+        printf("open %d\n", n);
+        fflush(stdout);
+        sleep((unsigned)atoi(argv[4]));
+        return 0;
     }
     if (strcmp(what, "hold") == 0 && argc == 4) {
         ask("op=acquire pid=%ld\n", me, a, sizeof a);

@@ -52,6 +52,7 @@ retry_max_backoff = 2s
 shutdown_timeout = 5s
 process_watch = $2
 metrics_listen = 127.0.0.1:$metrics_port
+max_connections_per_user = 4
 EOF
 }
 mgr_pid=
@@ -115,6 +116,27 @@ echo "== the protocol: same pid, same session; pid must be the caller's"
 "$probe" "$tmp/run/client.sock" garbage > "$tmp/p.out" 2>&1 && pass "malformed request: $(cat "$tmp/p.out")" || { cat "$tmp/p.out"; fail "garbage"; }
 "$probe" "$tmp/run/client.sock" release > "$tmp/p.out" 2>&1 & p=$!; wait $p; st=$?
 [ $st = 0 ] && pass "op=release releases early; the next acquire gets a new session" || { cat "$tmp/p.out"; fail "release"; }
+
+echo "== one user cannot take every connection (max_connections_per_user = 4)"
+"$probe" "$tmp/run/client.sock" idle 4 30 > "$tmp/idle.out" 2>&1 & idle=$!; pids+=($idle)
+wait_for 5 "^open 4" "$tmp/idle.out" || fail "the idle connections did not open: $(cat "$tmp/idle.out")"
+"$probe" "$tmp/run/client.sock" acquire > "$tmp/p.out" 2>&1
+grep -q "too many connections of your user" "$tmp/p.out" \
+  && pass "a fifth connection of the same user is refused: $(cut -c1-90 "$tmp/p.out")" \
+  || { cat "$tmp/p.out"; fail "per-user limit"; }
+if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null; then
+  chmod 755 "$tmp" "$tmp/run"; chmod 666 "$tmp/run/client.sock"
+  setpriv --reuid 65534 --regid 65534 --clear-groups "$probe" "$tmp/run/client.sock" acquire > "$tmp/p.out" 2>&1 \
+    && pass "another user still gets its session: $(cut -c1-60 "$tmp/p.out")..." \
+    || { cat "$tmp/p.out"; fail "another user was locked out"; }
+  chmod 700 "$tmp"
+else
+  echo "skip: another user's connection (needs root and setpriv)"
+fi
+kill $idle 2>/dev/null; wait $idle 2>/dev/null
+for _ in $(seq 100); do "$probe" "$tmp/run/client.sock" acquire > "$tmp/p.out" 2>&1 && break; sleep 0.05; done
+grep -q "^status=ok" "$tmp/p.out" && pass "the user's connections closed: it is served again" \
+  || { cat "$tmp/p.out"; fail "not served after its connections closed"; }
 
 echo "== kill -9 (pidfd), and alive pings"
 "$probe" "$tmp/run/client.sock" hold 60 > "$tmp/h1.out" 2>&1 & h1=$!; pids+=($h1)

@@ -44,6 +44,7 @@ struct cmgr_config {
     long long alive_interval_ms;
     long long acquire_timeout_ms;
     long long request_timeout_ms;
+    int       max_conns_per_user; /* open connections of one uid at once */
     long long retry_max_ms;
     long long shutdown_timeout_ms;
     enum watch_mode watch;

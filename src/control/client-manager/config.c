@@ -54,6 +54,9 @@ static const struct flyt_cfg_key keys[] = {
      "how long stopping may spend releasing the sessions still held", false, 1000, 600000},
     {"process_watch", FLYT_CFG_STRING, "auto",
      "how ended processes are noticed: auto (pidfd, else /proc), pidfd, proc", false, 0, 0},
+    {"max_connections_per_user", FLYT_CFG_INT, "32",
+     "open connections one local user may hold at once (of 256 in all), so that one user "
+     "cannot lock the others out", false, 1, 256},
     {"metrics_listen", FLYT_CFG_STRING, NULL,
      "HOST:PORT for Prometheus metrics at /metrics; unset: none", false, 0, 0},
     {NULL, 0, NULL, NULL, false, 0, 0}};
@@ -215,6 +218,7 @@ int cmgr_config_load(const char *path, struct cmgr_config *c, char *err, size_t 
     c->alive_interval_ms = (long long)flyt_config_duration_ms(cfg, "alive_interval");
     c->acquire_timeout_ms = (long long)flyt_config_duration_ms(cfg, "acquire_timeout");
     c->request_timeout_ms = (long long)flyt_config_duration_ms(cfg, "request_timeout");
+    c->max_conns_per_user = (int)flyt_config_int(cfg, "max_connections_per_user");
     c->retry_max_ms = (long long)flyt_config_duration_ms(cfg, "retry_max_backoff");
     c->shutdown_timeout_ms = (long long)flyt_config_duration_ms(cfg, "shutdown_timeout");
     if (flyt_http_client_ca_from_config(cfg, path, "cluster_ca_file", err, errlen) < 0)

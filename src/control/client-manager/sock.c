@@ -34,7 +34,8 @@ static struct {
     int started;
     pthread_mutex_t lock;
     pthread_cond_t idle;
-    int conns[MAX_CONNS]; /* open connections, -1 free: shut down at stop */
+    int conns[MAX_CONNS];     /* open connections, -1 free: shut down at stop */
+    uid_t conn_uid[MAX_CONNS]; /* the peer's user of conns[i] */
     int nthreads;
 } listener = {.lfd = -1, .stop_pipe = {-1, -1}, .lock = FLYT_MUTEX_INITIALIZER,
        .idle = PTHREAD_COND_INITIALIZER};
@@ -106,15 +107,42 @@ static int serve_line(int fd, const char *line, pid_t peer)
     return rc;
 }
 
-static void conn_slot(int fd, int add)
+static void conn_slot_drop(int fd)
 {
     pthread_mutex_lock(&listener.lock);
     for (int i = 0; i < MAX_CONNS; i++)
-        if (listener.conns[i] == (add ? -1 : fd)) {
-            listener.conns[i] = add ? fd : -1;
+        if (listener.conns[i] == fd) {
+            listener.conns[i] = -1;
             break;
         }
+    listener.nthreads--;
+    pthread_cond_broadcast(&listener.idle);
     pthread_mutex_unlock(&listener.lock);
+}
+
+/* Takes a slot for fd of user uid: NULL, or why not (all taken, or the user's share of
+ * them: one local user must not lock the others out). */
+static const char *conn_slot_take(int fd, uid_t uid)
+{
+    const char *why = NULL;
+    int free_at = -1, of_user = 0;
+    pthread_mutex_lock(&listener.lock);
+    for (int i = 0; i < MAX_CONNS; i++) {
+        if (listener.conns[i] < 0 && free_at < 0)
+            free_at = i;
+        of_user += listener.conns[i] >= 0 && listener.conn_uid[i] == uid;
+    }
+    if (free_at < 0)
+        why = "too many connections; try again";
+    else if (of_user >= listener.c->max_conns_per_user)
+        why = "too many connections of your user (max_connections_per_user); try again";
+    if (why == NULL) {
+        listener.conns[free_at] = fd;
+        listener.conn_uid[free_at] = uid;
+        listener.nthreads++;
+    }
+    pthread_mutex_unlock(&listener.lock);
+    return why;
 }
 
 static void *conn_main(void *arg)
@@ -160,12 +188,8 @@ static void *conn_main(void *arg)
         got -= used;
     }
 out:
-    conn_slot(fd, 0);
+    conn_slot_drop(fd); /* before close: once closed, the number may name a new connection */
     close(fd);
-    pthread_mutex_lock(&listener.lock);
-    listener.nthreads--;
-    pthread_cond_broadcast(&listener.idle);
-    pthread_mutex_unlock(&listener.lock);
     return NULL;
 }
 
@@ -190,28 +214,25 @@ static void *accept_main(void *arg)
             }
             continue;
         }
-        pthread_mutex_lock(&listener.lock);
-        int full = listener.nthreads >= MAX_CONNS;
-        if (!full)
-            listener.nthreads++;
-        pthread_mutex_unlock(&listener.lock);
-        if (full) {
-            send_error(fd, "too many connections; try again");
+        struct ucred cred;
+        socklen_t cl = sizeof cred;
+        const char *refused = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0
+                                  ? "cannot identify the caller"
+                                  : conn_slot_take(fd, cred.uid);
+        if (refused) {
+            flyt_debug("socket: connection refused: %s", refused);
+            send_error(fd, refused);
             close(fd);
             continue;
         }
-        conn_slot(fd, 1);
         pthread_t t;
         pthread_attr_t a;
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
         if (pthread_create(&t, &a, conn_main, (void *)(intptr_t)fd) != 0) {
             flyt_warn("socket: cannot start a connection thread");
-            conn_slot(fd, 0);
+            conn_slot_drop(fd);
             close(fd);
-            pthread_mutex_lock(&listener.lock);
-            listener.nthreads--;
-            pthread_mutex_unlock(&listener.lock);
         }
         pthread_attr_destroy(&a);
     }
