@@ -108,7 +108,7 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
         /* only an image the driver took is kept: junk must not fill the disk */
         c->result = load_image(s, image, r->size, sha, rep);
         if (c->result == CUDA_SUCCESS)
-            flyt_cache_store(s->cfg->cache_dir, sha, image, r->size);
+            flyt_cache_store(s->cfg->cache_dir, sha, image, r->size, s->cfg->cache_max_bytes);
     }
     free(image);
     return FLYT_CONT;

@@ -67,6 +67,8 @@ static void usage(FILE *f)
             "  --gpu N             GPU index to use (default 0)\n"
             "  --backend KIND      cuda (default) or host (host memory, for tests only)\n"
             "  --cache-dir DIR     keep fatbinaries here by content hash across sessions\n"
+            "  --cache-max SIZE    keep the cache folder's images within SIZE bytes, the least\n"
+            "                      recently used evicted first (default 0: no limit)\n"
             "  --poll-us N         busy-poll N microseconds for a client's next call before\n"
             "                      sleeping (default 100; 0 = never; lower latency, more CPU)\n"
             "  --log-level LEVEL   error, warn, info (default) or debug\n"
@@ -171,6 +173,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, 'l'},    {"gpu", required_argument, NULL, 'g'},
         {"backend", required_argument, NULL, 'b'},   {"cache-dir", required_argument, NULL, 'c'},
+        {"cache-max", required_argument, NULL, 'C'},
         {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
         {"poll-us", required_argument, NULL, 'P'},
         {"session-id", required_argument, NULL, 'i'},
@@ -219,6 +222,15 @@ static int parse_args(int argc, char **argv, struct options *o)
             o->cfg.backend_kind = optarg;
             break;
         case 'c': o->cfg.cache_dir = optarg; break;
+        case 'C': {
+            uint64_t max;
+            char why[128];
+            if (flyt_parse_size(optarg, &max, why, sizeof why) != 0)
+                return bad_arg("--cache-max wants a size such as 2GiB (0: no limit), got '%s'",
+                               optarg);
+            o->cfg.cache_max_bytes = max;
+            break;
+        }
         case 'P':
             errno = 0;
             v = strtol(optarg, &end, 10);

@@ -1,11 +1,13 @@
 /* SHA-256 through OpenSSL's EVP API, and the fatbinary cache directory. */
 #include "module_cache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,6 +67,7 @@ void *flyt_cache_load(const char *dir, const uint8_t sha[32], uint64_t size)
         flyt_warn("cache file %s does not match its hash; ignoring it", path);
         goto fail;
     }
+    futimens(fd, NULL); /* a use: the least recently used images are evicted first */
     goto out;
 fail:
     free(data);
@@ -74,13 +77,97 @@ out:
     return data;
 }
 
-void flyt_cache_store(const char *dir, const uint8_t sha[32], const void *data, uint64_t size)
+struct cached {
+    struct timespec used; /* the file's mtime: its last store or load */
+    uint64_t        size;
+    char            name[80];
+};
+
+static int by_use(const void *x, const void *y)
+{
+    const struct timespec *a = &((const struct cached *)x)->used, *b = &((const struct cached *)y)->used;
+    return a->tv_sec != b->tv_sec ? (a->tv_sec > b->tv_sec) - (a->tv_sec < b->tv_sec)
+                                  : (a->tv_nsec > b->tv_nsec) - (a->tv_nsec < b->tv_nsec);
+}
+
+static int is_image_name(const char *name)
+{
+    size_t n = strlen(name);
+    return n == 64 + 7 && strcmp(name + 64, ".fatbin") == 0;
+}
+
+/* The images of dir (malloc'd, *n of them, *total bytes), least recently used first. */
+static struct cached *cache_list(int dfd, size_t *n, uint64_t *total)
+{
+    DIR *d = fdopendir(dup(dfd));
+    struct cached *list = NULL;
+    size_t cap = 0;
+    *n = 0;
+    *total = 0;
+    if (d == NULL)
+        return NULL;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        struct stat st;
+        if (!is_image_name(e->d_name) ||
+            fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (*n == cap) {
+            struct cached *l = realloc(list, (cap = cap ? cap * 2 : 64) * sizeof *l);
+            if (l == NULL)
+                break;
+            list = l;
+        }
+        list[*n].used = st.st_mtim;
+        list[*n].size = (uint64_t)st.st_size;
+        snprintf(list[*n].name, sizeof list[*n].name, "%s", e->d_name);
+        *total += (uint64_t)st.st_size;
+        ++*n;
+    }
+    closedir(d);
+    if (list)
+        qsort(list, *n, sizeof *list, by_use);
+    return list;
+}
+
+/* Evicts the least recently used images of dir until need more bytes fit in
+ * max. Under the folder's lock: sessions of the VM store concurrently. */
+static void cache_make_room(const char *dir, uint64_t need, uint64_t max)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    flock(dfd, LOCK_EX);
+    size_t n = 0;
+    uint64_t total = 0;
+    struct cached *list = cache_list(dfd, &n, &total);
+    for (size_t i = 0; i < n && total + need > max; i++) {
+        if (unlinkat(dfd, list[i].name, 0) == 0) {
+            total -= list[i].size;
+            flyt_info("image cache %s: evicted %s (%llu bytes), the least recently used, to keep "
+                      "within %llu bytes", dir, list[i].name, (unsigned long long)list[i].size,
+                      (unsigned long long)max);
+        }
+    }
+    free(list);
+    flock(dfd, LOCK_UN);
+    close(dfd);
+}
+
+void flyt_cache_store(const char *dir, const uint8_t sha[32], const void *data, uint64_t size,
+                      uint64_t max_bytes)
 {
     char path[4096], tmp[4096 + 32];
     if (dir == NULL || cache_path(dir, sha, path, sizeof path) != 0)
         return;
     if (access(path, F_OK) == 0)
         return; /* another session stored it already */
+    if (max_bytes && size > max_bytes) {
+        flyt_debug("image of %llu bytes not cached: over the cache's limit of %llu bytes",
+                   (unsigned long long)size, (unsigned long long)max_bytes);
+        return;
+    }
+    if (max_bytes)
+        cache_make_room(dir, size, max_bytes);
     /* pid-unique temporary name, so concurrent sessions never share one */
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -17,8 +17,12 @@ void flyt_sha256_format(const uint8_t sha[32], char out[65]);
  * the file is absent, or it does not match (a mismatching file is logged). */
 void *flyt_cache_load(const char *dir, const uint8_t sha[32], uint64_t size);
 /* Stores an image atomically (temporary file, then rename). Failures are
- * logged and otherwise ignored: the cache only saves transfers. */
-void flyt_cache_store(const char *dir, const uint8_t sha[32], const void *data, uint64_t size);
+ * logged and otherwise ignored: the cache only saves transfers. With
+ * max_bytes (0: no limit) the folder's images stay within it: the least
+ * recently used ones go first (a load counts as a use), and an image larger
+ * than the limit is not stored. */
+void flyt_cache_store(const char *dir, const uint8_t sha[32], const void *data, uint64_t size,
+                      uint64_t max_bytes);
 /* Removes the image of this hash (one the driver refused: it must not stay). */
 void flyt_cache_drop(const char *dir, const uint8_t sha[32]);
 

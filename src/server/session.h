@@ -48,6 +48,7 @@ struct flyt_server_config {
     const char *backend_kind; /* "cuda" or "host" */
     int         gpu;
     const char *cache_dir;    /* NULL: no fatbinary cache on disk */
+    uint64_t    cache_max_bytes; /* the cache folder's limit, 0: none */
     unsigned    poll_us;      /* busy-poll this long for the next frame before sleeping */
 
     /* Admission (--session-id / --session-key-file): with a key, a client must

@@ -352,6 +352,68 @@ static void cache_keeps_only_loadable_images(void)
     close(fd);
 }
 
+/* A fake fatbinary of 16 + body bytes whose contents depend on seed. */
+static unsigned char *fatbin_variant(unsigned seed, size_t body, size_t *size)
+{
+    size_t base_size;
+    unsigned char *base = th_fake_fatbin(&base_size);
+    unsigned char *img = calloc(1, 16 + body);
+    CHECK(img != NULL, "memory");
+    memcpy(img, base, 16);
+    uint64_t fat = body;
+    memcpy(img + 8, &fat, 8);
+    for (size_t i = 0; i < body; i++)
+        img[16 + i] = (unsigned char)(i * 7 + 3 + seed * 31);
+    free(base);
+    *size = 16 + body;
+    return img;
+}
+
+/* Loads image in a session of its own (a cache hit when cached: a use). */
+static void load_in_new_session(const unsigned char *image, size_t size, const char *what)
+{
+    int fd = th_connect();
+    CHECK_GE(fd, 0, "connect and HELLO");
+    CHECK_EQ(th_hello(fd), 0, "connect and HELLO");
+    uint64_t module = 0;
+    CHECK_EQ(th_module_load(fd, image, size, &module), T_SUCCESS, "MODULE_LOAD of %s", what);
+    close(fd);
+    CHECK(wait_no_session(5.0) >= 0, "the session ended");
+    usleep(30000); /* file times have the kernel's tick as granularity */
+}
+
+/* Images cost disk outside any quota: --cache-max (200 bytes here, two of
+ * these 80-byte images) keeps the folder within it, least recently used first. */
+static void cache_stays_within_its_limit(void)
+{
+    th_say("the image cache stays within --cache-max, evicting the least recently used");
+    size_t size;
+    unsigned char *a = fatbin_variant(1, 64, &size), *b = fatbin_variant(2, 64, &size),
+                  *c = fatbin_variant(3, 64, &size);
+    char pa[512], pb[512], pc[512];
+    struct stat st;
+    cache_file_of(a, size, pa, sizeof pa);
+    cache_file_of(b, size, pb, sizeof pb);
+    cache_file_of(c, size, pc, sizeof pc);
+    load_in_new_session(a, size, "image A");
+    load_in_new_session(b, size, "image B");
+    CHECK(stat(pa, &st) == 0 && stat(pb, &st) == 0, "A and B are cached");
+    load_in_new_session(a, size, "image A again (from the cache: a use)");
+    load_in_new_session(c, size, "image C");
+    CHECK_EQ(stat(pc, &st), 0, "C is cached");
+    CHECK_EQ(stat(pa, &st), 0, "A, used since B, stays");
+    CHECK_NE(stat(pb, &st), 0, "B, the least recently used, was evicted");
+    CHECK(th_server_log_has("evicted"), "the eviction is logged");
+    size_t big_size;
+    unsigned char *big = fatbin_variant(4, 400, &big_size);
+    char pbig[512];
+    cache_file_of(big, big_size, pbig, sizeof pbig);
+    load_in_new_session(big, big_size, "an image larger than the limit");
+    CHECK_NE(stat(pbig, &st), 0, "it is not cached");
+    CHECK(stat(pa, &st) == 0 && stat(pc, &st) == 0, "and evicted nothing");
+    free(a), free(b), free(c), free(big);
+}
+
 /* Removes what the cache test left, so the temporary dir can go. */
 static void remove_cache_dir(void)
 {
@@ -380,7 +442,7 @@ int main(int argc, char **argv)
     th_prepare_dir();
     snprintf(cache_dir, sizeof cache_dir, "%s/cache", th_temp_dir());
     CHECK_EQ(mkdir(cache_dir, 0700), 0, "a cache dir");
-    static const char *const args[] = {"--cache-dir", cache_dir, NULL};
+    static const char *const args[] = {"--cache-dir", cache_dir, "--cache-max", "200", NULL};
     th_server_start_args(argv[1], "FLYT_HOST_BACKEND_MEM=268435456", args);
     spinning_requests_end_with_their_client();
     impossible_geometry_is_refused();
@@ -388,6 +450,7 @@ int main(int argc, char **argv)
     client_text_cannot_forge_log_lines();
     unsealed_shared_memory_is_refused();
     cache_keeps_only_loadable_images();
+    cache_stays_within_its_limit();
     CHECK(th_server_works(), "the server still serves new sessions");
     CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
     remove_cache_dir();

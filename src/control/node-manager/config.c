@@ -53,6 +53,9 @@ const struct flyt_cfg_key nm_config_keys[] = {
      "of the VM need not send them again (cuBLAS ships about 26 MB on first use); empty: "
      "state_dir/modules; off: none",
      false, 0, 0},
+    {"module_cache_max_per_vm", FLYT_CFG_SIZE, "4GiB",
+     "disk a VM's cached images may take; past it the least recently used are evicted "
+     "(0: no limit)", false, 0, 0},
     {"backend", FLYT_CFG_STRING, "cuda",
      "cuda (the GPUs, through the CUDA driver) or host (test mode: fake GPUs of [test], "
      "servers on the host-memory test backend)",
@@ -251,6 +254,7 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
         resolve(c->server_path, sizeof c->server_path, path, cfg, "server_path", err, errlen) < 0 ||
         resolve(c->state_dir, sizeof c->state_dir, path, cfg, "state_dir", err, errlen) < 0)
         goto out;
+    c->module_cache_max = flyt_config_size(cfg, "module_cache_max_per_vm");
     if (strcmp(c->module_cache_dir, "off") == 0)
         c->module_cache_dir[0] = '\0';
     else if (!c->module_cache_dir[0] &&

@@ -42,6 +42,7 @@ struct nm_config {
     long long start_timeout_ms, stop_grace_ms;
     char state_dir[PATH_MAX];
     char module_cache_dir[PATH_MAX]; /* "": servers keep no images on disk */
+    unsigned long long module_cache_max; /* bytes of one VM's folder, 0: no limit */
     int  host_backend;              /* backend = host (test mode) */
     int  server_unix_socket;        /* servers listen on a Unix socket in state_dir too */
     int  sm_granularity;            /* 0: from the driver */

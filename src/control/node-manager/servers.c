@@ -435,7 +435,7 @@ static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t er
     static const char *const levels[] = {"error", "warn", "info", "debug"};
     char local[sizeof s->sock_path + 8];
     snprintf(local, sizeof local, "unix:%s", s->sock_path);
-    const char *argv[32] = {c->server_path, "--listen", listen, "--session-id", s->sid,
+    const char *argv[40] = {c->server_path, "--listen", listen, "--session-id", s->sid,
                             "--session-key-file", s->key_path, "--memory-quota", quota,
                             "--sm-groups", groups, "--sm-granularity", gran, "--gpu", "0",
                             "--backend", c->host_backend ? "host" : "cuda", "--status-file",
@@ -445,9 +445,13 @@ static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t er
         argv[argc++] = "--listen";
         argv[argc++] = local;
     }
+    char cache_max[32];
+    snprintf(cache_max, sizeof cache_max, "%llu", c->module_cache_max);
     if (cache[0]) {
         argv[argc++] = "--cache-dir";
         argv[argc++] = cache;
+        argv[argc++] = "--cache-max";
+        argv[argc++] = cache_max;
     }
     char state[PATH_MAX + NM_SID_MAX + 16];
     if (s->restore && nm_state_file(nm, s->sid, state, sizeof state) == 0) {
@@ -458,6 +462,7 @@ static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t er
         argv[argc++] = "--vm-quota";
         argv[argc++] = nm_vmq_path(s);
     }
+    FLYT_ASSERT(argc < (int)(sizeof argv / sizeof argv[0]));
     argv[argc] = NULL;
     /* the environment: this GPU only, or the fake GPU; its MPS daemon */
     const char *fin[6];
