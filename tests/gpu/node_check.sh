@@ -17,7 +17,9 @@
 # checks: blocks on at most 32 SMs on every stream kind, allocation past the
 # quota refused); two sessions of 56 SMs run at once (with NODE_CHECK_MPS=1
 # the node manager runs MPS and their kernel times should be those of one
-# alone); release stops the server; a live resize of a running program from
+# alone); four tenants of 16, 24, 32 and 48 SMs at once, each timed alone and
+# together (with MPS each must keep its alone time within 15%); release stops
+# the server; a live resize of a running program from
 # 16 to 64 SMs and back (a table of its kernel time and distinct SMs per
 # interval, and the resize times); four processes of one 16-SM VM run at once
 # on its one set of SM groups, the GPU holding 16 SMs for them; SIGTERM leaves
@@ -193,12 +195,47 @@ echo "node_check: groups A $(jget "$body" session.sm_groups)"
 read -r _ body < <(api GET "$CM/v1/sessions/$S3" "$OP")
 echo "node_check: groups B $(jget "$body" session.sm_groups)"
 
-# live resize: a running program's share goes 16 -> 64 -> 16 SMs (flytctl session resize's
-# API); its streams (with their priority and attributes), events and memory stay, its kernel
-# time and SM ids follow the share, and so does the SM count it sees (SHARE_CHANGED)
+# four tenants with different shares at once (16 + 24 + 32 + 48 = 120 SMs: the 15 groups of
+# 8): each alone first, then all four together; with MPS each keeps its alone time
 api DELETE "$CM/v1/sessions/$S2" "$V2" >/dev/null
 api DELETE "$CM/v1/sessions/$S3" "$V3" >/dev/null
 sleep 1
+Q_SMS=(16 24 32 48) Q_S=() Q_E=() Q_T=() Q_V=()
+for i in 0 1 2 3; do
+    Q_V[i]=$(vm "10.250.1.$((i + 1))" "${Q_SMS[i]}" 4GiB)
+    read -r Q_S[i] Q_E[i] Q_T[i] < <(session "${Q_V[i]}" $((1100 + i))) || die "no session"
+done
+for i in 0 1 2 3; do
+    run_share "quad-alone$i" "${Q_E[i]}" "${Q_T[i]}" "${Q_SMS[i]}" $((4 << 30)) ||
+        fail "${Q_SMS[i]}-SM tenant alone"
+done
+qp=()
+for i in 0 1 2 3; do
+    run_share "quad-together$i" "${Q_E[i]}" "${Q_T[i]}" "${Q_SMS[i]}" $((4 << 30)) & qp[i]=$!
+done
+for i in 0 1 2 3; do wait "${qp[i]}" || fail "${Q_SMS[i]}-SM tenant of the four"; done
+echo "node_check: four tenants at once (MPS $([ "$MPS" = 1 ] && echo on || echo off))"
+echo "node_check:   SMs  alone ms  together ms  together/alone  groups"
+for i in 0 1 2 3; do
+    a=$(ms "quad-alone$i") t=$(ms "quad-together$i")
+    read -r _ body < <(api GET "$CM/v1/sessions/${Q_S[i]}" "$OP")
+    r=$(python3 -c "print('%.2f' % ($t / $a))" 2>/dev/null || echo "?")
+    printf 'node_check:   %3d  %8s  %11s  %14s  %s\n' "${Q_SMS[i]}" "$a" "$t" "$r" \
+        "$(jget "$body" session.sm_groups)"
+    if [ "$MPS" = 1 ]; then
+        if python3 -c "import sys; sys.exit(0 if $t <= 1.15 * $a else 1)" 2>/dev/null; then
+            ok "the ${Q_SMS[i]}-SM tenant ran as fast with the three others as alone"
+        else
+            fail "the ${Q_SMS[i]}-SM tenant slowed down beside the others ($a -> $t ms)"
+        fi
+    fi
+done
+for i in 0 1 2 3; do api DELETE "$CM/v1/sessions/${Q_S[i]}" "${Q_V[i]}" >/dev/null; done
+sleep 1
+
+# live resize: a running program's share goes 16 -> 64 -> 16 SMs (flytctl session resize's
+# API); its streams (with their priority and attributes), events and memory stay, its kernel
+# time and SM ids follow the share, and so does the SM count it sees (SHARE_CHANGED)
 V4=$(vm 10.250.0.4 16 8GiB)
 read -r S4 E4 T4 < <(session "$V4" 1004) || die "no session"
 env FLYT_SERVER="$E4" FLYT_SESSION_TOKEN="$T4" LD_LIBRARY_PATH="$BUILD/lib" SHARE_EXPECT_SMS=16 \
