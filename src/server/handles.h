@@ -38,6 +38,7 @@ enum flyt_htype {
 struct flyt_module_info {
     uint8_t  sha256[32]; /* content hash of the image it was loaded from */
     uint32_t refs;       /* MODULE_LOADs of this hash not yet unloaded */
+    uint64_t image_size; /* bytes of its image, counted in the session's image_bytes_live */
 };
 
 struct flyt_func_info {

@@ -49,6 +49,7 @@ struct flyt_server_config {
     int         gpu;
     const char *cache_dir;    /* NULL: no fatbinary cache on disk */
     uint64_t    cache_max_bytes; /* the cache folder's limit, 0: none */
+    uint64_t    max_image_bytes; /* images a session may hold loaded, 0: none */
     unsigned    poll_us;      /* busy-poll this long for the next frame before sleeping */
 
     /* Admission (--session-id / --session-key-file): with a key, a client must
@@ -162,6 +163,7 @@ typedef struct flyt_session {
     /* kernel images of the session: shipped by the client (bytes) or found
      * in the cache dir, said when the session ends */
     uint64_t images_received, image_bytes_received, images_from_cache;
+    uint64_t image_bytes_live; /* images of the loaded modules, which the server keeps */
 } flyt_session;
 
 typedef struct {

@@ -746,6 +746,8 @@ static CUresult restore_module(flyt_session *s, const struct flyt_state_module *
     }
     memcpy(h->u.module.sha256, r->sha256, 32);
     h->u.module.refs = r->refs;
+    h->u.module.image_size = r->image_size;
+    s->image_bytes_live += r->image_size;
     return CUDA_SUCCESS;
 }
 

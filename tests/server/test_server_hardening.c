@@ -414,6 +414,33 @@ static void cache_stays_within_its_limit(void)
     free(a), free(b), free(c), free(big);
 }
 
+/* Images the server keeps for a session are bounded (--max-image-bytes 200
+ * here: two of these 80-byte images); an unload gives room back. */
+static void image_memory_is_bounded(void)
+{
+    th_say("a session's loaded images stay within --max-image-bytes");
+    int fd = th_connect();
+    CHECK_GE(fd, 0, "connect and HELLO");
+    CHECK_EQ(th_hello(fd), 0, "connect and HELLO");
+    size_t size;
+    unsigned char *img[3];
+    uint64_t mod[3];
+    for (int i = 0; i < 3; i++)
+        img[i] = fatbin_variant(10 + (unsigned)i, 64, &size);
+    CHECK_EQ(th_module_load(fd, img[0], size, &mod[0]), T_SUCCESS, "the first image loads");
+    CHECK_EQ(th_module_load(fd, img[1], size, &mod[1]), T_SUCCESS, "the second too (160 bytes)");
+    CHECK_EQ(th_module_load(fd, img[2], size, &mod[2]), T_OUT_OF_MEMORY,
+             "a third would make 240 bytes: CUDA_ERROR_OUT_OF_MEMORY");
+    CHECK(th_server_log_has("--max-image-bytes"), "the refusal is logged");
+    flyt_req_handle u = {mod[0]};
+    CHECK_EQ(th_call(fd, FLYT_OP_MODULE_UNLOAD, &u, sizeof u, NULL, 0, NULL), T_SUCCESS,
+             "MODULE_UNLOAD of the first");
+    CHECK_EQ(th_module_load(fd, img[2], size, &mod[2]), T_SUCCESS, "then the third loads");
+    for (int i = 0; i < 3; i++)
+        free(img[i]);
+    close(fd);
+}
+
 /* Removes what the cache test left, so the temporary dir can go. */
 static void remove_cache_dir(void)
 {
@@ -454,6 +481,10 @@ int main(int argc, char **argv)
     CHECK(th_server_works(), "the server still serves new sessions");
     CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
     remove_cache_dir();
+    th_server_stop();
+    static const char *const small_images[] = {"--max-image-bytes", "200", NULL};
+    th_server_start_args(argv[1], "FLYT_HOST_BACKEND_MEM=268435456", small_images);
+    image_memory_is_bounded();
     th_server_stop();
     th_passed();
     printf("all hardening checks passed\n");
