@@ -16,10 +16,18 @@
 #include "flyt_log.h"
 #include "session.h"
 
+/* A detached region: only our reservation of its address, if any. */
+static void detached_drop(const struct flyt_region_info *g)
+{
+    if (g->placeholder)
+        munmap((void *)(uintptr_t)g->addr, (size_t)g->size);
+}
+
 static void region_drop(flyt_session *s, struct flyt_hentry *e)
 {
-    if (e->u.region.base == NULL) { /* detached: nothing mapped */
+    if (e->u.region.base == NULL) {
         s->detached_mapped -= e->u.region.mapped;
+        detached_drop(&e->u.region);
         return;
     }
     FLYT_BCALL(s, host_unregister, e->u.region.base);
@@ -151,6 +159,36 @@ int handle_HOST_UNMAP(flyt_session *s, flyt_call *c)
 
 /* ---- regions of a restored session (docs/host-memory.md) ---- */
 
+int flyt_region_reserve(uint64_t addr, uint64_t size)
+{
+    void *want = (void *)(uintptr_t)addr;
+    void *got = mmap(want, (size_t)size, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (got != MAP_FAILED && got != want)
+        munmap(got, (size_t)size);
+    return got == want ? 0 : -1;
+}
+
+/* The memfd at a detached region's address: over our reservation there
+ * (ours to replace), else only where nothing is. */
+static void *map_at_old_address(const struct flyt_region_info *g, int fd)
+{
+    if (!g->placeholder)
+        return map_exactly(fd, g->addr, g->size);
+    return mmap((void *)(uintptr_t)g->addr, (size_t)g->size, PROT_READ | PROT_WRITE,
+                MAP_SHARED | MAP_FIXED, fd, 0);
+}
+
+/* Undoes map_at_old_address, keeping the reservation where there was one. */
+static void unmap_at_old_address(const struct flyt_region_info *g)
+{
+    void *at = (void *)(uintptr_t)g->addr;
+    if (!g->placeholder || mmap(at, (size_t)g->size, PROT_NONE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+                                0) == MAP_FAILED)
+        munmap(at, (size_t)g->size);
+}
+
 /* Maps and registers a detached region's memfd as HOST_MAP or HOST_MAP_AT
  * did: at its old address when device-mapped, where the device pointer
  * must come out as that address again (the client and its kernels hold it). */
@@ -158,7 +196,7 @@ static CUresult region_attach(flyt_session *s, struct flyt_hentry *e, int fd)
 {
     struct flyt_region_info *g = &e->u.region;
     CUresult r;
-    void *base = g->mapped ? map_exactly(fd, g->addr, g->size)
+    void *base = g->mapped ? map_at_old_address(g, fd)
                            : mmap(NULL, (size_t)g->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED)
         return g->mapped ? CUDA_ERROR_ALREADY_MAPPED : CUDA_ERROR_OUT_OF_MEMORY;
@@ -178,10 +216,14 @@ static CUresult region_attach(flyt_session *s, struct flyt_hentry *e, int fd)
                                      : CUDA_ERROR_NOT_SUPPORTED;
     }
     if (r != CUDA_SUCCESS) {
-        munmap(base, (size_t)g->size);
+        if (g->mapped)
+            unmap_at_old_address(g);
+        else
+            munmap(base, (size_t)g->size);
         return r;
     }
     g->base = base;
+    g->placeholder = 0;
     s->detached_mapped -= g->mapped;
     return CUDA_SUCCESS;
 }
@@ -267,6 +309,8 @@ static int unmap_region(const struct flyt_hentry *e, void *arg)
         return 0;
     if (e->u.region.base != NULL)
         munmap(e->u.region.base, (size_t)e->u.region.size);
+    else
+        detached_drop(&e->u.region);
     return 1;
 }
 

@@ -269,6 +269,10 @@ uint64_t flyt_session_acks_ahead(const flyt_session *s);
 /* The shared bytes [offset, offset + size) of a HOST_MAP region, in *host. */
 CUresult flyt_region_span(flyt_session *s, uint64_t region, uint64_t offset, uint64_t size,
                           char **host);
+/* Reserves [addr, addr + size) in this process (PROT_NONE) for a detached
+ * device-mapped region, so that nothing takes the address before its client
+ * shares the memory again; 0, or -1 when it is taken. */
+int flyt_region_reserve(uint64_t addr, uint64_t size);
 /* CUDA_SUCCESS when a region is mapped here; a detached one (restored, not
  * shared again by its client) answers CUDA_ERROR_NOT_MAPPED, logged once. */
 CUresult flyt_region_attached(struct flyt_hentry *e);

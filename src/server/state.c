@@ -593,6 +593,8 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
     return sections_ok(st, body_end, err, errlen);
 }
 
+static void reserve_hostmaps(const struct flyt_state *st);
+
 struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
 {
     char why[320] = "";
@@ -613,8 +615,10 @@ struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
     }
     if (fd >= 0)
         close(fd);
-    if (st && st->data && verify(st, why, sizeof why) == 0)
+    if (st && st->data && verify(st, why, sizeof why) == 0) {
+        reserve_hostmaps(st);
         return st;
+    }
     say(err, errlen, "state file %s refused: %s", path, why);
     flyt_state_close(st);
     return NULL;
@@ -843,6 +847,50 @@ static CUresult restore_object(flyt_session *s, uint32_t type, const void *rec, 
     return CUDA_SUCCESS;
 }
 
+/* The device-mapped regions' addresses reserved as the state was opened
+ * (one state per process: --restore), before the device or anything else
+ * could take them; a restore finds them held for it. */
+static struct flyt_state_hostmap *reserved;
+static size_t nreserved;
+
+static void reserve_hostmaps(const struct flyt_state *st)
+{
+    size_t pos = sizeof(struct flyt_state_header);
+    for (;;) {
+        struct flyt_state_section sec;
+        memcpy(&sec, st->data + pos, sizeof sec);
+        pos += sizeof sec;
+        if (sec.type == FLYT_SS_END)
+            return;
+        union state_rec rec;
+        rec_load(&rec, sec.type, st->data + pos, sec.length);
+        pos += sec.length;
+        if (sec.type != FLYT_SS_HOSTMAP || !rec.hostmap.mapped)
+            continue;
+        struct flyt_state_hostmap *more = realloc(reserved, (nreserved + 1) * sizeof *more);
+        if (more == NULL)
+            return;
+        reserved = more;
+        if (flyt_region_reserve(rec.hostmap.addr, rec.hostmap.size) == 0)
+            reserved[nreserved++] = rec.hostmap;
+        else
+            flyt_warn("host memory region %llu: its address 0x%llx is taken in this server; "
+                      "its client cannot share it again", (unsigned long long)rec.hostmap.id,
+                      (unsigned long long)rec.hostmap.addr);
+    }
+}
+
+/* Whether the region's address was reserved for it (the reservation then passes to it). */
+static int take_reserved(const struct flyt_state_hostmap *r)
+{
+    for (size_t i = 0; i < nreserved; i++)
+        if (reserved[i].addr == r->addr && reserved[i].size == r->size) {
+            reserved[i] = reserved[--nreserved];
+            return 1;
+        }
+    return 0;
+}
+
 /* A region detached: its id, what it was; the client shares its memory
  * again (HOST_REMAP) as it resumes. */
 static CUresult restore_hostmap(flyt_session *s, const struct flyt_state_hostmap *r,
@@ -855,6 +903,7 @@ static CUresult restore_hostmap(flyt_session *s, const struct flyt_state_hostmap
         return CUDA_ERROR_INVALID_VALUE;
     }
     h->u.region = (struct flyt_region_info){.size = r->size, .addr = r->addr, .mapped = r->mapped};
+    h->u.region.placeholder = r->mapped && (take_reserved(r) || flyt_region_reserve(r->addr, r->size) == 0);
     s->detached_mapped += r->mapped;
     return CUDA_SUCCESS;
 }
