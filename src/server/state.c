@@ -595,6 +595,20 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
 
 static void reserve_hostmaps(const struct flyt_state *st);
 
+/* The next section of a verified state from *pos on: its body, with its
+ * header in *sec and *pos past it; NULL at the END section. */
+static const unsigned char *next_section(const struct flyt_state *st, size_t *pos,
+                                         struct flyt_state_section *sec)
+{
+    memcpy(sec, st->data + *pos, sizeof *sec);
+    *pos += sizeof *sec;
+    if (sec->type == FLYT_SS_END)
+        return NULL;
+    const unsigned char *body = st->data + *pos;
+    *pos += sec->length;
+    return body;
+}
+
 struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
 {
     char why[320] = "";
@@ -856,15 +870,10 @@ static size_t nreserved;
 static void reserve_hostmaps(const struct flyt_state *st)
 {
     size_t pos = sizeof(struct flyt_state_header);
-    for (;;) {
-        struct flyt_state_section sec;
-        memcpy(&sec, st->data + pos, sizeof sec);
-        pos += sizeof sec;
-        if (sec.type == FLYT_SS_END)
-            return;
+    struct flyt_state_section sec;
+    for (const unsigned char *body; (body = next_section(st, &pos, &sec)) != NULL;) {
         union state_rec rec;
-        rec_load(&rec, sec.type, st->data + pos, sec.length);
-        pos += sec.length;
+        rec_load(&rec, sec.type, body, sec.length);
         if (sec.type != FLYT_SS_HOSTMAP || !rec.hostmap.mapped)
             continue;
         struct flyt_state_hostmap *more = realloc(reserved, (nreserved + 1) * sizeof *more);
@@ -946,18 +955,13 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
     uint64_t t0 = clock_ns(CLOCK_MONOTONIC), last = 0, allocs = 0, regions = 0;
     size_t pos = sizeof *h;
     CUresult e = CUDA_SUCCESS;
-    for (;;) {
-        struct flyt_state_section sec;
-        memcpy(&sec, st->data + pos, sizeof sec);
-        pos += sizeof sec;
-        if (sec.type == FLYT_SS_END)
-            break;
-        e = restore_section(s, sec.type, st->data + pos, sec.length, &last, err, errlen);
+    struct flyt_state_section sec;
+    for (const unsigned char *body; (body = next_section(st, &pos, &sec)) != NULL;) {
+        e = restore_section(s, sec.type, body, sec.length, &last, err, errlen);
         if (e != CUDA_SUCCESS)
             return e;
         allocs += sec.type == FLYT_SS_ALLOC;
         regions += sec.type == FLYT_SS_HOSTMAP;
-        pos += sec.length;
     }
     if (st->sess.next_id <= last) {
         say(err, errlen, "the state's id counter %llu is behind its ids",
