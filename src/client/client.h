@@ -180,6 +180,10 @@ void flyt_range_forget_regions(void);
 /* Keeps a copy of the memfd of a region the server mapped (addr: HOST_MAP_AT's
  * address, device-mapped; 0: HOST_MAP) while it lives. */
 void flyt_region_keep(uint64_t region, int fd, uint64_t size, uint64_t addr);
+/* The receiver delivered a successful HOST_MAP(_AT) reply; its caller then
+ * keeps the region (flyt_region_keep) or says it will not (not_kept). */
+void flyt_region_reply_delivered(void);
+void flyt_region_not_kept(void);
 /* HOST_UNMAP of a region (0: none), then its memfd is closed. */
 CUresult flyt_region_release(uint64_t region);
 /* Closes every kept memfd (a device reset unmapped the regions). */

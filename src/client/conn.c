@@ -510,6 +510,8 @@ static void *receiver_thread(void *arg)
         w->callbacks_seen = conn.cb_received;
         pthread_mutex_unlock(&conn.cb_lock);
         confirm(w->end_off);
+        if ((w->op == FLYT_OP_HOST_MAP || w->op == FLYT_OP_HOST_MAP_AT) && w->reply.result == 0)
+            flyt_region_reply_delivered(); /* its caller keeps it (regions.c) */
         waiter_finish(w);
     }
 }

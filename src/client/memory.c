@@ -351,6 +351,7 @@ static CUresult host_map_at(int fd, uint64_t addr, uint64_t len, uint64_t *regio
     if (r == CUDA_SUCCESS && rep.b != addr) {
         /* a device without CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: one
          * pointer cannot serve both sides */
+        flyt_region_not_kept();
         flyt_call_handle(FLYT_OP_HOST_UNMAP, rep.a);
         return CUDA_ERROR_NOT_SUPPORTED;
     }

@@ -8,6 +8,8 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -22,15 +24,35 @@ struct kept {
 
 static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
 static flyt_hash kept_map; /* region id -> struct kept * */
+/* HOST_MAP(_AT) replies delivered whose caller has not kept the region yet:
+ * a move right after such a reply waits for them, or the restored server
+ * would hold the region detached with nobody to share it again. */
+static atomic_int unkept;
+
+void flyt_region_reply_delivered(void) { atomic_fetch_add(&unkept, 1); }
+void flyt_region_not_kept(void) { atomic_fetch_sub(&unkept, 1); }
+
+/* Waits (at most a second: a caller that is never scheduled keeps its
+ * region detached, which fails its uses cleanly) until every delivered
+ * region is kept. */
+static void wait_for_keeps(void)
+{
+    struct timespec ms = {0, 1000000};
+    for (int i = 0; i < 1000 && atomic_load(&unkept) > 0; i++)
+        nanosleep(&ms, NULL);
+}
 
 void flyt_region_keep(uint64_t region, int fd, uint64_t size, uint64_t addr)
 {
     struct kept *k = malloc(sizeof *k);
-    if (k == NULL)
-        return; /* such a region is not shared again after a move: its uses fail then */
+    if (k == NULL) { /* such a region is not shared again after a move: its uses fail then */
+        flyt_region_not_kept();
+        return;
+    }
     *k = (struct kept){.size = size, .addr = addr, .mapped = addr != 0};
     k->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
     pthread_mutex_lock(&kept_lock);
+    flyt_region_not_kept(); /* now kept, or never will be */
     flyt_hash_slot *s = k->fd >= 0 && flyt_hash_find(&kept_map, region) == NULL
                             ? flyt_hash_insert(&kept_map, region)
                             : NULL;
@@ -87,6 +109,7 @@ void flyt_regions_forget_all(void)
 int flyt_regions_each(int (*fn)(const flyt_req_host_remap *req, int fd, void *arg), void *arg,
                       size_t *count)
 {
+    wait_for_keeps();
     pthread_mutex_lock(&kept_lock);
     *count = flyt_hash_count(&kept_map);
     int rc = 0;

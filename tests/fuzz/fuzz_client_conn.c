@@ -35,6 +35,8 @@ void flyt_device_share_changed(const struct flyt_msg_share *m)
 }
 
 /* No host memory is shared here (regions.c): a move has none to share again. */
+void flyt_region_reply_delivered(void) {}
+
 int flyt_regions_each(int (*fn)(const flyt_req_host_remap *req, int fd, void *arg), void *arg,
                       size_t *count)
 {
