@@ -175,15 +175,6 @@ static void restored_regions(int fd)
     CHECK_EQ(region_roundtrip(fd, 1, 0, got), T_NOT_MAPPED, "a detached HOST_MAP_AT region refuses");
     CHECK_EQ(region_roundtrip(fd, 0, 4096, got), T_NOT_MAPPED, "and again");
     CHECK_EQ(th_server_log_count("is not shared with this server"), 2, "one log line per region");
-    flyt_req_host_remap unknown = {region_id[1] + 1000, REGION_SIZE, 0, 0, 0};
-    flyt_rep_none none;
-    CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_REMAP, &unknown, sizeof unknown, region_fd[0], &none,
-                        sizeof none), T_INVALID_HANDLE, "HOST_REMAP of an unknown id");
-    CHECK_EQ(remap(fd, 0, REGION_SIZE / 2, region_fd[0]), T_INVALID_VALUE, "another size");
-    int unsealed = th_memfd(REGION_SIZE, 0);
-    CHECK_EQ(remap(fd, 0, REGION_SIZE, unsealed), T_INVALID_VALUE, "an unsealed memfd");
-    close(unsealed);
-    CHECK_EQ(remap(fd, 0, REGION_SIZE, -1), T_INVALID_VALUE, "no memfd");
     for (int r = 0; r < 2; r++) {
         CHECK_EQ(remap(fd, r, REGION_SIZE, region_fd[r]), T_SUCCESS, "HOST_REMAP region %d", r);
         CHECK_EQ(remap(fd, r, REGION_SIZE, region_fd[r]), T_ALREADY_MAPPED, "not twice");
@@ -221,11 +212,67 @@ static void unsupported_refused(int fd)
     CHECK_EQ(handle_op(fd, FLYT_OP_GRAPH_DESTROY, g.graph), T_SUCCESS, "graph destroyed");
 }
 
+static unsigned char *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL, "open %s", path);
+    fseek(f, 0, SEEK_END);
+    *size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *p = malloc(*size);
+    CHECK_EQ(fread(p, 1, *size, f), *size, "read %s", path);
+    fclose(f);
+    return p;
+}
+
+/* The request-stream bytes a checkpoint of the session says it consumed. */
+static uint64_t consumed_now(void)
+{
+    char path[160], error[256];
+    snprintf(path, sizeof path, "%s/again.state", dir);
+    CHECK_EQ(checkpoint(path, error, sizeof error), T_SUCCESS, "checkpoint: %s", error);
+    size_t size;
+    unsigned char *p = read_file(path, &size);
+    struct flyt_state_section sec;
+    size_t pos = sizeof(struct flyt_state_header);
+    memcpy(&sec, p + pos, sizeof sec); /* SESSION, then CLIENT */
+    pos += sizeof sec + sec.length;
+    memcpy(&sec, p + pos, sizeof sec);
+    CHECK_EQ(sec.type, FLYT_SS_CLIENT, "the CLIENT section follows SESSION");
+    struct flyt_state_client client;
+    memcpy(&client, p + pos + sizeof sec, sizeof client);
+    free(p);
+    unlink(path);
+    return client.consumed;
+}
+
+/* HOST_REMAPs that are refused, checked before the regions are used; none
+ * is counted in the request stream (a checkpoint says the same offset). */
+static void remap_refusals(int fd)
+{
+    th_say("HOST_REMAP checks what it is given, and is not counted in the request stream");
+    uint64_t before = consumed_now();
+    flyt_req_host_remap unknown = {region_id[1] + 1000, REGION_SIZE, 0, 0, 0};
+    flyt_rep_none none;
+    CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_REMAP, &unknown, sizeof unknown, region_fd[0], &none,
+                        sizeof none), T_INVALID_HANDLE, "HOST_REMAP of an unknown id");
+    CHECK_EQ(remap(fd, 0, REGION_SIZE / 2, region_fd[0]), T_INVALID_VALUE, "another size");
+    int unsealed = th_memfd(REGION_SIZE, 0);
+    CHECK_EQ(remap(fd, 0, REGION_SIZE, unsealed), T_INVALID_VALUE, "an unsealed memfd");
+    close(unsealed);
+    CHECK_EQ(remap(fd, 0, REGION_SIZE, -1), T_INVALID_VALUE, "no memfd");
+    flyt_req_host_remap other_kind = {region_id[0], REGION_SIZE, 0x7000000000ull, 1, 0};
+    CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_REMAP, &other_kind, sizeof other_kind, region_fd[0],
+                        &none, sizeof none), T_INVALID_VALUE, "another kind");
+    CHECK_EQ(consumed_now(), before, "the consumed offset is where it was");
+}
+
 static void restored_session_matches(void)
 {
     th_say("the restored session: same pointers, contents and ids");
     int fd = th_connect();
     CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO resumes the restored session");
+    remap_refusals(fd);
     for (int b = 0; b < NBUF; b++) {
         unsigned char *want = expected(b), *got = malloc(buf_size[b]);
         int had;
@@ -271,19 +318,6 @@ static int restore_refused(const char *bin, const char *path, char *err_out, siz
     snprintf(sock, sizeof sock, "unix:%s/never.sock", dir);
     const char *args[] = {"--backend", "host", "--listen", sock, "--restore", path, NULL};
     return th_run_server(bin, args, err_out, len);
-}
-
-static unsigned char *read_file(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL, "open %s", path);
-    fseek(f, 0, SEEK_END);
-    *size = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc(*size);
-    CHECK_EQ(fread(p, 1, *size, f), *size, "read %s", path);
-    fclose(f);
-    return p;
 }
 
 static void write_file(const char *path, const unsigned char *p, size_t size)
@@ -426,7 +460,7 @@ int main(int argc, char **argv)
     bad_files_refused(bin);
 
     th_say("flyt-server --restore");
-    const char *rargs[] = {"--restore", state_path, NULL};
+    const char *rargs[] = {"--restore", state_path, "--status-file", status_path, NULL};
     th_server_start_args(bin, NULL, rargs);
     restored_session_matches();
     CHECK(th_server_log_has("restored: 3 allocation(s)"), "the server says what it restored");
