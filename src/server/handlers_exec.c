@@ -505,6 +505,8 @@ int handle_LAUNCH(flyt_session *s, flyt_call *c)
     if (c->result == CUDA_SUCCESS)
         c->result = translate_attrs(s, attrs, r->attr_count);
     if (c->result == CUDA_SUCCESS)
+        c->result = flyt_regions_check_params(s, params, r->param_bytes);
+    if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, launch, f->bh, r->grid, r->block, r->shared_mem, stream,
                                params, r->param_bytes, attrs, r->attr_count);
     return FLYT_CONT;

@@ -776,6 +776,7 @@ int32_t flyt_session_open_backend(flyt_session *s, char *err, size_t errlen)
         if (r != CUDA_SUCCESS) { /* nothing of it stays */
             flyt_memtab_clear(&s->mem);
             flyt_handles_clear(&s->handles);
+            s->detached_mapped = 0;
             s->b->ops->close(s->b);
             s->b = NULL;
             return r;

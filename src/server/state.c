@@ -107,7 +107,7 @@ static const char *refused_kind(const flyt_session *s, const struct flyt_hentry 
     case FLYT_H_MODULE: return NULL;
     case FLYT_H_FUNC: return e->u.func.name ? NULL : "function without a recorded name";
     case FLYT_H_POOL: return e->id == s->default_pool_id ? NULL : "memory pool (cuMemPoolCreate)";
-    case FLYT_H_REGION: return "host memory shared with the client (HOST_MAP)";
+    case FLYT_H_REGION: return NULL;
     case FLYT_H_VMEM: return "physical allocation (cuMemCreate)";
     case FLYT_H_ARRAY: return "CUDA array";
     case FLYT_H_MIPMAP: return "mipmapped array";
@@ -291,6 +291,13 @@ static CUresult write_entry(flyt_session *s, struct writer *w, const struct flyt
     switch (e->type) {
     case FLYT_H_MODULE: return write_module(s, w, e);
     case FLYT_H_FUNC: return write_func(s, w, e);
+    case FLYT_H_REGION: { /* the memory is the client's: only what names it */
+        const struct flyt_region_info *g = &e->u.region;
+        struct flyt_state_hostmap rec = {.id = e->id, .size = g->size, .addr = g->addr,
+                                         .mapped = g->mapped};
+        return w_record(w, FLYT_SS_HOSTMAP, &rec, sizeof rec, 0) ? CUDA_ERROR_OPERATING_SYSTEM
+                                                                 : CUDA_SUCCESS;
+    }
     case FLYT_H_STREAM: {
         struct flyt_state_stream rec = {.id = e->id};
         CUresult r = FLYT_BCALL(s, stream_get_flags, e->bh, &rec.flags);
@@ -432,6 +439,7 @@ union state_rec {
     struct flyt_state_pool    pool;
     struct flyt_state_client  client;
     struct flyt_state_arena   arena;
+    struct flyt_state_hostmap hostmap;
 };
 
 static size_t rec_size(uint32_t type)
@@ -446,6 +454,7 @@ static size_t rec_size(uint32_t type)
     case FLYT_SS_POOL: return sizeof(struct flyt_state_pool);
     case FLYT_SS_CLIENT: return sizeof(struct flyt_state_client);
     case FLYT_SS_ARENA: return sizeof(struct flyt_state_arena);
+    case FLYT_SS_HOSTMAP: return sizeof(struct flyt_state_hostmap);
     }
     return 0;
 }
@@ -457,6 +466,17 @@ static void rec_load(union state_rec *rec, uint32_t type, const unsigned char *p
     size_t n = rec_size(type);
     memset(rec, 0, sizeof *rec);
     memcpy(rec, p, len < n ? (size_t)len : n);
+}
+
+/* A region of some bytes: device-mapped ones at whole user-space pages. */
+static int hostmap_ok(const struct flyt_state_hostmap *r)
+{
+    if (r->size == 0 || r->size > (1ull << 47) || r->mapped > 1 || r->pad != 0)
+        return 0;
+    if (!r->mapped)
+        return r->addr == 0;
+    return r->addr != 0 && !(r->addr & 4095) && !(r->size & 4095) && r->addr < (1ull << 47) &&
+           r->size <= (1ull << 47) - r->addr;
 }
 
 /* The fixed record of a section and the bytes that must follow it. */
@@ -496,6 +516,7 @@ static int record_ok(uint32_t type, const unsigned char *p, uint64_t len)
     case FLYT_SS_ARENA:
         return len == sizeof(struct flyt_state_arena) && rec.arena.size > 0 &&
                rec.arena.base + rec.arena.size > rec.arena.base;
+    case FLYT_SS_HOSTMAP: return len == sizeof(struct flyt_state_hostmap) && hostmap_ok(&rec.hostmap);
     }
     return 0;
 }
@@ -572,6 +593,22 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
     return sections_ok(st, body_end, err, errlen);
 }
 
+static void reserve_hostmaps(const struct flyt_state *st);
+
+/* The next section of a verified state from *pos on: its body, with its
+ * header in *sec and *pos past it; NULL at the END section. */
+static const unsigned char *next_section(const struct flyt_state *st, size_t *pos,
+                                         struct flyt_state_section *sec)
+{
+    memcpy(sec, st->data + *pos, sizeof *sec);
+    *pos += sizeof *sec;
+    if (sec->type == FLYT_SS_END)
+        return NULL;
+    const unsigned char *body = st->data + *pos;
+    *pos += sec->length;
+    return body;
+}
+
 struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
 {
     char why[320] = "";
@@ -592,8 +629,10 @@ struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
     }
     if (fd >= 0)
         close(fd);
-    if (st && st->data && verify(st, why, sizeof why) == 0)
+    if (st && st->data && verify(st, why, sizeof why) == 0) {
+        reserve_hostmaps(st);
         return st;
+    }
     say(err, errlen, "state file %s refused: %s", path, why);
     flyt_state_close(st);
     return NULL;
@@ -824,6 +863,62 @@ static CUresult restore_object(flyt_session *s, uint32_t type, const void *rec, 
     return CUDA_SUCCESS;
 }
 
+/* The device-mapped regions' addresses reserved as the state was opened
+ * (one state per process: --restore), before the device or anything else
+ * could take them; a restore finds them held for it. */
+static struct flyt_state_hostmap *reserved;
+static size_t nreserved;
+
+static void reserve_hostmaps(const struct flyt_state *st)
+{
+    size_t pos = sizeof(struct flyt_state_header);
+    struct flyt_state_section sec;
+    for (const unsigned char *body; (body = next_section(st, &pos, &sec)) != NULL;) {
+        union state_rec rec;
+        rec_load(&rec, sec.type, body, sec.length);
+        if (sec.type != FLYT_SS_HOSTMAP || !rec.hostmap.mapped)
+            continue;
+        struct flyt_state_hostmap *more = realloc(reserved, (nreserved + 1) * sizeof *more);
+        if (more == NULL)
+            return;
+        reserved = more;
+        if (flyt_region_reserve(rec.hostmap.addr, rec.hostmap.size) == 0)
+            reserved[nreserved++] = rec.hostmap;
+        else
+            flyt_warn("host memory region %llu: its address 0x%llx is taken in this server; "
+                      "its client cannot share it again", (unsigned long long)rec.hostmap.id,
+                      (unsigned long long)rec.hostmap.addr);
+    }
+}
+
+/* Whether the region's address was reserved for it (the reservation then passes to it). */
+static int take_reserved(const struct flyt_state_hostmap *r)
+{
+    for (size_t i = 0; i < nreserved; i++)
+        if (reserved[i].addr == r->addr && reserved[i].size == r->size) {
+            reserved[i] = reserved[--nreserved];
+            return 1;
+        }
+    return 0;
+}
+
+/* A region detached: its id, what it was; the client shares its memory
+ * again (HOST_REMAP) as it resumes. */
+static CUresult restore_hostmap(flyt_session *s, const struct flyt_state_hostmap *r,
+                                uint64_t *last, char *err, size_t errlen)
+{
+    struct flyt_hentry *h = add_exact(s, r->id, FLYT_H_REGION, NULL, last);
+    if (h == NULL) {
+        say(err, errlen, "host memory region %llu cannot be made again",
+            (unsigned long long)r->id);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    h->u.region = (struct flyt_region_info){.size = r->size, .addr = r->addr, .mapped = r->mapped};
+    h->u.region.placeholder = r->mapped && (take_reserved(r) || flyt_region_reserve(r->addr, r->size) == 0);
+    s->detached_mapped += r->mapped;
+    return CUDA_SUCCESS;
+}
+
 /* The client's side of the session: its request stream resumes at consumed,
  * and host-function tickets continue past the acknowledgements it replays. */
 static void restore_client(flyt_session *s, const struct flyt_state_client *r)
@@ -846,6 +941,7 @@ static CUresult restore_section(flyt_session *s, uint32_t type, const unsigned c
     case FLYT_SS_ARENA: return restore_arena(s, &rec.arena, err, errlen);
     case FLYT_SS_MODULE: return restore_module(s, &rec.module, tail, last, err, errlen);
     case FLYT_SS_FUNC: return restore_func(s, &rec.func, tail, last, err, errlen);
+    case FLYT_SS_HOSTMAP: return restore_hostmap(s, &rec.hostmap, last, err, errlen);
     default: return restore_object(s, type, &rec, last, err, errlen);
     }
 }
@@ -858,20 +954,16 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
             h->backend, s->b->ops->name, s->b->ops->mem_alloc_at ? "" : " (it cannot restore yet)");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    uint64_t t0 = clock_ns(CLOCK_MONOTONIC), last = 0, allocs = 0;
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC), last = 0, allocs = 0, regions = 0;
     size_t pos = sizeof *h;
     CUresult e = CUDA_SUCCESS;
-    for (;;) {
-        struct flyt_state_section sec;
-        memcpy(&sec, st->data + pos, sizeof sec);
-        pos += sizeof sec;
-        if (sec.type == FLYT_SS_END)
-            break;
-        e = restore_section(s, sec.type, st->data + pos, sec.length, &last, err, errlen);
+    struct flyt_state_section sec;
+    for (const unsigned char *body; (body = next_section(st, &pos, &sec)) != NULL;) {
+        e = restore_section(s, sec.type, body, sec.length, &last, err, errlen);
         if (e != CUDA_SUCCESS)
             return e;
         allocs += sec.type == FLYT_SS_ALLOC;
-        pos += sec.length;
+        regions += sec.type == FLYT_SS_HOSTMAP;
     }
     if (st->sess.next_id <= last) {
         say(err, errlen, "the state's id counter %llu is behind its ids",
@@ -887,6 +979,9 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
     flyt_info("session for %s restored: %llu allocation(s), %zu object id(s), %zu bytes of state, "
               "in %.3f ms", s->peer, (unsigned long long)allocs, flyt_hash_count(&s->handles.map), st->size,
               (double)(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+    if (regions)
+        flyt_info("%llu host memory region(s) shared with the client wait for it to share them "
+                  "again (HOST_REMAP)", (unsigned long long)regions);
     return CUDA_SUCCESS;
 }
 
