@@ -137,13 +137,16 @@ if has_part elastic; then
             "$build/bin/flyt-server" "$build/lib:$cuda_lib" "$build/bin/test_reconnect" cuda 2>&1 | tail -n 15)
         OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" loop "step 50:" -- \
             "$build/gpu-tests/migrate_loop" 200 20 2>&1 | tail -n 12
+        OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" global "step 50:" -- \
+            "$build/gpu-tests/migrate_loop" 200 20 global 2>&1 | tail -n 12
         OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" pinned "step 50:" -- \
             "$build/gpu-tests/migrate_loop" 200 20 pinned 2>&1 | tail -n 12
         OUT=$OUT timeout -k 10 300 bash "$root/tests/gpu/migrate_check.sh" "$build" torch "step 50:" -- \
             "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
     } > "$OUT/elastic.txt" 2>&1
     cat "$OUT/elastic.txt" >> "$summary"
-    pack elastic state-check migrate-loop migrate-pinned migrate-torch
+    find "$OUT" -name "*.state" -delete # tens of MB each: the logs say what they held
+    pack elastic state-check migrate-loop migrate-global migrate-pinned migrate-torch
 fi
 
 if has_part bench; then

@@ -9,6 +9,7 @@
 #include "flyt_log.h"
 #include "module_cache.h"
 #include "session.h"
+#include "state.h"
 
 /* ---- modules ---- */
 
@@ -167,6 +168,7 @@ int handle_MODULE_UNLOAD(flyt_session *s, flyt_call *c)
     uint64_t id = r->handle;
     flyt_handles_remove_if(&s->handles, func_of_module, &id);
     flyt_handles_remove(&s->handles, id);
+    flyt_state_globals_drop(s, id);
     return FLYT_CONT;
 }
 
@@ -395,6 +397,9 @@ int handle_GLOBAL_GET(flyt_session *s, flyt_call *c)
     c->result = flyt_lookup(s, r->module, FLYT_H_MODULE, &mod);
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, global_get, mod, name, &dptr, &size);
+    /* a checkpoint writes its contents and a restore checks its address */
+    if (c->result == CUDA_SUCCESS && flyt_state_global_seen(s, r->module, name, dptr, size) != 0)
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
     rep->a = dptr;
     rep->b = size;
     return FLYT_CONT;

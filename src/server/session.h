@@ -165,7 +165,19 @@ typedef struct flyt_session {
      * in the cache dir, said when the session ends */
     uint64_t images_received, image_bytes_received, images_from_cache;
     uint64_t image_bytes_live; /* images of the loaded modules, which the server keeps */
+
+    /* module globals the client looked up (GLOBAL_GET): a checkpoint writes
+     * their contents, a restore checks the driver put them at the same
+     * addresses (state.c) */
+    struct flyt_global_seen *globals;
+    size_t                   nglobals, cap_globals;
 } flyt_session;
+
+struct flyt_global_seen {
+    uint64_t module; /* its module's id */
+    uint64_t addr, size;
+    char    *name;
+};
 
 typedef struct {
     const struct flyt_frame_hdr *hdr;

@@ -230,21 +230,17 @@ static CUresult write_arena(void *arg, uint64_t base, uint64_t size)
                ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
 }
 
-/* One allocation and its contents, read through staging buffers. */
-static CUresult write_alloc(void *arg, uint64_t addr, uint64_t size)
+/* size bytes of device memory at addr, read through staging buffers. */
+static CUresult write_device_bytes(flyt_session *s, struct writer *w, uint64_t addr, uint64_t size)
 {
-    struct alloc_ctx *a = arg;
-    flyt_backend *b = a->s->b;
-    struct flyt_state_alloc rec = {addr, size};
-    if (w_record(a->w, FLYT_SS_ALLOC, &rec, sizeof rec, size) != 0)
-        return CUDA_ERROR_OPERATING_SYSTEM;
+    flyt_backend *b = s->b;
     for (uint64_t off = 0; off < size;) {
         size_t want = size - off < FLYT_STAGING_CHUNK ? (size_t)(size - off) : FLYT_STAGING_CHUNK, got;
         void *buf = b->ops->staging_get(b, want, &got);
         if (buf == NULL)
             return CUDA_ERROR_OUT_OF_MEMORY;
         CUresult r = b->ops->dtoh_2d(b, buf, addr + off, got, got, 1, FLYT_BSTREAM_DEFAULT);
-        if (r == CUDA_SUCCESS && w_put(a->w, buf, got) != 0)
+        if (r == CUDA_SUCCESS && w_put(w, buf, got) != 0)
             r = CUDA_ERROR_OPERATING_SYSTEM;
         b->ops->staging_put(b, buf);
         if (r != CUDA_SUCCESS)
@@ -252,6 +248,70 @@ static CUresult write_alloc(void *arg, uint64_t addr, uint64_t size)
         off += got;
     }
     return CUDA_SUCCESS;
+}
+
+/* One allocation and its contents. */
+static CUresult write_alloc(void *arg, uint64_t addr, uint64_t size)
+{
+    struct alloc_ctx *a = arg;
+    struct flyt_state_alloc rec = {addr, size};
+    if (w_record(a->w, FLYT_SS_ALLOC, &rec, sizeof rec, size) != 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    return write_device_bytes(a->s, a->w, addr, size);
+}
+
+/* Every module global the client looked up, with its contents. */
+static CUresult write_globals(flyt_session *s, struct writer *w)
+{
+    CUresult r = CUDA_SUCCESS;
+    for (size_t i = 0; i < s->nglobals && r == CUDA_SUCCESS; i++) {
+        const struct flyt_global_seen *g = &s->globals[i];
+        struct flyt_state_global rec = {.module = g->module, .addr = g->addr, .size = g->size,
+                                        .name_len = (uint32_t)strlen(g->name) + 1};
+        if (w_record(w, FLYT_SS_GLOBAL, &rec, sizeof rec, rec.name_len + g->size) ||
+            w_put(w, g->name, rec.name_len))
+            return CUDA_ERROR_OPERATING_SYSTEM;
+        r = write_device_bytes(s, w, g->addr, g->size);
+    }
+    return r;
+}
+
+int flyt_state_global_seen(flyt_session *s, uint64_t module, const char *name, uint64_t addr,
+                           uint64_t size)
+{
+    for (size_t i = 0; i < s->nglobals; i++)
+        if (s->globals[i].module == module && strcmp(s->globals[i].name, name) == 0)
+            return 0;
+    if (s->nglobals == s->cap_globals) {
+        size_t cap = s->cap_globals ? s->cap_globals * 2 : 8;
+        struct flyt_global_seen *g = realloc(s->globals, cap * sizeof *g);
+        if (g == NULL)
+            return -1;
+        s->globals = g;
+        s->cap_globals = cap;
+    }
+    char *copy = strdup(name);
+    if (copy == NULL)
+        return -1;
+    s->globals[s->nglobals++] = (struct flyt_global_seen){module, addr, size, copy};
+    return 0;
+}
+
+void flyt_state_globals_drop(flyt_session *s, uint64_t module)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < s->nglobals; i++) {
+        if (module == 0 || s->globals[i].module == module)
+            free(s->globals[i].name);
+        else
+            s->globals[kept++] = s->globals[i];
+    }
+    s->nglobals = kept;
+    if (module == 0) {
+        free(s->globals);
+        s->globals = NULL;
+        s->cap_globals = 0;
+    }
 }
 
 static CUresult write_module(flyt_session *s, struct writer *w, const struct flyt_hentry *e)
@@ -348,6 +408,8 @@ static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *
         r = s->b->ops->state_allocs(s->b, write_alloc, &a, &what);
     for (size_t i = 0; r == CUDA_SUCCESS && i < sc->n; i++)
         r = write_entry(s, w, sc->list[i]);
+    if (r == CUDA_SUCCESS)
+        r = write_globals(s, w);
     if (r != CUDA_SUCCESS)
         return r;
     struct flyt_state_section end = {FLYT_SS_END, 0, 0};
@@ -440,6 +502,7 @@ union state_rec {
     struct flyt_state_client  client;
     struct flyt_state_arena   arena;
     struct flyt_state_hostmap hostmap;
+    struct flyt_state_global  global;
 };
 
 static size_t rec_size(uint32_t type)
@@ -455,6 +518,7 @@ static size_t rec_size(uint32_t type)
     case FLYT_SS_CLIENT: return sizeof(struct flyt_state_client);
     case FLYT_SS_ARENA: return sizeof(struct flyt_state_arena);
     case FLYT_SS_HOSTMAP: return sizeof(struct flyt_state_hostmap);
+    case FLYT_SS_GLOBAL: return sizeof(struct flyt_state_global);
     }
     return 0;
 }
@@ -517,6 +581,14 @@ static int record_ok(uint32_t type, const unsigned char *p, uint64_t len)
         return len == sizeof(struct flyt_state_arena) && rec.arena.size > 0 &&
                rec.arena.base + rec.arena.size > rec.arena.base;
     case FLYT_SS_HOSTMAP: return len == sizeof(struct flyt_state_hostmap) && hostmap_ok(&rec.hostmap);
+    case FLYT_SS_GLOBAL: {
+        const struct flyt_state_global *r = &rec.global;
+        if (len < sizeof *r || r->name_len == 0 || r->name_len > FLYT_MAX_NAME || r->size == 0 ||
+            len - sizeof *r - r->name_len != r->size)
+            return 0;
+        const unsigned char *name = p + sizeof *r;
+        return name[r->name_len - 1] == '\0' && memchr(name, '\0', r->name_len - 1) == NULL;
+    }
     }
     return 0;
 }
@@ -722,6 +794,61 @@ static CUresult restore_arena(flyt_session *s, const struct flyt_state_arena *r,
     return e;
 }
 
+/* size bytes of data into device memory at addr, through staging buffers. */
+static CUresult restore_device_bytes(flyt_session *s, uint64_t addr, uint64_t size,
+                                     const unsigned char *data, char *err, size_t errlen)
+{
+    flyt_backend *b = s->b;
+    for (uint64_t off = 0; off < size;) {
+        size_t want = size - off < FLYT_STAGING_CHUNK ? (size_t)(size - off) : FLYT_STAGING_CHUNK;
+        size_t got;
+        void *buf = b->ops->staging_get(b, want, &got);
+        if (buf == NULL) {
+            say(err, errlen, "out of memory");
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        memcpy(buf, data + off, got);
+        CUresult e = b->ops->htod_2d(b, addr + off, got, buf, got, 1, FLYT_BSTREAM_DEFAULT);
+        if (e != CUDA_SUCCESS) {
+            say(err, errlen, "writing the contents at 0x%llx failed: CUDA error %d",
+                (unsigned long long)(addr + off), (int)e);
+            return e;
+        }
+        off += got;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* A module global: the driver placed it when its module was loaded again,
+ * and it must be where the client's copy of its address says. */
+static CUresult restore_global(flyt_session *s, const struct flyt_state_global *r,
+                               const unsigned char *tail, char *err, size_t errlen)
+{
+    const char *name = (const char *)tail;
+    flyt_bhandle mod;
+    uint64_t addr = 0, size = 0;
+    CUresult e = flyt_lookup(s, r->module, FLYT_H_MODULE, &mod);
+    if (e == CUDA_SUCCESS)
+        e = FLYT_BCALL(s, global_get, mod, name, &addr, &size);
+    if (e != CUDA_SUCCESS) {
+        say(err, errlen, "module global %s of module %llu cannot be found again: CUDA error %d",
+            name, (unsigned long long)r->module, (int)e);
+        return e;
+    }
+    if (addr != r->addr || size != r->size) {
+        say(err, errlen, "module global %s is at 0x%llx (%llu bytes) here, not at 0x%llx (%llu "
+            "bytes) where the program holds it: the driver placed it elsewhere", name,
+            (unsigned long long)addr, (unsigned long long)size, (unsigned long long)r->addr,
+            (unsigned long long)r->size);
+        return CUDA_ERROR_ALREADY_MAPPED;
+    }
+    if (flyt_state_global_seen(s, r->module, name, addr, size) != 0) {
+        say(err, errlen, "out of memory");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return restore_device_bytes(s, addr, size, tail + r->name_len, err, errlen);
+}
+
 static CUresult restore_alloc(flyt_session *s, const struct flyt_state_alloc *r,
                               const unsigned char *tail, char *err,
                               size_t errlen)
@@ -744,25 +871,7 @@ static CUresult restore_alloc(flyt_session *s, const struct flyt_state_alloc *r,
         say(err, errlen, "out of memory");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    const unsigned char *data = tail;
-    for (uint64_t off = 0; off < r->size;) {
-        size_t want = r->size - off < FLYT_STAGING_CHUNK ? (size_t)(r->size - off) : FLYT_STAGING_CHUNK;
-        size_t got;
-        void *buf = b->ops->staging_get(b, want, &got);
-        if (buf == NULL) {
-            say(err, errlen, "out of memory");
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        memcpy(buf, data + off, got);
-        e = b->ops->htod_2d(b, r->addr + off, got, buf, got, 1, FLYT_BSTREAM_DEFAULT);
-        if (e != CUDA_SUCCESS) {
-            say(err, errlen, "writing the contents at 0x%llx failed: CUDA error %d",
-                (unsigned long long)(r->addr + off), (int)e);
-            return e;
-        }
-        off += got;
-    }
-    return CUDA_SUCCESS;
+    return restore_device_bytes(s, r->addr, r->size, tail, err, errlen);
 }
 
 static CUresult restore_module(flyt_session *s, const struct flyt_state_module *r,
@@ -942,6 +1051,7 @@ static CUresult restore_section(flyt_session *s, uint32_t type, const unsigned c
     case FLYT_SS_MODULE: return restore_module(s, &rec.module, tail, last, err, errlen);
     case FLYT_SS_FUNC: return restore_func(s, &rec.func, tail, last, err, errlen);
     case FLYT_SS_HOSTMAP: return restore_hostmap(s, &rec.hostmap, last, err, errlen);
+    case FLYT_SS_GLOBAL: return restore_global(s, &rec.global, tail, err, errlen);
     default: return restore_object(s, type, &rec, last, err, errlen);
     }
 }

@@ -7,7 +7,10 @@
 // cudaHostAlloc buffer (default flags) the host writes each step and copies
 // in, and a cudaHostAllocMapped one a kernel reads and writes through its
 // pointer (zero-copy); their checksums are printed with the rest.
-// usage: migrate_loop [STEPS] [SLEEP_MS] [pinned]
+// With "global", a __device__ variable takes part too: a kernel folds each
+// step into it and the host reads it with cudaMemcpyFromSymbol (a module
+// global: the restore must find it at the same address).
+// usage: migrate_loop [STEPS] [SLEEP_MS] [pinned|global]
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
@@ -87,10 +90,15 @@ static unsigned long long mapped_sum(const pinned_bufs *p)
     return h;
 }
 
+__device__ unsigned long long g_tally;
+
+__global__ void tally_kernel(int t) { g_tally = g_tally * 31u + (unsigned long long)t; }
+
 int main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 200, sleep_ms = argc > 2 ? atoi(argv[2]) : 20;
     bool pinned = argc > 3 && strcmp(argv[3], "pinned") == 0;
+    bool global = argc > 3 && strcmp(argv[3], "global") == 0;
     pinned_bufs pb;
     const size_t sizes[] = {256, 1000, 4096, 100000, (1u << 20) + 4, (3u << 20) + 100, 64u << 20};
     const int nbuf = sizeof sizes / sizeof sizes[0];
@@ -115,12 +123,18 @@ int main(int argc, char **argv)
         words[nbuf + 1] = PINNED_WORDS;
     }
     int last = pinned ? nbuf + 1 : nbuf;
+    if (global) {
+        unsigned long long zero = 0;
+        CK(cudaMemcpyToSymbol(g_tally, &zero, sizeof zero));
+    }
     for (int t = 1; t <= steps; t++) {
         for (int b = 0; b <= nbuf; b++)
             step_kernel<<<64, 256, 0, s>>>(buf[b], words[b], (uint32_t)t);
         CK(cudaGetLastError());
         if (pinned)
             pinned_step(&pb, t, s);
+        if (global)
+            tally_kernel<<<1, 1, 0, s>>>(t);
         CK(cudaStreamSynchronize(s));
         if (t % 10 == 0) {
             printf("step %d:", t);
@@ -134,6 +148,11 @@ int main(int argc, char **argv)
             }
             if (pinned)
                 printf(" mapped %llx", mapped_sum(&pb));
+            if (global) {
+                unsigned long long v = 0;
+                CK(cudaMemcpyFromSymbol(&v, g_tally, sizeof v));
+                printf(" global %llx", v);
+            }
             printf("\n");
             fflush(stdout);
         }
