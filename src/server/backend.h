@@ -312,6 +312,10 @@ struct flyt_backend_ops {
     CUresult (*state_arenas)(flyt_backend *b, CUresult (*fn)(void *arg, uint64_t addr, uint64_t size),
                              void *arg);
     CUresult (*arena_at)(flyt_backend *b, uint64_t addr, uint64_t size);
+    /* A restored module global is at now, not at old where the client holds
+     * it: the backend translates old in copies and kernel parameters from
+     * then on. NULL: the backend cannot (the restore fails). */
+    CUresult (*global_alias)(flyt_backend *b, uint64_t old, uint64_t now, uint64_t size);
 };
 
 /* Every backend's state starts with this. */

@@ -305,9 +305,13 @@ static void cuda_close(flyt_backend *base)
     flyt_cuda_staging_release(b, 1); /* also unmaps the host memory */
     flyt_cuda_mem_drop(b);
     flyt_memtab_free(&b->ckpt.async);
+    free(b->ckpt.aliases); /* the modules they named are gone */
+    b->ckpt.aliases = NULL;
+    b->ckpt.naliases = 0;
     destroy_tracked(b);
     ctx_drop(b);
     free(b->kparams);
+    free(b->ckpt.kparam_copy);
     free(b->share_groups);
     /* libcuda stays loaded: unloading an initialized driver is not safe */
     free(b);
@@ -353,6 +357,9 @@ static CUresult cuda_device_reset(flyt_backend *base)
     flyt_cuda_staging_release(b, 0); /* buffers stay mapped: the server may hold one */
     flyt_cuda_mem_drop(b);
     flyt_memtab_free(&b->ckpt.async);
+    free(b->ckpt.aliases); /* the modules they named are gone */
+    b->ckpt.aliases = NULL;
+    b->ckpt.naliases = 0;
     destroy_tracked(b);
     flyt_cuda_green_drop(b); /* rebuilt by ctx_acquire below */
     CUresult r = b->cu.cuDevicePrimaryCtxReset(b->dev);
@@ -1195,6 +1202,7 @@ CUresult flyt_cuda_kernel_args(struct flyt_cuda_backend *b, const struct flyt_cu
     ka->kp = NULL;
     ka->extra = NULL;
     ka->buf_size = param_bytes;
+    params = flyt_cuda_params_xlate(b, params, param_bytes);
     if (f->nparams > 0) {
         if ((size_t)f->nparams > b->kparams_cap) {
             void **n = realloc(b->kparams, (size_t)f->nparams * sizeof *n);
@@ -1423,6 +1431,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .module_image = flyt_cuda_module_image,
     .state_arenas = flyt_cuda_mem_arenas,
     .arena_at = flyt_cuda_mem_arena_at,
+    .global_alias = flyt_cuda_global_alias,
 };
 
 /* ---- open ---- */

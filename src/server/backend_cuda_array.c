@@ -61,7 +61,7 @@ static CUmemorytype side_type(enum flyt_bside_kind k)
     do {                                                        \
         (c)->pfx##MemoryType = side_type((s)->kind);            \
         (c)->pfx##Host = (s)->host;                             \
-        (c)->pfx##Device = (CUdeviceptr)(s)->dptr;              \
+        (c)->pfx##Device = (CUdeviceptr)flyt_cuda_xlate(b, (s)->dptr); \
         (c)->pfx##Array = (CUarray)(s)->array;                  \
         (c)->pfx##Pitch = (size_t)(s)->pitch;                   \
         (c)->pfx##Height = (size_t)(s)->height;                 \

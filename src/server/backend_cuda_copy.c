@@ -204,6 +204,7 @@ CUresult flyt_cuda_htod_2d(flyt_backend *base, uint64_t dst, uint64_t dst_pitch,
     CUresult r = flyt_cuda_ctx(b);
     if (r != CUDA_SUCCESS)
         return r;
+    dst = flyt_cuda_xlate(b, dst);
     CUstream st = flyt_cuda_enqueue(b, stream);
     struct flyt_staging *s = stg_find(b, staging);
 
@@ -255,6 +256,7 @@ CUresult flyt_cuda_dtoh_2d(flyt_backend *base, void *dst, uint64_t src, uint64_t
     CUresult r = flyt_cuda_ctx(b);
     if (r != CUDA_SUCCESS)
         return r;
+    src = flyt_cuda_xlate(b, src);
     if (width == 0 || rows == 0)
         return CUDA_SUCCESS;
     if (!dst)
@@ -282,6 +284,8 @@ CUresult flyt_cuda_dtod_2d(flyt_backend *base, uint64_t dst, uint64_t dst_pitch,
     CUresult r = flyt_cuda_ctx(b);
     if (r != CUDA_SUCCESS)
         return r;
+    dst = flyt_cuda_xlate(b, dst);
+    src = flyt_cuda_xlate(b, src);
     if (width == 0 || rows == 0)
         return CUDA_SUCCESS;
     CUstream st = flyt_cuda_enqueue(b, stream);
@@ -302,6 +306,7 @@ CUresult flyt_cuda_memset_2d(flyt_backend *base, uint64_t dst, uint64_t pitch, u
     CUresult r = flyt_cuda_ctx(b);
     if (r != CUDA_SUCCESS)
         return r;
+    dst = flyt_cuda_xlate(b, dst);
     if (width == 0 || rows == 0)
         return CUDA_SUCCESS;
     CUstream st = flyt_cuda_enqueue(b, stream);
@@ -377,7 +382,8 @@ CUresult flyt_cuda_htod_host(flyt_backend *base, uint64_t dst, const void *src, 
     CUresult r = flyt_cuda_ctx(b);
     if (r != CUDA_SUCCESS || n == 0)
         return r;
-    return b->cu.cuMemcpyHtoDAsync((CUdeviceptr)dst, src, (size_t)n, flyt_cuda_enqueue(b, stream));
+    return b->cu.cuMemcpyHtoDAsync((CUdeviceptr)flyt_cuda_xlate(b, dst), src, (size_t)n,
+                                   flyt_cuda_enqueue(b, stream));
 }
 
 CUresult flyt_cuda_dtoh_host(flyt_backend *base, void *dst, uint64_t src, uint64_t n,
@@ -389,5 +395,6 @@ CUresult flyt_cuda_dtoh_host(flyt_backend *base, void *dst, uint64_t src, uint64
     CUresult r = flyt_cuda_ctx(b);
     if (r != CUDA_SUCCESS || n == 0)
         return r;
-    return b->cu.cuMemcpyDtoHAsync(dst, (CUdeviceptr)src, (size_t)n, flyt_cuda_enqueue(b, stream));
+    return b->cu.cuMemcpyDtoHAsync(dst, (CUdeviceptr)flyt_cuda_xlate(b, src), (size_t)n,
+                                   flyt_cuda_enqueue(b, stream));
 }

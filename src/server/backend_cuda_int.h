@@ -312,9 +312,19 @@ struct flyt_cuda_mem {
 };
 
 /* ---- checkpoint and restore (backend_cuda_state.c) ---- */
+/* A module global a restore found elsewhere than where the client holds it
+ * (the driver places module data among the host's randomised mmaps): the
+ * client's address, translated in copies and kernel parameters. */
+struct flyt_cuda_alias {
+    uint64_t old, size, now;
+};
+
 struct flyt_cuda_ckpt {
     struct flyt_memtab async;        /* stream-ordered: a capture refuses them */
     uint64_t           reservations; /* the program's own cuMemAddressReserve ranges */
+    struct flyt_cuda_alias *aliases;
+    int                     naliases;
+    unsigned char          *kparam_copy; /* kernel parameters with aliases translated */
 };
 
 /* ---- the backend ---- */
@@ -359,6 +369,11 @@ struct flyt_cuda_backend {
     void   **kparams;     /* scratch for launches: pointers into the param buffer */
     size_t   kparams_cap;
 };
+
+/* addr, or where a moved module global is now (nothing to do without aliases). */
+uint64_t flyt_cuda_xlate_slow(const struct flyt_cuda_backend *b, uint64_t addr);
+#define flyt_cuda_xlate(b, addr) \
+    (__builtin_expect((b)->ckpt.naliases == 0, 1) ? (addr) : flyt_cuda_xlate_slow((b), (addr)))
 
 /* Makes the primary context current on the calling thread (cheap when it is). */
 CUresult flyt_cuda_ctx(struct flyt_cuda_backend *b);
@@ -553,6 +568,11 @@ CUresult flyt_cuda_state_allocs(flyt_backend *base,
                                 CUresult (*fn)(void *arg, uint64_t addr, uint64_t size), void *arg,
                                 const char **what);
 CUresult flyt_cuda_mem_alloc_at(flyt_backend *base, uint64_t addr, uint64_t size);
+/* The module global the client holds at old is at now here (a restore). */
+CUresult flyt_cuda_global_alias(flyt_backend *base, uint64_t old, uint64_t now, uint64_t size);
+/* Kernel parameters with every 8-byte value inside a moved global translated
+ * (params itself when there is nothing to translate). */
+const void *flyt_cuda_params_xlate(struct flyt_cuda_backend *b, const void *params, uint32_t bytes);
 CUresult flyt_cuda_module_image(flyt_backend *base, flyt_bhandle module, const void **image,
                                 size_t *size);
 

@@ -92,3 +92,52 @@ CUresult flyt_cuda_mem_alloc_at(flyt_backend *base, uint64_t addr, uint64_t size
         return CUDA_ERROR_INVALID_VALUE;
     return flyt_cuda_mem_place_at(b, addr, size);
 }
+
+/* ---- module globals the driver put elsewhere ---- */
+
+CUresult flyt_cuda_global_alias(flyt_backend *base, uint64_t old, uint64_t now, uint64_t size)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (b == NULL || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct flyt_cuda_alias *a = realloc(b->ckpt.aliases, (size_t)(b->ckpt.naliases + 1) * sizeof *a);
+    if (a == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    a[b->ckpt.naliases++] = (struct flyt_cuda_alias){old, size, now};
+    b->ckpt.aliases = a;
+    flyt_info("restore: module global of %llu bytes moved from 0x%llx to 0x%llx: the old "
+              "address is translated in copies and kernel parameters", (unsigned long long)size,
+              (unsigned long long)old, (unsigned long long)now);
+    return CUDA_SUCCESS;
+}
+
+uint64_t flyt_cuda_xlate_slow(const struct flyt_cuda_backend *b, uint64_t addr)
+{
+    for (int i = 0; i < b->ckpt.naliases; i++) {
+        const struct flyt_cuda_alias *a = &b->ckpt.aliases[i];
+        if (addr >= a->old && addr - a->old < a->size)
+            return a->now + (addr - a->old);
+    }
+    return addr;
+}
+
+const void *flyt_cuda_params_xlate(struct flyt_cuda_backend *b, const void *params, uint32_t bytes)
+{
+    if (b->ckpt.naliases == 0 || params == NULL || bytes < 8)
+        return params;
+    unsigned char *copy = realloc(b->ckpt.kparam_copy, bytes);
+    if (copy == NULL)
+        return params; /* untranslated: the launch still runs, as before a move */
+    b->ckpt.kparam_copy = copy;
+    memcpy(copy, params, bytes);
+    /* a pointer parameter is 8-byte aligned in the buffer; a value equal to a
+     * moved global's old address is taken for a pointer to it */
+    for (uint32_t off = 0; off + 8 <= bytes; off += 8) {
+        uint64_t v;
+        memcpy(&v, copy + off, 8);
+        uint64_t t = flyt_cuda_xlate_slow(b, v);
+        if (t != v)
+            memcpy(copy + off, &t, 8);
+    }
+    return copy;
+}

@@ -835,14 +835,23 @@ static CUresult restore_global(flyt_session *s, const struct flyt_state_global *
             name, (unsigned long long)r->module, (int)e);
         return e;
     }
-    if (addr != r->addr || size != r->size) {
-        say(err, errlen, "module global %s is at 0x%llx (%llu bytes) here, not at 0x%llx (%llu "
-            "bytes) where the program holds it: the driver placed it elsewhere", name,
-            (unsigned long long)addr, (unsigned long long)size, (unsigned long long)r->addr,
-            (unsigned long long)r->size);
-        return CUDA_ERROR_ALREADY_MAPPED;
+    if (size != r->size) {
+        say(err, errlen, "module global %s has %llu bytes here, not %llu", name,
+            (unsigned long long)size, (unsigned long long)r->size);
+        return CUDA_ERROR_INVALID_VALUE;
     }
-    if (flyt_state_global_seen(s, r->module, name, addr, size) != 0) {
+    if (addr != r->addr) { /* the driver placed it elsewhere: the client holds the old one */
+        e = s->b->ops->global_alias ? s->b->ops->global_alias(s->b, r->addr, addr, size)
+                                    : CUDA_ERROR_NOT_SUPPORTED;
+        if (e != CUDA_SUCCESS) {
+            say(err, errlen, "module global %s is at 0x%llx here, not at 0x%llx where the "
+                "program holds it, and cannot be translated: CUDA error %d", name,
+                (unsigned long long)addr, (unsigned long long)r->addr, (int)e);
+            return e;
+        }
+    }
+    /* kept at the client's address: a later checkpoint names the same one */
+    if (flyt_state_global_seen(s, r->module, name, r->addr, size) != 0) {
         say(err, errlen, "out of memory");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
