@@ -159,6 +159,19 @@ stop_server() { # mode
     return 0
 }
 
+# The port to listen on: a restart (the mode had an address) takes the next
+# one (the old one may linger in TIME_WAIT); ports someone else listens on
+# are skipped.
+free_port() { # port, the mode's address so far
+    local port=$1
+    [ -n "$2" ] && port=$((port + 1))
+    for _ in $(seq 20); do
+        tcp_listening "$port" || break
+        port=$((port + 1))
+    done
+    echo "$port"
+}
+
 # A CA and a server certificate for 127.0.0.1 it signed, once, for the tls mode.
 make_certs() {
     [ -f "$WORK/tls/srv.pem" ] && return 0
@@ -178,20 +191,10 @@ start_server() { # mode; returns non-zero when it does not come up
     stop_server "$mode"
     case "$mode" in
         tcp)
-            # A restart takes the next port (the old one may linger in
-            # TIME_WAIT); ports someone else listens on are skipped.
-            [ -n "${SERVER_ADDR[tcp]:-}" ] && PORT=$((PORT + 1))
-            for _ in $(seq 20); do
-                tcp_listening "$PORT" || break
-                PORT=$((PORT + 1))
-            done
+            PORT=$(free_port "$PORT" "${SERVER_ADDR[tcp]:-}")
             addr=tcp://127.0.0.1:$PORT ;;
         tls)
-            [ -n "${SERVER_ADDR[tls]:-}" ] && TLS_PORT=$((TLS_PORT + 1))
-            for _ in $(seq 20); do
-                tcp_listening "$TLS_PORT" || break
-                TLS_PORT=$((TLS_PORT + 1))
-            done
+            TLS_PORT=$(free_port "$TLS_PORT" "${SERVER_ADDR[tls]:-}")
             make_certs || { echo "run_bench: openssl cannot make a certificate" >>"$slog"; return 1; }
             extra=(--tls-cert "$WORK/tls/srv.pem" --tls-key "$WORK/tls/srv.key")
             addr=tls://127.0.0.1:$TLS_PORT ;;
