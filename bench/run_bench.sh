@@ -18,7 +18,9 @@
 # Environment (all optional):
 #   FLYT_BENCH_PROGRAMS  programs to run (default: bench_latency bench_launch
 #                        bench_memcpy bench_torch)
-#   FLYT_BENCH_MODES     subset of "native tcp unix" (default: all three)
+#   FLYT_BENCH_MODES     subset of "native tcp unix tls" (default: native tcp unix);
+#                        tls: TCP with TLS (docs/tls.md), a throwaway CA and
+#                        certificate made with the openssl command
 #   FLYT_BENCH_ARGS      extra arguments for every program (e.g. "--no-1gib")
 #   FLYT_BENCH_TIMEOUT   seconds per program run (default 240, 120 with --quick)
 #   FLYT_BENCH_PORT      TCP port for the server (default 47311, next free one)
@@ -58,12 +60,14 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 PROGRAMS=${FLYT_BENCH_PROGRAMS:-bench_latency bench_launch bench_memcpy bench_torch}
 MODES=${FLYT_BENCH_MODES:-native tcp unix}
+ALL_MODES="native tcp unix tls"
 if [ "$QUICK" = 1 ]; then
     TIMEOUT=${FLYT_BENCH_TIMEOUT:-120}
 else
     TIMEOUT=${FLYT_BENCH_TIMEOUT:-240}
 fi
 PORT=${FLYT_BENCH_PORT:-47311}
+TLS_PORT=$((PORT + 100))
 SOCK=${FLYT_BENCH_SOCK:-/tmp/flyt-bench.sock}
 CUDA_LIB=${FLYT_CUDA_LIB:-/usr/local/cuda/lib64}
 # The caller's library path, less Flyt's build (native runs must not see it).
@@ -117,6 +121,7 @@ unix_listening() { # path
 server_listening() { # mode
     case "$1" in
         tcp) tcp_listening "$PORT" ;;
+        tls) tcp_listening "$TLS_PORT" ;;
         unix) unix_listening "$SOCK" ;;
     esac
 }
@@ -154,19 +159,45 @@ stop_server() { # mode
     return 0
 }
 
+# The port to listen on: a restart (the mode had an address) takes the next
+# one (the old one may linger in TIME_WAIT); ports someone else listens on
+# are skipped.
+free_port() { # port, the mode's address so far
+    local port=$1
+    [ -n "$2" ] && port=$((port + 1))
+    for _ in $(seq 20); do
+        tcp_listening "$port" || break
+        port=$((port + 1))
+    done
+    echo "$port"
+}
+
+# A CA and a server certificate for 127.0.0.1 it signed, once, for the tls mode.
+make_certs() {
+    [ -f "$WORK/tls/srv.pem" ] && return 0
+    mkdir -p "$WORK/tls" && (
+        cd "$WORK/tls" &&
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 \
+            -subj "/CN=flyt bench CA" &&
+        openssl req -newkey rsa:2048 -nodes -keyout srv.key -out srv.csr -subj "/CN=flyt-server" &&
+        printf 'subjectAltName=IP:127.0.0.1\n' >san.cnf &&
+        openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out srv.pem \
+            -days 2 -extfile san.cnf && chmod 600 srv.key ca.key
+    ) >/dev/null 2>&1
+}
+
 start_server() { # mode; returns non-zero when it does not come up
-    local mode=$1 addr slog=$WORK/server.$1.log
+    local mode=$1 addr slog=$WORK/server.$1.log extra=()
     stop_server "$mode"
     case "$mode" in
         tcp)
-            # A restart takes the next port (the old one may linger in
-            # TIME_WAIT); ports someone else listens on are skipped.
-            [ -n "${SERVER_ADDR[tcp]:-}" ] && PORT=$((PORT + 1))
-            for _ in $(seq 20); do
-                tcp_listening "$PORT" || break
-                PORT=$((PORT + 1))
-            done
+            PORT=$(free_port "$PORT" "${SERVER_ADDR[tcp]:-}")
             addr=tcp://127.0.0.1:$PORT ;;
+        tls)
+            TLS_PORT=$(free_port "$TLS_PORT" "${SERVER_ADDR[tls]:-}")
+            make_certs || { echo "run_bench: openssl cannot make a certificate" >>"$slog"; return 1; }
+            extra=(--tls-cert "$WORK/tls/srv.pem" --tls-key "$WORK/tls/srv.key")
+            addr=tls://127.0.0.1:$TLS_PORT ;;
         unix)
             rm -f "$SOCK"
             addr=unix:$SOCK ;;
@@ -177,12 +208,12 @@ start_server() { # mode; returns non-zero when it does not come up
         echo "run_bench: no executable $SERVER" >>"$slog"
         return 1
     fi
-    echo "=== $(date -u +%FT%TZ) starting: $SERVER --listen $addr ${SERVER_ARGS[*]}" >>"$slog"
+    echo "=== $(date -u +%FT%TZ) starting: $SERVER --listen $addr ${extra[*]} ${SERVER_ARGS[*]}" >>"$slog"
     local launcher=()
     command -v setsid >/dev/null && launcher=(setsid)
     # The server must load the real CUDA runtime, never the client library.
     LD_LIBRARY_PATH=$CUDA_LIB${ORIG_LDLP:+:$ORIG_LDLP} \
-        "${launcher[@]}" "$SERVER" --listen "$addr" "${SERVER_ARGS[@]}" \
+        "${launcher[@]}" "$SERVER" --listen "$addr" "${extra[@]}" "${SERVER_ARGS[@]}" \
         </dev/null >>"$slog" 2>&1 &
     SERVER_PID[$mode]=$!
     for _ in $(seq 300); do # up to 30 s
@@ -250,7 +281,7 @@ run_one() { # prog mode
     case "$mode" in
         native)
             envs=(-u FLYT_SERVER) ;;
-        tcp | unix)
+        tcp | unix | tls)
             if [ ! -e "$CLIENT_LIB_DIR/libcuda.so.1" ] || [ ! -x "$FLYT_RUN" ]; then
                 # Without them the program would silently run natively.
                 STATUS[$key]="FAIL(no client library)"
@@ -266,6 +297,7 @@ run_one() { # prog mode
                 fi
             fi
             envs=(-u FLYT_SERVER)
+            [ "$mode" = tls ] && envs+=(FLYT_TLS_CA="$WORK/tls/ca.pem")
             launcher=("$FLYT_RUN" --server "${SERVER_ADDR[$mode]}" --) ;;
     esac
     {
@@ -301,7 +333,7 @@ run_one() { # prog mode
     fi
 }
 
-for mode in tcp unix; do
+for mode in tcp unix tls; do
     if has_mode "$mode"; then
         if start_server "$mode"; then
             log "flyt-server ($mode) listening on ${SERVER_ADDR[$mode]}"
@@ -312,7 +344,7 @@ for mode in tcp unix; do
 done
 
 for prog in $PROGRAMS; do
-    for mode in native tcp unix; do
+    for mode in $ALL_MODES; do
         if has_mode "$mode"; then
             run_one "$prog" "$mode"
         else
@@ -348,12 +380,12 @@ TSV=$DEST/results.tsv
 # Lines "status<TAB>prog<TAB>mode<TAB>status" then "result<TAB>prog<TAB>mode<TAB>name<TAB>value<TAB>unit".
 {
     for prog in $PROGRAMS; do
-        for mode in native tcp unix; do
+        for mode in $ALL_MODES; do
             printf 'status\t%s\t%s\t%s\n' "$prog" "$mode" "${STATUS["$prog $mode"]:-skipped}"
         done
     done
     for prog in $PROGRAMS; do
-        for mode in native tcp unix; do
+        for mode in $ALL_MODES; do
             f=$WORK/$prog.$mode.out
             [ -f "$f" ] || continue
             awk -v p="$prog" -v m="$mode" '$1 == "RESULT" && NF >= 4 {
@@ -394,27 +426,31 @@ merge() {
         if (!(k in val)) val[k] = $5
     }
     END {
-        print "| measurement | unit | native | flyt-tcp | ratio | flyt-unix | ratio |"
-        print "|---|---|---:|---:|---:|---:|---:|"
-        print "name\tunit\tnative\tflyt_tcp\tratio_tcp\tflyt_unix\tratio_unix" > tsv
+        print "| measurement | unit | native | flyt-tcp | ratio | flyt-unix | ratio | flyt-tls | ratio |"
+        print "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+        print "name\tunit\tnative\tflyt_tcp\tratio_tcp\tflyt_unix\tratio_unix\tflyt_tls\tratio_tls" > tsv
         for (i = 1; i <= np; i++) {
             p = progs[i]
             if (!count[p]) {
                 # Nothing from any run: one row so that failures still show.
                 n = "(" p ": no results)"
                 a = status[p, "native"]; b = status[p, "tcp"]; c = status[p, "unix"]
-                printf "| %s | | %s | %s | | %s | |\n", n, a, b, c
-                printf "%s\t\t%s\t%s\t\t%s\t\n", n, a, b, c > tsv
+                d = status[p, "tls"]
+                printf "| %s | | %s | %s | | %s | | %s | |\n", n, a, b, c, d
+                printf "%s\t\t%s\t%s\t\t%s\t\t%s\t\n", n, a, b, c, d > tsv
                 continue
             }
             for (j = 1; j <= nn; j++) {
                 n = names[j]
                 if (owner[n] != p) continue
                 nat = cell(p, "native", n); t = cell(p, "tcp", n); u = cell(p, "unix", n)
-                rt = ratio(nat, t, unit[n]); ru = ratio(nat, u, unit[n])
-                printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n, unit[n], nat, t, rt, u, ru > tsv
-                printf "| %s | %s | %s | %s | %s | %s | %s |\n", n, unit[n], mark(p, "native", nat),
-                       mark(p, "tcp", t), rt, mark(p, "unix", u), ru
+                e = cell(p, "tls", n)
+                rt = ratio(nat, t, unit[n]); ru = ratio(nat, u, unit[n]); re = ratio(nat, e, unit[n])
+                printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n, unit[n], nat, t, rt, u, ru,
+                       e, re > tsv
+                printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, unit[n],
+                       mark(p, "native", nat), mark(p, "tcp", t), rt, mark(p, "unix", u), ru,
+                       mark(p, "tls", e), re
             }
         }
         if (partial)
@@ -429,15 +465,15 @@ merge() {
     echo "- GPU: $GPU"
     echo "- host: $(uname -n), $(nproc 2>/dev/null || echo '?') CPUs, kernel $(uname -r)"
     echo "- mode: $([ "$QUICK" = 1 ] && echo quick || echo full)${PROG_ARGS[*]:+, program arguments: ${PROG_ARGS[*]}}"
-    echo "- flyt-tcp: \`${FIRST_ADDR[tcp]:-not run}\`, flyt-unix: \`${FIRST_ADDR[unix]:-not run}\` (raw.log has each run's)"
+    echo "- flyt-tcp: \`${FIRST_ADDR[tcp]:-not run}\`, flyt-unix: \`${FIRST_ADDR[unix]:-not run}\`, flyt-tls: \`${FIRST_ADDR[tls]:-not run}\` (raw.log has each run's)"
     echo "- values: median over repeated timed batches after a warm-up; ratio = how many times"
     echo "  slower Flyt is than native (times: flyt/native, bandwidths: native/flyt)"
     echo
-    echo "| program | native | flyt-tcp | flyt-unix |"
-    echo "|---|---|---|---|"
+    echo "| program | native | flyt-tcp | flyt-unix | flyt-tls |"
+    echo "|---|---|---|---|---|"
     for prog in $PROGRAMS; do
         row="| $prog |"
-        for mode in native tcp unix; do
+        for mode in $ALL_MODES; do
             st=${STATUS["$prog $mode"]:-skipped}
             [ -n "${WALL["$prog $mode"]:-}" ] && st="$st, ${WALL["$prog $mode"]} s"
             row="$row $st |"
@@ -450,7 +486,7 @@ merge() {
 
 {
     for prog in $PROGRAMS; do
-        for mode in native tcp unix; do
+        for mode in $ALL_MODES; do
             [ -f "$WORK/$prog.$mode.out" ] || continue
             echo "===== $prog ($mode): ${STATUS["$prog $mode"]}, ${WALL["$prog $mode"]:-?} s"
             [ -f "$WORK/$prog.$mode.cmd" ] && cat "$WORK/$prog.$mode.cmd"
@@ -460,7 +496,7 @@ merge() {
             cat "$WORK/$prog.$mode.err"
         done
     done
-    for mode in tcp unix; do
+    for mode in tcp unix tls; do
         [ -f "$WORK/server.$mode.log" ] || continue
         echo "===== flyt-server ($mode) log"
         cat "$WORK/server.$mode.log"

@@ -28,6 +28,7 @@
 
 #include "flyt_cmgr_proto.h"
 #include "flyt_reader.h"
+#include "flyt_tls.h"
 #include "flyt_transport.h"
 #include "replay.h"
 
@@ -59,7 +60,7 @@ struct callback {
 static struct {
     pthread_mutex_t init_lock;
     int initialized; /* 1 connected, -1 failed */
-    int fd;
+    flyt_link link; /* the socket, and its TLS session (tls://, FLYT_TLS_CA) */
     atomic_int broken;
     pthread_mutex_t send_lock;
     uint32_t next_seq;
@@ -112,7 +113,7 @@ static struct {
     .cb_cond = PTHREAD_COND_INITIALIZER,
     .gate_cv = PTHREAD_COND_INITIALIZER,
     .move_cv = PTHREAD_COND_INITIALIZER,
-    .fd = -1,
+    .link = {.fd = -1},
     .next_seq = 1,
     .cb_next_id = 1,
 };
@@ -446,8 +447,9 @@ static void *receiver_thread(void *arg)
     (void)arg;
     for (;;) {
         struct flyt_frame_hdr h;
-        if (flyt_reader_buffered(&rx) == 0 && __atomic_load_n(&conn.waiters, __ATOMIC_RELAXED) != NULL)
-            flyt_spin_readable(conn.fd, RECEIVER_SPIN_US);
+        if (flyt_reader_buffered(&rx) == 0 && __atomic_load_n(&conn.waiters, __ATOMIC_RELAXED) != NULL &&
+            !flyt_link_pending(&conn.link))
+            flyt_spin_readable(conn.link.fd, RECEIVER_SPIN_US);
         if (rx_read(&h, sizeof h) != 0) {
             fail_all(errno ? strerror(errno) : "server closed the connection");
             return NULL;
@@ -595,20 +597,22 @@ static int ask_client_manager(struct target *t, char *why, size_t whylen)
 
 /* Handshake I/O happens before the receiver thread exists, on a socket with
  * send and receive timeouts, so a silent server cannot hang the caller. */
-static void set_io_timeout(int fd, int seconds)
+static void set_io_timeout(const flyt_link *l, int seconds)
 {
     struct timeval tv = {seconds, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    setsockopt(l->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(l->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (l->tls)
+        flyt_tls_set_timeout(l->tls, seconds * 1000);
 }
 
-static int handshake_fd = -1; /* the socket read_output reads during a handshake */
-static int handshake_read(void *buf, size_t len) { return flyt_read_full(handshake_fd, buf, len); }
+static const flyt_link *handshake_link; /* the connection read_output reads during a handshake */
+static int handshake_read(void *buf, size_t len) { return flyt_link_read_full(handshake_link, buf, len); }
 
 /* Sends one request on fd (with the descriptor pass_fd, unless -1) and
  * reads its reply: result and up to rep_size bytes of the reply struct. 0,
  * or -1 when the connection failed (errno: 0 at EOF). */
-static int handshake_call_fd(int fd, uint16_t op, const void *req, size_t req_size,
+static int handshake_call_fd(const flyt_link *l, uint16_t op, const void *req, size_t req_size,
                              const void *data, size_t data_size, int pass_fd, int32_t *result,
                              void *rep, size_t rep_size)
 {
@@ -616,13 +620,13 @@ static int handshake_call_fd(int fd, uint16_t op, const void *req, size_t req_si
     struct flyt_frame_hdr h = {.length = (uint32_t)(req_size + data_size), .op = op, .seq = seq};
     struct iovec iov[3] = {{&h, sizeof h}, {(void *)req, req_size}, {(void *)data, data_size}};
     int n = data_size ? 3 : 2;
-    if ((pass_fd >= 0 ? flyt_writev_full_fd(fd, iov, n, pass_fd) : flyt_writev_full(fd, iov, n)) != 0)
+    if ((pass_fd >= 0 ? flyt_writev_full_fd(l->fd, iov, n, pass_fd) : flyt_link_writev(l, iov, n)) != 0)
         return -1;
     struct flyt_frame_hdr rh;
     struct flyt_reply r;
-    handshake_fd = fd;
+    handshake_link = l;
     do { /* what the driver printed as the server opened the GPU comes first */
-        if (flyt_read_full(fd, &rh, sizeof rh) != 0)
+        if (flyt_link_read_full(l, &rh, sizeof rh) != 0)
             return -1;
     } while (rh.op == FLYT_OP_OUTPUT && !(rh.flags & FLYT_F_REPLY) &&
              read_output(rh.length, handshake_read) == 0);
@@ -631,22 +635,24 @@ static int handshake_call_fd(int fd, uint16_t op, const void *req, size_t req_si
         errno = EPROTO;
         return -1;
     }
-    if (flyt_read_full(fd, &r, sizeof r) != 0)
+    if (flyt_link_read_full(l, &r, sizeof r) != 0)
         return -1;
     size_t left = rh.length - sizeof r, take = left < rep_size ? left : rep_size;
     memset(rep, 0, rep_size);
-    if (take && flyt_read_full(fd, rep, take) != 0)
+    if (take && flyt_link_read_full(l, rep, take) != 0)
         return -1;
-    if (left > take && flyt_skip(fd, left - take) != 0)
+    static char scrap[65536]; /* the rest of a longer reply; one handshake at a time */
+    if (left > take && flyt_link_read_full(l, scrap, left - take) != 0)
         return -1;
     *result = r.result;
     return 0;
 }
 
-static int handshake_call(int fd, uint16_t op, const void *req, size_t req_size, const void *data,
-                          size_t data_size, int32_t *result, void *rep, size_t rep_size)
+static int handshake_call(const flyt_link *l, uint16_t op, const void *req, size_t req_size,
+                          const void *data, size_t data_size, int32_t *result, void *rep,
+                          size_t rep_size)
 {
-    return handshake_call_fd(fd, op, req, req_size, data, data_size, -1, result, rep, rep_size);
+    return handshake_call_fd(l, op, req, req_size, data, data_size, -1, result, rep, rep_size);
 }
 
 /* Whether a resuming client found its session: the server holds it restored. */
@@ -659,7 +665,7 @@ static int holds_this_session(const flyt_rep_hello *rep)
 /* HELLO on fd (as a client resuming its session, or not), then AUTH when the
  * server asks for a session token. 0 with the HELLO reply in rep, or -1
  * with why (one line). */
-static int handshake(int fd, const char *where, const struct target *t, int resume,
+static int handshake(const flyt_link *l, const char *where, const struct target *t, int resume,
                      flyt_rep_hello *rep, char *why, size_t whylen)
 {
     flyt_req_hello req = {.magic = FLYT_PROTO_MAGIC,
@@ -669,10 +675,13 @@ static int handshake(int fd, const char *where, const struct target *t, int resu
                           .flags = resume ? FLYT_HELLO_RESUME : 0};
     gethostname(req.client_host, sizeof req.client_host - 1);
     int32_t result = 0;
-    if (handshake_call(fd, FLYT_OP_HELLO, &req, sizeof req, NULL, 0, &result, rep, sizeof *rep) != 0) {
-        snprintf(why, whylen, "server at %s did not complete HELLO: %s", where,
+    if (handshake_call(l, FLYT_OP_HELLO, &req, sizeof req, NULL, 0, &result, rep, sizeof *rep) != 0) {
+        int plain_tcp = l->tls == NULL && strncmp(where, "unix:", 5) != 0;
+        snprintf(why, whylen, "server at %s did not complete HELLO: %s%s", where,
                  errno == EAGAIN ? "no answer in time (FLYT_CONNECT_TIMEOUT)"
-                 : errno ? strerror(errno) : "it closed the connection");
+                 : errno ? strerror(errno) : "it closed the connection",
+                 plain_tcp && (errno == 0 || errno == ECONNRESET)
+                     ? " (a TLS server? connect with tls://HOST:PORT)" : "");
         return -1;
     }
     if (result != 0 || rep->major != FLYT_PROTO_MAJOR) {
@@ -702,7 +711,7 @@ static int handshake(int fd, const char *where, const struct target *t, int resu
     }
     flyt_req_auth auth = {.token_len = (uint32_t)len};
     flyt_rep_none none;
-    if (handshake_call(fd, FLYT_OP_AUTH, &auth, sizeof auth, t->token, len, &result, &none,
+    if (handshake_call(l, FLYT_OP_AUTH, &auth, sizeof auth, t->token, len, &result, &none,
                        sizeof none) != 0) {
         snprintf(why, whylen, "server at %s refused the session token (it closed the connection: %s)",
                  where, errno == EAGAIN ? "no answer in time" : errno ? strerror(errno) : "");
@@ -730,8 +739,9 @@ static int fetch_snapshot(void)
 
 static int start_threads(void)
 {
-    if (flyt_reader_init(&rx, conn.fd, RX_BUF, 0) != 0)
+    if (flyt_reader_init(&rx, conn.link.fd, RX_BUF, 0) != 0)
         return -1;
+    rx.tls = conn.link.tls;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -742,24 +752,71 @@ static int start_threads(void)
     return rc;
 }
 
+/* TLS for a TCP address written tls://, or for every TCP address when
+ * FLYT_TLS_CA names the CA to verify servers with (docs/tls.md). The
+ * context is made once, on the first such connection. 0, or -1 with err. */
+static int start_tls(flyt_link *l, const flyt_addr *addr, int timeout_s, char *err, size_t errlen)
+{
+    static flyt_tls_ctx *ctx; /* under init_lock, or on the receiver thread once connected */
+    const char *ca = getenv("FLYT_TLS_CA");
+    if (ca && *ca == '\0')
+        ca = NULL;
+    l->tls = NULL;
+    if (addr->kind != FLYT_ADDR_TCP || (!addr->tls && ca == NULL))
+        return 0;
+    char why[512];
+    if (ctx == NULL && (ctx = flyt_tls_client_ctx(ca, why, sizeof why)) == NULL) {
+        snprintf(err, errlen, "%s", why);
+        return -1;
+    }
+    if (flyt_tls_connect(ctx, l->fd, addr->host, timeout_s * 1000, &l->tls, why, sizeof why) != 0) {
+        snprintf(err, errlen, "%s", why);
+        return -1;
+    }
+    if (flyt_tracing()) {
+        flyt_tls_describe(l->tls, why, sizeof why);
+        fprintf(stderr, "flyt: TLS to %s (%s)\n", addr->host, why);
+    }
+    return 0;
+}
+
 /* The first of the comma-separated alternatives of endpoint that accepts a
  * connection, in order: a node lists its server's Unix socket before its
  * TCP address, so a client on the same machine gets the Unix socket (and
  * with it shared memory), one elsewhere finds no such path and goes on.
- * The fd, -1 when none connected, -2 when an alternative is malformed. */
-static int connect_any(const char *endpoint, int timeout_s, flyt_addr *addr, char *err,
-                       size_t errlen)
+ * 0 with the connection in *l; -1 when none connected, -2 when an
+ * alternative is malformed, -3 when TLS with the server failed. */
+static int connect_any(const char *endpoint, int timeout_s, flyt_addr *addr, flyt_link *l,
+                       char *err, size_t errlen)
 {
     char list[sizeof ((struct target *)0)->endpoint], *save = NULL;
     snprintf(list, sizeof list, "%s", endpoint);
     snprintf(err, errlen, "no address");
-    int fd = -1;
-    for (char *one = strtok_r(list, ",", &save); one && fd < 0; one = strtok_r(NULL, ",", &save)) {
+    l->fd = -1;
+    l->tls = NULL;
+    for (char *one = strtok_r(list, ",", &save); one && l->fd < 0; one = strtok_r(NULL, ",", &save)) {
         if (flyt_addr_parse(one, addr, err, errlen) != 0)
             return -2;
-        fd = flyt_connect_timeout(addr, timeout_s * 1000, err, errlen);
+        l->fd = flyt_connect_timeout(addr, timeout_s * 1000, err, errlen);
     }
-    return fd;
+    if (l->fd < 0)
+        return -1;
+    if (start_tls(l, addr, timeout_s, err, errlen) != 0) {
+        close(l->fd);
+        l->fd = -1;
+        return -3;
+    }
+    return 0;
+}
+
+/* Closes a connection (the socket and its TLS session). */
+static void link_close(flyt_link *l)
+{
+    flyt_tls_free(l->tls);
+    l->tls = NULL;
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = -1;
 }
 
 /* What a handshake on a connection of kind addr told us about its server. */
@@ -791,7 +848,7 @@ static int prepare_moves(const struct target *t, const flyt_rep_hello *rep)
         return 0;
     int sndbuf = 0;
     socklen_t len = sizeof sndbuf;
-    getsockopt(conn.fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len);
+    getsockopt(conn.link.fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len);
     size_t limit = sndbuf > 0 && (size_t)sndbuf * 4 > REPLAY_MIN ? (size_t)sndbuf * 4 : REPLAY_MIN;
     const char *bytes = getenv("FLYT_REPLAY_BYTES"); /* less memory, more PINGs (tests) */
     if (bytes && atol(bytes) >= 4096)
@@ -829,25 +886,25 @@ static int connect_server(void)
     flyt_addr addr;
     char err[256];
     int timeout_s = env_seconds("FLYT_CONNECT_TIMEOUT", 20);
-    conn.fd = connect_any(where, timeout_s, &addr, err, sizeof err);
-    if (conn.fd == -2)
+    int got = connect_any(where, timeout_s, &addr, &conn.link, err, sizeof err);
+    if (got == -2)
         report_once("bad server address from %s: %s", t.origin, err);
-    else if (conn.fd < 0)
+    else if (got == -3)
+        report_once("no secure connection to the GPU server at %s (from %s): %s", where, t.origin,
+                    err);
+    else if (got < 0)
         report_once("no GPU server reachable at %s (from %s): %s", where, t.origin, err);
-    if (conn.fd < 0) {
-        conn.fd = -1;
+    if (got < 0)
         return -1;
-    }
-    set_io_timeout(conn.fd, timeout_s);
+    set_io_timeout(&conn.link, timeout_s);
     flyt_rep_hello rep;
     char why[768];
-    int ok = handshake(conn.fd, where, &t, 0, &rep, why, sizeof why) == 0;
-    set_io_timeout(conn.fd, 0); /* before the receiver blocks in recv */
+    int ok = handshake(&conn.link, where, &t, 0, &rep, why, sizeof why) == 0;
+    set_io_timeout(&conn.link, 0); /* before the receiver blocks in recv */
     if (!ok) {
         report_once("%s", why);
         explicit_bzero(t.token, sizeof t.token);
-        close(conn.fd);
-        conn.fd = -1;
+        link_close(&conn.link);
         return -1;
     }
     conn.device_count = (int)rep.device_count;
@@ -922,7 +979,7 @@ static void refresh_target(void)
 /* ---- host memory shared with the server, after a move ---- */
 
 struct remap_ctx {
-    int    fd;
+    const flyt_link *link;
     size_t failed;
     int    first_error;
 };
@@ -933,7 +990,7 @@ static int remap_one(const flyt_req_host_remap *req, int memfd, void *arg)
     struct remap_ctx *x = arg;
     int32_t result = 0;
     flyt_rep_none none;
-    if (handshake_call_fd(x->fd, FLYT_OP_HOST_REMAP, req, sizeof *req, NULL, 0, memfd, &result,
+    if (handshake_call_fd(x->link, FLYT_OP_HOST_REMAP, req, sizeof *req, NULL, 0, memfd, &result,
                           &none, sizeof none) != 0)
         return -1;
     /* INVALID_HANDLE: unmapped before the checkpoint (its HOST_UNMAP answered
@@ -949,7 +1006,7 @@ static int remap_one(const flyt_req_host_remap *req, int memfd, void *arg)
  * replay: on one machine (Unix socket) their memfds go with HOST_REMAP; a
  * server elsewhere cannot map them, and the client says so once. 0, or -1
  * when the connection failed. */
-static int reattach_regions(int fd, const flyt_addr *addr)
+static int reattach_regions(const flyt_link *l, const flyt_addr *addr)
 {
     size_t count = 0;
     const char *shm = getenv("FLYT_SHM");
@@ -962,7 +1019,7 @@ static int reattach_regions(int fd, const flyt_addr *addr)
                     "with CUDA_ERROR_NOT_MAPPED\n", count);
         return 0;
     }
-    struct remap_ctx x = {fd, 0, 0};
+    struct remap_ctx x = {l, 0, 0};
     if (flyt_regions_each(remap_one, &x, &count) != 0)
         return -1;
     if (x.failed > 0)
@@ -974,22 +1031,22 @@ static int reattach_regions(int fd, const flyt_addr *addr)
     return 0;
 }
 
-static int try_resume(long ms_left_now, uint64_t *resume_at, char *why, size_t whylen)
+static int try_resume(long ms_left_now, flyt_link *l, uint64_t *resume_at, char *why,
+                      size_t whylen)
 {
     refresh_target();
     const struct target *t = conn.target;
     int timeout_s = ms_left_now > 5000 ? 5 : (int)(ms_left_now / 1000) + 1;
     flyt_addr addr;
     char err[256];
-    int fd = connect_any(t->endpoint, timeout_s, &addr, err, sizeof err);
-    if (fd < 0) {
+    if (connect_any(t->endpoint, timeout_s, &addr, l, err, sizeof err) != 0) {
         snprintf(why, whylen, "no server reachable at %s: %s", t->endpoint, err);
         return -1;
     }
-    set_io_timeout(fd, timeout_s);
+    set_io_timeout(l, timeout_s);
     flyt_rep_hello rep;
-    if (handshake(fd, t->endpoint, t, 1, &rep, why, whylen) != 0) {
-        close(fd);
+    if (handshake(l, t->endpoint, t, 1, &rep, why, whylen) != 0) {
+        link_close(l);
         return -1;
     }
     struct iovec held[FLYT_REPLAY_REF_IOVS];
@@ -998,33 +1055,33 @@ static int try_resume(long ms_left_now, uint64_t *resume_at, char *why, size_t w
                  "client no longer holds (it holds %llu to %llu)",
                  (unsigned long long)rep.resume_offset, (unsigned long long)conn.replay.base,
                  (unsigned long long)flyt_replay_end(&conn.replay));
-        close(fd);
+        link_close(l);
         return -2;
     }
-    if (reattach_regions(fd, &addr) != 0) {
+    if (reattach_regions(l, &addr) != 0) {
         snprintf(why, whylen, "the server at %s closed the connection while this client shared "
                  "its host memory again", t->endpoint);
-        close(fd);
+        link_close(l);
         return -1;
     }
-    set_io_timeout(fd, 0);
+    set_io_timeout(l, 0);
     take_server(&addr, &rep);
     *resume_at = rep.resume_offset;
-    return fd;
+    return 0;
 }
 
 /* Sends the requests the restored server did not consume, then opens the
  * gate: on a thread of its own, as the receiver must read the replies
  * meanwhile (a replayed copy from the device may answer with more bytes than
  * the socket holds). */
-/* The held bytes from `from` on conn.fd, each frame that came with a
+/* The held bytes from `from` on conn.link.fd, each frame that came with a
  * descriptor in a write of its own that passes it again. Under send_lock. */
 static int replay_write(uint64_t from)
 {
     if (conn.replay.nref) { /* a frame held by reference, alone */
         struct iovec held[FLYT_REPLAY_REF_IOVS];
         int nheld = flyt_replay_iov_from(&conn.replay, from, held);
-        return nheld < 0 ? -1 : nheld == 0 ? 0 : flyt_writev_full(conn.fd, held, nheld);
+        return nheld < 0 ? -1 : nheld == 0 ? 0 : flyt_link_writev(&conn.link, held, nheld);
     }
     size_t n = 0;
     const char *bytes = flyt_replay_from(&conn.replay, from, &n);
@@ -1041,7 +1098,7 @@ static int replay_write(uint64_t from)
                 stop = conn.fd_frames[i].at;
         }
         struct iovec iov = {(void *)(bytes + (pos - from)), (size_t)(stop - pos)};
-        if ((fd >= 0 ? flyt_writev_full_fd(conn.fd, &iov, 1, fd) : flyt_writev_full(conn.fd, &iov, 1)) != 0)
+        if ((fd >= 0 ? flyt_writev_full_fd(conn.link.fd, &iov, 1, fd) : flyt_link_writev(&conn.link, &iov, 1)) != 0)
             return -1;
         pos = stop;
     }
@@ -1075,9 +1132,9 @@ static void start_replay(uint64_t from)
 static int resume_session(uint64_t moved_at)
 {
     /* a sender blocked on the old socket fails now, and waits for the verdict */
-    shutdown(conn.fd, SHUT_RDWR);
+    shutdown(conn.link.fd, SHUT_RDWR);
     gate_close();
-    close(conn.fd);
+    link_close(&conn.link);
     flyt_reader_free(&rx);
     int timeout_s = env_seconds("FLYT_RECONNECT_TIMEOUT_S", 300);
     struct timespec deadline;
@@ -1085,31 +1142,31 @@ static int resume_session(uint64_t moved_at)
     deadline.tv_sec += timeout_s;
     char why[768] = "";
     uint64_t resume_at = 0;
-    int fd = -1;
-    for (long backoff = 50; fd < 0;) {
+    flyt_link l = {.fd = -1};
+    for (long backoff = 50, rc = -1; rc != 0;) {
         long left = ms_left(&deadline);
-        if (left <= 0 || (fd = try_resume(left, &resume_at, why, sizeof why)) == -2)
+        if (left <= 0 || (rc = try_resume(left, &l, &resume_at, why, sizeof why)) == -2)
             break;
-        if (fd < 0) {
+        if (rc != 0) {
             sleep_ms(backoff < left ? backoff : left);
             backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
         }
     }
-    if (fd < 0 || flyt_reader_init(&rx, fd, RX_BUF, 0) != 0) {
+    if (l.fd < 0 || flyt_reader_init(&rx, l.fd, RX_BUF, 0) != 0) {
         char line[1024];
         snprintf(line, sizeof line, "the server moved the session at request byte %llu and it "
                  "was not resumed within %d s (FLYT_RECONNECT_TIMEOUT_S); last try: %s",
-                 (unsigned long long)moved_at, timeout_s, fd < 0 ? why : "out of memory");
-        if (fd >= 0)
-            close(fd);
-        conn.fd = -1;
+                 (unsigned long long)moved_at, timeout_s, l.fd < 0 ? why : "out of memory");
+        link_close(&l);
+        conn.link = l;
         fail_all(line);
         pthread_mutex_lock(&conn.send_lock);
         gate_open(0);
         pthread_mutex_unlock(&conn.send_lock);
         return -1;
     }
-    conn.fd = fd;
+    conn.link = l;
+    rx.tls = l.tls;
     confirm(resume_at);
     if (flyt_tracing())
         fprintf(stderr, "flyt: session resumed at request byte %llu (moved at %llu): sending "
@@ -1206,7 +1263,7 @@ static int send_frame_fd(uint16_t op, uint16_t flags, uint32_t seq, const void *
         if (pass_fd >= 0 || flyt_replay_append_ref(&conn.replay, iov, n, 2, sizeof h + length,
                                                    held, &nheld) != 0)
             return -2;
-        return flyt_writev_full(conn.fd, held, nheld);
+        return flyt_link_writev(&conn.link, held, nheld);
     }
     if (conn.resumable) {
         size_t total = sizeof h + (size_t)length;
@@ -1221,8 +1278,8 @@ static int send_frame_fd(uint16_t op, uint16_t flags, uint32_t seq, const void *
         n = 1;
     }
     if (pass_fd >= 0)
-        return flyt_writev_full_fd(conn.fd, iov, n, pass_fd);
-    return flyt_writev_full(conn.fd, iov, n);
+        return flyt_writev_full_fd(conn.link.fd, iov, n, pass_fd);
+    return flyt_link_writev(&conn.link, iov, n);
 }
 
 static CUresult call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,

@@ -29,7 +29,7 @@ static pid_t peer_pid(flyt_session *s)
     if (s->peer_pid == 0) {
         struct ucred cred;
         socklen_t len = sizeof cred;
-        s->peer_pid = getsockopt(s->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0
+        s->peer_pid = getsockopt(s->link.fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0
                           ? cred.pid
                           : -1;
         s->peer_uid = cred.uid;

@@ -24,6 +24,7 @@
 #include "flyt_log.h"
 #include "flyt_proto.h"
 #include "flyt_token.h"
+#include "flyt_tls.h"
 #include "flyt_transport.h"
 #include "quota.h"
 #include "session.h"
@@ -50,6 +51,7 @@ struct options {
     const char               *status_file;
     const char               *restore_file;
     const char               *vm_quota_file;
+    const char               *tls_cert, *tls_key;
     unsigned                  max_unadmitted, max_unadmitted_per_peer;
     int                       sm_groups[MAX_SM_GROUPS];
     unsigned char             key[MAX_SESSION_KEY];
@@ -74,6 +76,9 @@ static void usage(FILE *f)
             "  --poll-us N         busy-poll N microseconds for a client's next call before\n"
             "                      sleeping (default 100; 0 = never; lower latency, more CPU)\n"
             "  --log-level LEVEL   error, warn, info (default) or debug\n"
+            "  --tls-cert FILE     TLS on the TCP listeners (docs/tls.md): this certificate\n"
+            "                      chain (PEM); clients connect with tls://HOST:PORT\n"
+            "  --tls-key FILE      its private key (PEM, unencrypted, mode 0600)\n"
             "\n"
             "Managed use (a node manager starts one server per tenant session):\n"
             "  --session-id ID     the session this server serves\n"
@@ -190,6 +195,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"max-unadmitted-per-peer", required_argument, NULL, 'u'},
         {"restore", required_argument, NULL, 'R'},
         {"vm-quota", required_argument, NULL, 'Q'},
+        {"tls-cert", required_argument, NULL, 'T'},
+        {"tls-key", required_argument, NULL, 'K'},
         {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
@@ -302,6 +309,8 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case 'R': o->restore_file = optarg; break;
         case 'Q': o->vm_quota_file = optarg; break;
+        case 'T': o->tls_cert = optarg; break;
+        case 'K': o->tls_key = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V':
             printf("flyt-server %s (protocol %d.%d)\n", FLYT_VERSION, FLYT_PROTO_MAJOR,
@@ -591,6 +600,36 @@ static void describe_peer(int fd, char *out, size_t len, unsigned char key[16])
         snprintf(out, len, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
 }
 
+static int is_tcp(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    return getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family != AF_UNIX;
+}
+
+/* --tls-cert and --tls-key, both or neither; a tls:// listener needs them,
+ * and with them every TCP listener is one. 0, or the exit status. */
+static int setup_tls(struct options *o, flyt_addr *addrs)
+{
+    if (!o->tls_cert != !o->tls_key)
+        return bad_arg("%s", "--tls-cert and --tls-key go together");
+    for (int i = 0; i < o->nlisten; i++) {
+        if (addrs[i].tls && !o->tls_cert)
+            return bad_arg("--listen %s needs --tls-cert and --tls-key", o->listen[i]);
+        if (addrs[i].kind == FLYT_ADDR_TCP && o->tls_cert)
+            addrs[i].tls = 1;
+    }
+    if (!o->tls_cert)
+        return 0;
+    char err[1024];
+    o->cfg.tls_ctx = flyt_tls_server_ctx(o->tls_cert, o->tls_key, err, sizeof err);
+    if (o->cfg.tls_ctx == NULL) {
+        flyt_error("%s", err);
+        return 1;
+    }
+    return 0;
+}
+
 /* The listening sockets, which a session child closes first. */
 static int listen_fds[FLYT_MAX_LISTEN];
 static int n_listen;
@@ -635,6 +674,8 @@ static void start_session(int fd, const struct options *o, const sigset_t *orig)
         sigprocmask(SIG_SETMASK, orig, NULL);
         struct flyt_server_config cfg = o->cfg;
         cfg.admitted_fd = admit[1];
+        if (!is_tcp(fd))
+            cfg.tls_ctx = NULL; /* TLS is for TCP listeners only */
         if (restore_taken)
             cfg.restore = NULL;
         exit(flyt_session_run(fd, peer, &cfg));
@@ -726,6 +767,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < o.nlisten; i++)
         if (flyt_addr_parse(o.listen[i], &addrs[i], err, sizeof err) != 0)
             return bad_arg("--listen: %s", err);
+    if ((rc = setup_tls(&o, addrs)) != 0)
+        return rc;
     if (strcmp(o.cfg.backend_kind, "host") == 0)
         flyt_warn("backend 'host' keeps memory on the host and runs no kernels: it is for tests");
     if (o.key_file && read_session_key(&o) != 0)

@@ -184,7 +184,7 @@ int flyt_resize_wait(flyt_session *s)
 {
     if (s->share_sigfd < 0)
         return 0;
-    struct pollfd pf[2] = {{.fd = s->fd, .events = POLLIN}, {.fd = s->share_sigfd, .events = POLLIN}};
+    struct pollfd pf[2] = {{.fd = s->link.fd, .events = POLLIN}, {.fd = s->share_sigfd, .events = POLLIN}};
     int n = poll(pf, 2, -1);
     if (n > 0 && (pf[1].revents & POLLIN)) {
         drain_signals(s->share_sigfd);

@@ -67,7 +67,7 @@ static int send_iov(flyt_session *s, struct iovec *iov, int n)
     FLYT_ASSERT(s->send_busy);
     if (s->send_failed)
         return -1;
-    if (flyt_writev_full(s->fd, iov, n) != 0) {
+    if (flyt_link_writev(&s->link, iov, n) != 0) {
         s->send_failed = 1;
         flyt_debug("send to %s failed: %s", s->peer, strerror(errno));
         return -1;
@@ -290,9 +290,11 @@ static int read_ahead_step(flyt_session *s)
     }
     int can_read = s->in.passed_fd < 0 &&
                    flyt_reader_make_room(&s->in, IN_BUF, (size_t)FLYT_MAX_PAYLOAD * 2) == 0;
-    struct pollfd p[2] = {{.fd = s->wake_fd, .events = POLLIN}, {.fd = s->fd, .events = POLLIN}};
-    if (poll(p, can_read ? 2 : 1, can_read ? -1 : 50) < 0)
+    struct pollfd p[2] = {{.fd = s->wake_fd, .events = POLLIN}, {.fd = s->link.fd, .events = POLLIN}};
+    int waiting = can_read && flyt_link_pending(&s->link); /* poll cannot see those */
+    if (poll(p, can_read ? 2 : 1, waiting ? 0 : can_read ? -1 : 50) < 0)
         return 0;
+    p[1].revents |= waiting ? POLLIN : 0;
     if (p[0].revents & POLLIN) {
         uint64_t n;
         if (read(s->wake_fd, &n, sizeof n) < 0) {
@@ -434,7 +436,7 @@ int flyt_take_passed_fd(flyt_session *s)
 
 int flyt_client_gone(flyt_session *s, uint64_t step)
 {
-    if (step % 256 != 0 || !flyt_peer_hung_up(s->fd))
+    if (step % 256 != 0 || !flyt_peer_hung_up(s->link.fd))
         return 0;
     flyt_info("%s hung up during a request; ending its session", s->peer);
     return 1;
@@ -607,14 +609,14 @@ static void say_moved(flyt_session *s)
     send_release(s);
     flyt_info("told %s its session moved at request byte %llu", s->peer,
               (unsigned long long)m.consumed);
-    if (rc != 0 || shutdown(s->fd, SHUT_WR) != 0)
+    if (rc != 0 || shutdown(s->link.fd, SHUT_WR) != 0)
         return;
     char scrap[4096];
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     do {
-        struct pollfd p = {.fd = s->fd, .events = POLLIN};
-        if (poll(&p, 1, 100) > 0 && read(s->fd, scrap, sizeof scrap) <= 0)
+        struct pollfd p = {.fd = s->link.fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0 && read(s->link.fd, scrap, sizeof scrap) <= 0)
             return; /* the client closed */
         clock_gettime(CLOCK_MONOTONIC, &t);
     } while (t.tv_sec - t0.tv_sec < 5);
@@ -627,11 +629,11 @@ static void say_moved(flyt_session *s)
 static int read_header(flyt_session *s, struct flyt_frame_hdr *h, const char *when)
 {
     int taken = role_take(s);
-    if (s->cfg->poll_us && flyt_reader_buffered(&s->in) == 0)
-        flyt_spin_readable(s->fd, s->cfg->poll_us);
+    if (s->cfg->poll_us && flyt_reader_buffered(&s->in) == 0 && !flyt_link_pending(&s->link))
+        flyt_spin_readable(s->link.fd, s->cfg->poll_us);
     /* idle: a live resize wakes us too, and is applied by serve() without the role
      * (it drains the device, which may wait for a host function's acknowledgement) */
-    if (flyt_reader_buffered(&s->in) == 0 && flyt_resize_wait(s)) {
+    if (flyt_reader_buffered(&s->in) == 0 && !flyt_link_pending(&s->link) && flyt_resize_wait(s)) {
         role_give(s, taken);
         return 1;
     }
@@ -898,6 +900,25 @@ static void admission_expired(int sig)
     _exit(FLYT_EXIT_AUTH);
 }
 
+/* TLS on this connection (cfg->tls_ctx: a TCP connection to a server with
+ * --tls-cert), before any frame: within the admission time, as HELLO. 0, or
+ * -1 when refused (logged). */
+static int start_tls(flyt_session *s, const char *peer, const struct flyt_server_config *cfg)
+{
+    char err[512], how[128];
+    int timeout_ms = (int)(cfg->admission_timeout_s ? cfg->admission_timeout_s : 5) * 1000;
+    if (flyt_tls_accept(cfg->tls_ctx, s->link.fd, timeout_ms, &s->link.tls, err, sizeof err) != 0) {
+        flyt_warn("refusing %s: %s", peer, err);
+        return -1;
+    }
+    if (s->link.tls)
+        flyt_tls_set_timeout(s->link.tls, 0);
+    flyt_tls_describe(s->link.tls, how, sizeof how);
+    flyt_info("%s: TLS (%s)", peer, how);
+    s->in.tls = s->link.tls;
+    return 0;
+}
+
 int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *cfg)
 {
     admitted_fd = cfg->admitted_fd;
@@ -910,11 +931,13 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
      * exits, and must not find a dead stack frame (one session per process) */
     static flyt_session s;
     memset(&s, 0, sizeof s);
-    s.fd = fd;
+    s.link.fd = fd;
     if (flyt_reader_init(&s.in, fd, IN_BUF, 1) != 0) {
         flyt_error("out of memory for session %s", peer);
         return FLYT_EXIT_BACKEND;
     }
+    if (cfg->tls_ctx && start_tls(&s, peer, cfg) != 0)
+        return FLYT_EXIT_AUTH;
     s.peer = peer;
     s.cfg = cfg;
     flyt_resize_init(&s);
@@ -960,6 +983,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
         close(s.ahead_fds[i].fd);
     close(s.wake_fd);
     flyt_reader_free(&s.in);
+    flyt_tls_free(s.link.tls);
     close(fd);
 
     switch (rc) {

@@ -21,6 +21,7 @@
 #include "device_output.h"
 #include "flyt_proto.h"
 #include "flyt_reader.h"
+#include "flyt_tls.h"
 #include "handles.h"
 #include "quota.h"
 
@@ -76,6 +77,9 @@ struct flyt_server_config {
 
     /* --restore: the state the first admitted session starts from (state.h) */
     const struct flyt_state *restore;
+
+    /* --tls-cert/--tls-key: a TCP connection starts with a TLS handshake (NULL: none) */
+    flyt_tls_ctx *tls_ctx;
 };
 
 /* A host-function notification: made when the host function is enqueued
@@ -93,7 +97,7 @@ enum { FLYT_RD_NONE, FLYT_RD_SESSION, FLYT_RD_AHEAD };
 #define FLYT_AHEAD_FDS 16 /* descriptors a read-ahead may hold for later frames */
 
 typedef struct flyt_session {
-    int                              fd;
+    flyt_link                        link;      /* the socket, and its TLS session (TCP, --tls-cert) */
     pid_t                            peer_pid;  /* SO_PEERCRED pid; 0 unknown yet, -1 none (TCP) */
     uid_t                            peer_uid;  /* and its credentials at connect */
     gid_t                            peer_gid;

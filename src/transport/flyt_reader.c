@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "flyt_assert.h"
+#include "flyt_tls.h"
 #include "flyt_transport.h"
 
 int flyt_reader_init(flyt_reader *r, int fd, size_t chunk, int takes_fds)
@@ -40,8 +41,10 @@ long flyt_reader_fill(flyt_reader *r)
 {
     FLYT_ASSERT(r->len < r->cap);
     int before = r->passed_fd;
-    long n = flyt_recv_some(r->fd, r->buf + r->len, r->cap - r->len,
-                            r->takes_fds ? &r->passed_fd : NULL);
+    long n = __builtin_expect(r->tls != NULL, 0)
+                 ? flyt_tls_recv_some(r->tls, r->buf + r->len, r->cap - r->len)
+                 : flyt_recv_some(r->fd, r->buf + r->len, r->cap - r->len,
+                                  r->takes_fds ? &r->passed_fd : NULL);
     if (n > 0) {
         r->len += (size_t)n;
         counted(r, (size_t)n, before);
@@ -53,8 +56,12 @@ long flyt_reader_fill(flyt_reader *r)
 static int read_direct(flyt_reader *r, void *dst, size_t n)
 {
     int before = r->passed_fd;
-    if (flyt_read_full_fd(r->fd, dst, n, r->takes_fds ? &r->passed_fd : NULL) != 0)
+    if (__builtin_expect(r->tls != NULL, 0)) {
+        if (flyt_tls_read_full(r->tls, dst, n) != 0)
+            return -1;
+    } else if (flyt_read_full_fd(r->fd, dst, n, r->takes_fds ? &r->passed_fd : NULL) != 0) {
         return -1;
+    }
     counted(r, n, before);
     return 0;
 }

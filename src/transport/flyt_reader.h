@@ -26,9 +26,10 @@ typedef struct {
     int      takes_fds; /* a descriptor may come with the bytes */
     int      passed_fd; /* the last one that came and was not taken, or -1 */
     uint64_t fd_end;    /* total when passed_fd came */
+    struct flyt_tls *tls; /* reads go through this TLS session (flyt_tls.h); NULL: plain */
 } flyt_reader;
 
-/* 0, or -1 when out of memory. */
+/* 0, or -1 when out of memory. A TLS connection then sets r->tls. */
 int  flyt_reader_init(flyt_reader *r, int fd, size_t chunk, int takes_fds);
 /* Frees the buffer; the socket and a passed descriptor are the caller's. */
 void flyt_reader_free(flyt_reader *r);

@@ -47,10 +47,11 @@ int flyt_addr_parse(const char *text, flyt_addr *addr, char *err, size_t errlen)
         return 0;
     }
     const char *hp = text;
-    if (strncmp(hp, "tcp://", 6) == 0)
+    int tls = strncmp(hp, "tls://", 6) == 0;
+    if (strncmp(hp, "tcp://", 6) == 0 || tls)
         hp += 6;
     else if (strstr(hp, "://") != NULL) {
-        snprintf(err, errlen, "unknown address scheme (want tcp:// or unix:): %s", text);
+        snprintf(err, errlen, "unknown address scheme (want tcp://, tls:// or unix:): %s", text);
         return -1;
     }
     const char *colon = strrchr(hp, ':');
@@ -79,6 +80,7 @@ int flyt_addr_parse(const char *text, flyt_addr *addr, char *err, size_t errlen)
         return -1;
     }
     addr->kind = FLYT_ADDR_TCP;
+    addr->tls = tls;
     memcpy(addr->host, h, hl);
     memcpy(addr->port, colon + 1, pl + 1);
     return 0;
@@ -89,9 +91,9 @@ void flyt_addr_format(const flyt_addr *addr, char *out, size_t outlen)
     if (addr->kind == FLYT_ADDR_UNIX)
         snprintf(out, outlen, "unix:%s", addr->path);
     else if (strchr(addr->host, ':'))
-        snprintf(out, outlen, "tcp://[%s]:%s", addr->host, addr->port);
+        snprintf(out, outlen, "%s://[%s]:%s", addr->tls ? "tls" : "tcp", addr->host, addr->port);
     else
-        snprintf(out, outlen, "tcp://%s:%s", addr->host, addr->port);
+        snprintf(out, outlen, "%s://%s:%s", addr->tls ? "tls" : "tcp", addr->host, addr->port);
 }
 
 static void tune_tcp(int fd)

@@ -16,9 +16,10 @@ typedef struct {
     char host[256]; /* TCP: name or address; [v6] brackets stripped */
     char port[16];
     char path[108]; /* Unix socket path */
+    int  tls;       /* TCP with TLS: "tls://" (flyt_tls.h) */
 } flyt_addr;
 
-/* "tcp://HOST:PORT", "HOST:PORT" (TCP) or "unix:/path". 0 on success, else -1
+/* "tcp://HOST:PORT", "HOST:PORT" (TCP), "tls://HOST:PORT" (TCP with TLS) or "unix:/path". 0 on success, else -1
  * with a reason in err. */
 int flyt_addr_parse(const char *text, flyt_addr *addr, char *err, size_t errlen);
 /* Writes the address back in its canonical text form. */

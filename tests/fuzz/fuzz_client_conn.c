@@ -133,7 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
         abort();
-    conn.fd = sv[0];
+    conn.link.fd = sv[0];
     conn.initialized = 1;
     conn.device_count = 1;
     conn.server_minor = FLYT_PROTO_MINOR;
@@ -144,7 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     server_fd = sv[1];
     input = data;
     input_size = size;
-    if (flyt_reader_init(&rx, conn.fd, RX_BUF, 0) != 0)
+    if (flyt_reader_init(&rx, conn.link.fd, RX_BUF, 0) != 0)
         abort();
     flyt_callback_register(host_fn, NULL, NULL, NULL, 1, FLYT_STREAM_LEGACY);
     flyt_callback_register(NULL, stream_fn, NULL, NULL, 0, 0);

@@ -231,6 +231,9 @@ static void test_addresses(void)
     parse_ok("gpu-node-3.example:65535", FLYT_ADDR_TCP, "gpu-node-3.example", "65535", NULL,
              "tcp://gpu-node-3.example:65535");
     parse_ok("localhost:0", FLYT_ADDR_TCP, "localhost", "0", NULL, "tcp://localhost:0");
+    parse_ok("tls://gpu-node-3.example:47000", FLYT_ADDR_TCP, "gpu-node-3.example", "47000", NULL,
+             "tls://gpu-node-3.example:47000");
+    parse_ok("tls://[::1]:7", FLYT_ADDR_TCP, "::1", "7", NULL, "tls://[::1]:7");
     parse_ok("unix:/tmp/x", FLYT_ADDR_UNIX, NULL, NULL, "/tmp/x", "unix:/tmp/x");
     parse_ok("unix:///tmp/x", FLYT_ADDR_UNIX, NULL, NULL, "/tmp/x", "unix:/tmp/x");
 
