@@ -21,6 +21,7 @@
 #   FLYT_BENCH_MODES     subset of "native tcp unix tls" (default: native tcp unix);
 #                        tls: TCP with TLS (docs/tls.md), a throwaway CA and
 #                        certificate made with the openssl command
+#   FLYT_BENCH_TLS_DIR   ca.pem, srv.pem and srv.key to use instead
 #   FLYT_BENCH_ARGS      extra arguments for every program (e.g. "--no-1gib")
 #   FLYT_BENCH_TIMEOUT   seconds per program run (default 240, 120 with --quick)
 #   FLYT_BENCH_PORT      TCP port for the server (default 47311, next free one)
@@ -172,9 +173,16 @@ free_port() { # port, the mode's address so far
     echo "$port"
 }
 
-# A CA and a server certificate for 127.0.0.1 it signed, once, for the tls mode.
+# A CA and a server certificate for 127.0.0.1 it signed, once, for the tls mode
+# (FLYT_BENCH_TLS_DIR: ca.pem, srv.pem, srv.key made beforehand, for a machine
+# without the openssl command).
 make_certs() {
     [ -f "$WORK/tls/srv.pem" ] && return 0
+    if [ -n "${FLYT_BENCH_TLS_DIR:-}" ]; then
+        mkdir -p "$WORK/tls" && cp "$FLYT_BENCH_TLS_DIR"/{ca.pem,srv.pem,srv.key} "$WORK/tls/" &&
+            chmod 600 "$WORK/tls/srv.key"
+        return
+    fi
     mkdir -p "$WORK/tls" && (
         cd "$WORK/tls" &&
         openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 \
