@@ -71,4 +71,22 @@ refused "bad.conf:9: test.gpu_memory" "$base
 backend = host
 [test]
 gpu_memory = lots"
+refused "server_tls_cert_file $dir/server.pem is set without server_tls_key_file" "$base
+server_tls_cert_file = $dir/server.pem"
+if command -v openssl > /dev/null; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$dir/server.key" \
+    -out "$dir/server.pem" -days 1 -subj "/CN=flyt-server" -addext "subjectAltName=IP:127.0.0.1" \
+    > /dev/null 2>&1
+  chmod 644 "$dir/server.key"
+  refused "chmod 600" "$base
+server_tls_cert_file = $dir/server.pem
+server_tls_key_file = $dir/server.key"
+  chmod 600 "$dir/server.key"
+  printf '%s\nserver_tls_cert_file = %s\nserver_tls_key_file = %s\n' "$base" "$dir/server.pem" \
+    "$dir/server.key" > "$dir/tls.conf"
+  "$binary" --check-config "$dir/tls.conf"
+  echo "servers' TLS pair accepted"
+else
+  echo "skip: the servers' TLS pair checks (no openssl command)"
+fi
 echo "example config and refusals OK"

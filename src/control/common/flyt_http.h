@@ -164,6 +164,13 @@ struct flyt_config;
  * err naming the file when only one is set, a file cannot be read, the key file is open
  * to group or others, a file holds no PEM certificate / unencrypted private key, the key
  * is not the certificate's, or this libmicrohttpd has no TLS. */
+/* The certificate and key files named by the config keys cert_key and key_key
+ * (relative to the config's folder): 1 with both set and good (the key
+ * readable by its owner alone, the pair matching), 0 with neither, -1 with
+ * the reason (one without the other, a bad file). */
+int flyt_tls_paths_from_config(const struct flyt_config *cfg, const char *cfgpath,
+                               const char *cert_key, const char *key_key, char *cert,
+                               char *key, size_t cap, char *err, size_t errlen);
 int flyt_http_tls_from_config(const struct flyt_config *cfg, const char *cfgpath,
                               struct flyt_http_tls *tls, char *err, size_t errlen);
 int flyt_http_tls_load(const char *cert_file, const char *key_file, struct flyt_http_tls *tls,

@@ -122,24 +122,42 @@ void flyt_http_tls_free(struct flyt_http_tls *tls)
     memset(tls, 0, sizeof *tls);
 }
 
-int flyt_http_tls_from_config(const struct flyt_config *cfg, const char *cfgpath,
-                              struct flyt_http_tls *tls, char *err, size_t errlen)
+int flyt_tls_paths_from_config(const struct flyt_config *cfg, const char *cfgpath,
+                               const char *cert_key, const char *key_key, char *cert,
+                               char *key, size_t cap, char *err, size_t errlen)
 {
-    char cert[PATH_MAX], key[PATH_MAX];
-    memset(tls, 0, sizeof *tls);
-    int has_cert = flyt_config_path(cfg, cfgpath, "tls_cert_file", cert, sizeof cert, err, errlen);
-    int has_key = flyt_config_path(cfg, cfgpath, "tls_key_file", key, sizeof key, err, errlen);
+    int has_cert = flyt_config_path(cfg, cfgpath, cert_key, cert, cap, err, errlen);
+    int has_key = flyt_config_path(cfg, cfgpath, key_key, key, cap, err, errlen);
     if (has_cert < 0 || has_key < 0)
         return -1;
     if (!has_cert && !has_key)
         return 0;
     if (!has_cert || !has_key) {
-        const char *given = has_cert ? "tls_cert_file" : "tls_key_file";
-        flyt_set_reason(err, errlen, "%s:%d: %s %s is set without %s: give both (HTTPS) or "
-                        "neither (plain HTTP)", cfgpath, flyt_config_line(cfg, given), given,
-                        has_cert ? cert : key, has_cert ? "tls_key_file" : "tls_cert_file");
+        const char *given = has_cert ? cert_key : key_key;
+        flyt_set_reason(err, errlen, "%s:%d: %s %s is set without %s: give both (TLS) or "
+                        "neither (plain)", cfgpath, flyt_config_line(cfg, given), given,
+                        has_cert ? cert : key, has_cert ? key_key : cert_key);
         return -1;
     }
+    struct flyt_http_tls probe;
+    char why[2 * PATH_MAX + 256];
+    if (flyt_http_tls_load(cert, key, &probe, why, sizeof why) < 0) {
+        flyt_set_reason(err, errlen, "%s: %s", cfgpath, why);
+        return -1;
+    }
+    flyt_http_tls_free(&probe);
+    return 1;
+}
+
+int flyt_http_tls_from_config(const struct flyt_config *cfg, const char *cfgpath,
+                              struct flyt_http_tls *tls, char *err, size_t errlen)
+{
+    char cert[PATH_MAX], key[PATH_MAX];
+    memset(tls, 0, sizeof *tls);
+    int rc = flyt_tls_paths_from_config(cfg, cfgpath, "tls_cert_file", "tls_key_file", cert, key,
+                                        sizeof cert, err, errlen);
+    if (rc <= 0)
+        return rc;
     char why[2 * PATH_MAX + 256];
     if (flyt_http_tls_load(cert, key, tls, why, sizeof why) < 0) {
         flyt_set_reason(err, errlen, "%s: %s", cfgpath, why);

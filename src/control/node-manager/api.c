@@ -217,7 +217,8 @@ static void h_list(void *ctx, const struct flyt_http_request *req, struct flyt_h
         if (alive)
             nm_server_status(s, &connected, &mem);
         char ep[NM_STR + 32];
-        snprintf(ep, sizeof ep, "tcp://%s:%d", host, s->port);
+        snprintf(ep, sizeof ep, "%s://%s:%d", nm->cfg.server_tls_cert[0] ? "tls" : "tcp", host,
+                 s->port);
         json_array_append_new(
             arr, json_pack("{s:s,s:i,s:b,s:b,s:s,s:s,s:i,s:i,s:I,s:I,s:b}", "session_id", s->sid,
                            "pid", (int)s->pid, "alive", alive, "connected", connected, "state",

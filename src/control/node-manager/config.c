@@ -21,6 +21,14 @@ const struct flyt_cfg_key nm_config_keys[] = {
      "PEM CA certificate(s) that an https:// cluster manager's certificate must chain to; "
      "unset: the system's CA store", false, 0, 0},
     FLYT_HTTP_TLS_CFG_KEYS,
+    {"server_tls_cert_file", FLYT_CFG_STRING, NULL,
+     "PEM certificate (chain) of the node's flyt-servers: with server_tls_key_file their TCP "
+     "listeners speak TLS and the endpoints given to clients are tls:// (the client verifies "
+     "it, FLYT_TLS_CA or the system's store; docs/tls.md); must name advertise_host",
+     false, 0, 0},
+    {"server_tls_key_file", FLYT_CFG_STRING, NULL,
+     "PEM private key of server_tls_cert_file, unencrypted, readable by its owner alone",
+     false, 0, 0},
     {"listen", FLYT_CFG_STRING, "0.0.0.0:8601",
      "HOST:PORT of this node manager's API, called by the cluster manager (port 0: any)", false,
      0, 0},
@@ -267,7 +275,10 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
     if (access(c->server_path, X_OK) != 0)
         FAIL("server_path", "%s: %s", c->server_path, strerror(errno));
     if (flyt_http_client_ca_from_config(cfg, path, "cluster_ca_file", err, errlen) < 0
-        || flyt_http_tls_from_config(cfg, path, &c->tls, err, errlen) < 0)
+        || flyt_http_tls_from_config(cfg, path, &c->tls, err, errlen) < 0
+        || flyt_tls_paths_from_config(cfg, path, "server_tls_cert_file", "server_tls_key_file",
+                                      c->server_tls_cert, c->server_tls_key,
+                                      sizeof c->server_tls_cert, err, errlen) < 0)
         goto out;
     if (c->mps && (c->mps_pipe_dir[0] != '/' || c->mps_log_dir[0] != '/'))
         FAIL(c->mps_pipe_dir[0] != '/' ? "mps_pipe_dir" : "mps_log_dir", "expected an absolute path");

@@ -56,6 +56,8 @@ struct nm_config {
     int  test_gpu_sm_count, test_gpu_sm_granularity;
     long long test_gpu_memory;
     struct flyt_http_tls tls;       /* the API's certificate and key; none: plain HTTP */
+    char server_tls_cert[PATH_MAX];  /* the servers' pair ("": their TCP is plain) */
+    char server_tls_key[PATH_MAX];
 };
 extern const struct flyt_cfg_key nm_config_keys[];
 /* Loads and checks the file; -1 with "FILE:LINE: reason" in err. */

@@ -393,8 +393,8 @@ void nm_server_endpoint(const struct nm *nm, const struct nm_server *s, char *ou
 {
     char host[NM_STR + 2];
     nm_host_for_url(nm->cfg.advertise_host, host, sizeof host);
-    snprintf(out, len, "%s%s%stcp://%s:%d", s->sock_path[0] ? "unix:" : "", s->sock_path,
-             s->sock_path[0] ? "," : "", host, s->port);
+    snprintf(out, len, "%s%s%s%s://%s:%d", s->sock_path[0] ? "unix:" : "", s->sock_path,
+             s->sock_path[0] ? "," : "", nm->cfg.server_tls_cert[0] ? "tls" : "tcp", host, s->port);
 }
 
 /* The server's image cache: the VM's own folder of module_cache_dir (0700), so
@@ -461,6 +461,12 @@ static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t er
     if (nm_vmq_path(s)) {
         argv[argc++] = "--vm-quota";
         argv[argc++] = nm_vmq_path(s);
+    }
+    if (c->server_tls_cert[0]) { /* its TCP listener speaks TLS (the Unix socket stays plain) */
+        argv[argc++] = "--tls-cert";
+        argv[argc++] = c->server_tls_cert;
+        argv[argc++] = "--tls-key";
+        argv[argc++] = c->server_tls_key;
     }
     FLYT_ASSERT(argc < (int)(sizeof argv / sizeof argv[0]));
     argv[argc] = NULL;
