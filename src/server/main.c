@@ -28,6 +28,7 @@
 #include "quota.h"
 #include "session.h"
 #include "state.h"
+#include "state_stream.h"
 
 #ifndef FLYT_VERSION
 #define FLYT_VERSION "0.1.0"
@@ -49,6 +50,9 @@ struct options {
     const char               *key_file;
     const char               *status_file;
     const char               *restore_file;
+    const char               *restore_listen;      /* the state arrives there first */
+    const char               *restore_secret_file;
+    int                       restore_timeout_s;
     const char               *vm_quota_file;
     unsigned                  max_unadmitted, max_unadmitted_per_peer;
     int                       sm_groups[MAX_SM_GROUPS];
@@ -96,6 +100,13 @@ static void usage(FILE *f)
             "                      with its other servers (src/common/flyt_vm_quota.h)\n"
             "  --restore FILE      the first admitted session resumes the checkpointed\n"
             "                      session of FILE (docs/state-format.md)\n"
+            "  --restore-listen tcp://HOST:PORT\n"
+            "                      before anything else: take the state of FILE from exactly\n"
+            "                      one connection there (a migration's source streams it),\n"
+            "                      write it into FILE, verify it, then serve as --restore\n"
+            "  --restore-secret-file F  the one-time secret that connection must give (64\n"
+            "                      hex digits, mode 0600); required with --restore-listen\n"
+            "  --restore-timeout S exit unless the state arrived within S seconds (default 60)\n"
             "                      (src/common/flyt_server_status.h)\n"
             "  --help              this text\n"
             "  --version           version and protocol\n");
@@ -186,6 +197,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"max-unadmitted", required_argument, NULL, 'U'},
         {"max-unadmitted-per-peer", required_argument, NULL, 'u'},
         {"restore", required_argument, NULL, 'R'},
+        {"restore-listen", required_argument, NULL, 'r'},
+        {"restore-secret-file", required_argument, NULL, 'X'},
+        {"restore-timeout", required_argument, NULL, 'T'},
         {"vm-quota", required_argument, NULL, 'Q'},
         {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
     };
@@ -196,6 +210,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     o->cfg.admission_timeout_s = 5;
     o->cfg.admitted_fd = -1;
     o->max_unadmitted = 32;
+    o->restore_timeout_s = 60;
     o->max_unadmitted_per_peer = 8;
     o->log_level = FLYT_LOG_INFO;
     opterr = 0; /* our own messages */
@@ -288,6 +303,15 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return bad_arg("--log-level must be error, warn, info or debug, got '%s'", optarg);
             break;
         case 'R': o->restore_file = optarg; break;
+        case 'r': o->restore_listen = optarg; break;
+        case 'X': o->restore_secret_file = optarg; break;
+        case 'T':
+            errno = 0;
+            v = strtol(optarg, &end, 10);
+            if (errno || *optarg == '\0' || *end != '\0' || v < 1 || v > 3600)
+                return bad_arg("--restore-timeout wants seconds (1 to 3600), got '%s'", optarg);
+            o->restore_timeout_s = (int)v;
+            break;
         case 'Q': o->vm_quota_file = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V':
@@ -304,6 +328,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         return bad_arg("%s", "--listen is required");
     if ((o->cfg.session_id != NULL) != (o->key_file != NULL))
         return bad_arg("%s", "--session-id and --session-key-file go together");
+    if (o->restore_listen && (!o->restore_file || !o->restore_secret_file))
+        return bad_arg("%s", "--restore-listen needs --restore FILE and --restore-secret-file");
     if (o->cfg.cache_dir) {
         struct stat st;
         if (stat(o->cfg.cache_dir, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -679,11 +705,17 @@ static void bound_address(int lfd, const flyt_addr *addr, char *out, size_t len,
     flyt_addr_format(&a, out, len);
 }
 
-/* Verifies the --restore file before anything listens; 0 or -1 (logged). */
+/* Verifies the --restore file before anything listens (with --restore-listen: takes
+ * it from the migration's source first); 0 or -1 (logged). */
 static int open_restore(struct options *o)
 {
-    char err[512];
-    struct flyt_state *st = flyt_state_open(o->restore_file, err, sizeof err);
+    char err[768];
+    const char *sid = o->cfg.session_id ? o->cfg.session_id : "";
+    struct flyt_state *st =
+        o->restore_listen ? flyt_stream_receive(o->restore_listen, o->restore_secret_file,
+                                                o->restore_file, o->restore_timeout_s, sid, err,
+                                                sizeof err)
+                          : flyt_state_open(o->restore_file, err, sizeof err);
     if (st == NULL) {
         flyt_error("%s", err);
         return -1;

@@ -66,9 +66,13 @@ void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt
     char path[PATH_MAX + NM_SID_MAX + 16], status_path[sizeof path];
     if (state_path_of(nm, req, res, path, sizeof path) != 0)
         return;
-    json_t *stop = json_object_get(req->body, "stop");
-    if ((req->body && !json_is_object(req->body)) || (stop && !json_is_boolean(stop))) {
-        flyt_http_reply_error(res, 400, "bad_request", "body: expected {\"stop\": true|false}");
+    json_t *stop = json_object_get(req->body, "stop"), *to = json_object_get(req->body, "to");
+    const char *to_addr = json_string_value(json_object_get(to, "address"));
+    const char *to_secret = json_string_value(json_object_get(to, "secret"));
+    if ((req->body && !json_is_object(req->body)) || (stop && !json_is_boolean(stop)) ||
+        (to && (!to_addr || !to_secret || strncmp(to_addr, "tcp://", 6) != 0))) {
+        flyt_http_reply_error(res, 400, "bad_request", "body: expected {\"stop\": true|false, "
+                              "\"to\"?: {\"address\": \"tcp://HOST:PORT\", \"secret\": HEX}}");
         return;
     }
     pthread_mutex_lock(&nm->lock);
@@ -84,8 +88,9 @@ void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt
     }
     struct flyt_ckpt_outcome out;
     char err[600];
-    int rc = flyt_ckpt_request(status_path, path, json_is_true(stop), CKPT_TIMEOUT_MS, &out, err,
-                               sizeof err);
+    struct flyt_ckpt_dest dest = {to_addr, to_secret};
+    int rc = flyt_ckpt_request(status_path, path, &dest, json_is_true(stop), CKPT_TIMEOUT_MS, &out,
+                               err, sizeof err);
     if (rc != 0 || out.result != 0) {
         flyt_warn("session %s: checkpoint failed: %s", req->params[0], err);
         /* no_session: no client holds anything there; a migration starts it afresh */
@@ -98,9 +103,9 @@ void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt
               json_is_true(stop) ? "; stopping its server" : "");
     if (json_is_true(stop))
         nm_server_stop_wait(nm, req->params[0]); /* the session ended: nothing else to serve */
-    flyt_http_reply_json(res, 200, json_pack("{s:I,s:f,s:b}", "bytes", (json_int_t)out.bytes,
+    flyt_http_reply_json(res, 200, json_pack("{s:I,s:f,s:b,s:b}", "bytes", (json_int_t)out.bytes,
                                              "ms", (double)out.ns / 1e6, "stopped",
-                                             json_is_true(stop)));
+                                             json_is_true(stop), "streamed", to != NULL));
 }
 
 void nm_h_state_get(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
