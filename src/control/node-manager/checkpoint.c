@@ -2,11 +2,14 @@
  * Checkpoint and restore on the node (docs/node-manager.md, "Checkpoint and
  * restore"; docs/api.md, "Cluster manager -> node manager"):
  *   POST   /v1/servers/{id}/checkpoint  the session writes STATE_DIR/ID.state;
- *          {"stop": true}: the session ends after it and its server is stopped
+ *          {"stop": true}: the session ends after it and its server is stopped;
+ *          {"to": {"address", "secret"}}: and streams it to a receiving server
+ *   GET    /v1/servers/{id}/checkpoint  its progress: {sent, estimate}
  *   GET    /v1/checkpoints/{id}?offset=N&length=M  bytes of that file
  *   PUT    /v1/checkpoints/{id}?offset=N  bytes into it (offset 0 starts it anew)
  *   DELETE /v1/checkpoints/{id}           removes it
- * POST /v1/servers with "restore": true starts `flyt-server --restore` on it.
+ * POST /v1/servers with "restore": true starts `flyt-server --restore` on it; with
+ * "receive": true it starts one that takes the state streamed to it (servers.c).
  * One file per session: a migration that falls back to its source restores
  * the file its checkpoint left there, with nothing to copy.
  */
@@ -108,6 +111,28 @@ void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt
                                              json_is_true(stop), "streamed", to != NULL));
 }
 
+/* GET /v1/servers/{id}/checkpoint: how far the checkpoint in progress is. */
+void nm_h_checkpoint_progress(void *ctx, const struct flyt_http_request *req,
+                              struct flyt_http_response *res)
+{
+    struct nm *nm = ctx;
+    char path[PATH_MAX + NM_SID_MAX + 16], status_path[sizeof path];
+    if (state_path_of(nm, req, res, path, sizeof path) != 0)
+        return;
+    pthread_mutex_lock(&nm->lock);
+    struct nm_server *s = nm_server_find(nm, req->params[0]);
+    if (s)
+        snprintf(status_path, sizeof status_path, "%s", s->status_path);
+    pthread_mutex_unlock(&nm->lock);
+    uint64_t sent = 0, estimate = 0;
+    if (!s || flyt_ckpt_progress(status_path, &sent, &estimate) != 0) {
+        flyt_http_reply_error(res, 404, "not_found", "no server for session %s", req->params[0]);
+        return;
+    }
+    flyt_http_reply_json(res, 200, json_pack("{s:I,s:I}", "sent", (json_int_t)sent, "estimate",
+                                             (json_int_t)estimate));
+}
+
 void nm_h_state_get(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
     struct nm *nm = ctx;
@@ -177,7 +202,10 @@ void nm_h_state_delete(void *ctx, const struct flyt_http_request *req,
     char path[PATH_MAX + NM_SID_MAX + 16];
     if (state_path_of(nm, req, res, path, sizeof path) != 0)
         return;
-    if (unlink(path) != 0) {
+    char received[sizeof path + 16]; /* a receiving server's copy (docs/node-manager.md) */
+    snprintf(received, sizeof received, "%s/%s.received", nm->cfg.state_dir, req->params[0]);
+    int had_received = unlink(received) == 0;
+    if (unlink(path) != 0 && !(errno == ENOENT && had_received)) {
         flyt_http_reply_error(res, errno == ENOENT ? 404 : 500,
                               errno == ENOENT ? "not_found" : "internal", "state of session %s: %s",
                               req->params[0], strerror(errno));
