@@ -608,11 +608,46 @@ static void describe_peer(int fd, char *out, size_t len, unsigned char key[16])
 static int listen_fds[FLYT_MAX_LISTEN];
 static int n_listen;
 
+/* --restore-listen: the first session's process, started before the state came so its
+ * device was open by then (a CUDA context takes a while); it holds the state and waits
+ * for its client's connection, passed on warm_fd. */
+static pid_t warm_pid;
+static int warm_fd = -1, warm_admit = -1; /* its socketpair, its admission pipe */
+
+struct handoff {
+    char peer[160];
+};
+
+/* The connection goes to the warm process: 1, or 0 when it is gone (then a child as usual,
+ * which opens the state file itself). */
+static int hand_to_warm(int fd, const char *peer, const unsigned char key[16])
+{
+    struct handoff h = {{0}};
+    snprintf(h.peer, sizeof h.peer, "%s", peer);
+    struct iovec iov = {&h, sizeof h};
+    int sent = flyt_writev_full_fd(warm_fd, &iov, 1, fd) == 0;
+    close(warm_fd);
+    warm_fd = -1;
+    if (!sent) {
+        flyt_warn("the process that took the state is gone; %s gets a new one", peer);
+        close(warm_admit);
+        return 0;
+    }
+    if (!add_child(warm_pid, warm_admit, key))
+        close(warm_admit);
+    close(fd);
+    flyt_info("session %d (device opened and state taken before) started for %s",
+              (int)warm_pid, peer);
+    return 1;
+}
+
 static void start_session(int fd, const struct options *o, const sigset_t *orig)
 {
     char peer[160];
     unsigned char key[16];
     describe_peer(fd, peer, sizeof peer, key);
+    if (warm_fd >= 0 && !restore_taken && hand_to_warm(fd, peer, key))
+        return;
     if (make_room(key, o->max_unadmitted_per_peer, "per-peer") != 0 ||
         make_room(NULL, o->max_unadmitted, "total") != 0) {
         flyt_warn("refusing %s: too many connections not admitted yet", peer);
@@ -648,6 +683,12 @@ static void start_session(int fd, const struct options *o, const sigset_t *orig)
         sigprocmask(SIG_SETMASK, orig, NULL);
         struct flyt_server_config cfg = o->cfg;
         cfg.admitted_fd = admit[1];
+        char err[768];
+        if (!restore_taken && o->restore_listen && /* the warm process did not take it */
+            (cfg.restore = flyt_state_open(o->restore_file, err, sizeof err)) == NULL) {
+            flyt_error("%s; refusing %s", err, peer);
+            _exit(1);
+        }
         if (restore_taken)
             cfg.restore = NULL;
         exit(flyt_session_run(fd, peer, &cfg));
@@ -732,6 +773,70 @@ static int open_restore(struct options *o)
     return 0;
 }
 
+/* The warm process (above): opens the device, takes the state, says so on ctl ('R'),
+ * then runs the session of the connection passed to it. Its exit status. */
+static int warm_main(struct options *o, int ctl, int admit)
+{
+    signal(SIGPIPE, SIG_IGN); /* a vanished peer is a failed write, not a death */
+    char err[768];
+    long long t0 = monotonic_ms();
+    if (flyt_session_preopen(&o->cfg, err, sizeof err) != 0) {
+        flyt_error("%s", err);
+        return FLYT_EXIT_BACKEND;
+    }
+    flyt_info("device open in %lld ms, before the state", monotonic_ms() - t0);
+    if (open_restore(o) != 0)
+        return 1;
+    char ready = 'R';
+    struct handoff h;
+    int fd = -1;
+    if (write(ctl, &ready, 1) != 1 || flyt_read_full_fd(ctl, &h, sizeof h, &fd) != 0 || fd < 0)
+        return 0; /* the server ended before a client came */
+    close(ctl);
+    h.peer[sizeof h.peer - 1] = '\0';
+    struct flyt_server_config cfg = o->cfg;
+    cfg.admitted_fd = admit;
+    return flyt_session_run(fd, h.peer, &cfg);
+}
+
+/* Starts the warm process and waits until it holds the state; 0, or -1 when it failed
+ * (it logged why). */
+static int start_warm(struct options *o)
+{
+    int sp[2], admit[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0 || pipe2(admit, O_CLOEXEC)) {
+        flyt_error("--restore-listen: %s", strerror(errno));
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sp[0]);
+        close(admit[0]);
+        exit(warm_main(o, sp[1], admit[1]));
+    }
+    close(sp[1]);
+    close(admit[1]);
+    char ready = 0;
+    ssize_t n;
+    while (pid > 0 && (n = read(sp[0], &ready, 1)) < 0 && errno == EINTR)
+        ;
+    if (pid < 0 || ready != 'R') {
+        if (pid < 0)
+            flyt_error("--restore-listen: fork: %s", strerror(errno));
+        else
+            waitpid(pid, NULL, 0);
+        close(sp[0]);
+        close(admit[0]);
+        return -1;
+    }
+    warm_pid = pid;
+    warm_fd = sp[0];
+    warm_admit = admit[0];
+    fcntl(warm_admit, F_SETFL, O_NONBLOCK);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
@@ -749,7 +854,7 @@ int main(int argc, char **argv)
         flyt_warn("backend 'host' keeps memory on the host and runs no kernels: it is for tests");
     if (o.key_file && read_session_key(&o) != 0)
         return EXIT_USAGE;
-    if (o.restore_file && open_restore(&o) != 0)
+    if (o.restore_file && !o.restore_listen && open_restore(&o) != 0)
         return 1;
     if ((o.cfg.memory_quota || o.status_file || o.vm_quota_file) &&
         flyt_status_open(o.status_file, o.cfg.memory_quota, err, sizeof err) != 0) {
@@ -760,6 +865,8 @@ int main(int argc, char **argv)
         flyt_error("--vm-quota: %s", err);
         return 1;
     }
+    if (o.restore_listen && start_warm(&o) != 0)
+        return 1; /* it said why */
 
     sigset_t wait_mask, orig;
     setup_signals(&wait_mask, &orig);

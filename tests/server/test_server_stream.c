@@ -218,10 +218,21 @@ int main(int argc, char **argv)
     CHECK(tfd >= 0 && th_hello(tfd) == 0, "HELLO to the receiver");
     contents_hold(tfd, "on the receiver");
     CHECK(log_has("target", "received the session's state"), "the receiver says it took it");
+    CHECK(log_has("target", "before the state"), "its device was open before the state came");
+    CHECK(log_has("target", "state taken before) started"), "its first client went to that process");
     close(tfd);
     kill(to, SIGTERM);
     exit_status(to, 10);
     th_server_stop();
+    static const char *const left[] = {"secret", "server.status", "source.state", "idle.log",
+                                       "wrong.log", "target.log", "target.state", "target.sock",
+                                       "wrong.sock", "idle.sock"};
+    for (size_t i = 0; i < sizeof left / sizeof left[0]; i++) {
+        char path[200];
+        snprintf(path, sizeof path, "%s/%s", dir, left[i]);
+        unlink(path);
+    }
+    CHECK_EQ(rmdir(dir), 0, "nothing else left in %s", dir);
     th_passed();
     printf("test_server_stream: all checks passed\n");
     return 0;
