@@ -607,6 +607,8 @@ static void describe_peer(int fd, char *out, size_t len, unsigned char key[16])
 /* The listening sockets, which a session child closes first. */
 static int listen_fds[FLYT_MAX_LISTEN];
 static int n_listen;
+static ino_t listen_ino[FLYT_MAX_LISTEN]; /* a Unix socket's file, removed at the end if ours */
+static dev_t listen_dev[FLYT_MAX_LISTEN];
 
 /* --restore-listen: the first session's process, started before the state came so its
  * device was open by then (a CUDA context takes a while); it holds the state and waits
@@ -879,6 +881,11 @@ int main(int argc, char **argv)
         }
         fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK); /* poll said ready, but it may not be */
         listen_fds[n_listen] = lfd;
+        struct stat bound;
+        if (addrs[n_listen].kind == FLYT_ADDR_UNIX && stat(addrs[n_listen].path, &bound) == 0) {
+            listen_ino[n_listen] = bound.st_ino;
+            listen_dev[n_listen] = bound.st_dev;
+        }
         char where[400];
         unsigned this_port;
         bound_address(lfd, &addrs[n_listen], where, sizeof where, &this_port);
@@ -941,9 +948,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_listen; i++)
         close(listen_fds[i]);
     stop_children();
-    for (int i = 0; i < n_listen; i++)
-        if (addrs[i].kind == FLYT_ADDR_UNIX)
+    for (int i = 0; i < n_listen; i++) {
+        struct stat now; /* ours still: a server that took over the session may be there now */
+        if (addrs[i].kind == FLYT_ADDR_UNIX && stat(addrs[i].path, &now) == 0 &&
+            now.st_ino == listen_ino[i] && now.st_dev == listen_dev[i])
             unlink(addrs[i].path);
+    }
     free(children);
     flyt_info("stopped");
     return status;
