@@ -44,7 +44,7 @@
 #include <stdint.h>
 
 #define FLYT_STATUS_MAGIC   0x3153555441545346ull /* "FSTATUS1" little-endian */
-#define FLYT_STATUS_VERSION 2u
+#define FLYT_STATUS_VERSION 3u /* 3: ckpt_dest, ckpt_secret, ckpt_sent, ckpt_estimate */
 #define FLYT_STATUS_SLOTS   64 /* concurrent connections of one managed server */
 #define FLYT_STATUS_GROUPS  512 /* SM groups a resized share may list */
 

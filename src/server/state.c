@@ -76,8 +76,9 @@ static int w_flush_to(struct writer *w, int fd)
 
 static int w_flush(struct writer *w)
 {
-    if (w_flush_to(w, w->fd) == 0 && w->sock >= 0)
-        w_flush_to(w, w->sock);
+    /* the receiver first: it takes these bytes while this file is written */
+    if ((w->sock < 0 || w_flush_to(w, w->sock) == 0))
+        w_flush_to(w, w->fd);
     w->len = 0;
     if (w->sent)
         STORE(w->sent, w->total);

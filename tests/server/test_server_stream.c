@@ -103,6 +103,7 @@ static int migrate(int port, const char *key, char *err, size_t errlen)
     snprintf(state, sizeof state, "%s/source.state", dir);
     struct flyt_ckpt_dest dest = {to, key};
     struct flyt_ckpt_outcome out;
+    snprintf(err, errlen, "(none)");
     int rc = flyt_ckpt_request(status_path, state, &dest, 1, 60000, &out, err, errlen);
     CHECK_EQ(rc, 0, "the session answered: %s", err);
     return out.result;
@@ -152,6 +153,54 @@ static void cut_midway(void)
     close(lfd);
 }
 
+/* A session on the harness server with the pattern at ptr; its connection. */
+static int patterned_session(const char *bin)
+{
+    const char *args[] = {"--status-file", status_path, NULL};
+    th_server_start_args(bin, NULL, args);
+    int fd = th_connect();
+    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO");
+    unsigned char *p = malloc(BIG);
+    for (uint64_t i = 0; i < BIG; i++)
+        p[i] = pattern(i);
+    CHECK_EQ(th_alloc(fd, BIG, &ptr), T_SUCCESS, "MEM_ALLOC");
+    CHECK_EQ(th_htod(fd, ptr, p, BIG), T_SUCCESS, "pattern in");
+    free(p);
+    return fd;
+}
+
+/* The receiver's process that took the state dies before its client comes: the client
+ * gets a new process that opens the state file itself. */
+static void warm_process_gone(const char *bin)
+{
+    th_say("the process that took the state is gone: the client still gets its session");
+    int fd = patterned_session(bin);
+    int port = free_port();
+    pid_t late = receiver(bin, "late", port, 20);
+    char err[512], path[64], sock[160];
+    CHECK_EQ(migrate(port, secret, err, sizeof err), T_SUCCESS, "streamed: %s", err);
+    close(fd);
+    for (int i = 0; i < 500 && !log_has("late", "listening on"); i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)late, (int)late);
+    FILE *f = fopen(path, "r");
+    int warm = 0;
+    CHECK(f && fscanf(f, "%d", &warm) == 1 && warm > 0, "the receiver's process is %d", warm);
+    fclose(f);
+    kill(warm, SIGKILL);
+    snprintf(sock, sizeof sock, "%s/late.sock", dir);
+    for (int i = 0; i < 100 && !log_has("late", "killed by signal"); i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    int tfd = th_connect_to(sock);
+    CHECK(tfd >= 0 && th_hello(tfd) == 0, "HELLO to the receiver");
+    contents_hold(tfd, "from the state file, in a new process");
+    CHECK(log_has("late", "the process that took the state is gone"), "the receiver says so");
+    close(tfd);
+    kill(late, SIGTERM);
+    exit_status(late, 10);
+    th_server_stop();
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -176,16 +225,7 @@ int main(int argc, char **argv)
     CHECK_EQ(exit_status(idle, 10), 1, "exit 1 after --restore-timeout 1");
     CHECK(log_has("idle", "no state arrived"), "it says no state arrived");
 
-    const char *args[] = {"--status-file", status_path, NULL};
-    th_server_start_args(bin, NULL, args);
-    int fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO");
-    unsigned char *p = malloc(BIG);
-    for (uint64_t i = 0; i < BIG; i++)
-        p[i] = pattern(i);
-    CHECK_EQ(th_alloc(fd, BIG, &ptr), T_SUCCESS, "MEM_ALLOC");
-    CHECK_EQ(th_htod(fd, ptr, p, BIG), T_SUCCESS, "pattern in");
-    free(p);
+    int fd = patterned_session(bin);
 
     th_say("a wrong secret: the receiver refuses it and exits; the source carries on");
     port = free_port();
@@ -224,9 +264,11 @@ int main(int argc, char **argv)
     kill(to, SIGTERM);
     exit_status(to, 10);
     th_server_stop();
+    warm_process_gone(bin);
     static const char *const left[] = {"secret", "server.status", "source.state", "idle.log",
                                        "wrong.log", "target.log", "target.state", "target.sock",
-                                       "wrong.sock", "idle.sock"};
+                                       "wrong.sock", "idle.sock", "late.log", "late.state",
+                                       "late.sock"};
     for (size_t i = 0; i < sizeof left / sizeof left[0]; i++) {
         char path[200];
         snprintf(path, sizeof path, "%s/%s", dir, left[i]);
