@@ -137,6 +137,10 @@ if has_part elastic; then
             "$build/bin/flyt-server" "$build/lib:$cuda_lib" "$build/bin/test_reconnect" cuda 2>&1 | tail -n 15)
         OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" loop "step 50:" -- \
             "$build/gpu-tests/migrate_loop" 200 20 2>&1 | tail -n 12
+        OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" global "step 50:" -- \
+            "$build/gpu-tests/migrate_loop" 200 20 global 2>&1 | tail -n 12
+        OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" pinned "step 50:" -- \
+            "$build/gpu-tests/migrate_loop" 200 20 pinned 2>&1 | tail -n 12
         OUT=$OUT timeout -k 10 300 bash "$root/tests/gpu/migrate_check.sh" "$build" torch "step 50:" -- \
             "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
         # the same moves streamed to a receiving server whose device was open first
@@ -147,7 +151,9 @@ if has_part elastic; then
             200 0.02 2>&1 | tail -n 12
     } > "$OUT/elastic.txt" 2>&1
     cat "$OUT/elastic.txt" >> "$summary"
-    pack elastic state-check migrate-loop migrate-torch migrate-loop-stream migrate-torch-stream
+    find "$OUT" -name "*.state" -delete # tens of MB each: the logs say what they held
+    pack elastic state-check migrate-loop migrate-global migrate-pinned migrate-torch \
+        migrate-loop-stream migrate-torch-stream
 fi
 
 if has_part bench; then

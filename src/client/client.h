@@ -176,6 +176,24 @@ uint64_t flyt_range_region(uint64_t addr, uint64_t n, uint64_t *offset);
 uint64_t flyt_range_region_base(uint64_t region);
 void flyt_range_forget_regions(void);
 
+/* ---- the memfds of shared regions, for a restored session (regions.c) ---- */
+/* Keeps a copy of the memfd of a region the server mapped (addr: HOST_MAP_AT's
+ * address, device-mapped; 0: HOST_MAP) while it lives. */
+void flyt_region_keep(uint64_t region, int fd, uint64_t size, uint64_t addr);
+/* The receiver delivered a successful HOST_MAP(_AT) reply; its caller then
+ * keeps the region (flyt_region_keep) or says it will not (not_kept). */
+void flyt_region_reply_delivered(void);
+void flyt_region_not_kept(void);
+/* HOST_UNMAP of a region (0: none), then its memfd is closed. */
+CUresult flyt_region_release(uint64_t region);
+/* Closes every kept memfd (a device reset unmapped the regions). */
+void flyt_regions_forget_all(void);
+/* Calls fn with the HOST_REMAP request and memfd of each kept region (fn
+ * NULL: none) until it returns non-zero, which is returned; *count: how many
+ * are kept. */
+int flyt_regions_each(int (*fn)(const flyt_req_host_remap *req, int fd, void *arg), void *arg,
+                      size_t *count);
+
 /* ---- host memory at one address in client and server (memory.c, managed.c) ---- */
 /* A new memfd of len bytes mapped here and in the server at one address the
  * GPU reaches too (HOST_MAP_AT): the address and its region, or MAP_FAILED. */

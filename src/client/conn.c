@@ -510,6 +510,8 @@ static void *receiver_thread(void *arg)
         w->callbacks_seen = conn.cb_received;
         pthread_mutex_unlock(&conn.cb_lock);
         confirm(w->end_off);
+        if ((w->op == FLYT_OP_HOST_MAP || w->op == FLYT_OP_HOST_MAP_AT) && w->reply.result == 0)
+            flyt_region_reply_delivered(); /* its caller keeps it (regions.c) */
         waiter_finish(w);
     }
 }
@@ -603,16 +605,18 @@ static void set_io_timeout(int fd, int seconds)
 static int handshake_fd = -1; /* the socket read_output reads during a handshake */
 static int handshake_read(void *buf, size_t len) { return flyt_read_full(handshake_fd, buf, len); }
 
-/* Sends one request on fd and reads its reply: result and up to rep_size
- * bytes of the reply struct. 0, or -1 when the connection failed (errno: 0
- * at EOF). */
-static int handshake_call(int fd, uint16_t op, const void *req, size_t req_size, const void *data,
-                          size_t data_size, int32_t *result, void *rep, size_t rep_size)
+/* Sends one request on fd (with the descriptor pass_fd, unless -1) and
+ * reads its reply: result and up to rep_size bytes of the reply struct. 0,
+ * or -1 when the connection failed (errno: 0 at EOF). */
+static int handshake_call_fd(int fd, uint16_t op, const void *req, size_t req_size,
+                             const void *data, size_t data_size, int pass_fd, int32_t *result,
+                             void *rep, size_t rep_size)
 {
     uint32_t seq = conn.next_seq++;
     struct flyt_frame_hdr h = {.length = (uint32_t)(req_size + data_size), .op = op, .seq = seq};
     struct iovec iov[3] = {{&h, sizeof h}, {(void *)req, req_size}, {(void *)data, data_size}};
-    if (flyt_writev_full(fd, iov, data_size ? 3 : 2) != 0)
+    int n = data_size ? 3 : 2;
+    if ((pass_fd >= 0 ? flyt_writev_full_fd(fd, iov, n, pass_fd) : flyt_writev_full(fd, iov, n)) != 0)
         return -1;
     struct flyt_frame_hdr rh;
     struct flyt_reply r;
@@ -637,6 +641,12 @@ static int handshake_call(int fd, uint16_t op, const void *req, size_t req_size,
         return -1;
     *result = r.result;
     return 0;
+}
+
+static int handshake_call(int fd, uint16_t op, const void *req, size_t req_size, const void *data,
+                          size_t data_size, int32_t *result, void *rep, size_t rep_size)
+{
+    return handshake_call_fd(fd, op, req, req_size, data, data_size, -1, result, rep, rep_size);
 }
 
 /* Whether a resuming client found its session: the server holds it restored. */
@@ -909,6 +919,61 @@ static void refresh_target(void)
     explicit_bzero(&fresh, sizeof fresh);
 }
 
+/* ---- host memory shared with the server, after a move ---- */
+
+struct remap_ctx {
+    int    fd;
+    size_t failed;
+    int    first_error;
+};
+
+/* HOST_REMAP of one region on the resumed connection; -1 when it failed. */
+static int remap_one(const flyt_req_host_remap *req, int memfd, void *arg)
+{
+    struct remap_ctx *x = arg;
+    int32_t result = 0;
+    flyt_rep_none none;
+    if (handshake_call_fd(x->fd, FLYT_OP_HOST_REMAP, req, sizeof *req, NULL, 0, memfd, &result,
+                          &none, sizeof none) != 0)
+        return -1;
+    /* INVALID_HANDLE: unmapped before the checkpoint (its HOST_UNMAP answered
+     * as the move began) */
+    if (result != CUDA_SUCCESS && result != CUDA_ERROR_INVALID_HANDLE) {
+        if (x->failed++ == 0)
+            x->first_error = result;
+    }
+    return 0;
+}
+
+/* Shares the kept regions with the restored server again, before the
+ * replay: on one machine (Unix socket) their memfds go with HOST_REMAP; a
+ * server elsewhere cannot map them, and the client says so once. 0, or -1
+ * when the connection failed. */
+static int reattach_regions(int fd, const flyt_addr *addr)
+{
+    size_t count = 0;
+    const char *shm = getenv("FLYT_SHM");
+    if (addr->kind != FLYT_ADDR_UNIX || (shm && strcmp(shm, "0") == 0)) {
+        flyt_regions_each(NULL, NULL, &count);
+        if (count > 0)
+            fprintf(stderr, "flyt: the session resumed on a server this process shares no "
+                    "memory with (TCP, or FLYT_SHM=0): its %zu host memory region(s) (pinned or "
+                    "managed memory) cannot be shared again; copies and kernels using them fail "
+                    "with CUDA_ERROR_NOT_MAPPED\n", count);
+        return 0;
+    }
+    struct remap_ctx x = {fd, 0, 0};
+    if (flyt_regions_each(remap_one, &x, &count) != 0)
+        return -1;
+    if (x.failed > 0)
+        fprintf(stderr, "flyt: the restored server could not share %zu of %zu host memory "
+                "region(s) again (first: CUDA error %d; see its log); copies and kernels using "
+                "them fail with CUDA_ERROR_NOT_MAPPED\n", x.failed, count, x.first_error);
+    else if (count > 0 && flyt_tracing())
+        fprintf(stderr, "flyt: %zu host memory region(s) shared again\n", count);
+    return 0;
+}
+
 static int try_resume(long ms_left_now, uint64_t *resume_at, char *why, size_t whylen)
 {
     refresh_target();
@@ -927,7 +992,6 @@ static int try_resume(long ms_left_now, uint64_t *resume_at, char *why, size_t w
         close(fd);
         return -1;
     }
-    set_io_timeout(fd, 0);
     struct iovec held[FLYT_REPLAY_REF_IOVS];
     if (flyt_replay_iov_from(&conn.replay, rep.resume_offset, held) < 0) {
         snprintf(why, whylen, "the restored session resumes at request byte %llu, which this "
@@ -937,6 +1001,13 @@ static int try_resume(long ms_left_now, uint64_t *resume_at, char *why, size_t w
         close(fd);
         return -2;
     }
+    if (reattach_regions(fd, &addr) != 0) {
+        snprintf(why, whylen, "the server at %s closed the connection while this client shared "
+                 "its host memory again", t->endpoint);
+        close(fd);
+        return -1;
+    }
+    set_io_timeout(fd, 0);
     take_server(&addr, &rep);
     *resume_at = rep.resume_offset;
     return fd;

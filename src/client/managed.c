@@ -84,7 +84,7 @@ CUresult flyt_managed_free(uint64_t base)
     pthread_mutex_unlock(&hints_mu);
     free(h);
     /* the server waits for the device before it lets go (as cuMemFree does) */
-    CUresult r = region ? flyt_call_handle(FLYT_OP_HOST_UNMAP, region) : CUDA_SUCCESS;
+    CUresult r = flyt_region_release(region);
     munmap((void *)(uintptr_t)base, (size + 4095) & ~(uint64_t)4095);
     return r;
 }

@@ -318,6 +318,7 @@ static uint64_t host_map(int fd, uint64_t len)
     struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
     if (flyt_call_fd(FLYT_OP_HOST_MAP, &req, sizeof req, fd, &sink) != CUDA_SUCCESS)
         return 0;
+    flyt_region_keep(rep.value, fd, len, 0);
     return rep.value;
 }
 
@@ -350,9 +351,12 @@ static CUresult host_map_at(int fd, uint64_t addr, uint64_t len, uint64_t *regio
     if (r == CUDA_SUCCESS && rep.b != addr) {
         /* a device without CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: one
          * pointer cannot serve both sides */
+        flyt_region_not_kept();
         flyt_call_handle(FLYT_OP_HOST_UNMAP, rep.a);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
+    if (r == CUDA_SUCCESS)
+        flyt_region_keep(rep.a, fd, len, addr);
     *region = rep.a;
     return r;
 }
@@ -436,11 +440,6 @@ FLYT_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 
 FLYT_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t size) { return cuMemHostAlloc(pp, size, 0); }
 
-static void region_unmap(uint64_t region)
-{
-    if (region)
-        flyt_call_handle(FLYT_OP_HOST_UNMAP, region);
-}
 
 FLYT_EXPORT CUresult cuMemFreeHost(void *p)
 {
@@ -456,7 +455,7 @@ FLYT_EXPORT CUresult cuMemFreeHost(void *p)
         free(p);
         return CUDA_SUCCESS;
     }
-    region_unmap(region);
+    flyt_region_release(region);
     munmap(p, page_up(size));
     return CUDA_SUCCESS;
 }
@@ -512,7 +511,7 @@ static uint64_t share_in_place(void *p, size_t size, uint64_t *lo_out, uint64_t 
         region = host_map(fd, len);
     if (region != 0 && mmap((void *)(uintptr_t)lo, len, PROT_READ | PROT_WRITE,
                             MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
-        region_unmap(region);
+        flyt_region_release(region);
         region = 0;
     }
     munmap(view, len);
@@ -589,7 +588,7 @@ FLYT_EXPORT CUresult cuMemHostUnregister(void *p)
     flyt_range_remove(FLYT_RANGE_REGISTERED, lo);
     /* the pages stay shared memory with the program's bytes; only the
      * server lets go of them */
-    region_unmap(region);
+    flyt_region_release(region);
     return CUDA_SUCCESS;
 }
 

@@ -340,6 +340,15 @@ typedef struct { uint64_t device; uint64_t region; uint64_t offset; uint64_t siz
  * address is taken in the server; the client tries another. */
 typedef struct { uint64_t size; uint64_t addr; } flyt_req_host_map_at;
 
+/* HOST_REMAP: a restored session's region `id` (recreated detached, with no
+ * mapping) gets its memory back: the memfd comes with the frame, as with
+ * HOST_MAP. size, addr (HOST_MAP_AT's, 0 for HOST_MAP) and mapped (1: it
+ * was HOST_MAP_AT, device-mapped) must be the region's as checkpointed; a
+ * mapped one is mapped at addr again and must get addr as its device
+ * pointer. Sent by a resuming client before it replays; the server does not
+ * count it in the request stream. */
+typedef struct { uint64_t id; uint64_t size; uint64_t addr; uint32_t mapped, pad; } flyt_req_host_remap;
+
 /* MEMCPY_HTOD_PEER / MEMCPY_DTOH_PEER: src resp. dst is an address in the
  * client process. HTOD is answered once complete, or with FLYT_PEER_ASYNC
  * once the server has read the whole buffer (the DMA may still run, as with

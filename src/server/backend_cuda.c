@@ -1131,7 +1131,6 @@ static CUresult cuda_global_get(flyt_backend *base, flyt_bhandle module, const c
     size_t sz = 0;
     CUresult r = b->cu.cuModuleGetGlobal(&p, &sz, m->mod, name);
     if (r == CUDA_SUCCESS) {
-        m->globals = 1; /* placed by the driver: a checkpoint cannot bring it back */
         if (dptr)
             *dptr = p;
         if (size)

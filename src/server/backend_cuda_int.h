@@ -254,7 +254,6 @@ struct flyt_cuda_module {
     struct flyt_cuda_func   *funcs;
     void                    *image;   /* the backend's copy, for a checkpoint */
     size_t                   image_size;
-    int                      globals; /* a global was looked up: no checkpoint */
 };
 
 /* ---- pinned staging buffers for host-to-device copies ---- */

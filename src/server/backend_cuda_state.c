@@ -36,9 +36,6 @@ CUresult flyt_cuda_module_image(flyt_backend *base, flyt_bhandle module, const v
 /* The first object the backend holds that a checkpoint cannot capture yet. */
 static const char *uncapturable(const struct flyt_cuda_backend *b)
 {
-    for (const struct flyt_cuda_module *m = b->modules; m; m = m->next)
-        if (m->globals)
-            return "module global variable (cuModuleGetGlobal)";
     if (flyt_hash_count(&b->mem.outside.map))
         return "device memory allocated outside Flyt's arena (FLYT_CUDA_ARENA=0)";
     if (flyt_hash_count(&b->ckpt.async.map))

@@ -2785,8 +2785,6 @@ static const char *uncapturable(const struct host_backend *h)
         return "virtual address reservation (cuMemAddressReserve)";
     if (h->vmems.n)
         return "physical allocation (cuMemCreate)";
-    if (h->nmapped)
-        return "device-mapped host memory";
     if (h->arrays.n || h->mipmaps.n)
         return "CUDA array";
     if (h->graphs.n || h->execs.n)

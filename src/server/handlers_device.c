@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "session.h"
+#include "state.h"
 #include "stream_attrs.h"
 
 static_assert(sizeof(struct cudaDeviceProp) == FLYT_DEVICE_PROP_SIZE,
@@ -71,6 +72,7 @@ int handle_DEVICE_RESET(flyt_session *s, flyt_call *c)
      * than risk handing the backend a dangling handle. */
     flyt_regions_forget(s);
     flyt_handles_clear(&s->handles);
+    flyt_state_globals_drop(s, 0);
     flyt_stream_attrs_clear(s);
     flyt_memtab_clear(&s->mem); /* the reset freed every allocation */
     s->default_pool_id = 0;

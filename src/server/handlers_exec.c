@@ -9,6 +9,7 @@
 #include "flyt_log.h"
 #include "module_cache.h"
 #include "session.h"
+#include "state.h"
 
 /* ---- modules ---- */
 
@@ -41,6 +42,15 @@ static int reuse_loaded(flyt_session *s, const uint8_t sha[32], flyt_rep_module_
 static CUresult load_image(flyt_session *s, const void *image, uint64_t size,
                            const uint8_t sha[32], flyt_rep_module_load *rep)
 {
+    /* the server keeps each loaded image (a checkpoint writes it): memory outside the
+     * device quota, so bounded per session */
+    uint64_t max = s->cfg->max_image_bytes;
+    if (max && (size > max || s->image_bytes_live > max - size)) {
+        flyt_warn("MODULE_LOAD from %s: %llu bytes of images would be loaded, over the "
+                  "session's limit of %llu (--max-image-bytes)", s->peer,
+                  (unsigned long long)(s->image_bytes_live + size), (unsigned long long)max);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     flyt_bhandle mod = NULL;
     CUresult e = FLYT_BCALL(s, module_load, image, (size_t)size, &mod);
     if (e != CUDA_SUCCESS)
@@ -52,6 +62,8 @@ static CUresult load_image(flyt_session *s, const void *image, uint64_t size,
     }
     memcpy(h->u.module.sha256, sha, 32);
     h->u.module.refs = 1;
+    h->u.module.image_size = size;
+    s->image_bytes_live += size;
     rep->module = h->id;
     return CUDA_SUCCESS;
 }
@@ -151,10 +163,12 @@ int handle_MODULE_UNLOAD(flyt_session *s, flyt_call *c)
     c->result = FLYT_BCALL(s, module_unload, e->bh);
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
+    s->image_bytes_live -= e->u.module.image_size;
     /* its functions die with it: their ids must not reach the backend again */
     uint64_t id = r->handle;
     flyt_handles_remove_if(&s->handles, func_of_module, &id);
     flyt_handles_remove(&s->handles, id);
+    flyt_state_globals_drop(s, id);
     return FLYT_CONT;
 }
 
@@ -383,6 +397,9 @@ int handle_GLOBAL_GET(flyt_session *s, flyt_call *c)
     c->result = flyt_lookup(s, r->module, FLYT_H_MODULE, &mod);
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, global_get, mod, name, &dptr, &size);
+    /* a checkpoint writes its contents and a restore checks its address */
+    if (c->result == CUDA_SUCCESS && flyt_state_global_seen(s, r->module, name, dptr, size) != 0)
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
     rep->a = dptr;
     rep->b = size;
     return FLYT_CONT;
@@ -492,6 +509,8 @@ int handle_LAUNCH(flyt_session *s, flyt_call *c)
         c->result = flyt_lookup_stream(s, r->stream, &stream);
     if (c->result == CUDA_SUCCESS)
         c->result = translate_attrs(s, attrs, r->attr_count);
+    if (c->result == CUDA_SUCCESS)
+        c->result = flyt_regions_check_params(s, params, r->param_bytes);
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, launch, f->bh, r->grid, r->block, r->shared_mem, stream,
                                params, r->param_bytes, attrs, r->attr_count);

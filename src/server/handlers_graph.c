@@ -451,6 +451,9 @@ static CUresult host_side(flyt_session *s, uint64_t region, uint64_t *addr, uint
     struct flyt_hentry *e = flyt_handles_get(&s->handles, region, FLYT_H_REGION);
     if (e == NULL)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = flyt_region_attached(e);
+    if (r != CUDA_SUCCESS)
+        return r;
     uint64_t span = rows ? (rows - 1) * pitch + width : 0;
     if (pitch < width || *addr > e->u.region.size || span > e->u.region.size - *addr)
         return CUDA_ERROR_INVALID_VALUE;
@@ -587,7 +590,7 @@ static int region_match(struct flyt_hentry *e, void *arg)
 {
     struct region_find *f = arg;
     uint64_t base = (uint64_t)(uintptr_t)e->u.region.base;
-    if (e->type != FLYT_H_REGION || f->addr < base || f->addr - base >= e->u.region.size)
+    if (e->type != FLYT_H_REGION || base == 0 || f->addr < base || f->addr - base >= e->u.region.size)
         return 0;
     f->id = e->id;
     f->offset = f->addr - base;

@@ -16,8 +16,20 @@
 #include "flyt_log.h"
 #include "session.h"
 
+/* A detached region: only our reservation of its address, if any. */
+static void detached_drop(const struct flyt_region_info *g)
+{
+    if (g->placeholder)
+        munmap((void *)(uintptr_t)g->addr, (size_t)g->size);
+}
+
 static void region_drop(flyt_session *s, struct flyt_hentry *e)
 {
+    if (e->u.region.base == NULL) {
+        s->detached_mapped -= e->u.region.mapped;
+        detached_drop(&e->u.region);
+        return;
+    }
     FLYT_BCALL(s, host_unregister, e->u.region.base);
     munmap(e->u.region.base, (size_t)e->u.region.size);
 }
@@ -40,8 +52,9 @@ static CUresult memfd_ok(int fd, uint64_t size)
     return CUDA_SUCCESS;
 }
 
-/* Records a registered mapping as a region; undoes both when it cannot. */
-static CUresult region_add(flyt_session *s, void *base, uint64_t size, uint64_t *id)
+/* Records a registered mapping as a region (addr: HOST_MAP_AT's, device-
+ * mapped; 0: HOST_MAP); undoes both when it cannot. */
+static CUresult region_add(flyt_session *s, void *base, uint64_t size, uint64_t addr, uint64_t *id)
 {
     struct flyt_hentry *e = flyt_handles_add(&s->handles, FLYT_H_REGION, NULL);
     if (e == NULL) {
@@ -51,6 +64,8 @@ static CUresult region_add(flyt_session *s, void *base, uint64_t size, uint64_t 
     }
     e->u.region.base = base;
     e->u.region.size = size;
+    e->u.region.addr = addr;
+    e->u.region.mapped = addr != 0;
     *id = e->id;
     return CUDA_SUCCESS;
 }
@@ -70,7 +85,7 @@ int handle_HOST_MAP(flyt_session *s, flyt_call *c)
         } else if ((c->result = s->b->ops->host_register(s->b, base, r->size)) != CUDA_SUCCESS) {
             munmap(base, (size_t)r->size);
         } else {
-            c->result = region_add(s, base, r->size, &rep->value);
+            c->result = region_add(s, base, r->size, 0, &rep->value);
         }
     }
     if (fd >= 0)
@@ -93,16 +108,20 @@ static void *map_exactly(int fd, uint64_t addr, uint64_t size)
     return got;
 }
 
+/* A user-space range of whole pages. */
+static int user_pages(uint64_t addr, uint64_t size)
+{
+    return addr != 0 && !(addr & 4095) && !(size & 4095) && addr < (1ull << 47) &&
+           size <= (1ull << 47) - addr;
+}
+
 int handle_HOST_MAP_AT(flyt_session *s, flyt_call *c)
 {
     const flyt_req_host_map_at *r = c->req;
     flyt_rep_u64_pair *rep = c->rep;
     int fd = flyt_take_passed_fd(s);
     c->result = memfd_ok(fd, r->size);
-    /* a user-space range of whole pages */
-    if (c->result == CUDA_SUCCESS &&
-        (r->addr == 0 || (r->addr & 4095) || (r->size & 4095) || r->addr >= (1ull << 47) ||
-         r->size > (1ull << 47) - r->addr))
+    if (c->result == CUDA_SUCCESS && !user_pages(r->addr, r->size))
         c->result = CUDA_ERROR_INVALID_VALUE;
     if (c->result == CUDA_SUCCESS && !s->b->ops->host_register_mapped)
         c->result = CUDA_ERROR_NOT_SUPPORTED;
@@ -114,7 +133,7 @@ int handle_HOST_MAP_AT(flyt_session *s, flyt_call *c)
         } else if ((c->result = s->b->ops->host_register_mapped(s->b, base, r->size, &dptr)) !=
                    CUDA_SUCCESS) {
             munmap(base, (size_t)r->size);
-        } else if ((c->result = region_add(s, base, r->size, &rep->a)) == CUDA_SUCCESS) {
+        } else if ((c->result = region_add(s, base, r->size, r->addr, &rep->a)) == CUDA_SUCCESS) {
             rep->b = dptr;
         }
     }
@@ -138,12 +157,125 @@ int handle_HOST_UNMAP(flyt_session *s, flyt_call *c)
     return FLYT_CONT;
 }
 
+/* ---- regions of a restored session (docs/host-memory.md) ---- */
+
+int flyt_region_reserve(uint64_t addr, uint64_t size)
+{
+    void *want = (void *)(uintptr_t)addr;
+    void *got = mmap(want, (size_t)size, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (got != MAP_FAILED && got != want)
+        munmap(got, (size_t)size);
+    return got == want ? 0 : -1;
+}
+
+/* The memfd at a detached region's address: over our reservation there
+ * (ours to replace), else only where nothing is. */
+static void *map_at_old_address(const struct flyt_region_info *g, int fd)
+{
+    if (!g->placeholder)
+        return map_exactly(fd, g->addr, g->size);
+    return mmap((void *)(uintptr_t)g->addr, (size_t)g->size, PROT_READ | PROT_WRITE,
+                MAP_SHARED | MAP_FIXED, fd, 0);
+}
+
+/* Undoes map_at_old_address, keeping the reservation where there was one. */
+static void unmap_at_old_address(const struct flyt_region_info *g)
+{
+    void *at = (void *)(uintptr_t)g->addr;
+    if (!g->placeholder || mmap(at, (size_t)g->size, PROT_NONE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+                                0) == MAP_FAILED)
+        munmap(at, (size_t)g->size);
+}
+
+/* Maps and registers a detached region's memfd as HOST_MAP or HOST_MAP_AT
+ * did: at its old address when device-mapped, where the device pointer
+ * must come out as that address again (the client and its kernels hold it). */
+static CUresult region_attach(flyt_session *s, struct flyt_hentry *e, int fd)
+{
+    struct flyt_region_info *g = &e->u.region;
+    CUresult r;
+    void *base = g->mapped ? map_at_old_address(g, fd)
+                           : mmap(NULL, (size_t)g->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED)
+        return g->mapped ? CUDA_ERROR_ALREADY_MAPPED : CUDA_ERROR_OUT_OF_MEMORY;
+    if (g->mapped) {
+        uint64_t dptr = 0;
+        r = s->b->ops->host_register_mapped ? s->b->ops->host_register_mapped(s->b, base, g->size, &dptr)
+                                            : CUDA_ERROR_NOT_SUPPORTED;
+        if (r == CUDA_SUCCESS && dptr != g->addr) {
+            flyt_warn("host memory region %llu: the device gives it 0x%llx, not 0x%llx as before",
+                      (unsigned long long)e->id, (unsigned long long)dptr,
+                      (unsigned long long)g->addr);
+            s->b->ops->host_unregister(s->b, base);
+            r = CUDA_ERROR_NOT_SUPPORTED;
+        }
+    } else {
+        r = s->b->ops->host_register ? s->b->ops->host_register(s->b, base, g->size)
+                                     : CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (r != CUDA_SUCCESS) {
+        if (g->mapped)
+            unmap_at_old_address(g);
+        else
+            munmap(base, (size_t)g->size);
+        return r;
+    }
+    g->base = base;
+    g->placeholder = 0;
+    s->detached_mapped -= g->mapped;
+    return CUDA_SUCCESS;
+}
+
+int handle_HOST_REMAP(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_host_remap *r = c->req;
+    int fd = flyt_take_passed_fd(s);
+    /* sent outside the request stream (during the resume): not counted in it */
+    s->stream_base += s->frame_end - s->frame_start;
+    struct flyt_hentry *e = flyt_handles_get(&s->handles, r->id, FLYT_H_REGION);
+    const struct flyt_region_info *g = e ? &e->u.region : NULL;
+    if (e == NULL)
+        c->result = CUDA_ERROR_INVALID_HANDLE;
+    else if (g->base != NULL)
+        c->result = CUDA_ERROR_ALREADY_MAPPED;
+    else if (r->size != g->size || r->addr != g->addr || r->mapped != g->mapped)
+        c->result = CUDA_ERROR_INVALID_VALUE;
+    else
+        c->result = memfd_ok(fd, r->size);
+    if (c->result == CUDA_SUCCESS && (c->result = region_attach(s, e, fd)) == CUDA_SUCCESS)
+        flyt_info("host memory region %llu of %llu bytes shared again%s", (unsigned long long)r->id,
+                  (unsigned long long)r->size, g->mapped ? ", device-mapped at its address" : "");
+    else if (e != NULL)
+        flyt_warn("host memory region %llu cannot be shared again: CUDA error %d",
+                  (unsigned long long)r->id, (int)c->result);
+    if (fd >= 0)
+        close(fd);
+    return FLYT_CONT;
+}
+
+CUresult flyt_region_attached(struct flyt_hentry *e)
+{
+    if (e->u.region.base != NULL)
+        return CUDA_SUCCESS;
+    if (!e->u.region.warned)
+        flyt_warn("host memory region %llu is not shared with this server (the session was "
+                  "restored and its client did not share it again): refusing its use",
+                  (unsigned long long)e->id);
+    e->u.region.warned = 1;
+    return CUDA_ERROR_NOT_MAPPED;
+}
+
 CUresult flyt_region_span(flyt_session *s, uint64_t region, uint64_t offset, uint64_t size,
                           char **host)
 {
     struct flyt_hentry *e = flyt_handles_get(&s->handles, region, FLYT_H_REGION);
     if (e == NULL)
         return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = flyt_region_attached(e);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (offset > e->u.region.size || size > e->u.region.size - offset)
         return CUDA_ERROR_INVALID_VALUE;
     *host = (char *)e->u.region.base + offset;
@@ -175,12 +307,49 @@ static int unmap_region(const struct flyt_hentry *e, void *arg)
     (void)arg;
     if (e->type != FLYT_H_REGION)
         return 0;
-    munmap(e->u.region.base, (size_t)e->u.region.size);
+    if (e->u.region.base != NULL)
+        munmap(e->u.region.base, (size_t)e->u.region.size);
+    else
+        detached_drop(&e->u.region);
     return 1;
+}
+
+struct param_scan {
+    const unsigned char *params;
+    uint32_t             bytes;
+    uint64_t             hit; /* the region a parameter points into */
+};
+
+static int points_into_detached(struct flyt_hentry *e, void *arg)
+{
+    struct param_scan *p = arg;
+    const struct flyt_region_info *g = &e->u.region;
+    if (e->type != FLYT_H_REGION || g->base != NULL || !g->mapped)
+        return 0;
+    for (uint32_t off = 0; off + 8 <= p->bytes; off += 8) {
+        uint64_t word;
+        memcpy(&word, p->params + off, sizeof word);
+        if (word - g->addr < g->size) {
+            p->hit = e->id;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+CUresult flyt_regions_check_params(flyt_session *s, const void *params, uint32_t bytes)
+{
+    if (s->detached_mapped == 0) /* the common case */
+        return CUDA_SUCCESS;
+    struct param_scan p = {params, bytes, 0};
+    if (!flyt_handles_foreach(&s->handles, points_into_detached, &p))
+        return CUDA_SUCCESS;
+    return flyt_region_attached(flyt_handles_get(&s->handles, p.hit, FLYT_H_REGION));
 }
 
 void flyt_regions_forget(flyt_session *s)
 {
+    s->detached_mapped = 0;
     /* after a device reset the pinning is gone with the context; the
      * client falls back to copying through the socket */
     flyt_handles_remove_if(&s->handles, unmap_region, NULL);

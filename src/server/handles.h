@@ -38,6 +38,7 @@ enum flyt_htype {
 struct flyt_module_info {
     uint8_t  sha256[32]; /* content hash of the image it was loaded from */
     uint32_t refs;       /* MODULE_LOADs of this hash not yet unloaded */
+    uint64_t image_size; /* bytes of its image, counted in the session's image_bytes_live */
 };
 
 struct flyt_func_info {
@@ -50,8 +51,12 @@ struct flyt_func_info {
 };
 
 struct flyt_region_info {
-    void    *base; /* where the server mapped it */
+    void    *base;   /* where the server mapped it; NULL: detached (restored, not remapped yet) */
     uint64_t size;
+    uint64_t addr;   /* HOST_MAP_AT: the client's address (base, when attached); 0: HOST_MAP */
+    uint8_t  mapped;      /* registered device-mapped (HOST_MAP_AT) */
+    uint8_t  warned;      /* detached: its refusal was logged once */
+    uint8_t  placeholder; /* detached and mapped: addr holds our PROT_NONE reservation */
 };
 
 struct flyt_vmem_info {

@@ -73,6 +73,8 @@ static void usage(FILE *f)
             "  --cache-dir DIR     keep fatbinaries here by content hash across sessions\n"
             "  --cache-max SIZE    keep the cache folder's images within SIZE bytes, the least\n"
             "                      recently used evicted first (default 0: no limit)\n"
+            "  --max-image-bytes SIZE  kernel images one session may hold loaded (the server\n"
+            "                      keeps a copy of each; default 4GiB, 0: no limit)\n"
             "  --poll-us N         busy-poll N microseconds for a client's next call before\n"
             "                      sleeping (default 100; 0 = never; lower latency, more CPU)\n"
             "  --log-level LEVEL   error, warn, info (default) or debug\n"
@@ -185,6 +187,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"listen", required_argument, NULL, 'l'},    {"gpu", required_argument, NULL, 'g'},
         {"backend", required_argument, NULL, 'b'},   {"cache-dir", required_argument, NULL, 'c'},
         {"cache-max", required_argument, NULL, 'C'},
+        {"max-image-bytes", required_argument, NULL, 'I'},
         {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
         {"poll-us", required_argument, NULL, 'P'},
         {"session-id", required_argument, NULL, 'i'},
@@ -206,6 +209,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     memset(o, 0, sizeof *o);
     o->cfg.backend_kind = "cuda";
     o->cfg.poll_us = 100;
+    o->cfg.max_image_bytes = (uint64_t)4 << 30;
     o->cfg.sm_granularity = 8;
     o->cfg.admission_timeout_s = 5;
     o->cfg.admitted_fd = -1;
@@ -237,6 +241,15 @@ static int parse_args(int argc, char **argv, struct options *o)
             o->cfg.backend_kind = optarg;
             break;
         case 'c': o->cfg.cache_dir = optarg; break;
+        case 'I': {
+            uint64_t max;
+            char why[128];
+            if (flyt_parse_size(optarg, &max, why, sizeof why) != 0)
+                return bad_arg("--max-image-bytes wants a size such as 4GiB (0: no limit), got "
+                               "'%s'", optarg);
+            o->cfg.max_image_bytes = max;
+            break;
+        }
         case 'C': {
             uint64_t max;
             char why[128];

@@ -785,6 +785,8 @@ int32_t flyt_session_open_backend(flyt_session *s, char *err, size_t errlen)
         if (r != CUDA_SUCCESS) { /* nothing of it stays */
             flyt_memtab_clear(&s->mem);
             flyt_handles_clear(&s->handles);
+            flyt_state_globals_drop(s, 0);
+            s->detached_mapped = 0;
             s->b->ops->close(s->b);
             s->b = NULL;
             return r;
@@ -961,6 +963,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
         s.kept = next;
     }
     flyt_handles_clear(&s.handles);
+    flyt_state_globals_drop(&s, 0);
     flyt_stream_attrs_clear(&s);
     for (int i = 0; i < s.n_ahead_fds; i++)
         close(s.ahead_fds[i].fd);

@@ -49,6 +49,7 @@ struct flyt_server_config {
     int         gpu;
     const char *cache_dir;    /* NULL: no fatbinary cache on disk */
     uint64_t    cache_max_bytes; /* the cache folder's limit, 0: none */
+    uint64_t    max_image_bytes; /* images a session may hold loaded, 0: none */
     unsigned    poll_us;      /* busy-poll this long for the next frame before sleeping */
 
     /* Admission (--session-id / --session-key-file): with a key, a client must
@@ -129,6 +130,7 @@ typedef struct flyt_session {
     struct flyt_cb_msg *cbq_head, *cbq_tail;
     struct flyt_cb_msg *kept;     /* graph host nodes' messages, freed at the end */
     int                 captures; /* stream captures begun and not yet ended */
+    uint32_t            detached_mapped; /* device-mapped regions restored, not shared again */
     uint64_t            cb_posted; /* CALLBACK frames sent or queued: a host function's ticket */
 
     /* Host functions in stream order (flyt_host_func_wait, docs/protocol.md).
@@ -162,7 +164,20 @@ typedef struct flyt_session {
     /* kernel images of the session: shipped by the client (bytes) or found
      * in the cache dir, said when the session ends */
     uint64_t images_received, image_bytes_received, images_from_cache;
+    uint64_t image_bytes_live; /* images of the loaded modules, which the server keeps */
+
+    /* module globals the client looked up (GLOBAL_GET): a checkpoint writes
+     * their contents, a restore checks the driver put them at the same
+     * addresses (state.c) */
+    struct flyt_global_seen *globals;
+    size_t                   nglobals, cap_globals;
 } flyt_session;
+
+struct flyt_global_seen {
+    uint64_t module; /* its module's id */
+    uint64_t addr, size;
+    char    *name;
+};
 
 typedef struct {
     const struct flyt_frame_hdr *hdr;
@@ -272,6 +287,16 @@ uint64_t flyt_session_acks_ahead(const flyt_session *s);
 /* The shared bytes [offset, offset + size) of a HOST_MAP region, in *host. */
 CUresult flyt_region_span(flyt_session *s, uint64_t region, uint64_t offset, uint64_t size,
                           char **host);
+/* Reserves [addr, addr + size) in this process (PROT_NONE) for a detached
+ * device-mapped region, so that nothing takes the address before its client
+ * shares the memory again; 0, or -1 when it is taken. */
+int flyt_region_reserve(uint64_t addr, uint64_t size);
+/* CUDA_SUCCESS when a region is mapped here; a detached one (restored, not
+ * shared again by its client) answers CUDA_ERROR_NOT_MAPPED, logged once. */
+CUresult flyt_region_attached(struct flyt_hentry *e);
+/* CUDA_ERROR_NOT_MAPPED when one of a launch's 8-byte parameter words points
+ * into a detached device-mapped region (the kernel would fault on it). */
+CUresult flyt_regions_check_params(flyt_session *s, const void *params, uint32_t bytes);
 /* Unmaps the shared host-memory regions (device reset). */
 void flyt_regions_forget(flyt_session *s);
 

@@ -127,7 +127,7 @@ static const char *refused_kind(const flyt_session *s, const struct flyt_hentry 
     case FLYT_H_MODULE: return NULL;
     case FLYT_H_FUNC: return e->u.func.name ? NULL : "function without a recorded name";
     case FLYT_H_POOL: return e->id == s->default_pool_id ? NULL : "memory pool (cuMemPoolCreate)";
-    case FLYT_H_REGION: return "host memory shared with the client (HOST_MAP)";
+    case FLYT_H_REGION: return NULL;
     case FLYT_H_VMEM: return "physical allocation (cuMemCreate)";
     case FLYT_H_ARRAY: return "CUDA array";
     case FLYT_H_MIPMAP: return "mipmapped array";
@@ -249,21 +249,17 @@ static CUresult write_arena(void *arg, uint64_t base, uint64_t size)
                ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
 }
 
-/* One allocation and its contents, read through staging buffers. */
-static CUresult write_alloc(void *arg, uint64_t addr, uint64_t size)
+/* size bytes of device memory at addr, read through staging buffers. */
+static CUresult write_device_bytes(flyt_session *s, struct writer *w, uint64_t addr, uint64_t size)
 {
-    struct alloc_ctx *a = arg;
-    flyt_backend *b = a->s->b;
-    struct flyt_state_alloc rec = {addr, size};
-    if (w_record(a->w, FLYT_SS_ALLOC, &rec, sizeof rec, size) != 0)
-        return CUDA_ERROR_OPERATING_SYSTEM;
+    flyt_backend *b = s->b;
     for (uint64_t off = 0; off < size;) {
         size_t want = size - off < FLYT_STAGING_CHUNK ? (size_t)(size - off) : FLYT_STAGING_CHUNK, got;
         void *buf = b->ops->staging_get(b, want, &got);
         if (buf == NULL)
             return CUDA_ERROR_OUT_OF_MEMORY;
         CUresult r = b->ops->dtoh_2d(b, buf, addr + off, got, got, 1, FLYT_BSTREAM_DEFAULT);
-        if (r == CUDA_SUCCESS && w_put(a->w, buf, got) != 0)
+        if (r == CUDA_SUCCESS && w_put(w, buf, got) != 0)
             r = CUDA_ERROR_OPERATING_SYSTEM;
         b->ops->staging_put(b, buf);
         if (r != CUDA_SUCCESS)
@@ -271,6 +267,70 @@ static CUresult write_alloc(void *arg, uint64_t addr, uint64_t size)
         off += got;
     }
     return CUDA_SUCCESS;
+}
+
+/* One allocation and its contents. */
+static CUresult write_alloc(void *arg, uint64_t addr, uint64_t size)
+{
+    struct alloc_ctx *a = arg;
+    struct flyt_state_alloc rec = {addr, size};
+    if (w_record(a->w, FLYT_SS_ALLOC, &rec, sizeof rec, size) != 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    return write_device_bytes(a->s, a->w, addr, size);
+}
+
+/* Every module global the client looked up, with its contents. */
+static CUresult write_globals(flyt_session *s, struct writer *w)
+{
+    CUresult r = CUDA_SUCCESS;
+    for (size_t i = 0; i < s->nglobals && r == CUDA_SUCCESS; i++) {
+        const struct flyt_global_seen *g = &s->globals[i];
+        struct flyt_state_global rec = {.module = g->module, .addr = g->addr, .size = g->size,
+                                        .name_len = (uint32_t)strlen(g->name) + 1};
+        if (w_record(w, FLYT_SS_GLOBAL, &rec, sizeof rec, rec.name_len + g->size) ||
+            w_put(w, g->name, rec.name_len))
+            return CUDA_ERROR_OPERATING_SYSTEM;
+        r = write_device_bytes(s, w, g->addr, g->size);
+    }
+    return r;
+}
+
+int flyt_state_global_seen(flyt_session *s, uint64_t module, const char *name, uint64_t addr,
+                           uint64_t size)
+{
+    for (size_t i = 0; i < s->nglobals; i++)
+        if (s->globals[i].module == module && strcmp(s->globals[i].name, name) == 0)
+            return 0;
+    if (s->nglobals == s->cap_globals) {
+        size_t cap = s->cap_globals ? s->cap_globals * 2 : 8;
+        struct flyt_global_seen *g = realloc(s->globals, cap * sizeof *g);
+        if (g == NULL)
+            return -1;
+        s->globals = g;
+        s->cap_globals = cap;
+    }
+    char *copy = strdup(name);
+    if (copy == NULL)
+        return -1;
+    s->globals[s->nglobals++] = (struct flyt_global_seen){module, addr, size, copy};
+    return 0;
+}
+
+void flyt_state_globals_drop(flyt_session *s, uint64_t module)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < s->nglobals; i++) {
+        if (module == 0 || s->globals[i].module == module)
+            free(s->globals[i].name);
+        else
+            s->globals[kept++] = s->globals[i];
+    }
+    s->nglobals = kept;
+    if (module == 0) {
+        free(s->globals);
+        s->globals = NULL;
+        s->cap_globals = 0;
+    }
 }
 
 static CUresult write_module(flyt_session *s, struct writer *w, const struct flyt_hentry *e)
@@ -310,6 +370,13 @@ static CUresult write_entry(flyt_session *s, struct writer *w, const struct flyt
     switch (e->type) {
     case FLYT_H_MODULE: return write_module(s, w, e);
     case FLYT_H_FUNC: return write_func(s, w, e);
+    case FLYT_H_REGION: { /* the memory is the client's: only what names it */
+        const struct flyt_region_info *g = &e->u.region;
+        struct flyt_state_hostmap rec = {.id = e->id, .size = g->size, .addr = g->addr,
+                                         .mapped = g->mapped};
+        return w_record(w, FLYT_SS_HOSTMAP, &rec, sizeof rec, 0) ? CUDA_ERROR_OPERATING_SYSTEM
+                                                                 : CUDA_SUCCESS;
+    }
     case FLYT_H_STREAM: {
         struct flyt_state_stream rec = {.id = e->id};
         CUresult r = FLYT_BCALL(s, stream_get_flags, e->bh, &rec.flags);
@@ -360,6 +427,8 @@ static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *
         r = s->b->ops->state_allocs(s->b, write_alloc, &a, &what);
     for (size_t i = 0; r == CUDA_SUCCESS && i < sc->n; i++)
         r = write_entry(s, w, sc->list[i]);
+    if (r == CUDA_SUCCESS)
+        r = write_globals(s, w);
     if (r != CUDA_SUCCESS)
         return r;
     struct flyt_state_section end = {FLYT_SS_END, 0, 0};
@@ -464,6 +533,8 @@ union state_rec {
     struct flyt_state_pool    pool;
     struct flyt_state_client  client;
     struct flyt_state_arena   arena;
+    struct flyt_state_hostmap hostmap;
+    struct flyt_state_global  global;
 };
 
 static size_t rec_size(uint32_t type)
@@ -478,6 +549,8 @@ static size_t rec_size(uint32_t type)
     case FLYT_SS_POOL: return sizeof(struct flyt_state_pool);
     case FLYT_SS_CLIENT: return sizeof(struct flyt_state_client);
     case FLYT_SS_ARENA: return sizeof(struct flyt_state_arena);
+    case FLYT_SS_HOSTMAP: return sizeof(struct flyt_state_hostmap);
+    case FLYT_SS_GLOBAL: return sizeof(struct flyt_state_global);
     }
     return 0;
 }
@@ -489,6 +562,17 @@ static void rec_load(union state_rec *rec, uint32_t type, const unsigned char *p
     size_t n = rec_size(type);
     memset(rec, 0, sizeof *rec);
     memcpy(rec, p, len < n ? (size_t)len : n);
+}
+
+/* A region of some bytes: device-mapped ones at whole user-space pages. */
+static int hostmap_ok(const struct flyt_state_hostmap *r)
+{
+    if (r->size == 0 || r->size > (1ull << 47) || r->mapped > 1 || r->pad != 0)
+        return 0;
+    if (!r->mapped)
+        return r->addr == 0;
+    return r->addr != 0 && !(r->addr & 4095) && !(r->size & 4095) && r->addr < (1ull << 47) &&
+           r->size <= (1ull << 47) - r->addr;
 }
 
 /* The fixed record of a section and the bytes that must follow it. */
@@ -528,6 +612,15 @@ static int record_ok(uint32_t type, const unsigned char *p, uint64_t len)
     case FLYT_SS_ARENA:
         return len == sizeof(struct flyt_state_arena) && rec.arena.size > 0 &&
                rec.arena.base + rec.arena.size > rec.arena.base;
+    case FLYT_SS_HOSTMAP: return len == sizeof(struct flyt_state_hostmap) && hostmap_ok(&rec.hostmap);
+    case FLYT_SS_GLOBAL: {
+        const struct flyt_state_global *r = &rec.global;
+        if (len < sizeof *r || r->name_len == 0 || r->name_len > FLYT_MAX_NAME || r->size == 0 ||
+            len - sizeof *r - r->name_len != r->size)
+            return 0;
+        const unsigned char *name = p + sizeof *r;
+        return name[r->name_len - 1] == '\0' && memchr(name, '\0', r->name_len - 1) == NULL;
+    }
     }
     return 0;
 }
@@ -604,6 +697,22 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
     return sections_ok(st, body_end, err, errlen);
 }
 
+static void reserve_hostmaps(const struct flyt_state *st);
+
+/* The next section of a verified state from *pos on: its body, with its
+ * header in *sec and *pos past it; NULL at the END section. */
+static const unsigned char *next_section(const struct flyt_state *st, size_t *pos,
+                                         struct flyt_state_section *sec)
+{
+    memcpy(sec, st->data + *pos, sizeof *sec);
+    *pos += sizeof *sec;
+    if (sec->type == FLYT_SS_END)
+        return NULL;
+    const unsigned char *body = st->data + *pos;
+    *pos += sec->length;
+    return body;
+}
+
 struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
 {
     char why[320] = "";
@@ -624,8 +733,10 @@ struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
     }
     if (fd >= 0)
         close(fd);
-    if (st && st->data && verify(st, why, sizeof why) == 0)
+    if (st && st->data && verify(st, why, sizeof why) == 0) {
+        reserve_hostmaps(st);
         return st;
+    }
     say(err, errlen, "state file %s refused: %s", path, why);
     flyt_state_close(st);
     return NULL;
@@ -715,6 +826,61 @@ static CUresult restore_arena(flyt_session *s, const struct flyt_state_arena *r,
     return e;
 }
 
+/* size bytes of data into device memory at addr, through staging buffers. */
+static CUresult restore_device_bytes(flyt_session *s, uint64_t addr, uint64_t size,
+                                     const unsigned char *data, char *err, size_t errlen)
+{
+    flyt_backend *b = s->b;
+    for (uint64_t off = 0; off < size;) {
+        size_t want = size - off < FLYT_STAGING_CHUNK ? (size_t)(size - off) : FLYT_STAGING_CHUNK;
+        size_t got;
+        void *buf = b->ops->staging_get(b, want, &got);
+        if (buf == NULL) {
+            say(err, errlen, "out of memory");
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        memcpy(buf, data + off, got);
+        CUresult e = b->ops->htod_2d(b, addr + off, got, buf, got, 1, FLYT_BSTREAM_DEFAULT);
+        if (e != CUDA_SUCCESS) {
+            say(err, errlen, "writing the contents at 0x%llx failed: CUDA error %d",
+                (unsigned long long)(addr + off), (int)e);
+            return e;
+        }
+        off += got;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* A module global: the driver placed it when its module was loaded again,
+ * and it must be where the client's copy of its address says. */
+static CUresult restore_global(flyt_session *s, const struct flyt_state_global *r,
+                               const unsigned char *tail, char *err, size_t errlen)
+{
+    const char *name = (const char *)tail;
+    flyt_bhandle mod;
+    uint64_t addr = 0, size = 0;
+    CUresult e = flyt_lookup(s, r->module, FLYT_H_MODULE, &mod);
+    if (e == CUDA_SUCCESS)
+        e = FLYT_BCALL(s, global_get, mod, name, &addr, &size);
+    if (e != CUDA_SUCCESS) {
+        say(err, errlen, "module global %s of module %llu cannot be found again: CUDA error %d",
+            name, (unsigned long long)r->module, (int)e);
+        return e;
+    }
+    if (addr != r->addr || size != r->size) {
+        say(err, errlen, "module global %s is at 0x%llx (%llu bytes) here, not at 0x%llx (%llu "
+            "bytes) where the program holds it: the driver placed it elsewhere", name,
+            (unsigned long long)addr, (unsigned long long)size, (unsigned long long)r->addr,
+            (unsigned long long)r->size);
+        return CUDA_ERROR_ALREADY_MAPPED;
+    }
+    if (flyt_state_global_seen(s, r->module, name, addr, size) != 0) {
+        say(err, errlen, "out of memory");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return restore_device_bytes(s, addr, size, tail + r->name_len, err, errlen);
+}
+
 static CUresult restore_alloc(flyt_session *s, const struct flyt_state_alloc *r,
                               const unsigned char *tail, char *err,
                               size_t errlen)
@@ -737,25 +903,7 @@ static CUresult restore_alloc(flyt_session *s, const struct flyt_state_alloc *r,
         say(err, errlen, "out of memory");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    const unsigned char *data = tail;
-    for (uint64_t off = 0; off < r->size;) {
-        size_t want = r->size - off < FLYT_STAGING_CHUNK ? (size_t)(r->size - off) : FLYT_STAGING_CHUNK;
-        size_t got;
-        void *buf = b->ops->staging_get(b, want, &got);
-        if (buf == NULL) {
-            say(err, errlen, "out of memory");
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        memcpy(buf, data + off, got);
-        e = b->ops->htod_2d(b, r->addr + off, got, buf, got, 1, FLYT_BSTREAM_DEFAULT);
-        if (e != CUDA_SUCCESS) {
-            say(err, errlen, "writing the contents at 0x%llx failed: CUDA error %d",
-                (unsigned long long)(r->addr + off), (int)e);
-            return e;
-        }
-        off += got;
-    }
-    return CUDA_SUCCESS;
+    return restore_device_bytes(s, r->addr, r->size, tail, err, errlen);
 }
 
 static CUresult restore_module(flyt_session *s, const struct flyt_state_module *r,
@@ -778,6 +926,8 @@ static CUresult restore_module(flyt_session *s, const struct flyt_state_module *
     }
     memcpy(h->u.module.sha256, r->sha256, 32);
     h->u.module.refs = r->refs;
+    h->u.module.image_size = r->image_size;
+    s->image_bytes_live += r->image_size;
     return CUDA_SUCCESS;
 }
 
@@ -854,6 +1004,62 @@ static CUresult restore_object(flyt_session *s, uint32_t type, const void *rec, 
     return CUDA_SUCCESS;
 }
 
+/* The device-mapped regions' addresses reserved as the state was opened
+ * (one state per process: --restore), before the device or anything else
+ * could take them; a restore finds them held for it. */
+static struct flyt_state_hostmap *reserved;
+static size_t nreserved;
+
+static void reserve_hostmaps(const struct flyt_state *st)
+{
+    size_t pos = sizeof(struct flyt_state_header);
+    struct flyt_state_section sec;
+    for (const unsigned char *body; (body = next_section(st, &pos, &sec)) != NULL;) {
+        union state_rec rec;
+        rec_load(&rec, sec.type, body, sec.length);
+        if (sec.type != FLYT_SS_HOSTMAP || !rec.hostmap.mapped)
+            continue;
+        struct flyt_state_hostmap *more = realloc(reserved, (nreserved + 1) * sizeof *more);
+        if (more == NULL)
+            return;
+        reserved = more;
+        if (flyt_region_reserve(rec.hostmap.addr, rec.hostmap.size) == 0)
+            reserved[nreserved++] = rec.hostmap;
+        else
+            flyt_warn("host memory region %llu: its address 0x%llx is taken in this server; "
+                      "its client cannot share it again", (unsigned long long)rec.hostmap.id,
+                      (unsigned long long)rec.hostmap.addr);
+    }
+}
+
+/* Whether the region's address was reserved for it (the reservation then passes to it). */
+static int take_reserved(const struct flyt_state_hostmap *r)
+{
+    for (size_t i = 0; i < nreserved; i++)
+        if (reserved[i].addr == r->addr && reserved[i].size == r->size) {
+            reserved[i] = reserved[--nreserved];
+            return 1;
+        }
+    return 0;
+}
+
+/* A region detached: its id, what it was; the client shares its memory
+ * again (HOST_REMAP) as it resumes. */
+static CUresult restore_hostmap(flyt_session *s, const struct flyt_state_hostmap *r,
+                                uint64_t *last, char *err, size_t errlen)
+{
+    struct flyt_hentry *h = add_exact(s, r->id, FLYT_H_REGION, NULL, last);
+    if (h == NULL) {
+        say(err, errlen, "host memory region %llu cannot be made again",
+            (unsigned long long)r->id);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    h->u.region = (struct flyt_region_info){.size = r->size, .addr = r->addr, .mapped = r->mapped};
+    h->u.region.placeholder = r->mapped && (take_reserved(r) || flyt_region_reserve(r->addr, r->size) == 0);
+    s->detached_mapped += r->mapped;
+    return CUDA_SUCCESS;
+}
+
 /* The client's side of the session: its request stream resumes at consumed,
  * and host-function tickets continue past the acknowledgements it replays. */
 static void restore_client(flyt_session *s, const struct flyt_state_client *r)
@@ -876,6 +1082,8 @@ static CUresult restore_section(flyt_session *s, uint32_t type, const unsigned c
     case FLYT_SS_ARENA: return restore_arena(s, &rec.arena, err, errlen);
     case FLYT_SS_MODULE: return restore_module(s, &rec.module, tail, last, err, errlen);
     case FLYT_SS_FUNC: return restore_func(s, &rec.func, tail, last, err, errlen);
+    case FLYT_SS_HOSTMAP: return restore_hostmap(s, &rec.hostmap, last, err, errlen);
+    case FLYT_SS_GLOBAL: return restore_global(s, &rec.global, tail, err, errlen);
     default: return restore_object(s, type, &rec, last, err, errlen);
     }
 }
@@ -888,20 +1096,16 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
             h->backend, s->b->ops->name, s->b->ops->mem_alloc_at ? "" : " (it cannot restore yet)");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    uint64_t t0 = clock_ns(CLOCK_MONOTONIC), last = 0, allocs = 0;
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC), last = 0, allocs = 0, regions = 0;
     size_t pos = sizeof *h;
     CUresult e = CUDA_SUCCESS;
-    for (;;) {
-        struct flyt_state_section sec;
-        memcpy(&sec, st->data + pos, sizeof sec);
-        pos += sizeof sec;
-        if (sec.type == FLYT_SS_END)
-            break;
-        e = restore_section(s, sec.type, st->data + pos, sec.length, &last, err, errlen);
+    struct flyt_state_section sec;
+    for (const unsigned char *body; (body = next_section(st, &pos, &sec)) != NULL;) {
+        e = restore_section(s, sec.type, body, sec.length, &last, err, errlen);
         if (e != CUDA_SUCCESS)
             return e;
         allocs += sec.type == FLYT_SS_ALLOC;
-        pos += sec.length;
+        regions += sec.type == FLYT_SS_HOSTMAP;
     }
     if (st->sess.next_id <= last) {
         say(err, errlen, "the state's id counter %llu is behind its ids",
@@ -917,6 +1121,9 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
     flyt_info("session for %s restored: %llu allocation(s), %zu object id(s), %zu bytes of state, "
               "in %.3f ms", s->peer, (unsigned long long)allocs, flyt_hash_count(&s->handles.map), st->size,
               (double)(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+    if (regions)
+        flyt_info("%llu host memory region(s) shared with the client wait for it to share them "
+                  "again (HOST_REMAP)", (unsigned long long)regions);
     return CUDA_SUCCESS;
 }
 

@@ -47,4 +47,10 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
  * end after it (FLYT_CKPT_STOP). */
 int flyt_state_poll(flyt_session *s);
 
+/* A module global the client looked up, kept for checkpoints (0, or -1 out
+ * of memory); the globals of an unloaded module, or all, forgotten. */
+int  flyt_state_global_seen(flyt_session *s, uint64_t module, const char *name, uint64_t addr,
+                            uint64_t size);
+void flyt_state_globals_drop(flyt_session *s, uint64_t module); /* 0: all */
+
 #endif

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define FLYT_STATE_MAGIC   0x5441545354594c46ull /* "FLYTSTAT" little-endian */
-#define FLYT_STATE_VERSION 3u /* 2: the CLIENT section; 3: ARENA sections */
+#define FLYT_STATE_VERSION 5u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL */
 #define FLYT_STATE_HASH    32u /* the SHA-256 trailer */
 
 struct flyt_state_header {
@@ -38,6 +38,9 @@ enum flyt_state_stype {
     FLYT_SS_POOL,     /* flyt_state_pool: the id of the device's default pool */
     FLYT_SS_CLIENT,   /* flyt_state_client; right after SESSION, at most once (version 2) */
     FLYT_SS_ARENA,    /* flyt_state_arena; before every ALLOC (version 3) */
+    FLYT_SS_HOSTMAP,  /* flyt_state_hostmap; among the objects, by id (version 4) */
+    FLYT_SS_GLOBAL,   /* flyt_state_global + name (name_len, NUL last) + size bytes of contents;
+                       * after every object (version 5) */
 };
 
 struct flyt_state_section {
@@ -112,6 +115,28 @@ struct flyt_state_event {
 struct flyt_state_pool {
     uint64_t id;
 };
+/* Host memory the client shared (HOST_MAP, HOST_MAP_AT): its contents are
+ * the client's and stay with it; a restore recreates the id detached, and the
+ * client shares the memory again (HOST_REMAP) as it resumes. */
+struct flyt_state_hostmap {
+    uint64_t id;
+    uint64_t size;
+    uint64_t addr;   /* HOST_MAP_AT: the client's address; 0: HOST_MAP */
+    uint32_t mapped; /* 1: device-mapped at addr (HOST_MAP_AT) */
+    uint32_t pad;
+};
+static_assert(sizeof(struct flyt_state_hostmap) == 32, "state hostmap");
+
+/* A module global the client looked up: it must be at the same address
+ * after the restore (the driver places it; the client holds the address). */
+struct flyt_state_global {
+    uint64_t module; /* its module's id */
+    uint64_t addr, size;
+    uint32_t name_len; /* NUL included */
+    uint32_t pad;
+};
+static_assert(sizeof(struct flyt_state_global) == 32, "state global");
+
 /* Where the client's request stream stood (docs/protocol.md, "Session moves"). */
 struct flyt_state_client {
     uint8_t  instance[16]; /* the session's identity, given to the client in HELLO */

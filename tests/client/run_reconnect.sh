@@ -5,7 +5,10 @@
 # server, and after a pause starts flyt-server --restore on the same
 # endpoints, where the program carries on. Then the deadline: no server
 # comes back, and the program gets an error and a line on stderr; and with
-# FLYT_RESUME=0 the move is a lost server at once.
+# FLYT_RESUME=0 the move is a lost server at once. The program's pinned host
+# memory, shared with the server over the Unix socket, is shared again with
+# the restored one (HOST_REMAP); restored on a server reached over TCP only,
+# it cannot be, which the client says once, and copies through it fail.
 # usage: run_reconnect.sh SERVER_BIN LIB_DIR TEST_BIN [BACKEND]
 # (BACKEND: host by default, as in CI; cuda on a GPU machine)
 set -u
@@ -52,8 +55,33 @@ for kind in unix managed tcp; do
   grep -q "moved at request byte" "$tmp/$kind-1.log" || { echo "FAIL: no move notice"; cat "$tmp/$kind-1.log"; rc=1; }
   grep -q "reconnects to resume" "$tmp/$kind-2.log" && grep -q "restored:" "$tmp/$kind-2.log" ||
     { echo "FAIL: the restored server did not serve the resumed session"; cat "$tmp/$kind-2.log"; rc=1; }
+  if [ $kind != tcp ]; then
+    n=$(grep -c "shared again, device-mapped" "$tmp/$kind-2.log")
+    [ "$n" = 2 ] || { echo "FAIL: $n of 2 pinned regions shared again"; cat "$tmp/$kind-2.log"; rc=1; }
+  fi
   kill "$srv"; wait "$srv" 2>/dev/null
 done
+
+echo "== a session moved from a Unix socket to a server reached over TCP only"
+rm -f "$tmp/s.sock" "$tmp/u2t.state"
+start_server "$tmp/u2t-1.log" --listen "tcp://127.0.0.1:0" --status-file "$tmp/status" || exit 1
+port=$(tcp_port_of "$tmp/u2t-1.log") || { echo "FAIL: no TCP port"; exit 1; }
+FLYT_TEST_REGIONS=lost FLYT_SERVER="unix:$tmp/s.sock,tcp://127.0.0.1:$port" FLYT_TEST_STATUS=$tmp/status \
+  FLYT_TEST_STATE=$tmp/u2t.state LD_LIBRARY_PATH=$libdir timeout 120 "$test" resume \
+  > "$tmp/u2t.out" 2> "$tmp/u2t.err" & prog=$!
+wait_for "$tmp/u2t.state" || { cat "$tmp/u2t.out" "$tmp/u2t.err" "$tmp/u2t-1.log"; exit 1; }
+sleep 0.5
+kill "$srv"; wait "$srv" 2>/dev/null
+rm -f "$tmp/s.sock"
+"$server" --backend "$backend" --listen "tcp://127.0.0.1:$port" --restore "$tmp/u2t.state" \
+  > "$tmp/u2t-2.log" 2>&1 & srv=$!
+pids+=($srv)
+if wait $prog; then tail -1 "$tmp/u2t.out"; else cat "$tmp/u2t.out" "$tmp/u2t.err"; rc=1; fi
+n=$(grep -c "cannot be shared again" "$tmp/u2t.err")
+[ "$n" = 1 ] || { echo "FAIL: the client said $n times that its regions are lost"; cat "$tmp/u2t.err"; rc=1; }
+grep -q "is not shared with this server" "$tmp/u2t-2.log" ||
+  { echo "FAIL: the restored server did not log the refused copy"; cat "$tmp/u2t-2.log"; rc=1; }
+kill "$srv"; wait "$srv" 2>/dev/null
 
 # lost NAME ENV LINE: the session moved and nobody resumed it: the program
 # (run with ENV, e.g. VAR=VALUE) gets an error, and LINE on stderr

@@ -13,6 +13,15 @@
  * once FLYT_RECONNECT_TIMEOUT_S has passed. With FLYT_TEST_SESSION_KEY (the
  * key file of a managed server) and FLYT_TEST_SESSION_ID, the program makes
  * its session token, which the reconnect presents again (AUTH).
+ *
+ * Pinned host memory (cuMemHostAlloc without and with DEVICEMAP), shared
+ * with the server on one machine, is used around the move too
+ * (docs/host-memory.md): FLYT_TEST_REGIONS=same (the default) wants its
+ * copies to give the right bytes after the move (the client shared the
+ * memory again with the restored server, before replaying the copies from
+ * it that were not consumed); =lost (restored on a server reached over
+ * TCP) wants copies through it to fail with CUDA_ERROR_NOT_MAPPED while
+ * device memory still works.
  */
 #include <cuda.h>
 #include <stdint.h>
@@ -89,6 +98,77 @@ static void check_contents(CUdeviceptr big, CUdeviceptr sets, CUdeviceptr piped)
     free(got);
 }
 
+/* ---- pinned host memory around the move ---- */
+
+#define PINNED (2 * 4096 + 5)
+static unsigned char *pinned[2]; /* cuMemHostAlloc flags 0, DEVICEMAP */
+static CUdeviceptr pinned_dev;    /* where copies from them land */
+
+static unsigned char pinned_byte(int k, size_t i, int round) { return (unsigned char)(i * 7u + 50u * k + round); }
+
+static void pinned_fill(int round)
+{
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < PINNED; i++)
+            pinned[k][i] = pinned_byte(k, i, round);
+}
+
+static void pinned_setup(void)
+{
+    CU_OK(cuMemHostAlloc((void **)&pinned[0], PINNED, 0));
+    CU_OK(cuMemHostAlloc((void **)&pinned[1], PINNED, CU_MEMHOSTALLOC_DEVICEMAP));
+    CU_OK(cuMemAlloc(&pinned_dev, 2 * PINNED));
+    pinned_fill(0);
+    for (int k = 0; k < 2; k++)
+        CU_OK(cuMemcpyHtoD(pinned_dev + (size_t)k * PINNED, pinned[k], PINNED));
+}
+
+/* Copies from the pinned buffers issued after the checkpoint request: the
+ * restored server may get them in the replay, after the client shared the
+ * memory again. The buffers are not touched until a synchronisation. */
+static void pinned_pipeline(CUstream s)
+{
+    for (int k = 0; k < 2; k++)
+        CU_OK(cuMemcpyHtoDAsync(pinned_dev + (size_t)k * PINNED, pinned[k], PINNED, s));
+}
+
+static void pinned_check_after_move(int lost)
+{
+    unsigned char *got = malloc(PINNED);
+    if (lost) {
+        pinned_fill(2);
+        CHECK_EQ(cuMemcpyHtoD(pinned_dev, pinned[0], PINNED), CUDA_ERROR_NOT_MAPPED,
+                 "a copy from pinned memory the restored server cannot share fails");
+        CHECK_EQ(cuMemcpyDtoH(pinned[1], pinned_dev, PINNED), CUDA_ERROR_NOT_MAPPED,
+                 "and one into it");
+        CU_OK(cuMemcpyDtoH(got, pinned_dev, PINNED));
+        CHECK_EQ(got[PINNED - 1], pinned_byte(0, PINNED - 1, 0), "device memory still serves");
+        free(got);
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        CU_OK(cuMemcpyDtoH(got, pinned_dev + (size_t)k * PINNED, PINNED));
+        size_t bad = PINNED;
+        for (size_t i = 0; i < PINNED && bad == PINNED; i++)
+            if (got[i] != pinned_byte(k, i, 0))
+                bad = i;
+        CHECK_EQ(bad, PINNED, "pinned buffer %d copied in around the move (first bad byte %zu)", k, bad);
+    }
+    pinned_fill(1); /* written after the move: the server reads the client's memory itself */
+    for (int k = 0; k < 2; k++)
+        CU_OK(cuMemcpyHtoD(pinned_dev + (size_t)k * PINNED, pinned[k], PINNED));
+    CU_OK(cuMemcpyDtoH(pinned[0], pinned_dev + PINNED, PINNED)); /* buffer 1's bytes into 0 */
+    size_t bad = PINNED;
+    for (size_t i = 0; i < PINNED && bad == PINNED; i++)
+        if (pinned[0][i] != pinned_byte(1, i, 1))
+            bad = i;
+    CHECK_EQ(bad, PINNED, "copies to and from pinned memory after the move (first bad byte %zu)", bad);
+    for (int k = 0; k < 2; k++)
+        CU_OK(cuMemFreeHost(pinned[k]));
+    CU_OK(cuMemFree(pinned_dev));
+    free(got);
+}
+
 /* A managed server's session token, made as the node manager makes it. */
 static void token_from_key(void)
 {
@@ -124,6 +204,8 @@ int main(int argc, char **argv)
         return 2;
     }
     int resume = strcmp(argv[1], "resume") == 0;
+    const char *regions = getenv("FLYT_TEST_REGIONS");
+    int lost = regions && strcmp(regions, "lost") == 0;
     token_from_key();
     CUdevice dev;
     CUcontext ctx;
@@ -142,8 +224,12 @@ int main(int argc, char **argv)
     CUstream s;
     CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 
+    if (resume)
+        pinned_setup();
     pipeline(s, sets, piped, 0, ROUNDS);
     ckpt_post(status, state, FLYT_CKPT_STOP); /* the server stops at its next request boundary */
+    if (resume && !lost)
+        pinned_pipeline(s);
     pipeline(s, sets, piped, ROUNDS, 2 * ROUNDS);
     double t0 = now_s();
     CUresult r = cuStreamSynchronize(s);
@@ -159,6 +245,7 @@ int main(int argc, char **argv)
     CHECK_EQ(host_funcs_run, 2 * ROUNDS / HOST_FUNC_EVERY, "every host function ran once");
     CHECK(host_funcs_in_order, "in stream order");
     check_contents(big, sets, piped);
+    pinned_check_after_move(lost);
     CUdeviceptr base = 0;
     size_t size = 0;
     CU_OK(cuMemGetAddressRange(&base, &size, big + 100));

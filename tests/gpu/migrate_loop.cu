@@ -3,10 +3,18 @@
 // one) and updates them with kernels step after step, printing a checksum
 // of every buffer every 10 steps. Run natively and through Flyt with its
 // session moved mid-run, the printed lines must be identical.
-// usage: migrate_loop [STEPS] [SLEEP_MS]
+// With "pinned", pinned host memory takes part too (docs/host-memory.md): a
+// cudaHostAlloc buffer (default flags) the host writes each step and copies
+// in, and a cudaHostAllocMapped one a kernel reads and writes through its
+// pointer (zero-copy); their checksums are printed with the rest.
+// With "global", a __device__ variable takes part too: a kernel folds each
+// step into it and the host reads it with cudaMemcpyFromSymbol (a module
+// global: the restore must find it at the same address).
+// usage: migrate_loop [STEPS] [SLEEP_MS] [pinned|global]
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
+#include <cstring>
 #include <unistd.h>
 #include <cuda_runtime.h>
 
@@ -35,13 +43,67 @@ __global__ void sum_kernel(const uint32_t *p, size_t n, unsigned long long *out)
     atomicAdd(out, s);
 }
 
+// Zero-copy: a kernel updates mapped host memory in place.
+__global__ void mapped_kernel(uint32_t *host, size_t n, uint32_t salt)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        host[i] = host[i] * 22695477u + salt;
+}
+
+#define PINNED_WORDS (1u << 18) /* 1 MiB each */
+
+struct pinned_bufs {
+    uint32_t *staged; // cudaHostAlloc default: written here, copied into dev
+    uint32_t *mapped; // cudaHostAllocMapped: a kernel works on it in place
+    uint32_t *dev;
+};
+
+static void pinned_setup(pinned_bufs *p)
+{
+    CK(cudaHostAlloc(&p->staged, PINNED_WORDS * 4, cudaHostAllocDefault));
+    CK(cudaHostAlloc(&p->mapped, PINNED_WORDS * 4, cudaHostAllocMapped));
+    CK(cudaMalloc(&p->dev, PINNED_WORDS * 4));
+    for (size_t i = 0; i < PINNED_WORDS; i++)
+        p->mapped[i] = (uint32_t)i;
+}
+
+// One step: the host writes the staged buffer and copies it in; a kernel
+// updates the mapped buffer through its device pointer.
+static void pinned_step(pinned_bufs *p, int t, cudaStream_t s)
+{
+    for (size_t i = 0; i < PINNED_WORDS; i++)
+        p->staged[i] = (uint32_t)(i * 40503u + (uint32_t)t);
+    CK(cudaMemcpyAsync(p->dev, p->staged, PINNED_WORDS * 4, cudaMemcpyHostToDevice, s));
+    uint32_t *dptr;
+    CK(cudaHostGetDevicePointer((void **)&dptr, p->mapped, 0));
+    mapped_kernel<<<64, 256, 0, s>>>(dptr, PINNED_WORDS, (uint32_t)t);
+    CK(cudaGetLastError());
+}
+
+// The host's own checksum of the mapped buffer (after a synchronisation).
+static unsigned long long mapped_sum(const pinned_bufs *p)
+{
+    unsigned long long h = 0;
+    for (size_t i = 0; i < PINNED_WORDS; i++)
+        h += p->mapped[i] ^ (uint32_t)(i * 2654435761u);
+    return h;
+}
+
+__device__ unsigned long long g_tally;
+
+__global__ void tally_kernel(int t) { g_tally = g_tally * 31u + (unsigned long long)t; }
+
 int main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 200, sleep_ms = argc > 2 ? atoi(argv[2]) : 20;
+    bool pinned = argc > 3 && strcmp(argv[3], "pinned") == 0;
+    bool global = argc > 3 && strcmp(argv[3], "global") == 0;
+    pinned_bufs pb;
     const size_t sizes[] = {256, 1000, 4096, 100000, (1u << 20) + 4, (3u << 20) + 100, 64u << 20};
     const int nbuf = sizeof sizes / sizeof sizes[0];
-    uint32_t *buf[nbuf + 1];
-    size_t words[nbuf + 1];
+    uint32_t *buf[nbuf + 2]; // the last: pinned mode's device buffer
+    size_t words[nbuf + 2];
     for (int b = 0; b < nbuf; b++) {
         CK(cudaMalloc(&buf[b], sizes[b]));
         words[b] = sizes[b] / 4;
@@ -55,14 +117,28 @@ int main(int argc, char **argv)
     CK(cudaMalloc(&sum, sizeof *sum));
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (pinned) {
+        pinned_setup(&pb);
+        buf[nbuf + 1] = pb.dev; // summed with the others
+        words[nbuf + 1] = PINNED_WORDS;
+    }
+    int last = pinned ? nbuf + 1 : nbuf;
+    if (global) {
+        unsigned long long zero = 0;
+        CK(cudaMemcpyToSymbol(g_tally, &zero, sizeof zero));
+    }
     for (int t = 1; t <= steps; t++) {
         for (int b = 0; b <= nbuf; b++)
             step_kernel<<<64, 256, 0, s>>>(buf[b], words[b], (uint32_t)t);
         CK(cudaGetLastError());
+        if (pinned)
+            pinned_step(&pb, t, s);
+        if (global)
+            tally_kernel<<<1, 1, 0, s>>>(t);
         CK(cudaStreamSynchronize(s));
         if (t % 10 == 0) {
             printf("step %d:", t);
-            for (int b = 0; b <= nbuf; b++) {
+            for (int b = 0; b <= last; b++) {
                 unsigned long long h = 0;
                 CK(cudaMemsetAsync(sum, 0, sizeof *sum, s));
                 sum_kernel<<<64, 256, 0, s>>>(buf[b], words[b], sum);
@@ -70,13 +146,24 @@ int main(int argc, char **argv)
                 CK(cudaStreamSynchronize(s));
                 printf(" %llx", h);
             }
+            if (pinned)
+                printf(" mapped %llx", mapped_sum(&pb));
+            if (global) {
+                unsigned long long v = 0;
+                CK(cudaMemcpyFromSymbol(&v, g_tally, sizeof v));
+                printf(" global %llx", v);
+            }
             printf("\n");
             fflush(stdout);
         }
         usleep(sleep_ms * 1000);
     }
-    for (int b = 0; b <= nbuf; b++)
+    for (int b = 0; b <= last; b++)
         CK(cudaFree(buf[b]));
+    if (pinned) {
+        CK(cudaFreeHost(pb.staged));
+        CK(cudaFreeHost(pb.mapped));
+    }
     CK(cudaFree(sum));
     CK(cudaStreamDestroy(s));
     printf("PASS\n");

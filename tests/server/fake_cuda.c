@@ -43,7 +43,9 @@ static CUresult obj_free(void *o, const char *kind, int *count)
 #define SPACE_BYTES ((uint64_t)4 << 30) /* virtual (MAP_NORESERVE): arenas of 2 GiB fit */
 #define MAX_RANGES  512
 
-enum range_kind { R_ALLOC = 1, R_RESERVED, R_OCCUPIED, R_MAPPED };
+enum range_kind { R_ALLOC = 1, R_RESERVED, R_OCCUPIED, R_MAPPED, R_GLOBAL };
+
+#define GLOBAL_BYTES ((uint64_t)64 << 10) /* module globals: the top of the space */
 
 static uint64_t space; /* its base, granule-aligned */
 static struct range {
@@ -64,6 +66,7 @@ static void space_init(void)
         abort();
     }
     space = ((uint64_t)(uintptr_t)m + FAKE_GRANULE - 1) & ~(FAKE_GRANULE - 1);
+    ranges[nranges++] = (struct range){space + SPACE_BYTES - GLOBAL_BYTES, GLOBAL_BYTES, R_GLOBAL};
 }
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -269,7 +272,7 @@ static CUresult fake_cuMemHostUnregister(void *p)
  * after another (adjacent ones are one range of addresses to the device). */
 static int reachable(uint64_t p, uint64_t n)
 {
-    if (range_find(p, n, R_ALLOC) >= 0)
+    if (range_find(p, n, R_ALLOC) >= 0 || range_find(p, n, R_GLOBAL) >= 0)
         return 1;
     for (uint64_t end = p + n; p < end;) {
         int i = range_find(p, 1, R_MAPPED);
@@ -442,9 +445,10 @@ CUresult fake_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
 static CUresult fake_cuModuleGetGlobal(CUdeviceptr *p, size_t *size, CUmodule m, const char *name)
 {
     (void)m, (void)name;
+    space_init();
     fake_live.globals++;
-    *p = space;
-    *size = 4;
+    *p = space + SPACE_BYTES - GLOBAL_BYTES + (uint64_t)fake_live.global_shift;
+    *size = 64;
     return CUDA_SUCCESS;
 }
 static CUresult fake_cuFuncGetParamInfo(CUfunction f, size_t i, size_t *off, size_t *size)

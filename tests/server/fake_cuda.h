@@ -29,6 +29,7 @@ extern struct fake_live {
     int launches;     /* cuLaunchKernelEx calls */
     int globals;      /* cuModuleGetGlobal calls */
     int sticky;       /* what cuStreamQuery answers: a context's sticky error (0: none) */
+    int global_shift; /* added to the address cuModuleGetGlobal answers (a global moved) */
 } fake_live;
 
 /* Fills table with the fake driver (every other entry NULL). */

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -416,6 +417,32 @@ int th_call_rep(int fd, uint16_t op, const void *req, size_t req_len, const void
     }
     th_reply_free(&r);
     return result;
+}
+
+int th_call_fd(int fd, uint16_t op, const void *req, size_t req_len, int pass_fd, void *rep,
+               size_t rep_len)
+{
+    struct flyt_frame_hdr h = {(uint32_t)req_len, op, 0, th_next_seq(), 0};
+    struct iovec iov[2] = {{&h, sizeof h}, {(void *)req, req_len}};
+    struct th_reply r;
+    memset(rep, 0, rep_len);
+    int sent = pass_fd >= 0 ? flyt_writev_full_fd(fd, iov, 2, pass_fd) : flyt_writev_full(fd, iov, 2);
+    if (sent != 0 || th_read_frame(fd, &r) != 0)
+        return -1000;
+    int result = r.result;
+    memcpy(rep, r.body, r.body_len < rep_len ? r.body_len : rep_len);
+    th_reply_free(&r);
+    return result;
+}
+
+int th_memfd(uint64_t size, int seal)
+{
+    int fd = memfd_create("test-shared", MFD_CLOEXEC | (seal ? MFD_ALLOW_SEALING : 0));
+    CHECK_GE(fd, 0, "a memfd of %llu bytes", (unsigned long long)size);
+    CHECK_EQ(ftruncate(fd, (off_t)size), 0, "a memfd of %llu bytes", (unsigned long long)size);
+    if (seal)
+        CHECK_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0, "sealed");
+    return fd;
 }
 
 int th_post(int fd, uint16_t op, const void *req, size_t req_len, const void *data, size_t data_len)

@@ -95,6 +95,13 @@ int th_call_rep(int fd, uint16_t op, const void *req, size_t req_len, const void
                 size_t data_len, void *rep, size_t rep_len);
 /* Sends a NOREPLY request. 0 on success. */
 int th_post(int fd, uint16_t op, const void *req, size_t req_len, const void *data, size_t data_len);
+/* A request with the descriptor pass_fd (SCM_RIGHTS; -1: none), as HOST_MAP sends
+ * its memfd; the result (-1000 on I/O failure), up to rep_len bytes of the
+ * reply into rep (zeroed first). */
+int th_call_fd(int fd, uint16_t op, const void *req, size_t req_len, int pass_fd, void *rep,
+               size_t rep_len);
+/* A memfd of size bytes, sealed against shrinking and growing when seal. */
+int th_memfd(uint64_t size, int seal);
 uint32_t th_next_seq(void);
 
 /* HELLO with the right magic and version; returns 0 when accepted. */

@@ -10,7 +10,8 @@
  * buffer frees, and a second checkpoint of the restored session works. A
  * restore whose address the driver does not grant fails with
  * CUDA_ERROR_ALREADY_MAPPED, leaving nothing behind; stream-ordered
- * allocations and module globals make a checkpoint fail, naming them.
+ * allocations make a checkpoint fail, naming them; a module global's contents
+ * are captured and its address checked at the restore.
  *
  * Sessions run in this process (a thread, over a socketpair), on a status
  * page in anonymous shared memory, which also carries the checkpoint request.
@@ -308,24 +309,58 @@ static void arena_disabled(void)
     unsetenv("FLYT_CUDA_ARENA");
 }
 
-static void globals_refused(void)
+/* GLOBAL_GET of "glob" in a new module: its address and size. */
+static void global_of(uint64_t mod, uint64_t *addr, uint64_t *size)
 {
-    th_say("a module global makes the checkpoint fail, naming it");
+    flyt_req_named g = {mod, 5, 0};
+    flyt_rep_u64_pair rep = {0};
+    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_GLOBAL_GET, &g, sizeof g, "glob", 5, &rep, sizeof rep),
+             T_SUCCESS, "GLOBAL_GET");
+    *addr = rep.a;
+    *size = rep.b;
+}
+
+static void globals_restored(void)
+{
+    th_say("a module global: its contents captured, its address checked at the restore");
     CHECK_EQ(session_begin(), T_SUCCESS, "HELLO");
     size_t img_size;
     unsigned char *img = th_fake_fatbin(&img_size);
-    uint64_t mod;
+    uint64_t mod, addr, size;
     CHECK_EQ(th_module_load(sess.fd, img, img_size, &mod), T_SUCCESS, "MODULE_LOAD");
     free(img);
-    flyt_req_named g = {mod, 5, 0};
-    CHECK_EQ(th_call(sess.fd, FLYT_OP_GLOBAL_GET, &g, sizeof g, "glob", 5, NULL), T_SUCCESS,
-             "GLOBAL_GET");
+    global_of(mod, &addr, &size);
+    unsigned char bytes[64], back[64];
+    for (int i = 0; i < 64; i++)
+        bytes[i] = (unsigned char)(i * 5 + 1);
+    CHECK_EQ(size, sizeof bytes, "a 64-byte global");
+    CHECK_EQ(th_htod(sess.fd, addr, bytes, sizeof bytes), T_SUCCESS, "the program sets it");
     char error[256], path[160];
-    snprintf(path, sizeof path, "%s/never.state", dir);
-    CHECK_EQ(checkpoint(path, error, sizeof error), T_NOT_SUPPORTED, "refused");
-    CHECK(strstr(error, "module global variable") != NULL, "says why: %s", error);
-    CHECK(access(path, F_OK) != 0, "no file left");
+    snprintf(path, sizeof path, "%s/global.state", dir);
+    CHECK_EQ(checkpoint(path, error, sizeof error), T_SUCCESS, "checkpoint: %s", error);
     session_end();
+    memset((void *)(uintptr_t)addr, 0, sizeof bytes); /* a fresh process's global */
+
+    struct flyt_state *st = flyt_state_open(path, error, sizeof error);
+    CHECK(st != NULL, "the state opens: %s", error);
+    config.restore = st;
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO restores it");
+    int had = 0;
+    CHECK_EQ(th_dtoh(sess.fd, addr, sizeof back, back, &had), T_SUCCESS, "DTOH of the global");
+    CHECK_MEM_EQ(back, bytes, sizeof bytes, "it holds what the program set");
+    uint64_t addr2, size2;
+    global_of(mod, &addr2, &size2);
+    CHECK_EQ(addr2, addr, "the restored module's global is at the same address");
+    session_end();
+
+    th_say("a global the driver puts elsewhere: the restore fails");
+    fake_live.global_shift = 4096;
+    CHECK_EQ(session_begin(), T_ALREADY_MAPPED, "HELLO answers CUDA_ERROR_ALREADY_MAPPED");
+    session_end();
+    fake_live.global_shift = 0;
+    config.restore = NULL;
+    flyt_state_close(st);
+    unlink(path);
 }
 
 int main(void)
@@ -347,7 +382,7 @@ int main(void)
     restore_refused_when_taken(st);
     restore_matches(st);
     flyt_state_close(st);
-    globals_refused();
+    globals_restored();
     packing();
     arena_disabled();
 

@@ -231,27 +231,10 @@ static void client_text_cannot_forge_log_lines(void)
 static int host_map(int fd, int memfd, uint64_t size, uint64_t *region)
 {
     flyt_req_host_map req = {.size = size};
-    struct flyt_frame_hdr h = {sizeof req, FLYT_OP_HOST_MAP, 0, th_next_seq(), 0};
-    struct iovec iov[2] = {{&h, sizeof h}, {&req, sizeof req}};
-    struct th_reply r;
-    if (flyt_writev_full_fd(fd, iov, 2, memfd) != 0 || th_read_frame(fd, &r) != 0)
-        return -1000;
-    int result = r.result;
-    *region = 0;
-    if (result == 0 && r.body_len >= sizeof *region)
-        memcpy(region, r.body, sizeof *region);
-    th_reply_free(&r);
+    flyt_rep_u64 rep;
+    int result = th_call_fd(fd, FLYT_OP_HOST_MAP, &req, sizeof req, memfd, &rep, sizeof rep);
+    *region = result == 0 ? rep.value : 0;
     return result;
-}
-
-static int memfd_of(uint64_t size, int seal)
-{
-    int fd = memfd_create("test-shared", MFD_CLOEXEC | (seal ? MFD_ALLOW_SEALING : 0));
-    CHECK_GE(fd, 0, "a memfd of %llu bytes", (unsigned long long)size);
-    CHECK_EQ(ftruncate(fd, (off_t)size), 0, "a memfd of %llu bytes", (unsigned long long)size);
-    if (seal)
-        CHECK_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0, "sealed");
-    return fd;
 }
 
 /* A client maps an unsealed memfd into its session, cuts it to nothing and
@@ -263,7 +246,7 @@ static void unsealed_shared_memory_is_refused(void)
     uint64_t dptr, region = 0;
     const uint64_t size = 1 << 20;
     int fd = session_with_alloc(size, &dptr);
-    int memfd = memfd_of(size, 0);
+    int memfd = th_memfd(size, 0);
     int r = host_map(fd, memfd, size, &region);
     if (r == T_SUCCESS) { /* the attack goes on: cut the file, then copy from it */
         CHECK_EQ(ftruncate(memfd, 0), 0, "the client cuts the mapped file to 0 bytes");
@@ -274,7 +257,7 @@ static void unsealed_shared_memory_is_refused(void)
     CHECK_EQ(r, T_INVALID_VALUE, "HOST_MAP of an unsealed memfd: %d (want %d)", r, T_INVALID_VALUE);
     close(memfd);
 
-    memfd = memfd_of(size, 1);
+    memfd = th_memfd(size, 1);
     r = host_map(fd, memfd, size, &region);
     CHECK_EQ(r, T_SUCCESS, "HOST_MAP of a sealed memfd: %d", r);
     CHECK_NE(region, 0, "HOST_MAP of a sealed memfd: %d", r);
@@ -414,6 +397,33 @@ static void cache_stays_within_its_limit(void)
     free(a), free(b), free(c), free(big);
 }
 
+/* Images the server keeps for a session are bounded (--max-image-bytes 200
+ * here: two of these 80-byte images); an unload gives room back. */
+static void image_memory_is_bounded(void)
+{
+    th_say("a session's loaded images stay within --max-image-bytes");
+    int fd = th_connect();
+    CHECK_GE(fd, 0, "connect and HELLO");
+    CHECK_EQ(th_hello(fd), 0, "connect and HELLO");
+    size_t size;
+    unsigned char *img[3];
+    uint64_t mod[3];
+    for (int i = 0; i < 3; i++)
+        img[i] = fatbin_variant(10 + (unsigned)i, 64, &size);
+    CHECK_EQ(th_module_load(fd, img[0], size, &mod[0]), T_SUCCESS, "the first image loads");
+    CHECK_EQ(th_module_load(fd, img[1], size, &mod[1]), T_SUCCESS, "the second too (160 bytes)");
+    CHECK_EQ(th_module_load(fd, img[2], size, &mod[2]), T_OUT_OF_MEMORY,
+             "a third would make 240 bytes: CUDA_ERROR_OUT_OF_MEMORY");
+    CHECK(th_server_log_has("--max-image-bytes"), "the refusal is logged");
+    flyt_req_handle u = {mod[0]};
+    CHECK_EQ(th_call(fd, FLYT_OP_MODULE_UNLOAD, &u, sizeof u, NULL, 0, NULL), T_SUCCESS,
+             "MODULE_UNLOAD of the first");
+    CHECK_EQ(th_module_load(fd, img[2], size, &mod[2]), T_SUCCESS, "then the third loads");
+    for (int i = 0; i < 3; i++)
+        free(img[i]);
+    close(fd);
+}
+
 /* Removes what the cache test left, so the temporary dir can go. */
 static void remove_cache_dir(void)
 {
@@ -454,6 +464,10 @@ int main(int argc, char **argv)
     CHECK(th_server_works(), "the server still serves new sessions");
     CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
     remove_cache_dir();
+    th_server_stop();
+    static const char *const small_images[] = {"--max-image-bytes", "200", NULL};
+    th_server_start_args(argv[1], "FLYT_HOST_BACKEND_MEM=268435456", small_images);
+    image_memory_is_bounded();
     th_server_stop();
     th_passed();
     printf("all hardening checks passed\n");

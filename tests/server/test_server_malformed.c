@@ -197,6 +197,8 @@ static void header_cases(void)
         {"an unknown frame flag", 8, FLYT_OP_DEVICE_COUNT, 0x100, 8},
         {"MEMCPY_HTOD with length over FLYT_MAX_PAYLOAD", FLYT_MAX_PAYLOAD + 1u, FLYT_OP_MEMCPY_HTOD, 0, 32},
         {"LAUNCH with length 0xFFFFFFFF", 0xFFFFFFFFu, FLYT_OP_LAUNCH, 0, 56},
+        {"HOST_REMAP with length 16, too short for its 32-byte request", 16, FLYT_OP_HOST_REMAP, 0, 16},
+        {"NOREPLY on HOST_REMAP (synchronous)", 32, FLYT_OP_HOST_REMAP, FLYT_F_NOREPLY, 32},
     };
     unsigned char zeros[64] = {0};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -393,6 +395,43 @@ static void driver_op_cases(void)
     must_answer(fd, "unknown stream", T_INVALID_HANDLE);
     close(fd);
     survived("the driver-level ops' bad requests");
+}
+
+/* HOST_REMAP outside a restored session: no region is detached, so every
+ * one is answered with an error, with or without a memfd. */
+static void host_remap_cases(void)
+{
+    th_say("HOST_REMAP of unknown, attached and wrong-kind ids: error replies");
+    int fd = session();
+    int memfd = th_memfd(8192, 1);
+    flyt_req_host_map m = {8192};
+    flyt_rep_u64 region;
+    CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_MAP, &m, sizeof m, memfd, &region, sizeof region), 0,
+             "HOST_MAP");
+    flyt_rep_none none;
+    struct {
+        const char *what;
+        flyt_req_host_remap req;
+        int pass;
+        int32_t want;
+    } cases[] = {
+        {"an unknown id", {0x7777, 8192, 0, 0, 0}, 1, 400},
+        {"an unknown id, no memfd", {0x7777, 8192, 0, 0, 0}, 0, 400},
+        {"id 0", {0, 8192, 0, 0, 0}, 1, 400},
+        {"a stream's id", {FLYT_STREAM_DEFAULT, 8192, 0, 0, 0}, 1, 400},
+        {"a region mapped already", {region.value, 8192, 0, 0, 0}, 1, 208},
+        {"a region mapped already, other fields", {region.value, ~0ull, ~0ull, 7, 9}, 0, 208},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_REMAP, &cases[i].req, sizeof cases[i].req,
+                            cases[i].pass ? memfd : -1, &none, sizeof none),
+                 cases[i].want, "HOST_REMAP of %s", cases[i].what);
+    CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_UNMAP, &(flyt_req_handle){region.value},
+                        sizeof(flyt_req_handle), -1, &none, sizeof none), 0,
+             "the session goes on: its region unmaps");
+    close(memfd);
+    close(fd);
+    survived("the HOST_REMAP cases");
 }
 
 /* Errors the backend reports: answered, and the session goes on. */
@@ -612,6 +651,7 @@ int main(int argc, char **argv)
     header_cases();
     data_cases();
     error_reply_cases();
+    host_remap_cases();
     driver_op_cases();
     dying_clients();
     concurrent_sessions();

@@ -5,7 +5,10 @@
  * writes its state; a new flyt-server --restore FILE serves a client the same
  * pointers with the same contents and the same ids. A graph makes the capture
  * fail naming it, with the session carrying on; a corrupted file and one of a
- * newer format version are refused at start.
+ * newer format version are refused at start. Host memory the client shared
+ * (HOST_MAP, HOST_MAP_AT) is captured without its contents: restored, such a
+ * region is detached (its copies fail cleanly) until HOST_REMAP gives the
+ * server the memfd again; a version-3 file (no such sections) still restores.
  *
  * usage: test_server_state PATH-TO-flyt-server
  */
@@ -35,7 +38,15 @@ static uint64_t buf_ptr[NBUF];
 #define EVENT_ID  (FLYT_CLIENT_IDS + 9)
 #define T_NOT_READY 600
 
+#define T_ALREADY_MAPPED 208
+#define T_NOT_MAPPED     211
+#define REGION_SIZE      (4 * 4096)
+
 static char dir[64], status_path[128], state_path[128];
+/* host memory shared with the session: [0] by HOST_MAP, [1] by HOST_MAP_AT */
+static int region_fd[2];
+static unsigned char *region_view[2];
+static uint64_t region_id[2];
 static uint64_t server_stream, module_id, func_id;
 
 static unsigned char pattern(int buf, uint64_t i)
@@ -108,6 +119,82 @@ static void build_session(int fd)
     CHECK_EQ(func_get(fd, module_id, "kernel_one", &func_id), T_SUCCESS, "FUNC_GET");
 }
 
+static unsigned char region_pattern(int r, uint64_t i) { return (unsigned char)(i * 13u + 101u * (unsigned)r); }
+
+/* Two regions of the client's memory, filled with their patterns. */
+static void share_regions(int fd)
+{
+    th_say("host memory shared by HOST_MAP and (device-mapped) HOST_MAP_AT");
+    for (int r = 0; r < 2; r++) {
+        region_fd[r] = th_memfd(REGION_SIZE, 1);
+        region_view[r] = mmap(NULL, REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, region_fd[r], 0);
+        CHECK(region_view[r] != MAP_FAILED, "region %d mapped here", r);
+        for (uint64_t i = 0; i < REGION_SIZE; i++)
+            region_view[r][i] = region_pattern(r, i);
+    }
+    flyt_req_host_map m = {REGION_SIZE};
+    flyt_rep_u64 one;
+    CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_MAP, &m, sizeof m, region_fd[0], &one, sizeof one),
+             T_SUCCESS, "HOST_MAP");
+    region_id[0] = one.value;
+    flyt_req_host_map_at at = {REGION_SIZE, (uint64_t)(uintptr_t)region_view[1]};
+    flyt_rep_u64_pair two;
+    CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_MAP_AT, &at, sizeof at, region_fd[1], &two, sizeof two),
+             T_SUCCESS, "HOST_MAP_AT");
+    region_id[1] = two.a;
+    CHECK_EQ(two.b, at.addr, "device pointer = host pointer");
+}
+
+/* A region's bytes through the GPU side: copied into buffer 0 (4096 bytes)
+ * by MEMCPY_HTOD_MAPPED, then read back. The copy's result. */
+static int region_roundtrip(int fd, int r, uint64_t offset, unsigned char *got)
+{
+    flyt_req_memcpy_mapped c = {buf_ptr[0], region_id[r], offset, 4096, FLYT_STREAM_DEFAULT};
+    int rc = th_call(fd, FLYT_OP_MEMCPY_HTOD_MAPPED, &c, sizeof c, NULL, 0, NULL);
+    int had;
+    if (rc == T_SUCCESS)
+        CHECK_EQ(th_dtoh(fd, buf_ptr[0], 4096, got, &had), T_SUCCESS, "read back");
+    return rc;
+}
+
+static int remap(int fd, int r, uint64_t size, int pass_fd)
+{
+    flyt_req_host_remap req = {region_id[r], size, r ? (uint64_t)(uintptr_t)region_view[r] : 0,
+                               (uint32_t)r, 0};
+    flyt_rep_none none;
+    return th_call_fd(fd, FLYT_OP_HOST_REMAP, &req, sizeof req, pass_fd, &none, sizeof none);
+}
+
+/* After the restore: detached regions refuse their copies, logged once;
+ * HOST_REMAP checks what it is given, then the same bytes flow again. */
+static void restored_regions(int fd)
+{
+    th_say("restored regions: detached until HOST_REMAP, then the client's bytes again");
+    unsigned char got[4096];
+    CHECK_EQ(region_roundtrip(fd, 0, 0, got), T_NOT_MAPPED, "a detached HOST_MAP region refuses");
+    CHECK_EQ(region_roundtrip(fd, 1, 0, got), T_NOT_MAPPED, "a detached HOST_MAP_AT region refuses");
+    CHECK_EQ(region_roundtrip(fd, 0, 4096, got), T_NOT_MAPPED, "and again");
+    CHECK_EQ(th_server_log_count("is not shared with this server"), 2, "one log line per region");
+    for (int r = 0; r < 2; r++) {
+        CHECK_EQ(remap(fd, r, REGION_SIZE, region_fd[r]), T_SUCCESS, "HOST_REMAP region %d", r);
+        CHECK_EQ(remap(fd, r, REGION_SIZE, region_fd[r]), T_ALREADY_MAPPED, "not twice");
+        memset(region_view[r] + 4096, 0x5a + r, 16); /* written after the checkpoint */
+        CHECK_EQ(region_roundtrip(fd, r, 4096, got), T_SUCCESS, "region %d copies again", r);
+        int same = 1;
+        for (uint64_t i = 0; i < 4096; i++)
+            same &= got[i] == (i < 16 ? 0x5a + r : region_pattern(r, 4096 + i));
+        CHECK(same, "region %d: the client's current bytes", r);
+        CHECK_EQ(handle_op(fd, FLYT_OP_HOST_UNMAP, region_id[r]), T_SUCCESS, "HOST_UNMAP %d", r);
+        munmap(region_view[r], REGION_SIZE);
+        close(region_fd[r]);
+    }
+    unsigned char *want = expected(0);
+    int had;
+    CHECK_EQ(th_dtoh(fd, buf_ptr[0], 4096, got, &had), T_SUCCESS, "DTOH buffer 0");
+    CHECK_EQ(th_htod(fd, buf_ptr[0], want, 4096), T_SUCCESS, "buffer 0 as it was");
+    free(want);
+}
+
 static void unsupported_refused(int fd)
 {
     th_say("a graph makes the capture fail, naming it; the session carries on");
@@ -125,11 +212,67 @@ static void unsupported_refused(int fd)
     CHECK_EQ(handle_op(fd, FLYT_OP_GRAPH_DESTROY, g.graph), T_SUCCESS, "graph destroyed");
 }
 
+static unsigned char *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL, "open %s", path);
+    fseek(f, 0, SEEK_END);
+    *size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *p = malloc(*size);
+    CHECK_EQ(fread(p, 1, *size, f), *size, "read %s", path);
+    fclose(f);
+    return p;
+}
+
+/* The request-stream bytes a checkpoint of the session says it consumed. */
+static uint64_t consumed_now(void)
+{
+    char path[160], error[256];
+    snprintf(path, sizeof path, "%s/again.state", dir);
+    CHECK_EQ(checkpoint(path, error, sizeof error), T_SUCCESS, "checkpoint: %s", error);
+    size_t size;
+    unsigned char *p = read_file(path, &size);
+    struct flyt_state_section sec;
+    size_t pos = sizeof(struct flyt_state_header);
+    memcpy(&sec, p + pos, sizeof sec); /* SESSION, then CLIENT */
+    pos += sizeof sec + sec.length;
+    memcpy(&sec, p + pos, sizeof sec);
+    CHECK_EQ(sec.type, FLYT_SS_CLIENT, "the CLIENT section follows SESSION");
+    struct flyt_state_client client;
+    memcpy(&client, p + pos + sizeof sec, sizeof client);
+    free(p);
+    unlink(path);
+    return client.consumed;
+}
+
+/* HOST_REMAPs that are refused, checked before the regions are used; none
+ * is counted in the request stream (a checkpoint says the same offset). */
+static void remap_refusals(int fd)
+{
+    th_say("HOST_REMAP checks what it is given, and is not counted in the request stream");
+    uint64_t before = consumed_now();
+    flyt_req_host_remap unknown = {region_id[1] + 1000, REGION_SIZE, 0, 0, 0};
+    flyt_rep_none none;
+    CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_REMAP, &unknown, sizeof unknown, region_fd[0], &none,
+                        sizeof none), T_INVALID_HANDLE, "HOST_REMAP of an unknown id");
+    CHECK_EQ(remap(fd, 0, REGION_SIZE / 2, region_fd[0]), T_INVALID_VALUE, "another size");
+    int unsealed = th_memfd(REGION_SIZE, 0);
+    CHECK_EQ(remap(fd, 0, REGION_SIZE, unsealed), T_INVALID_VALUE, "an unsealed memfd");
+    close(unsealed);
+    CHECK_EQ(remap(fd, 0, REGION_SIZE, -1), T_INVALID_VALUE, "no memfd");
+    flyt_req_host_remap other_kind = {region_id[0], REGION_SIZE, 0x7000000000ull, 1, 0};
+    CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_REMAP, &other_kind, sizeof other_kind, region_fd[0],
+                        &none, sizeof none), T_INVALID_VALUE, "another kind");
+    CHECK_EQ(consumed_now(), before, "the consumed offset is where it was");
+}
+
 static void restored_session_matches(void)
 {
     th_say("the restored session: same pointers, contents and ids");
     int fd = th_connect();
     CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO resumes the restored session");
+    remap_refusals(fd);
     for (int b = 0; b < NBUF; b++) {
         unsigned char *want = expected(b), *got = malloc(buf_size[b]);
         int had;
@@ -162,6 +305,7 @@ static void restored_session_matches(void)
     for (int b = 0; b < NBUF; b++)
         CHECK(fresh + 8192 <= buf_ptr[b] || fresh >= buf_ptr[b] + buf_size[b],
               "new allocation clear of buffer %d", b);
+    restored_regions(fd);
     CHECK_EQ(th_free(fd, buf_ptr[1]), T_SUCCESS, "a restored buffer frees");
     th_post(fd, FLYT_OP_GOODBYE, NULL, 0, NULL, 0);
     close(fd);
@@ -174,19 +318,6 @@ static int restore_refused(const char *bin, const char *path, char *err_out, siz
     snprintf(sock, sizeof sock, "unix:%s/never.sock", dir);
     const char *args[] = {"--backend", "host", "--listen", sock, "--restore", path, NULL};
     return th_run_server(bin, args, err_out, len);
-}
-
-static unsigned char *read_file(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL, "open %s", path);
-    fseek(f, 0, SEEK_END);
-    *size = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc(*size);
-    CHECK_EQ(fread(p, 1, *size, f), *size, "read %s", path);
-    fclose(f);
-    return p;
 }
 
 static void write_file(const char *path, const unsigned char *p, size_t size)
@@ -230,6 +361,69 @@ static void bad_files_refused(const char *bin)
     free(orig);
 }
 
+/* The sections of a state file (after its header) other than type drop,
+ * in a new buffer of *size bytes, with the header's version set; hashed. */
+static unsigned char *without_sections(const unsigned char *p, size_t *size, uint32_t drop,
+                                       uint32_t version, int *dropped)
+{
+    unsigned char *out = malloc(*size);
+    struct flyt_state_header h;
+    memcpy(&h, p, sizeof h);
+    h.version = version;
+    memcpy(out, &h, sizeof h);
+    size_t in = sizeof h, len = sizeof h;
+    *dropped = 0;
+    for (;;) {
+        struct flyt_state_section sec;
+        memcpy(&sec, p + in, sizeof sec);
+        size_t whole = sizeof sec + (size_t)sec.length;
+        if (sec.type == drop)
+            ++*dropped;
+        else
+            memcpy(out + len, p + in, whole), len += whole;
+        in += whole;
+        if (sec.type == FLYT_SS_END)
+            break;
+    }
+    unsigned n = 0;
+    CHECK(EVP_Digest(out, len, out + len, &n, EVP_sha256(), NULL) == 1, "rehash");
+    *size = len + FLYT_STATE_HASH;
+    return out;
+}
+
+/* A version-3 file (before HOSTMAP sections) restores as it did. */
+static void old_version_restores(const char *bin)
+{
+    th_say("a version-3 state file still restores");
+    size_t size;
+    unsigned char *orig = read_file(state_path, &size);
+    int dropped;
+    unsigned char *v3 = without_sections(orig, &size, FLYT_SS_HOSTMAP, 3, &dropped);
+    CHECK_EQ(dropped, 2, "the checkpoint held one section per region");
+    char path[160];
+    snprintf(path, sizeof path, "%s/v3.state", dir);
+    write_file(path, v3, size);
+    const char *rargs[] = {"--restore", path, NULL};
+    th_server_start_args(bin, NULL, rargs);
+    int fd = th_connect();
+    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO resumes the version-3 session");
+    unsigned char *want = expected(2), *got = malloc(buf_size[2]);
+    int had;
+    CHECK_EQ(th_dtoh(fd, buf_ptr[2], buf_size[2], got, &had), T_SUCCESS, "DTOH buffer 2");
+    CHECK_MEM_EQ(got, want, buf_size[2], "buffer 2 at its address");
+    flyt_req_memcpy_mapped c = {buf_ptr[0], region_id[0], 0, 16, FLYT_STREAM_DEFAULT};
+    CHECK_EQ(th_call(fd, FLYT_OP_MEMCPY_HTOD_MAPPED, &c, sizeof c, NULL, 0, NULL), T_INVALID_HANDLE,
+             "no region in it");
+    close(fd);
+    CHECK(th_server_log_clean(), "no session crashed");
+    th_server_stop();
+    unlink(path);
+    free(want);
+    free(got);
+    free(v3);
+    free(orig);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -249,6 +443,7 @@ int main(int argc, char **argv)
     int fd = th_connect();
     CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO");
     build_session(fd);
+    share_regions(fd);
     unsupported_refused(fd);
 
     th_say("checkpoint through the status page");
@@ -265,12 +460,15 @@ int main(int argc, char **argv)
     bad_files_refused(bin);
 
     th_say("flyt-server --restore");
-    const char *rargs[] = {"--restore", state_path, NULL};
+    const char *rargs[] = {"--restore", state_path, "--status-file", status_path, NULL};
     th_server_start_args(bin, NULL, rargs);
     restored_session_matches();
     CHECK(th_server_log_has("restored: 3 allocation(s)"), "the server says what it restored");
+    CHECK(th_server_log_has("2 host memory region(s)"), "and the regions waiting for the client");
     CHECK(th_server_log_clean(), "no session crashed");
     th_server_stop();
+
+    old_version_restores(bin);
 
     unlink(state_path);
     unlink(status_path);
