@@ -27,7 +27,7 @@ static pid_t session_pid(struct flyt_server_status *p)
 
 /* Posts the request and waits for its answer; the page is mapped. */
 static int ask(struct flyt_server_status *p, const char *status_path, const char *state_path,
-               int stop, long timeout_ms, struct flyt_ckpt_outcome *out, char *err, size_t errlen)
+               const struct flyt_ckpt_dest *dest, int stop, long timeout_ms, struct flyt_ckpt_outcome *out, char *err, size_t errlen)
 {
     if (LOAD(&p->magic) != FLYT_STATUS_MAGIC) {
         snprintf(err, errlen, "%s is not a listening server's status page", status_path);
@@ -42,7 +42,17 @@ static int ask(struct flyt_server_status *p, const char *status_path, const char
         snprintf(err, errlen, "path too long");
         return -1;
     }
+    const char *to = dest && dest->address ? dest->address : "";
+    const char *secret = dest && dest->secret ? dest->secret : "";
+    if (strlen(to) >= sizeof p->ckpt_dest || strlen(secret) >= sizeof p->ckpt_secret) {
+        snprintf(err, errlen, "destination address or secret too long");
+        return -1;
+    }
     snprintf(p->ckpt_path, sizeof p->ckpt_path, "%s", state_path);
+    snprintf(p->ckpt_dest, sizeof p->ckpt_dest, "%s", to);
+    snprintf(p->ckpt_secret, sizeof p->ckpt_secret, "%s", secret);
+    STORE(&p->ckpt_sent, 0);
+    STORE(&p->ckpt_estimate, 0);
     STORE(&p->ckpt_pid, (int32_t)pid);
     STORE(&p->ckpt_flags, stop ? FLYT_CKPT_STOP : 0u);
     uint64_t gen = LOAD(&p->ckpt_gen) + 1;
@@ -66,23 +76,44 @@ static int ask(struct flyt_server_status *p, const char *status_path, const char
     return 0;
 }
 
-int flyt_ckpt_request(const char *status_path, const char *state_path, int stop, long timeout_ms,
-                      struct flyt_ckpt_outcome *out, char *err, size_t errlen)
+static struct flyt_server_status *page_map(const char *status_path, char *err, size_t errlen)
 {
-    memset(out, 0, sizeof *out);
     int fd = open(status_path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
         snprintf(err, errlen, "%s: %s", status_path, strerror(errno));
-        return -1;
+        return NULL;
     }
     struct flyt_server_status *p =
         mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) {
         snprintf(err, errlen, "%s: cannot map it: %s", status_path, strerror(errno));
-        return -1;
+        return NULL;
     }
-    int rc = ask(p, status_path, state_path, stop, timeout_ms, out, err, errlen);
+    return p;
+}
+
+int flyt_ckpt_request(const char *status_path, const char *state_path,
+                      const struct flyt_ckpt_dest *dest, int stop, long timeout_ms,
+                      struct flyt_ckpt_outcome *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    struct flyt_server_status *p = page_map(status_path, err, errlen);
+    if (p == NULL)
+        return -1;
+    int rc = ask(p, status_path, state_path, dest, stop, timeout_ms, out, err, errlen);
     munmap(p, sizeof *p);
     return rc;
+}
+
+int flyt_ckpt_progress(const char *status_path, uint64_t *sent, uint64_t *estimate)
+{
+    char err[16];
+    struct flyt_server_status *p = page_map(status_path, err, sizeof err);
+    if (p == NULL)
+        return -1;
+    *sent = LOAD(&p->ckpt_sent);
+    *estimate = LOAD(&p->ckpt_estimate);
+    munmap(p, sizeof *p);
+    return 0;
 }

@@ -15,6 +15,13 @@ struct flyt_ckpt_outcome {
     uint64_t ns;     /* the session's drain and write */
 };
 
+/* Where the session also streams its state (a receiving flyt-server: docs/server.md,
+ * --restore-listen); NULL or an empty address: the file only. */
+struct flyt_ckpt_dest {
+    const char *address; /* tcp://HOST:PORT */
+    const char *secret;  /* the receiver's one-time secret, hex */
+};
+
 /* Writes the request for state_path into the page at status_path (stop: the session
  * ends after a successful checkpoint), wakes the connected session and waits up to
  * timeout_ms for its answer. 0 with out when the session answered (out->result says
@@ -22,7 +29,11 @@ struct flyt_ckpt_outcome {
  * when no client is connected (a session with nothing to capture); -1 with err
  * when the session could not be asked or did not answer. */
 #define FLYT_CKPT_NO_SESSION (-2)
-int flyt_ckpt_request(const char *status_path, const char *state_path, int stop, long timeout_ms,
+int flyt_ckpt_request(const char *status_path, const char *state_path,
+                      const struct flyt_ckpt_dest *dest, int stop, long timeout_ms,
                       struct flyt_ckpt_outcome *out, char *err, size_t errlen);
+/* While a request is served: the bytes written so far and about how many there will
+ * be (0: not known yet). 0, or -1 when the page cannot be read. */
+int flyt_ckpt_progress(const char *status_path, uint64_t *sent, uint64_t *estimate);
 
 #endif

@@ -34,6 +34,8 @@
  * boundary, drains its work, writes the session's state to ckpt_path and
  * answers in ckpt_result (a CUresult), ckpt_bytes, ckpt_ns and ckpt_error
  * (one line, empty on success), and last sets ckpt_done_gen = ckpt_gen.
+ * With ckpt_dest set it also streams the state there; if that fails, the
+ * checkpoint fails and the session carries on (even with FLYT_CKPT_STOP).
  * These fields were appended to version 2: readers of its front are unchanged.
  */
 #ifndef FLYT_SERVER_STATUS_H
@@ -42,7 +44,7 @@
 #include <stdint.h>
 
 #define FLYT_STATUS_MAGIC   0x3153555441545346ull /* "FSTATUS1" little-endian */
-#define FLYT_STATUS_VERSION 2u
+#define FLYT_STATUS_VERSION 3u /* 3: ckpt_dest, ckpt_secret, ckpt_sent, ckpt_estimate */
 #define FLYT_STATUS_SLOTS   64 /* concurrent connections of one managed server */
 #define FLYT_STATUS_GROUPS  512 /* SM groups a resized share may list */
 
@@ -89,6 +91,13 @@ struct flyt_server_status {
     uint64_t ckpt_bytes;
     uint64_t ckpt_ns; /* drain and write */
     char     ckpt_error[256];
+    /* a destination besides ckpt_path (docs/state-format.md, "Streaming"): the
+     * session also streams the state to this receiving server, "" when none */
+    char     ckpt_dest[256];   /* tcp://HOST:PORT */
+    char     ckpt_secret[80];  /* its one-time secret, hex */
+    /* progress, by the session while it writes */
+    uint64_t ckpt_sent;        /* bytes written so far */
+    uint64_t ckpt_estimate;    /* about how many there will be: the allocations' bytes */
 };
 
 /* ckpt_flags: the session ends after a successful checkpoint (preemption,

@@ -29,6 +29,7 @@
 #include "quota.h"
 #include "session.h"
 #include "state.h"
+#include "state_stream.h"
 
 #ifndef FLYT_VERSION
 #define FLYT_VERSION "0.1.0"
@@ -50,6 +51,9 @@ struct options {
     const char               *key_file;
     const char               *status_file;
     const char               *restore_file;
+    const char               *restore_listen;      /* the state arrives there first */
+    const char               *restore_secret_file;
+    int                       restore_timeout_s;
     const char               *vm_quota_file;
     const char               *tls_cert, *tls_key;
     unsigned                  max_unadmitted, max_unadmitted_per_peer;
@@ -103,6 +107,13 @@ static void usage(FILE *f)
             "                      with its other servers (src/common/flyt_vm_quota.h)\n"
             "  --restore FILE      the first admitted session resumes the checkpointed\n"
             "                      session of FILE (docs/state-format.md)\n"
+            "  --restore-listen tcp://HOST:PORT\n"
+            "                      before anything else: take the state of FILE from exactly\n"
+            "                      one connection there (a migration's source streams it),\n"
+            "                      write it into FILE, verify it, then serve as --restore\n"
+            "  --restore-secret-file F  the one-time secret that connection must give (64\n"
+            "                      hex digits, mode 0600); required with --restore-listen\n"
+            "  --restore-timeout S exit unless the state arrived within S seconds (default 60)\n"
             "                      (src/common/flyt_server_status.h)\n"
             "  --help              this text\n"
             "  --version           version and protocol\n");
@@ -194,6 +205,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"max-unadmitted", required_argument, NULL, 'U'},
         {"max-unadmitted-per-peer", required_argument, NULL, 'u'},
         {"restore", required_argument, NULL, 'R'},
+        {"restore-listen", required_argument, NULL, 'r'},
+        {"restore-secret-file", required_argument, NULL, 'X'},
+        {"restore-timeout", required_argument, NULL, 'W'},
         {"vm-quota", required_argument, NULL, 'Q'},
         {"tls-cert", required_argument, NULL, 'T'},
         {"tls-key", required_argument, NULL, 'K'},
@@ -207,6 +221,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     o->cfg.admission_timeout_s = 5;
     o->cfg.admitted_fd = -1;
     o->max_unadmitted = 32;
+    o->restore_timeout_s = 60;
     o->max_unadmitted_per_peer = 8;
     o->log_level = FLYT_LOG_INFO;
     opterr = 0; /* our own messages */
@@ -308,6 +323,15 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return bad_arg("--log-level must be error, warn, info or debug, got '%s'", optarg);
             break;
         case 'R': o->restore_file = optarg; break;
+        case 'r': o->restore_listen = optarg; break;
+        case 'X': o->restore_secret_file = optarg; break;
+        case 'W':
+            errno = 0;
+            v = strtol(optarg, &end, 10);
+            if (errno || *optarg == '\0' || *end != '\0' || v < 1 || v > 3600)
+                return bad_arg("--restore-timeout wants seconds (1 to 3600), got '%s'", optarg);
+            o->restore_timeout_s = (int)v;
+            break;
         case 'Q': o->vm_quota_file = optarg; break;
         case 'T': o->tls_cert = optarg; break;
         case 'K': o->tls_key = optarg; break;
@@ -326,6 +350,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         return bad_arg("%s", "--listen is required");
     if ((o->cfg.session_id != NULL) != (o->key_file != NULL))
         return bad_arg("%s", "--session-id and --session-key-file go together");
+    if (o->restore_listen && (!o->restore_file || !o->restore_secret_file))
+        return bad_arg("%s", "--restore-listen needs --restore FILE and --restore-secret-file");
     if (o->cfg.cache_dir) {
         struct stat st;
         if (stat(o->cfg.cache_dir, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -633,12 +659,49 @@ static int setup_tls(struct options *o, flyt_addr *addrs)
 /* The listening sockets, which a session child closes first. */
 static int listen_fds[FLYT_MAX_LISTEN];
 static int n_listen;
+static ino_t listen_ino[FLYT_MAX_LISTEN]; /* a Unix socket's file, removed at the end if ours */
+static dev_t listen_dev[FLYT_MAX_LISTEN];
+
+/* --restore-listen: the first session's process, started before the state came so its
+ * device was open by then (a CUDA context takes a while); it holds the state and waits
+ * for its client's connection, passed on warm_fd. */
+static pid_t warm_pid;
+static int warm_fd = -1, warm_admit = -1; /* its socketpair, its admission pipe */
+
+struct handoff {
+    char peer[160];
+};
+
+/* The connection goes to the warm process: 1, or 0 when it is gone (then a child as usual,
+ * which opens the state file itself). */
+static int hand_to_warm(int fd, const char *peer, const unsigned char key[16])
+{
+    struct handoff h = {{0}};
+    snprintf(h.peer, sizeof h.peer, "%s", peer);
+    struct iovec iov = {&h, sizeof h};
+    int sent = flyt_writev_full_fd(warm_fd, &iov, 1, fd) == 0;
+    close(warm_fd);
+    warm_fd = -1;
+    if (!sent) {
+        flyt_warn("the process that took the state is gone; %s gets a new one", peer);
+        close(warm_admit);
+        return 0;
+    }
+    if (!add_child(warm_pid, warm_admit, key))
+        close(warm_admit);
+    close(fd);
+    flyt_info("session %d (device opened and state taken before) started for %s",
+              (int)warm_pid, peer);
+    return 1;
+}
 
 static void start_session(int fd, const struct options *o, const sigset_t *orig)
 {
     char peer[160];
     unsigned char key[16];
     describe_peer(fd, peer, sizeof peer, key);
+    if (warm_fd >= 0 && !restore_taken && hand_to_warm(fd, peer, key))
+        return;
     if (make_room(key, o->max_unadmitted_per_peer, "per-peer") != 0 ||
         make_room(NULL, o->max_unadmitted, "total") != 0) {
         flyt_warn("refusing %s: too many connections not admitted yet", peer);
@@ -676,6 +739,12 @@ static void start_session(int fd, const struct options *o, const sigset_t *orig)
         cfg.admitted_fd = admit[1];
         if (!is_tcp(fd))
             cfg.tls_ctx = NULL; /* TLS is for TCP listeners only */
+        char err[768];
+        if (!restore_taken && o->restore_listen && /* the warm process did not take it */
+            (cfg.restore = flyt_state_open(o->restore_file, err, sizeof err)) == NULL) {
+            flyt_error("%s; refusing %s", err, peer);
+            _exit(1);
+        }
         if (restore_taken)
             cfg.restore = NULL;
         exit(flyt_session_run(fd, peer, &cfg));
@@ -733,11 +802,17 @@ static void bound_address(int lfd, const flyt_addr *addr, char *out, size_t len,
     flyt_addr_format(&a, out, len);
 }
 
-/* Verifies the --restore file before anything listens; 0 or -1 (logged). */
+/* Verifies the --restore file before anything listens (with --restore-listen: takes
+ * it from the migration's source first); 0 or -1 (logged). */
 static int open_restore(struct options *o)
 {
-    char err[512];
-    struct flyt_state *st = flyt_state_open(o->restore_file, err, sizeof err);
+    char err[768];
+    const char *sid = o->cfg.session_id ? o->cfg.session_id : "";
+    struct flyt_state *st =
+        o->restore_listen ? flyt_stream_receive(o->restore_listen, o->restore_secret_file,
+                                                o->restore_file, o->restore_timeout_s, sid, err,
+                                                sizeof err)
+                          : flyt_state_open(o->restore_file, err, sizeof err);
     if (st == NULL) {
         flyt_error("%s", err);
         return -1;
@@ -751,6 +826,72 @@ static int open_restore(struct options *o)
     }
     o->cfg.restore = st; /* mapped for the server's life: each session child inherits it */
     flyt_info("restoring the session of %s for the first admitted client", o->restore_file);
+    return 0;
+}
+
+/* The warm process (above): opens the device, takes the state, says so on ctl ('R'),
+ * then runs the session of the connection passed to it. Its exit status. */
+static int warm_main(struct options *o, int ctl, int admit)
+{
+    signal(SIGPIPE, SIG_IGN); /* a vanished peer is a failed write, not a death */
+    char err[768];
+    long long t0 = monotonic_ms();
+    if (flyt_session_preopen(&o->cfg, err, sizeof err) != 0) {
+        flyt_error("%s", err);
+        return FLYT_EXIT_BACKEND;
+    }
+    flyt_info("device open in %lld ms, before the state", monotonic_ms() - t0);
+    if (open_restore(o) != 0)
+        return 1;
+    char ready = 'R';
+    struct handoff h;
+    int fd = -1;
+    if (write(ctl, &ready, 1) != 1 || flyt_read_full_fd(ctl, &h, sizeof h, &fd) != 0 || fd < 0)
+        return 0; /* the server ended before a client came */
+    close(ctl);
+    h.peer[sizeof h.peer - 1] = '\0';
+    struct flyt_server_config cfg = o->cfg;
+    cfg.admitted_fd = admit;
+    if (!is_tcp(fd))
+        cfg.tls_ctx = NULL; /* TLS is for TCP listeners only */
+    return flyt_session_run(fd, h.peer, &cfg);
+}
+
+/* Starts the warm process and waits until it holds the state; 0, or -1 when it failed
+ * (it logged why). */
+static int start_warm(struct options *o)
+{
+    int sp[2], admit[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0 || pipe2(admit, O_CLOEXEC)) {
+        flyt_error("--restore-listen: %s", strerror(errno));
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sp[0]);
+        close(admit[0]);
+        exit(warm_main(o, sp[1], admit[1]));
+    }
+    close(sp[1]);
+    close(admit[1]);
+    char ready = 0;
+    ssize_t n;
+    while (pid > 0 && (n = read(sp[0], &ready, 1)) < 0 && errno == EINTR)
+        ;
+    if (pid < 0 || ready != 'R') {
+        if (pid < 0)
+            flyt_error("--restore-listen: fork: %s", strerror(errno));
+        else
+            waitpid(pid, NULL, 0);
+        close(sp[0]);
+        close(admit[0]);
+        return -1;
+    }
+    warm_pid = pid;
+    warm_fd = sp[0];
+    warm_admit = admit[0];
+    fcntl(warm_admit, F_SETFL, O_NONBLOCK);
     return 0;
 }
 
@@ -773,7 +914,7 @@ int main(int argc, char **argv)
         flyt_warn("backend 'host' keeps memory on the host and runs no kernels: it is for tests");
     if (o.key_file && read_session_key(&o) != 0)
         return EXIT_USAGE;
-    if (o.restore_file && open_restore(&o) != 0)
+    if (o.restore_file && !o.restore_listen && open_restore(&o) != 0)
         return 1;
     if ((o.cfg.memory_quota || o.status_file || o.vm_quota_file) &&
         flyt_status_open(o.status_file, o.cfg.memory_quota, err, sizeof err) != 0) {
@@ -784,6 +925,8 @@ int main(int argc, char **argv)
         flyt_error("--vm-quota: %s", err);
         return 1;
     }
+    if (o.restore_listen && start_warm(&o) != 0)
+        return 1; /* it said why */
 
     sigset_t wait_mask, orig;
     setup_signals(&wait_mask, &orig);
@@ -796,6 +939,11 @@ int main(int argc, char **argv)
         }
         fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK); /* poll said ready, but it may not be */
         listen_fds[n_listen] = lfd;
+        struct stat bound;
+        if (addrs[n_listen].kind == FLYT_ADDR_UNIX && stat(addrs[n_listen].path, &bound) == 0) {
+            listen_ino[n_listen] = bound.st_ino;
+            listen_dev[n_listen] = bound.st_dev;
+        }
         char where[400];
         unsigned this_port;
         bound_address(lfd, &addrs[n_listen], where, sizeof where, &this_port);
@@ -858,9 +1006,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_listen; i++)
         close(listen_fds[i]);
     stop_children();
-    for (int i = 0; i < n_listen; i++)
-        if (addrs[i].kind == FLYT_ADDR_UNIX)
+    for (int i = 0; i < n_listen; i++) {
+        struct stat now; /* ours still: a server that took over the session may be there now */
+        if (addrs[i].kind == FLYT_ADDR_UNIX && stat(addrs[i].path, &now) == 0 &&
+            now.st_ino == listen_ino[i] && now.st_dev == listen_dev[i])
             unlink(addrs[i].path);
+    }
     free(children);
     flyt_info("stopped");
     return status;

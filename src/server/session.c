@@ -743,16 +743,25 @@ static int hello(flyt_session *s)
     return s->b ? FLYT_CONT : FLYT_END_BACKEND;
 }
 
+static flyt_backend *preopened; /* flyt_session_preopen's (one session per process) */
+
+int flyt_session_preopen(const struct flyt_server_config *cfg, char *err, size_t errlen)
+{
+    char why[256] = "";
+    preopened = flyt_backend_open(cfg->backend_kind, cfg->gpu, why, sizeof why);
+    if (preopened == NULL)
+        snprintf(err, errlen, "cannot open backend %s on gpu %d: %s", cfg->backend_kind,
+                 cfg->gpu, why);
+    return preopened ? 0 : -1;
+}
+
 int32_t flyt_session_open_backend(flyt_session *s, char *err, size_t errlen)
 {
     const struct flyt_server_config *cfg = s->cfg;
-    char why[256] = "";
-    s->b = flyt_backend_open(cfg->backend_kind, cfg->gpu, why, sizeof why);
-    if (s->b == NULL) {
-        snprintf(err, errlen, "cannot open backend %s on gpu %d: %s", cfg->backend_kind, cfg->gpu,
-                 why);
+    if (preopened == NULL && flyt_session_preopen(cfg, err, errlen) != 0)
         return CUDA_ERROR_NO_DEVICE;
-    }
+    s->b = preopened;
+    preopened = NULL;
     const int *groups = cfg->sm_groups;
     int ngroups = cfg->sm_ngroups;
     unsigned gran = cfg->sm_granularity;

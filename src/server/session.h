@@ -202,6 +202,9 @@ typedef int (*flyt_handler)(flyt_session *s, flyt_call *c);
 /* Runs a session on a connected socket until it ends; returns the child's
  * exit status. */
 int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *cfg);
+/* Opens the backend ahead of the session this process will run (--restore-listen: the
+ * device is ready before the state arrives); its HELLO then takes it. 0, or -1 with err. */
+int flyt_session_preopen(const struct flyt_server_config *cfg, char *err, size_t errlen);
 
 /* ---- helpers for handlers ---- */
 

@@ -8,16 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include "flyt_log.h"
 #include "module_cache.h"
 #include "resize.h"
 #include "state_format.h"
+#include "state_stream.h"
 
 #define LOAD(p)     __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -44,25 +47,41 @@ static uint64_t clock_ns(clockid_t clk)
 
 struct writer {
     int            fd;
+    int            sock;   /* -1, or the receiving server's connection: the same bytes */
+    uint64_t      *sent;   /* NULL, or the status page's progress */
     EVP_MD_CTX    *md;
     unsigned char *buf;
     size_t         len;
     uint64_t       total;
     int            failed; /* errno of the first failed write */
+    int            failed_sock; /* it was the stream's */
 };
+
+static int w_flush_to(struct writer *w, int fd)
+{
+    for (size_t off = 0; off < w->len && !w->failed;) {
+        ssize_t n = fd == w->sock ? send(fd, w->buf + off, w->len - off, MSG_NOSIGNAL)
+                                  : write(fd, w->buf + off, w->len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            w->failed = n < 0 ? errno : EIO;
+            w->failed_sock = fd == w->sock;
+        } else {
+            off += (size_t)n;
+        }
+    }
+    return w->failed ? -1 : 0;
+}
 
 static int w_flush(struct writer *w)
 {
-    for (size_t off = 0; off < w->len && !w->failed;) {
-        ssize_t n = write(w->fd, w->buf + off, w->len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            w->failed = n < 0 ? errno : EIO;
-        else
-            off += (size_t)n;
-    }
+    /* the receiver first: it takes these bytes while this file is written */
+    if ((w->sock < 0 || w_flush_to(w, w->sock) == 0))
+        w_flush_to(w, w->fd);
     w->len = 0;
+    if (w->sent)
+        STORE(w->sent, w->total);
     return w->failed ? -1 : 0;
 }
 
@@ -97,6 +116,7 @@ struct scan {
     uint64_t               id;
     struct flyt_hentry   **list; /* the entries to write */
     size_t                 n, cap;
+    uint64_t               alloc_bytes; /* the allocations' contents: most of the state */
 };
 
 static const char *refused_kind(const flyt_session *s, const struct flyt_hentry *e)
@@ -151,8 +171,8 @@ static int by_id(const void *a, const void *b)
 
 static CUresult count_alloc(void *arg, uint64_t addr, uint64_t size)
 {
-    (void)addr, (void)size;
-    ++*(uint64_t *)arg;
+    (void)addr;
+    *(uint64_t *)arg += size;
     return CUDA_SUCCESS;
 }
 
@@ -174,8 +194,7 @@ static CUresult check_capturable(flyt_session *s, struct scan *sc, char *err, si
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     const char *what = NULL;
-    uint64_t n = 0;
-    CUresult r = ops->state_allocs(s->b, count_alloc, &n, &what);
+    CUresult r = ops->state_allocs(s->b, count_alloc, &sc->alloc_bytes, &what);
     if (r != CUDA_SUCCESS) {
         say(err, errlen, "the session holds a %s, which a checkpoint cannot capture yet",
             what ? what : "device object");
@@ -423,7 +442,8 @@ static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *
     return w_flush(w) ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
 }
 
-CUresult flyt_state_capture(flyt_session *s, int fd, uint64_t *bytes, char *err, size_t errlen)
+static CUresult capture(flyt_session *s, int fd, int sock, uint64_t *bytes, char *err,
+                        size_t errlen)
 {
     *bytes = 0;
     if (s->b == NULL) {
@@ -435,7 +455,11 @@ CUresult flyt_state_capture(flyt_session *s, int fd, uint64_t *bytes, char *err,
     /* the drain: every stream's work done, host functions included */
     if (r == CUDA_SUCCESS && (r = FLYT_BCALL0(s, device_sync)) != CUDA_SUCCESS)
         say(err, errlen, "draining the session's work failed: CUDA error %d", (int)r);
-    struct writer w = {.fd = fd, .md = EVP_MD_CTX_new(), .buf = malloc(WBUF)};
+    struct flyt_server_status *page = flyt_status_page();
+    if (page)
+        STORE(&page->ckpt_estimate, sc.alloc_bytes);
+    struct writer w = {.fd = fd, .sock = sock, .sent = page ? &page->ckpt_sent : NULL,
+                       .md = EVP_MD_CTX_new(), .buf = malloc(WBUF)};
     if (r == CUDA_SUCCESS && (w.md == NULL || w.buf == NULL ||
                               EVP_DigestInit_ex(w.md, EVP_sha256(), NULL) != 1)) {
         say(err, errlen, "out of memory");
@@ -443,7 +467,8 @@ CUresult flyt_state_capture(flyt_session *s, int fd, uint64_t *bytes, char *err,
     }
     if (r == CUDA_SUCCESS && (r = write_all(s, &w, &sc)) != CUDA_SUCCESS) {
         if (w.failed)
-            say(err, errlen, "writing the state failed: %s", strerror(w.failed));
+            say(err, errlen, "%s the state failed: %s", w.failed_sock ? "streaming" : "writing",
+                strerror(w.failed));
         else
             say(err, errlen, "reading the session's objects failed: CUDA error %d", (int)r);
     }
@@ -454,8 +479,13 @@ CUresult flyt_state_capture(flyt_session *s, int fd, uint64_t *bytes, char *err,
     return r;
 }
 
-CUresult flyt_state_capture_file(flyt_session *s, const char *path, uint64_t *bytes, char *err,
-                                 size_t errlen)
+CUresult flyt_state_capture(flyt_session *s, int fd, uint64_t *bytes, char *err, size_t errlen)
+{
+    return capture(s, fd, -1, bytes, err, errlen);
+}
+
+CUresult flyt_state_capture_file(flyt_session *s, const char *path, int sock, uint64_t *bytes,
+                                 char *err, size_t errlen)
 {
     char tmp[PATH_MAX];
     if (path[0] == '\0' || snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
@@ -467,8 +497,10 @@ CUresult flyt_state_capture_file(flyt_session *s, const char *path, uint64_t *by
         say(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
-    CUresult r = flyt_state_capture(s, fd, bytes, err, errlen);
-    if (r == CUDA_SUCCESS && (fsync(fd) != 0 || rename(tmp, path) != 0)) {
+    CUresult r = capture(s, fd, sock, bytes, err, errlen);
+    /* streamed: the receiver verifies its own copy; this one is the fallback, and
+     * an fsync would only add to the downtime */
+    if (r == CUDA_SUCCESS && ((sock < 0 && fsync(fd) != 0) || rename(tmp, path) != 0)) {
         say(err, errlen, "cannot complete %s: %s", path, strerror(errno));
         r = CUDA_ERROR_OPERATING_SYSTEM;
     }
@@ -1120,6 +1152,34 @@ static void answer(struct flyt_server_status *p, uint64_t gen, CUresult r, uint6
     STORE(&p->ckpt_done_gen, gen); /* last: the node manager waits for it */
 }
 
+/* The request's file, and its receiving server when it names one: a stream that
+ * fails fails the checkpoint, so the session carries on here. */
+static CUresult capture_to(flyt_session *s, struct flyt_server_status *p, const char *path,
+                           uint64_t *bytes, char *err, size_t errlen)
+{
+    char dest[sizeof p->ckpt_dest], secret[sizeof p->ckpt_secret], why[200] = "";
+    memcpy(dest, p->ckpt_dest, sizeof dest);
+    memcpy(secret, p->ckpt_secret, sizeof secret);
+    dest[sizeof dest - 1] = secret[sizeof secret - 1] = '\0';
+    int sock = dest[0] ? flyt_stream_connect(dest, secret, why, sizeof why) : -1;
+    OPENSSL_cleanse(secret, sizeof secret);
+    if (dest[0] && sock < 0) {
+        say(err, errlen, "streaming the state to %s: %s", dest, why);
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    CUresult r = flyt_state_capture_file(s, path, sock, bytes, err, errlen);
+    if (sock >= 0 && r != CUDA_SUCCESS && strncmp(err, "streaming", 9) != 0) {
+        close(sock); /* cut short: the receiver refuses what it got */
+        return r;
+    }
+    /* done, or the receiver stopped taking it: its verdict says why */
+    if (sock >= 0 && flyt_stream_finish(sock, why, sizeof why) != 0) {
+        say(err, errlen, "streaming the state to %s: %s", dest, why);
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    return r;
+}
+
 int flyt_state_poll(flyt_session *s)
 {
     struct flyt_server_status *p = flyt_status_page();
@@ -1134,10 +1194,11 @@ int flyt_state_poll(flyt_session *s)
     path[sizeof path - 1] = '\0';
     uint32_t flags = LOAD(&p->ckpt_flags);
     uint64_t t0 = clock_ns(CLOCK_MONOTONIC), bytes = 0;
-    CUresult r = flyt_state_capture_file(s, path, &bytes, err, sizeof err);
+    CUresult r = capture_to(s, p, path, &bytes, err, sizeof err);
     uint64_t ns = clock_ns(CLOCK_MONOTONIC) - t0;
     if (r == CUDA_SUCCESS)
-        flyt_info("session for %s checkpointed to %s: %llu bytes in %.3f ms%s", s->peer, path,
+        flyt_info("session for %s checkpointed to %s%s%s: %llu bytes in %.3f ms%s", s->peer, path,
+                  p->ckpt_dest[0] ? " and streamed to " : "", p->ckpt_dest,
                   (unsigned long long)bytes, (double)ns / 1e6,
                   (flags & FLYT_CKPT_STOP) ? "; ending the session" : "");
     else

@@ -33,9 +33,11 @@ int flyt_state_client(const struct flyt_state *st, uint8_t instance[16], uint64_
 /* Drains the session and writes its state to fd (*bytes: how many). On
  * failure err says why in one line; the session is unchanged either way. */
 CUresult flyt_state_capture(flyt_session *s, int fd, uint64_t *bytes, char *err, size_t errlen);
-/* The same into path, through a temporary file renamed at the end. */
-CUresult flyt_state_capture_file(flyt_session *s, const char *path, uint64_t *bytes, char *err,
-                                 size_t errlen);
+/* The same into path, through a temporary file renamed at the end; and when
+ * sock >= 0, the same bytes to that receiving server (state_stream.h) as they
+ * are written. */
+CUresult flyt_state_capture_file(flyt_session *s, const char *path, int sock, uint64_t *bytes,
+                                 char *err, size_t errlen);
 /* Recreates st in s, whose backend was just opened (with its share, if the
  * server has one) and holds nothing yet. */
 CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *err, size_t errlen);

@@ -4,28 +4,56 @@
  * flyt_ckpt_request.h): the request goes into the server's status page
  * (--status-file), SIGURG wakes the session, and the answer is waited for.
  *
- * usage: flyt-checkpoint STATUS_FILE STATE_FILE [--stop]
+ * usage: flyt-checkpoint STATUS_FILE STATE_FILE [--stop] [--to ADDR --secret-file F]
+ * --to: the session also streams the state to the receiving server at ADDR
+ * (flyt-server --restore-listen), proving the secret in F.
  * Prints "checkpoint: BYTES bytes in MS ms"; exit 0, or 1 with the reason.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "flyt_ckpt_request.h"
+#include "flyt_token.h"
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: flyt-checkpoint STATUS_FILE STATE_FILE [--stop] "
+                    "[--to tcp://HOST:PORT --secret-file FILE]\n");
+    return 2;
+}
 
 int main(int argc, char **argv)
 {
-    if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "--stop") != 0)) {
-        fprintf(stderr, "usage: flyt-checkpoint STATUS_FILE STATE_FILE [--stop]\n");
-        return 2;
+    int stop = 0;
+    const char *to = NULL, *secret_file = NULL;
+    if (argc < 3)
+        return usage();
+    for (int i = 3; i < argc; i++) {
+        if (strcmp(argv[i], "--stop") == 0)
+            stop = 1;
+        else if (strcmp(argv[i], "--to") == 0 && i + 1 < argc)
+            to = argv[++i];
+        else if (strcmp(argv[i], "--secret-file") == 0 && i + 1 < argc)
+            secret_file = argv[++i];
+        else
+            return usage();
     }
-    struct flyt_ckpt_outcome out;
+    if (!to != !secret_file)
+        return usage();
+    flyt_token_line secret[1] = {""};
     char err[512];
-    if (flyt_ckpt_request(argv[1], argv[2], argc == 4, 600000, &out, err, sizeof err) != 0 ||
+    if (secret_file && flyt_token_file_read(secret_file, 0077, 1, secret, 1, err, sizeof err) < 0) {
+        fprintf(stderr, "flyt-checkpoint: %s\n", err);
+        return 1;
+    }
+    struct flyt_ckpt_dest dest = {to, secret[0]};
+    struct flyt_ckpt_outcome out;
+    if (flyt_ckpt_request(argv[1], argv[2], &dest, stop, 600000, &out, err, sizeof err) != 0 ||
         out.result != 0) {
         fprintf(stderr, "flyt-checkpoint: %s\n", err);
         return 1;
     }
-    printf("checkpoint: %llu bytes in %.3f ms\n", (unsigned long long)out.bytes,
-           (double)out.ns / 1e6);
+    printf("checkpoint: %llu bytes in %.3f ms%s\n", (unsigned long long)out.bytes,
+           (double)out.ns / 1e6, to ? " (streamed)" : "");
     return 0;
 }

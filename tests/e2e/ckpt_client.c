@@ -1,7 +1,7 @@
 /*
  * The client of run_ckpt.sh, on the driver API through Flyt's libcuda.so.1
  * (FLYT_SERVER, FLYT_SESSION_TOKEN):
- *   ckpt_client hold FILE   allocates 1 MiB, fills it with a pattern, writes the
+ *   ckpt_client hold FILE   allocates 1 MiB (CKPT_CLIENT_MIB), fills it with a pattern, writes the
  *                           pointer to FILE and stays connected until killed
  *   ckpt_client live FILE   as hold, but carries on itself: once FILE.go exists (its
  *                           session moved meanwhile) it reads its allocation back,
@@ -17,7 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define BYTES (1u << 20)
+/* CKPT_CLIENT_MIB (default 1): how much hold and live allocate, and check reads */
+static size_t bytes = 1u << 20;
 
 static unsigned char pattern(size_t i) { return (unsigned char)(i * 7 + 3); }
 
@@ -32,7 +33,7 @@ static unsigned char pattern(size_t i) { return (unsigned char)(i * 7 + 3); }
 
 static int holds_pattern(const unsigned char *buf)
 {
-    for (size_t i = 0; i < BYTES; i++)
+    for (size_t i = 0; i < bytes; i++)
         if (buf[i] != pattern(i)) {
             fprintf(stderr, "ckpt_client: byte %zu is %u, not %u\n", i, buf[i], pattern(i));
             return 0;
@@ -52,19 +53,20 @@ static int live(const char *file, unsigned char *buf)
     fclose(f);
     while (access(go, F_OK) != 0)
         usleep(20000);
-    memset(buf, 0, BYTES);
-    TRY(cuMemcpyDtoH(buf, (CUdeviceptr)ptr, BYTES));
+    memset(buf, 0, bytes);
+    TRY(cuMemcpyDtoH(buf, (CUdeviceptr)ptr, bytes));
     if (!holds_pattern(buf))
         return 1;
     CUdeviceptr q;
-    TRY(cuMemAlloc(&q, BYTES));
-    TRY(cuMemcpyDtoD(q, (CUdeviceptr)ptr, BYTES));
-    memset(buf, 0, BYTES);
-    TRY(cuMemcpyDtoH(buf, q, BYTES));
+    TRY(cuMemAlloc(&q, bytes));
+    TRY(cuMemcpyDtoD(q, (CUdeviceptr)ptr, bytes));
+    memset(buf, 0, bytes);
+    TRY(cuMemcpyDtoH(buf, q, bytes));
     if (!holds_pattern(buf))
         return 1;
     TRY(cuMemFree(q));
-    printf("ckpt_client: carried on after the move: 1 MiB at %llu holds its pattern\n", ptr);
+    printf("ckpt_client: carried on after the move: %zu MiB at %llu holds its pattern\n",
+           bytes >> 20, ptr);
     return 0;
 }
 
@@ -74,17 +76,22 @@ int main(int argc, char **argv)
         return 2;
     CUdevice dev;
     CUcontext ctx;
-    static unsigned char buf[BYTES];
+    const char *mib = getenv("CKPT_CLIENT_MIB");
+    if (mib && atoi(mib) > 0)
+        bytes = (size_t)atoi(mib) << 20;
+    unsigned char *buf = malloc(bytes);
+    if (!buf)
+        return 1;
     TRY(cuInit(0));
     TRY(cuDeviceGet(&dev, 0));
     TRY(cuDevicePrimaryCtxRetain(&ctx, dev));
     TRY(cuCtxSetCurrent(ctx));
     if (strcmp(argv[1], "hold") == 0 || strcmp(argv[1], "live") == 0) {
         CUdeviceptr p;
-        TRY(cuMemAlloc(&p, BYTES));
-        for (size_t i = 0; i < BYTES; i++)
+        TRY(cuMemAlloc(&p, bytes));
+        for (size_t i = 0; i < bytes; i++)
             buf[i] = pattern(i);
-        TRY(cuMemcpyHtoD(p, buf, BYTES));
+        TRY(cuMemcpyHtoD(p, buf, bytes));
         TRY(cuCtxSynchronize());
         FILE *f = fopen(argv[2], "w");
         if (!f)
@@ -97,9 +104,9 @@ int main(int argc, char **argv)
             pause();
     }
     CUdeviceptr p = (CUdeviceptr)strtoull(argv[2], NULL, 10);
-    TRY(cuMemcpyDtoH(buf, p, BYTES));
+    TRY(cuMemcpyDtoH(buf, p, bytes));
     if (!holds_pattern(buf))
         return 1;
-    printf("ckpt_client: 1 MiB at %llu holds its pattern\n", (unsigned long long)p);
+    printf("ckpt_client: %zu MiB at %llu holds its pattern\n", bytes >> 20, (unsigned long long)p);
     return 0;
 }

@@ -76,12 +76,12 @@ session_of() {
 }
 state_of() { ctl --json session show "$1" | flat | field session.state; }
 node_of() { ctl --json session show "$1" | flat | field session.node_id; }
-# Starts a holding client on a new session for PID; sets sid, ptr.
+# Starts a holding client (or MODE: live) on a new session for PID; sets sid, ptr.
 hold() {
   read -r sid ep tok <<< "$(session_of "$1")"
   [ -n "$sid" ] || die "no session for pid $1: $(cat "$tmp/sess.flat")"
   rm -f "$tmp/ptr.$1"
-  FLYT_SERVER=$ep FLYT_SESSION_TOKEN=$tok "$client" hold "$tmp/ptr.$1" > "$tmp/client.$1.log" 2>&1 &
+  FLYT_SERVER=$ep FLYT_SESSION_TOKEN=$tok "$client" "${2:-hold}" "$tmp/ptr.$1" > "$tmp/client.$1.log" 2>&1 &
   eval "holder_$1=$!"
   pids+=($!)
   wait_until 15 test -s "$tmp/ptr.$1" || die "the client of session $sid did not start: $(cat "$tmp/client.$1.log")"
@@ -173,11 +173,51 @@ src6=$(node_of "$sid6")
 ctl migrate "$sid6" > "$tmp/live-mig.out" 2> "$tmp/live-mig.err"
 rc=$?
 check "flytctl migrate of a connected program's session $sid6 (exit $rc): $(cat "$tmp/live-mig.out")" [ $rc = 0 ]
+check "it was streamed to a receiving server" grep -q '(stream)' "$tmp/live-mig.out"
 check "the session moved off $src6" [ "$(node_of "$sid6")" != "$src6" ]
 touch "$tmp/live.ptr.go"
 wait "$live_pid"
 rc=$?
 check "the program carried on after its session moved (exit $rc): $(cat "$tmp/live.out" "$tmp/live.log" | tr '\n' ' ')" [ $rc = 0 ]
+
+# 7. streamed vs file: the downtime of each path with 32 MiB (written to the log and
+# docs/api.md)
+downtime_of() { sed -n 's/.*downtime \([0-9]*\) ms.*/\1/p' "$1"; }
+wait_until 10 node_ready na; wait_until 10 node_ready nb
+export CKPT_CLIENT_MIB=32
+hold 1006
+ctl migrate "$sid" --via file > "$tmp/via-file.out" 2> "$tmp/via-file.err"
+check "migrate --via file: $(cat "$tmp/via-file.out")" grep -q '(file)' "$tmp/via-file.out"
+check "--via file: pointer and contents hold" verify 1006 "$sid" "$ptr"
+kill "$(eval echo \$holder_1006)" 2>/dev/null
+hold 1007
+ctl migrate "$sid" --via stream > "$tmp/via-stream.out" 2> "$tmp/via-stream.err"
+check "migrate --via stream: $(cat "$tmp/via-stream.out")" grep -q '(stream)' "$tmp/via-stream.out"
+check "--via stream: pointer and contents hold" verify 1007 "$sid" "$ptr"
+kill "$(eval echo \$holder_1007)" 2>/dev/null
+unset CKPT_CLIENT_MIB
+echo "run_ckpt: downtime of a 32 MiB session on the host backend: streamed $(downtime_of "$tmp/via-stream.out") ms, through a file $(downtime_of "$tmp/via-file.out") ms"
+
+# 8. a target that fails while the state streams in (it cannot write it): the session
+# stays on its source, running, its client still connected
+wait_until 10 node_ready na; wait_until 10 node_ready nb
+hold 1008 live
+sid8=$sid
+src8=$(node_of "$sid8")
+dst8=$([ "$src8" = na ] && echo nb || echo na)
+mkdir "$tmp/$dst8-state/$sid8.received.tmp"
+ctl migrate "$sid8" --node "$dst8" > "$tmp/cut.out" 2> "$tmp/cut.err"
+rc=$?
+check "a stream the target fails to take fails the migration (exit $rc): $(tail -1 "$tmp/cut.err")" [ $rc != 0 ]
+check "the reason is the target's" grep -q 'receiver refused the state' "$tmp/cut.err"
+check "the session is active on its source $src8" sh -c "[ \"\$($bin/flytctl --json session show $sid8 | $tool flat | sed -n 's/^session.state=//p')\" = active ] && [ \"\$($bin/flytctl --json session show $sid8 | $tool flat | sed -n 's/^session.node_id=//p')\" = $src8 ]"
+check "its client is still connected to the source (never moved)" kill -0 "$(eval echo \$holder_1008)"
+check "no receiving server is left on $dst8" sh -c "! pgrep -f -- '--restore-listen.*' -a | grep -q $sid8"
+touch "$tmp/ptr.1008.go"
+wait "$(eval echo \$holder_1008)"
+rc=$?
+check "after the failed stream its client finds its pointer and contents on the source (exit $rc): $(cat "$tmp/client.1008.log" | tr '\n' ' ')" [ $rc = 0 ]
+rmdir "$tmp/$dst8-state/$sid8.received.tmp"
 
 # 6. drain migrates a node's sessions away
 wait_until 10 node_ready "$dst"

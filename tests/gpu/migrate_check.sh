@@ -9,14 +9,20 @@
 #   checkpointed with stop (flyt-checkpoint --stop), that server is stopped
 #   and `flyt-server --restore` starts on the same socket, where the client
 #   reconnects and carries on. The two stdouts must be identical.
+#   MIGRATE_VIA=stream: a receiving server (--restore-listen, its device
+#   opened first) is started before the checkpoint, which streams the state
+#   to it (flyt-checkpoint --to); it then listens on the same socket.
 #   Prints one summary line: NAME, identical, state bytes, checkpoint ms,
 #   downtime ms (checkpoint asked -> restored server listening), the
 #   native and Flyt wall times. Logs under $OUT/migrate-NAME (default /tmp).
-# Environment: FLYT_TEST_CUDA_LIB (/usr/local/cuda/lib64).
+# Environment: FLYT_TEST_CUDA_LIB (/usr/local/cuda/lib64), MIGRATE_VIA
+# (file, the default, or stream).
 # Exit status: 0 identical, 1 not, 2 setup error.
 set -u
 die() { echo "migrate_check: $*" >&2; exit 2; }
-[ $# -ge 5 ] && [ "$4" = -- ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 5 ] && [ "$4" = -- ] || { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+VIA=${MIGRATE_VIA:-file}
+case $VIA in file|stream) ;; *) die "MIGRATE_VIA must be file or stream, not $VIA" ;; esac
 BUILD=$(cd "$1" 2>/dev/null && pwd) || die "no build directory $1"
 NAME=$2 MARK=$3
 shift 4
@@ -61,20 +67,47 @@ for _ in $(seq 1 6000); do
     sleep 0.01
 done
 grep -q "^$MARK" "$D/flyt.out" || { tail -n 5 "$D/flyt.err" >&2; die "no '$MARK' line through Flyt"; }
-t0=$(ms)
-"$CKPT" "$STATUS" "$STATE" --stop >"$D/checkpoint.txt" 2>&1 ||
-    { cat "$D/checkpoint.txt" >&2; echo "$NAME: FAIL checkpoint: $(cat "$D/checkpoint.txt")"; exit 1; }
-kill -TERM "$SRV"; wait "$SRV" 2>/dev/null
-start_server "$D/server-2.log" --restore "$STATE"
-down_ms=$(( $(ms) - t0 ))
+if [ "$VIA" = stream ]; then
+    # the receiver first: its device opens while the program still runs on the source
+    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$D/secret"; chmod 600 "$D/secret"
+    port=$(( 20000 + $$ % 20000 ))
+    env -u FLYT_SERVER LD_LIBRARY_PATH="$CUDA_LIB" "$SERVER" --backend cuda --listen "unix:$SOCK" \
+        --restore "$D/received.state" --restore-listen "tcp://127.0.0.1:$port" \
+        --restore-secret-file "$D/secret" --restore-timeout 120 >"$D/server-2.log" 2>&1 &
+    RCV=$!; PIDS+=("$RCV")
+    for _ in $(seq 1 800); do
+        grep -q "waiting up to" "$D/server-2.log" && break
+        kill -0 "$RCV" 2>/dev/null || die "the receiving server ended: $(tail -n 3 "$D/server-2.log")"
+        sleep 0.025
+    done
+    t0=$(ms)
+    "$CKPT" "$STATUS" "$STATE" --stop --to "tcp://127.0.0.1:$port" --secret-file "$D/secret" \
+        >"$D/checkpoint.txt" 2>&1 ||
+        { cat "$D/checkpoint.txt" >&2; echo "$NAME: FAIL checkpoint: $(cat "$D/checkpoint.txt")"; exit 1; }
+    for _ in $(seq 1 4000); do
+        grep -q "listening on unix:" "$D/server-2.log" && break
+        kill -0 "$RCV" 2>/dev/null || break
+        sleep 0.002
+    done
+    down_ms=$(( $(ms) - t0 ))
+    grep -q "listening on unix:" "$D/server-2.log" || die "the receiver did not listen: $(tail -n 3 "$D/server-2.log")"
+    kill -TERM "$SRV"; wait "$SRV" 2>/dev/null
+else
+    t0=$(ms)
+    "$CKPT" "$STATUS" "$STATE" --stop >"$D/checkpoint.txt" 2>&1 ||
+        { cat "$D/checkpoint.txt" >&2; echo "$NAME: FAIL checkpoint: $(cat "$D/checkpoint.txt")"; exit 1; }
+    kill -TERM "$SRV"; wait "$SRV" 2>/dev/null
+    start_server "$D/server-2.log" --restore "$STATE"
+    down_ms=$(( $(ms) - t0 ))
+fi
 wait "$PROG"; prc=$?
 flyt_ms=$(( $(ms) - t ))
-bytes=$(sed -n 's/^checkpoint: \([0-9]*\) bytes in \([0-9.]*\) ms$/\1/p' "$D/checkpoint.txt")
-ck_ms=$(sed -n 's/^checkpoint: \([0-9]*\) bytes in \([0-9.]*\) ms$/\2/p' "$D/checkpoint.txt")
+bytes=$(sed -n 's/^checkpoint: \([0-9]*\) bytes in \([0-9.]*\) ms.*$/\1/p' "$D/checkpoint.txt")
+ck_ms=$(sed -n 's/^checkpoint: \([0-9]*\) bytes in \([0-9.]*\) ms.*$/\2/p' "$D/checkpoint.txt")
 same=no
 [ $prc = 0 ] && cmp -s "$D/native.out" "$D/flyt.out" && same=yes
-printf '%s: identical %s, state %s bytes, checkpoint %s ms, downtime %s ms, native %s ms, flyt %s ms\n' \
-    "$NAME" "$same" "${bytes:-?}" "${ck_ms:-?}" "$down_ms" "$native_ms" "$flyt_ms"
+printf '%s: identical %s, via %s, state %s bytes, checkpoint %s ms, downtime %s ms, native %s ms, flyt %s ms\n' \
+    "$NAME" "$same" "$VIA" "${bytes:-?}" "${ck_ms:-?}" "$down_ms" "$native_ms" "$flyt_ms"
 [ $same = yes ] && exit 0
 diff "$D/native.out" "$D/flyt.out" | head -n 10
 tail -n 5 "$D/flyt.err"

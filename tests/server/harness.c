@@ -263,6 +263,11 @@ void th_server_stop(void)
 
 int th_connect(void)
 {
+    return th_connect_to(sock_path);
+}
+
+int th_connect_to(const char *sock_path)
+{
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;

@@ -62,6 +62,8 @@ int th_run_server(const char *bin, const char *const *args, char *out, size_t ou
 
 /* A connected socket with 10 s send/receive timeouts, or -1. */
 int th_connect(void);
+/* The same to another server's Unix socket. */
+int th_connect_to(const char *sock_path);
 
 /* One frame. payload2 (may be NULL) is sent right after payload. */
 int th_send(int fd, uint16_t op, uint16_t flags, uint32_t seq, const void *payload, size_t len,

@@ -13,6 +13,8 @@
 
 #include "flyt_log.h"
 
+#include <openssl/crypto.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +40,7 @@ struct op {
     long long touched;
     struct target to, from;
     char phase[32];
+    int stream;   /* a migration streams the state to a receiving server (else: copies it) */
     long long bytes, total, downtime_ms;
     char endpoint[ADDR_MAX], message[768];
     struct clm *clm;
@@ -124,11 +127,12 @@ static void op_phase(struct op *o, const char *phase)
 
 static json_t *op_json_locked(const struct op *o)
 {
-    return json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:i,s:I,s:I,s:I,s:s,s:s}", "session_id", o->sid,
-                     "phase", o->phase, "done", o->done, "ok", o->ok, "from_node", o->from.node.id,
-                     "to_node", o->to.node.id, "to_gpu", o->to.gpu_index, "bytes",
-                     (json_int_t)o->bytes, "total", (json_int_t)o->total, "downtime_ms",
-                     (json_int_t)o->downtime_ms, "endpoint", o->endpoint, "message", o->message);
+    return json_pack("{s:s,s:s,s:b,s:b,s:s,s:s,s:i,s:I,s:I,s:I,s:s,s:s,s:s}", "session_id",
+                     o->sid, "phase", o->phase, "done", o->done, "ok", o->ok, "from_node",
+                     o->from.node.id, "to_node", o->to.node.id, "to_gpu", o->to.gpu_index,
+                     "bytes", (json_int_t)o->bytes, "total", (json_int_t)o->total, "downtime_ms",
+                     (json_int_t)o->downtime_ms, "endpoint", o->endpoint, "message", o->message,
+                     "via", o->stream ? "stream" : "file");
 }
 
 /* ---- shared steps ---- */
@@ -267,18 +271,25 @@ static int node_bytes(const struct node_rec *node, const char *method, const cha
 
 /* Starts the server of sid on t, restored from its state file or (restore 0) afresh
  * (without the lock). */
+static void session_on(const char *sid, const char *vm_id, const struct target *t,
+                       struct session_rec *s)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->id, sizeof s->id, "%s", sid);
+    snprintf(s->vm_id, sizeof s->vm_id, "%s", vm_id);
+    s->gpu_index = t->gpu_index;
+    s->sm_count = t->sm_count;
+    s->ngroups = t->ngroups;
+    memcpy(s->groups, t->groups, sizeof s->groups[0] * (size_t)t->ngroups);
+    s->memory_quota = t->memory_quota;
+}
+
 static int start_server_on(struct clm *clm, const char *sid, const char *vm_id,
                            const struct target *t, int restore, char *endpoint, size_t eplen,
                            long long *server_pid, char *err, size_t errlen)
 {
-    struct session_rec s = {0};
-    snprintf(s.id, sizeof s.id, "%s", sid);
-    snprintf(s.vm_id, sizeof s.vm_id, "%s", vm_id);
-    s.gpu_index = t->gpu_index;
-    s.sm_count = t->sm_count;
-    s.ngroups = t->ngroups;
-    memcpy(s.groups, t->groups, sizeof s.groups[0] * (size_t)t->ngroups);
-    s.memory_quota = t->memory_quota;
+    struct session_rec s;
+    session_on(sid, vm_id, t, &s);
     return node_start_server(clm, &t->node, &s, restore, endpoint, eplen, server_pid, err,
                              errlen);
 }
@@ -721,18 +732,115 @@ static int no_client(struct op *o, const char *why)
     return 1;
 }
 
+/* The target's receiving server, when the state is to be streamed (to another node): 0
+ * with where the source streams it and the secret; -1 (logged) when the file is copied
+ * instead. */
+static int prepare_receiver(struct op *o, const char *vm_id, char *address, size_t addrlen,
+                            char *secret, size_t secretlen)
+{
+    char err[768];
+    struct session_rec s;
+    if (!o->stream || strcmp(o->to.node.id, o->from.node.id) == 0)
+        return -1;
+    op_phase(o, "prepare");
+    session_on(o->sid, vm_id, &o->to, &s);
+    if (node_receive_server(o->clm, &o->to.node, &s, address, addrlen, secret, secretlen, err,
+                            sizeof err) == 0)
+        return 0;
+    flyt_warn("session %s: no receiving server on %s (%s); copying the state file instead",
+              o->sid, o->to.node.id, err);
+    pthread_mutex_lock(&ops_lock);
+    o->stream = 0;
+    pthread_mutex_unlock(&ops_lock);
+    return -1;
+}
+
+/* Polls the source's progress (bytes written of about how many) while its checkpoint runs. */
+struct progress_poll {
+    struct op *o;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int stop;
+};
+
+static void *progress_main(void *arg)
+{
+    struct progress_poll *p = arg;
+    char path[ID_MAX + 64], err[256];
+    path_of(path, sizeof path, "/v1/servers/%s/checkpoint", p->o->sid);
+    pthread_mutex_lock(&p->lock);
+    while (!p->stop) {
+        pthread_mutex_unlock(&p->lock);
+        json_t *ans = NULL;
+        if (node_call(&p->o->from.node, "GET", path, NULL, 2000, &ans, err, sizeof err) == 0) {
+            pthread_mutex_lock(&ops_lock);
+            p->o->bytes = json_integer_value(json_object_get(ans, "sent"));
+            p->o->total = json_integer_value(json_object_get(ans, "estimate"));
+            pthread_mutex_unlock(&ops_lock);
+        }
+        json_decref(ans);
+        pthread_mutex_lock(&p->lock);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        if (!p->stop)
+            pthread_cond_timedwait(&p->cond, &p->lock, &ts);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* The source's checkpoint with stop (streamed to address when given), its progress
+ * polled meanwhile: 0 with its answer, -1 with err. */
+static int checkpoint_source(struct op *o, const char *address, const char *secret, json_t **ans,
+                             char *err, size_t errlen)
+{
+    char path[ID_MAX + 64];
+    path_of(path, sizeof path, "/v1/servers/%s/checkpoint", o->sid);
+    json_t *body = json_pack("{s:b}", "stop", 1);
+    if (address)
+        json_object_set_new(body, "to", json_pack("{s:s,s:s}", "address", address, "secret",
+                                                  secret));
+    struct progress_poll p = {.o = o, .lock = PTHREAD_MUTEX_INITIALIZER,
+                              .cond = PTHREAD_COND_INITIALIZER};
+    pthread_t th;
+    int polling = pthread_create(&th, NULL, progress_main, &p) == 0;
+    int rc = node_call(&o->from.node, "POST", path, body, CKPT_CALL_MS, ans, err, errlen);
+    if (polling) {
+        pthread_mutex_lock(&p.lock);
+        p.stop = 1;
+        pthread_cond_signal(&p.cond);
+        pthread_mutex_unlock(&p.lock);
+        pthread_join(th, NULL);
+    }
+    json_decref(body);
+    return rc;
+}
+
 static void *migrate_main(void *arg)
 {
     struct migrate_job *job = arg;
     struct op *o = job->op;
     struct clm *clm = o->clm;
     char path[ID_MAX + 64], err[768], endpoint[ADDR_MAX], msg[1024];
-    long long t0 = now_ms(), pid = 0;
-    op_phase(o, "checkpoint");
-    path_of(path, sizeof path, "/v1/servers/%s/checkpoint", o->sid);
-    json_t *body = json_pack("{s:b}", "stop", 1), *ans = NULL;
-    int ok = node_call(&o->from.node, "POST", path, body, CKPT_CALL_MS, &ans, err, sizeof err) == 0;
-    json_decref(body);
+    char address[ADDR_MAX], secret[80] = "";
+    long long pid = 0;
+    int streamed = prepare_receiver(o, job->vm_id, address, sizeof address, secret,
+                                    sizeof secret) == 0;
+    long long t0 = now_ms(); /* the downtime starts with the checkpoint's drain */
+    op_phase(o, streamed ? "stream" : "checkpoint");
+    json_t *ans = NULL;
+    int ok = checkpoint_source(o, streamed ? address : NULL, secret, &ans, err, sizeof err) == 0;
+    OPENSSL_cleanse(secret, sizeof secret);
+    if (!ok && streamed) { /* the session carries on at its source: the receiver goes */
+        struct stop_list stops = {0};
+        stop_list_add(&stops, &o->to.node, o->sid);
+        stop_list_run(&stops);
+    }
     int fresh = !ok && no_client(o, err);
     if (!ok && !fresh) {   /* a refused checkpoint leaves the session running on its source */
         snprintf(msg, sizeof msg, "migration to %s refused: the checkpoint failed: %.400s",
@@ -743,9 +851,11 @@ static void *migrate_main(void *arg)
     }
     pthread_mutex_lock(&ops_lock);
     o->total = fresh ? 0 : json_integer_value(json_object_get(ans, "bytes"));
+    if (streamed)
+        o->bytes = o->total;
     pthread_mutex_unlock(&ops_lock);
     json_decref(ans);
-    if (!fresh && strcmp(o->to.node.id, o->from.node.id) != 0) {
+    if (!fresh && !streamed && strcmp(o->to.node.id, o->from.node.id) != 0) {
         op_phase(o, "copy");
         if (copy_state(o, err, sizeof err) != 0) {
             migrate_fall_back(o, job->vm_id, fresh, err);
@@ -762,9 +872,9 @@ static void *migrate_main(void *arg)
     pthread_mutex_lock(&ops_lock);
     o->downtime_ms = downtime;
     pthread_mutex_unlock(&ops_lock);
-    snprintf(msg, sizeof msg, "migrated from %s/%d to %s/%d at %s: %lld bytes, downtime %lld ms",
-             o->from.node.id, o->from.gpu_index, o->to.node.id, o->to.gpu_index, endpoint,
-             o->total, downtime);
+    snprintf(msg, sizeof msg, "migrated from %s/%d to %s/%d at %s: %lld bytes %s, downtime "
+             "%lld ms", o->from.node.id, o->from.gpu_index, o->to.node.id, o->to.gpu_index,
+             endpoint, o->total, streamed ? "streamed" : "through a file", downtime);
     struct api_error e = {0};
     if (record_running(clm, o->sid, &o->to, endpoint, pid, "session.migrated", msg, &e) != 0) {
         struct stop_list stops = {0};   /* released meanwhile: nobody uses the new server */
@@ -803,6 +913,9 @@ void h_session_migrate(void *ctx, const struct flyt_http_request *req,
     int rc = load_session(clm, req, &s, &node, &e);
     if (rc == 0)
         rc = parse_where(req->body, &where, &gpu, &e);
+    json_t *stream = json_object_get(req->body, "stream");
+    if (rc == 0 && stream && !json_is_boolean(stream))
+        rc = api_fail(&e, 400, "bad_request", "stream: expected true (default) or false");
     if (rc == 0 && s.state == SESSION_MIGRATING)
         rc = api_fail(&e, 409, "conflict", "session %s is already being migrated", s.id);
     else if (rc == 0 && s.state != SESSION_ACTIVE)
@@ -818,6 +931,7 @@ void h_session_migrate(void *ctx, const struct flyt_http_request *req,
         o->to = to;
         o->from = from;
         o->clm = clm;
+        o->stream = !json_is_false(stream);
         pthread_mutex_unlock(&ops_lock);
         s.state = SESSION_MIGRATING;
         char err[512];

@@ -145,6 +145,11 @@ int node_mark_lost(struct clm *clm, struct node_rec *n, const char *reason, char
 int node_start_server(struct clm *clm, const struct node_rec *node, const struct session_rec *s,
                       int restore, char *endpoint, size_t eplen, long long *server_pid, char *err,
                       size_t errlen);
+/* Asks the node manager for a server that takes s's state streamed to it (a migration's
+ * target): the address the source streams to and its one-time secret. Without the lock. */
+int node_receive_server(struct clm *clm, const struct node_rec *node, const struct session_rec *s,
+                        char *address, size_t addrlen, char *secret, size_t secretlen, char *err,
+                        size_t errlen);
 /* At start: sessions left "starting" by a previous run are failed. */
 int lifecycle_recover(struct clm *clm, char *err, size_t errlen);
 int lifecycle_start(struct clm *clm);

@@ -92,9 +92,10 @@ int node_mark_lost(struct clm *clm, struct node_rec *n, const char *reason, char
     return store_event_add(clm->store, "node.lost", n->id, msg, err, errlen) < 0 ? -1 : 0;
 }
 
-int node_start_server(struct clm *clm, const struct node_rec *node, const struct session_rec *s,
-                      int restore, char *endpoint, size_t eplen, long long *server_pid, char *err,
-                      size_t errlen)
+/* POST /v1/servers for s on node, with the flag named mode set (NULL: none); 0 with the
+ * answer of a 2xx in *ans, -1 with err. */
+static int servers_post(struct clm *clm, const struct node_rec *node, const struct session_rec *s,
+                        const char *mode, json_t **ans, char *err, size_t errlen)
 {
     char url[ADDR_MAX + 32];
     snprintf(url, sizeof url, "%s/v1/servers", node->address);
@@ -105,8 +106,8 @@ int node_start_server(struct clm *clm, const struct node_rec *node, const struct
     json_t *body = json_pack("{s:s,s:i,s:o,s:i,s:I,s:s}", "session_id", s->id, "gpu_index",
                              s->gpu_index, "sm_groups", groups, "sm_count", s->sm_count,
                              "memory_quota", (json_int_t)s->memory_quota, "vm_id", s->vm_id);
-    if (restore)   /* from the session's state file on that node (api_checkpoint.c) */
-        json_object_set_new(body, "restore", json_true());
+    if (mode)   /* restore: from its state file there; receive: streamed (api_checkpoint.c) */
+        json_object_set_new(body, mode, json_true());
     if (s->token_epoch) {   /* its tokens were revoked: the key of its epoch (api_tokens.c) */
         char hex[2 * 64 + 1];
         if (session_signing_key_hex(node, s->id, s->token_epoch, hex, sizeof hex) < 0) {
@@ -118,16 +119,50 @@ int node_start_server(struct clm *clm, const struct node_rec *node, const struct
         OPENSSL_cleanse(hex, sizeof hex);
     }
     long status;
-    json_t *ans = NULL;
+    *ans = NULL;
     int rc = flyt_http_call_timeout("POST", url, node->manager_token, body,
-                                    clm->set.server_start_timeout_ms, &status, &ans, err, errlen);
+                                    clm->set.server_start_timeout_ms, &status, ans, err, errlen);
     json_decref(body);
     if (rc < 0)
         return -1;
-    if (status != 200 && status != 201) {
-        json_decref(ans);
+    if (status < 200 || status > 202) {
+        json_decref(*ans);
+        *ans = NULL;
         return -1;   /* err says "HTTP <status> <code>: <message>" */
     }
+    return 0;
+}
+
+int node_receive_server(struct clm *clm, const struct node_rec *node, const struct session_rec *s,
+                        char *address, size_t addrlen, char *secret, size_t secretlen, char *err,
+                        size_t errlen)
+{
+    json_t *ans;
+    if (servers_post(clm, node, s, "receive", &ans, err, errlen) != 0)
+        return -1;
+    const char *a = json_string_value(json_object_get(ans, "state_address"));
+    const char *k = json_string_value(json_object_get(ans, "secret"));
+    int rc = a && k && strlen(a) < addrlen && strlen(k) < secretlen ? 0 : -1;
+    if (rc == 0) {
+        snprintf(address, addrlen, "%s", a);
+        snprintf(secret, secretlen, "%s", k);
+    } else { /* a node manager that does not know "receive" started a plain server */
+        snprintf(err, errlen, "node %s cannot take a streamed state (no state_address)", node->id);
+        struct stop_list stops = {0};
+        stop_list_add(&stops, node, s->id);
+        stop_list_run(&stops);
+    }
+    json_decref(ans);
+    return rc;
+}
+
+int node_start_server(struct clm *clm, const struct node_rec *node, const struct session_rec *s,
+                      int restore, char *endpoint, size_t eplen, long long *server_pid, char *err,
+                      size_t errlen)
+{
+    json_t *ans;
+    if (servers_post(clm, node, s, restore ? "restore" : NULL, &ans, err, errlen) != 0)
+        return -1;
     const char *ep = json_string_value(json_object_get(ans, "endpoint"));
     json_t *pid = json_object_get(ans, "pid");
     if (!ep || !*ep || strlen(ep) >= eplen) {

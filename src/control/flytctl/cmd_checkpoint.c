@@ -22,6 +22,12 @@ const struct ctl_opt ctl_where_opts[] = {
     {"--gpu", "N", "the GPU index on the target node"},
     {NULL, NULL, NULL}};
 
+const struct ctl_opt ctl_migrate_opts[] = {
+    {"--node", "ID", "the target node (default: placement picks one)"},
+    {"--gpu", "N", "the GPU index on the target node"},
+    {"--via", "stream|file", "stream the state to a receiving server (default), or copy its file"},
+    {NULL, NULL, NULL}};
+
 static long call_ms(const struct ctl *c) { return c->timeout_ms > LONG_CALL_MS ? c->timeout_ms : LONG_CALL_MS; }
 
 static void progress(const char *what, long long done, long long total, long long *shown)
@@ -247,8 +253,8 @@ static int migrate_one(struct ctl *c, const char *sid, json_t *body)
             snprintf(phase, sizeof phase, "%s", ph);
             fprintf(stderr, "migrate %s: %s\n", sid, ph);
         }
-        if (ph && strcmp(ph, "copy") == 0 && total > CHUNK)
-            progress("copy", bytes, total, &shown);
+        if (ph && (strcmp(ph, "copy") == 0 || strcmp(ph, "stream") == 0) && total > CHUNK)
+            progress(ph, bytes, total, &shown); /* stream: of about total */
         if (json_is_true(json_object_get(m, "done")))
             break;
         json_decref(ans);
@@ -257,9 +263,10 @@ static int migrate_one(struct ctl *c, const char *sid, json_t *body)
     if (c->json)
         ctl_print_json(ans);
     else if (ok)
-        printf("Session %s migrated to %s at %s; downtime %lld ms.\n", sid,
+        printf("Session %s migrated to %s at %s (%s); downtime %lld ms.\n", sid,
                json_string_value(json_object_get(m, "to_node")),
                json_string_value(json_object_get(m, "endpoint")),
+               json_string_value(json_object_get(m, "via")),
                (long long)json_integer_value(json_object_get(m, "downtime_ms")));
     else
         fprintf(stderr, "flytctl: session %s: %s\n", sid,
@@ -272,9 +279,16 @@ int ctl_migrate(struct ctl *c, const struct ctl_cmd *cmd, struct ctl_args *a)
 {
     if (ctl_arg_id(cmd, "SESSION", a->pos[0]))
         return CTL_EUSAGE;
+    const char *via = ctl_opt(cmd, a, "--via");
+    if (via && strcmp(via, "stream") != 0 && strcmp(via, "file") != 0) {
+        fprintf(stderr, "flytctl: migrate: --via wants stream or file, got \"%s\"\n", via);
+        return CTL_EUSAGE;
+    }
     json_t *body = where_body(cmd, a);
     if (!body)
         return CTL_EUSAGE;
+    if (via)
+        json_object_set_new(body, "stream", json_boolean(strcmp(via, "stream") == 0));
     int rc = migrate_one(c, a->pos[0], body);
     json_decref(body);
     return rc;

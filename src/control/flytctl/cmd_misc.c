@@ -373,7 +373,7 @@ const struct ctl_cmd ctl_misc_cmds[] = {
     {NULL, "restore", "FILE", 1, 1, ctl_where_opts,
      "Bring a checkpointed session back from FILE, on a node placement picks or --node.",
      CTL_RESTORE_HELP, ctl_restore},
-    {NULL, "migrate", "SESSION", 1, 1, ctl_where_opts,
+    {NULL, "migrate", "SESSION", 1, 1, ctl_migrate_opts,
      "Move a running session to another node (or --node/--gpu), its id kept.", CTL_MIGRATE_HELP,
      ctl_migrate},
     {NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL}};

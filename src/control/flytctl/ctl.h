@@ -140,7 +140,7 @@ int ctl_call(struct ctl *c, const char *method, const char *path, json_t *body, 
 int ctl_call_bytes(struct ctl *c, const char *method, const char *path, const void *body,
                    size_t len, long timeout_ms, char **out, size_t *outlen);
 /* cmd_checkpoint.c: checkpoint, restore, migrate, node drain|undrain */
-extern const struct ctl_opt ctl_checkpoint_opts[], ctl_where_opts[];
+extern const struct ctl_opt ctl_checkpoint_opts[], ctl_where_opts[], ctl_migrate_opts[];
 ctl_run_fn ctl_checkpoint, ctl_restore, ctl_migrate, ctl_node_drain, ctl_node_undrain;
 #define CTL_CKPT_HELP                                                                           \
     "The session's server writes its state (docs/state-format.md); the file comes back\n"     \
@@ -151,8 +151,10 @@ ctl_run_fn ctl_checkpoint, ctl_restore, ctl_migrate, ctl_node_drain, ctl_node_un
     "The file names its session; it must not be running (suspended, lost or failed).\n"      \
     "\nExample:\n  flytctl restore s-0123.state --node gpu-2\n"
 #define CTL_MIGRATE_HELP                                                                        \
-    "Checkpoint with stop on the source, copy through the managers, restore on the target.\n" \
-    "If anything fails midway the session is restored on its source and the reason shown.\n" \
+    "A receiving server is started on the target first; the source drains and streams its\n" \
+    "state straight to it (progress shown), which restores it. --via file: checkpoint to a\n" \
+    "file, copy it through the managers, restore it. If the stream fails the session stays\n" \
+    "on its source running; if the restore fails it is restored there from its file.\n"       \
     "Prints the downtime (checkpoint request to the restored server listening).\n"            \
     "\nExample:\n  flytctl migrate s-0123 --node gpu-2 --gpu 1\n"
 /* DELETE path; then, with --json, the answer if any, else the line `done`

@@ -13,6 +13,8 @@
 #include "flyt_log.h"
 #include "flyt_token.h"
 
+#include <openssl/crypto.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +135,11 @@ static void h_start(void *ctx, const struct flyt_http_request *req, struct flyt_
     }
     snprintf(r->vm_id, sizeof r->vm_id, "%s", vm ? json_string_value(vm) : "");
     r->restore = json_is_true(json_object_get(b, "restore"));
+    r->receive = json_is_true(json_object_get(b, "receive"));
+    if (r->receive && flyt_random_hex(32, r->secret, sizeof r->secret) != 0) {
+        flyt_http_reply_error(res, 500, "internal", "no random bytes for a secret");
+        goto out;
+    }
     json_t *key = json_object_get(b, "session_key");
     if (key && !nm_valid_key(json_string_value(key))) {
         flyt_http_reply_error(res, 400, "bad_request", "session_key: expected 64 hex digits");
@@ -150,8 +157,15 @@ static void h_start(void *ctx, const struct flyt_http_request *req, struct flyt_
         flyt_http_reply_error(res, status, code, "%s", msg);
         goto out;
     }
-    flyt_http_reply_json(res, status, json_pack("{s:s,s:i}", "endpoint", endpoint, "pid", (int)pid));
+    if (status == 202) /* receive: where the source streams the state, and its secret */
+        flyt_http_reply_json(res, status, json_pack("{s:s,s:s,s:i}", "state_address", endpoint,
+                                                    "secret", r->secret, "pid", (int)pid));
+    else
+        flyt_http_reply_json(res, status,
+                             json_pack("{s:s,s:i}", "endpoint", endpoint, "pid", (int)pid));
 out:
+    if (r)
+        OPENSSL_cleanse(r->secret, sizeof r->secret);
     free(r);
 }
 
@@ -306,6 +320,7 @@ const struct flyt_http_route nm_routes[] = {
     {"PUT", "/v1/servers/{id}/session-key", h_set_key},
     {"POST", "/v1/servers/{id}/resize", nm_h_resize},
     {"POST", "/v1/servers/{id}/checkpoint", nm_h_checkpoint},
+    {"GET", "/v1/servers/{id}/checkpoint", nm_h_checkpoint_progress},
     {"GET", "/v1/checkpoints/{id}", nm_h_state_get},
     {"PUT", "/v1/checkpoints/{id}", nm_h_state_put},
     {"DELETE", "/v1/checkpoints/{id}", nm_h_state_delete},

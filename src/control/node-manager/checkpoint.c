@@ -2,11 +2,14 @@
  * Checkpoint and restore on the node (docs/node-manager.md, "Checkpoint and
  * restore"; docs/api.md, "Cluster manager -> node manager"):
  *   POST   /v1/servers/{id}/checkpoint  the session writes STATE_DIR/ID.state;
- *          {"stop": true}: the session ends after it and its server is stopped
+ *          {"stop": true}: the session ends after it and its server is stopped;
+ *          {"to": {"address", "secret"}}: and streams it to a receiving server
+ *   GET    /v1/servers/{id}/checkpoint  its progress: {sent, estimate}
  *   GET    /v1/checkpoints/{id}?offset=N&length=M  bytes of that file
  *   PUT    /v1/checkpoints/{id}?offset=N  bytes into it (offset 0 starts it anew)
  *   DELETE /v1/checkpoints/{id}           removes it
- * POST /v1/servers with "restore": true starts `flyt-server --restore` on it.
+ * POST /v1/servers with "restore": true starts `flyt-server --restore` on it; with
+ * "receive": true it starts one that takes the state streamed to it (servers.c).
  * One file per session: a migration that falls back to its source restores
  * the file its checkpoint left there, with nothing to copy.
  */
@@ -66,9 +69,13 @@ void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt
     char path[PATH_MAX + NM_SID_MAX + 16], status_path[sizeof path];
     if (state_path_of(nm, req, res, path, sizeof path) != 0)
         return;
-    json_t *stop = json_object_get(req->body, "stop");
-    if ((req->body && !json_is_object(req->body)) || (stop && !json_is_boolean(stop))) {
-        flyt_http_reply_error(res, 400, "bad_request", "body: expected {\"stop\": true|false}");
+    json_t *stop = json_object_get(req->body, "stop"), *to = json_object_get(req->body, "to");
+    const char *to_addr = json_string_value(json_object_get(to, "address"));
+    const char *to_secret = json_string_value(json_object_get(to, "secret"));
+    if ((req->body && !json_is_object(req->body)) || (stop && !json_is_boolean(stop)) ||
+        (to && (!to_addr || !to_secret || strncmp(to_addr, "tcp://", 6) != 0))) {
+        flyt_http_reply_error(res, 400, "bad_request", "body: expected {\"stop\": true|false, "
+                              "\"to\"?: {\"address\": \"tcp://HOST:PORT\", \"secret\": HEX}}");
         return;
     }
     pthread_mutex_lock(&nm->lock);
@@ -84,8 +91,9 @@ void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt
     }
     struct flyt_ckpt_outcome out;
     char err[600];
-    int rc = flyt_ckpt_request(status_path, path, json_is_true(stop), CKPT_TIMEOUT_MS, &out, err,
-                               sizeof err);
+    struct flyt_ckpt_dest dest = {to_addr, to_secret};
+    int rc = flyt_ckpt_request(status_path, path, &dest, json_is_true(stop), CKPT_TIMEOUT_MS, &out,
+                               err, sizeof err);
     if (rc != 0 || out.result != 0) {
         flyt_warn("session %s: checkpoint failed: %s", req->params[0], err);
         /* no_session: no client holds anything there; a migration starts it afresh */
@@ -98,9 +106,31 @@ void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt
               json_is_true(stop) ? "; stopping its server" : "");
     if (json_is_true(stop))
         nm_server_stop_wait(nm, req->params[0]); /* the session ended: nothing else to serve */
-    flyt_http_reply_json(res, 200, json_pack("{s:I,s:f,s:b}", "bytes", (json_int_t)out.bytes,
+    flyt_http_reply_json(res, 200, json_pack("{s:I,s:f,s:b,s:b}", "bytes", (json_int_t)out.bytes,
                                              "ms", (double)out.ns / 1e6, "stopped",
-                                             json_is_true(stop)));
+                                             json_is_true(stop), "streamed", to != NULL));
+}
+
+/* GET /v1/servers/{id}/checkpoint: how far the checkpoint in progress is. */
+void nm_h_checkpoint_progress(void *ctx, const struct flyt_http_request *req,
+                              struct flyt_http_response *res)
+{
+    struct nm *nm = ctx;
+    char path[PATH_MAX + NM_SID_MAX + 16], status_path[sizeof path];
+    if (state_path_of(nm, req, res, path, sizeof path) != 0)
+        return;
+    pthread_mutex_lock(&nm->lock);
+    struct nm_server *s = nm_server_find(nm, req->params[0]);
+    if (s)
+        snprintf(status_path, sizeof status_path, "%s", s->status_path);
+    pthread_mutex_unlock(&nm->lock);
+    uint64_t sent = 0, estimate = 0;
+    if (!s || flyt_ckpt_progress(status_path, &sent, &estimate) != 0) {
+        flyt_http_reply_error(res, 404, "not_found", "no server for session %s", req->params[0]);
+        return;
+    }
+    flyt_http_reply_json(res, 200, json_pack("{s:I,s:I}", "sent", (json_int_t)sent, "estimate",
+                                             (json_int_t)estimate));
 }
 
 void nm_h_state_get(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
@@ -172,7 +202,10 @@ void nm_h_state_delete(void *ctx, const struct flyt_http_request *req,
     char path[PATH_MAX + NM_SID_MAX + 16];
     if (state_path_of(nm, req, res, path, sizeof path) != 0)
         return;
-    if (unlink(path) != 0) {
+    char received[sizeof path + 16]; /* a receiving server's copy (docs/node-manager.md) */
+    snprintf(received, sizeof received, "%s/%s.received", nm->cfg.state_dir, req->params[0]);
+    int had_received = unlink(received) == 0;
+    if (unlink(path) != 0 && !(errno == ENOENT && had_received)) {
         flyt_http_reply_error(res, errno == ENOENT ? 404 : 500,
                               errno == ENOENT ? "not_found" : "internal", "state of session %s: %s",
                               req->params[0], strerror(errno));

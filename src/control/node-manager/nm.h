@@ -28,6 +28,7 @@
 #define NM_SID_MAX     65   /* session ids: 1..64 of [A-Za-z0-9._-] */
 #define NM_MAX_GROUPS  1024
 #define NM_STR         256
+#define NM_RECEIVE_TIMEOUT_S 120 /* a receiving server's wait for the migrated state */
 
 /* ---- configuration (config.c) ---- */
 struct nm_config {
@@ -98,6 +99,10 @@ struct nm_server {
     long long memory_quota;
     char      vm_id[NM_SID_MAX]; /* "" when the cluster manager did not say */
     int       restore;        /* flyt-server --restore STATE_DIR/ID.state */
+    int       receive;        /* takes the state streamed by a migration's source first:
+                               * --restore STATE_DIR/ID.received --restore-listen */
+    int       state_port;     /* its --restore-listen port */
+    char      secret_path[PATH_MAX + NM_SID_MAX + 16];
     char      key_path[PATH_MAX + NM_SID_MAX + 16];
     char      status_path[PATH_MAX + NM_SID_MAX + 16];
     char      sock_path[108]; /* its Unix socket, for clients on this machine; "" if none */
@@ -150,6 +155,8 @@ struct nm_start_req {
     long long memory_quota;
     char vm_id[NM_SID_MAX]; /* the tenant: its own image cache; "" none */
     int  restore;           /* start from the session's state file (checkpoint.c) */
+    int  receive;           /* from the state streamed to it (checkpoint.c): answered at once */
+    char secret[68];        /* with receive: the one-time secret the state's source proves */
     char session_key[NM_STR]; /* hex: the session's own key (its tokens revoked); "": the node's */
 };
 int nm_server_start(struct nm *nm, const struct nm_start_req *r, int *http_status, char *msg,
@@ -225,6 +232,8 @@ void nm_h_resize(void *ctx, const struct flyt_http_request *req, struct flyt_htt
  * routes that write, read, fill and remove it. */
 int nm_state_file(const struct nm *nm, const char *sid, char *out, size_t outlen);
 void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res);
+void nm_h_checkpoint_progress(void *ctx, const struct flyt_http_request *req,
+                              struct flyt_http_response *res);
 void nm_h_state_get(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res);
 void nm_h_state_put(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res);
 void nm_h_state_delete(void *ctx, const struct flyt_http_request *req,

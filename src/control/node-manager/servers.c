@@ -29,6 +29,7 @@
 #include "flyt_log.h"
 #include "flyt_proc.h"
 #include "flyt_server_status.h"
+#include "flyt_token.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -233,6 +234,8 @@ void nm_server_free(struct nm_server *s)
         unlink(s->sock_path);
     if (s->record_path[0])
         unlink(s->record_path);
+    if (s->secret_path[0])
+        unlink(s->secret_path);
     if (s->adopted && s->pidfd >= 0)
         close(s->pidfd);
     nm_vmq_put(s);
@@ -292,7 +295,7 @@ static int pick_port(struct nm *nm)
         nm->next_port = port == c->port_max ? c->port_min : port + 1;
         int ours = 0;
         for (struct nm_server *s = nm->servers; s && !ours; s = s->next)
-            ours = s->port == port;
+            ours = s->port == port || s->state_port == port;
         if (ours)
             continue;
         /* is somebody else on it? */
@@ -453,8 +456,20 @@ static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t er
         argv[argc++] = "--cache-max";
         argv[argc++] = cache_max;
     }
-    char state[PATH_MAX + NM_SID_MAX + 16];
-    if (s->restore && nm_state_file(nm, s->sid, state, sizeof state) == 0) {
+    char state[PATH_MAX + NM_SID_MAX + 16], state_listen[NM_STR + 32], receive_s[16];
+    if (s->receive) { /* its own file: the source's may be in this same folder */
+        snprintf(state, sizeof state, "%s/%s.received", c->state_dir, s->sid);
+        snprintf(state_listen, sizeof state_listen, "tcp://%s:%d", host, s->state_port);
+        snprintf(receive_s, sizeof receive_s, "%d", NM_RECEIVE_TIMEOUT_S);
+        argv[argc++] = "--restore";
+        argv[argc++] = state;
+        argv[argc++] = "--restore-listen";
+        argv[argc++] = state_listen;
+        argv[argc++] = "--restore-secret-file";
+        argv[argc++] = s->secret_path;
+        argv[argc++] = "--restore-timeout";
+        argv[argc++] = receive_s;
+    } else if (s->restore && nm_state_file(nm, s->sid, state, sizeof state) == 0) {
         argv[argc++] = "--restore";
         argv[argc++] = state;
     }
@@ -502,6 +517,9 @@ static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t er
     return rc;
 }
 
+static int settle_receiver_locked(struct nm *nm, struct nm_server *s, int *http_status, char *msg,
+                                  size_t msglen, char *endpoint, size_t eplen, pid_t *pid);
+
 /* Whether the request can start a server now (lock held): 0 when it can; 1 when its
  * server already runs with the same share (a retry: endpoint and pid filled); -1 with
  * an HTTP status and message when it cannot. */
@@ -521,6 +539,8 @@ static int start_allowed_locked(struct nm *nm, const struct nm_start_req *r, int
     struct nm_server *old = nm_server_find(nm, r->sid);
     if (!old)
         return 0;
+    if (old->receive && old->state != NM_RUNNING && !r->receive && r->restore)
+        return settle_receiver_locked(nm, old, http_status, msg, msglen, endpoint, eplen, pid);
     int same = old->gpu_index == r->gpu_index && old->ngroups == r->ngroups &&
                old->memory_quota == r->memory_quota &&
                memcmp(old->groups, r->groups, sizeof r->groups[0] * (size_t)r->ngroups) == 0;
@@ -556,6 +576,7 @@ static struct nm_server *server_new_locked(struct nm *nm, const struct nm_start_
     s->memory_quota = r->memory_quota;
     snprintf(s->vm_id, sizeof s->vm_id, "%s", r->vm_id);
     s->restore = r->restore;
+    s->receive = r->receive;
     s->state = NM_STARTING;
     s->waiters = 1; /* this request: nobody else frees the entry meanwhile */
     snprintf(s->key_path, sizeof s->key_path, "%s/%s.key", c->state_dir, s->sid);
@@ -573,6 +594,15 @@ static struct nm_server *server_new_locked(struct nm *nm, const struct nm_start_
         *status = 503;
         return NULL;
     }
+    if (s->receive &&
+        (snprintf(s->secret_path, sizeof s->secret_path, "%s/%s.secret", c->state_dir, s->sid),
+         write_key(s->secret_path, r->secret, err, errlen) != 0)) {
+        s->secret_path[0] = '\0';
+        nm_server_free(s);
+        flyt_error("session %s: no secret for the state: %s", r->sid, err);
+        *status = 503;
+        return NULL;
+    }
     if (nm_vmq_get(nm, s, err, errlen) != 0) {
         nm_server_free(s);
         flyt_error("session %s: %s", r->sid, err);
@@ -584,11 +614,11 @@ static struct nm_server *server_new_locked(struct nm *nm, const struct nm_start_
     return s;
 }
 
-/* Waits (lock held) until s listens, dies, or the start timeout passes. */
-static void wait_listening_locked(struct nm *nm, struct nm_server *s)
+/* Waits (lock held) until s listens, dies, or timeout_ms pass. */
+static void wait_listening_locked(struct nm *nm, struct nm_server *s, long long timeout_ms)
 {
     FLYT_ASSERT_HELD(&nm->lock);
-    long long deadline = nm_now_ms() + nm->cfg.start_timeout_ms;
+    long long deadline = nm_now_ms() + timeout_ms;
     while (s->state == NM_STARTING && !nm_server_listening(s) && nm_now_ms() < deadline) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -599,6 +629,44 @@ static void wait_listening_locked(struct nm *nm, struct nm_server *s)
         }
         pthread_cond_timedwait(&nm->cond, &nm->lock, &ts);
     }
+}
+
+/* The restore that follows a receiving server's start (lock held): waits until it
+ * took its state and listens (1, answered as a start), or says why it did not (-1;
+ * the entry goes once nobody else waits on it). */
+static int settle_receiver_locked(struct nm *nm, struct nm_server *s, int *http_status, char *msg,
+                                  size_t msglen, char *endpoint, size_t eplen, pid_t *pid)
+{
+    FLYT_ASSERT_HELD(&nm->lock);
+    s->waiters++;
+    wait_listening_locked(nm, s, nm->cfg.start_timeout_ms + NM_RECEIVE_TIMEOUT_S * 1000LL);
+    int rc = 1;
+    if (s->state == NM_STARTING && nm_server_listening(s)) {
+        s->state = NM_RUNNING;
+        nm->starts++;
+        nm_server_endpoint(nm, s, endpoint, eplen);
+        *pid = s->pid;
+        *http_status = 201;
+        flyt_info("session %s: server pid %d took its state and listens at %s", s->sid,
+                  (int)s->pid, endpoint);
+    } else {
+        if (s->state == NM_STARTING) {
+            snprintf(s->reason, sizeof s->reason, "did not take its state in time");
+            nm_server_stop_locked(nm, s);
+        }
+        while (s->state != NM_EXITED)
+            pthread_cond_wait(&nm->cond, &nm->lock);
+        STATUS(503, "session %s: the receiving server %s (see the node's log)", s->sid,
+               s->reason);
+        nm->start_failures++;
+        rc = -1;
+    }
+    pthread_cond_broadcast(&nm->cond);
+    if (--s->waiters == 0 && s->state == NM_EXITED) {
+        nm_server_unlink(nm, s);
+        nm_server_free(s);
+    }
+    return rc;
 }
 
 /* After a failed attempt (lock held): waits for the process to be gone. 1 when a new
@@ -638,7 +706,9 @@ static int launch_locked(struct nm *nm, struct nm_server *s, char *err, size_t e
             return -1;
         }
         s->port = pick_port(nm);
-        if (s->port < 0) {
+        if (s->port >= 0 && s->receive)
+            s->state_port = pick_port(nm);
+        if (s->port < 0 || s->state_port < 0) {
             snprintf(err, errlen, "no free port in %d-%d", c->port_min, c->port_max);
             return -1;
         }
@@ -652,7 +722,9 @@ static int launch_locked(struct nm *nm, struct nm_server *s, char *err, size_t e
         flyt_info("session %s: started server pid %d on port %d (GPU %d, %d SMs, %lld bytes)",
                   s->sid, (int)s->pid, s->port, s->gpu_index, s->sm_count, s->memory_quota);
         nm_server_record(nm, s); /* a later run adopts it by this (logged if it fails) */
-        wait_listening_locked(nm, s); /* the main thread reaps it if it dies */
+        if (s->receive)
+            return 0; /* it listens once its state came: settle_receiver_locked */
+        wait_listening_locked(nm, s, nm->cfg.start_timeout_ms); /* the main thread reaps it */
         if (s->state == NM_STARTING && nm_server_listening(s)) {
             s->state = NM_RUNNING;
             pthread_cond_broadcast(&nm->cond);
@@ -681,7 +753,21 @@ int nm_server_start(struct nm *nm, const struct nm_start_req *r, int *http_statu
         STATUS(status, "%s", err);
         return -1;
     }
-    if (launch_locked(nm, s, err, sizeof err) == 0) {
+    int launched = launch_locked(nm, s, err, sizeof err) == 0;
+    if (launched && s->receive) {
+        /* answered at once: the state address; the restore that follows settles it */
+        char host[NM_STR + 2];
+        nm_host_for_url(nm->cfg.advertise_host, host, sizeof host);
+        snprintf(endpoint, eplen, "tcp://%s:%d", host, s->state_port);
+        *pid = s->pid;
+        s->waiters--;
+        pthread_mutex_unlock(&nm->lock);
+        flyt_info("session %s: server pid %d waits for its state at %s", r->sid, (int)*pid,
+                  endpoint);
+        *http_status = 202;
+        return 0;
+    }
+    if (launched) {
         nm_server_endpoint(nm, s, endpoint, eplen);
         *pid = s->pid;
         nm->starts++;

@@ -1,0 +1,35 @@
+/*
+ * A session's state streamed straight to the server that takes it over
+ * (docs/state-format.md, "Streaming"): the source's checkpoint connects to
+ * the receiving server (flyt-server --restore-listen), proves a one-time
+ * secret, sends the state file's bytes as it writes them, and reads one
+ * answer line once the receiver has verified the whole state.
+ */
+#ifndef FLYT_STATE_STREAM_H
+#define FLYT_STATE_STREAM_H
+
+#include <stddef.h>
+
+#include "state.h"
+
+#define FLYT_STREAM_MAGIC "FLYTSTM1"  /* 8 bytes, then the secret */
+#define FLYT_STREAM_SECRET_LEN 64     /* hex digits */
+
+/* Source: connects to address (retrying a refused connection for a few seconds:
+ * the receiver may still be starting) and sends the greeting. The socket, or -1
+ * with why in err. */
+int flyt_stream_connect(const char *address, const char *secret, char *err, size_t errlen);
+/* Source, after the last byte: ends the stream and waits for the receiver's verdict.
+ * 0 when it took the state, -1 with its reason in err. Closes fd. */
+int flyt_stream_finish(int fd, char *err, size_t errlen);
+
+/* Receiver (--restore-listen): listens on address for one connection within
+ * timeout_s, checks its secret against secret_file, writes the bytes into path
+ * (through path.tmp), opens and verifies it as flyt_state_open does and checks
+ * that it holds session_id ("" for a standalone server); answers the source
+ * either way. The verified state, or NULL with why in err. */
+struct flyt_state *flyt_stream_receive(const char *address, const char *secret_file,
+                                       const char *path, int timeout_s, const char *session_id,
+                                       char *err, size_t errlen);
+
+#endif

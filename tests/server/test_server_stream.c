@@ -1,0 +1,281 @@
+/*
+ * A session's state streamed to a receiving server (flyt-server
+ * --restore-listen, docs/state-format.md "Streaming") on the host backend: the
+ * receiver takes it, verifies it and serves the session at the same pointer
+ * with the same bytes; a wrong secret is refused (and the source carries on);
+ * a receiver that dies mid-stream leaves the source session running; a
+ * receiver that never gets its state exits after its deadline.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "flyt_ckpt_request.h"
+#include "harness.h"
+
+#define BIG (8u << 20) /* more than the socket buffers hold: a cut stream fails midway */
+
+static char dir[64], status_path[128], secret_path[128];
+static const char secret[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+static uint64_t ptr;
+
+static unsigned char pattern(uint64_t i)
+{
+    return (unsigned char)(i * 7 + (i >> 12));
+}
+
+static int free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    CHECK(s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+              getsockname(s, (struct sockaddr *)&a, &l) == 0, "a free port");
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+/* A receiving server on port, its Unix socket and log under dir/NAME.*. */
+static pid_t receiver(const char *bin, const char *name, int port, int timeout_s)
+{
+    char listen[160], state[160], rl[64], log[160], to[16];
+    snprintf(listen, sizeof listen, "unix:%s/%s.sock", dir, name);
+    snprintf(state, sizeof state, "%s/%s.state", dir, name);
+    snprintf(rl, sizeof rl, "tcp://127.0.0.1:%d", port);
+    snprintf(log, sizeof log, "%s/%s.log", dir, name);
+    snprintf(to, sizeof to, "%d", timeout_s);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 2);
+        execl(bin, bin, "--backend", "host", "--listen", listen, "--restore", state,
+              "--restore-listen", rl, "--restore-secret-file", secret_path, "--restore-timeout",
+              to, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int log_has(const char *name, const char *needle)
+{
+    char path[160], buf[8192] = "";
+    snprintf(path, sizeof path, "%s/%s.log", dir, name);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, needle) != NULL;
+}
+
+static int exit_status(pid_t pid, int timeout_s)
+{
+    for (int i = 0; i < timeout_s * 100; i++) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+/* Asks the source session for a checkpoint with stop, streamed to port with key. */
+static int migrate(int port, const char *key, char *err, size_t errlen)
+{
+    char to[64], state[160];
+    snprintf(to, sizeof to, "tcp://127.0.0.1:%d", port);
+    snprintf(state, sizeof state, "%s/source.state", dir);
+    struct flyt_ckpt_dest dest = {to, key};
+    struct flyt_ckpt_outcome out;
+    snprintf(err, errlen, "(none)");
+    int rc = flyt_ckpt_request(status_path, state, &dest, 1, 60000, &out, err, errlen);
+    CHECK_EQ(rc, 0, "the session answered: %s", err);
+    return out.result;
+}
+
+static void contents_hold(int fd, const char *where)
+{
+    unsigned char *got = malloc(BIG);
+    int had;
+    CHECK_EQ(th_dtoh(fd, ptr, BIG, got, &had), T_SUCCESS, "%s: the buffer reads", where);
+    uint64_t bad = BIG;
+    for (uint64_t i = 0; i < BIG && bad == BIG; i++)
+        if (got[i] != pattern(i))
+            bad = i;
+    CHECK_EQ(bad, (uint64_t)BIG, "%s: every byte holds", where);
+    free(got);
+}
+
+/* A receiver that takes a little of the stream and dies. */
+static void *cut_receiver(void *arg)
+{
+    int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
+    char buf[4096];
+    if (fd >= 0 && read(fd, buf, sizeof buf) > 0) {
+        struct linger hard = {1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard); /* a reset, as a kill */
+    }
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+static void cut_midway(void)
+{
+    th_say("a receiver that dies mid-stream: the checkpoint fails, the session carries on");
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(lfd, 1) == 0 &&
+              getsockname(lfd, (struct sockaddr *)&a, &l) == 0, "a fake receiver listens");
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, cut_receiver, &lfd), 0, "fake receiver");
+    char err[512];
+    CHECK_NE(migrate(ntohs(a.sin_port), secret, err, sizeof err), T_SUCCESS, "refused: %s", err);
+    CHECK(strstr(err, "streaming") != NULL, "the error says the stream failed: %s", err);
+    pthread_join(th, NULL);
+    close(lfd);
+}
+
+/* A session on the harness server with the pattern at ptr; its connection. */
+static int patterned_session(const char *bin)
+{
+    const char *args[] = {"--status-file", status_path, NULL};
+    th_server_start_args(bin, NULL, args);
+    int fd = th_connect();
+    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO");
+    unsigned char *p = malloc(BIG);
+    for (uint64_t i = 0; i < BIG; i++)
+        p[i] = pattern(i);
+    CHECK_EQ(th_alloc(fd, BIG, &ptr), T_SUCCESS, "MEM_ALLOC");
+    CHECK_EQ(th_htod(fd, ptr, p, BIG), T_SUCCESS, "pattern in");
+    free(p);
+    return fd;
+}
+
+/* The receiver's process that took the state dies before its client comes: the client
+ * gets a new process that opens the state file itself. */
+static void warm_process_gone(const char *bin)
+{
+    th_say("the process that took the state is gone: the client still gets its session");
+    int fd = patterned_session(bin);
+    int port = free_port();
+    pid_t late = receiver(bin, "late", port, 20);
+    char err[512], path[64], sock[160];
+    CHECK_EQ(migrate(port, secret, err, sizeof err), T_SUCCESS, "streamed: %s", err);
+    close(fd);
+    for (int i = 0; i < 500 && !log_has("late", "listening on"); i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)late, (int)late);
+    FILE *f = fopen(path, "r");
+    int warm = 0;
+    CHECK(f && fscanf(f, "%d", &warm) == 1 && warm > 0, "the receiver's process is %d", warm);
+    fclose(f);
+    kill(warm, SIGKILL);
+    snprintf(sock, sizeof sock, "%s/late.sock", dir);
+    for (int i = 0; i < 100 && !log_has("late", "killed by signal"); i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    int tfd = th_connect_to(sock);
+    CHECK(tfd >= 0 && th_hello(tfd) == 0, "HELLO to the receiver");
+    contents_hold(tfd, "from the state file, in a new process");
+    CHECK(log_has("late", "the process that took the state is gone"), "the receiver says so");
+    close(tfd);
+    kill(late, SIGTERM);
+    exit_status(late, 10);
+    th_server_stop();
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH-TO-flyt-server\n", argv[0]);
+        return 2;
+    }
+    const char *bin = argv[1];
+    th_watchdog(120);
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(dir, sizeof dir, "/tmp/flyt-stream-XXXXXX");
+    CHECK(mkdtemp(dir) != NULL, "temp dir");
+    snprintf(status_path, sizeof status_path, "%s/server.status", dir);
+    snprintf(secret_path, sizeof secret_path, "%s/secret", dir);
+    int sfd = open(secret_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(sfd >= 0 && write(sfd, secret, sizeof secret - 1) == (ssize_t)(sizeof secret - 1),
+          "secret file");
+    close(sfd);
+
+    th_say("a receiver that never gets its state exits after its deadline");
+    int port = free_port();
+    pid_t idle = receiver(bin, "idle", port, 1);
+    CHECK_EQ(exit_status(idle, 10), 1, "exit 1 after --restore-timeout 1");
+    CHECK(log_has("idle", "no state arrived"), "it says no state arrived");
+
+    int fd = patterned_session(bin);
+
+    th_say("a wrong secret: the receiver refuses it and exits; the source carries on");
+    port = free_port();
+    pid_t wrong = receiver(bin, "wrong", port, 20);
+    char err[512];
+    char bad[sizeof secret];
+    memcpy(bad, secret, sizeof bad);
+    bad[0] = 'f';
+    CHECK_NE(migrate(port, bad, err, sizeof err), T_SUCCESS, "refused");
+    CHECK(strstr(err, "wrong secret") != NULL, "the source hears why: %s", err);
+    CHECK_EQ(exit_status(wrong, 10), 1, "the receiver exits 1");
+    CHECK(log_has("wrong", "wrong secret"), "the receiver says why");
+    contents_hold(fd, "after the refused stream, on the source");
+
+    cut_midway();
+    contents_hold(fd, "after the cut stream, on the source");
+
+    th_say("streamed: the receiver serves the session, same pointer and bytes");
+    port = free_port();
+    pid_t to = receiver(bin, "target", port, 20);
+    CHECK_EQ(migrate(port, secret, err, sizeof err), T_SUCCESS, "streamed: %s", err);
+    char src_state[160], sock[160];
+    snprintf(src_state, sizeof src_state, "%s/source.state", dir);
+    CHECK(access(src_state, F_OK) == 0, "the source's file stays as the fallback");
+    close(fd);
+    snprintf(sock, sizeof sock, "%s/target.sock", dir);
+    int tfd = -1;
+    for (int i = 0; i < 500 && (tfd = th_connect_to(sock)) < 0; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    CHECK(tfd >= 0 && th_hello(tfd) == 0, "HELLO to the receiver");
+    contents_hold(tfd, "on the receiver");
+    CHECK(log_has("target", "received the session's state"), "the receiver says it took it");
+    CHECK(log_has("target", "before the state"), "its device was open before the state came");
+    CHECK(log_has("target", "state taken before) started"), "its first client went to that process");
+    close(tfd);
+    kill(to, SIGTERM);
+    exit_status(to, 10);
+    th_server_stop();
+    warm_process_gone(bin);
+    static const char *const left[] = {"secret", "server.status", "source.state", "idle.log",
+                                       "wrong.log", "target.log", "target.state", "target.sock",
+                                       "wrong.sock", "idle.sock", "late.log", "late.state",
+                                       "late.sock"};
+    for (size_t i = 0; i < sizeof left / sizeof left[0]; i++) {
+        char path[200];
+        snprintf(path, sizeof path, "%s/%s", dir, left[i]);
+        unlink(path);
+    }
+    CHECK_EQ(rmdir(dir), 0, "nothing else left in %s", dir);
+    th_passed();
+    printf("test_server_stream: all checks passed\n");
+    return 0;
+}
