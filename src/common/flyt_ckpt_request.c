@@ -25,6 +25,15 @@ static pid_t session_pid(struct flyt_server_status *p)
     return pid;
 }
 
+/* Whether the session still holds its slot: its server clears it on reaping it. */
+static int session_lives(struct flyt_server_status *p, pid_t pid)
+{
+    for (int i = 0; i < FLYT_STATUS_SLOTS; i++)
+        if (LOAD(&p->slots[i].pid) == pid)
+            return 1;
+    return 0;
+}
+
 /* Posts the request and waits for its answer; the page is mapped. */
 static int ask(struct flyt_server_status *p, const char *status_path, const char *state_path,
                const struct flyt_ckpt_dest *dest, int stop, long timeout_ms, struct flyt_ckpt_outcome *out, char *err, size_t errlen)
@@ -61,10 +70,18 @@ static int ask(struct flyt_server_status *p, const char *status_path, const char
         snprintf(err, errlen, "SIGURG to the session %d: %s", (int)pid, strerror(errno));
         return -1;
     }
-    for (long waited = 0; waited < timeout_ms && LOAD(&p->ckpt_done_gen) != gen; waited += 5)
+    int lives = 1;
+    for (long waited = 0; waited < timeout_ms && LOAD(&p->ckpt_done_gen) != gen && lives;
+         waited += 5) {
         nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+        lives = session_lives(p, pid);
+    }
     if (LOAD(&p->ckpt_done_gen) != gen) {
-        snprintf(err, errlen, "no answer from session %d within %ld ms", (int)pid, timeout_ms);
+        if (lives)
+            snprintf(err, errlen, "no answer from session %d within %ld ms", (int)pid, timeout_ms);
+        else
+            snprintf(err, errlen, "session %d ended without answering (its server's log says how)",
+                     (int)pid);
         return -1;
     }
     out->result = LOAD(&p->ckpt_result);

@@ -1033,7 +1033,8 @@ static CUresult host_resize_sm_share(flyt_backend *b, unsigned granularity, cons
     struct hstream **olds = malloc((n ? n : 1) * sizeof *olds);
     if (!olds)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    memcpy(olds, h->streams.items, n * sizeof *olds);
+    if (n) /* no streams: items may be NULL, and memcpy's source must not be */
+        memcpy(olds, h->streams.items, n * sizeof *olds);
     for (size_t k = 0; k < n && r == CUDA_SUCCESS; k++) {
         flyt_bhandle now = NULL;
         r = host_stream_create(b, olds[k]->flags, olds[k]->priority, &now);

@@ -8,8 +8,10 @@
  */
 #include "device_output.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -31,6 +33,35 @@ static int make_file(const char *name)
         return -1;
     }
     return fd;
+}
+
+/* Sanitizer builds: a report (ASan, UBSan, LSan) is the last thing a dying
+ * session writes, to fd 2, the memory file here, which dies with it. Each
+ * sanitizer runtime loaded (GCC's libasan and libubsan, or clang's one in the
+ * program) is asked to call back before it ends the process, and what the
+ * files hold goes to the log then. (Not __sanitizer_set_report_fd: UBSan,
+ * set up at its first report, sets its report path back and closes that fd.)
+ * In other builds no loaded object has the symbol. */
+static struct flyt_output *captured; /* one session per process */
+
+static void output_to_log_at_death(void)
+{
+    if (captured)
+        flyt_output_to_log(captured);
+}
+
+static int call_back_at_death(struct dl_phdr_info *info, size_t size, void *unused)
+{
+    (void)size, (void)unused;
+    void *lib = dlopen(info->dlpi_name[0] ? info->dlpi_name : NULL, RTLD_LAZY | RTLD_NOLOAD);
+    if (!lib)
+        return 0;
+    void (*set_death_callback)(void (*)(void));
+    *(void **)&set_death_callback = dlsym(lib, "__sanitizer_set_death_callback");
+    if (set_death_callback)
+        set_death_callback(output_to_log_at_death);
+    dlclose(lib);
+    return 0;
 }
 
 int flyt_output_capture(struct flyt_output *o)
@@ -62,6 +93,8 @@ int flyt_output_capture(struct flyt_output *o)
         return -1;
     }
     *o = (struct flyt_output){.captured = 1, .file = {out, err}};
+    captured = o;
+    dl_iterate_phdr(call_back_at_death, NULL);
     return 0;
 }
 

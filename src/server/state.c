@@ -200,7 +200,8 @@ static CUresult check_capturable(flyt_session *s, struct scan *sc, char *err, si
             what ? what : "device object");
         return r;
     }
-    qsort(sc->list, sc->n, sizeof *sc->list, by_id);
+    if (sc->n > 1) /* none held: the list is NULL, which qsort must not be given */
+        qsort(sc->list, sc->n, sizeof *sc->list, by_id);
     return CUDA_SUCCESS;
 }
 

@@ -1318,19 +1318,7 @@ int main(int argc, char **argv)
     }
 
     printf("== live resize: SMs of running sessions\n");
-    /* Known bug, left open: in Debug/sanitizer builds (FLYT_ASSERTS) a session of a
-     * server the node manager started ends with exit status 1, silently, when the
-     * status page's signal reaches it (plain builds pass; no sanitizer report, no
-     * exit() call; tests/e2e/CMakeLists.txt skips e2e_checkpoint there for it). */
-#ifdef FLYT_ASSERTS
-    const int resize_known_bug = 1;
-#else
-    const int resize_known_bug = 0;
-#endif
-    if (resize_known_bug)
-        check_skip_part("live resize of a VM's two sessions (known bug in Debug/sanitizer builds)");
-    else
-        check_resize();
+    check_resize();
     printf("== a VM's processes share its memory quota\n");
     check_vm_memory();
 

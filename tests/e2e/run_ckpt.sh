@@ -5,10 +5,6 @@
 # the new endpoint (with a fresh token) checks the pointer and its contents.
 # usage: run_ckpt.sh BIN_DIR CKPT_CLIENT E2E_TOOL
 set -u
-if [ -n "${FLYT_E2E_KNOWN_BUG:-}" ]; then
-  echo "SKIPPED: a known bug in $FLYT_E2E_KNOWN_BUG builds (tests/e2e/CMakeLists.txt)"
-  exit 77
-fi
 bin=$1 client=$2 tool=$3
 tmp=$(mktemp -d)
 pids=()
