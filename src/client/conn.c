@@ -770,6 +770,10 @@ static int start_tls(flyt_link *l, const flyt_addr *addr, int timeout_s, char *e
         return -1;
     }
     if (flyt_tls_connect(ctx, l->fd, addr->host, timeout_s * 1000, &l->tls, why, sizeof why) != 0) {
+        /* Dropped so a retry reads the CA again, and so nothing is left
+         * when the runtime unloads this library after a failed cuInit. */
+        flyt_tls_ctx_free(ctx);
+        ctx = NULL;
         snprintf(err, errlen, "%s", why);
         return -1;
     }
