@@ -98,14 +98,19 @@ int main(int argc, char **argv)
             return 1;
         fprintf(f, "%llu\n", (unsigned long long)p);
         fclose(f);
-        if (strcmp(argv[1], "live") == 0)
-            return live(argv[2], buf);
+        if (strcmp(argv[1], "live") == 0) {
+            int rc = live(argv[2], buf);
+            free(buf);
+            return rc;
+        }
         for (;;)
             pause();
     }
     CUdeviceptr p = (CUdeviceptr)strtoull(argv[2], NULL, 10);
     TRY(cuMemcpyDtoH(buf, p, bytes));
-    if (!holds_pattern(buf))
+    int holds = holds_pattern(buf);
+    free(buf);
+    if (!holds)
         return 1;
     printf("ckpt_client: %zu MiB at %llu holds its pattern\n", bytes >> 20, (unsigned long long)p);
     return 0;

@@ -208,7 +208,7 @@ check "a stream the target fails to take fails the migration (exit $rc): $(tail 
 check "the reason is the target's" grep -q 'receiver refused the state' "$tmp/cut.err"
 check "the session is active on its source $src8" sh -c "[ \"\$($bin/flytctl --json session show $sid8 | $tool flat | sed -n 's/^session.state=//p')\" = active ] && [ \"\$($bin/flytctl --json session show $sid8 | $tool flat | sed -n 's/^session.node_id=//p')\" = $src8 ]"
 check "its client is still connected to the source (never moved)" kill -0 "$(eval echo \$holder_1008)"
-check "no receiving server is left on $dst8" sh -c "! pgrep -f -- '--restore-listen.*' -a | grep -q $sid8"
+check "no receiving server is left on $dst8" sh -c "! pgrep -a -f -- '[-]-restore-listen' | grep -q $sid8"
 touch "$tmp/ptr.1008.go"
 wait "$(eval echo \$holder_1008)"
 rc=$?
