@@ -55,10 +55,13 @@ struct writer {
     uint64_t       total;
     int            failed; /* errno of the first failed write */
     int            failed_sock; /* it was the stream's */
+    /* phase times (ns), logged once per checkpoint */
+    uint64_t       drain_ns, d2h_ns, hash_ns, write_ns, send_ns, fsync_ns;
 };
 
 static int w_flush_to(struct writer *w, int fd)
 {
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     for (size_t off = 0; off < w->len && !w->failed;) {
         ssize_t n = fd == w->sock ? send(fd, w->buf + off, w->len - off, MSG_NOSIGNAL)
                                   : write(fd, w->buf + off, w->len - off);
@@ -71,6 +74,7 @@ static int w_flush_to(struct writer *w, int fd)
             off += (size_t)n;
         }
     }
+    *(fd == w->sock ? &w->send_ns : &w->write_ns) += clock_ns(CLOCK_MONOTONIC) - t0;
     return w->failed ? -1 : 0;
 }
 
@@ -87,8 +91,10 @@ static int w_flush(struct writer *w)
 
 static int w_put(struct writer *w, const void *p, size_t n)
 {
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     if (w->failed || EVP_DigestUpdate(w->md, p, n) != 1)
         return -1;
+    w->hash_ns += clock_ns(CLOCK_MONOTONIC) - t0;
     w->total += n;
     while (n > 0) {
         size_t take = n < WBUF - w->len ? n : WBUF - w->len;
@@ -259,7 +265,9 @@ static CUresult write_device_bytes(flyt_session *s, struct writer *w, uint64_t a
         void *buf = b->ops->staging_get(b, want, &got);
         if (buf == NULL)
             return CUDA_ERROR_OUT_OF_MEMORY;
+        uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
         CUresult r = b->ops->dtoh_2d(b, buf, addr + off, got, got, 1, FLYT_BSTREAM_DEFAULT);
+        w->d2h_ns += clock_ns(CLOCK_MONOTONIC) - t0;
         if (r == CUDA_SUCCESS && w_put(w, buf, got) != 0)
             r = CUDA_ERROR_OPERATING_SYSTEM;
         b->ops->staging_put(b, buf);
@@ -443,9 +451,21 @@ static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *
     return w_flush(w) ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
 }
 
-static CUresult capture(flyt_session *s, int fd, int sock, uint64_t *bytes, char *err,
+/* One line per checkpoint: where its time went (docs/state-format.md, "Phase timings"). */
+static void log_capture_phases(const struct writer *w, uint64_t total_ns)
+{
+    double ms = 1e-6;
+    flyt_info("state phases (checkpoint): %llu bytes, drain %.3f ms, device reads %.3f ms, "
+              "hashing %.3f ms, file writes %.3f ms, socket sends %.3f ms, fsync %.3f ms, "
+              "total %.3f ms", (unsigned long long)w->total, w->drain_ns * ms, w->d2h_ns * ms,
+              w->hash_ns * ms, w->write_ns * ms, w->send_ns * ms, w->fsync_ns * ms, total_ns * ms);
+}
+
+/* fsync: fd is a file the state ends in (not streamed) and must be on disk. */
+static CUresult capture(flyt_session *s, int fd, int sock, int sync, uint64_t *bytes, char *err,
                         size_t errlen)
 {
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     *bytes = 0;
     if (s->b == NULL) {
         say(err, errlen, "the session has not opened its device yet");
@@ -454,13 +474,15 @@ static CUresult capture(flyt_session *s, int fd, int sock, uint64_t *bytes, char
     struct scan sc = {.s = s};
     CUresult r = check_capturable(s, &sc, err, errlen);
     /* the drain: every stream's work done, host functions included */
+    uint64_t t_drain = clock_ns(CLOCK_MONOTONIC);
     if (r == CUDA_SUCCESS && (r = FLYT_BCALL0(s, device_sync)) != CUDA_SUCCESS)
         say(err, errlen, "draining the session's work failed: CUDA error %d", (int)r);
     struct flyt_server_status *page = flyt_status_page();
     if (page)
         STORE(&page->ckpt_estimate, sc.alloc_bytes);
     struct writer w = {.fd = fd, .sock = sock, .sent = page ? &page->ckpt_sent : NULL,
-                       .md = EVP_MD_CTX_new(), .buf = malloc(WBUF)};
+                       .md = EVP_MD_CTX_new(), .buf = malloc(WBUF),
+                       .drain_ns = clock_ns(CLOCK_MONOTONIC) - t_drain};
     if (r == CUDA_SUCCESS && (w.md == NULL || w.buf == NULL ||
                               EVP_DigestInit_ex(w.md, EVP_sha256(), NULL) != 1)) {
         say(err, errlen, "out of memory");
@@ -473,6 +495,14 @@ static CUresult capture(flyt_session *s, int fd, int sock, uint64_t *bytes, char
         else
             say(err, errlen, "reading the session's objects failed: CUDA error %d", (int)r);
     }
+    uint64_t t_sync = clock_ns(CLOCK_MONOTONIC);
+    if (r == CUDA_SUCCESS && sync && fsync(fd) != 0) {
+        say(err, errlen, "cannot complete the state file: %s", strerror(errno));
+        r = CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    w.fsync_ns = clock_ns(CLOCK_MONOTONIC) - t_sync;
+    if (r == CUDA_SUCCESS)
+        log_capture_phases(&w, clock_ns(CLOCK_MONOTONIC) - t0);
     *bytes = w.total;
     EVP_MD_CTX_free(w.md);
     free(w.buf);
@@ -482,7 +512,7 @@ static CUresult capture(flyt_session *s, int fd, int sock, uint64_t *bytes, char
 
 CUresult flyt_state_capture(flyt_session *s, int fd, uint64_t *bytes, char *err, size_t errlen)
 {
-    return capture(s, fd, -1, bytes, err, errlen);
+    return capture(s, fd, -1, 0, bytes, err, errlen);
 }
 
 CUresult flyt_state_capture_file(flyt_session *s, const char *path, int sock, uint64_t *bytes,
@@ -498,10 +528,10 @@ CUresult flyt_state_capture_file(flyt_session *s, const char *path, int sock, ui
         say(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
-    CUresult r = capture(s, fd, sock, bytes, err, errlen);
     /* streamed: the receiver verifies its own copy; this one is the fallback, and
      * an fsync would only add to the downtime */
-    if (r == CUDA_SUCCESS && ((sock < 0 && fsync(fd) != 0) || rename(tmp, path) != 0)) {
+    CUresult r = capture(s, fd, sock, sock < 0, bytes, err, errlen);
+    if (r == CUDA_SUCCESS && rename(tmp, path) != 0) {
         say(err, errlen, "cannot complete %s: %s", path, strerror(errno));
         r = CUDA_ERROR_OPERATING_SYSTEM;
     }
@@ -519,6 +549,7 @@ struct flyt_state {
     struct flyt_state_session sess;   /* copies: a section may start at any byte */
     struct flyt_state_client  client;
     int                       has_client; /* 0 in version 1 */
+    uint64_t                  map_ns, hash_ns, sections_ns; /* opening it, logged */
 };
 
 /* A section's fixed record, copied out: sections follow each other without
@@ -685,8 +716,11 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
     size_t body_end = st->size - FLYT_STATE_HASH;
     unsigned char sha[EVP_MAX_MD_SIZE];
     unsigned n = 0;
-    if (EVP_Digest(st->data, body_end, sha, &n, EVP_sha256(), NULL) != 1 || n != FLYT_STATE_HASH ||
-        memcmp(sha, st->data + body_end, FLYT_STATE_HASH) != 0) {
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+    int bad = EVP_Digest(st->data, body_end, sha, &n, EVP_sha256(), NULL) != 1 ||
+              n != FLYT_STATE_HASH || memcmp(sha, st->data + body_end, FLYT_STATE_HASH) != 0;
+    st->hash_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    if (bad) {
         say(err, errlen, "its SHA-256 does not match its contents: the file is corrupted or cut "
             "short");
         return -1;
@@ -695,7 +729,10 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
         say(err, errlen, "malformed header (version %u, header size %u)", h.version, h.header_size);
         return -1;
     }
-    return sections_ok(st, body_end, err, errlen);
+    t0 = clock_ns(CLOCK_MONOTONIC);
+    int rc = sections_ok(st, body_end, err, errlen);
+    st->sections_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    return rc;
 }
 
 static void reserve_hostmaps(const struct flyt_state *st);
@@ -717,6 +754,7 @@ static const unsigned char *next_section(const struct flyt_state *st, size_t *po
 struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
 {
     char why[320] = "";
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     struct flyt_state *st = calloc(1, sizeof *st);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
@@ -734,7 +772,12 @@ struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
     }
     if (fd >= 0)
         close(fd);
+    if (st)
+        st->map_ns = clock_ns(CLOCK_MONOTONIC) - t0;
     if (st && st->data && verify(st, why, sizeof why) == 0) {
+        flyt_info("state phases (open): %zu bytes, mapping %.3f ms, hash verification %.3f ms, "
+                  "sections %.3f ms", st->size, st->map_ns * 1e-6, st->hash_ns * 1e-6,
+                  st->sections_ns * 1e-6);
         reserve_hostmaps(st);
         return st;
     }
@@ -827,6 +870,8 @@ static CUresult restore_arena(flyt_session *s, const struct flyt_state_arena *r,
     return e;
 }
 
+static uint64_t restore_h2d_ns; /* one restore per process; logged by it */
+
 /* size bytes of data into device memory at addr, through staging buffers. */
 static CUresult restore_device_bytes(flyt_session *s, uint64_t addr, uint64_t size,
                                      const unsigned char *data, char *err, size_t errlen)
@@ -840,8 +885,10 @@ static CUresult restore_device_bytes(flyt_session *s, uint64_t addr, uint64_t si
             say(err, errlen, "out of memory");
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
+        uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
         memcpy(buf, data + off, got);
         CUresult e = b->ops->htod_2d(b, addr + off, got, buf, got, 1, FLYT_BSTREAM_DEFAULT);
+        restore_h2d_ns += clock_ns(CLOCK_MONOTONIC) - t0;
         if (e != CUDA_SUCCESS) {
             say(err, errlen, "writing the contents at 0x%llx failed: CUDA error %d",
                 (unsigned long long)(addr + off), (int)e);
@@ -1123,7 +1170,12 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
         return CUDA_ERROR_INVALID_VALUE;
     }
     s->handles.next_id = st->sess.next_id;
+    uint64_t t_sync = clock_ns(CLOCK_MONOTONIC);
     e = FLYT_BCALL0(s, device_sync); /* the contents are in place before the first request */
+    uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    flyt_info("state phases (restore): %zu bytes, host-to-device copies %.3f ms, device sync "
+              "%.3f ms, total %.3f ms", st->size, restore_h2d_ns * 1e-6, (now - t_sync) * 1e-6,
+              (now - t0) * 1e-6);
     if (e != CUDA_SUCCESS) {
         say(err, errlen, "writing the allocations' contents failed: CUDA error %d", (int)e);
         return e;
