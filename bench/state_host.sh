@@ -44,13 +44,13 @@ wait_for() { # FILE
     die "$1 did not appear"
 }
 client() { # NAME MODE ARG
-    env FLYT_SERVER="unix:$DIR/$1.sock" CKPT_CLIENT_MIB="$MIB" \
+    exec env FLYT_SERVER="unix:$DIR/$1.sock" CKPT_CLIENT_MIB="$MIB" \
         LD_LIBRARY_PATH="$BUILD/lib:$CUDA_LIB" "$CLIENT" "$2" "$3"
 }
 
 server source --status-file "$DIR/source.status"
 wait_for "$DIR/source.sock"
-client source hold "$DIR/ptr" &
+client source hold "$DIR/ptr" >/dev/null 2>&1 &
 PIDS+=("$!")
 wait_for "$DIR/ptr"
 sleep 0.2
@@ -66,11 +66,11 @@ server target --restore "$DIR/target.state" --restore-listen "tcp://127.0.0.1:$P
 "$CKPT" "$DIR/source.status" "$DIR/streamed.state" --to "tcp://127.0.0.1:$PORT" \
     --secret-file "$DIR/secret" >/dev/null || die "streamed checkpoint failed"
 wait_for "$DIR/target.sock"
-client target check "$PTR" >/dev/null || die "the streamed session does not hold its bytes"
+(client target check "$PTR") >/dev/null || die "the streamed session does not hold its bytes"
 
 server fromfile --restore "$DIR/file.state"
 wait_for "$DIR/fromfile.sock"
-client fromfile check "$PTR" >/dev/null || die "the restored session does not hold its bytes"
+(client fromfile check "$PTR") >/dev/null || die "the restored session does not hold its bytes"
 
 echo "# $MIB MiB on the $BACKEND backend"
 for name in source target fromfile; do

@@ -20,12 +20,12 @@
 #include "module_cache.h"
 #include "resize.h"
 #include "state_format.h"
+#include "state_pipe.h"
 #include "state_stream.h"
 
 #define LOAD(p)     __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
-#define WBUF ((size_t)1 << 20)
 
 static void say(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void say(char *err, size_t errlen, const char *fmt, ...)
@@ -43,69 +43,16 @@ static uint64_t clock_ns(clockid_t clk)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-/* ---- writing: everything goes through the hash ---- */
+/* ---- writing: through the pipeline of state_pipe.c ---- */
 
 struct writer {
-    int            fd;
-    int            sock;   /* -1, or the receiving server's connection: the same bytes */
-    uint64_t      *sent;   /* NULL, or the status page's progress */
-    EVP_MD_CTX    *md;
-    unsigned char *buf;
-    size_t         len;
-    uint64_t       total;
-    int            failed; /* errno of the first failed write */
-    int            failed_sock; /* it was the stream's */
-    /* phase times (ns), logged once per checkpoint */
-    uint64_t       drain_ns, d2h_ns, hash_ns, write_ns, send_ns, fsync_ns;
+    struct flyt_swriter    *sw;
+    struct flyt_state_times t; /* logged once per checkpoint */
 };
-
-static int w_flush_to(struct writer *w, int fd)
-{
-    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
-    for (size_t off = 0; off < w->len && !w->failed;) {
-        ssize_t n = fd == w->sock ? send(fd, w->buf + off, w->len - off, MSG_NOSIGNAL)
-                                  : write(fd, w->buf + off, w->len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            w->failed = n < 0 ? errno : EIO;
-            w->failed_sock = fd == w->sock;
-        } else {
-            off += (size_t)n;
-        }
-    }
-    *(fd == w->sock ? &w->send_ns : &w->write_ns) += clock_ns(CLOCK_MONOTONIC) - t0;
-    return w->failed ? -1 : 0;
-}
-
-static int w_flush(struct writer *w)
-{
-    /* the receiver first: it takes these bytes while this file is written */
-    if ((w->sock < 0 || w_flush_to(w, w->sock) == 0))
-        w_flush_to(w, w->fd);
-    w->len = 0;
-    if (w->sent)
-        STORE(w->sent, w->total);
-    return w->failed ? -1 : 0;
-}
 
 static int w_put(struct writer *w, const void *p, size_t n)
 {
-    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
-    if (w->failed || EVP_DigestUpdate(w->md, p, n) != 1)
-        return -1;
-    w->hash_ns += clock_ns(CLOCK_MONOTONIC) - t0;
-    w->total += n;
-    while (n > 0) {
-        size_t take = n < WBUF - w->len ? n : WBUF - w->len;
-        memcpy(w->buf + w->len, p, take);
-        w->len += take;
-        p = (const char *)p + take;
-        n -= take;
-        if (w->len == WBUF && w_flush(w) != 0)
-            return -1;
-    }
-    return 0;
+    return flyt_sw_put(w->sw, p, n);
 }
 
 static int w_record(struct writer *w, uint32_t type, const void *rec, size_t rec_len, uint64_t extra)
@@ -256,24 +203,26 @@ static CUresult write_arena(void *arg, uint64_t base, uint64_t size)
                ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
 }
 
-/* size bytes of device memory at addr, read through staging buffers. */
+/* size bytes of device memory at addr, read straight into the writer's
+ * blocks (pinned staging buffers on a GPU) while the threads hash and write
+ * the blocks before them. */
 static CUresult write_device_bytes(flyt_session *s, struct writer *w, uint64_t addr, uint64_t size)
 {
     flyt_backend *b = s->b;
     for (uint64_t off = 0; off < size;) {
-        size_t want = size - off < FLYT_STAGING_CHUNK ? (size_t)(size - off) : FLYT_STAGING_CHUNK, got;
-        void *buf = b->ops->staging_get(b, want, &got);
-        if (buf == NULL)
-            return CUDA_ERROR_OUT_OF_MEMORY;
+        size_t room;
+        void *dst = flyt_sw_reserve(w->sw, &room);
+        if (dst == NULL)
+            return CUDA_ERROR_OPERATING_SYSTEM;
+        size_t take = size - off < room ? (size_t)(size - off) : room;
         uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
-        CUresult r = b->ops->dtoh_2d(b, buf, addr + off, got, got, 1, FLYT_BSTREAM_DEFAULT);
-        w->d2h_ns += clock_ns(CLOCK_MONOTONIC) - t0;
-        if (r == CUDA_SUCCESS && w_put(w, buf, got) != 0)
-            r = CUDA_ERROR_OPERATING_SYSTEM;
-        b->ops->staging_put(b, buf);
+        CUresult r = b->ops->dtoh_2d(b, dst, addr + off, take, take, 1, FLYT_BSTREAM_DEFAULT);
+        w->t.d2h += clock_ns(CLOCK_MONOTONIC) - t0;
         if (r != CUDA_SUCCESS)
             return r;
-        off += got;
+        if (flyt_sw_commit(w->sw, take) != 0)
+            return CUDA_ERROR_OPERATING_SYSTEM;
+        off += take;
     }
     return CUDA_SUCCESS;
 }
@@ -441,24 +390,20 @@ static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *
     if (r != CUDA_SUCCESS)
         return r;
     struct flyt_state_section end = {FLYT_SS_END, 0, 0};
-    unsigned char sha[EVP_MAX_MD_SIZE];
-    unsigned n = 0;
-    if (w_put(w, &end, sizeof end) || EVP_DigestFinal_ex(w->md, sha, &n) != 1 || n != FLYT_STATE_HASH)
-        return CUDA_ERROR_OPERATING_SYSTEM;
-    memcpy(w->buf + w->len, sha, n); /* the trailer: not hashed itself */
-    w->len += n;
-    w->total += n;
-    return w_flush(w) ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
+    return w_put(w, &end, sizeof end) || flyt_sw_finish(w->sw) ? CUDA_ERROR_OPERATING_SYSTEM
+                                                                : CUDA_SUCCESS;
 }
 
 /* One line per checkpoint: where its time went (docs/state-format.md, "Phase timings"). */
-static void log_capture_phases(const struct writer *w, uint64_t total_ns)
+static void log_capture_phases(const struct flyt_state_times *t, uint64_t bytes, uint64_t total_ns)
 {
     double ms = 1e-6;
     flyt_info("state phases (checkpoint): %llu bytes, drain %.3f ms, device reads %.3f ms, "
-              "hashing %.3f ms, file writes %.3f ms, socket sends %.3f ms, fsync %.3f ms, "
-              "total %.3f ms", (unsigned long long)w->total, w->drain_ns * ms, w->d2h_ns * ms,
-              w->hash_ns * ms, w->write_ns * ms, w->send_ns * ms, w->fsync_ns * ms, total_ns * ms);
+              "hashing %.3f ms (summed over %d threads), file writes %.3f ms, socket sends "
+              "%.3f ms, waits for the pipeline %.3f ms, fsync %.3f ms, total %.3f ms (%.2f GB/s)",
+              (unsigned long long)bytes, t->drain * ms, t->d2h * ms, t->hash * ms, t->threads,
+              t->write * ms, t->send * ms, t->stall * ms, t->fsync * ms, total_ns * ms,
+              total_ns ? (double)bytes / (double)total_ns : 0.0);
 }
 
 /* fsync: fd is a file the state ends in (not streamed) and must be on disk. */
@@ -480,32 +425,30 @@ static CUresult capture(flyt_session *s, int fd, int sock, int sync, uint64_t *b
     struct flyt_server_status *page = flyt_status_page();
     if (page)
         STORE(&page->ckpt_estimate, sc.alloc_bytes);
-    struct writer w = {.fd = fd, .sock = sock, .sent = page ? &page->ckpt_sent : NULL,
-                       .md = EVP_MD_CTX_new(), .buf = malloc(WBUF),
-                       .drain_ns = clock_ns(CLOCK_MONOTONIC) - t_drain};
-    if (r == CUDA_SUCCESS && (w.md == NULL || w.buf == NULL ||
-                              EVP_DigestInit_ex(w.md, EVP_sha256(), NULL) != 1)) {
-        say(err, errlen, "out of memory");
+    struct writer w = {.t.drain = clock_ns(CLOCK_MONOTONIC) - t_drain};
+    if (r == CUDA_SUCCESS &&
+        (w.sw = flyt_sw_open(s->b, fd, sock, page ? &page->ckpt_sent : NULL)) == NULL) {
+        say(err, errlen, "out of memory (or threads) for the state's writer");
         r = CUDA_ERROR_OUT_OF_MEMORY;
     }
+    int on_sock, werr;
     if (r == CUDA_SUCCESS && (r = write_all(s, &w, &sc)) != CUDA_SUCCESS) {
-        if (w.failed)
-            say(err, errlen, "%s the state failed: %s", w.failed_sock ? "streaming" : "writing",
-                strerror(w.failed));
+        if ((werr = flyt_sw_error(w.sw, &on_sock)) != 0)
+            say(err, errlen, "%s the state failed: %s", on_sock ? "streaming" : "writing",
+                strerror(werr));
         else
             say(err, errlen, "reading the session's objects failed: CUDA error %d", (int)r);
     }
+    *bytes = w.sw ? flyt_sw_total(w.sw) : 0;
+    flyt_sw_close(w.sw, &w.t);
     uint64_t t_sync = clock_ns(CLOCK_MONOTONIC);
     if (r == CUDA_SUCCESS && sync && fsync(fd) != 0) {
         say(err, errlen, "cannot complete the state file: %s", strerror(errno));
         r = CUDA_ERROR_OPERATING_SYSTEM;
     }
-    w.fsync_ns = clock_ns(CLOCK_MONOTONIC) - t_sync;
+    w.t.fsync = clock_ns(CLOCK_MONOTONIC) - t_sync;
     if (r == CUDA_SUCCESS)
-        log_capture_phases(&w, clock_ns(CLOCK_MONOTONIC) - t0);
-    *bytes = w.total;
-    EVP_MD_CTX_free(w.md);
-    free(w.buf);
+        log_capture_phases(&w.t, *bytes, clock_ns(CLOCK_MONOTONIC) - t0);
     free(sc.list);
     return r;
 }
@@ -549,7 +492,8 @@ struct flyt_state {
     struct flyt_state_session sess;   /* copies: a section may start at any byte */
     struct flyt_state_client  client;
     int                       has_client; /* 0 in version 1 */
-    uint64_t                  map_ns, hash_ns, sections_ns; /* opening it, logged */
+    uint64_t                  map_ns, verify_ns, hash_ns, sections_ns; /* opening it, logged */
+    int                       hash_threads; /* the chunked trailer was checked on threads */
 };
 
 /* A section's fixed record, copied out: sections follow each other without
@@ -717,9 +661,17 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
     unsigned char sha[EVP_MAX_MD_SIZE];
     unsigned n = 0;
     uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
-    int bad = EVP_Digest(st->data, body_end, sha, &n, EVP_sha256(), NULL) != 1 ||
-              n != FLYT_STATE_HASH || memcmp(sha, st->data + body_end, FLYT_STATE_HASH) != 0;
-    st->hash_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    int bad;
+    if (h.version >= FLYT_STATE_CHUNKED) { /* the chunks' digests, on threads */
+        bad = flyt_state_root(st->data, body_end, sha, &st->hash_ns) != 0;
+        st->hash_threads = 1;
+    } else {
+        bad = EVP_Digest(st->data, body_end, sha, &n, EVP_sha256(), NULL) != 1 ||
+              n != FLYT_STATE_HASH;
+        st->hash_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    }
+    st->verify_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    bad = bad || memcmp(sha, st->data + body_end, FLYT_STATE_HASH) != 0;
     if (bad) {
         say(err, errlen, "its SHA-256 does not match its contents: the file is corrupted or cut "
             "short");
@@ -775,9 +727,10 @@ struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
     if (st)
         st->map_ns = clock_ns(CLOCK_MONOTONIC) - t0;
     if (st && st->data && verify(st, why, sizeof why) == 0) {
-        flyt_info("state phases (open): %zu bytes, mapping %.3f ms, hash verification %.3f ms, "
-                  "sections %.3f ms", st->size, st->map_ns * 1e-6, st->hash_ns * 1e-6,
-                  st->sections_ns * 1e-6);
+        flyt_info("state phases (open): %zu bytes, mapping %.3f ms, hash verification %.3f ms "
+                  "(%s, hashing %.3f ms summed), sections %.3f ms", st->size, st->map_ns * 1e-6,
+                  st->verify_ns * 1e-6, st->hash_threads ? "chunked, on threads" : "sequential",
+                  st->hash_ns * 1e-6, st->sections_ns * 1e-6);
         reserve_hostmaps(st);
         return st;
     }
