@@ -131,7 +131,7 @@ if has_part elastic; then
     cuda_lib=${FLYT_TEST_CUDA_LIB:-/usr/local/cuda/lib64}
     {
         echo "===== elastic: checkpoint, restore, sessions moved mid-run"
-        OUT=$OUT timeout -k 10 180 bash "$root/tests/gpu/state_check.sh" "$build" cuda 2>&1 | tail -n 8
+        OUT=$OUT timeout -k 10 180 bash "$root/tests/gpu/state_check.sh" "$build" cuda 2>&1 | tail -n 12
         echo "-- a client carrying on across moves (tests/client/run_reconnect.sh, cuda)"
         (tmpdir=$(mktemp -d) && cd "$tmpdir" && timeout -k 10 240 bash "$root/tests/client/run_reconnect.sh" \
             "$build/bin/flyt-server" "$build/lib:$cuda_lib" "$build/bin/test_reconnect" cuda 2>&1 | tail -n 15)

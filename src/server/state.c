@@ -20,12 +20,12 @@
 #include "module_cache.h"
 #include "resize.h"
 #include "state_format.h"
+#include "state_pipe.h"
 #include "state_stream.h"
 
 #define LOAD(p)     __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
-#define WBUF ((size_t)1 << 20)
 
 static void say(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void say(char *err, size_t errlen, const char *fmt, ...)
@@ -43,63 +43,16 @@ static uint64_t clock_ns(clockid_t clk)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-/* ---- writing: everything goes through the hash ---- */
+/* ---- writing: through the pipeline of state_pipe.c ---- */
 
 struct writer {
-    int            fd;
-    int            sock;   /* -1, or the receiving server's connection: the same bytes */
-    uint64_t      *sent;   /* NULL, or the status page's progress */
-    EVP_MD_CTX    *md;
-    unsigned char *buf;
-    size_t         len;
-    uint64_t       total;
-    int            failed; /* errno of the first failed write */
-    int            failed_sock; /* it was the stream's */
+    struct flyt_swriter    *sw;
+    struct flyt_state_times t; /* logged once per checkpoint */
 };
-
-static int w_flush_to(struct writer *w, int fd)
-{
-    for (size_t off = 0; off < w->len && !w->failed;) {
-        ssize_t n = fd == w->sock ? send(fd, w->buf + off, w->len - off, MSG_NOSIGNAL)
-                                  : write(fd, w->buf + off, w->len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            w->failed = n < 0 ? errno : EIO;
-            w->failed_sock = fd == w->sock;
-        } else {
-            off += (size_t)n;
-        }
-    }
-    return w->failed ? -1 : 0;
-}
-
-static int w_flush(struct writer *w)
-{
-    /* the receiver first: it takes these bytes while this file is written */
-    if ((w->sock < 0 || w_flush_to(w, w->sock) == 0))
-        w_flush_to(w, w->fd);
-    w->len = 0;
-    if (w->sent)
-        STORE(w->sent, w->total);
-    return w->failed ? -1 : 0;
-}
 
 static int w_put(struct writer *w, const void *p, size_t n)
 {
-    if (w->failed || EVP_DigestUpdate(w->md, p, n) != 1)
-        return -1;
-    w->total += n;
-    while (n > 0) {
-        size_t take = n < WBUF - w->len ? n : WBUF - w->len;
-        memcpy(w->buf + w->len, p, take);
-        w->len += take;
-        p = (const char *)p + take;
-        n -= take;
-        if (w->len == WBUF && w_flush(w) != 0)
-            return -1;
-    }
-    return 0;
+    return flyt_sw_put(w->sw, p, n);
 }
 
 static int w_record(struct writer *w, uint32_t type, const void *rec, size_t rec_len, uint64_t extra)
@@ -250,22 +203,26 @@ static CUresult write_arena(void *arg, uint64_t base, uint64_t size)
                ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
 }
 
-/* size bytes of device memory at addr, read through staging buffers. */
+/* size bytes of device memory at addr, read straight into the writer's
+ * blocks (pinned staging buffers on a GPU) while the threads hash and write
+ * the blocks before them. */
 static CUresult write_device_bytes(flyt_session *s, struct writer *w, uint64_t addr, uint64_t size)
 {
     flyt_backend *b = s->b;
     for (uint64_t off = 0; off < size;) {
-        size_t want = size - off < FLYT_STAGING_CHUNK ? (size_t)(size - off) : FLYT_STAGING_CHUNK, got;
-        void *buf = b->ops->staging_get(b, want, &got);
-        if (buf == NULL)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        CUresult r = b->ops->dtoh_2d(b, buf, addr + off, got, got, 1, FLYT_BSTREAM_DEFAULT);
-        if (r == CUDA_SUCCESS && w_put(w, buf, got) != 0)
-            r = CUDA_ERROR_OPERATING_SYSTEM;
-        b->ops->staging_put(b, buf);
+        size_t room;
+        void *dst = flyt_sw_reserve(w->sw, &room);
+        if (dst == NULL)
+            return CUDA_ERROR_OPERATING_SYSTEM;
+        size_t take = size - off < room ? (size_t)(size - off) : room;
+        uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+        CUresult r = b->ops->dtoh_2d(b, dst, addr + off, take, take, 1, FLYT_BSTREAM_DEFAULT);
+        w->t.d2h += clock_ns(CLOCK_MONOTONIC) - t0;
         if (r != CUDA_SUCCESS)
             return r;
-        off += got;
+        if (flyt_sw_commit(w->sw, take) != 0)
+            return CUDA_ERROR_OPERATING_SYSTEM;
+        off += take;
     }
     return CUDA_SUCCESS;
 }
@@ -433,19 +390,27 @@ static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *
     if (r != CUDA_SUCCESS)
         return r;
     struct flyt_state_section end = {FLYT_SS_END, 0, 0};
-    unsigned char sha[EVP_MAX_MD_SIZE];
-    unsigned n = 0;
-    if (w_put(w, &end, sizeof end) || EVP_DigestFinal_ex(w->md, sha, &n) != 1 || n != FLYT_STATE_HASH)
-        return CUDA_ERROR_OPERATING_SYSTEM;
-    memcpy(w->buf + w->len, sha, n); /* the trailer: not hashed itself */
-    w->len += n;
-    w->total += n;
-    return w_flush(w) ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
+    return w_put(w, &end, sizeof end) || flyt_sw_finish(w->sw) ? CUDA_ERROR_OPERATING_SYSTEM
+                                                                : CUDA_SUCCESS;
 }
 
-static CUresult capture(flyt_session *s, int fd, int sock, uint64_t *bytes, char *err,
+/* One line per checkpoint: where its time went (docs/state-format.md, "Phase timings"). */
+static void log_capture_phases(const struct flyt_state_times *t, uint64_t bytes, uint64_t total_ns)
+{
+    double ms = 1e-6;
+    flyt_info("state phases (checkpoint): %llu bytes, drain %.3f ms, device reads %.3f ms, "
+              "hashing %.3f ms (summed over %d threads), file writes %.3f ms, socket sends "
+              "%.3f ms, waits for the pipeline %.3f ms, fsync %.3f ms, total %.3f ms (%.2f GB/s)",
+              (unsigned long long)bytes, t->drain * ms, t->d2h * ms, t->hash * ms, t->threads,
+              t->write * ms, t->send * ms, t->stall * ms, t->fsync * ms, total_ns * ms,
+              total_ns ? (double)bytes / (double)total_ns : 0.0);
+}
+
+/* fsync: fd is a file the state ends in (not streamed) and must be on disk. */
+static CUresult capture(flyt_session *s, int fd, int sock, int sync, uint64_t *bytes, char *err,
                         size_t errlen)
 {
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     *bytes = 0;
     if (s->b == NULL) {
         say(err, errlen, "the session has not opened its device yet");
@@ -454,35 +419,43 @@ static CUresult capture(flyt_session *s, int fd, int sock, uint64_t *bytes, char
     struct scan sc = {.s = s};
     CUresult r = check_capturable(s, &sc, err, errlen);
     /* the drain: every stream's work done, host functions included */
+    uint64_t t_drain = clock_ns(CLOCK_MONOTONIC);
     if (r == CUDA_SUCCESS && (r = FLYT_BCALL0(s, device_sync)) != CUDA_SUCCESS)
         say(err, errlen, "draining the session's work failed: CUDA error %d", (int)r);
     struct flyt_server_status *page = flyt_status_page();
     if (page)
         STORE(&page->ckpt_estimate, sc.alloc_bytes);
-    struct writer w = {.fd = fd, .sock = sock, .sent = page ? &page->ckpt_sent : NULL,
-                       .md = EVP_MD_CTX_new(), .buf = malloc(WBUF)};
-    if (r == CUDA_SUCCESS && (w.md == NULL || w.buf == NULL ||
-                              EVP_DigestInit_ex(w.md, EVP_sha256(), NULL) != 1)) {
-        say(err, errlen, "out of memory");
+    struct writer w = {.t.drain = clock_ns(CLOCK_MONOTONIC) - t_drain};
+    if (r == CUDA_SUCCESS &&
+        (w.sw = flyt_sw_open(s->b, fd, sock, page ? &page->ckpt_sent : NULL)) == NULL) {
+        say(err, errlen, "out of memory (or threads) for the state's writer");
         r = CUDA_ERROR_OUT_OF_MEMORY;
     }
+    int on_sock, werr;
     if (r == CUDA_SUCCESS && (r = write_all(s, &w, &sc)) != CUDA_SUCCESS) {
-        if (w.failed)
-            say(err, errlen, "%s the state failed: %s", w.failed_sock ? "streaming" : "writing",
-                strerror(w.failed));
+        if ((werr = flyt_sw_error(w.sw, &on_sock)) != 0)
+            say(err, errlen, "%s the state failed: %s", on_sock ? "streaming" : "writing",
+                strerror(werr));
         else
             say(err, errlen, "reading the session's objects failed: CUDA error %d", (int)r);
     }
-    *bytes = w.total;
-    EVP_MD_CTX_free(w.md);
-    free(w.buf);
+    *bytes = w.sw ? flyt_sw_total(w.sw) : 0;
+    flyt_sw_close(w.sw, &w.t);
+    uint64_t t_sync = clock_ns(CLOCK_MONOTONIC);
+    if (r == CUDA_SUCCESS && sync && fsync(fd) != 0) {
+        say(err, errlen, "cannot complete the state file: %s", strerror(errno));
+        r = CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    w.t.fsync = clock_ns(CLOCK_MONOTONIC) - t_sync;
+    if (r == CUDA_SUCCESS)
+        log_capture_phases(&w.t, *bytes, clock_ns(CLOCK_MONOTONIC) - t0);
     free(sc.list);
     return r;
 }
 
 CUresult flyt_state_capture(flyt_session *s, int fd, uint64_t *bytes, char *err, size_t errlen)
 {
-    return capture(s, fd, -1, bytes, err, errlen);
+    return capture(s, fd, -1, 0, bytes, err, errlen);
 }
 
 CUresult flyt_state_capture_file(flyt_session *s, const char *path, int sock, uint64_t *bytes,
@@ -498,10 +471,10 @@ CUresult flyt_state_capture_file(flyt_session *s, const char *path, int sock, ui
         say(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
-    CUresult r = capture(s, fd, sock, bytes, err, errlen);
     /* streamed: the receiver verifies its own copy; this one is the fallback, and
      * an fsync would only add to the downtime */
-    if (r == CUDA_SUCCESS && ((sock < 0 && fsync(fd) != 0) || rename(tmp, path) != 0)) {
+    CUresult r = capture(s, fd, sock, sock < 0, bytes, err, errlen);
+    if (r == CUDA_SUCCESS && rename(tmp, path) != 0) {
         say(err, errlen, "cannot complete %s: %s", path, strerror(errno));
         r = CUDA_ERROR_OPERATING_SYSTEM;
     }
@@ -519,6 +492,8 @@ struct flyt_state {
     struct flyt_state_session sess;   /* copies: a section may start at any byte */
     struct flyt_state_client  client;
     int                       has_client; /* 0 in version 1 */
+    uint64_t                  map_ns, verify_ns, hash_ns, sections_ns; /* opening it, logged */
+    int                       hash_threads; /* the chunked trailer was checked on threads */
 };
 
 /* A section's fixed record, copied out: sections follow each other without
@@ -685,8 +660,19 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
     size_t body_end = st->size - FLYT_STATE_HASH;
     unsigned char sha[EVP_MAX_MD_SIZE];
     unsigned n = 0;
-    if (EVP_Digest(st->data, body_end, sha, &n, EVP_sha256(), NULL) != 1 || n != FLYT_STATE_HASH ||
-        memcmp(sha, st->data + body_end, FLYT_STATE_HASH) != 0) {
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+    int bad;
+    if (h.version >= FLYT_STATE_CHUNKED) { /* the chunks' digests, on threads */
+        bad = flyt_state_root(st->data, body_end, sha, &st->hash_ns) != 0;
+        st->hash_threads = 1;
+    } else {
+        bad = EVP_Digest(st->data, body_end, sha, &n, EVP_sha256(), NULL) != 1 ||
+              n != FLYT_STATE_HASH;
+        st->hash_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    }
+    st->verify_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    bad = bad || memcmp(sha, st->data + body_end, FLYT_STATE_HASH) != 0;
+    if (bad) {
         say(err, errlen, "its SHA-256 does not match its contents: the file is corrupted or cut "
             "short");
         return -1;
@@ -695,7 +681,10 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
         say(err, errlen, "malformed header (version %u, header size %u)", h.version, h.header_size);
         return -1;
     }
-    return sections_ok(st, body_end, err, errlen);
+    t0 = clock_ns(CLOCK_MONOTONIC);
+    int rc = sections_ok(st, body_end, err, errlen);
+    st->sections_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    return rc;
 }
 
 static void reserve_hostmaps(const struct flyt_state *st);
@@ -717,6 +706,7 @@ static const unsigned char *next_section(const struct flyt_state *st, size_t *po
 struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
 {
     char why[320] = "";
+    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     struct flyt_state *st = calloc(1, sizeof *st);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
@@ -734,7 +724,13 @@ struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
     }
     if (fd >= 0)
         close(fd);
+    if (st)
+        st->map_ns = clock_ns(CLOCK_MONOTONIC) - t0;
     if (st && st->data && verify(st, why, sizeof why) == 0) {
+        flyt_info("state phases (open): %zu bytes, mapping %.3f ms, hash verification %.3f ms "
+                  "(%s, hashing %.3f ms summed), sections %.3f ms", st->size, st->map_ns * 1e-6,
+                  st->verify_ns * 1e-6, st->hash_threads ? "chunked, on threads" : "sequential",
+                  st->hash_ns * 1e-6, st->sections_ns * 1e-6);
         reserve_hostmaps(st);
         return st;
     }
@@ -827,6 +823,8 @@ static CUresult restore_arena(flyt_session *s, const struct flyt_state_arena *r,
     return e;
 }
 
+static uint64_t restore_h2d_ns; /* one restore per process; logged by it */
+
 /* size bytes of data into device memory at addr, through staging buffers. */
 static CUresult restore_device_bytes(flyt_session *s, uint64_t addr, uint64_t size,
                                      const unsigned char *data, char *err, size_t errlen)
@@ -840,8 +838,10 @@ static CUresult restore_device_bytes(flyt_session *s, uint64_t addr, uint64_t si
             say(err, errlen, "out of memory");
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
+        uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
         memcpy(buf, data + off, got);
         CUresult e = b->ops->htod_2d(b, addr + off, got, buf, got, 1, FLYT_BSTREAM_DEFAULT);
+        restore_h2d_ns += clock_ns(CLOCK_MONOTONIC) - t0;
         if (e != CUDA_SUCCESS) {
             say(err, errlen, "writing the contents at 0x%llx failed: CUDA error %d",
                 (unsigned long long)(addr + off), (int)e);
@@ -1123,7 +1123,12 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
         return CUDA_ERROR_INVALID_VALUE;
     }
     s->handles.next_id = st->sess.next_id;
+    uint64_t t_sync = clock_ns(CLOCK_MONOTONIC);
     e = FLYT_BCALL0(s, device_sync); /* the contents are in place before the first request */
+    uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    flyt_info("state phases (restore): %zu bytes, host-to-device copies %.3f ms, device sync "
+              "%.3f ms, total %.3f ms", st->size, restore_h2d_ns * 1e-6, (now - t_sync) * 1e-6,
+              (now - t0) * 1e-6);
     if (e != CUDA_SUCCESS) {
         say(err, errlen, "writing the allocations' contents failed: CUDA error %d", (int)e);
         return e;

@@ -4,8 +4,13 @@
  * no padding the compiler adds): the file is read on the machine kinds Flyt
  * runs on (x86-64, aarch64), all little-endian.
  *
- *   header | section* | END section | SHA-256 of everything before it
+ *   header | section* | END section | trailer (32 bytes)
  *   section: flyt_state_section, then `length` bytes (a record and its data)
+ *
+ * The trailer (version 6) is SHA-256(FLYT_STATE_ROOT_TAG | body length u64 |
+ * FLYT_STATE_CHUNK u64 | SHA-256 of each FLYT_STATE_CHUNK bytes of the body,
+ * the last chunk shorter), the body being every byte before the trailer;
+ * up to version 5 it was the SHA-256 of the body.
  */
 #ifndef FLYT_STATE_FORMAT_H
 #define FLYT_STATE_FORMAT_H
@@ -14,8 +19,12 @@
 #include <stdint.h>
 
 #define FLYT_STATE_MAGIC   0x5441545354594c46ull /* "FLYTSTAT" little-endian */
-#define FLYT_STATE_VERSION 5u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL */
+#define FLYT_STATE_VERSION 6u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL;
+                                * 6: the chunked trailer */
 #define FLYT_STATE_HASH    32u /* the SHA-256 trailer */
+#define FLYT_STATE_CHUNKED 6u  /* the first version with the chunked trailer */
+#define FLYT_STATE_CHUNK   ((size_t)4 << 20)
+#define FLYT_STATE_ROOT_TAG "FLYTSHA6" /* 8 bytes: the trailer's input starts with them */
 
 struct flyt_state_header {
     uint64_t magic;

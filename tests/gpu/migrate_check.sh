@@ -106,6 +106,7 @@ bytes=$(sed -n 's/^checkpoint: \([0-9]*\) bytes in \([0-9.]*\) ms.*$/\1/p' "$D/c
 ck_ms=$(sed -n 's/^checkpoint: \([0-9]*\) bytes in \([0-9.]*\) ms.*$/\2/p' "$D/checkpoint.txt")
 same=no
 [ $prc = 0 ] && cmp -s "$D/native.out" "$D/flyt.out" && same=yes
+grep -ho 'state phases.*' "$D/server-1.log" "$D/server-2.log" | sed "s/^/$NAME: /"
 printf '%s: identical %s, via %s, state %s bytes, checkpoint %s ms, downtime %s ms, native %s ms, flyt %s ms\n' \
     "$NAME" "$same" "$VIA" "${bytes:-?}" "${ck_ms:-?}" "$down_ms" "$native_ms" "$flyt_ms"
 [ $same = yes ] && exit 0

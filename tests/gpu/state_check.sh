@@ -119,4 +119,5 @@ cat "$OUTDIR/checkpoint.txt"
 grep -o 'restored: .*' "$OUTDIR/server-restored.log" | sed 's/^/restore: /'
 [ "$VERIFY" = 0 ] && tail -n 1 "$OUTDIR/verify.txt" | grep -qx PASS ||
     { grep -E 'error|refused' "$OUTDIR/server-restored.log" | head -5 >&2; fail "verify failed"; }
+grep -ho 'state phases.*' "$OUTDIR/server-source.log" "$OUTDIR/server-restored.log"
 echo PASS

@@ -1,0 +1,432 @@
+/* The state's bytes on their way out, hashed by chunks on threads: see state_pipe.h. */
+#include "state_pipe.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "session.h"
+#include "state_format.h"
+
+#define BLOCK       FLYT_STAGING_CHUNK /* one staging buffer: a whole number of chunks */
+#define NBLOCKS     6                  /* of the backend's 8 staging buffers */
+#define MAX_HASHERS 8
+#define CPB         (BLOCK / FLYT_STATE_CHUNK)
+_Static_assert(BLOCK % FLYT_STATE_CHUNK == 0, "a block holds whole chunks");
+
+typedef unsigned char digest[32];
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static int hashers(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MAX_HASHERS ? MAX_HASHERS : (int)n;
+}
+
+static int sha256(const void *p, size_t n, digest out)
+{
+    unsigned len = 0;
+    return EVP_Digest(p, n, out, &len, EVP_sha256(), NULL) == 1 && len == 32 ? 0 : -1;
+}
+
+/* The trailer over the chunks' digests: the body's length and the chunk size
+ * are in it, so a file cut or re-chunked cannot keep it. */
+static int root_of(const digest *d, uint64_t nchunks, uint64_t body_len, unsigned char root[32])
+{
+    unsigned char head[24];
+    uint64_t chunk = FLYT_STATE_CHUNK;
+    memcpy(head, FLYT_STATE_ROOT_TAG, 8);
+    memcpy(head + 8, &body_len, 8);
+    memcpy(head + 16, &chunk, 8);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned len = 0;
+    int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
+             EVP_DigestUpdate(md, head, sizeof head) == 1 &&
+             (nchunks == 0 || EVP_DigestUpdate(md, d, nchunks * sizeof *d) == 1) &&
+             EVP_DigestFinal_ex(md, root, &len) == 1 && len == 32;
+    EVP_MD_CTX_free(md);
+    return ok ? 0 : -1;
+}
+
+/* Threads that must not take the session's signals (SIGURG wakes its reads). */
+static int spawn(pthread_t *th, void *(*fn)(void *), void *arg)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(th, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+/* ---- verifying: the root of a whole body ---- */
+
+struct root_job {
+    const unsigned char *body;
+    size_t               len;
+    uint64_t             nchunks, next; /* next: claimed atomically */
+    digest              *d;
+    uint64_t             ns;            /* summed, atomically */
+    int                  failed;
+};
+
+static void *root_worker(void *arg)
+{
+    struct root_job *j = arg;
+    uint64_t t0 = now_ns();
+    for (uint64_t c; (c = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->nchunks;) {
+        size_t off = c * FLYT_STATE_CHUNK, n = j->len - off < FLYT_STATE_CHUNK ? j->len - off
+                                                                               : FLYT_STATE_CHUNK;
+        if (sha256(j->body + off, n, j->d[c]) != 0)
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+    }
+    __atomic_fetch_add(&j->ns, now_ns() - t0, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+int flyt_state_root(const unsigned char *body, size_t len, unsigned char root[32], uint64_t *hash_ns)
+{
+    struct root_job j = {.body = body, .len = len,
+                         .nchunks = (len + FLYT_STATE_CHUNK - 1) / FLYT_STATE_CHUNK};
+    j.d = malloc((j.nchunks ? j.nchunks : 1) * sizeof *j.d);
+    if (j.d == NULL)
+        return -1;
+    pthread_t th[MAX_HASHERS];
+    int n = 0, want = j.nchunks < (uint64_t)hashers() ? (int)j.nchunks : hashers();
+    while (n < want - 1 && spawn(&th[n], root_worker, &j) == 0)
+        n++;
+    root_worker(&j); /* this thread too */
+    while (n > 0)
+        pthread_join(th[--n], NULL);
+    int rc = j.failed ? -1 : root_of(j.d, j.nchunks, len, root);
+    free(j.d);
+    *hash_ns = j.ns;
+    return rc;
+}
+
+/* ---- writing ---- */
+
+struct block {
+    unsigned char *mem;
+    int            staged;  /* a staging buffer of the backend (else malloc'd) */
+    size_t         len;     /* published: its bytes */
+    int            pending; /* chunks to hash and outputs to write it to */
+};
+
+enum { OUT_FILE, OUT_SOCK };
+
+struct flyt_swriter {
+    flyt_backend   *b;
+    int             fd, sock;
+    uint64_t       *sent;
+    struct block    blk[NBLOCKS];
+    size_t          cur_len;       /* bytes in the block being filled (number nfilled) */
+    uint64_t        total;         /* bytes put */
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    /* under mu */
+    uint64_t        nfilled;       /* blocks published */
+    uint64_t        chunks_avail;  /* chunks in them */
+    uint64_t        next_chunk;    /* the next to hash */
+    digest         *d;
+    size_t          cap_d;
+    uint64_t        next_out[2];   /* the next block for each output */
+    uint64_t        out_bytes[2];
+    int             stop;
+    int             failed, failed_sock;
+    uint64_t        hash_ns, write_ns, send_ns, stall_ns;
+    pthread_t       th[MAX_HASHERS + 2];
+    int             nth, nhash;
+};
+
+/* The first output error sticks; read without the lock by the filling thread. */
+static int failed(const struct flyt_swriter *w)
+{
+    return __atomic_load_n(&w->failed, __ATOMIC_ACQUIRE);
+}
+
+static void set_failed(struct flyt_swriter *w, int err, int on_sock)
+{
+    if (err && !failed(w)) {
+        w->failed_sock = on_sock;
+        __atomic_store_n(&w->failed, err, __ATOMIC_RELEASE);
+    }
+}
+
+static int write_full(int fd, int is_sock, const void *p, size_t n)
+{
+    for (size_t off = 0; off < n;) {
+        ssize_t k = is_sock ? send(fd, (const char *)p + off, n - off, MSG_NOSIGNAL)
+                            : write(fd, (const char *)p + off, n - off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? errno : EIO;
+        off += (size_t)k;
+    }
+    return 0;
+}
+
+static void *hash_worker(void *arg)
+{
+    struct flyt_swriter *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->stop && w->next_chunk >= w->chunks_avail)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->stop)
+            break;
+        uint64_t c = w->next_chunk++;
+        struct block *bk = &w->blk[(c / CPB) % NBLOCKS];
+        size_t off = (c % CPB) * FLYT_STATE_CHUNK;
+        size_t n = bk->len - off < FLYT_STATE_CHUNK ? bk->len - off : FLYT_STATE_CHUNK;
+        pthread_mutex_unlock(&w->mu);
+        digest d;
+        uint64_t t0 = now_ns();
+        int rc = sha256(bk->mem + off, n, d);
+        uint64_t dt = now_ns() - t0;
+        pthread_mutex_lock(&w->mu);
+        if (rc != 0)
+            set_failed(w, ENOMEM, 0);
+        memcpy(w->d[c], d, sizeof d);
+        w->hash_ns += dt;
+        bk->pending--;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static void out_worker(struct flyt_swriter *w, int which)
+{
+    int fd = which == OUT_SOCK ? w->sock : w->fd;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->stop && !failed(w) && w->next_out[which] >= w->nfilled)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->stop || failed(w))
+            break;
+        struct block *bk = &w->blk[w->next_out[which] % NBLOCKS];
+        pthread_mutex_unlock(&w->mu);
+        uint64_t t0 = now_ns();
+        int err = write_full(fd, which == OUT_SOCK, bk->mem, bk->len);
+        uint64_t dt = now_ns() - t0;
+        pthread_mutex_lock(&w->mu);
+        *(which == OUT_SOCK ? &w->send_ns : &w->write_ns) += dt;
+        if (err) {
+            set_failed(w, err, which == OUT_SOCK);
+            pthread_cond_broadcast(&w->cv);
+            break;
+        }
+        w->next_out[which]++;
+        w->out_bytes[which] += bk->len;
+        if (w->sent && (which == OUT_SOCK || w->sock < 0))
+            __atomic_store_n(w->sent, w->out_bytes[which], __ATOMIC_RELEASE);
+        bk->pending--;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *file_worker(void *arg)
+{
+    out_worker(arg, OUT_FILE);
+    return NULL;
+}
+
+static void *sock_worker(void *arg)
+{
+    out_worker(arg, OUT_SOCK);
+    return NULL;
+}
+
+/* Hands the current block to the threads and waits until the next one is free. */
+static int publish(struct flyt_swriter *w)
+{
+    if (w->cur_len == 0)
+        return failed(w) ? -1 : 0;
+    uint64_t chunks = (w->cur_len + FLYT_STATE_CHUNK - 1) / FLYT_STATE_CHUNK;
+    pthread_mutex_lock(&w->mu);
+    if (w->chunks_avail + chunks > w->cap_d) {
+        size_t cap = w->cap_d ? w->cap_d * 2 : 64;
+        digest *d = realloc(w->d, cap * sizeof *d);
+        if (d == NULL) {
+            set_failed(w, ENOMEM, 0);
+            pthread_mutex_unlock(&w->mu);
+            return -1;
+        }
+        w->d = d;
+        w->cap_d = cap;
+    }
+    struct block *bk = &w->blk[w->nfilled % NBLOCKS];
+    bk->len = w->cur_len;
+    bk->pending = (int)chunks + 1 + (w->sock >= 0);
+    w->chunks_avail += chunks;
+    w->nfilled++;
+    pthread_cond_broadcast(&w->cv);
+    uint64_t t0 = now_ns();
+    struct block *next = &w->blk[w->nfilled % NBLOCKS];
+    while (next->pending > 0 && !failed(w))
+        pthread_cond_wait(&w->cv, &w->mu);
+    w->stall_ns += now_ns() - t0;
+    int rc = failed(w) ? -1 : 0;
+    pthread_mutex_unlock(&w->mu);
+    w->cur_len = 0;
+    return rc;
+}
+
+void *flyt_sw_reserve(struct flyt_swriter *w, size_t *room)
+{
+    if (failed(w))
+        return NULL;
+    *room = BLOCK - w->cur_len;
+    return w->blk[w->nfilled % NBLOCKS].mem + w->cur_len;
+}
+
+int flyt_sw_commit(struct flyt_swriter *w, size_t n)
+{
+    w->cur_len += n;
+    w->total += n;
+    return w->cur_len == BLOCK ? publish(w) : failed(w) ? -1 : 0;
+}
+
+int flyt_sw_put(struct flyt_swriter *w, const void *p, size_t n)
+{
+    while (n > 0) {
+        size_t room;
+        unsigned char *dst = flyt_sw_reserve(w, &room);
+        if (dst == NULL)
+            return -1;
+        size_t take = n < room ? n : room;
+        memcpy(dst, p, take);
+        p = (const char *)p + take;
+        n -= take;
+        if (flyt_sw_commit(w, take) != 0)
+            return -1;
+    }
+    return failed(w) ? -1 : 0;
+}
+
+int flyt_sw_finish(struct flyt_swriter *w)
+{
+    uint64_t body = w->total;
+    unsigned char root[32];
+    if (publish(w) != 0)
+        return -1;
+    pthread_mutex_lock(&w->mu);
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < NBLOCKS && !failed(w); i++)
+        while (w->blk[i].pending > 0 && !failed(w))
+            pthread_cond_wait(&w->cv, &w->mu);
+    w->stall_ns += now_ns() - t0;
+    int bad = failed(w);
+    if (!bad && root_of(w->d, w->chunks_avail, body, root) != 0)
+        set_failed(w, ENOMEM, 0);
+    pthread_mutex_unlock(&w->mu);
+    if (bad || failed(w))
+        return -1;
+    /* the trailer, not hashed itself: the receiver first, as every block */
+    int err = w->sock >= 0 ? write_full(w->sock, 1, root, sizeof root) : 0;
+    if (err)
+        set_failed(w, err, 1);
+    else if ((err = write_full(w->fd, 0, root, sizeof root)) != 0)
+        set_failed(w, err, 0);
+    w->total += sizeof root;
+    if (w->sent && !err)
+        __atomic_store_n(w->sent, w->total, __ATOMIC_RELEASE);
+    return err ? -1 : 0;
+}
+
+uint64_t flyt_sw_total(const struct flyt_swriter *w)
+{
+    return w->total;
+}
+
+int flyt_sw_error(const struct flyt_swriter *w, int *on_sock)
+{
+    int err = failed(w);
+    *on_sock = err && w->failed_sock;
+    return err;
+}
+
+struct flyt_swriter *flyt_sw_open(flyt_backend *b, int fd, int sock, uint64_t *sent)
+{
+    struct flyt_swriter *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return NULL;
+    w->b = b;
+    w->fd = fd;
+    w->sock = sock;
+    w->sent = sent;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    int ok = 1;
+    for (int i = 0; i < NBLOCKS && ok; i++) {
+        size_t got = 0;
+        void *m = b ? b->ops->staging_get(b, BLOCK, &got) : NULL;
+        if (m && got < BLOCK) { /* a short one cannot hold whole chunks */
+            b->ops->staging_put(b, m);
+            m = NULL;
+        }
+        w->blk[i].staged = m != NULL;
+        w->blk[i].mem = m ? m : malloc(BLOCK);
+        ok = w->blk[i].mem != NULL;
+    }
+    if (ok && spawn(&w->th[w->nth], file_worker, w) == 0)
+        w->nth++;
+    else
+        ok = 0;
+    if (ok && sock >= 0 && spawn(&w->th[w->nth], sock_worker, w) == 0)
+        w->nth++;
+    else if (sock >= 0)
+        ok = 0;
+    for (int i = 0; ok && i < hashers() && spawn(&w->th[w->nth], hash_worker, w) == 0; i++)
+        w->nth++, w->nhash++;
+    if (!ok || w->nhash == 0) {
+        flyt_sw_close(w, NULL);
+        return NULL;
+    }
+    return w;
+}
+
+void flyt_sw_close(struct flyt_swriter *w, struct flyt_state_times *t)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    while (w->nth > 0)
+        pthread_join(w->th[--w->nth], NULL);
+    for (int i = 0; i < NBLOCKS; i++) {
+        if (w->blk[i].staged)
+            w->b->ops->staging_put(w->b, w->blk[i].mem);
+        else
+            free(w->blk[i].mem);
+    }
+    if (t) {
+        t->hash += w->hash_ns;
+        t->write += w->write_ns;
+        t->send += w->send_ns;
+        t->stall += w->stall_ns;
+        t->threads = w->nhash;
+    }
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w->d);
+    free(w);
+}
