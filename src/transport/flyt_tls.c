@@ -33,7 +33,7 @@
     F(SSL_set_fd) F(SSL_ctrl) F(SSL_set1_host) F(SSL_get0_param) F(SSL_connect) F(SSL_accept) \
     F(SSL_read_ex) F(SSL_write_ex) F(SSL_get_error) F(SSL_has_pending)                        \
     F(SSL_get_verify_result) F(SSL_get_wbio) F(SSL_get_rbio) F(SSL_get_version)              \
-    F(SSL_get_current_cipher) F(SSL_CIPHER_get_name)
+    F(SSL_get_current_cipher) F(SSL_CIPHER_get_name) F(SSL_CTX_set_default_read_buffer_len)
 
 static struct {
 #define F(name) __typeof__(&name) name;
@@ -91,6 +91,9 @@ struct flyt_tls_ctx {
     int      server;
 };
 
+/* One recv brings many records: fewer system calls on bulk copies. */
+#define READ_AHEAD_BYTES (256u << 10)
+
 /* Bulk data: records read ahead in large batches (fewer syscalls), writes
  * that may end after some records (so a full socket releases the mutex),
  * TLS 1.2 at least, kTLS where the kernel has it. */
@@ -108,6 +111,7 @@ static SSL_CTX *new_ctx(int server, char *err, size_t errlen)
     lib.SSL_CTX_ctrl(c, SSL_CTRL_MODE,
                      SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, NULL);
     lib.SSL_CTX_ctrl(c, SSL_CTRL_SET_READ_AHEAD, 1, NULL);
+    lib.SSL_CTX_set_default_read_buffer_len(c, READ_AHEAD_BYTES);
     return c;
 }
 
@@ -218,6 +222,7 @@ struct flyt_tls {
     int             fd;
     int             timeout_ms;
     pthread_mutex_t mu;
+    int             buffered; /* OpenSSL holds unread input: set by the reader under mu */
     char            stage[STAGE_BYTES]; /* used by the one writer at a time */
 };
 
@@ -257,6 +262,8 @@ static long io_once(flyt_tls *t, int dir, void *buf, size_t len, int wait)
                                  : lib.SSL_read_ex(t->ssl, buf, len, &done);
         int saved = errno;
         int e = ok ? SSL_ERROR_NONE : lib.SSL_get_error(t->ssl, 0);
+        if (dir == IO_READ)
+            __atomic_store_n(&t->buffered, lib.SSL_has_pending(t->ssl), __ATOMIC_RELAXED);
         pthread_mutex_unlock(&t->mu);
         if (ok)
             return (long)done;
@@ -277,11 +284,16 @@ static long io_once(flyt_tls *t, int dir, void *buf, size_t len, int wait)
     }
 }
 
+/* Reads wait for the socket without the mutex while OpenSSL holds no input,
+ * so a writer on another thread is not held up by a read that would block
+ * (each round trip took five futex calls and a failed read before). */
 long flyt_tls_recv_some(flyt_tls *t, void *buf, size_t cap)
 {
+    if (!__atomic_load_n(&t->buffered, __ATOMIC_RELAXED) && wait_ready(t->fd, SSL_ERROR_WANT_READ, t->timeout_ms) != 0)
+        return -1;
     long n = io_once(t, IO_READ, buf, cap, 1);
-    /* what has arrived already comes along (records are at most 16 KiB) */
-    while (n > 0 && (size_t)n < cap) {
+    /* records already read ahead come along (each is at most 16 KiB) */
+    while (n > 0 && (size_t)n < cap && __atomic_load_n(&t->buffered, __ATOMIC_RELAXED)) {
         long more = io_once(t, IO_READ, (char *)buf + n, cap - (size_t)n, 0);
         if (more <= 0)
             break;
@@ -353,10 +365,7 @@ int flyt_tls_writev_full(flyt_tls *t, struct iovec *iov, int iovcnt)
 
 int flyt_tls_pending(flyt_tls *t)
 {
-    pthread_mutex_lock(&t->mu);
-    int n = lib.SSL_has_pending(t->ssl);
-    pthread_mutex_unlock(&t->mu);
-    return n;
+    return __atomic_load_n(&t->buffered, __ATOMIC_RELAXED);
 }
 
 void flyt_tls_set_timeout(flyt_tls *t, int timeout_ms)
@@ -411,6 +420,7 @@ static int finish(flyt_tls *t, flyt_tls **out)
 {
     int kernel = BIO_get_ktls_send(lib.SSL_get_wbio(t->ssl)) &&
                  BIO_get_ktls_recv(lib.SSL_get_rbio(t->ssl));
+    t->buffered = lib.SSL_has_pending(t->ssl); /* the first frame may have come with the handshake */
     *out = t;
     if (!kernel)
         return 0;
