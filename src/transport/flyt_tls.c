@@ -106,7 +106,7 @@ static SSL_CTX *new_ctx(int server, char *err, size_t errlen)
         ssl_reason(err, errlen, "cannot make a TLS context");
         return NULL;
     }
-    lib.SSL_CTX_set_options(c, SSL_OP_ENABLE_KTLS | SSL_OP_IGNORE_UNEXPECTED_EOF);
+    lib.SSL_CTX_set_options(c, SSL_OP_ENABLE_KTLS | SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
     lib.SSL_CTX_ctrl(c, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, NULL);
     lib.SSL_CTX_ctrl(c, SSL_CTRL_MODE,
                      SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, NULL);
@@ -262,8 +262,9 @@ static long io_once(flyt_tls *t, int dir, void *buf, size_t len, int wait)
                                  : lib.SSL_read_ex(t->ssl, buf, len, &done);
         int saved = errno;
         int e = ok ? SSL_ERROR_NONE : lib.SSL_get_error(t->ssl, 0);
-        if (dir == IO_READ)
-            __atomic_store_n(&t->buffered, lib.SSL_has_pending(t->ssl), __ATOMIC_RELAXED);
+        /* after a write too: a TLS 1.2 write may read (no renegotiation is offered, but a
+         * peer's handshake record could still arrive with data behind it) */
+        __atomic_store_n(&t->buffered, lib.SSL_has_pending(t->ssl), __ATOMIC_RELAXED);
         pthread_mutex_unlock(&t->mu);
         if (ok)
             return (long)done;
