@@ -208,6 +208,37 @@ static void reservation_release(struct clm *clm, const char *sid)
         flyt_error("session %s: cannot release its reservation: %s", sid, e.message);
 }
 
+/* As join_vm_elsewhere, for a share reserved for another session of s's VM that is
+ * moving there (a drain moves a VM's sessions one after the other). */
+static int join_vm_reserved(struct clm *clm, const struct session_rec *s, const char *node,
+                            int gpu, struct target *t, struct api_error *e)
+{
+    char err[512];
+    struct reservation_rec *rs;
+    int nr, found = 0;
+    if (store_reservation_list(clm->store, NULL, &rs, &nr, err, sizeof err) < 0)
+        return api_store_fail(e, "reading reservations", err);
+    for (int i = 0; i < nr && !found; i++) {
+        struct node_rec n;
+        if (strcmp(rs[i].vm_id, s->vm_id) != 0 || strcmp(rs[i].session_id, s->id) == 0
+            || strcmp(rs[i].node_id, s->node_id) == 0 || (node && strcmp(rs[i].node_id, node) != 0)
+            || (gpu >= 0 && rs[i].gpu_index != gpu))
+            continue;
+        if (store_node_get(clm->store, rs[i].node_id, &n, err, sizeof err) > 0
+            && n.state == NODE_READY) {
+            t->node = n;
+            t->gpu_index = rs[i].gpu_index;
+            t->sm_count = rs[i].sm_count;
+            t->ngroups = rs[i].ngroups;
+            memcpy(t->groups, rs[i].groups, sizeof t->groups[0] * (size_t)rs[i].ngroups);
+            t->memory_quota = rs[i].memory_quota;
+            found = 1;
+        }
+    }
+    free(rs);
+    return found;
+}
+
 /* A VM's processes share one share (api_sessions.c): when another live session of s's
  * VM already runs on a ready node other than s's (one moved before it: a drain moves
  * them one by one), s joins that share, as a further process of the VM would. 1 with t,
@@ -234,7 +265,7 @@ static int join_vm_elsewhere(struct clm *clm, const struct session_rec *s, const
         }
     }
     free(ss);
-    return found;
+    return found ? 1 : join_vm_reserved(clm, s, node, gpu, t, e);
 }
 
 /* Placement of s's share (lock held): on node/gpu when given (gpu < 0: any), else on
