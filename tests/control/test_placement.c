@@ -58,6 +58,27 @@ int main(void)
     CHECK_EQ(out.ngroups, 2, "free groups 1 and 3 taken around the used ones");
     CHECK_EQ(out.groups[0], 1, "free groups 1 and 3 taken around the used ones");
     CHECK_EQ(out.groups[1], 3, "free groups 1 and 3 taken around the used ones");
+
+    /* fragmentation cannot refuse a fit (docs/design.md, "SM groups need not be
+     * contiguous"): for every pattern of used groups on an 8-group GPU, a request fits
+     * exactly when enough groups are free, however scattered, and gets free ones only */
+    for (int used_mask = 0; used_mask < 256; used_mask++) {
+        struct gpu_cap frag = gpu("n", "h", 0, 64, 8, 80 * GiB);
+        int ug[8], nu = 0;
+        for (int g = 0; g < 8; g++)
+            if (used_mask & (1 << g))
+                ug[nu++] = g;
+        gpu_cap_add(&frag, ug, nu, 0);
+        for (int want = 1; want <= 8; want++) {
+            r = req(want * 8, GiB, "h", PLACE_SPREAD);
+            int fit = placement_choose(&frag, 1, &r, &out) == 0;
+            CHECK_EQ(fit, want <= 8 - nu, "used groups %#x: %d group(s) fit iff %d are free",
+                     used_mask, want, 8 - nu);
+            for (int i = 0; fit && i < out.ngroups; i++)
+                CHECK(!(used_mask & (1 << out.groups[i])), "used groups %#x: group %d is free",
+                      used_mask, out.groups[i]);
+        }
+    }
     int alloc[MAX_SM_GROUPS];
     CHECK_EQ(gpu_cap_allocated_groups(&holes, alloc), 2, "allocated groups listed");
     CHECK_EQ(alloc[1], 2, "allocated groups listed");

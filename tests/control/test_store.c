@@ -17,7 +17,7 @@ static void reset(const char *url)
     struct db *db = strncmp(url, "postgres", 8) == 0 ? db_open_pg(url, err, sizeof err)
                                                      : db_open_sqlite(url + 7, err, sizeof err);
     CHECK_NE(db, NULL, "open the raw database to reset it (%s)", err);
-    static const char *const tables[] = {"events", "share_requests", "sessions", "gpus", "nodes", "vms",
+    static const char *const tables[] = {"reservations", "events", "share_requests", "sessions", "gpus", "nodes", "vms",
                                          "schema_version"};
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
         char sql[128];
@@ -229,6 +229,54 @@ int main(int argc, char **argv)
     CHECK_EQ(c, sm1, "after reopening: the same allocation (%lld SMs)", a);
     capacity(st, &a, &b, &c);
     CHECK_EQ(a, sm0, "derived again: still the same (no counter to drift)");
+
+    /* reservations: a migration's target share counts as allocated, survives a restart,
+     * and one that joins a share already counted (same VM, GPU, groups) adds nothing */
+    struct reservation_rec rv = {.kind = RES_MIGRATE, .gpu_index = 0, .sm_count = 16,
+                                 .ngroups = 2, .groups = {5, 6}, .memory_quota = 4 * GiB,
+                                 .stream = 1};
+    snprintf(rv.session_id, sizeof rv.session_id, "s-9");
+    snprintf(rv.vm_id, sizeof rv.vm_id, "vm-3");
+    snprintf(rv.node_id, sizeof rv.node_id, "node-a");
+    snprintf(rv.from_node, sizeof rv.from_node, "node-b");
+    CHECK_EQ(store_reservation_put(st, &rv, err, sizeof err), 1, "reserve (%s)", err);
+    store_close(st);
+    st = store_open(url, err, sizeof err);
+    CHECK_NE(st, NULL, "reopen with a reservation");
+    capacity(st, &a, &b, &c);
+    CHECK_EQ(a, sm0 + 16, "the reservation's 2 groups are allocated after a restart (%lld)", a);
+    CHECK_EQ(b, mem0 + 4 * GiB, "and its memory (%lld)", b);
+    struct reservation_rec rg;
+    CHECK_EQ(store_reservation_get(st, "s-9", &rg, err, sizeof err), 1, "get it (%s)", err);
+    CHECK(rg.kind == RES_MIGRATE && rg.ngroups == 2 && rg.groups[1] == 6 && rg.stream == 1
+          && strcmp(rg.from_node, "node-b") == 0 && rg.memory_quota == 4 * GiB,
+          "a reservation round-trips");
+    rv.ngroups = 1;
+    CHECK_EQ(store_reservation_put(st, &rv, err, sizeof err), 1, "put replaces (%s)", err);
+    capacity(st, &a, &b, &c);
+    CHECK_EQ(a, sm0 + 8, "the replaced reservation holds 1 group (%lld)", a);
+    struct reservation_rec join = rv;
+    snprintf(join.session_id, sizeof join.session_id, "s-8");
+    snprintf(join.vm_id, sizeof join.vm_id, "vm-1");
+    join.kind = RES_RESTORE;
+    join.ngroups = 2;
+    join.groups[0] = 0;
+    join.groups[1] = 1;
+    CHECK_EQ(store_reservation_put(st, &join, err, sizeof err), 1, "reserve a joining share");
+    capacity(st, &a, &b, &c);
+    CHECK_EQ(a, sm0 + 8, "joining vm-1's counted share (groups 0,1) adds no SMs (%lld)", a);
+    CHECK_EQ(b, mem0 + 4 * GiB, "nor memory (%lld)", b);
+    struct reservation_rec *rl;
+    CHECK_EQ(store_reservation_list(st, "node-a", &rl, &n, err, sizeof err), 0, "list");
+    CHECK_EQ(n, 2, "2 reservations on node-a");
+    free(rl);
+    CHECK_EQ(store_reservation_list(st, "node-b", &rl, &n, err, sizeof err), 0, "list");
+    CHECK_EQ(n, 0, "none on node-b");
+    free(rl);
+    CHECK_EQ(store_reservation_delete(st, "s-9", err, sizeof err), 1, "release");
+    CHECK_EQ(store_reservation_delete(st, "s-8", err, sizeof err), 1, "release");
+    capacity(st, &a, &b, &c);
+    CHECK_EQ(a, sm0, "released: back to the live sessions' share (%lld)", a);
 
     /* ending a session frees its share by that fact alone */
     struct clm clm;

@@ -8,6 +8,12 @@
  * its progress and outcome stay in the table for GET .../migration. A session being
  * migrated, or checkpointed with stop, is "migrating" in the store (live: it keeps its
  * source share); a preempted one is "suspended" (no share: a restore places it anew).
+ *
+ * The target's share is reserved in the store (store.h, reservation_rec) in the same
+ * transaction that places it, so that no other placement takes it, until the session runs
+ * there (record_running drops it in its transaction) or the operation ends otherwise. A
+ * migration's reservation also says what to finish or undo after a restart of this
+ * manager (migrations_recover).
  */
 #include "clm.h"
 
@@ -164,6 +170,75 @@ static void target_of(const struct session_rec *s, const struct node_rec *node, 
     t->memory_quota = s->memory_quota;
 }
 
+/* Reserves t for s (a migration from `from`, or a restore when from is NULL). In a
+ * transaction. */
+static int reserve(struct clm *clm, const struct session_rec *s, const struct target *t,
+                   const struct target *from, int stream, struct api_error *e)
+{
+    FLYT_ASSERT_HELD(&clm->lock);
+    struct reservation_rec r = {0};
+    char err[512];
+    snprintf(r.session_id, sizeof r.session_id, "%s", s->id);
+    snprintf(r.vm_id, sizeof r.vm_id, "%s", s->vm_id);
+    snprintf(r.node_id, sizeof r.node_id, "%s", t->node.id);
+    r.kind = from ? RES_MIGRATE : RES_RESTORE;
+    r.gpu_index = t->gpu_index;
+    r.sm_count = t->sm_count;
+    r.ngroups = t->ngroups;
+    memcpy(r.groups, t->groups, sizeof r.groups[0] * (size_t)t->ngroups);
+    r.memory_quota = t->memory_quota;
+    if (from)
+        snprintf(r.from_node, sizeof r.from_node, "%s", from->node.id);
+    r.stream = stream;
+    if (store_reservation_put(clm->store, &r, err, sizeof err) < 0)
+        return api_store_fail(e, "reserving the target's share", err);
+    return 0;
+}
+
+/* Drops sid's reservation, if any (takes the lock). */
+static void reservation_release(struct clm *clm, const char *sid)
+{
+    struct api_error e = {0};
+    char err[512];
+    if (clm_begin(clm, &e) < 0)
+        return;
+    int rc = store_reservation_delete(clm->store, sid, err, sizeof err) < 0
+             ? api_store_fail(&e, "releasing a reservation", err) : 0;
+    if (clm_end(clm, rc == 0, &e) < 0)
+        flyt_error("session %s: cannot release its reservation: %s", sid, e.message);
+}
+
+/* As join_vm_elsewhere, for a share reserved for another session of s's VM that is
+ * moving there (a drain moves a VM's sessions one after the other). */
+static int join_vm_reserved(struct clm *clm, const struct session_rec *s, const char *node,
+                            int gpu, struct target *t, struct api_error *e)
+{
+    char err[512];
+    struct reservation_rec *rs;
+    int nr, found = 0;
+    if (store_reservation_list(clm->store, NULL, &rs, &nr, err, sizeof err) < 0)
+        return api_store_fail(e, "reading reservations", err);
+    for (int i = 0; i < nr && !found; i++) {
+        struct node_rec n;
+        if (strcmp(rs[i].vm_id, s->vm_id) != 0 || strcmp(rs[i].session_id, s->id) == 0
+            || strcmp(rs[i].node_id, s->node_id) == 0 || (node && strcmp(rs[i].node_id, node) != 0)
+            || (gpu >= 0 && rs[i].gpu_index != gpu))
+            continue;
+        if (store_node_get(clm->store, rs[i].node_id, &n, err, sizeof err) > 0
+            && n.state == NODE_READY) {
+            t->node = n;
+            t->gpu_index = rs[i].gpu_index;
+            t->sm_count = rs[i].sm_count;
+            t->ngroups = rs[i].ngroups;
+            memcpy(t->groups, rs[i].groups, sizeof t->groups[0] * (size_t)rs[i].ngroups);
+            t->memory_quota = rs[i].memory_quota;
+            found = 1;
+        }
+    }
+    free(rs);
+    return found;
+}
+
 /* A VM's processes share one share (api_sessions.c): when another live session of s's
  * VM already runs on a ready node other than s's (one moved before it: a drain moves
  * them one by one), s joins that share, as a further process of the VM would. 1 with t,
@@ -190,7 +265,7 @@ static int join_vm_elsewhere(struct clm *clm, const struct session_rec *s, const
         }
     }
     free(ss);
-    return found;
+    return found ? 1 : join_vm_reserved(clm, s, node, gpu, t, e);
 }
 
 /* Placement of s's share (lock held): on node/gpu when given (gpu < 0: any), else on
@@ -323,7 +398,8 @@ static int record_running(struct clm *clm, const char *sid, const struct target 
         s.ended_at = s.disconnected_since = 0;
         s.end_reason[0] = 0;
         if (store_session_move(clm->store, &s, err, sizeof err) < 0
-            || store_session_update(clm->store, &s, err, sizeof err) < 0)
+            || store_session_update(clm->store, &s, err, sizeof err) < 0
+            || store_reservation_delete(clm->store, sid, err, sizeof err) < 0)
             rc = api_store_fail(e, "recording a session", err);
     }
     if (rc == 0)
@@ -347,7 +423,8 @@ static void record_state(struct clm *clm, const char *sid, int from, enum sessio
             s.endpoint[0] = 0;
             s.server_pid = 0;
         }
-        if (store_session_update(clm->store, &s, err, sizeof err) < 0)
+        if (store_session_update(clm->store, &s, err, sizeof err) < 0
+            || store_reservation_delete(clm->store, sid, err, sizeof err) < 0)
             rc = api_store_fail(&e, "updating a session", err);
     }
     if (rc == 0 && kind)
@@ -509,10 +586,16 @@ void h_session_restore(void *ctx, const struct flyt_http_request *req,
     if (rc == 0 && session_is_live(&s))
         rc = api_fail(&e, 409, "conflict", "session %s is %s: checkpoint it with stop first",
                       s.id, session_state_name(s.state));
+    char err[512];
+    if (rc == 0 && !ckpt_session_busy(s.id)   /* an expired restore's share goes */
+        && store_reservation_delete(clm->store, s.id, err, sizeof err) < 0)
+        rc = api_store_fail(&e, "releasing a reservation", err);
     if (rc == 0)
         rc = place(clm, &s, node, gpu, NULL, &t, &e);
     if (rc == 0 && !(o = op_claim(s.id, OP_RESTORE, &e)))
         rc = -1;
+    if (rc == 0)
+        rc = reserve(clm, &s, &t, NULL, 0, &e);
     if (rc == 0) {
         pthread_mutex_lock(&ops_lock);
         o->to = t;
@@ -592,6 +675,7 @@ void h_session_restore_abort(void *ctx, const struct flyt_http_request *req,
     pthread_mutex_lock(&ops_lock);
     op_remove_locked(op_find_locked(req->params[0]));
     pthread_mutex_unlock(&ops_lock);
+    reservation_release(ctx, req->params[0]);
     flyt_http_reply_status(res, 204);
 }
 
@@ -625,6 +709,7 @@ void h_session_restore_start(void *ctx, const struct flyt_http_request *req,
     op_remove_locked(op_find_locked(req->params[0]));
     pthread_mutex_unlock(&ops_lock);
     if (rc != 0) {
+        reservation_release(clm, req->params[0]);
         api_reply_error(res, &e);
         return;
     }
@@ -672,9 +757,12 @@ static int copy_state(struct op *o, char *err, size_t errlen)
 
 static void op_finish(struct op *o, int ok, const char *endpoint, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Ends a migration: its reservation goes (when the ending could not drop it with the
+ * session's record), then the op is done (and may be replaced and freed from then on). */
 static void op_finish(struct op *o, int ok, const char *endpoint, const char *fmt, ...)
 {
     va_list ap;
+    reservation_release(o->clm, o->sid);
     pthread_mutex_lock(&ops_lock);
     va_start(ap, fmt);
     vsnprintf(o->message, sizeof o->message, fmt, ap);
@@ -829,6 +917,7 @@ static void *migrate_main(void *arg)
     char path[ID_MAX + 64], err[768], endpoint[ADDR_MAX], msg[1024];
     char address[ADDR_MAX], secret[80] = "";
     long long pid = 0;
+    clm_test_step("migrate.placed");
     int streamed = prepare_receiver(o, job->vm_id, address, sizeof address, secret,
                                     sizeof secret) == 0;
     long long t0 = now_ms(); /* the downtime starts with the checkpoint's drain */
@@ -849,6 +938,7 @@ static void *migrate_main(void *arg)
         op_finish(o, 0, NULL, "%s", msg);
         goto out;
     }
+    clm_test_step("migrate.checkpointed");
     pthread_mutex_lock(&ops_lock);
     o->total = fresh ? 0 : json_integer_value(json_object_get(ans, "bytes"));
     if (streamed)
@@ -868,6 +958,7 @@ static void *migrate_main(void *arg)
         migrate_fall_back(o, job->vm_id, fresh, err);
         goto out;
     }
+    clm_test_step("migrate.started");
     long long downtime = now_ms() - t0;
     pthread_mutex_lock(&ops_lock);
     o->downtime_ms = downtime;
@@ -933,6 +1024,9 @@ void h_session_migrate(void *ctx, const struct flyt_http_request *req,
         o->clm = clm;
         o->stream = !json_is_false(stream);
         pthread_mutex_unlock(&ops_lock);
+        rc = reserve(clm, &s, &to, &from, !json_is_false(stream), &e);
+    }
+    if (rc == 0) {
         s.state = SESSION_MIGRATING;
         char err[512];
         if (store_session_update(clm->store, &s, err, sizeof err) < 0)
@@ -1046,4 +1140,223 @@ void h_node_drain(void *ctx, const struct flyt_http_request *req, struct flyt_ht
 void h_node_undrain(void *ctx, const struct flyt_http_request *req, struct flyt_http_response *res)
 {
     node_set_draining(ctx, req, res, 0);
+}
+
+/* ---- recovery of migrations a previous run left in flight ---- */
+
+/* What a node manager runs for sid: 1 with its state ("running", "starting", ...), GPU,
+ * endpoint and pid; 0 when nothing; -1 when the node cannot be asked. */
+struct node_server {
+    char state[32], endpoint[ADDR_MAX];
+    int gpu_index;
+    long long pid;
+};
+
+static int server_on(const struct node_rec *node, const char *sid, struct node_server *out)
+{
+    json_t *ans = NULL, *srv;
+    char err[512];
+    size_t i;
+    if (!node->address[0] || node->state == NODE_LOST)
+        return node->address[0] ? -1 : 0;
+    if (node_call(node, "GET", "/v1/servers", NULL, 5000, &ans, err, sizeof err) != 0) {
+        json_decref(ans);
+        return -1;
+    }
+    int found = 0;
+    json_array_foreach(json_object_get(ans, "servers"), i, srv) {
+        const char *id = json_string_value(json_object_get(srv, "session_id"));
+        if (found || !id || strcmp(id, sid) != 0)
+            continue;
+        found = 1;
+        const char *state = json_string_value(json_object_get(srv, "state"));
+        const char *endpoint = json_string_value(json_object_get(srv, "endpoint"));
+        snprintf(out->state, sizeof out->state, "%s", state ? state : "");
+        snprintf(out->endpoint, sizeof out->endpoint, "%s", endpoint ? endpoint : "");
+        out->gpu_index = (int)json_integer_value(json_object_get(srv, "gpu_index"));
+        out->pid = json_integer_value(json_object_get(srv, "pid"));
+    }
+    json_decref(ans);
+    return found;
+}
+
+/* The migration of r as the store left it (lock taken): 1 with its op's source and target
+ * and the session's VM, 0 when the session is no longer migrating (its reservation only
+ * is left), -1 on a store failure. */
+static int recovery_load(struct clm *clm, const struct reservation_rec *r, struct op *o,
+                         char *vm_id, size_t vmlen)
+{
+    struct api_error e = {0};
+    struct session_rec s;
+    struct node_rec from, to;
+    char err[512];
+    if (clm_begin(clm, &e) < 0)
+        return -1;
+    int found = store_session_get(clm->store, r->session_id, &s, err, sizeof err);
+    int rc = found < 0 ? -1 : found && s.state == SESSION_MIGRATING;
+    if (rc == 1 && (store_node_get(clm->store, s.node_id, &from, err, sizeof err) <= 0
+                    || store_node_get(clm->store, r->node_id, &to, err, sizeof err) <= 0))
+        rc = 0;   /* a node deleted meanwhile: nothing to finish there */
+    clm_end(clm, 0, &e);
+    if (rc != 1)
+        return rc;
+    snprintf(vm_id, vmlen, "%s", s.vm_id);
+    pthread_mutex_lock(&ops_lock);
+    target_of(&s, &from, &o->from);
+    o->to.node = to;
+    o->to.gpu_index = r->gpu_index;
+    o->to.sm_count = r->sm_count;
+    o->to.ngroups = r->ngroups;
+    memcpy(o->to.groups, r->groups, sizeof r->groups[0] * (size_t)r->ngroups);
+    o->to.memory_quota = r->memory_quota;
+    o->stream = r->stream;
+    pthread_mutex_unlock(&ops_lock);
+    return 1;
+}
+
+/* The session runs on t (at endpoint, server pid): recorded, the state files go. */
+static int recovery_settle(struct op *o, const struct target *t, const char *endpoint,
+                           long long pid, const char *kind, const char *msg)
+{
+    struct api_error e = {0};
+    char path[ID_MAX + 64], err[512];
+    if (record_running(o->clm, o->sid, t, endpoint, pid, kind, msg, &e) != 0) {
+        flyt_error("session %s: %s", o->sid, e.message);
+        return -1;
+    }
+    path_of(path, sizeof path, "/v1/checkpoints/%s", o->sid);
+    node_call(&o->from.node, "DELETE", path, NULL, 10000, NULL, err, sizeof err);
+    if (strcmp(o->to.node.id, o->from.node.id) != 0)
+        node_call(&o->to.node, "DELETE", path, NULL, 10000, NULL, err, sizeof err);
+    op_finish(o, strcmp(kind, "session.migrated") == 0, endpoint, "%s", msg);
+    return 0;
+}
+
+/* Neither end runs the session (the source stopped for its checkpoint): the target
+ * settles a receiving server that took the state, else the source restores its state
+ * file, else the target restores a copied one; else it stays suspended. */
+static void recovery_restart(struct op *o, const char *vm_id, int receiving)
+{
+    char endpoint[ADDR_MAX], err[768], msg[1024];
+    long long pid = 0;
+    if (receiving && start_server_on(o->clm, o->sid, vm_id, &o->to, 1, endpoint, sizeof endpoint,
+                                     &pid, err, sizeof err) == 0) {
+        snprintf(msg, sizeof msg, "migration to %s/%d completed after a restart of the cluster "
+                 "manager: its receiving server took the state; at %s", o->to.node.id,
+                 o->to.gpu_index, endpoint);
+        recovery_settle(o, &o->to, endpoint, pid, "session.migrated", msg);
+        return;
+    }
+    if (start_server_on(o->clm, o->sid, vm_id, &o->from, 1, endpoint, sizeof endpoint, &pid, err,
+                        sizeof err) == 0) {
+        snprintf(msg, sizeof msg, "migration to %s rolled back after a restart of the cluster "
+                 "manager: restored on the source %s/%d at %s", o->to.node.id, o->from.node.id,
+                 o->from.gpu_index, endpoint);
+        recovery_settle(o, &o->from, endpoint, pid, "session.migrate_failed", msg);
+        return;
+    }
+    if (strcmp(o->to.node.id, o->from.node.id) != 0
+        && start_server_on(o->clm, o->sid, vm_id, &o->to, 1, endpoint, sizeof endpoint, &pid,
+                           err, sizeof err) == 0) {
+        snprintf(msg, sizeof msg, "migration to %s/%d completed after a restart of the cluster "
+                 "manager from the copied state; at %s", o->to.node.id, o->to.gpu_index,
+                 endpoint);
+        recovery_settle(o, &o->to, endpoint, pid, "session.migrated", msg);
+        return;
+    }
+    struct stop_list stops = {0};
+    stop_list_add(&stops, &o->to.node, o->sid);
+    stop_list_run(&stops);
+    snprintf(msg, sizeof msg, "migration to %s interrupted by a restart of the cluster manager "
+             "and neither end could restore it (%.300s): suspended, its state kept on node %s",
+             o->to.node.id, err, o->from.node.id);
+    record_state(o->clm, o->sid, SESSION_MIGRATING, SESSION_SUSPENDED, "session.migrate_failed",
+                 msg);
+    op_finish(o, 0, NULL, "%s", msg);
+}
+
+/* Brings the migration of r to an end: complete when its target runs the session, rolled
+ * back when its source still does, else restarted from its state (recovery_restart).
+ * 0 when settled, -1 when a node could not be asked (tried again later). */
+static int recover_migration(struct clm *clm, const struct reservation_rec *r, struct op *o)
+{
+    char vm_id[ID_MAX], msg[1024];
+    o->clm = clm;
+    op_phase(o, "recover");
+    int live = recovery_load(clm, r, o, vm_id, sizeof vm_id);
+    if (live <= 0) {
+        if (live == 0)
+            op_finish(o, 0, NULL, "session %s is no longer migrating: its reservation on %s "
+                      "is released", r->session_id, r->node_id);
+        return live;
+    }
+    struct node_server at_to = {0}, at_from = {0};
+    int same = strcmp(o->to.node.id, o->from.node.id) == 0;
+    int on_to = server_on(&o->to.node, o->sid, &at_to);
+    int on_from = same ? on_to : server_on(&o->from.node, o->sid, &at_from);
+    if (same)
+        at_from = at_to;
+    if (on_to < 0 || on_from < 0)
+        return -1;
+    int to_runs = on_to && strcmp(at_to.state, "running") == 0 && at_to.gpu_index == o->to.gpu_index
+                  && (!same || o->to.gpu_index != o->from.gpu_index);
+    flyt_info("session %s: recovering its migration %s -> %s (target: %s, source: %s)", o->sid,
+              o->from.node.id, o->to.node.id, on_to ? at_to.state : "nothing",
+              on_from ? at_from.state : "nothing");
+    if (to_runs) {
+        struct stop_list stops = {0};
+        if (on_from && !same)
+            stop_list_add(&stops, &o->from.node, o->sid);
+        stop_list_run(&stops);
+        snprintf(msg, sizeof msg, "migration from %s/%d to %s/%d completed after a restart of "
+                 "the cluster manager: the target runs it at %s", o->from.node.id,
+                 o->from.gpu_index, o->to.node.id, o->to.gpu_index, at_to.endpoint);
+        return recovery_settle(o, &o->to, at_to.endpoint, at_to.pid, "session.migrated", msg);
+    }
+    if (on_from && strcmp(at_from.state, "running") == 0) {
+        struct stop_list stops = {0};
+        if (on_to && !same)
+            stop_list_add(&stops, &o->to.node, o->sid);   /* its receiving server */
+        stop_list_run(&stops);
+        snprintf(msg, sizeof msg, "migration to %s rolled back after a restart of the cluster "
+                 "manager: the session carries on at its source %s/%d", o->to.node.id,
+                 o->from.node.id, o->from.gpu_index);
+        record_state(clm, o->sid, SESSION_MIGRATING, SESSION_ACTIVE, "session.migrate_failed",
+                     msg);
+        op_finish(o, 0, NULL, "%s", msg);
+        return 0;
+    }
+    recovery_restart(o, vm_id, on_to && !same && strcmp(at_to.state, "starting") == 0);
+    return 0;
+}
+
+void migrations_recover(struct clm *clm)
+{
+    struct reservation_rec *rs = NULL;
+    int n = 0;
+    char err[512];
+    pthread_mutex_lock(&clm->lock);
+    int rc = store_reservation_list(clm->store, NULL, &rs, &n, err, sizeof err);
+    pthread_mutex_unlock(&clm->lock);
+    if (rc < 0) {
+        flyt_error("recovering migrations: %s", err);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        struct api_error e = {0};
+        /* an operation of this run holds it; else it is a previous run's, or expired */
+        struct op *o = op_claim(rs[i].session_id, OP_MIGRATE, &e);
+        if (!o)
+            continue;
+        if (rs[i].kind == RES_RESTORE) {
+            flyt_info("session %s: its restore on %s ended unfinished (expired, or the cluster "
+                      "manager restarted): its reservation is released", rs[i].session_id,
+                      rs[i].node_id);
+            reservation_release(clm, rs[i].session_id);
+            op_drop(o);
+        } else if (recover_migration(clm, &rs[i], o) < 0) {
+            op_drop(o);   /* a node could not be asked: the next tick tries again */
+        }
+    }
+    free(rs);
 }

@@ -120,6 +120,12 @@ static int stops_for_unknown(struct clm *clm, const char *node_id, json_t *repor
             return api_store_fail(e, "reading a session", err);
         if (found && ckpt_session_busy(id))
             continue;   /* being restored or migrated here: that request settles it */
+        struct reservation_rec r;
+        int reserved = found ? store_reservation_get(clm->store, id, &r, err, sizeof err) : 0;
+        if (reserved < 0)
+            return api_store_fail(e, "reading a reservation", err);
+        if (reserved && strcmp(r.node_id, node_id) == 0)
+            continue;   /* a previous run's migration here: migrations_recover settles it */
         if (!found || !session_is_live(&s) || strcmp(s.node_id, node_id) != 0)
             json_array_append_new(stop, json_string(id));
     }

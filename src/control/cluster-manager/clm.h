@@ -152,6 +152,9 @@ int node_receive_server(struct clm *clm, const struct node_rec *node, const stru
                         size_t errlen);
 /* At start: sessions left "starting" by a previous run are failed. */
 int lifecycle_recover(struct clm *clm, char *err, size_t errlen);
+/* Test hook (docs/design.md, "Test hooks"): when FLYT_CLM_TEST_KILL_AT names step, the
+ * manager kills itself there with SIGKILL, as a crash at that point would. */
+void clm_test_step(const char *step);
 int lifecycle_start(struct clm *clm);
 void lifecycle_stop(struct clm *clm);
 /* One pass of the timer: nodes past node_timeout are lost, counting only time in which
@@ -186,6 +189,10 @@ handler_fn h_session_checkpoint, h_session_state_get, h_session_state_delete, h_
 /* Whether a checkpoint, restore or migration of the session is in flight: its servers
  * come and go on purpose (a heartbeat must not stop them). Any lock. */
 int ckpt_session_busy(const char *session_id);
+/* Settles the reservations no operation of this run holds: a restore's (expired, or left
+ * by a previous run) is released; a previous run's migration is completed or rolled
+ * back (api_checkpoint.c). Called by the timer; lock not held. */
+void migrations_recover(struct clm *clm);
 handler_fn h_events, h_health, h_metrics;
 extern const struct flyt_http_route clm_routes[];
 

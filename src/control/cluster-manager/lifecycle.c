@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <openssl/crypto.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +177,15 @@ int node_start_server(struct clm *clm, const struct node_rec *node, const struct
     return 0;
 }
 
+void clm_test_step(const char *step)
+{
+    const char *at = getenv("FLYT_CLM_TEST_KILL_AT");
+    if (at && strcmp(at, step) == 0) {
+        flyt_warn("test hook FLYT_CLM_TEST_KILL_AT=%s: killing this process (SIGKILL)", step);
+        raise(SIGKILL);
+    }
+}
+
 /* Lock held: the sessions a previous run left "starting" end "failed". */
 static int recover_locked(struct clm *clm, char *err, size_t errlen)
 {
@@ -307,6 +317,7 @@ static void *timer_main(void *arg)
         if (rc == ETIMEDOUT) {
             pthread_mutex_unlock(&clm->timer_lock);
             lifecycle_tick(clm);
+            migrations_recover(clm);
             requests_retry(clm);
             pthread_mutex_lock(&clm->timer_lock);
         }

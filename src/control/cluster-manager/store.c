@@ -148,10 +148,23 @@ static const char *const m3[] = {
     "ALTER TABLE sessions ADD COLUMN token_epoch BIGINT NOT NULL DEFAULT 0",
     NULL};
 
+/* Capacity reservations (store_reservations.c): the share a migration or restore placed on
+ * its target, held from the placement until the session runs there (or the operation
+ * fails); a migration's row also lets a restarted manager finish or undo it. */
+static const char *const m4[] = {
+    "CREATE TABLE reservations ("
+    " session_id TEXT PRIMARY KEY, kind TEXT NOT NULL, vm_id TEXT NOT NULL,"
+    " node_id TEXT NOT NULL, gpu_index INTEGER NOT NULL, sm_count INTEGER NOT NULL,"
+    " sm_groups TEXT NOT NULL, memory_quota BIGINT NOT NULL, from_node TEXT,"
+    " stream INTEGER NOT NULL DEFAULT 0, created_at BIGINT NOT NULL)",
+    "CREATE INDEX reservations_by_node ON reservations (node_id)",
+    NULL};
+
 static const struct migration migrations[] = {
     {1, "VMs, nodes, GPUs, sessions, events", m1},
     {2, "VM share bounds, share requests", m2},
     {3, "token rotation and revocation", m3},
+    {4, "capacity reservations of migrations and restores", m4},
 };
 #define NMIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 

@@ -102,6 +102,21 @@ struct request_rec {
     long long created_at, updated_at;
 };
 
+/* A share held on a migration's or restore's target (docs/design.md, "Reservations"):
+ * counted as allocated from its placement until the session runs there or the
+ * operation fails. One per session. */
+enum reservation_kind { RES_MIGRATE, RES_RESTORE };
+struct reservation_rec {
+    char session_id[ID_MAX], vm_id[ID_MAX], node_id[ID_MAX];
+    enum reservation_kind kind;
+    int gpu_index, sm_count;
+    int ngroups, groups[MAX_SM_GROUPS];
+    long long memory_quota;
+    char from_node[ID_MAX];          /* a migration's source; "" for a restore */
+    int stream;                      /* a migration streams the state to a receiving server */
+    long long created_at;
+};
+
 struct session_filter {
     const char *vm_id, *node_id;          /* NULL: any */
     int by_state;                         /* only sessions in state */
@@ -162,6 +177,16 @@ int store_session_list(struct store *st, const struct session_filter *f, struct 
 /* Number of sessions in each state (counts[SESSION_STATES]). */
 int store_session_count_by_state(struct store *st, long long *counts, char *err, size_t errlen);
 int session_is_live(const struct session_rec *s);
+
+/* Reservations (store_reservations.c); put replaces the session's one. node_id NULL:
+ * every node's, oldest first. */
+int store_reservation_put(struct store *st, const struct reservation_rec *r, char *err,
+                          size_t errlen);
+int store_reservation_delete(struct store *st, const char *session_id, char *err, size_t errlen);
+int store_reservation_get(struct store *st, const char *session_id, struct reservation_rec *r,
+                          char *err, size_t errlen);
+int store_reservation_list(struct store *st, const char *node_id, struct reservation_rec **out,
+                           int *n, char *err, size_t errlen);
 
 /* Share requests, oldest first; vm_id NULL: every VM's; by_state: only that state. */
 const char *request_state_name(enum request_state state);
