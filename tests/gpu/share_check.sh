@@ -9,7 +9,8 @@
 #
 # Runs share_check natively (whole GPU), then through flyt-server with shares
 # of 16, 32 and 64 SMs (--sm-groups of --sm-granularity 8) and a memory quota,
-# and prints the kernel times side by side. With SHARE_MPS=1 it also starts
+# and 32 SMs on scattered groups (must be as fast as contiguous ones), and
+# prints the kernel times side by side. With SHARE_MPS=1 it also starts
 # MPS and runs two 64-SM tenants at once, from disjoint SM groups and from the
 # same groups (DESIGN.md: disjoint groups should not slow each other down).
 # If the client library knows FLYT_SESSION_TOKEN, one run goes through a
@@ -119,6 +120,18 @@ for n in 16 32 64; do
     stop_server "$SRV_PID"
 done
 
+# 32 SMs on scattered groups (every other one): placement and resize take any free
+# groups (docs/design.md, "SM groups need not be contiguous"), so it must run as fast
+scattered=$(seq 0 2 $(( 2 * 32 / GRAN - 2 )) | paste -sd,)
+if start_server sm32s --sm-groups "$scattered" --sm-granularity "$GRAN" --memory-quota "$QUOTA"; then
+    # shellcheck disable=SC2046
+    read -r "MS[sm32s]" "SMS[sm32s]" "DIST[sm32s]" < <(run sm32s $(flyt_env "$SRV_ADDR") \
+        SHARE_EXPECT_SMS=32 SHARE_EXPECT_QUOTA="$QUOTA_BYTES")
+    stop_server "$SRV_PID"
+else
+    FAILED=1
+fi
+
 # a server that requires a session token, if the client can send one
 if grep -qa FLYT_SESSION_TOKEN "$FLYT_LIB/libcuda.so.1" && command -v python3 >/dev/null; then
     key="$OUTDIR/session.key"
@@ -184,7 +197,7 @@ fi
 echo
 echo "| run | SMs reported | distinct SMs used | kernel ms (median) |"
 echo "| --- | --- | --- | --- |"
-for k in native sm16 sm32 sm64 token mps56; do
+for k in native sm16 sm32 sm32s sm64 token mps56; do
     [ -n "${MS[$k]:-}" ] && echo "| $k | ${SMS[$k]} | ${DIST[$k]} | ${MS[$k]} |"
 done
 for k in mps-disjoint mps-same; do
@@ -198,6 +211,16 @@ if [ -n "${MS[sm16]:-}" ] && [ -n "${MS[sm32]:-}" ] && [ -n "${MS[sm64]:-}" ]; t
         echo "share_check: kernel time scales with the share (16 > 32 > 64 SMs)"
     else
         echo "share_check: FAIL kernel time does not scale with the share" >&2
+        FAILED=1
+    fi
+else
+    FAILED=1
+fi
+if [ -n "${MS[sm32]:-}" ] && [ -n "${MS[sm32s]:-}" ]; then
+    if awk -v a="${MS[sm32]}" -v b="${MS[sm32s]}" 'BEGIN { exit !(b < 1.05 * a) }'; then
+        echo "share_check: ok   32 SMs on scattered groups ($scattered) as fast as contiguous (${MS[sm32s]} vs ${MS[sm32]} ms)"
+    else
+        echo "share_check: FAIL 32 SMs on scattered groups ($scattered): ${MS[sm32s]} ms vs ${MS[sm32]} contiguous" >&2
         FAILED=1
     fi
 else
