@@ -26,8 +26,6 @@ static const char *call_name(uint64_t busy)
     unsigned op = (unsigned)(busy & 0xffff), what = (unsigned)(busy >> 16 & 0xffff);
     if (op == FLYT_WATCH_RESIZE)
         return "a live resize's device synchronise";
-    if (op == FLYT_WATCH_CLOSE)
-        return "closing its context (which synchronises)";
     const struct flyt_call_desc *d = op == FLYT_OP_CALL ? flyt_call_desc(what) : NULL;
     return d ? d->symbol : flyt_op_name(op);
 }
@@ -38,9 +36,14 @@ static const char *call_name(uint64_t busy)
  * reaps it and frees its slots as for any session. */
 static void end_session(struct flyt_watch *w, uint64_t busy, uint64_t waited_ms)
 {
-    flyt_info("%s hung up while its session waited (%.1f s so far) in %s; ending the session so that "
-              "the driver frees its context", w->peer, (double)waited_ms / 1000.0,
-              call_name(busy));
+    double s = (double)waited_ms / 1000.0;
+    if ((busy & 0xffff) == FLYT_WATCH_CLOSE) /* the session was over already */
+        flyt_info("%s is gone and closing its session's context has taken %.1f s (a kernel "
+                  "still running?); ending the process so that the driver frees the context",
+                  w->peer, s);
+    else
+        flyt_info("%s hung up while its session waited (%.1f s so far) in %s; ending the "
+                  "session so that the driver frees its context", w->peer, s, call_name(busy));
     _exit(FLYT_EXIT_OK);
 }
 

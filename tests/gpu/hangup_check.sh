@@ -86,7 +86,7 @@ check_mode() { # MODE ADDRESS
         FAILED=1; kill -KILL "$sess" 2>/dev/null; return
     fi
     local line
-    line=$(grep "flyt-server\[$sess\].*hung up while" "$LOG" | sed 's/.*info: //')
+    line=$(grep -E "flyt-server\[$sess\].*(hung up while|is gone and closing)" "$LOG" | sed 's/.*info: //')
     sleep 1 # the driver tears the context down as the process goes
     if nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -qx "$sess"; then
         echo "hangup_check: FAIL $name: nvidia-smi still lists session $sess"
