@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -527,6 +528,25 @@ static void blocked_call_ends_when_client_dies(void)
     CHECK(th_server_works(), "the server serves a new session");
 }
 
+/* A client that half-closes after its request looks gone (POLLRDHUP): its
+ * blocked call ends the session, and it reads end of file, no reply. */
+static void half_closed_client_looks_gone(void)
+{
+    th_say("a client that half-closes while its call is blocked looks gone");
+    CHECK(wait_no_session(5.0) >= 0, "no session left from before");
+    int fd = th_connect();
+    CHECK_GE(fd, 0, "connect and HELLO");
+    CHECK_EQ(th_hello(fd), 0, "connect and HELLO");
+    static const flyt_req_none none;
+    CHECK_EQ(th_send(fd, FLYT_OP_DEVICE_SYNC, 0, th_next_seq(), &none, sizeof none, NULL, 0), 0,
+             "DEVICE_SYNC sent");
+    CHECK_EQ(shutdown(fd, SHUT_WR), 0, "then shutdown(SHUT_WR)");
+    struct th_reply r;
+    CHECK_EQ(th_read_frame(fd, &r), -1, "end of file instead of the reply");
+    CHECK_EQ(th_server_log_count("hung up while its session waited"), 2, "logged as a hang-up");
+    close(fd);
+}
+
 /* 3 s in DEVICE_SYNC with the client connected: answered, nothing ended. */
 static void long_call_with_client_is_answered(void)
 {
@@ -555,6 +575,7 @@ static void blocked_calls(const char *bin)
     const char *const args[] = {"--status-file", status_file, "--vm-quota", vmq_file, NULL};
     th_server_start_args(bin, "FLYT_HOST_BACKEND_SYNC_MS=forever", args);
     blocked_call_ends_when_client_dies();
+    half_closed_client_looks_gone();
     CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
     th_server_stop();
     flyt_vmq_unmap(vmq);
