@@ -19,7 +19,9 @@
 #   (420 s). A device command may run 10 minutes at most: with all three parts
 #   split the run, e.g. `--only tests` then `--only pytorch,bench --quick`.
 #   Parts: tests, pytorch, pytorch-es, nvml, elastic (checkpoint/restore and
-#   sessions moved mid-run, tests/gpu/migrate_check.sh), bench.
+#   sessions moved mid-run, tests/gpu/migrate_check.sh), hangup (sessions
+#   blocked on a never-ending kernel whose client is killed,
+#   tests/gpu/hangup_check.sh), bench.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 1 ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
@@ -154,6 +156,15 @@ if has_part elastic; then
     find "$OUT" -name "*.state" -delete # tens of MB each: the logs say what they held
     pack elastic state-check migrate-loop migrate-global migrate-pinned migrate-torch \
         migrate-loop-stream migrate-torch-stream
+fi
+
+if has_part hangup; then
+    echo "gpu-run: hangup (clients killed while blocked on a never-ending kernel) ..."
+    OUT=$OUT timeout -k 10 180 bash "$root/tests/gpu/hangup_check.sh" "$build" > "$OUT/hangup.txt" 2>&1
+    hangup_rc=$?
+    { echo "===== hangup: sessions whose client died while blocked on the GPU, rc=$hangup_rc"
+      cat "$OUT/hangup.txt"; } >> "$summary"
+    pack hangup hangup-check hangup.txt
 fi
 
 if has_part bench; then

@@ -190,6 +190,7 @@ struct host_backend {
     uint64_t total, used;
     int sm_total; /* SMs of the fake device (FLYT_HOST_BACKEND_SMS, default 132) */
     unsigned print_points; /* opening, device syncs and memsets so far (flyt_host_fake_print) */
+    long sync_ms; /* FLYT_HOST_BACKEND_SYNC_MS: a device sync's fake kernel time, -1: forever */
 
     struct halloc *allocs; /* sorted by addr */
     size_t nallocs, cap_allocs;
@@ -896,9 +897,21 @@ static CUresult host_device_attr(flyt_backend *b, int attr, int *value)
     return CUDA_SUCCESS;
 }
 
+/* A device synchronise waits for the fake kernel FLYT_HOST_BACKEND_SYNC_MS
+ * says runs (a test hook: a kernel that runs long, or never ends). */
+static void fake_kernel_time(long ms)
+{
+    while (ms < 0)
+        pause();
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR)
+        ;
+}
+
 static CUresult host_device_sync(flyt_backend *b)
 {
     hf_drain(HB(b)->hf, NULL, HF_EVERY);
+    fake_kernel_time(HB(b)->sync_ms);
     flyt_host_fake_print(HB(b)->print_points++);
     return CUDA_SUCCESS;
 }
@@ -2956,6 +2969,30 @@ static int parse_sms(int *sms, char *err, size_t errlen)
     return 0;
 }
 
+/* FLYT_HOST_BACKEND_SYNC_MS (a test hook, docs/server.md): each device
+ * synchronise waits this many milliseconds first, or for ever ("forever"). */
+static int parse_sync_ms(long *ms, char *err, size_t errlen)
+{
+    const char *s = getenv("FLYT_HOST_BACKEND_SYNC_MS");
+    *ms = 0;
+    if (s == NULL || *s == '\0')
+        return 0;
+    if (strcmp(s, "forever") == 0) {
+        *ms = -1;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end != '\0' || v < 0 || v > 3600000 || *s < '0' || *s > '9') {
+        snprintf(err, errlen, "FLYT_HOST_BACKEND_SYNC_MS must be milliseconds up to 3600000, or "
+                 "forever: %s", s);
+        return -1;
+    }
+    *ms = v;
+    return 0;
+}
+
 /* FLYT_HOST_BACKEND_MEM: total fake device memory in bytes (default 1 GiB). */
 static int parse_total(uint64_t *total, char *err, size_t errlen)
 {
@@ -2982,7 +3019,9 @@ flyt_backend *flyt_backend_host_open(int gpu, char *err, size_t errlen)
     }
     uint64_t total;
     int sms;
-    if (parse_total(&total, err, errlen) != 0 || parse_sms(&sms, err, errlen) != 0)
+    long sync_ms;
+    if (parse_total(&total, err, errlen) != 0 || parse_sms(&sms, err, errlen) != 0 ||
+        parse_sync_ms(&sync_ms, err, errlen) != 0)
         return NULL;
     struct host_backend *h = calloc(1, sizeof *h);
     if (h == NULL) {
@@ -2992,6 +3031,7 @@ flyt_backend *flyt_backend_host_open(int gpu, char *err, size_t errlen)
     h->base.ops = &host_ops;
     h->total = total;
     h->sm_total = sms;
+    h->sync_ms = sync_ms;
     fill_props(h);
     fill_attrs(h);
     reset_context_state(h);

@@ -220,6 +220,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     o->cfg.sm_granularity = 8;
     o->cfg.admission_timeout_s = 5;
     o->cfg.admitted_fd = -1;
+    o->cfg.watch_hangup = 1; /* each session runs in a process of its own */
     o->max_unadmitted = 32;
     o->restore_timeout_s = 60;
     o->max_unadmitted_per_peer = 8;

@@ -139,11 +139,13 @@ static void apply(flyt_session *s, uint64_t gen, int ngroups, unsigned gran)
     }
     uint64_t t0 = now_ns();
     /* the drain: nothing of the old share runs once the new one is in force */
+    flyt_watch_enter(&s->watch, FLYT_WATCH_RESIZE, 0); /* a kernel that never ends blocks it */
     CUresult r = s->b->ops->device_sync ? s->b->ops->device_sync(s->b) : CUDA_SUCCESS;
     uint64_t t1 = now_ns();
     int sms = s->sm_count;
     if (r == CUDA_SUCCESS)
         r = FLYT_BCALL(s, resize_sm_share, gran, share_groups, ngroups, &sms, remap_stream, s);
+    flyt_watch_leave(&s->watch);
     uint64_t t2 = now_ns();
     if (r == CUDA_SUCCESS) {
         s->sm_count = sms;

@@ -848,7 +848,9 @@ static int dispatch(flyt_session *s, const struct flyt_frame_hdr *h)
     memset(&rep, 0, info->rep_size);
     flyt_call c = {.hdr = h, .req = &req, .rep = &rep, .rep_size = info->rep_size,
                    .data_len = h->length - info->req_size};
+    flyt_watch_enter(&s->watch, h->op, h->op == FLYT_OP_CALL ? req.r_CALL.id : 0);
     int rc = handlers[h->op](s, &c);
+    flyt_watch_leave(&s->watch);
     if (rc == FLYT_END_IO)
         flyt_info("connection to %s lost during %s", s->peer, flyt_op_name(h->op));
     if (rc != FLYT_CONT)
@@ -870,6 +872,7 @@ static int serve(flyt_session *s)
         struct flyt_frame_hdr h;
         flyt_resize_poll(s); /* a live resize posted since the last request applies here */
         if (flyt_state_poll(s) != FLYT_CONT) { /* and a checkpoint */
+            flyt_watch_stop(&s->watch); /* its client now leaves on purpose */
             say_moved(s);
             return FLYT_END_BYE;
         }
@@ -963,8 +966,11 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     }
 
     int rc = hello(&s);
-    if (rc == FLYT_CONT)
+    if (rc == FLYT_CONT) {
+        if (cfg->watch_hangup)
+            flyt_watch_start(&s.watch, fd, peer);
         rc = serve(&s);
+    }
     if (s.images_received || s.images_from_cache)
         flyt_info("session for %s: %llu kernel images received (%llu bytes), %llu from the cache dir",
                   peer, (unsigned long long)s.images_received,
@@ -974,9 +980,12 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
      * still pending may run now and send (or fail to) on the socket, and
      * wait for no acknowledgement. */
     reading_over(&s);
+    flyt_watch_enter(&s.watch, FLYT_WATCH_CLOSE, 0); /* the driver synchronises first */
     if (s.b)
         s.b->ops->close(s.b);
     s.b = NULL;
+    flyt_watch_leave(&s.watch);
+    flyt_watch_stop(&s.watch);
     flyt_output_to_log(&s.output);
     flyt_memtab_free(&s.mem); /* closing the backend freed it all */
     flyt_regions_forget(&s); /* the client's shared memory: unmapped, not leaked */

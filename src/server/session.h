@@ -24,6 +24,7 @@
 #include "flyt_tls.h"
 #include "handles.h"
 #include "quota.h"
+#include "session_watch.h"
 
 struct flyt_state;
 
@@ -80,6 +81,11 @@ struct flyt_server_config {
 
     /* --tls-cert/--tls-key: a TCP connection starts with a TLS handshake (NULL: none) */
     flyt_tls_ctx *tls_ctx;
+
+    /* The session owns its process (flyt-server's forked child): a call blocked in
+     * the driver whose client hung up ends it (session_watch.h). Not for sessions
+     * run inside a test or fuzzer. */
+    int watch_hangup;
 };
 
 /* A host-function notification: made when the host function is enqueued
@@ -123,6 +129,7 @@ typedef struct flyt_session {
     int                              share_frames; /* the client takes SHARE_CHANGED frames */
     flyt_hash                        stream_attrs; /* stream id + 1 -> attributes set (stream_attrs.h) */
     struct flyt_output               output;    /* the driver's stdout/stderr, for the client */
+    struct flyt_watch                watch;     /* ends the session when a blocked call's client left */
 
     /* Sending: one frame at a time. Driver threads (host functions) never
      * wait for the session thread: when a send is in progress they queue

@@ -5,7 +5,10 @@
  * client that then disconnects; the session must end within a few seconds.
  * The same geometry on a kept connection answers CUDA_ERROR_INVALID_VALUE,
  * as the driver does, and a long but valid memset stops when its client
- * leaves.
+ * leaves. A call blocked in the driver (the fake device's synchronise never
+ * returns, FLYT_HOST_BACKEND_SYNC_MS=forever) ends with its session when the
+ * client process is killed, and the server's books (status page, VM quota
+ * page) are right afterwards; a long call whose client stays is answered.
  *
  * usage: test_server_hardening PATH-TO-flyt-server
  */
@@ -17,12 +20,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "flyt_server_status.h"
 #include "flyt_transport.h"
+#include "flyt_vm_quota.h"
 #include "harness.h"
 
 static double now_s(void)
@@ -440,6 +447,145 @@ static void remove_cache_dir(void)
     rmdir(cache_dir);
 }
 
+/* ---- a call blocked in the driver, its client gone (session_watch.h) ---- */
+
+static char status_file[256], vmq_file[256];
+static struct flyt_vm_quota *vmq;
+
+/* The status page's admitted sessions and their memory. */
+static void status_now(uint32_t *sessions, uint64_t *used)
+{
+    struct flyt_server_status st;
+    memset(&st, 0, sizeof st);
+    int fd = open(status_file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || pread(fd, &st, sizeof st, 0) != (ssize_t)sizeof st)
+        memset(&st, 0xff, sizeof st); /* unreadable: never looks settled */
+    if (fd >= 0)
+        close(fd);
+    *sessions = st.sessions;
+    *used = st.memory_used;
+}
+
+/* A client process: HELLO, an allocation, then DEVICE_SYNC, which the fake
+ * device never finishes; it says so on ready and waits to be killed. Exits
+ * at once on a failure (its parent sees no byte). */
+static pid_t client_blocked_in_sync(int ready)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    th_watchdog(0);
+    uint64_t ptr;
+    int fd = th_connect();
+    if (fd < 0 || th_hello(fd) != 0 || th_alloc(fd, 1 << 20, &ptr) != 0)
+        _exit(1);
+    static const flyt_req_none none;
+    if (th_send(fd, FLYT_OP_DEVICE_SYNC, 0, th_next_seq(), &none, sizeof none, NULL, 0) != 0 ||
+        write(ready, "S", 1) != 1)
+        _exit(1);
+    for (;;)
+        pause();
+}
+
+static void blocked_call_ends_when_client_dies(void)
+{
+    th_say("a call blocked in the driver ends with its session when the client is killed");
+    int ready[2];
+    CHECK_EQ(pipe(ready), 0, "a pipe");
+    pid_t client = client_blocked_in_sync(ready[1]);
+    CHECK_GE(client, 0, "fork a client");
+    char byte = 0;
+    CHECK_EQ(read(ready[0], &byte, 1), 1, "the client sent DEVICE_SYNC");
+    close(ready[0]);
+    close(ready[1]);
+    uint32_t sessions;
+    uint64_t used;
+    status_now(&sessions, &used);
+    CHECK(sessions == 1 && used == 1 << 20, "status page: 1 session holding 1 MiB (%u, %llu)",
+          sessions, (unsigned long long)used);
+    CHECK_EQ(flyt_vmq_used(vmq), 1 << 20, "VM quota page: 1 MiB held");
+    sleep(2); /* the call is blocked past the watch's threshold before the client dies */
+    CHECK_EQ(sessions_live(), 1, "the session still waits in DEVICE_SYNC");
+    double t0 = now_s();
+    kill(client, SIGKILL);
+    waitpid(client, NULL, 0);
+    double took = wait_no_session(5.0);
+    CHECK(took >= 0, "the session ended %.2f s after its client was killed (%.2f s waited)",
+          took, now_s() - t0);
+    CHECK(th_server_log_has("hung up while its session waited"), "the server says why");
+    CHECK(th_server_log_has("in DEVICE_SYNC;"), "and in which call");
+    CHECK(th_server_log_count(" ended with exit status") + th_server_log_count(" killed by signal") == 0,
+          "the session ended as one whose client left (exit status 0)");
+    for (int i = 0; i < 100; i++) { /* the parent reaps, then frees the slots */
+        status_now(&sessions, &used);
+        if (sessions == 0 && used == 0 && flyt_vmq_used(vmq) == 0)
+            break;
+        usleep(20 * 1000);
+    }
+    CHECK(sessions == 0 && used == 0, "status page: no session, no memory (%u, %llu)", sessions,
+          (unsigned long long)used);
+    CHECK_EQ(flyt_vmq_used(vmq), 0, "VM quota page: nothing held");
+    CHECK(th_server_works(), "the server serves a new session");
+}
+
+/* A client that half-closes after its request looks gone (POLLRDHUP): its
+ * blocked call ends the session, and it reads end of file, no reply. */
+static void half_closed_client_looks_gone(void)
+{
+    th_say("a client that half-closes while its call is blocked looks gone");
+    CHECK(wait_no_session(5.0) >= 0, "no session left from before");
+    int fd = th_connect();
+    CHECK_GE(fd, 0, "connect and HELLO");
+    CHECK_EQ(th_hello(fd), 0, "connect and HELLO");
+    static const flyt_req_none none;
+    CHECK_EQ(th_send(fd, FLYT_OP_DEVICE_SYNC, 0, th_next_seq(), &none, sizeof none, NULL, 0), 0,
+             "DEVICE_SYNC sent");
+    CHECK_EQ(shutdown(fd, SHUT_WR), 0, "then shutdown(SHUT_WR)");
+    struct th_reply r;
+    CHECK_EQ(th_read_frame(fd, &r), -1, "end of file instead of the reply");
+    CHECK_EQ(th_server_log_count("hung up while its session waited"), 2, "logged as a hang-up");
+    close(fd);
+}
+
+/* 3 s in DEVICE_SYNC with the client connected: answered, nothing ended. */
+static void long_call_with_client_is_answered(void)
+{
+    th_say("a long call whose client stays connected is answered");
+    int fd = th_connect();
+    CHECK_GE(fd, 0, "connect and HELLO");
+    CHECK_EQ(th_hello(fd), 0, "connect and HELLO");
+    static const flyt_req_none none;
+    double t0 = now_s();
+    int r = th_call(fd, FLYT_OP_DEVICE_SYNC, &none, sizeof none, NULL, 0, NULL);
+    double took = now_s() - t0;
+    CHECK(r == T_SUCCESS && took > 2.9, "DEVICE_SYNC answered %d after %.2f s", r, took);
+    CHECK_EQ(th_call(fd, FLYT_OP_PING, &none, sizeof none, NULL, 0, NULL), T_SUCCESS,
+             "the session goes on");
+    CHECK(!th_server_log_has("hung up while"), "no hang-up seen");
+    close(fd);
+}
+
+static void blocked_calls(const char *bin)
+{
+    snprintf(status_file, sizeof status_file, "%s/server.status", th_temp_dir());
+    snprintf(vmq_file, sizeof vmq_file, "%s/vm.quota", th_temp_dir());
+    char err[256] = "";
+    vmq = flyt_vmq_create(vmq_file, 64 << 20, err, sizeof err);
+    CHECK(vmq != NULL, "a VM quota page: %s", err);
+    const char *const args[] = {"--status-file", status_file, "--vm-quota", vmq_file, NULL};
+    th_server_start_args(bin, "FLYT_HOST_BACKEND_SYNC_MS=forever", args);
+    blocked_call_ends_when_client_dies();
+    half_closed_client_looks_gone();
+    CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
+    th_server_stop();
+    flyt_vmq_unmap(vmq);
+    unlink(vmq_file);
+    unlink(status_file);
+    th_server_start(bin, "FLYT_HOST_BACKEND_SYNC_MS=3000");
+    long_call_with_client_is_answered();
+    th_server_stop();
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -469,6 +615,7 @@ int main(int argc, char **argv)
     th_server_start_args(argv[1], "FLYT_HOST_BACKEND_MEM=268435456", small_images);
     image_memory_is_bounded();
     th_server_stop();
+    blocked_calls(argv[1]);
     th_passed();
     printf("all hardening checks passed\n");
     return 0;
