@@ -143,7 +143,13 @@ if has_part elastic; then
             "$build/gpu-tests/migrate_loop" 200 20 global 2>&1 | tail -n 12
         OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" pinned "step 50:" -- \
             "$build/gpu-tests/migrate_loop" 200 20 pinned 2>&1 | tail -n 12
+        OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" vmm "step 50:" -- \
+            "$build/gpu-tests/migrate_loop" 200 20 vmm 2>&1 | tail -n 12
         OUT=$OUT timeout -k 10 300 bash "$root/tests/gpu/migrate_check.sh" "$build" torch "step 50:" -- \
+            "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
+        # PyTorch's allocator on the driver's VMM (expandable segments)
+        OUT=$OUT PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout -k 10 300 \
+            bash "$root/tests/gpu/migrate_check.sh" "$build" torch-expandable "step 50:" -- \
             "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
         # the same moves streamed to a receiving server whose device was open first
         OUT=$OUT MIGRATE_VIA=stream timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" \
@@ -154,7 +160,8 @@ if has_part elastic; then
     } > "$OUT/elastic.txt" 2>&1
     cat "$OUT/elastic.txt" >> "$summary"
     find "$OUT" -name "*.state" -delete # tens of MB each: the logs say what they held
-    pack elastic state-check migrate-loop migrate-global migrate-pinned migrate-torch \
+    pack elastic state-check migrate-loop migrate-global migrate-pinned migrate-vmm migrate-torch \
+        migrate-torch-expandable \
         migrate-loop-stream migrate-torch-stream
 fi
 

@@ -51,6 +51,14 @@ struct flyt_bcopy {
     uint64_t          width, height, depth; /* width in bytes */
 };
 
+/* What state_vmm reports (a checkpoint of the program's VMM objects). */
+struct flyt_vmm_visit {
+    CUresult (*range)(void *arg, uint64_t addr, uint64_t size);
+    CUresult (*mem)(void *arg, flyt_bhandle mem, uint64_t size, const flyt_vmm_prop *prop);
+    CUresult (*map)(void *arg, uint64_t addr, uint64_t size, uint64_t offset, flyt_bhandle mem,
+                    unsigned access);
+};
+
 struct flyt_backend_ops {
     const char *name;
     void (*close)(flyt_backend *b); /* frees everything the session holds */
@@ -312,6 +320,16 @@ struct flyt_backend_ops {
     CUresult (*state_arenas)(flyt_backend *b, CUresult (*fn)(void *arg, uint64_t addr, uint64_t size),
                              void *arg);
     CUresult (*arena_at)(flyt_backend *b, uint64_t addr, uint64_t size);
+    /* The program's VMM objects for a checkpoint: fn->range for every
+     * reservation of vmm_reserve, fn->mem for every physical allocation a
+     * handle or a mapping keeps alive, fn->map for every mapping with the
+     * access granted on it; the first result that is not CUDA_SUCCESS is
+     * returned, and what cannot be captured is CUDA_ERROR_NOT_SUPPORTED
+     * (its kind in *what). A restore uses the vmm_* ops, vmm_reserve at
+     * the old address as its hint: a backend grants a free hint in the
+     * address space it keeps for reservations. NULL: the backend cannot. */
+    CUresult (*state_vmm)(flyt_backend *b, const struct flyt_vmm_visit *fn, void *arg,
+                          const char **what);
     /* A restored module global is at now, not at old where the client holds
      * it: the backend translates old in copies and kernel parameters from
      * then on. NULL: the backend cannot (the restore fails). */

@@ -1427,6 +1427,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .occupancy_smem = cuda_occupancy_smem,
     .occupancy_cluster = cuda_occupancy_cluster,
     .state_allocs = flyt_cuda_state_allocs,
+    .state_vmm = flyt_cuda_state_vmm,
     .mem_alloc_at = flyt_cuda_mem_alloc_at,
     .module_image = flyt_cuda_module_image,
     .state_arenas = flyt_cuda_mem_arenas,

@@ -319,9 +319,24 @@ struct flyt_cuda_alias {
     uint64_t old, size, now;
 };
 
+/* The program's own VMM objects (backend_cuda_vmm.c), as a checkpoint needs them. */
+struct flyt_cuda_vmem {
+    uint64_t      size;
+    flyt_vmm_prop prop;       /* as the client gave it */
+    uint32_t      refs, maps; /* handle references, mappings: the driver frees it at 0 and 0 */
+};
+
+struct flyt_cuda_vmap {
+    uint64_t                     size, offset;
+    CUmemGenericAllocationHandle mem;
+    unsigned                     access; /* CU_MEM_ACCESS_FLAGS_PROT_* granted */
+};
+
 struct flyt_cuda_ckpt {
-    struct flyt_memtab async;        /* stream-ordered: a capture refuses them */
-    uint64_t           reservations; /* the program's own cuMemAddressReserve ranges */
+    struct flyt_memtab async;   /* stream-ordered: a capture refuses them */
+    struct flyt_memtab vranges; /* the program's cuMemAddressReserve ranges, in the arenas */
+    flyt_hash          vmems;   /* CUmemGenericAllocationHandle -> struct flyt_cuda_vmem * */
+    flyt_hash          vmaps;   /* mapped address -> struct flyt_cuda_vmap * */
     struct flyt_cuda_alias *aliases;
     int                     naliases;
     unsigned char          *kparam_copy; /* kernel parameters with aliases translated */
@@ -369,6 +384,15 @@ struct flyt_cuda_backend {
     void   **kparams;     /* scratch for launches: pointers into the param buffer */
     size_t   kparams_cap;
 };
+
+/* backend_cuda_mem.c: address space of the arenas for the program's own
+ * reservations (cuMemAddressReserve): at hint when it is free there, else
+ * anywhere aligned to align (0: the granularity). */
+CUresult flyt_cuda_va_carve(struct flyt_cuda_backend *b, uint64_t size, uint64_t align,
+                            uint64_t hint, uint64_t *addr);
+void flyt_cuda_va_uncarve(struct flyt_cuda_backend *b, uint64_t addr, uint64_t size);
+/* backend_cuda_vmm.c: the program's mappings and handles undone (close, reset). */
+void flyt_cuda_vmm_drop(struct flyt_cuda_backend *b, int live);
 
 /* addr, or where a moved module global is now (nothing to do without aliases). */
 uint64_t flyt_cuda_xlate_slow(const struct flyt_cuda_backend *b, uint64_t addr);
@@ -564,6 +588,8 @@ void     flyt_cuda_mem_drop(struct flyt_cuda_backend *b);
  * mem_alloc_at, module_image). */
 /* Keeps a copy of a module's image (0, or -1 out of memory). */
 int      flyt_cuda_state_keep_image(struct flyt_cuda_module *m, const void *image, size_t size);
+CUresult flyt_cuda_state_vmm(flyt_backend *base, const struct flyt_vmm_visit *fn, void *arg,
+                             const char **what);
 CUresult flyt_cuda_state_allocs(flyt_backend *base,
                                 CUresult (*fn)(void *arg, uint64_t addr, uint64_t size), void *arg,
                                 const char **what);

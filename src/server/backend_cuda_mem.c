@@ -135,28 +135,43 @@ static CUresult arena_reserve(struct flyt_cuda_backend *b, uint64_t hint, uint64
     return CUDA_SUCCESS;
 }
 
-/* A gran-aligned range of len bytes in some arena, a new one when all are full. */
-static CUresult va_take(struct flyt_cuda_backend *b, uint64_t len, uint64_t *addr)
+/* len bytes of arena a at an address aligned to align (a power of two, at
+ * least the granularity; arenas are only granularity-aligned): 0 or -1. */
+static int arena_take(struct flyt_cuda_backend *b, struct flyt_cuda_arena *a, uint64_t len,
+                      uint64_t align, uint64_t *addr)
 {
-    for (int i = 0; i < b->mem.narenas; i++) {
-        uint64_t off;
-        if (flyt_extents_alloc(&b->mem.arenas[i].va, len, b->mem.gran, &off) == 0) {
-            *addr = b->mem.arenas[i].base + off;
+    uint64_t extra = align - b->mem.gran, off;
+    if (len + extra < len || flyt_extents_alloc(&a->va, len + extra, b->mem.gran, &off) != 0)
+        return -1;
+    uint64_t start = round_up(a->base + off, align) - a->base;
+    if (start > off)
+        flyt_extents_put(&a->va, off, start - off);
+    if (off + extra > start)
+        flyt_extents_put(&a->va, start + len, off + extra - start);
+    *addr = a->base + start;
+    return 0;
+}
+
+/* An aligned range of len bytes in some arena, a new one when all are full. */
+static CUresult va_take_aligned(struct flyt_cuda_backend *b, uint64_t len, uint64_t align,
+                                uint64_t *addr)
+{
+    for (int i = 0; i < b->mem.narenas; i++)
+        if (arena_take(b, &b->mem.arenas[i], len, align, addr) == 0)
             return CUDA_SUCCESS;
-        }
-    }
-    uint64_t size;
+    uint64_t size, need = round_up(len + (align - b->mem.gran), b->mem.gran);
     CUresult r = arena_bytes(b, &size);
     struct flyt_cuda_arena *a = NULL;
     if (r == CUDA_SUCCESS)
-        r = arena_reserve(b, 0, size > len ? size : round_up(len, b->mem.gran), &a);
+        r = arena_reserve(b, 0, size > need ? size : need, &a);
     if (r != CUDA_SUCCESS)
         return r;
-    uint64_t off;
-    if (flyt_extents_alloc(&a->va, len, b->mem.gran, &off) != 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    *addr = a->base + off;
-    return CUDA_SUCCESS;
+    return arena_take(b, a, len, align, addr) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult va_take(struct flyt_cuda_backend *b, uint64_t len, uint64_t *addr)
+{
+    return va_take_aligned(b, len, b->mem.gran, addr);
 }
 
 static void va_give(struct flyt_cuda_backend *b, uint64_t addr, uint64_t len)
@@ -482,10 +497,34 @@ CUresult flyt_cuda_mem_arenas(flyt_backend *base,
     return r;
 }
 
+CUresult flyt_cuda_va_carve(struct flyt_cuda_backend *b, uint64_t size, uint64_t align,
+                            uint64_t hint, uint64_t *addr)
+{
+    CUresult r = granularity(b);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (size == 0 || size % b->mem.gran || (align & (align - 1)))
+        return CUDA_ERROR_INVALID_VALUE;
+    align = align > b->mem.gran ? align : b->mem.gran;
+    struct flyt_cuda_arena *a = hint % align == 0 ? arena_of(b, hint) : NULL;
+    if (a && size <= a->size - (hint - a->base) &&
+        flyt_extents_take(&a->va, hint - a->base, size) == 0) {
+        *addr = hint;
+        return CUDA_SUCCESS;
+    }
+    return va_take_aligned(b, size, align, addr);
+}
+
+void flyt_cuda_va_uncarve(struct flyt_cuda_backend *b, uint64_t addr, uint64_t size)
+{
+    va_give(b, addr, size);
+}
+
 void flyt_cuda_mem_drop(struct flyt_cuda_backend *b)
 {
     struct flyt_cuda_mem *m = &b->mem;
     int live = m->narenas && b->ctx && flyt_cuda_ctx(b) == CUDA_SUCCESS;
+    flyt_cuda_vmm_drop(b, live); /* the program's mappings in the arenas go first */
     flyt_hash_iter it;
     flyt_hash_iter_init(&m->allocs.map, &it);
     for (flyt_hash_slot *e; (e = flyt_hash_iter_next(&m->allocs.map, &it)) != NULL;)

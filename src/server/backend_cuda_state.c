@@ -40,8 +40,6 @@ static const char *uncapturable(const struct flyt_cuda_backend *b)
         return "device memory allocated outside Flyt's arena (FLYT_CUDA_ARENA=0)";
     if (flyt_hash_count(&b->ckpt.async.map))
         return "stream-ordered allocation (cuMemAllocAsync)";
-    if (b->ckpt.reservations)
-        return "virtual address reservation (cuMemAddressReserve)";
     return NULL;
 }
 

@@ -96,6 +96,7 @@ struct halloc {
     uint64_t addr, size; /* an anonymous mapping; [addr, addr + size) is the client's */
     struct hpool *pool;  /* NULL unless from an async allocation */
     struct hvmem *vmem;  /* a cuMemMap of this VMM allocation, else NULL */
+    uint64_t offset;     /* VMM mappings: where in the allocation they start */
     unsigned access;     /* VMM mappings: CU_MEM_ACCESS_FLAGS_PROT_* granted */
 };
 
@@ -108,6 +109,7 @@ struct hvmem {
     int fd;
     uint64_t size;
     unsigned refs, maps;
+    flyt_vmm_prop prop; /* as created: a checkpoint creates it again so */
 };
 
 /* The attributes CUDA keeps on a stream (cuStreamSetAttribute) besides its
@@ -621,12 +623,14 @@ static void table_insert(struct host_backend *h, struct halloc a)
 #define ARENA_END  0x7e0000000000ull
 static uint64_t arena_next = ARENA_BASE;
 
-/* A zero-filled mapping at exactly addr, or NULL when the range is taken. */
-static void *map_at(uint64_t addr, uint64_t size)
+/* A zero-filled mapping at exactly addr, or NULL when the range is taken.
+ * prot PROT_NONE: a VMM reservation. */
+static void *map_at_prot(uint64_t addr, uint64_t size, int prot)
 {
     void *want = (void *)(uintptr_t)addr;
-    void *mem = mmap(want, (size_t)size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    void *mem = mmap(want, (size_t)size, prot,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE |
+                         (prot == PROT_NONE ? MAP_NORESERVE : 0), -1, 0);
     if (mem == MAP_FAILED)
         return NULL;
     if (mem != want) { /* a kernel before 4.17 takes the address as a hint */
@@ -635,6 +639,8 @@ static void *map_at(uint64_t addr, uint64_t size)
     }
     return mem;
 }
+
+static void *map_at(uint64_t addr, uint64_t size) { return map_at_prot(addr, size, PROT_READ | PROT_WRITE); }
 
 static uint64_t page_span(uint64_t size)
 {
@@ -2323,31 +2329,57 @@ static CUresult host_vmm_granularity(flyt_backend *b, const flyt_vmm_prop *prop,
     return CUDA_SUCCESS;
 }
 
-static CUresult host_vmm_reserve(flyt_backend *b, uint64_t size, uint64_t alignment, uint64_t addr,
-                                 uint64_t *ptr)
+/* A PROT_NONE range anywhere, trimmed to a granularity-aligned start: 0 when out of memory. */
+static uint64_t vmm_place_anywhere(uint64_t size)
 {
-    (void)addr; /* a hint only, as for the driver */
-    struct host_backend *h = HB(b);
-    if (size == 0 || !vmm_aligned(size) || (alignment & (alignment - 1)) != 0 ||
-        alignment > HOST_VMM_GRANULARITY)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct hvrange *v = malloc(sizeof *v);
-    char *m = v ? mmap(NULL, (size_t)(size + HOST_VMM_GRANULARITY), PROT_NONE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                : MAP_FAILED;
-    if (m == MAP_FAILED || set_add(&h->vranges, v) != 0) {
-        if (m != MAP_FAILED)
-            munmap(m, (size_t)(size + HOST_VMM_GRANULARITY));
-        free(v);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    /* trimmed to a granularity-aligned range */
+    char *m = mmap(NULL, (size_t)(size + HOST_VMM_GRANULARITY), PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return 0;
     uint64_t start = ((uint64_t)(uintptr_t)m + HOST_VMM_GRANULARITY - 1) & ~(HOST_VMM_GRANULARITY - 1);
     if (start > (uint64_t)(uintptr_t)m)
         munmap(m, (size_t)(start - (uint64_t)(uintptr_t)m));
     uint64_t tail = (uint64_t)(uintptr_t)m + size + HOST_VMM_GRANULARITY - (start + size);
     if (tail > 0)
         munmap((void *)(uintptr_t)(start + size), (size_t)tail);
+    return start;
+}
+
+/* A reservation of size bytes: at hint when it is free, else in the arena of
+ * fake device addresses (so that a restore in a fresh process finds it free
+ * and grants it as a hint), else anywhere, as the driver may. */
+static uint64_t vmm_place(uint64_t size, uint64_t hint)
+{
+    const uint64_t g = HOST_VMM_GRANULARITY;
+    if (hint && vmm_aligned(hint) && hint + size > hint && map_at_prot(hint, size, PROT_NONE)) {
+        arena_skip(hint, size);
+        return hint;
+    }
+    for (int tries = 0; tries < 4 && size < ARENA_END - ARENA_BASE; tries++) {
+        uint64_t at = (__atomic_fetch_add(&arena_next, size + g, __ATOMIC_RELAXED) + g - 1) & ~(g - 1);
+        if (at > ARENA_END - size)
+            break;
+        if (map_at_prot(at, size, PROT_NONE))
+            return at;
+    }
+    return vmm_place_anywhere(size);
+}
+
+static CUresult host_vmm_reserve(flyt_backend *b, uint64_t size, uint64_t alignment, uint64_t addr,
+                                 uint64_t *ptr)
+{
+    struct host_backend *h = HB(b);
+    if (size == 0 || !vmm_aligned(size) || (alignment & (alignment - 1)) != 0 ||
+        alignment > HOST_VMM_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct hvrange *v = malloc(sizeof *v);
+    uint64_t start = v ? vmm_place(size, addr) : 0;
+    if (start == 0 || set_add(&h->vranges, v) != 0) {
+        if (start)
+            munmap((void *)(uintptr_t)start, (size_t)size);
+        free(v);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *v = (struct hvrange){start, size};
     *ptr = start;
     return CUDA_SUCCESS;
@@ -2388,7 +2420,6 @@ static CUresult host_vmm_free(flyt_backend *b, uint64_t ptr, uint64_t size)
 static CUresult host_vmm_create(flyt_backend *b, uint64_t size, const flyt_vmm_prop *prop,
                                 flyt_bhandle *mem)
 {
-    (void)prop;
     struct host_backend *h = HB(b);
     if (size == 0 || !vmm_aligned(size))
         return CUDA_ERROR_INVALID_VALUE;
@@ -2402,7 +2433,7 @@ static CUresult host_vmm_create(flyt_backend *b, uint64_t size, const flyt_vmm_p
         free(m);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *m = (struct hvmem){.fd = fd, .size = size, .refs = 1};
+    *m = (struct hvmem){.fd = fd, .size = size, .refs = 1, .prop = *prop};
     h->used += size;
     *mem = m;
     return CUDA_SUCCESS;
@@ -2434,7 +2465,7 @@ static CUresult host_vmm_map(flyt_backend *b, uint64_t ptr, uint64_t size, uint6
              (off_t)offset) == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
     m->maps++;
-    table_insert(h, (struct halloc){.addr = ptr, .size = size, .vmem = m});
+    table_insert(h, (struct halloc){.addr = ptr, .size = size, .vmem = m, .offset = offset});
     return CUDA_SUCCESS;
 }
 
@@ -2789,16 +2820,9 @@ static const char *uncapturable(const struct host_backend *h)
     for (size_t i = 0; i < h->modules.n; i++)
         if (((const struct hmodule *)h->modules.items[i])->globals)
             return "module global variable (cuModuleGetGlobal)";
-    for (size_t i = 0; i < h->nallocs; i++) {
-        if (h->allocs[i].vmem)
-            return "virtual memory mapping (cuMemMap)";
+    for (size_t i = 0; i < h->nallocs; i++)
         if (h->allocs[i].pool)
             return "stream-ordered allocation (cuMemAllocAsync)";
-    }
-    if (h->vranges.n)
-        return "virtual address reservation (cuMemAddressReserve)";
-    if (h->vmems.n)
-        return "physical allocation (cuMemCreate)";
     if (h->arrays.n || h->mipmaps.n)
         return "CUDA array";
     if (h->graphs.n || h->execs.n)
@@ -2814,11 +2838,49 @@ static CUresult host_state_allocs(flyt_backend *b, CUresult (*fn)(void *arg, uin
     if (*what)
         return CUDA_ERROR_NOT_SUPPORTED;
     for (size_t i = 0; i < h->nallocs; i++) {
-        CUresult r = fn(arg, h->allocs[i].addr, h->allocs[i].size);
+        CUresult r = h->allocs[i].vmem ? CUDA_SUCCESS /* state_vmm's */
+                                       : fn(arg, h->allocs[i].addr, h->allocs[i].size);
         if (r != CUDA_SUCCESS)
             return r;
     }
     return CUDA_SUCCESS;
+}
+
+/* Whether allocs[i] is the first mapping of an allocation no handle refers to. */
+static int first_map_of_released(const struct host_backend *h, size_t i)
+{
+    const struct hvmem *m = h->allocs[i].vmem;
+    if (m == NULL || m->refs > 0)
+        return 0;
+    for (size_t j = 0; j < i; j++)
+        if (h->allocs[j].vmem == m)
+            return 0;
+    return 1;
+}
+
+static CUresult host_state_vmm(flyt_backend *b, const struct flyt_vmm_visit *fn, void *arg,
+                               const char **what)
+{
+    struct host_backend *h = HB(b);
+    *what = NULL;
+    CUresult r = CUDA_SUCCESS;
+    for (size_t i = 0; i < h->vranges.n && r == CUDA_SUCCESS; i++) {
+        const struct hvrange *v = h->vranges.items[i];
+        r = fn->range(arg, v->addr, v->size);
+    }
+    for (size_t i = 0; i < h->vmems.n && r == CUDA_SUCCESS; i++) {
+        struct hvmem *m = h->vmems.items[i];
+        r = fn->mem(arg, m, m->size, &m->prop);
+    }
+    for (size_t i = 0; i < h->nallocs && r == CUDA_SUCCESS; i++)
+        if (first_map_of_released(h, i))
+            r = fn->mem(arg, h->allocs[i].vmem, h->allocs[i].vmem->size, &h->allocs[i].vmem->prop);
+    for (size_t i = 0; i < h->nallocs && r == CUDA_SUCCESS; i++) {
+        const struct halloc *a = &h->allocs[i];
+        if (a->vmem)
+            r = fn->map(arg, a->addr, a->size, a->offset, a->vmem, a->access);
+    }
+    return r;
 }
 
 static CUresult host_mem_alloc_at(flyt_backend *b, uint64_t addr, uint64_t size)
@@ -2947,6 +3009,7 @@ static const struct flyt_backend_ops host_ops = {
     .graph_node_misc = host_graph_node_misc,
     .state_allocs = host_state_allocs,
     .mem_alloc_at = host_mem_alloc_at,
+    .state_vmm = host_state_vmm,
     .module_image = host_module_image,
 };
 

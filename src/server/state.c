@@ -22,6 +22,7 @@
 #include "state_format.h"
 #include "state_pipe.h"
 #include "state_stream.h"
+#include "vmm_state.h"
 
 #define LOAD(p)     __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -70,6 +71,7 @@ struct scan {
     struct flyt_hentry   **list; /* the entries to write */
     size_t                 n, cap;
     uint64_t               alloc_bytes; /* the allocations' contents: most of the state */
+    struct flyt_vmm_snap   vmm;         /* the program's VMM objects */
 };
 
 static const char *refused_kind(const flyt_session *s, const struct flyt_hentry *e)
@@ -81,7 +83,7 @@ static const char *refused_kind(const flyt_session *s, const struct flyt_hentry 
     case FLYT_H_FUNC: return e->u.func.name ? NULL : "function without a recorded name";
     case FLYT_H_POOL: return e->id == s->default_pool_id ? NULL : "memory pool (cuMemPoolCreate)";
     case FLYT_H_REGION: return NULL;
-    case FLYT_H_VMEM: return "physical allocation (cuMemCreate)";
+    case FLYT_H_VMEM: return s->b->ops->state_vmm ? NULL : "physical allocation (cuMemCreate)";
     case FLYT_H_ARRAY: return "CUDA array";
     case FLYT_H_MIPMAP: return "mipmapped array";
     case FLYT_H_TEXOBJ: return "texture object";
@@ -151,6 +153,11 @@ static CUresult check_capturable(flyt_session *s, struct scan *sc, char *err, si
     if (r != CUDA_SUCCESS) {
         say(err, errlen, "the session holds a %s, which a checkpoint cannot capture yet",
             what ? what : "device object");
+        return r;
+    }
+    if ((r = flyt_vmm_snap_take(s, &sc->vmm, &what)) != CUDA_SUCCESS) {
+        say(err, errlen, "the session holds a %s, which a checkpoint cannot capture yet",
+            what ? what : "VMM object");
         return r;
     }
     if (sc->n > 1) /* none held: the list is NULL, which qsort must not be given */
@@ -235,6 +242,43 @@ static CUresult write_alloc(void *arg, uint64_t addr, uint64_t size)
     if (w_record(a->w, FLYT_SS_ALLOC, &rec, sizeof rec, size) != 0)
         return CUDA_ERROR_OPERATING_SYSTEM;
     return write_device_bytes(a->s, a->w, addr, size);
+}
+
+/* The program's VMM reservations. */
+static CUresult write_vranges(struct writer *w, const struct flyt_vmm_snap *v)
+{
+    for (size_t i = 0; i < v->nranges; i++)
+        if (w_record(w, FLYT_SS_VRANGE, &v->ranges[i], sizeof v->ranges[i], 0) != 0)
+            return CUDA_ERROR_OPERATING_SYSTEM;
+    return CUDA_SUCCESS;
+}
+
+/* A physical allocation, its mappings and its contents (read through a window). */
+static CUresult write_vmem(flyt_session *s, struct writer *w, const struct flyt_vmm_smem *m)
+{
+    if (m == NULL)
+        return CUDA_ERROR_INVALID_VALUE; /* the snapshot names every handle's allocation */
+    size_t maps = m->rec.nmaps * sizeof *m->maps;
+    if (w_record(w, FLYT_SS_VMEM, &m->rec, sizeof m->rec, maps + m->rec.size) ||
+        w_put(w, m->maps, maps))
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    uint64_t va;
+    CUresult r = flyt_vmm_capture_open(s, m, &va);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = write_device_bytes(s, w, va, m->rec.size);
+    CUresult c = flyt_vmm_capture_close(s, m, va);
+    return r != CUDA_SUCCESS ? r : c;
+}
+
+/* Physical allocations no handle names any more, alive through their mappings. */
+static CUresult write_released_vmems(flyt_session *s, struct writer *w, const struct flyt_vmm_snap *v)
+{
+    CUresult r = CUDA_SUCCESS;
+    for (size_t i = 0; i < v->nmems && r == CUDA_SUCCESS; i++)
+        if (v->mems[i].rec.id == 0)
+            r = write_vmem(s, w, &v->mems[i]);
+    return r;
 }
 
 /* Every module global the client looked up, with its contents. */
@@ -383,8 +427,14 @@ static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *
                                          : CUDA_SUCCESS;
     if (r == CUDA_SUCCESS)
         r = s->b->ops->state_allocs(s->b, write_alloc, &a, &what);
+    if (r == CUDA_SUCCESS)
+        r = write_vranges(w, &sc->vmm);
     for (size_t i = 0; r == CUDA_SUCCESS && i < sc->n; i++)
-        r = write_entry(s, w, sc->list[i]);
+        r = sc->list[i]->type == FLYT_H_VMEM
+                ? write_vmem(s, w, flyt_vmm_snap_by_id(&sc->vmm, sc->list[i]->id))
+                : write_entry(s, w, sc->list[i]);
+    if (r == CUDA_SUCCESS)
+        r = write_released_vmems(s, w, &sc->vmm);
     if (r == CUDA_SUCCESS)
         r = write_globals(s, w);
     if (r != CUDA_SUCCESS)
@@ -450,6 +500,7 @@ static CUresult capture(flyt_session *s, int fd, int sock, int sync, uint64_t *b
     if (r == CUDA_SUCCESS)
         log_capture_phases(&w.t, *bytes, clock_ns(CLOCK_MONOTONIC) - t0);
     free(sc.list);
+    flyt_vmm_snap_free(&sc.vmm);
     return r;
 }
 
@@ -511,6 +562,8 @@ union state_rec {
     struct flyt_state_arena   arena;
     struct flyt_state_hostmap hostmap;
     struct flyt_state_global  global;
+    struct flyt_state_vrange  vrange;
+    struct flyt_state_vmem    vmem;
 };
 
 static size_t rec_size(uint32_t type)
@@ -527,6 +580,8 @@ static size_t rec_size(uint32_t type)
     case FLYT_SS_ARENA: return sizeof(struct flyt_state_arena);
     case FLYT_SS_HOSTMAP: return sizeof(struct flyt_state_hostmap);
     case FLYT_SS_GLOBAL: return sizeof(struct flyt_state_global);
+    case FLYT_SS_VRANGE: return sizeof(struct flyt_state_vrange);
+    case FLYT_SS_VMEM: return sizeof(struct flyt_state_vmem);
     }
     return 0;
 }
@@ -596,6 +651,17 @@ static int record_ok(uint32_t type, const unsigned char *p, uint64_t len)
             return 0;
         const unsigned char *name = p + sizeof *r;
         return name[r->name_len - 1] == '\0' && memchr(name, '\0', r->name_len - 1) == NULL;
+    }
+    case FLYT_SS_VRANGE:
+        return len == sizeof(struct flyt_state_vrange) && rec.vrange.size > 0 &&
+               rec.vrange.addr + rec.vrange.size > rec.vrange.addr;
+    case FLYT_SS_VMEM: {
+        const struct flyt_state_vmem *r = &rec.vmem;
+        if (len < sizeof *r || r->size == 0 || r->nmaps > FLYT_STATE_MAX_VMAPS ||
+            (r->id == 0) != (r->refs == 0) || (r->id == 0 && r->nmaps == 0))
+            return 0;
+        uint64_t maps = (uint64_t)r->nmaps * sizeof(struct flyt_state_vmap);
+        return len - sizeof *r >= maps && len - sizeof *r - maps == r->size;
     }
     }
     return 0;
@@ -1079,6 +1145,24 @@ static void restore_client(flyt_session *s, const struct flyt_state_client *r)
     s->cb_posted = r->acks_ahead;
 }
 
+/* A physical allocation, under the client's handle id when it has one. */
+static CUresult restore_vmem(flyt_session *s, const struct flyt_state_vmem *r,
+                             const unsigned char *tail, uint64_t *last, char *err, size_t errlen)
+{
+    flyt_bhandle mem = NULL;
+    CUresult e = flyt_vmm_restore_mem(s, r, tail, restore_device_bytes, &mem, err, errlen);
+    if (e != CUDA_SUCCESS || r->id == 0)
+        return e;
+    struct flyt_hentry *h = add_exact(s, r->id, FLYT_H_VMEM, mem, last);
+    if (h == NULL) {
+        say(err, errlen, "physical allocation %llu cannot be named again",
+            (unsigned long long)r->id);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    h->u.vmem = (struct flyt_vmem_info){.size = r->size, .refs = r->refs};
+    return CUDA_SUCCESS;
+}
+
 static CUresult restore_section(flyt_session *s, uint32_t type, const unsigned char *p,
                                 uint64_t len, uint64_t *last, char *err, size_t errlen)
 {
@@ -1094,6 +1178,8 @@ static CUresult restore_section(flyt_session *s, uint32_t type, const unsigned c
     case FLYT_SS_FUNC: return restore_func(s, &rec.func, tail, last, err, errlen);
     case FLYT_SS_HOSTMAP: return restore_hostmap(s, &rec.hostmap, last, err, errlen);
     case FLYT_SS_GLOBAL: return restore_global(s, &rec.global, tail, err, errlen);
+    case FLYT_SS_VRANGE: return flyt_vmm_restore_range(s, &rec.vrange, err, errlen);
+    case FLYT_SS_VMEM: return restore_vmem(s, &rec.vmem, tail, last, err, errlen);
     default: return restore_object(s, type, &rec, last, err, errlen);
     }
 }

@@ -18,9 +18,11 @@
 #include <assert.h>
 #include <stdint.h>
 
+#include "flyt_proto.h"
+
 #define FLYT_STATE_MAGIC   0x5441545354594c46ull /* "FLYTSTAT" little-endian */
-#define FLYT_STATE_VERSION 6u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL;
-                                * 6: the chunked trailer */
+#define FLYT_STATE_VERSION 7u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL;
+                                * 6: the chunked trailer; 7: VRANGE and VMEM */
 #define FLYT_STATE_HASH    32u /* the SHA-256 trailer */
 #define FLYT_STATE_CHUNKED 6u  /* the first version with the chunked trailer */
 #define FLYT_STATE_CHUNK   ((size_t)4 << 20)
@@ -50,6 +52,9 @@ enum flyt_state_stype {
     FLYT_SS_HOSTMAP,  /* flyt_state_hostmap; among the objects, by id (version 4) */
     FLYT_SS_GLOBAL,   /* flyt_state_global + name (name_len, NUL last) + size bytes of contents;
                        * after every object (version 5) */
+    FLYT_SS_VRANGE,   /* flyt_state_vrange; after the allocations, before any VMEM (version 7) */
+    FLYT_SS_VMEM,     /* flyt_state_vmem + flyt_state_vmap[nmaps] + size bytes of contents;
+                       * among the objects by id, those without one after them (version 7) */
 };
 
 struct flyt_state_section {
@@ -145,6 +150,31 @@ struct flyt_state_global {
     uint32_t pad;
 };
 static_assert(sizeof(struct flyt_state_global) == 32, "state global");
+
+/* The program's own VMM reservation (cuMemAddressReserve): reserved again
+ * at exactly this address. */
+struct flyt_state_vrange {
+    uint64_t addr, size;
+};
+static_assert(sizeof(struct flyt_state_vrange) == 16, "state vrange");
+
+/* A physical allocation (cuMemCreate) with its mappings and contents. */
+struct flyt_state_vmem {
+    uint64_t      id;    /* the handle the client holds; 0: released, alive through its mappings */
+    uint64_t      size;
+    uint32_t      refs;  /* handle references: cuMemCreate and each cuMemRetainAllocationHandle */
+    uint32_t      nmaps; /* flyt_state_vmap records that follow */
+    flyt_vmm_prop prop;  /* as the client gave it (location 0: the session's device) */
+};
+static_assert(sizeof(struct flyt_state_vmem) == 48, "state vmem");
+
+struct flyt_state_vmap {
+    uint64_t addr, size, offset; /* cuMemMap(addr, size, offset, the allocation) */
+    uint32_t access;             /* CU_MEM_ACCESS_FLAGS_PROT_* the device was granted */
+    uint32_t pad;
+};
+static_assert(sizeof(struct flyt_state_vmap) == 32, "state vmap");
+#define FLYT_STATE_MAX_VMAPS (1u << 20) /* mappings of one allocation */
 
 /* Where the client's request stream stood (docs/protocol.md, "Session moves"). */
 struct flyt_state_client {

@@ -10,12 +10,20 @@
 // With "global", a __device__ variable takes part too: a kernel folds each
 // step into it and the host reads it with cudaMemcpyFromSymbol (a module
 // global: the restore must find it at the same address).
-// usage: migrate_loop [STEPS] [SLEEP_MS] [pinned|global]
+// With "vmm", memory of the driver's virtual memory management takes part
+// too, as PyTorch's expandable segments use it: one reservation, physical
+// allocations created, mapped into it one after another and made
+// read-write (one handle kept, one released at once: its mapping keeps
+// it), grown by one more at step 120; kernels update it like the others
+// and its checksum is printed with theirs; at the end it is unmapped,
+// released and freed through the handles held from before the move.
+// usage: migrate_loop [STEPS] [SLEEP_MS] [pinned|global|vmm]
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <unistd.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #define CK(x)                                                                           \
@@ -90,6 +98,97 @@ static unsigned long long mapped_sum(const pinned_bufs *p)
     return h;
 }
 
+#define CU(x)                                                                           \
+    do {                                                                                \
+        CUresult r_ = (x);                                                              \
+        if (r_ != CUDA_SUCCESS) {                                                       \
+            fprintf(stderr, "%s:%d: %s: CUDA error %d\n", __FILE__, __LINE__, #x, (int)r_); \
+            exit(1);                                                                    \
+        }                                                                               \
+    } while (0)
+
+// The driver's VMM calls, through the runtime (no link to libcuda needed).
+struct vmm_api {
+    CUresult (*granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*free)(CUdeviceptr, size_t);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                       unsigned long long);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+};
+
+template <typename F> static void entry(F *fn, const char *name)
+{
+    void *p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    CK(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q));
+    if (p == nullptr || q != cudaDriverEntryPointSuccess) {
+        fprintf(stderr, "no driver entry point %s\n", name);
+        exit(1);
+    }
+    *fn = (F)p;
+}
+
+struct vmm_region {
+    vmm_api api;
+    CUmemAllocationProp prop;
+    CUdeviceptr va;
+    size_t gran, reserved, mapped;
+    CUmemGenericAllocationHandle held[4];
+    int nheld;
+};
+
+// One more physical allocation of bytes mapped at the end of what is mapped.
+static void vmm_grow(vmm_region *v, size_t bytes, bool keep_handle)
+{
+    CUmemGenericAllocationHandle h;
+    CU(v->api.create(&h, bytes, &v->prop, 0));
+    CU(v->api.map(v->va + v->mapped, bytes, 0, h, 0));
+    CUmemAccessDesc d = {};
+    d.location = v->prop.location;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CU(v->api.set_access(v->va + v->mapped, bytes, &d, 1));
+    CK(cudaMemset((void *)(v->va + v->mapped), 0x5a + v->nheld, bytes));
+    v->mapped += bytes;
+    if (keep_handle)
+        v->held[v->nheld++] = h;
+    else
+        CU(v->api.release(h)); // the mapping keeps the memory
+}
+
+static void vmm_setup(vmm_region *v)
+{
+    memset(v, 0, sizeof *v);
+    entry(&v->api.granularity, "cuMemGetAllocationGranularity");
+    entry(&v->api.reserve, "cuMemAddressReserve");
+    entry(&v->api.free, "cuMemAddressFree");
+    entry(&v->api.create, "cuMemCreate");
+    entry(&v->api.release, "cuMemRelease");
+    entry(&v->api.map, "cuMemMap");
+    entry(&v->api.unmap, "cuMemUnmap");
+    entry(&v->api.set_access, "cuMemSetAccess");
+    v->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    v->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    v->prop.location.id = 0;
+    CU(v->api.granularity(&v->gran, &v->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    v->reserved = 16 * v->gran;
+    CU(v->api.reserve(&v->va, v->reserved, 0, 0, 0));
+    vmm_grow(v, 2 * v->gran, true);
+    vmm_grow(v, v->gran, false);
+}
+
+static void vmm_teardown(vmm_region *v)
+{
+    CK(cudaDeviceSynchronize());
+    CU(v->api.unmap(v->va, v->mapped));
+    for (int i = 0; i < v->nheld; i++)
+        CU(v->api.release(v->held[i]));
+    CU(v->api.free(v->va, v->reserved));
+}
+
 __device__ unsigned long long g_tally;
 
 __global__ void tally_kernel(int t) { g_tally = g_tally * 31u + (unsigned long long)t; }
@@ -99,7 +198,9 @@ int main(int argc, char **argv)
     int steps = argc > 1 ? atoi(argv[1]) : 200, sleep_ms = argc > 2 ? atoi(argv[2]) : 20;
     bool pinned = argc > 3 && strcmp(argv[3], "pinned") == 0;
     bool global = argc > 3 && strcmp(argv[3], "global") == 0;
+    bool vmm = argc > 3 && strcmp(argv[3], "vmm") == 0;
     pinned_bufs pb;
+    vmm_region vr;
     const size_t sizes[] = {256, 1000, 4096, 100000, (1u << 20) + 4, (3u << 20) + 100, 64u << 20};
     const int nbuf = sizeof sizes / sizeof sizes[0];
     uint32_t *buf[nbuf + 2]; // the last: pinned mode's device buffer
@@ -122,13 +223,22 @@ int main(int argc, char **argv)
         buf[nbuf + 1] = pb.dev; // summed with the others
         words[nbuf + 1] = PINNED_WORDS;
     }
-    int last = pinned ? nbuf + 1 : nbuf;
+    if (vmm) {
+        vmm_setup(&vr);
+        buf[nbuf + 1] = (uint32_t *)vr.va; // summed with the others
+        words[nbuf + 1] = vr.mapped / 4;
+    }
+    int last = pinned || vmm ? nbuf + 1 : nbuf;
     if (global) {
         unsigned long long zero = 0;
         CK(cudaMemcpyToSymbol(g_tally, &zero, sizeof zero));
     }
     for (int t = 1; t <= steps; t++) {
-        for (int b = 0; b <= nbuf; b++)
+        if (vmm && t == 120) { // grown after the move, as an expandable segment grows
+            vmm_grow(&vr, vr.gran, true);
+            words[nbuf + 1] = vr.mapped / 4;
+        }
+        for (int b = 0; b <= (vmm ? nbuf + 1 : nbuf); b++)
             step_kernel<<<64, 256, 0, s>>>(buf[b], words[b], (uint32_t)t);
         CK(cudaGetLastError());
         if (pinned)
@@ -158,8 +268,12 @@ int main(int argc, char **argv)
         }
         usleep(sleep_ms * 1000);
     }
-    for (int b = 0; b <= last; b++)
+    for (int b = 0; b <= nbuf; b++)
         CK(cudaFree(buf[b]));
+    if (pinned)
+        CK(cudaFree(pb.dev));
+    if (vmm)
+        vmm_teardown(&vr);
     if (pinned) {
         CK(cudaFreeHost(pb.staged));
         CK(cudaFreeHost(pb.mapped));

@@ -1,7 +1,11 @@
 """A PyTorch training loop for tests/gpu/migrate_check.sh: a small MLP and a
 small CNN trained on fixed synthetic data, deterministic, printing the loss
 every 10 steps. Run natively and through Flyt with its session moved
-mid-run, the printed lines must be identical.
+mid-run, the printed lines must be identical. At step 120 a 64 MiB tensor
+grows the allocator's memory after the move. With
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the allocator uses the
+driver's VMM (cuMemAddressReserve, cuMemCreate, cuMemMap), and the run says
+whether its segments were expandable.
 usage: migrate_train.py [STEPS] [SLEEP_S]"""
 import os
 import sys
@@ -34,6 +38,13 @@ for step in range(1, steps + 1):
     opt.step()
     if step % 10 == 0:
         print(f"step {step}: loss {loss.item():.6f}", flush=True)
+    if step == 120:
+        big = torch.ones(16 << 20, device=dev)
+        print(f"step {step}: grown by {big.numel() * 4} bytes, sum {big.sum().item():.0f}", flush=True)
+        del big
     time.sleep(pause)
 print(f"memory allocated {torch.cuda.memory_allocated()}")
+if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+    segs = torch.cuda.memory_snapshot()
+    print(f"expandable segments: {bool(segs) and all(s.get('is_expandable') for s in segs)}")
 print("PASS")
