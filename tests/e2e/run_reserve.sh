@@ -10,9 +10,11 @@
 # usage: run_reserve.sh BIN_DIR CKPT_CLIENT E2E_TOOL (setup: ckpt_lib.sh)
 bin=$1 client=$2 tool=$3
 source "$(dirname "$0")/ckpt_lib.sh"
-cmport=$(( base + 90 ))
-cm_config "$cmport"
+# any free port first (a fixed one collided with another socket in CI), then the same
+# one on every restart: the node managers keep its URL
+cm_config 0
 cm_start
+cm_config "${cm##*:}"
 gpu='test.gpu_sm_count = 32
 test.gpu_sm_granularity = 8
 test.gpu_memory = 256MiB'
