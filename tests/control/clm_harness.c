@@ -2,6 +2,7 @@
 #include "clm_harness.h"
 
 #include "check.h"
+#include "flyt_token.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -78,6 +79,22 @@ static void spawn(struct clm_proc *clm)
     CHECK(0, "flyt-cluster-manager did not write its port file");
 }
 
+/* Whether the store's key file is its default (an SQLite store's); else the config names
+ * DIR/store.key (clm_start writes one), unless extra names its own. */
+static int clm_store_key_default(const struct clm_proc *clm)
+{
+    return strstr(clm->extra, "store_key_file") || strncmp(clm->store, "postgres", 8) != 0;
+}
+
+static void write_secret(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK_NE(f, NULL, "write %s", path);
+    fprintf(f, "%s\n", text);
+    fclose(f);
+    chmod(path, 0600);
+}
+
 static void write_config(struct clm_proc *clm)
 {
     char path[512];
@@ -86,8 +103,9 @@ static void write_config(struct clm_proc *clm)
     CHECK_NE(f, NULL, "write the config");
     /* a restart listens on the port of the first start, as a real one would */
     fprintf(f, "# written by the test\nlisten = 127.0.0.1:%d\nstore = \"%s\"\n"
-               "operator_token_file = operator.token\nlog_level = debug\n%s\n",
-            clm->port, clm->store, clm->extra);
+               "operator_token_file = operator.token\nlog_level = debug\n%s%s\n",
+            clm->port, clm->store,
+            clm_store_key_default(clm) ? "" : "store_key_file = store.key\n", clm->extra);
     fclose(f);
 }
 
@@ -114,12 +132,14 @@ void clm_start(struct clm_proc *clm, const char *binary, const char *store, cons
         clm->op_token[i] = "0123456789abcdef"[(unsigned)rand() % 16];
     clm->op_token[64] = 0;
     snprintf(path, sizeof path, "%s/operator.token", clm->dir);
-    FILE *f = fopen(path, "w");
-    CHECK_NE(f, NULL, "write the operator token");
-    fprintf(f, "%s\n", clm->op_token);
-    fclose(f);
-    chmod(path, 0600);
+    write_secret(path, clm->op_token);
     snprintf(clm->extra, sizeof clm->extra, "%s", extra ? extra : "");
+    if (!clm_store_key_default(clm)) {
+        char key[65];
+        CHECK_EQ(flyt_random_hex(32, key, sizeof key), 0, "a store key");
+        snprintf(path, sizeof path, "%s/store.key", clm->dir);
+        write_secret(path, key);
+    }
     write_config(clm);
     atexit_cm = clm;
     static int registered;
@@ -184,6 +204,57 @@ long call(struct clm_proc *clm, const char *method, const char *path, const char
         json_decref(a);
     return status;
 }
+
+void clm_create_vm(struct clm_proc *clm, const char *body, char *token_out)
+{
+    json_t *a;
+    long st = call(clm, "POST", "/v1/vms", clm->op_token, body, &a);
+    CHECK_EQ(st, 201,
+          "create VM %s: %ld %s", body, st, call_err);
+    CHECK(jstr(a, "token"),
+          "create VM %s: %ld %s", body, st, call_err);
+    CHECK_EQ(strlen(jstr(a, "token")), 64,
+          "create VM %s: %ld %s", body, st, call_err);
+    if (token_out)
+        snprintf(token_out, 65, "%s", jstr(a, "token"));
+    json_decref(a);
+}
+
+void clm_create_node(struct clm_proc *clm, struct fake_nm *nm, const char *host_ip)
+{
+    char body[256];
+    snprintf(body, sizeof body, "{\"id\": \"%s\", \"host_ip\": \"%s\"}", nm->node_id, host_ip);
+    json_t *a;
+    CHECK_EQ(call(clm, "POST", "/v1/nodes", clm->op_token, body, &a), 201,
+          "create node %s", nm->node_id);
+    CHECK(jstr(a, "token"),
+          "create node %s", nm->node_id);
+    CHECK_STR_EQ(jstr(a, "node.state"), "registered", "new node is 'registered'");
+    snprintf(nm->node_token, sizeof nm->node_token, "%s", jstr(a, "token"));
+    json_decref(a);
+}
+
+json_t *clm_register_node(struct clm_proc *clm, struct fake_nm *nm, const char *host_ip, int sms,
+                          long long mem, const char *sessions)
+{
+    char body[1024], path[128];
+    snprintf(body, sizeof body,
+             "{\"address\": \"%s\", \"host_ip\": \"%s\", \"gpus\": [{\"index\": 0, \"uuid\": "
+             "\"GPU-%s\", \"name\": \"Fake H100\", \"sm_count\": %d, \"sm_granularity\": 8, "
+             "\"memory_total\": %lld}], \"sessions\": %s}",
+             nm->address, host_ip, nm->node_id, sms, mem, sessions ? sessions : "[]");
+    snprintf(path, sizeof path, "/v1/nodes/%s/register", nm->node_id);
+    json_t *a;
+    long st = call(clm, "POST", path, nm->node_token, body, &a);
+    CHECK_EQ(st, 200, "register %s: %ld %s", nm->node_id, st, call_err);
+    pthread_mutex_lock(&nm->lock);
+    snprintf(nm->manager_token, sizeof nm->manager_token, "%s", jstr(a, "manager_token"));
+    snprintf(nm->session_key, sizeof nm->session_key, "%s", jstr(a, "session_key"));
+    nm->heartbeat = 1;
+    pthread_mutex_unlock(&nm->lock);
+    return a;
+}
+
 
 const char *jstr(json_t *j, const char *path)
 {

@@ -56,6 +56,13 @@ long call(struct clm_proc *clm, const char *method, const char *path, const char
           const char *body, json_t **ans);
 extern char call_err[1024];
 
+/* Operator calls, checked: a VM (its token into token_out, may be NULL), a node (its token
+ * into nm), and nm's registration (the secrets it is given into nm; the answer). */
+void clm_create_vm(struct clm_proc *clm, const char *body, char *token_out);
+void clm_create_node(struct clm_proc *clm, struct fake_nm *nm, const char *host_ip);
+json_t *clm_register_node(struct clm_proc *clm, struct fake_nm *nm, const char *host_ip, int sms,
+                          long long mem, const char *sessions);
+
 void fake_nm_start(struct fake_nm *nm, const char *node_id);
 void fake_nm_stop(struct fake_nm *nm);
 int fake_nm_has(struct fake_nm *nm, const char *session_id);

@@ -124,56 +124,6 @@ static long long gpu_field(const char *node, const char *field)
     return v;
 }
 
-static void create_vm(const char *body, char *token_out)
-{
-    json_t *a;
-    long st = call(&clm, "POST", "/v1/vms", T(), body, &a);
-    CHECK_EQ(st, 201,
-          "create VM %s: %ld %s", body, st, call_err);
-    CHECK(jstr(a, "token"),
-          "create VM %s: %ld %s", body, st, call_err);
-    CHECK_EQ(strlen(jstr(a, "token")), 64,
-          "create VM %s: %ld %s", body, st, call_err);
-    if (token_out)
-        snprintf(token_out, 65, "%s", jstr(a, "token"));
-    json_decref(a);
-}
-
-static void create_node(struct fake_nm *nm, const char *host_ip)
-{
-    char body[256];
-    snprintf(body, sizeof body, "{\"id\": \"%s\", \"host_ip\": \"%s\"}", nm->node_id, host_ip);
-    json_t *a;
-    CHECK_EQ(call(&clm, "POST", "/v1/nodes", T(), body, &a), 201,
-          "create node %s", nm->node_id);
-    CHECK(jstr(a, "token"),
-          "create node %s", nm->node_id);
-    CHECK_STR_EQ(jstr(a, "node.state"), "registered", "new node is 'registered'");
-    snprintf(nm->node_token, sizeof nm->node_token, "%s", jstr(a, "token"));
-    json_decref(a);
-}
-
-static json_t *register_node(struct fake_nm *nm, const char *host_ip, int sms, long long mem,
-                             const char *sessions)
-{
-    char body[1024], path[128];
-    snprintf(body, sizeof body,
-             "{\"address\": \"%s\", \"host_ip\": \"%s\", \"gpus\": [{\"index\": 0, \"uuid\": "
-             "\"GPU-%s\", \"name\": \"Fake H100\", \"sm_count\": %d, \"sm_granularity\": 8, "
-             "\"memory_total\": %lld}], \"sessions\": %s}",
-             nm->address, host_ip, nm->node_id, sms, mem, sessions ? sessions : "[]");
-    snprintf(path, sizeof path, "/v1/nodes/%s/register", nm->node_id);
-    json_t *a;
-    long st = call(&clm, "POST", path, nm->node_token, body, &a);
-    CHECK_EQ(st, 200, "register %s: %ld %s", nm->node_id, st, call_err);
-    pthread_mutex_lock(&nm->lock);
-    snprintf(nm->manager_token, sizeof nm->manager_token, "%s", jstr(a, "manager_token"));
-    snprintf(nm->session_key, sizeof nm->session_key, "%s", jstr(a, "session_key"));
-    nm->heartbeat = 1;
-    pthread_mutex_unlock(&nm->lock);
-    return a;
-}
-
 static json_t *new_session(const char *token, int pid, long want)
 {
     char body[64];
@@ -206,9 +156,9 @@ static void test_auth_and_health(void)
 static void test_vms(void)
 {
     printf("-- VMs\n");
-    create_vm("{\"id\": \"vm-a\", \"vm_ip\": \"10.0.0.1\", \"host_ip\": \"10.0.1.1\", "
+    clm_create_vm(&clm, "{\"id\": \"vm-a\", \"vm_ip\": \"10.0.0.1\", \"host_ip\": \"10.0.1.1\", "
               "\"compute_units\": 16, \"memory\": \"10GiB\"}", vma_token);
-    create_vm("{\"vm_ip\": \"10.0.0.2\", \"host_ip\": \"10.0.1.2\", \"compute_units\": 32, "
+    clm_create_vm(&clm, "{\"vm_ip\": \"10.0.0.2\", \"host_ip\": \"10.0.1.2\", \"compute_units\": 32, "
               "\"memory\": 8589934592}", vmb_token);
     json_t *a;
     CHECK(call(&clm, "GET", "/v1/vms/vm-10.0.0.2", T(), NULL, &a) == 200,
@@ -311,8 +261,8 @@ static void test_vms(void)
 static void test_nodes(void)
 {
     printf("-- nodes\n");
-    create_node(&nma, "10.0.1.1");
-    create_node(&nmb, "10.0.1.2");
+    clm_create_node(&clm, &nma, "10.0.1.1");
+    clm_create_node(&clm, &nmb, "10.0.1.2");
     json_t *a;
     long st = call(&clm, "POST", "/v1/nodes", T(), "{\"id\": \"node-a\", \"host_ip\": \"10.0.1.1\"}", &a);
     expect_error(st, a, 409, "conflict", "node node-a exists");
@@ -338,14 +288,14 @@ static void test_nodes(void)
     expect_error(st, a, 403, "forbidden", "node token");
 
     /* node-a: 64 SMs, 40 GiB; node-b: 128 SMs, 80 GiB */
-    a = register_node(&nma, "10.0.1.1", 64, 40 * GiB, NULL);
+    a = clm_register_node(&clm, &nma, "10.0.1.1", 64, 40 * GiB, NULL);
     CHECK_EQ(jint(a, "heartbeat_interval_s"), 1, "heartbeat_interval_s from the config");
     CHECK_EQ(strlen(jstr(a, "session_key")), 64,
           "session_key and manager_token, 64 hex characters");
     CHECK_EQ(strlen(jstr(a, "manager_token")), 64,
           "session_key and manager_token, 64 hex characters");
     json_decref(a);
-    json_decref(register_node(&nmb, "10.0.1.2", 128, 80 * GiB, NULL));
+    json_decref(clm_register_node(&clm, &nmb, "10.0.1.2", 128, 80 * GiB, NULL));
     CHECK_EQ(call(&clm, "GET", "/v1/nodes/node-a", T(), NULL, &a), 200,
           "node-a ready, 8 SM groups free");
     CHECK_STR_EQ(jstr(a, "node.state"), "ready",
@@ -422,7 +372,7 @@ static void test_sessions(void)
 
     /* no fit: a 200-SM VM */
     char big_token[65];
-    create_vm("{\"id\": \"vm-big\", \"vm_ip\": \"10.0.0.60\", \"host_ip\": \"10.0.1.1\", "
+    clm_create_vm(&clm, "{\"id\": \"vm-big\", \"vm_ip\": \"10.0.0.60\", \"host_ip\": \"10.0.1.1\", "
               "\"compute_units\": 200, \"memory\": \"1GiB\"}", big_token);
     char *before = state_snapshot();
     long st = call(&clm, "POST", "/v1/sessions", big_token, "{\"pid\": 5}", &a);
@@ -554,7 +504,7 @@ static void *par_alloc(void *arg)
 static void test_parallel(void)
 {
     printf("-- a VM's processes share its share (8 concurrent allocations)\n");
-    create_vm("{\"id\": \"vm-par\", \"vm_ip\": \"10.0.0.70\", \"host_ip\": \"10.0.1.2\", "
+    clm_create_vm(&clm, "{\"id\": \"vm-par\", \"vm_ip\": \"10.0.0.70\", \"host_ip\": \"10.0.1.2\", "
               "\"compute_units\": 16, \"memory\": \"1GiB\"}", par_token);
     long long before = gpu_field("node-b", "sm_allocated");
     long long mem_before = gpu_field("node-b", "memory_allocated");
@@ -578,7 +528,7 @@ static void test_parallel(void)
              "node-b: the VM's 1 GiB allocated once");
     /* the next VM still gets its share on node-b: 96 SMs are left for it */
     char next_token[65];
-    create_vm("{\"id\": \"vm-next\", \"vm_ip\": \"10.0.0.71\", \"host_ip\": \"10.0.1.2\", "
+    clm_create_vm(&clm, "{\"id\": \"vm-next\", \"vm_ip\": \"10.0.0.71\", \"host_ip\": \"10.0.1.2\", "
               "\"compute_units\": 64, \"memory\": \"1GiB\"}", next_token);
     json_t *a = new_session(next_token, 7100, 201);
     CHECK_STR_EQ(jstr(a, "session.node_id"), "node-b", "the next VM gets its 64 SMs on node-b");
@@ -686,7 +636,7 @@ static void test_node_loss(void)
     CHECK(fake_nm_has(&nmb, sb1), "node-b still runs the old server");
     char sessions[128];
     snprintf(sessions, sizeof sessions, "[{\"id\": \"%s\", \"alive\": true}]", sb1);
-    a = register_node(&nmb, "10.0.1.2", 128, 80 * GiB, sessions);
+    a = clm_register_node(&clm, &nmb, "10.0.1.2", 128, 80 * GiB, sessions);
     CHECK_EQ(json_array_size(json_object_get(a, "stop")), 1, "register again: stop the lost session");
     CHECK_STR_EQ(jstr(a, "stop.0"), sb1, "register again: stop the lost session");
     json_decref(a);
@@ -722,7 +672,7 @@ static void test_restart(void)
     json_decref(a);
     CHECK_EQ(gpu_field("node-a", "sm_allocated"), alloc_a, "vm-a still counted once");
     char r_token[65];
-    create_vm("{\"id\": \"vm-r\", \"vm_ip\": \"10.0.0.80\", \"host_ip\": \"10.0.1.1\", "
+    clm_create_vm(&clm, "{\"id\": \"vm-r\", \"vm_ip\": \"10.0.0.80\", \"host_ip\": \"10.0.1.1\", "
               "\"compute_units\": 16, \"memory\": \"1GiB\"}", r_token);
     a = new_session(r_token, 1201, 201);
     CHECK_STR_EQ(jstr(a, "session.node_id"), "node-a",
@@ -799,10 +749,10 @@ static void check_bounds_api(char *r1_token, char *r2_token)
                    "\"host_ip\": \"10.0.9.1\", \"compute_units\": 8, \"memory\": \"1GiB\", "
                    "\"sm_min\": 32, \"sm_max\": 16}", &a);
     expect_error(st, a, 400, "bad_request", "sm_min");
-    create_vm("{\"id\": \"vm-r1\", \"vm_ip\": \"10.0.9.11\", \"host_ip\": \"10.0.9.1\", "
+    clm_create_vm(&clm, "{\"id\": \"vm-r1\", \"vm_ip\": \"10.0.9.11\", \"host_ip\": \"10.0.9.1\", "
               "\"compute_units\": 8, \"memory\": \"1GiB\", \"sm_min\": 8, \"sm_max\": 32, "
               "\"memory_max\": \"4GiB\"}", r1_token);
-    create_vm("{\"id\": \"vm-r2\", \"vm_ip\": \"10.0.9.12\", \"host_ip\": \"10.0.9.1\", "
+    clm_create_vm(&clm, "{\"id\": \"vm-r2\", \"vm_ip\": \"10.0.9.12\", \"host_ip\": \"10.0.9.1\", "
               "\"compute_units\": 16, \"memory\": \"2GiB\"}", r2_token);
     st = call(&clm, "PATCH", "/v1/vms/vm-r1", T(), "{\"memory_min\": \"8GiB\"}", &a);
     expect_error(st, a, 400, "bad_request", "memory_min");
@@ -824,8 +774,8 @@ static void test_requests(void)
 {
     printf("-- app-requested scaling\n");
     char r1[65], r2[65], s1[64], s2[64];
-    create_node(&nmr, "10.0.9.1");
-    json_decref(register_node(&nmr, "10.0.9.1", 32, 8 * GiB, NULL));
+    clm_create_node(&clm, &nmr, "10.0.9.1");
+    json_decref(clm_register_node(&clm, &nmr, "10.0.9.1", 32, 8 * GiB, NULL));
     check_bounds_api(r1, r2);
     json_t *a;
     long st = ask("vm-r1", r1, "{\"sm\": \"+8\"}", &a);
@@ -985,6 +935,8 @@ int main(int argc, char **argv)
         snprintf(p, sizeof p, "%s-wal", store + 7);
         unlink(p);
         snprintf(p, sizeof p, "%s-shm", store + 7);
+        unlink(p);
+        snprintf(p, sizeof p, "%s.key", store + 7);
         unlink(p);
     }
     char cmd[600];

@@ -201,6 +201,9 @@ if [ "$kind" = postgresql ]; then
     || { cat "$tmp/pg/server.log"; die "PostgreSQL did not start in namespace $P-cm"; }
   pg_started=1
   store="postgresql://flyt@127.0.0.1:5432/postgres"
+  # PostgreSQL needs the key node secrets are sealed with (docs/api.md, "Node secrets at rest")
+  token > "$tmp/cm/store.key"; chmod 600 "$tmp/cm/store.key"
+  store_key_line="store_key_file = store.key"
   echo "store: PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') at $store in $P-cm (as $pg_user)"
 else
   store="sqlite:$tmp/cm/cluster.db"
@@ -211,6 +214,7 @@ fi
 cat > "$tmp/cm/cluster.conf" <<EOF
 listen = ${addr[cm]}:8600
 store = $store
+${store_key_line:-}
 operator_token_file = operator.token
 heartbeat_interval = 1s
 node_timeout = 5s

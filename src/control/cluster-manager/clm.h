@@ -28,6 +28,10 @@ struct clm_settings {
     char listen[256];
     char store_url[1024];
     char operator_token_file[1024];
+    /* the key node secrets are sealed with (seal.h); "": an in-memory store's, random.
+     * store_key_create: the default next to an SQLite file, made at its first start */
+    char store_key_file[1024];
+    int store_key_create;
     long long heartbeat_interval_ms, node_timeout_ms, idle_grace_ms;
     long long session_token_ttl_ms, server_start_timeout_ms;
     enum placement_policy policy;

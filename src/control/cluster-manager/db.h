@@ -46,6 +46,9 @@ struct db {
     const struct db_ops *ops;
     enum db_dialect dialect;
     const char *begin_sql;   /* starts a write transaction */
+    /* the key node secrets are sealed with (seal.h, set by store_nodes_seal); NULL: they
+     * are kept as given (the store's own tests) */
+    const struct seal_key *seal;
 };
 
 struct db *db_open_sqlite(const char *path, char *err, size_t errlen);

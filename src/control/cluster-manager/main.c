@@ -1,5 +1,6 @@
 /* flyt-cluster-manager: the control plane's API and source of truth (docs/api.md). */
 #include "clm.h"
+#include "seal.h"
 
 #include "flyt_daemon.h"
 #include "flyt_log.h"
@@ -39,6 +40,7 @@ static void version(void)
 }
 
 static struct clm clm;
+static struct seal_key store_key;   /* node secrets in the store are sealed with it */
 
 static int load(void *ctx, const char *path, int *log_level, char *err, size_t errlen)
 {
@@ -80,6 +82,29 @@ static const struct flyt_daemon daemon_spec = {
     .ctx = &clm,
 };
 
+/* The store's key loaded (made at an SQLite store's first start) and the node secrets
+ * sealed with it, those an older version left in plain text too. */
+static int seal_store(void)
+{
+    char err[1400];
+    const char *file = clm.set.store_key_file;
+    if ((file[0] ? seal_key_file_load(file, clm.set.store_key_create, &store_key, err, sizeof err)
+                 : seal_key_random(&store_key)) < 0) {
+        flyt_error("store_key_file: %s", err);
+        return -1;
+    }
+    int sealed = store_nodes_seal(clm.store, &store_key, err, sizeof err);
+    if (sealed < 0) {
+        flyt_error("store %s: %s (store_key_file %s)", clm.set.store_url, err,
+                   file[0] ? file : "none: an in-memory store");
+        return -1;
+    }
+    if (sealed > 0)
+        flyt_info("sealed %d node secret(s) the store held in plain text (store_key_file %s)",
+                  sealed, file);
+    return 0;
+}
+
 /* The store, open and with the sessions a previous run left starting failed. */
 static int open_store(void)
 {
@@ -87,6 +112,10 @@ static int open_store(void)
     clm.store = store_open(clm.set.store_url, err, sizeof err);
     if (!clm.store) {
         flyt_error("store %s: %s", clm.set.store_url, err);
+        return -1;
+    }
+    if (seal_store() < 0) {
+        store_close(clm.store);
         return -1;
     }
     if (lifecycle_recover(&clm, err, sizeof err) < 0) {
@@ -149,6 +178,7 @@ int main(int argc, char **argv)
     flyt_http_stop(clm.http);
     lifecycle_stop(&clm);
     store_close(clm.store);
+    seal_key_forget(&store_key);
     pthread_mutex_destroy(&clm.lock);
     return 0;
 }

@@ -1,6 +1,7 @@
 /* flyt-cluster-manager's config keys (configs/cluster-manager.conf explains each) and the
  * checks the config module does not do itself. */
 #include "clm.h"
+#include "seal.h"
 
 #include "flyt_log.h"
 #include "flyt_token.h"
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 const struct flyt_cfg_key clm_config_keys[] = {
     {"listen", FLYT_CFG_STRING, "0.0.0.0:8600", "HTTP API address, HOST:PORT", false, 0, 0},
@@ -21,6 +23,10 @@ const struct flyt_cfg_key clm_config_keys[] = {
      "file holding the operator token (flytctl's), at least 32 characters; up to 8, one a "
      "line, all valid (rotation: add the new one, switch, remove the old; SIGHUP reads it "
      "again)", true, 0, 0},
+    {"store_key_file", FLYT_CFG_STRING, NULL,
+     "file holding the key (64 hex digits, mode 0600) node secrets are sealed with in the "
+     "store; required with PostgreSQL; unset with SQLite: the store file's path + \".key\", "
+     "made at first start", false, 0, 0},
     {"heartbeat_interval", FLYT_CFG_DURATION, "5s", "how often node managers heartbeat", false,
      100, 3600000},
     {"node_timeout", FLYT_CFG_DURATION, "20s", "a node silent this long is lost", false, 200,
@@ -70,6 +76,57 @@ int settings_read_operator_tokens(const char *file, struct clm_operator_tokens *
     *ops = got;
     OPENSSL_cleanse(&got, sizeof got);
     return 0;
+}
+
+/* The SQLite file of a store URL; NULL for PostgreSQL. */
+static const char *sqlite_file(const char *url)
+{
+    if (strncmp(url, "postgresql://", 13) == 0 || strncmp(url, "postgres://", 11) == 0)
+        return NULL;
+    return strncmp(url, "sqlite:", 7) == 0 ? url + 7 : url;
+}
+
+/* The key file reads and holds a key (its mode too: the owner's alone). */
+static int store_key_check(const struct flyt_config *cfg, const char *path, const char *file,
+                           char *err, size_t errlen)
+{
+    struct seal_key key;
+    char why[1400];
+    int rc = seal_key_file_load(file, 0, &key, why, sizeof why);
+    seal_key_forget(&key);
+    if (rc < 0)
+        snprintf(err, errlen, "%s:%d: store_key_file: %s", path,
+                 flyt_config_line(cfg, "store_key_file"), why);
+    return rc;
+}
+
+/* store_key_file, checked; or its default for an SQLite store (made at its first start). */
+static int store_key_settings(const struct flyt_config *cfg, const char *path,
+                              struct clm_settings *set, char *err, size_t errlen)
+{
+    const char *db = sqlite_file(set->store_url);
+    if (flyt_config_path(cfg, path, "store_key_file", set->store_key_file,
+                         sizeof set->store_key_file, err, errlen) < 0)
+        return -1;
+    if (set->store_key_file[0])
+        return store_key_check(cfg, path, set->store_key_file, err, errlen);
+    if (!db || strncmp(db, "file:", 5) == 0) {
+        snprintf(err, errlen, "%s: store_key_file: required with a %s store (a file holding "
+                 "64 hex digits, mode 0600, outside the store: the key node secrets are sealed "
+                 "with; make one with: openssl rand -hex 32)", path,
+                 db ? "file: URI SQLite" : "PostgreSQL");
+        return -1;
+    }
+    if (strcmp(db, ":memory:") == 0)
+        return 0;
+    int n = snprintf(set->store_key_file, sizeof set->store_key_file, "%s.key", db);
+    if (n < 0 || (size_t)n >= sizeof set->store_key_file) {
+        snprintf(err, errlen, "%s: store: path too long for its key file", path);
+        return -1;
+    }
+    set->store_key_create = 1;
+    return access(set->store_key_file, F_OK) == 0
+               ? store_key_check(cfg, path, set->store_key_file, err, errlen) : 0;
 }
 
 int settings_load(const char *path, struct clm_settings *set, struct clm_operator_tokens *ops,
@@ -141,7 +198,8 @@ int settings_load(const char *path, struct clm_settings *set, struct clm_operato
                  flyt_config_line(cfg, "operator_token_file"), why);
         goto out;
     }
-    if (flyt_http_client_ca_from_config(cfg, path, "node_ca_file", err, errlen) < 0 ||
+    if (store_key_settings(cfg, path, set, err, errlen) < 0
+        || flyt_http_client_ca_from_config(cfg, path, "node_ca_file", err, errlen) < 0 ||
         flyt_http_tls_from_config(cfg, path, &set->tls, err, errlen) < 0)
         goto out;
     rc = 0;
