@@ -30,7 +30,7 @@
     F(SSL_CTX_load_verify_locations) F(SSL_CTX_set_default_verify_paths)                      \
     F(SSL_CTX_use_certificate_chain_file) F(SSL_CTX_use_PrivateKey)                           \
     F(SSL_CTX_check_private_key) F(SSL_CTX_set_num_tickets) F(SSL_new) F(SSL_free)            \
-    F(SSL_set_fd) F(SSL_ctrl) F(SSL_set1_host) F(SSL_get0_param) F(SSL_connect) F(SSL_accept) \
+    F(SSL_set_bio) F(SSL_ctrl) F(SSL_set1_host) F(SSL_get0_param) F(SSL_connect) F(SSL_accept) \
     F(SSL_read_ex) F(SSL_write_ex) F(SSL_get_error) F(SSL_has_pending)                        \
     F(SSL_get_verify_result) F(SSL_get_wbio) F(SSL_get_rbio) F(SSL_get_version)              \
     F(SSL_get_current_cipher) F(SSL_CIPHER_get_name) F(SSL_CTX_set_default_read_buffer_len)
@@ -216,6 +216,7 @@ void flyt_tls_ctx_free(flyt_tls_ctx *ctx)
 
 #define STAGE_BYTES 16384        /* one full record: small pieces of a writev are gathered */
 #define WRITE_MAX   (256u << 10) /* per call, so a reader gets the mutex between */
+#define WRITE_BUFFER_BYTES (256 << 10) /* records gathered into one send */
 
 struct flyt_tls {
     SSL            *ssl;
@@ -331,6 +332,29 @@ static int write_all(flyt_tls *t, const char *p, size_t len)
     return 0;
 }
 
+/* What the write buffer holds goes to the socket: after each whole frame, so a
+ * frame's records leave in one send, not one send per 16 KiB record. */
+static int flush_out(flyt_tls *t)
+{
+    for (;;) {
+        pthread_mutex_lock(&t->mu);
+        BIO *w = lib.SSL_get_wbio(t->ssl);
+        errno = 0;
+        int ok = BIO_flush(w) > 0;
+        int retry = !ok && BIO_should_retry(w);
+        int saved = errno;
+        pthread_mutex_unlock(&t->mu);
+        if (ok)
+            return 0;
+        if (!retry) {
+            errno = saved ? saved : EPIPE;
+            return -1;
+        }
+        if (wait_ready(t->fd, SSL_ERROR_WANT_WRITE, t->timeout_ms) != 0)
+            return -1;
+    }
+}
+
 /* Small pieces (frame headers, request structs) go out in the record of the
  * bytes after them, not in records of their own; a large piece goes straight. */
 int flyt_tls_writev_full(flyt_tls *t, struct iovec *iov, int iovcnt)
@@ -361,7 +385,9 @@ int flyt_tls_writev_full(flyt_tls *t, struct iovec *iov, int iovcnt)
         }
         iov[i].iov_len = 0;
     }
-    return staged ? write_all(t, t->stage, staged) : 0;
+    if (staged && write_all(t, t->stage, staged) != 0)
+        return -1;
+    return flush_out(t);
 }
 
 int flyt_tls_pending(flyt_tls *t)
@@ -431,11 +457,26 @@ static int finish(flyt_tls *t, flyt_tls **out)
     return set_blocking(fd, 1);
 }
 
+/* Reads straight from the socket; writes through a buffer flushed once per
+ * frame (flush_out). Both hold the socket BIO, hence its second reference. */
+static int attach_socket(SSL *ssl, int fd)
+{
+    BIO *sock = BIO_new_socket(fd, BIO_NOCLOSE), *buf = BIO_new(BIO_f_buffer());
+    if (sock == NULL || buf == NULL || BIO_set_write_buffer_size(buf, WRITE_BUFFER_BYTES) != 1 ||
+        BIO_up_ref(sock) != 1) {
+        BIO_free(sock);
+        BIO_free(buf);
+        return -1;
+    }
+    lib.SSL_set_bio(ssl, sock, BIO_push(buf, sock));
+    return 0;
+}
+
 static flyt_tls *new_session(flyt_tls_ctx *ctx, int fd, int timeout_ms, char *err, size_t errlen)
 {
     flyt_tls *t = calloc(1, sizeof *t);
     if (t == NULL || (t->ssl = lib.SSL_new(ctx->ssl_ctx)) == NULL ||
-        lib.SSL_set_fd(t->ssl, fd) != 1 || set_blocking(fd, 0) != 0) {
+        attach_socket(t->ssl, fd) != 0 || set_blocking(fd, 0) != 0) {
         ssl_reason(err, errlen, "cannot start a TLS session");
         if (t && t->ssl)
             lib.SSL_free(t->ssl);
