@@ -480,6 +480,7 @@ static void test_sessions(void)
 static char par_token[65];
 static char par_ids[8][64], par_nodes[8][64];
 static int par_groups[8][2];
+static char par_why[8][256]; /* a process without its session: status and answer */
 
 static void *par_alloc(void *arg)
 {
@@ -488,7 +489,11 @@ static void *par_alloc(void *arg)
     snprintf(body, sizeof body, "{\"pid\": %d}", 7000 + i);
     json_t *a;
     par_groups[i][0] = par_groups[i][1] = -1;
-    if (call(&clm, "POST", "/v1/sessions", par_token, body, &a) == 201) {
+    long st = call(&clm, "POST", "/v1/sessions", par_token, body, &a);
+    char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    snprintf(par_why[i], sizeof par_why[i], "pid %d: %ld %s", 7000 + i, st, text ? text : "");
+    free(text);
+    if (st == 201) {
         snprintf(par_ids[i], sizeof par_ids[i], "%s", jstr(a, "session.id"));
         snprintf(par_nodes[i], sizeof par_nodes[i], "%s", jstr(a, "session.node_id"));
         if (json_array_size(json_object_get(json_object_get(a, "session"), "sm_groups")) == 2) {
@@ -515,6 +520,8 @@ static void test_parallel(void)
         pthread_join(t[i], NULL);
     int ok = 0, same = 0;
     for (int i = 0; i < 8; i++) {
+        if (par_groups[i][0] < 0)
+            printf("  (%s)\n", par_why[i]);
         ok += par_groups[i][0] >= 0;
         same += par_groups[i][0] == par_groups[0][0] && par_groups[i][1] == par_groups[0][1] &&
                 strcmp(par_nodes[i], "node-b") == 0;
