@@ -1185,7 +1185,8 @@ static int resume_session(uint64_t moved_at)
     uint64_t resume_at = 0;
     flyt_link l = {.fd = -1};
     move_clock.tries = 0;
-    for (long backoff = 50, rc = -1; rc != 0;) {
+    /* short at first: the restored server usually listens within milliseconds of the move */
+    for (long backoff = 5, rc = -1; rc != 0;) {
         long left = ms_left(&deadline);
         double t_try = clock_ms();
         move_clock.tries++;
