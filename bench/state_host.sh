@@ -94,6 +94,6 @@ echo "# $MIB MiB on the $BACKEND backend"
 sed 's/^/program: /' "$DIR/loop.out"
 grep -h 'move timing' "$DIR/loop.err" | sed 's/^/program: /'
 for name in source target fromfile moved; do
-    grep -hE 'checkpointed|state phases|restored:|received the session|move timing' "$DIR/$name.log" |
+    grep -hE 'checkpointed|state phases|restored:|received the session|move timing|client came' "$DIR/$name.log" |
         sed "s/^/$name: /"
 done

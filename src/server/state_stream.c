@@ -192,9 +192,11 @@ static int take_bytes(int fd, const char *tmp, long long deadline, size_t *total
     return rc;
 }
 
-/* The bytes of one connection into path, verified; NULL with err (the verdict sent). */
+/* The bytes of one connection into path, verified; NULL with err (the verdict sent; on
+ * success too unless keep_verdict). */
 static struct flyt_state *take_state(int fd, const char *path, long long deadline,
-                                     const char *session_id, char *err, size_t errlen)
+                                     const char *session_id, int keep_verdict, char *err,
+                                     size_t errlen)
 {
     char tmp[PATH_MAX];
     size_t total = 0;
@@ -214,7 +216,8 @@ static struct flyt_state *take_state(int fd, const char *path, long long deadlin
         st = NULL;
     }
     unlink(tmp);
-    verdict(fd, st ? NULL : err);
+    if (!st || !keep_verdict)
+        verdict(fd, st ? NULL : err);
     if (st)
         flyt_info("received the session's state: %zu bytes, verified; state phases (receive): "
                   "receiving %.3f ms, opening and verifying %.3f ms", total,
@@ -222,9 +225,15 @@ static struct flyt_state *take_state(int fd, const char *path, long long deadlin
     return st;
 }
 
+void flyt_stream_verdict(int sender, const char *why)
+{
+    verdict(sender, why);
+    close(sender);
+}
+
 struct flyt_state *flyt_stream_receive(const char *address, const char *secret_file,
                                        const char *path, int timeout_s, const char *session_id,
-                                       char *err, size_t errlen)
+                                       int *sender, char *err, size_t errlen)
 {
     long long deadline = now_ms() + (long long)timeout_s * 1000;
     flyt_token_line secret[1];
@@ -250,8 +259,11 @@ struct flyt_state *flyt_stream_receive(const char *address, const char *secret_f
     int fd = accept_sender(lfd, secret[0], deadline, err, errlen);
     close(lfd); /* exactly one state connection */
     if (fd >= 0) {
-        st = take_state(fd, path, deadline, session_id, err, errlen);
-        close(fd);
+        st = take_state(fd, path, deadline, session_id, sender != NULL, err, errlen);
+        if (st && sender)
+            *sender = fd;
+        else
+            close(fd);
     }
     OPENSSL_cleanse(secret, sizeof secret);
     return st;
