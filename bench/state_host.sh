@@ -33,7 +33,7 @@ cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    rm -rf "$DIR"
+    [ -n "${KEEP:-}" ] || rm -rf "$DIR"
 }
 trap cleanup EXIT
 
