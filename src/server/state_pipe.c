@@ -577,7 +577,9 @@ int flyt_rh_took(struct flyt_rhash *h, size_t n)
     if (b->len < FLYT_STATE_CHUNK)
         return 0;
     h->held = h->cur;
+    pthread_mutex_lock(&h->mu); /* the workers read every buffer's state */
     b->state = RB_HELD;
+    pthread_mutex_unlock(&h->mu);
     return (h->cur = rh_next_buffer(h)) < 0 ? -1 : 0;
 }
 
