@@ -8,9 +8,13 @@
 #   BUILD_DIR holds bin/flyt-server, bin/flyt-checkpoint, bin/ckpt_client and
 #   lib/libcuda.so.1. MIB defaults to 256, BACKEND to host (cuda works the same
 #   on a GPU machine). Runs: a checkpoint to a file, one streamed to a
-#   receiving server (TCP on 127.0.0.1) and the restores of both; prints the
-#   servers' checkpoint, phase and restore lines. Exit 0 when every step
-#   worked and the restored bytes hold their pattern.
+#   receiving server (TCP on 127.0.0.1) and the restores of both, then the
+#   live move: the session, whose program copies from it without pause, is
+#   checkpointed with --stop and streamed to a receiving server that then
+#   listens on the source's socket, where the program resumes. Prints the
+#   servers' checkpoint, phase and restore lines, the program's longest wait
+#   for a reply (the downtime it saw) and its FLYT_TRACE move timing. Exit 0
+#   when every step worked and the restored bytes hold their pattern.
 set -u
 die() { echo "state_host: $*" >&2; exit 2; }
 [ $# -ge 1 ] || { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
@@ -29,14 +33,14 @@ cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    rm -rf "$DIR"
+    [ -n "${KEEP:-}" ] || rm -rf "$DIR"
 }
 trap cleanup EXIT
 
-server() { # NAME ARGS...: a server on DIR/NAME.sock, its log DIR/NAME.log
+server() { # NAME ARGS...: a server on DIR/NAME.sock (SOCK=...: there), its log DIR/NAME.log
     local name=$1; shift
     env -u FLYT_SERVER LD_LIBRARY_PATH="$CUDA_LIB" "$SERVER" --backend "$BACKEND" \
-        --listen "unix:$DIR/$name.sock" "$@" >"$DIR/$name.log" 2>&1 &
+        --listen "unix:${SOCK:-$DIR/$name.sock}" "$@" >"$DIR/$name.log" 2>&1 &
     PIDS+=("$!")
 }
 wait_for() { # FILE
@@ -50,8 +54,8 @@ client() { # NAME MODE ARG
 
 server source --status-file "$DIR/source.status"
 wait_for "$DIR/source.sock"
-client source hold "$DIR/ptr" >/dev/null 2>&1 &
-PIDS+=("$!")
+FLYT_TRACE=1 client source loop "$DIR/ptr" >"$DIR/loop.out" 2>"$DIR/loop.err" &
+LOOP=$!
 wait_for "$DIR/ptr"
 sleep 0.2
 PTR=$(cat "$DIR/ptr")
@@ -72,8 +76,24 @@ server fromfile --restore "$DIR/file.state"
 wait_for "$DIR/fromfile.sock"
 (client fromfile check "$PTR") >/dev/null || die "the restored session does not hold its bytes"
 
+# the live move: the receiver takes the source's socket once it holds the state
+PORT=$(( 20000 + RANDOM % 20000 ))
+SOCK="$DIR/source.sock" server moved --restore "$DIR/moved.state" \
+    --restore-listen "tcp://127.0.0.1:$PORT" --restore-secret-file "$DIR/secret" --restore-timeout 60
+SOURCE_PID=${PIDS[0]}
+for _ in $(seq 1 400); do grep -q "waiting up to" "$DIR/moved.log" && break; sleep 0.025; done
+"$CKPT" "$DIR/source.status" "$DIR/stopped.state" --stop --to "tcp://127.0.0.1:$PORT" \
+    --secret-file "$DIR/secret" >/dev/null || die "the live move's checkpoint failed"
+for _ in $(seq 1 2000); do grep -q "listening on unix:" "$DIR/moved.log" && break; sleep 0.005; done
+kill -TERM "$SOURCE_PID"
+sleep 0.3
+touch "$DIR/ptr.go"
+wait "$LOOP" || die "the program did not carry on after the move: $(tail -n 3 "$DIR/loop.err")"
+
 echo "# $MIB MiB on the $BACKEND backend"
-for name in source target fromfile; do
-    grep -hE 'checkpointed|state phases|restored:|received the session' "$DIR/$name.log" |
+sed 's/^/program: /' "$DIR/loop.out"
+grep -h 'move timing' "$DIR/loop.err" | sed 's/^/program: /'
+for name in source target fromfile moved; do
+    grep -hE 'checkpointed|state phases|restored:|received the session|move timing|client came' "$DIR/$name.log" |
         sed "s/^/$name: /"
 done

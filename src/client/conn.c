@@ -442,6 +442,41 @@ static void confirm(uint64_t end_off)
 
 static int resume_session(uint64_t moved_at);
 
+/* FLYT_TRACE: where a move's downtime went, as this client saw it (receiver thread only) */
+static struct {
+    double last_reply; /* ms, monotonic: the last reply before the move */
+    double moved;      /* the SESSION_MOVED frame */
+    double resumed;    /* the restored server answered the resuming HELLO */
+    double hello_ms;   /* that last try's connect, HELLO and AUTH */
+    int    tries;
+    int    awaiting;   /* the first reply after the move is still to come */
+} move_clock;
+
+static double clock_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+/* A reply came: the first after a move ends its downtime (traced). */
+static void reply_clocked(void)
+{
+    if (!flyt_tracing())
+        return;
+    double now = clock_ms();
+    if (move_clock.awaiting) {
+        move_clock.awaiting = 0;
+        fprintf(stderr, "flyt: move timing: last reply to SESSION_MOVED %.1f ms, SESSION_MOVED to "
+                "resumed %.1f ms (%d tries; the last one's connect and HELLO %.1f ms), resumed to "
+                "first reply %.1f ms; downtime seen %.1f ms\n",
+                move_clock.moved - move_clock.last_reply, move_clock.resumed - move_clock.moved,
+                move_clock.tries, move_clock.hello_ms, now - move_clock.resumed,
+                now - move_clock.last_reply);
+    }
+    move_clock.last_reply = now;
+}
+
 static void *receiver_thread(void *arg)
 {
     (void)arg;
@@ -473,6 +508,7 @@ static void *receiver_thread(void *arg)
                 fail_all("the server moved the session, and FLYT_RESUME=0 says not to follow it");
                 return NULL;
             }
+            move_clock.moved = flyt_tracing() ? clock_ms() : 0;
             if (resume_session(m.consumed) != 0)
                 return NULL;
             continue;
@@ -512,6 +548,7 @@ static void *receiver_thread(void *arg)
         w->callbacks_seen = conn.cb_received;
         pthread_mutex_unlock(&conn.cb_lock);
         confirm(w->end_off);
+        reply_clocked();
         if ((w->op == FLYT_OP_HOST_MAP || w->op == FLYT_OP_HOST_MAP_AT) && w->reply.result == 0)
             flyt_region_reply_delivered(); /* its caller keeps it (regions.c) */
         waiter_finish(w);
@@ -1147,10 +1184,15 @@ static int resume_session(uint64_t moved_at)
     char why[768] = "";
     uint64_t resume_at = 0;
     flyt_link l = {.fd = -1};
-    for (long backoff = 50, rc = -1; rc != 0;) {
+    move_clock.tries = 0;
+    /* short at first: the restored server usually listens within milliseconds of the move */
+    for (long backoff = 5, rc = -1; rc != 0;) {
         long left = ms_left(&deadline);
+        double t_try = clock_ms();
+        move_clock.tries++;
         if (left <= 0 || (rc = try_resume(left, &l, &resume_at, why, sizeof why)) == -2)
             break;
+        move_clock.hello_ms = clock_ms() - t_try;
         if (rc != 0) {
             sleep_ms(backoff < left ? backoff : left);
             backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
@@ -1172,6 +1214,8 @@ static int resume_session(uint64_t moved_at)
     conn.link = l;
     rx.tls = l.tls;
     confirm(resume_at);
+    move_clock.resumed = clock_ms();
+    move_clock.awaiting = 1;
     if (flyt_tracing())
         fprintf(stderr, "flyt: session resumed at request byte %llu (moved at %llu): sending "
                 "%llu bytes of requests again\n", (unsigned long long)resume_at,

@@ -110,7 +110,8 @@ static void usage(FILE *f)
             "  --restore-listen tcp://HOST:PORT\n"
             "                      before anything else: take the state of FILE from exactly\n"
             "                      one connection there (a migration's source streams it),\n"
-            "                      write it into FILE, verify it, then serve as --restore\n"
+            "                      write it into FILE, verify and restore it, listen, answer\n"
+            "                      the source, then serve as --restore\n"
             "  --restore-secret-file F  the one-time secret that connection must give (64\n"
             "                      hex digits, mode 0600); required with --restore-listen\n"
             "  --restore-timeout S exit unless the state arrived within S seconds (default 60)\n"
@@ -804,15 +805,16 @@ static void bound_address(int lfd, const flyt_addr *addr, char *out, size_t len,
 }
 
 /* Verifies the --restore file before anything listens (with --restore-listen: takes
- * it from the migration's source first); 0 or -1 (logged). */
-static int open_restore(struct options *o)
+ * it from the migration's source first, *sender its connection awaiting the verdict);
+ * 0 or -1 (logged). */
+static int open_restore(struct options *o, int *sender)
 {
     char err[768];
     const char *sid = o->cfg.session_id ? o->cfg.session_id : "";
     struct flyt_state *st =
         o->restore_listen ? flyt_stream_receive(o->restore_listen, o->restore_secret_file,
-                                                o->restore_file, o->restore_timeout_s, sid, err,
-                                                sizeof err)
+                                                o->restore_file, o->restore_timeout_s, sid,
+                                                sender, err, sizeof err)
                           : flyt_state_open(o->restore_file, err, sizeof err);
     if (st == NULL) {
         flyt_error("%s", err);
@@ -822,6 +824,8 @@ static int open_restore(struct options *o)
     if (strcmp(id, o->cfg.session_id ? o->cfg.session_id : "") != 0) {
         flyt_error("state file %s holds session '%s', this server serves '%s'", o->restore_file,
                    id, o->cfg.session_id ? o->cfg.session_id : "");
+        if (sender && *sender >= 0)
+            flyt_stream_verdict(*sender, "it holds another session");
         flyt_state_close(st);
         return -1;
     }
@@ -830,8 +834,36 @@ static int open_restore(struct options *o)
     return 0;
 }
 
-/* The warm process (above): opens the device, takes the state, says so on ctl ('R'),
- * then runs the session of the connection passed to it. Its exit status. */
+/* The state taken and verified: restores it into the session to come, says so on ctl
+ * ('R'), and once the server listens ('L' back) tells the source it may end its session:
+ * the client it then sends here finds its session ready. 0, or -1 (the source told why,
+ * and carries on). */
+static int warm_restore(struct options *o, int ctl, int sender)
+{
+    char err[768] = "";
+    long long t0 = monotonic_ms();
+    if (flyt_quota_child_restoring() != 0) /* its allocations count against the quota */
+        snprintf(err, sizeof err, "this server already has %d sessions, or its VM %d on this "
+                 "node", FLYT_STATUS_SLOTS, FLYT_VMQ_SLOTS);
+    if (err[0] || flyt_session_restore_early(&o->cfg, err, sizeof err) != CUDA_SUCCESS) {
+        flyt_error("restoring the received state failed: %s; its source keeps the session", err);
+        flyt_stream_verdict(sender, err);
+        return -1;
+    }
+    long long t_restored = monotonic_ms();
+    char ready = 'R', listening = 0;
+    if (write(ctl, &ready, 1) != 1 || read(ctl, &listening, 1) != 1 || listening != 'L') {
+        flyt_stream_verdict(sender, "the receiving server could not listen");
+        return -1;
+    }
+    flyt_stream_verdict(sender, NULL);
+    flyt_info("state phases (receive): restored before its client %lld ms, listening %lld ms; "
+              "the source told to end its session", t_restored - t0, monotonic_ms() - t_restored);
+    return 0;
+}
+
+/* The warm process (above): opens the device, takes the state and restores it, says so
+ * on ctl, then runs the session of the connection passed to it. Its exit status. */
 static int warm_main(struct options *o, int ctl, int admit)
 {
     signal(SIGPIPE, SIG_IGN); /* a vanished peer is a failed write, not a death */
@@ -842,14 +874,17 @@ static int warm_main(struct options *o, int ctl, int admit)
         return FLYT_EXIT_BACKEND;
     }
     flyt_info("device open in %lld ms, before the state", monotonic_ms() - t0);
-    if (open_restore(o) != 0)
+    int sender = -1;
+    if (open_restore(o, &sender) != 0 || warm_restore(o, ctl, sender) != 0)
         return 1;
-    char ready = 'R';
+    long long t_told = monotonic_ms();
     struct handoff h;
     int fd = -1;
-    if (write(ctl, &ready, 1) != 1 || flyt_read_full_fd(ctl, &h, sizeof h, &fd) != 0 || fd < 0)
+    if (flyt_read_full_fd(ctl, &h, sizeof h, &fd) != 0 || fd < 0)
         return 0; /* the server ended before a client came */
     close(ctl);
+    flyt_info("the session's client came %lld ms after its source was told to end it",
+              monotonic_ms() - t_told);
     h.peer[sizeof h.peer - 1] = '\0';
     struct flyt_server_config cfg = o->cfg;
     cfg.admitted_fd = admit;
@@ -915,7 +950,7 @@ int main(int argc, char **argv)
         flyt_warn("backend 'host' keeps memory on the host and runs no kernels: it is for tests");
     if (o.key_file && read_session_key(&o) != 0)
         return EXIT_USAGE;
-    if (o.restore_file && !o.restore_listen && open_restore(&o) != 0)
+    if (o.restore_file && !o.restore_listen && open_restore(&o, NULL) != 0)
         return 1;
     if ((o.cfg.memory_quota || o.status_file || o.vm_quota_file) &&
         flyt_status_open(o.status_file, o.cfg.memory_quota, err, sizeof err) != 0) {
@@ -963,6 +998,8 @@ int main(int argc, char **argv)
                   (unsigned long long)o.cfg.memory_quota, share);
     }
     flyt_status_listening(port);
+    if (warm_fd >= 0 && write(warm_fd, "L", 1) != 1) /* it answers the source now */
+        flyt_warn("the process that took the state is gone");
 
     int status = 0;
     /* the listening sockets, then the admission pipes of connections not yet admitted */

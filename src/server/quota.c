@@ -93,10 +93,13 @@ void flyt_status_session_ended(pid_t pid)
         }
 }
 
-int flyt_quota_child_admitted(void)
+/* A slot for this process, taken once: 0, or -1 when none is free (nor the VM's). */
+static int claim_slot(void)
 {
-    if (!page || my_slot >= 0)
-        return 0;
+    static int claimed; /* 1 taken, -1 refused */
+    if (!page || claimed)
+        return claimed < 0 ? -1 : 0;
+    claimed = -1;
     int32_t me = (int32_t)getpid();
     for (int i = 0; i < FLYT_STATUS_SLOTS; i++) {
         int32_t free_slot = 0;
@@ -104,17 +107,28 @@ int flyt_quota_child_admitted(void)
         if (__atomic_compare_exchange_n(&page->slots[i].pid, &free_slot, me, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE)) {
             STORE(&page->slots[i].used, 0);
-            STORE(&page->slots[i].admitted, 1);
             ADD(&page->sessions, 1);
             ADD(&page->sessions_total, 1);
             my_slot = i;
             /* the parent frees both slots when it reaps this child, whatever happens */
             if (vm_page && (vm_slot = flyt_vmq_claim(vm_page, vm_server_pid, me)) < 0)
                 return -1;
+            claimed = 1;
             return 0;
         }
     }
     return -1;
+}
+
+int flyt_quota_child_restoring(void) { return claim_slot(); }
+
+int flyt_quota_child_admitted(void)
+{
+    if (claim_slot() != 0)
+        return -1;
+    if (page)
+        STORE(&page->slots[my_slot].admitted, 1);
+    return 0;
 }
 
 int flyt_quota_active(void) { return page != NULL; }

@@ -47,6 +47,9 @@ void flyt_status_session_ended(pid_t pid);
  * a client is connected) and counts the session. 0, or -1 when every slot is taken (the
  * client is then refused). A no-op without a page. */
 int flyt_quota_child_admitted(void);
+/* The same slot taken before the client came, not admitted yet (a state restored ahead
+ * of it, whose allocations count against the quota): 0 or -1 as above. */
+int flyt_quota_child_restoring(void);
 /* The slot of this session child, -1 when none (not admitted yet). */
 int flyt_quota_my_slot(void);
 

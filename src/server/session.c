@@ -755,9 +755,42 @@ int flyt_session_preopen(const struct flyt_server_config *cfg, char *err, size_t
     return preopened ? 0 : -1;
 }
 
+/* The process's one session: static, as a driver thread may still post a callback
+ * while the process exits and must not find a dead stack frame. */
+static flyt_session the_session;
+static int restored_early; /* flyt_session_restore_early's: its HELLO finds it restored */
+
+static void session_init(flyt_session *s, const struct flyt_server_config *cfg)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    flyt_resize_init(s);
+    flyt_handles_init(&s->handles);
+    flyt_hash_init(&s->stream_attrs);
+    flyt_mutex_init(&s->send_mu);
+    pthread_cond_init(&s->send_cv, NULL);
+    flyt_mutex_init(&s->rd_mu);
+    pthread_cond_init(&s->rd_cv, NULL);
+}
+
+int32_t flyt_session_restore_early(const struct flyt_server_config *cfg, char *err, size_t errlen)
+{
+    session_init(&the_session, cfg);
+    the_session.peer = "(its client still to come)";
+    int32_t r = flyt_session_open_backend(&the_session, err, errlen);
+    the_session.admitted = 0; /* its client's HELLO (and token) admit it */
+    restored_early = r == CUDA_SUCCESS;
+    return r;
+}
+
 int32_t flyt_session_open_backend(flyt_session *s, char *err, size_t errlen)
 {
     const struct flyt_server_config *cfg = s->cfg;
+    if (restored_early) { /* backend, share and state in place before the client came */
+        restored_early = 0;
+        s->admitted = 1;
+        return CUDA_SUCCESS;
+    }
     if (preopened == NULL && flyt_session_preopen(cfg, err, errlen) != 0)
         return CUDA_ERROR_NO_DEVICE;
     s->b = preopened;
@@ -939,69 +972,61 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
         signal(SIGALRM, admission_expired);
         alarm(cfg->admission_timeout_s);
     }
-    /* static: a driver thread may still post a callback while the process
-     * exits, and must not find a dead stack frame (one session per process) */
-    static flyt_session s;
-    memset(&s, 0, sizeof s);
-    s.link.fd = fd;
-    if (flyt_reader_init(&s.in, fd, IN_BUF, 1) != 0) {
+    flyt_session *s = &the_session;
+    if (!restored_early)
+        session_init(s, cfg);
+    s->cfg = cfg;
+    s->link.fd = fd;
+    if (flyt_reader_init(&s->in, fd, IN_BUF, 1) != 0) {
         flyt_error("out of memory for session %s", peer);
         return FLYT_EXIT_BACKEND;
     }
-    if (cfg->tls_ctx && start_tls(&s, peer, cfg) != 0)
+    if (cfg->tls_ctx && start_tls(s, peer, cfg) != 0)
         return FLYT_EXIT_AUTH;
-    s.peer = peer;
-    s.cfg = cfg;
-    flyt_resize_init(&s);
-    flyt_handles_init(&s.handles);
-    flyt_hash_init(&s.stream_attrs);
-    flyt_mutex_init(&s.send_mu);
-    pthread_cond_init(&s.send_cv, NULL);
-    flyt_mutex_init(&s.rd_mu);
-    pthread_cond_init(&s.rd_cv, NULL);
-    s.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (s.wake_fd < 0) {
+    s->peer = peer;
+    s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->wake_fd < 0) {
         flyt_error("no eventfd for session %s: %s", peer, strerror(errno));
         return FLYT_EXIT_BACKEND;
     }
 
-    int rc = hello(&s);
+    int rc = hello(s);
     if (rc == FLYT_CONT) {
         if (cfg->watch_hangup)
-            flyt_watch_start(&s.watch, fd, peer);
-        rc = serve(&s);
+            flyt_watch_start(&s->watch, fd, peer);
+        rc = serve(s);
     }
-    if (s.images_received || s.images_from_cache)
+    if (s->images_received || s->images_from_cache)
         flyt_info("session for %s: %llu kernel images received (%llu bytes), %llu from the cache dir",
-                  peer, (unsigned long long)s.images_received,
-                  (unsigned long long)s.image_bytes_received, (unsigned long long)s.images_from_cache);
+                  peer, (unsigned long long)s->images_received,
+                  (unsigned long long)s->image_bytes_received, (unsigned long long)s->images_from_cache);
 
     /* Closing the backend frees the session's GPU objects; host functions
      * still pending may run now and send (or fail to) on the socket, and
      * wait for no acknowledgement. */
-    reading_over(&s);
-    flyt_watch_enter(&s.watch, FLYT_WATCH_CLOSE, 0); /* the driver synchronises first */
-    if (s.b)
-        s.b->ops->close(s.b);
-    s.b = NULL;
-    flyt_watch_leave(&s.watch);
-    flyt_watch_stop(&s.watch);
-    flyt_output_to_log(&s.output);
-    flyt_memtab_free(&s.mem); /* closing the backend freed it all */
-    flyt_regions_forget(&s); /* the client's shared memory: unmapped, not leaked */
-    while (s.kept) {
-        struct flyt_cb_msg *next = s.kept->next;
-        free(s.kept);
-        s.kept = next;
+    reading_over(s);
+    flyt_watch_enter(&s->watch, FLYT_WATCH_CLOSE, 0); /* the driver synchronises first */
+    if (s->b)
+        s->b->ops->close(s->b);
+    s->b = NULL;
+    flyt_watch_leave(&s->watch);
+    flyt_watch_stop(&s->watch);
+    flyt_output_to_log(&s->output);
+    flyt_memtab_free(&s->mem); /* closing the backend freed it all */
+    flyt_regions_forget(s); /* the client's shared memory: unmapped, not leaked */
+    while (s->kept) {
+        struct flyt_cb_msg *next = s->kept->next;
+        free(s->kept);
+        s->kept = next;
     }
-    flyt_handles_clear(&s.handles);
-    flyt_state_globals_drop(&s, 0);
-    flyt_stream_attrs_clear(&s);
-    for (int i = 0; i < s.n_ahead_fds; i++)
-        close(s.ahead_fds[i].fd);
-    close(s.wake_fd);
-    flyt_reader_free(&s.in);
-    flyt_tls_free(s.link.tls);
+    flyt_handles_clear(&s->handles);
+    flyt_state_globals_drop(s, 0);
+    flyt_stream_attrs_clear(s);
+    for (int i = 0; i < s->n_ahead_fds; i++)
+        close(s->ahead_fds[i].fd);
+    close(s->wake_fd);
+    flyt_reader_free(&s->in);
+    flyt_tls_free(s->link.tls);
     close(fd);
 
     switch (rc) {
@@ -1011,3 +1036,4 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     default: return FLYT_EXIT_OK;
     }
 }
+

@@ -545,6 +545,7 @@ struct flyt_state {
     int                       has_client; /* 0 in version 1 */
     uint64_t                  map_ns, verify_ns, hash_ns, sections_ns; /* opening it, logged */
     int                       hash_threads; /* the chunked trailer was checked on threads */
+    int                       prehashed;    /* ... as it arrived (flyt_state_open_hashed) */
 };
 
 /* A section's fixed record, copied out: sections follow each other without
@@ -728,7 +729,11 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
     unsigned n = 0;
     uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     int bad;
-    if (h.version >= FLYT_STATE_CHUNKED) { /* the chunks' digests, on threads */
+    if (h.version >= FLYT_STATE_CHUNKED && st->prehashed) { /* the trailer matched already */
+        bad = 0;
+        memcpy(sha, st->data + body_end, FLYT_STATE_HASH);
+        st->hash_threads = 1;
+    } else if (h.version >= FLYT_STATE_CHUNKED) { /* the chunks' digests, on threads */
         bad = flyt_state_root(st->data, body_end, sha, &st->hash_ns) != 0;
         st->hash_threads = 1;
     } else {
@@ -769,11 +774,16 @@ static const unsigned char *next_section(const struct flyt_state *st, size_t *po
     return body;
 }
 
-struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
+static struct flyt_state *open_state(const char *path, int prehashed, uint64_t hash_ns,
+                                     char *err, size_t errlen)
 {
     char why[320] = "";
     uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
     struct flyt_state *st = calloc(1, sizeof *st);
+    if (st) {
+        st->prehashed = prehashed;
+        st->hash_ns = hash_ns;
+    }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (st == NULL || fd < 0 || fstat(fd, &sb) != 0) {
@@ -795,7 +805,10 @@ struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
     if (st && st->data && verify(st, why, sizeof why) == 0) {
         flyt_info("state phases (open): %zu bytes, mapping %.3f ms, hash verification %.3f ms "
                   "(%s, hashing %.3f ms summed), sections %.3f ms", st->size, st->map_ns * 1e-6,
-                  st->verify_ns * 1e-6, st->hash_threads ? "chunked, on threads" : "sequential",
+                  st->verify_ns * 1e-6,
+                  st->prehashed && st->hash_threads ? "chunked, on threads as it arrived"
+                  : st->hash_threads                ? "chunked, on threads"
+                                                    : "sequential",
                   st->hash_ns * 1e-6, st->sections_ns * 1e-6);
         reserve_hostmaps(st);
         return st;
@@ -803,6 +816,17 @@ struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
     say(err, errlen, "state file %s refused: %s", path, why);
     flyt_state_close(st);
     return NULL;
+}
+
+struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen)
+{
+    return open_state(path, 0, 0, err, errlen);
+}
+
+struct flyt_state *flyt_state_open_hashed(const char *path, uint64_t hash_ns, char *err,
+                                          size_t errlen)
+{
+    return open_state(path, 1, hash_ns, err, errlen);
 }
 
 const char *flyt_state_session_id(const struct flyt_state *st)

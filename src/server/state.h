@@ -23,6 +23,11 @@ struct flyt_state;
  * SHA-256 trailer, and the bounds of every section and record. NULL with the
  * reason in err. */
 struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen);
+/* The same for a file whose bytes were hashed as they arrived and matched its version-6
+ * trailer (flyt_rh_finish; hash_ns: that hashing's time): the rest is checked, the hash
+ * not again. An older version is hashed as by flyt_state_open. */
+struct flyt_state *flyt_state_open_hashed(const char *path, uint64_t hash_ns, char *err,
+                                          size_t errlen);
 /* The session id the state was captured from, "" for a standalone server. */
 const char *flyt_state_session_id(const struct flyt_state *st);
 void flyt_state_close(struct flyt_state *st);

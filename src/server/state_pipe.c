@@ -430,3 +430,212 @@ void flyt_sw_close(struct flyt_swriter *w, struct flyt_state_times *t)
     free(w->d);
     free(w);
 }
+
+/* ---- verifying as the bytes arrive (the receiving server) ---- */
+
+enum { RB_FREE, RB_FILLING, RB_HELD, RB_QUEUED, RB_HASHING, RB_DONE };
+#define RBUFS (MAX_HASHERS + 3)
+
+struct rbuf {
+    unsigned char *mem; /* one chunk */
+    size_t         len;
+    uint64_t       index; /* the chunk's number */
+    digest         d;
+    int            state, failed;
+};
+
+struct flyt_rhash {
+    struct rbuf     buf[RBUFS];
+    int             nbuf, cur, held; /* held: full, kept until 32 more bytes came (-1: none) */
+    uint64_t        total, next_index, hash_ns;
+    digest         *d;
+    uint64_t        d_cap;
+    int             failed;
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    int             stop;
+    pthread_t       th[MAX_HASHERS];
+    int             nth;
+};
+
+static void *rhash_worker(void *arg)
+{
+    struct flyt_rhash *h = arg;
+    pthread_mutex_lock(&h->mu);
+    for (;;) {
+        struct rbuf *b = NULL;
+        for (int i = 0; i < h->nbuf && !b; i++)
+            b = h->buf[i].state == RB_QUEUED ? &h->buf[i] : NULL;
+        if (b == NULL && h->stop)
+            break;
+        if (b == NULL) {
+            pthread_cond_wait(&h->cv, &h->mu);
+            continue;
+        }
+        b->state = RB_HASHING;
+        pthread_mutex_unlock(&h->mu);
+        uint64_t t0 = now_ns();
+        int rc = sha256(b->mem, b->len, b->d);
+        uint64_t dt = now_ns() - t0;
+        pthread_mutex_lock(&h->mu);
+        b->failed = rc != 0;
+        b->state = RB_DONE;
+        h->hash_ns += dt;
+        pthread_cond_broadcast(&h->cv);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+/* A hashed buffer's digest into its place (lock held); 0, or -1 out of memory. */
+static int rh_collect(struct flyt_rhash *h, struct rbuf *b)
+{
+    if (b->index >= h->d_cap) {
+        uint64_t cap = h->d_cap ? h->d_cap * 2 : 64;
+        while (cap <= b->index)
+            cap *= 2;
+        digest *d = realloc(h->d, cap * sizeof *d);
+        if (d == NULL)
+            return -1;
+        h->d = d;
+        h->d_cap = cap;
+    }
+    memcpy(h->d[b->index], b->d, sizeof b->d);
+    h->failed |= b->failed;
+    b->state = RB_FREE;
+    return 0;
+}
+
+static void rh_queue(struct flyt_rhash *h, int i, size_t len)
+{
+    pthread_mutex_lock(&h->mu);
+    h->buf[i].len = len;
+    h->buf[i].state = RB_QUEUED;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* A buffer to fill with the next chunk, its digest collected if it had one; -1 on failure. */
+static int rh_next_buffer(struct flyt_rhash *h)
+{
+    pthread_mutex_lock(&h->mu);
+    int got = -1;
+    while (got < 0 && !h->failed) {
+        for (int i = 0; i < h->nbuf && got < 0; i++)
+            if (h->buf[i].state == RB_FREE || h->buf[i].state == RB_DONE)
+                got = i;
+        if (got < 0)
+            pthread_cond_wait(&h->cv, &h->mu);
+        else if (h->buf[got].state == RB_DONE && rh_collect(h, &h->buf[got]) != 0)
+            h->failed = 1;
+    }
+    if (got >= 0 && !h->failed) {
+        h->buf[got] = (struct rbuf){.mem = h->buf[got].mem, .index = h->next_index++,
+                                    .state = RB_FILLING};
+    }
+    pthread_mutex_unlock(&h->mu);
+    return h->failed ? -1 : got;
+}
+
+struct flyt_rhash *flyt_rh_open(void)
+{
+    struct flyt_rhash *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return NULL;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    h->held = -1;
+    int want = hashers();
+    for (h->nbuf = 0; h->nbuf < want + 3; h->nbuf++)
+        if ((h->buf[h->nbuf].mem = malloc(FLYT_STATE_CHUNK)) == NULL)
+            break;
+    while (h->nbuf >= 3 && h->nth < want && spawn(&h->th[h->nth], rhash_worker, h) == 0)
+        h->nth++;
+    if (h->nth == 0 || (h->cur = rh_next_buffer(h)) < 0) {
+        flyt_rh_close(h);
+        return NULL;
+    }
+    return h;
+}
+
+unsigned char *flyt_rh_space(struct flyt_rhash *h, size_t *room)
+{
+    struct rbuf *b = &h->buf[h->cur];
+    *room = FLYT_STATE_CHUNK - b->len;
+    return b->mem + b->len;
+}
+
+int flyt_rh_took(struct flyt_rhash *h, size_t n)
+{
+    struct rbuf *b = &h->buf[h->cur];
+    b->len += n;
+    h->total += n;
+    if (h->held >= 0 && b->len >= FLYT_STATE_HASH) { /* the trailer is not in it */
+        rh_queue(h, h->held, FLYT_STATE_CHUNK);
+        h->held = -1;
+    }
+    if (b->len < FLYT_STATE_CHUNK)
+        return 0;
+    h->held = h->cur;
+    pthread_mutex_lock(&h->mu); /* the workers read every buffer's state */
+    b->state = RB_HELD;
+    pthread_mutex_unlock(&h->mu);
+    return (h->cur = rh_next_buffer(h)) < 0 ? -1 : 0;
+}
+
+int flyt_rh_finish(struct flyt_rhash *h, uint64_t *hash_ns)
+{
+    struct rbuf *cur = &h->buf[h->cur], *held = h->held >= 0 ? &h->buf[h->held] : NULL;
+    if (h->total < FLYT_STATE_HASH + 1 || (!held && cur->len < FLYT_STATE_HASH))
+        return 0; /* too short to hold a body and its trailer */
+    unsigned char trailer[FLYT_STATE_HASH];
+    size_t from_cur = cur->len < FLYT_STATE_HASH ? cur->len : FLYT_STATE_HASH;
+    size_t from_held = FLYT_STATE_HASH - from_cur;
+    if (held)
+        memcpy(trailer, held->mem + FLYT_STATE_CHUNK - from_held, from_held);
+    memcpy(trailer + from_held, cur->mem + cur->len - from_cur, from_cur);
+    uint64_t body_len = h->total - FLYT_STATE_HASH;
+    if (held)
+        rh_queue(h, h->held, FLYT_STATE_CHUNK - from_held);
+    h->held = -1;
+    if (cur->len > from_cur)
+        rh_queue(h, h->cur, cur->len - from_cur);
+    else
+        h->next_index--; /* cur holds no body byte: not a chunk */
+    pthread_mutex_lock(&h->mu);
+    for (int busy = 1; busy && !h->failed;) {
+        busy = 0;
+        for (int i = 0; i < h->nbuf; i++) {
+            if (h->buf[i].state == RB_DONE && rh_collect(h, &h->buf[i]) != 0)
+                h->failed = 1;
+            busy |= h->buf[i].state == RB_QUEUED || h->buf[i].state == RB_HASHING;
+        }
+        if (busy)
+            pthread_cond_wait(&h->cv, &h->mu);
+    }
+    *hash_ns = h->hash_ns;
+    pthread_mutex_unlock(&h->mu);
+    unsigned char root[32];
+    if (h->failed || h->next_index != (body_len + FLYT_STATE_CHUNK - 1) / FLYT_STATE_CHUNK ||
+        root_of(h->d, h->next_index, body_len, root) != 0)
+        return -1;
+    return memcmp(root, trailer, sizeof root) == 0;
+}
+
+void flyt_rh_close(struct flyt_rhash *h)
+{
+    if (h == NULL)
+        return;
+    pthread_mutex_lock(&h->mu);
+    h->stop = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    while (h->nth > 0)
+        pthread_join(h->th[--h->nth], NULL);
+    for (int i = 0; i < h->nbuf; i++)
+        free(h->buf[i].mem);
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h->d);
+    free(h);
+}

@@ -51,4 +51,18 @@ void flyt_sw_close(struct flyt_swriter *w, struct flyt_state_times *t);
 int flyt_state_root(const unsigned char *body, size_t len, unsigned char root[32],
                     uint64_t *hash_ns);
 
+/* The receiving server's side: the stream's bytes hashed by chunks on threads as they
+ * arrive, so that the state is verified soon after its last byte. The next bytes are
+ * read into flyt_rh_space (room >= 1 bytes; it may wait for a buffer that is still
+ * being hashed), then flyt_rh_took says how many came. NULL out of memory or threads. */
+struct flyt_rhash;
+struct flyt_rhash *flyt_rh_open(void);
+unsigned char     *flyt_rh_space(struct flyt_rhash *h, size_t *room);
+int                flyt_rh_took(struct flyt_rhash *h, size_t n); /* 0, or -1 out of memory */
+/* The stream ended: 1 when its last 32 bytes are the version-6 trailer of the rest, 0
+ * when not (corrupted, or an older format: hash it as flyt_state_open does), -1 out of
+ * memory; *hash_ns: the hashing time summed over the threads. */
+int  flyt_rh_finish(struct flyt_rhash *h, uint64_t *hash_ns);
+void flyt_rh_close(struct flyt_rhash *h);
+
 #endif

@@ -13,6 +13,7 @@
 #include <openssl/crypto.h>
 
 #include "flyt_log.h"
+#include "state_pipe.h"
 #include "flyt_token.h"
 #include "flyt_transport.h"
 
@@ -148,16 +149,18 @@ static int accept_sender(int lfd, const char *secret, long long deadline, char *
     return fd;
 }
 
-/* Copies the stream into tmp until its end; 0, or -1 with err. */
-static int take_bytes(int fd, const char *tmp, long long deadline, size_t *total, char *err,
-                      size_t errlen)
+/* Copies the stream into tmp until its end, hashing its chunks meanwhile; 0 with *matched
+ * (flyt_rh_finish's answer) and *hash_ns, or -1 with err. */
+static int take_bytes(int fd, const char *tmp, long long deadline, size_t *total, int *matched,
+                      uint64_t *hash_ns, char *err, size_t errlen)
 {
-    int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    struct flyt_rhash *h = flyt_rh_open();
+    int out = h ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
     if (out < 0) {
-        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        snprintf(err, errlen, "cannot create %s: %s", tmp, h ? strerror(errno) : "out of memory");
+        flyt_rh_close(h);
         return -1;
     }
-    static char buf[1 << 20];
     int rc = -1;
     *total = 0;
     for (;;) {
@@ -165,7 +168,9 @@ static int take_bytes(int fd, const char *tmp, long long deadline, size_t *total
             snprintf(err, errlen, "the state stopped arriving (%zu bytes) by the deadline", *total);
             break;
         }
-        ssize_t n = read(fd, buf, sizeof buf);
+        size_t room;
+        unsigned char *at = flyt_rh_space(h, &room);
+        ssize_t n = read(fd, at, room);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -177,36 +182,48 @@ static int take_bytes(int fd, const char *tmp, long long deadline, size_t *total
             break;
         }
         ssize_t w = 0;
-        for (ssize_t k; w < n && ((k = write(out, buf + w, (size_t)(n - w))) > 0 || errno == EINTR);)
+        for (ssize_t k; w < n && ((k = write(out, at + w, (size_t)(n - w))) > 0 || errno == EINTR);)
             w += k > 0 ? k : 0;
         if (w < n) {
             snprintf(err, errlen, "writing %s: %s", tmp, strerror(errno));
             break;
         }
         *total += (size_t)n;
+        if (flyt_rh_took(h, (size_t)n) != 0) {
+            snprintf(err, errlen, "hashing the state: out of memory");
+            break;
+        }
     }
     if (close(out) != 0 && rc == 0) {
         snprintf(err, errlen, "writing %s: %s", tmp, strerror(errno));
         rc = -1;
     }
+    *matched = rc == 0 ? flyt_rh_finish(h, hash_ns) : 0;
+    flyt_rh_close(h);
     return rc;
 }
 
-/* The bytes of one connection into path, verified; NULL with err (the verdict sent). */
+/* The bytes of one connection into path, verified; NULL with err (the verdict sent; on
+ * success too unless keep_verdict). */
 static struct flyt_state *take_state(int fd, const char *path, long long deadline,
-                                     const char *session_id, char *err, size_t errlen)
+                                     const char *session_id, int keep_verdict, char *err,
+                                     size_t errlen)
 {
     char tmp[PATH_MAX];
     size_t total = 0;
     struct flyt_state *st = NULL;
     long long t0 = now_ns(), t_open = 0;
+    int matched = 0;
+    uint64_t hash_ns = 0;
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         snprintf(err, errlen, "path too long: %s", path);
-    else if (take_bytes(fd, tmp, deadline, &total, err, errlen) != 0)
+    else if (take_bytes(fd, tmp, deadline, &total, &matched, &hash_ns, err, errlen) != 0)
         ; /* err says why */
     else if (rename(tmp, path) != 0)
         snprintf(err, errlen, "cannot rename %s: %s", tmp, strerror(errno));
-    else if ((t_open = now_ns()) && (st = flyt_state_open(path, err, errlen)) != NULL &&
+    else if ((t_open = now_ns()) &&
+             (st = matched == 1 ? flyt_state_open_hashed(path, hash_ns, err, errlen)
+                                : flyt_state_open(path, err, errlen)) != NULL &&
              strcmp(flyt_state_session_id(st), session_id) != 0) {
         snprintf(err, errlen, "the state holds session '%s', this server serves '%s'",
                  flyt_state_session_id(st), session_id);
@@ -214,17 +231,25 @@ static struct flyt_state *take_state(int fd, const char *path, long long deadlin
         st = NULL;
     }
     unlink(tmp);
-    verdict(fd, st ? NULL : err);
+    if (!st || !keep_verdict)
+        verdict(fd, st ? NULL : err);
     if (st)
         flyt_info("received the session's state: %zu bytes, verified; state phases (receive): "
-                  "receiving %.3f ms, opening and verifying %.3f ms", total,
-                  (t_open - t0) * 1e-6, (now_ns() - t_open) * 1e-6);
+                  "receiving %.3f ms (%s), opening and verifying %.3f ms", total,
+                  (t_open - t0) * 1e-6, matched == 1 ? "hashed as it arrived" : "not hashed yet",
+                  (now_ns() - t_open) * 1e-6);
     return st;
+}
+
+void flyt_stream_verdict(int sender, const char *why)
+{
+    verdict(sender, why);
+    close(sender);
 }
 
 struct flyt_state *flyt_stream_receive(const char *address, const char *secret_file,
                                        const char *path, int timeout_s, const char *session_id,
-                                       char *err, size_t errlen)
+                                       int *sender, char *err, size_t errlen)
 {
     long long deadline = now_ms() + (long long)timeout_s * 1000;
     flyt_token_line secret[1];
@@ -250,8 +275,11 @@ struct flyt_state *flyt_stream_receive(const char *address, const char *secret_f
     int fd = accept_sender(lfd, secret[0], deadline, err, errlen);
     close(lfd); /* exactly one state connection */
     if (fd >= 0) {
-        st = take_state(fd, path, deadline, session_id, err, errlen);
-        close(fd);
+        st = take_state(fd, path, deadline, session_id, sender != NULL, err, errlen);
+        if (st && sender)
+            *sender = fd;
+        else
+            close(fd);
     }
     OPENSSL_cleanse(secret, sizeof secret);
     return st;

@@ -26,10 +26,15 @@ int flyt_stream_finish(int fd, char *err, size_t errlen);
 /* Receiver (--restore-listen): listens on address for one connection within
  * timeout_s, checks its secret against secret_file, writes the bytes into path
  * (through path.tmp), opens and verifies it as flyt_state_open does and checks
- * that it holds session_id ("" for a standalone server); answers the source
- * either way. The verified state, or NULL with why in err. */
+ * that it holds session_id ("" for a standalone server). The verified state, or
+ * NULL with why in err. A refusal is answered to the source at once; so is the
+ * acceptance when sender is NULL, else *sender is the source's connection, whose
+ * verdict flyt_stream_verdict gives later (once the state is restored and the
+ * server listens: the source ends its session on it). */
 struct flyt_state *flyt_stream_receive(const char *address, const char *secret_file,
                                        const char *path, int timeout_s, const char *session_id,
-                                       char *err, size_t errlen);
+                                       int *sender, char *err, size_t errlen);
+/* Answers the source on sender (why NULL: the state was taken) and closes it. */
+void flyt_stream_verdict(int sender, const char *why);
 
 #endif

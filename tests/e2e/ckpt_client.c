@@ -7,6 +7,9 @@
  *                           session moved meanwhile) it reads its allocation back,
  *                           checks the pattern, allocates and copies anew, and exits
  *                           0 when every call succeeded and every byte held
+ *   ckpt_client loop FILE   as hold, but copies 4 KiB back in a loop until FILE.go exists (its
+ *                           session moved meanwhile), checks the pattern and prints the
+ *                           longest time between two replies: the downtime the program saw
  *   ckpt_client check PTR   reads 1 MiB at PTR (an allocation of the session it
  *                           resumes) and checks the pattern; exit 0 when it holds
  */
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* CKPT_CLIENT_MIB (default 1): how much hold and live allocate, and check reads */
@@ -70,6 +74,34 @@ static int live(const char *file, unsigned char *buf)
     return 0;
 }
 
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+/* Calls without pause while the session moves: the longest gap is its downtime. */
+static int loop(const char *file, CUdeviceptr ptr, unsigned char *buf)
+{
+    char go[4096];
+    snprintf(go, sizeof go, "%s.go", file);
+    double last = now_ms(), longest = 0;
+    unsigned long calls = 0;
+    while (access(go, F_OK) != 0) {
+        TRY(cuMemcpyDtoH(buf, ptr, 4096));
+        double t = now_ms();
+        longest = t - last > longest ? t - last : longest;
+        last = t;
+        calls++;
+    }
+    TRY(cuMemcpyDtoH(buf, ptr, bytes));
+    if (!holds_pattern(buf))
+        return 1;
+    printf("ckpt_client: %lu calls, longest gap between two %.3f ms\n", calls, longest);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3)
@@ -86,7 +118,8 @@ int main(int argc, char **argv)
     TRY(cuDeviceGet(&dev, 0));
     TRY(cuDevicePrimaryCtxRetain(&ctx, dev));
     TRY(cuCtxSetCurrent(ctx));
-    if (strcmp(argv[1], "hold") == 0 || strcmp(argv[1], "live") == 0) {
+    int looping = strcmp(argv[1], "loop") == 0;
+    if (strcmp(argv[1], "hold") == 0 || strcmp(argv[1], "live") == 0 || looping) {
         CUdeviceptr p;
         TRY(cuMemAlloc(&p, bytes));
         for (size_t i = 0; i < bytes; i++)
@@ -103,6 +136,8 @@ int main(int argc, char **argv)
             free(buf);
             return rc;
         }
+        if (looping)
+            return loop(argv[2], p, buf);
         for (;;)
             pause();
     }

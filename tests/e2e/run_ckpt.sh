@@ -83,7 +83,7 @@ printf 'cluster_manager = http://%s\nvm_id = vm1\nvm_token_file = vm.token\nsock
 pids+=($!)
 wait_until 15 test -S "$tmp/client.sock" || die "the client manager did not start"
 wait_until 10 node_ready na; wait_until 10 node_ready nb
-env -u FLYT_SERVER -u FLYT_SESSION_TOKEN FLYT_CLIENT_MANAGER="$tmp/client.sock" \
+env -u FLYT_SERVER -u FLYT_SESSION_TOKEN FLYT_CLIENT_MANAGER="$tmp/client.sock" FLYT_TRACE=1 \
   "$client" live "$tmp/live.ptr" > "$tmp/live.out" 2> "$tmp/live.log" &
 live_pid=$!
 pids+=($live_pid)
@@ -102,6 +102,9 @@ touch "$tmp/live.ptr.go"
 wait "$live_pid"
 rc=$?
 check "the program carried on after its session moved (exit $rc): $(cat "$tmp/live.out" "$tmp/live.log" | tr '\n' ' ')" [ $rc = 0 ]
+# where the move's time went as the program saw it (it idled meanwhile: its last reply
+# came long before the move; the redirect through the client manager is the middle part)
+grep -h 'move timing' "$tmp/live.log" | sed 's/^/run_ckpt: live program: /'
 
 # 7. streamed vs file: the downtime of each path with 32 MiB (written to the log and
 # docs/api.md)

@@ -14,13 +14,16 @@
 #   to it (flyt-checkpoint --to); it then listens on the same socket.
 #   Prints one summary line: NAME, identical, state bytes, checkpoint ms,
 #   downtime ms (checkpoint asked -> restored server listening), the
-#   native and Flyt wall times. Logs under $OUT/migrate-NAME (default /tmp).
+#   native and Flyt wall times; before it, the servers' phase lines and the
+#   program's "move timing" line (FLYT_TRACE=1: the downtime it saw, from its
+#   last reply before the move to its first after, and where it went). Logs
+#   under $OUT/migrate-NAME (default /tmp).
 # Environment: FLYT_TEST_CUDA_LIB (/usr/local/cuda/lib64), MIGRATE_VIA
 # (file, the default, or stream).
 # Exit status: 0 identical, 1 not, 2 setup error.
 set -u
 die() { echo "migrate_check: $*" >&2; exit 2; }
-[ $# -ge 5 ] && [ "$4" = -- ] || { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 5 ] && [ "$4" = -- ] || { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 VIA=${MIGRATE_VIA:-file}
 case $VIA in file|stream) ;; *) die "MIGRATE_VIA must be file or stream, not $VIA" ;; esac
 BUILD=$(cd "$1" 2>/dev/null && pwd) || die "no build directory $1"
@@ -58,7 +61,7 @@ native_ms=$(( $(ms) - t ))
 
 start_server "$D/server-1.log"
 t=$(ms)
-env FLYT_SERVER="unix:$SOCK" LD_LIBRARY_PATH="$FLYT_LIB:$CUDA_LIB" timeout 600 "$@" \
+env FLYT_SERVER="unix:$SOCK" FLYT_TRACE=1 LD_LIBRARY_PATH="$FLYT_LIB:$CUDA_LIB" timeout 600 "$@" \
     >"$D/flyt.out" 2>"$D/flyt.err" &
 PROG=$!; PIDS+=("$PROG")
 for _ in $(seq 1 6000); do
@@ -106,7 +109,9 @@ bytes=$(sed -n 's/^checkpoint: \([0-9]*\) bytes in \([0-9.]*\) ms.*$/\1/p' "$D/c
 ck_ms=$(sed -n 's/^checkpoint: \([0-9]*\) bytes in \([0-9.]*\) ms.*$/\2/p' "$D/checkpoint.txt")
 same=no
 [ $prc = 0 ] && cmp -s "$D/native.out" "$D/flyt.out" && same=yes
-grep -ho 'state phases.*' "$D/server-1.log" "$D/server-2.log" | sed "s/^/$NAME: /"
+grep -ho 'state phases.*\|the session.s client came.*' "$D/server-1.log" "$D/server-2.log" |
+    sed "s/^/$NAME: /"
+grep -h 'move timing' "$D/flyt.err" | sed "s/^/$NAME: /"
 printf '%s: identical %s, via %s, state %s bytes, checkpoint %s ms, downtime %s ms, native %s ms, flyt %s ms\n' \
     "$NAME" "$same" "$VIA" "${bytes:-?}" "${ck_ms:-?}" "$down_ms" "$native_ms" "$flyt_ms"
 [ $same = yes ] && exit 0

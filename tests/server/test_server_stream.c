@@ -48,7 +48,9 @@ static int free_port(void)
 }
 
 /* A receiving server on port, its Unix socket and log under dir/NAME.*. */
-static pid_t receiver(const char *bin, const char *name, int port, int timeout_s)
+/* A receiving server; quota (NULL: none) its --memory-quota. */
+static pid_t receiver_quota(const char *bin, const char *name, int port, int timeout_s,
+                            const char *quota)
 {
     char listen[160], state[160], rl[64], log[160], to[16];
     snprintf(listen, sizeof listen, "unix:%s/%s.sock", dir, name);
@@ -64,10 +66,15 @@ static pid_t receiver(const char *bin, const char *name, int port, int timeout_s
         dup2(fd, 2);
         execl(bin, bin, "--backend", "host", "--listen", listen, "--restore", state,
               "--restore-listen", rl, "--restore-secret-file", secret_path, "--restore-timeout",
-              to, (char *)NULL);
+              to, quota ? "--memory-quota" : (char *)NULL, quota, (char *)NULL);
         _exit(127);
     }
     return pid;
+}
+
+static pid_t receiver(const char *bin, const char *name, int port, int timeout_s)
+{
+    return receiver_quota(bin, name, port, timeout_s, NULL);
 }
 
 static int log_has(const char *name, const char *needle)
@@ -243,6 +250,17 @@ int main(int argc, char **argv)
     cut_midway();
     contents_hold(fd, "after the cut stream, on the source");
 
+    th_say("a state the receiver cannot restore (past its memory quota): the source hears "
+           "why before it ends the session, and carries on");
+    port = free_port();
+    pid_t small = receiver_quota(bin, "small", port, 20, "65536");
+    CHECK_NE(migrate(port, secret, err, sizeof err), T_SUCCESS, "refused");
+    CHECK(strstr(err, "memory quota") != NULL, "the source hears why: %s", err);
+    CHECK_EQ(exit_status(small, 10), 1, "the receiver exits 1");
+    CHECK(log_has("small", "its source keeps the session"), "the receiver says why");
+    CHECK(!log_has("small", "listening on"), "it never listened");
+    contents_hold(fd, "after the refused restore, on the source");
+
     th_say("streamed: the receiver serves the session, same pointer and bytes");
     port = free_port();
     pid_t to = receiver(bin, "target", port, 20);
@@ -252,10 +270,9 @@ int main(int argc, char **argv)
     CHECK(access(src_state, F_OK) == 0, "the source's file stays as the fallback");
     close(fd);
     snprintf(sock, sizeof sock, "%s/target.sock", dir);
-    int tfd = -1;
-    for (int i = 0; i < 500 && (tfd = th_connect_to(sock)) < 0; i++)
-        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    CHECK(tfd >= 0 && th_hello(tfd) == 0, "HELLO to the receiver");
+    int tfd = th_connect_to(sock); /* the source was told only once the receiver listened */
+    CHECK(tfd >= 0 && th_hello(tfd) == 0, "HELLO to the receiver, at the first try");
+    CHECK(log_has("target", "restored before its client"), "restored before its client came");
     contents_hold(tfd, "on the receiver");
     CHECK(log_has("target", "received the session's state"), "the receiver says it took it");
     CHECK(log_has("target", "before the state"), "its device was open before the state came");
@@ -268,7 +285,7 @@ int main(int argc, char **argv)
     static const char *const left[] = {"secret", "server.status", "source.state", "idle.log",
                                        "wrong.log", "target.log", "target.state", "target.sock",
                                        "wrong.sock", "idle.sock", "late.log", "late.state",
-                                       "late.sock"};
+                                       "late.sock", "small.log", "small.state", "small.sock"};
     for (size_t i = 0; i < sizeof left / sizeof left[0]; i++) {
         char path[200];
         snprintf(path, sizeof path, "%s/%s", dir, left[i]);
