@@ -127,6 +127,7 @@ static void unlink_ent(struct ent *e)
     drop_pidfd(e);
     explicit_bzero(e->s.token, sizeof e->s.token);
     free(e);
+    pthread_cond_broadcast(&sessions.changed); /* an acquire may wait for this release */
 }
 
 /* lock held: the state file names the live sessions (reconcile.c). */
@@ -457,6 +458,17 @@ static struct ent *find_pid(pid_t pid)
     return NULL;
 }
 
+/* Lock held: a session pid's process released (op=release) that the cluster manager has
+ * not yet been told of; it would hand that very session back to a new request. */
+static int release_pending(pid_t pid, unsigned long long start)
+{
+    FLYT_ASSERT_HELD(&sessions.lock);
+    for (struct ent *e = sessions.list; e; e = e->next)
+        if (e->pid == pid && e->start == start && e->state == ENT_ENDED && !e->dead)
+            return 1;
+    return 0;
+}
+
 static void answer_from(const struct ent *e, struct acquire_answer *ans)
 {
     snprintf(ans->session_id, sizeof ans->session_id, "%s", e->s.id);
@@ -498,6 +510,13 @@ static int acquire_existing_locked(pid_t pid, unsigned long long want_start, uin
             return 1;
         } else if (e && e->state == ENT_GONE) {
             unlink_ent(e);
+        } else if (e == NULL && release_pending(pid, *start)) {
+            if (cmgr_now_ms() >= deadline) {
+                snprintf(err, errlen, "the previous session of process %d is still being "
+                         "released; ask again", (int)pid);
+                return -1;
+            }
+            wait_until(deadline);
         } else {
             return 0;
         }
