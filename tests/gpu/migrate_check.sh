@@ -13,8 +13,8 @@
 #   opened first) is started before the checkpoint, which streams the state
 #   to it (flyt-checkpoint --to); it then listens on the same socket.
 #   Prints one summary line: NAME, identical, state bytes, checkpoint ms,
-#   downtime ms (checkpoint asked -> restored server listening), the
-#   native and Flyt wall times; before it, the servers' phase lines and the
+#   downtime ms (checkpoint asked -> restored server listening), the stall
+#   the program saw (its FLYT_TRACE line), the native and Flyt wall times; before it, the servers' phase lines and the
 #   program's "move timing" line (FLYT_TRACE=1: the downtime it saw, from its
 #   last reply before the move to its first after, and where it went). Logs
 #   under $OUT/migrate-NAME (default /tmp).
@@ -112,8 +112,10 @@ same=no
 grep -ho 'state phases.*\|the session.s client came.*' "$D/server-1.log" "$D/server-2.log" |
     sed "s/^/$NAME: /"
 grep -h 'move timing' "$D/flyt.err" | sed "s/^/$NAME: /"
-printf '%s: identical %s, via %s, state %s bytes, checkpoint %s ms, downtime %s ms, native %s ms, flyt %s ms\n' \
-    "$NAME" "$same" "$VIA" "${bytes:-?}" "${ck_ms:-?}" "$down_ms" "$native_ms" "$flyt_ms"
+# the program's own stall (its trace), which also counts its reconnect and the restore
+seen_ms=$(sed -n 's/.*move timing:.*downtime seen \([0-9.]*\) ms.*/\1/p' "$D/flyt.err" | tail -n 1)
+printf '%s: identical %s, via %s, state %s bytes, checkpoint %s ms, downtime %s ms, stall seen by the program %s ms, native %s ms, flyt %s ms\n' \
+    "$NAME" "$same" "$VIA" "${bytes:-?}" "${ck_ms:-?}" "$down_ms" "${seen_ms:-?}" "$native_ms" "$flyt_ms"
 [ $same = yes ] && exit 0
 diff "$D/native.out" "$D/flyt.out" | head -n 10
 tail -n 5 "$D/flyt.err"
