@@ -843,6 +843,6 @@ FLYT_EXPORT CUresult cuUserObjectCreate(CUuserObject *out, void *ptr, CUhostFn d
         *out = (CUuserObject)(uintptr_t)req.object;
     return r;
 }
-_Static_assert(CU_GRAPH_NODE_TYPE_KERNEL == FLYT_GNODE_TYPE_KERNEL &&
-                   CU_GRAPH_NODE_TYPE_CONDITIONAL == FLYT_GNODE_TYPE_CONDITIONAL,
+_Static_assert((int)CU_GRAPH_NODE_TYPE_KERNEL == (int)FLYT_GNODE_TYPE_KERNEL &&
+                   (int)CU_GRAPH_NODE_TYPE_CONDITIONAL == (int)FLYT_GNODE_TYPE_CONDITIONAL,
                "flyt_gnode_trailing names CUDA's node types");
