@@ -18,6 +18,9 @@
 /* Captures begun and not ended: while none is, no stream is capturing and
  * the capture queries are answered here. */
 static atomic_int captures_open;
+/* Of those, captures into a graph of the program's (cuStreamBeginCaptureToGraph),
+ * whose end may name no graph: the program holds it already. */
+static atomic_int captures_into;
 
 int flyt_captures_open(void) { return atomic_load(&captures_open) > 0; }
 
@@ -63,17 +66,64 @@ static CUresult end_capture(CUstream stream, CUgraph *graph, int per_thread)
     CUresult r = flyt_ctx_require();
     if (r != CUDA_SUCCESS)
         return r;
-    if (graph == NULL)
+    if (graph == NULL && atomic_load(&captures_into) == 0)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t id = 0;
     flyt_req_handle req = {.handle = flyt_stream_wire(stream, per_thread)};
     r = flyt_call_u64(FLYT_OP_CAPTURE_END, &req, sizeof req, &id);
     if (r != CUDA_ERROR_ILLEGAL_STATE && r != CUDA_ERROR_INVALID_HANDLE &&
-        atomic_load(&captures_open) > 0)
+        atomic_load(&captures_open) > 0) {
         atomic_fetch_sub(&captures_open, 1);
-    *graph = r == CUDA_SUCCESS ? (CUgraph)(uintptr_t)id : NULL;
+        if (graph == NULL && atomic_load(&captures_into) > 0)
+            atomic_fetch_sub(&captures_into, 1);
+    }
+    if (graph)
+        *graph = r == CUDA_SUCCESS ? (CUgraph)(uintptr_t)id : NULL;
     return r;
 }
+static int edges_default(const CUgraphEdgeData *edges, size_t n);
+static uint64_t *node_ids(const CUgraphNode *nodes, size_t n);
+
+static CUresult capture_to_graph(CUstream stream, CUgraph g, const CUgraphNode *deps,
+                                 const CUgraphEdgeData *edges, size_t n, CUstreamCaptureMode mode,
+                                 int per_thread)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (g == NULL || (n && deps == NULL) || n > FLYT_MAX_GRAPH_NODES)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((stream == NULL && !per_thread) || stream == CU_STREAM_LEGACY)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (!edges_default(edges, n))
+        return flyt_unsupported_why("cuStreamBeginCaptureToGraph", "edge data");
+    uint64_t *ids = node_ids(deps, n);
+    if (ids == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    flyt_req_capture_to_graph req = {.stream = flyt_stream_wire(stream, per_thread), .graph = WIRE(g),
+                                     .mode = (uint32_t)mode, .n = (uint32_t)n};
+    struct iovec data = {ids, n * sizeof *ids};
+    r = flyt_call(FLYT_OP_CAPTURE_TO_GRAPH, &req, sizeof req, &data, 1, NULL);
+    free(ids);
+    if (r == CUDA_SUCCESS) {
+        atomic_fetch_add(&captures_open, 1);
+        atomic_fetch_add(&captures_into, 1);
+    }
+    return r;
+}
+FLYT_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                                 const CUgraphEdgeData *edges, size_t n,
+                                                 CUstreamCaptureMode mode)
+{
+    return capture_to_graph(s, g, deps, edges, n, mode, 0);
+}
+FLYT_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                                      const CUgraphEdgeData *edges, size_t n,
+                                                      CUstreamCaptureMode mode)
+{
+    return capture_to_graph(s, g, deps, edges, n, mode, 1);
+}
+
 FLYT_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g) { return end_capture(s, g, 0); }
 FLYT_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) { return end_capture(s, g, 1); }
 
@@ -522,7 +572,7 @@ CUresult flyt_graph_add_node(CUgraphNode *node, CUgraph g, const CUgraphNode *de
         return CUDA_ERROR_OUT_OF_MEMORY;
     flyt_req_graph_node req = {.graph = WIRE(g), .node = flyt_new_id(), .ndeps = (uint32_t)ndeps};
     struct iovec data[3] = {{ids, ndeps * sizeof *ids}, {(void *)p, sizeof *p},
-                            {(void *)params, p->type == CU_GRAPH_NODE_TYPE_KERNEL ? p->param_bytes : 0}};
+                            {(void *)params, (size_t)flyt_gnode_trailing(p)}};
     flyt_rep_u64 rep = {0};
     struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
     r = flyt_call(FLYT_OP_GRAPH_ADD_NODE, &req, sizeof req, data, 3, &sink);
@@ -770,3 +820,29 @@ FLYT_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph g, const CUgraphNode *
 {
     return change_deps(g, from, to, edges, n, 1);
 }
+
+/* ---- user objects ---- */
+
+/* The destructor is registered as a callback: the server's CALLBACK frame
+ * names it when the driver destroys the object, and the client's callback
+ * thread runs it once (docs/graphs.md). */
+FLYT_EXPORT CUresult cuUserObjectCreate(CUuserObject *out, void *ptr, CUhostFn destroy,
+                                        unsigned int refs, unsigned int flags)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (out == NULL || destroy == NULL || refs == 0 || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t cb = flyt_callback_register(destroy, NULL, NULL, ptr, 0, 0);
+    if (cb == 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    flyt_req_user_object req = {.object = flyt_new_id(), .callback = cb, .refs = refs, .flags = flags};
+    r = flyt_send_async(FLYT_OP_USER_OBJECT_CREATE, &req, sizeof req, NULL, 0);
+    if (r == CUDA_SUCCESS)
+        *out = (CUuserObject)(uintptr_t)req.object;
+    return r;
+}
+_Static_assert((int)CU_GRAPH_NODE_TYPE_KERNEL == (int)FLYT_GNODE_TYPE_KERNEL &&
+                   (int)CU_GRAPH_NODE_TYPE_CONDITIONAL == (int)FLYT_GNODE_TYPE_CONDITIONAL,
+               "flyt_gnode_trailing names CUDA's node types");

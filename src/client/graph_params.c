@@ -24,8 +24,7 @@ static CUresult node_set(uint64_t exec, CUgraphNode node, const flyt_gnode *p, c
     if (node == NULL || (p->type == CU_GRAPH_NODE_TYPE_KERNEL && p->param_bytes > FLYT_MAX_PARAM_BYTES))
         return CUDA_ERROR_INVALID_VALUE;
     flyt_req_graph_node_ref req = {.exec = exec, .node = WIRE(node)};
-    struct iovec data[2] = {{(void *)p, sizeof *p},
-                            {(void *)params, p->type == CU_GRAPH_NODE_TYPE_KERNEL ? p->param_bytes : 0}};
+    struct iovec data[2] = {{(void *)p, sizeof *p}, {(void *)params, (size_t)flyt_gnode_trailing(p)}};
     return flyt_call(FLYT_OP_GRAPH_NODE_SET, &req, sizeof req, data, 2, NULL);
 }
 
@@ -453,9 +452,63 @@ static CUresult gnode_of(const char *call, const CUgraphNodeParams *np, flyt_gno
         *p = (flyt_gnode){.type = CU_GRAPH_NODE_TYPE_MEM_FREE, .value = np->free.dptr};
         return CUDA_SUCCESS;
     default:
-        return flyt_unsupported_why(call, "conditional, batch memory operation and external "
-                                          "semaphore nodes");
+        return flyt_unsupported_why(call, np->type == CU_GRAPH_NODE_TYPE_CONDITIONAL
+                                              ? "new parameters of a conditional node"
+                                              : "batch memory operation and external semaphore nodes");
     }
+}
+
+/* ---- conditional nodes ---- */
+
+/* The body graphs of conditional nodes, handed out in phGraph_out: valid
+ * as long as the process (the driver's live as long as their node). */
+struct bodies {
+    CUgraph       *graphs;
+    struct bodies *next;
+};
+static pthread_mutex_t bodies_lock = FLYT_MUTEX_INITIALIZER;
+static struct bodies *bodies_list;
+
+static CUgraph *bodies_keep(size_t n)
+{
+    struct bodies *b = calloc(1, sizeof *b);
+    CUgraph *graphs = calloc(n, sizeof *graphs);
+    if (b == NULL || graphs == NULL) {
+        free(b);
+        free(graphs);
+        return NULL;
+    }
+    b->graphs = graphs;
+    pthread_mutex_lock(&bodies_lock);
+    b->next = bodies_list;
+    bodies_list = b;
+    pthread_mutex_unlock(&bodies_lock);
+    return graphs;
+}
+
+/* The body graphs get ids chosen here, as cuGraphCreate's: the server
+ * names the driver's bodies by them. */
+static CUresult add_conditional(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                CUDA_CONDITIONAL_NODE_PARAMS *c)
+{
+    unsigned size = c->size;
+    if (c->handle == 0 || size == 0 || size > FLYT_MAX_COND_BODIES ||
+        (c->type == CU_GRAPH_COND_TYPE_IF && size > 2) ||
+        (c->type == CU_GRAPH_COND_TYPE_WHILE && size != 1) || c->type > CU_GRAPH_COND_TYPE_SWITCH)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t ids[FLYT_MAX_COND_BODIES];
+    for (unsigned i = 0; i < size; i++)
+        ids[i] = flyt_new_id();
+    flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_CONDITIONAL, .value = c->handle,
+                    .elem_size = (uint32_t)c->type, .rows = size};
+    CUresult r = flyt_graph_add_node(node, g, deps, n, &p, ids, NULL);
+    CUgraph *out = r == CUDA_SUCCESS ? bodies_keep(size) : NULL;
+    if (r == CUDA_SUCCESS && out == NULL)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    for (unsigned i = 0; out && i < size; i++)
+        out[i] = (CUgraph)(uintptr_t)ids[i];
+    c->phGraph_out = out;
+    return r;
 }
 
 static CUresult add_generic(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
@@ -472,6 +525,8 @@ static CUresult add_generic(CUgraphNode *node, CUgraph g, const CUgraphNode *dep
         np->alloc.dptr = a.dptr;
         return r;
     }
+    if (np && np->type == CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return add_conditional(node, g, deps, n, &np->conditional);
     flyt_gnode p;
     struct flyt_packed pk;
     CUresult r = gnode_of("cuGraphAddNode", np, &p, &pk);

@@ -476,6 +476,20 @@ typedef struct {
     uint32_t shared_mem;
     uint32_t param_bytes;
 } flyt_gnode;
+/* A conditional node (CU_GRAPH_NODE_TYPE_CONDITIONAL): value is the
+ * driver's own CUgraphConditionalHandle (kernels set it), elem_size the
+ * CUgraphConditionalNodeType, rows the number of body graphs, whose ids
+ * (chosen by the client, as for cuGraphCreate) trail GRAPH_ADD_NODE. */
+#define FLYT_MAX_COND_BODIES 1024u
+/* Bytes that trail a flyt_gnode: a kernel node's packed parameters, a
+ * conditional node's body graph ids. */
+enum { FLYT_GNODE_TYPE_KERNEL = 0, FLYT_GNODE_TYPE_CONDITIONAL = 13 }; /* CUgraphNodeType's */
+static inline uint64_t flyt_gnode_trailing(const flyt_gnode *p)
+{
+    if (p->type == FLYT_GNODE_TYPE_KERNEL)
+        return p->param_bytes;
+    return p->type == FLYT_GNODE_TYPE_CONDITIONAL ? p->rows * sizeof(uint64_t) : 0;
+}
 /* GRAPH_ADD_DEPS: n from ids, then n to ids; remove = 1 removes them. */
 typedef struct { uint64_t graph; uint32_t n; uint32_t remove; } flyt_req_graph_deps;
 /* GRAPH_NODE_GET: the node's parameters as a flyt_gnode (handles as ids; a
@@ -488,6 +502,14 @@ typedef struct { uint64_t exec; uint64_t node; } flyt_req_graph_node_ref;
  * reply's value: the node or graph found (a child graph gets an id here). */
 enum { FLYT_GNODE_DESTROY = 0, FLYT_GNODE_FIND_IN_CLONE = 1, FLYT_GNODE_CHILD_GRAPH = 2 };
 typedef struct { uint64_t node; uint64_t other; uint32_t what; uint32_t pad; } flyt_req_graph_node_misc;
+
+/* CAPTURE_TO_GRAPH (cuStreamBeginCaptureToGraph): the stream captures
+ * into the existing graph, after the n node ids that follow (default edges). */
+typedef struct { uint64_t stream; uint64_t graph; uint32_t mode; uint32_t n; } flyt_req_capture_to_graph;
+/* USER_OBJECT_CREATE: object is the id the client chose; callback the id of
+ * the destructor the client registered, which the server's CALLBACK frame
+ * names when the driver destroys the object (docs/graphs.md). */
+typedef struct { uint64_t object; uint64_t callback; uint32_t refs; uint32_t flags; } flyt_req_user_object;
 
 /* server -> client, op FLYT_OP_CALLBACK, seq 0 */
 /* keep = 1: the callback belongs to a graph and comes again at its next

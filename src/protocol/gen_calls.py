@@ -35,6 +35,7 @@ HANDLE_KINDS = {
     "CUgraph": "GRAPH",
     "CUgraphExec": "GEXEC",
     "CUgraphNode": "GNODE",
+    "CUuserObject": "USEROBJ",
 }
 SCALAR_TYPES = {"int", "unsigned", "unsigned int", "size_t", "cuuint32_t", "cuuint64_t",
                 "unsigned long long", "long long"}
@@ -183,7 +184,7 @@ def cuda_arg(p, i):
         return f"flyt_cuda_enqueue(b, (flyt_bhandle)(uintptr_t)a[{i}])"
     if k == "EVENT":
         return f"(CUevent)(uintptr_t)a[{i}]"
-    if k in ("GRAPH", "GEXEC", "GNODE"):
+    if k in ("GRAPH", "GEXEC", "GNODE", "USEROBJ"):
         return f"({p['ctype']})(uintptr_t)a[{i}]"
     if k == "FUNC":
         return f"flyt_cuda_func_handle((flyt_bhandle)(uintptr_t)a[{i}])"
@@ -228,7 +229,7 @@ def client_function(c, symbol, per_thread):
         elif k == "FUNC":
             body.append(f"    if (flyt_call_func_arg(&call, {i}, {n}) != CUDA_SUCCESS)")
             body.append("        return call.result;")
-        elif k in ("EVENT", "CTX", "GRAPH", "GEXEC", "GNODE"):
+        elif k in ("EVENT", "CTX", "GRAPH", "GEXEC", "GNODE", "USEROBJ"):
             body.append(f"    call.args[{i}] = (uint64_t)(uintptr_t){n};")
         elif k == "IN":
             body.append(f"    call.in = {n};")

@@ -280,7 +280,8 @@ struct flyt_backend_ops {
     CUresult (*graph_dot)(flyt_backend *b, flyt_bhandle graph, unsigned flags, char **text);
     /* p: translated (host sides are server addresses, handles backend
      * handles); params: a kernel node's packed parameters. *dptr: a memory
-     * allocation node's address. */
+     * allocation node's address; for a conditional node, room for its
+     * p->rows body graphs, which the backend fills (owned by the node). */
     CUresult (*graph_add_node)(flyt_backend *b, flyt_bhandle graph, const flyt_bhandle *deps,
                                size_t ndeps, const flyt_gnode *p, const void *params,
                                flyt_host_func_cb host_fn, void *host_arg, flyt_bhandle *node,
@@ -300,6 +301,15 @@ struct flyt_backend_ops {
      * child graph (owned by its node). */
     CUresult (*graph_node_misc)(flyt_backend *b, unsigned what, flyt_bhandle node, flyt_bhandle other,
                                 flyt_bhandle *out);
+    /* cuStreamBeginCaptureToGraph: the stream captures into graph, after
+     * deps (default edges). */
+    CUresult (*capture_to_graph)(flyt_backend *b, flyt_bhandle stream, flyt_bhandle graph,
+                                 const flyt_bhandle *deps, size_t n, int mode);
+    /* cuUserObjectCreate: destroy(arg) runs, on whatever thread the driver
+     * chooses, once the last reference is gone. Retain and release are
+     * plain calls. */
+    CUresult (*user_object_create)(flyt_backend *b, flyt_host_func_cb destroy, void *arg,
+                                   unsigned refs, unsigned flags, flyt_bhandle *obj);
 
     /* Checkpoint and restore (state.h). state_allocs calls fn for every
      * allocation of mem_alloc / mem_alloc_pitch / mem_alloc_at, in address

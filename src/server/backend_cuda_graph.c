@@ -232,6 +232,24 @@ static CUresult fill_kernel(struct flyt_cuda_backend *b, const flyt_gnode *p, co
     return CUDA_SUCCESS;
 }
 
+/* The driver makes the body graphs (owned by the node): they come back in
+ * bodies[p->rows]. */
+static CUresult add_conditional(struct flyt_cuda_backend *b, CUgraph g, const CUgraphNode *d,
+                                size_t ndeps, const flyt_gnode *p, CUgraphNode *out, uint64_t *bodies)
+{
+    CUgraphNodeParams np;
+    memset(&np, 0, sizeof np);
+    np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    np.conditional.handle = p->value;
+    np.conditional.type = (CUgraphConditionalNodeType)p->elem_size;
+    np.conditional.size = (unsigned)p->rows;
+    np.conditional.ctx = b->ctx;
+    CUresult r = b->cu.cuGraphAddNode(out, g, d, NULL, ndeps, &np);
+    for (uint64_t i = 0; r == CUDA_SUCCESS && i < p->rows; i++)
+        bodies[i] = (uint64_t)(uintptr_t)np.conditional.phGraph_out[i];
+    return r;
+}
+
 CUresult flyt_cuda_graph_add_node(flyt_backend *base, flyt_bhandle graph, const flyt_bhandle *deps,
                                   size_t ndeps, const flyt_gnode *p, const void *params,
                                   flyt_host_func_cb host_fn, void *host_arg, flyt_bhandle *node,
@@ -278,6 +296,7 @@ CUresult flyt_cuda_graph_add_node(flyt_backend *base, flyt_bhandle graph, const 
         return r;
     }
     case CU_GRAPH_NODE_TYPE_MEM_FREE: return b->cu.cuGraphAddMemFreeNode(out, g, d, ndeps, p->value);
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: return add_conditional(b, g, d, ndeps, p, out, dptr);
     default: return CUDA_ERROR_NOT_SUPPORTED;
     }
 }
@@ -486,4 +505,23 @@ CUresult flyt_cuda_graph_node_misc(flyt_backend *base, unsigned what, flyt_bhand
         return b->cu.cuGraphNodeFindInClone((CUgraphNode *)out, (CUgraphNode)node, (CUgraph)other);
     default: return b->cu.cuGraphChildGraphNodeGetGraph((CUgraphNode)node, (CUgraph *)out);
     }
+}
+
+CUresult flyt_cuda_capture_to_graph(flyt_backend *base, flyt_bhandle stream, flyt_bhandle graph,
+                                    const flyt_bhandle *deps, size_t n, int mode)
+{
+    ENTER(b, base);
+    CUresult r = b->cu.cuStreamBeginCaptureToGraph(flyt_cuda_enqueue(b, stream), (CUgraph)graph,
+                                                   (const CUgraphNode *)deps, NULL, n,
+                                                   (CUstreamCaptureMode)mode);
+    if (r == CUDA_SUCCESS)
+        b->captures++;
+    return r;
+}
+
+CUresult flyt_cuda_user_object_create(flyt_backend *base, flyt_host_func_cb destroy, void *arg,
+                                      unsigned refs, unsigned flags, flyt_bhandle *obj)
+{
+    ENTER(b, base);
+    return b->cu.cuUserObjectCreate((CUuserObject *)obj, arg, (CUhostFn)destroy, refs, flags);
 }

@@ -170,6 +170,9 @@
     X(cuGraphAddEventRecordNode)                          \
     X(cuGraphAddEventWaitNode)                            \
     X(cuGraphAddChildGraphNode)                           \
+    X(cuGraphAddNode)                                     \
+    X(cuStreamBeginCaptureToGraph)                        \
+    X(cuUserObjectCreate)                                 \
     X(cuGraphAddMemAllocNode)                             \
     X(cuGraphAddMemFreeNode)                              \
     X(cuGraphAddDependencies)                             \
@@ -458,6 +461,10 @@ CUresult flyt_cuda_graph_node_get(flyt_backend *base, flyt_bhandle node, flyt_gn
 CUresult flyt_cuda_graph_node_set(flyt_backend *base, flyt_bhandle exec, flyt_bhandle node,
                                   const flyt_gnode *p, const void *params, flyt_host_func_cb host_fn,
                                   void *host_arg);
+CUresult flyt_cuda_capture_to_graph(flyt_backend *base, flyt_bhandle stream, flyt_bhandle graph,
+                                    const flyt_bhandle *deps, size_t n, int mode);
+CUresult flyt_cuda_user_object_create(flyt_backend *base, flyt_host_func_cb destroy, void *arg,
+                                      unsigned refs, unsigned flags, flyt_bhandle *obj);
 CUresult flyt_cuda_graph_node_misc(flyt_backend *base, unsigned what, flyt_bhandle node,
                                    flyt_bhandle other, flyt_bhandle *out);
 

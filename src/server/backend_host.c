@@ -202,6 +202,8 @@ struct host_backend {
     size_t nmapped, cap_mapped;
 
     ptrset streams, events, modules, pools, graphs, execs;
+    ptrset uobjs;           /* struct huobj: user objects not destroyed yet */
+    uint32_t cond_serial;   /* the last conditional handle's serial */
     ptrset arrays, mipmaps; /* arrays holds the levels of mipmaps too */
     uint64_t next_obj;      /* the last texture or surface object value handed out */
     uint64_t capture_ids;
@@ -803,6 +805,20 @@ static struct hpool *new_pool(uint64_t max_size)
     return p;
 }
 
+/* A user object: the backend forgets it before its destructor runs. */
+struct huobj {
+    struct host_backend *h;
+    struct hg_uobj      *obj;
+    flyt_host_func_cb    destroy;
+    void                *arg;
+};
+
+static void huobj_free(struct huobj *u)
+{
+    hg_uobj_forget(u->obj);
+    free(u);
+}
+
 /* Drops every object; the default pool is made afresh. */
 static void drop_all(struct host_backend *h)
 {
@@ -823,6 +839,8 @@ static void drop_all(struct host_backend *h)
         free(h->execs.items[i]);
     }
     h->graphs.n = h->execs.n = 0;
+    while (h->uobjs.n > 0) /* those no graph held: gone without their destructor, as with a context */
+        huobj_free(h->uobjs.items[--h->uobjs.n]);
     for (size_t i = 0; i < h->modules.n; i++) {
         struct hmodule *m = h->modules.items[i];
         globals_free(h, m);
@@ -876,6 +894,7 @@ static void host_close(flyt_backend *b)
     free(h->mipmaps.items);
     free(h->graphs.items);
     free(h->execs.items);
+    free(h->uobjs.items);
     for (size_t i = 0; i < h->nstaging; i++)
         free((char *)h->staging_cache[i] - STAGING_HDR);
     free(h);
@@ -1950,7 +1969,7 @@ static CUresult host_capture_begin(flyt_backend *b, flyt_bhandle stream, int mod
     if (mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED)
         return CUDA_ERROR_INVALID_VALUE;
     struct hg_cap *c = &((struct hstream *)stream)->cap;
-    CUresult r = hg_cap_begin(c, ++h->capture_ids);
+    CUresult r = hg_cap_begin(c, ++h->capture_ids, NULL, NULL, 0);
     if (r == CUDA_SUCCESS && set_add(&h->graphs, c->sess->graph) != 0) {
         hg_cap_drop(c);
         r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1971,12 +1990,87 @@ static CUresult host_capture_end(flyt_backend *b, flyt_bhandle stream, flyt_bhan
     struct hg_session *sess = c->sess;
     sess->ended = 1; /* the streams that joined it stop capturing too */
     *graph = sess->invalid ? NULL : sess->graph;
-    if (sess->invalid) {
+    if (sess->invalid && !sess->borrowed) {
         set_del(&h->graphs, sess->graph);
         hg_graph_free(sess->graph);
     }
     hg_cap_drop(c);
     return *graph ? CUDA_SUCCESS : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+}
+
+static CUresult host_capture_to_graph(flyt_backend *b, flyt_bhandle stream, flyt_bhandle graph,
+                                      const flyt_bhandle *deps, size_t n, int mode)
+{
+    struct host_backend *h = HB(b);
+    if (!stream_ok(h, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!is_created_stream(h, stream))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    return hg_cap_begin(&((struct hstream *)stream)->cap, ++h->capture_ids, graph,
+                        (struct hg_node *const *)deps, n);
+}
+
+static void huobj_destroyed(void *arg)
+{
+    struct huobj *u = arg;
+    set_del(&u->h->uobjs, u);
+    u->destroy(u->arg);
+    free(u);
+}
+
+static CUresult host_user_object_create(flyt_backend *b, flyt_host_func_cb destroy, void *arg,
+                                        unsigned refs, unsigned flags, flyt_bhandle *obj)
+{
+    struct host_backend *h = HB(b);
+    if (refs == 0 || flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct huobj *u = calloc(1, sizeof *u);
+    if (u == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *u = (struct huobj){.h = h, .destroy = destroy, .arg = arg};
+    CUresult r = hg_uobj_new(huobj_destroyed, u, refs, &u->obj);
+    if (r == CUDA_SUCCESS && set_add(&h->uobjs, u) != 0) {
+        hg_uobj_forget(u->obj);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r != CUDA_SUCCESS) {
+        free(u);
+        return r;
+    }
+    *obj = u;
+    return CUDA_SUCCESS;
+}
+
+/* cuUserObjectRetain/Release, cuGraphRetain/ReleaseUserObject (a: the
+ * plain call's translated arguments). */
+static CUresult host_user_object_ref(struct host_backend *h, uint32_t id, const uint64_t *a)
+{
+    int graph = id == FLYT_CALL_cuGraphRetainUserObject || id == FLYT_CALL_cuGraphReleaseUserObject;
+    struct huobj *u = (struct huobj *)(uintptr_t)a[graph];
+    unsigned count = (unsigned)a[graph + 1];
+    if (!set_has(&h->uobjs, u) || count == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct hg_graph *g = (struct hg_graph *)(uintptr_t)a[0];
+    switch (id) {
+    case FLYT_CALL_cuUserObjectRetain: hg_uobj_retain(u->obj, count); return CUDA_SUCCESS;
+    case FLYT_CALL_cuUserObjectRelease: return hg_uobj_release(u->obj, count);
+    case FLYT_CALL_cuGraphRetainUserObject:
+        if (a[3] & ~(uint64_t)CU_GRAPH_USER_OBJECT_MOVE)
+            return CUDA_ERROR_INVALID_VALUE;
+        return hg_graph_retain(g, u->obj, count, (a[3] & CU_GRAPH_USER_OBJECT_MOVE) != 0);
+    default: return hg_graph_release(g, u->obj, count);
+    }
+}
+
+static CUresult host_cond_handle_create(struct host_backend *h, const uint64_t *a, void *out)
+{
+    if (a[1] == 0 || a[4] & ~(uint64_t)CU_GRAPH_COND_ASSIGN_DEFAULT)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t v = hg_cond_handle(++h->cond_serial, (unsigned)a[3], (unsigned)a[4]);
+    memcpy(out, &v, sizeof v);
+    return CUDA_SUCCESS;
 }
 
 static CUresult host_capture_mode(flyt_backend *b, int mode)
@@ -2141,12 +2235,14 @@ static CUresult host_graph_add_node(flyt_backend *b, flyt_bhandle graph, const f
                                     flyt_host_func_cb host_fn, void *host_arg, flyt_bhandle *node,
                                     uint64_t *dptr)
 {
-    (void)params, (void)dptr;
+    (void)params;
     CUresult r = check_node(HB(b), p);
-    if (r != CUDA_SUCCESS)
-        return r;
-    return hg_add(graph, (struct hg_node *const *)deps, ndeps, p, host_fn, host_arg,
-                  (struct hg_node **)node);
+    if (r == CUDA_SUCCESS)
+        r = hg_add(graph, (struct hg_node *const *)deps, ndeps, p, host_fn, host_arg,
+                   (struct hg_node **)node);
+    for (uint64_t i = 0; r == CUDA_SUCCESS && p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && i < p->rows; i++)
+        dptr[i] = (uint64_t)(uintptr_t)hg_body(*node, i);
+    return r;
 }
 
 static CUresult host_graph_add_deps(flyt_backend *b, flyt_bhandle graph, const flyt_bhandle *from,
@@ -2270,6 +2366,11 @@ static CUresult host_call(flyt_backend *b, uint32_t id, const uint64_t *a, const
     flyt_bhandle a0 = (flyt_bhandle)(uintptr_t)a[0], a1 = (flyt_bhandle)(uintptr_t)a[1];
     switch (id) {
     case FLYT_CALL_cuGraphLaunch: return host_graph_launch(h, a0, a1);
+    case FLYT_CALL_cuGraphConditionalHandleCreate: return host_cond_handle_create(h, a, out);
+    case FLYT_CALL_cuUserObjectRetain:
+    case FLYT_CALL_cuUserObjectRelease:
+    case FLYT_CALL_cuGraphRetainUserObject:
+    case FLYT_CALL_cuGraphReleaseUserObject: return host_user_object_ref(h, id, a);
     case FLYT_CALL_cuGraphUpload: return stream_ok(h, a1) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
     case FLYT_CALL_cuGraphNodeGetType:
         *(CUgraphNodeType *)out = (CUgraphNodeType)hg_node_type(a0);
@@ -3007,6 +3108,8 @@ static const struct flyt_backend_ops host_ops = {
     .graph_node_get = host_graph_node_get,
     .graph_node_set = host_graph_node_set,
     .graph_node_misc = host_graph_node_misc,
+    .capture_to_graph = host_capture_to_graph,
+    .user_object_create = host_user_object_create,
     .state_allocs = host_state_allocs,
     .mem_alloc_at = host_mem_alloc_at,
     .state_vmm = host_state_vmm,

@@ -10,21 +10,39 @@ struct hg_node {
     flyt_host_func_cb  fn;
     void              *arg;
     struct hg_graph   *child; /* a child graph node's own copy */
+    struct hg_graph  **bodies; /* a conditional node's p.rows body graphs */
     struct hg_node   **deps;
     size_t             ndeps;
     size_t             index; /* place in its graph */
     struct hg_graph   *owner;
 };
 
+/* A reference a graph holds on a user object. */
+struct hg_uref {
+    struct hg_uobj *obj;
+    unsigned        count;
+};
+
 struct hg_graph {
     struct hg_node **nodes;
     size_t           n, cap;
+    struct hg_uref  *urefs;
+    size_t           nurefs;
+};
+
+struct hg_uobj {
+    unsigned          refs;
+    flyt_host_func_cb destroy;
+    void             *arg;
 };
 
 struct hg_graph *hg_graph_new(void) { return calloc(1, sizeof(struct hg_graph)); }
 
 static void node_free(struct hg_node *n)
 {
+    for (uint64_t i = 0; n->bodies && i < n->p.rows; i++)
+        hg_graph_free(n->bodies[i]);
+    free(n->bodies);
     hg_graph_free(n->child);
     free(n->deps);
     free(n);
@@ -36,6 +54,9 @@ void hg_graph_free(struct hg_graph *g)
         return;
     for (size_t i = 0; i < g->n; i++)
         node_free(g->nodes[i]);
+    for (size_t i = 0; i < g->nurefs; i++)
+        hg_uobj_release(g->urefs[i].obj, g->urefs[i].count);
+    free(g->urefs);
     free(g->nodes);
     free(g);
 }
@@ -74,6 +95,38 @@ static CUresult set_deps(struct hg_node *n, struct hg_node *const *deps, size_t 
     return CUDA_SUCCESS;
 }
 
+/* ---- conditional handles: the host backend's value holds what a launch
+ * needs (kernels, which would set it, do not run here) ---- */
+
+uint64_t hg_cond_handle(uint32_t serial, unsigned default_value, unsigned flags)
+{
+    return (uint64_t)serial << 40 | (uint64_t)(flags & CU_GRAPH_COND_ASSIGN_DEFAULT) << 32 | default_value;
+}
+
+/* The condition's value at a launch: the default when it is assigned,
+ * else 0 (nothing here sets it). */
+static unsigned cond_value(uint64_t handle)
+{
+    return handle >> 32 & CU_GRAPH_COND_ASSIGN_DEFAULT ? (unsigned)handle : 0;
+}
+
+static int cond_valid(const flyt_gnode *p)
+{
+    if (p->value >> 40 == 0 || p->rows == 0)
+        return 0; /* not a handle of this backend */
+    switch (p->elem_size) {
+    case CU_GRAPH_COND_TYPE_IF: return p->rows <= 2;
+    case CU_GRAPH_COND_TYPE_WHILE: return p->rows == 1;
+    case CU_GRAPH_COND_TYPE_SWITCH: return 1;
+    default: return 0;
+    }
+}
+
+struct hg_graph *hg_body(const struct hg_node *n, uint64_t i)
+{
+    return n->bodies && i < n->p.rows ? n->bodies[i] : NULL;
+}
+
 CUresult hg_add(struct hg_graph *g, struct hg_node *const *deps, size_t ndeps, const flyt_gnode *p,
                 flyt_host_func_cb fn, void *arg, struct hg_node **out)
 {
@@ -89,6 +142,10 @@ CUresult hg_add(struct hg_graph *g, struct hg_node *const *deps, size_t ndeps, c
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
     case CU_GRAPH_NODE_TYPE_GRAPH:
         break;
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+        if (!cond_valid(p))
+            return CUDA_ERROR_INVALID_VALUE;
+        break;
     default:
         return CUDA_ERROR_NOT_SUPPORTED; /* kernels and memory nodes need a GPU */
     }
@@ -98,12 +155,20 @@ CUresult hg_add(struct hg_graph *g, struct hg_node *const *deps, size_t ndeps, c
     n->p = *p;
     n->fn = fn;
     n->arg = arg;
+    CUresult r = CUDA_SUCCESS;
     if (p->type == CU_GRAPH_NODE_TYPE_GRAPH &&
-        (n->child = hg_graph_clone((const struct hg_graph *)(uintptr_t)p->value)) == NULL) {
-        free(n);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        (n->child = hg_graph_clone((const struct hg_graph *)(uintptr_t)p->value)) == NULL)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+        n->bodies = calloc(p->rows, sizeof *n->bodies);
+        for (uint64_t i = 0; n->bodies && i < p->rows; i++)
+            if ((n->bodies[i] = hg_graph_new()) == NULL)
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (n->bodies == NULL)
+            r = CUDA_ERROR_OUT_OF_MEMORY;
     }
-    CUresult r = set_deps(n, deps, ndeps);
+    if (r == CUDA_SUCCESS)
+        r = set_deps(n, deps, ndeps);
     if (r == CUDA_SUCCESS)
         r = append(g, n);
     if (r != CUDA_SUCCESS) {
@@ -128,11 +193,21 @@ struct hg_graph *hg_graph_clone(const struct hg_graph *g)
             p.value = (uint64_t)(uintptr_t)o->child;
         CUresult r = deps ? hg_add(c, deps, o->ndeps, &p, o->fn, o->arg, &n) : CUDA_ERROR_OUT_OF_MEMORY;
         free(deps);
+        for (uint64_t b = 0; r == CUDA_SUCCESS && o->bodies && b < o->p.rows; b++) {
+            hg_graph_free(n->bodies[b]);
+            if ((n->bodies[b] = hg_graph_clone(o->bodies[b])) == NULL)
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
         if (r != CUDA_SUCCESS) {
             hg_graph_free(c);
             return NULL;
         }
     }
+    for (size_t i = 0; c && g && i < g->nurefs; i++) /* the copy holds references too */
+        if (hg_graph_retain(c, g->urefs[i].obj, g->urefs[i].count, 0) != CUDA_SUCCESS) {
+            hg_graph_free(c);
+            return NULL;
+        }
     return c;
 }
 
@@ -278,6 +353,7 @@ static const char *kind_name(unsigned type)
     case CU_GRAPH_NODE_TYPE_HOST: return "HOST";
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return "EVENT_RECORD";
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return "WAIT_EVENT";
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: return "CONDITIONAL";
     default: return "GRAPH";
     }
 }
@@ -333,6 +409,25 @@ static void run_memset(const flyt_gnode *p)
     }
 }
 
+static void run_conditional(const struct hg_node *n, void (*record_event)(void *event))
+{
+    unsigned v = cond_value(n->p.value);
+    switch (n->p.elem_size) {
+    case CU_GRAPH_COND_TYPE_IF:
+        if (v || n->p.rows == 2)
+            hg_run(n->bodies[v ? 0 : 1], record_event);
+        break;
+    case CU_GRAPH_COND_TYPE_SWITCH:
+        if (v < n->p.rows)
+            hg_run(n->bodies[v], record_event);
+        break;
+    default: /* WHILE: no kernel here can clear a set condition, so its body runs once */
+        if (v)
+            hg_run(n->bodies[0], record_event);
+        break;
+    }
+}
+
 void hg_run(const struct hg_graph *g, void (*record_event)(void *event))
 {
     for (size_t i = 0; i < g->n; i++) {
@@ -343,6 +438,7 @@ void hg_run(const struct hg_graph *g, void (*record_event)(void *event))
         case CU_GRAPH_NODE_TYPE_HOST: n->fn(n->arg); break;
         case CU_GRAPH_NODE_TYPE_EVENT_RECORD: record_event((void *)(uintptr_t)n->p.value); break;
         case CU_GRAPH_NODE_TYPE_GRAPH: hg_run(n->child, record_event); break;
+        case CU_GRAPH_NODE_TYPE_CONDITIONAL: run_conditional(n, record_event); break;
         default: break; /* empty, event wait: everything before has run */
         }
     }
@@ -355,20 +451,28 @@ int hg_capturing(const struct hg_cap *c)
     return c->sess && !c->sess->ended && !c->sess->invalid;
 }
 
-CUresult hg_cap_begin(struct hg_cap *c, uint64_t id)
+CUresult hg_cap_begin(struct hg_cap *c, uint64_t id, struct hg_graph *into, struct hg_node *const *deps,
+                      size_t ndeps)
 {
     if (c->sess && !c->sess->ended)
         return CUDA_ERROR_ILLEGAL_STATE;
+    for (size_t i = 0; into && i < ndeps; i++)
+        if (!owns(into, deps[i]))
+            return CUDA_ERROR_INVALID_VALUE;
     hg_cap_drop(c);
     struct hg_session *s = calloc(1, sizeof *s);
-    if (s == NULL || (s->graph = hg_graph_new()) == NULL) {
+    if (s == NULL || (s->graph = into ? into : hg_graph_new()) == NULL) {
         free(s);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     s->id = id;
     s->refs = 1;
+    s->borrowed = into != NULL;
     c->sess = s;
-    return CUDA_SUCCESS;
+    CUresult r = hg_cap_set_deps(c, deps, ndeps, 0);
+    if (r != CUDA_SUCCESS)
+        hg_cap_drop(c);
+    return r;
 }
 
 CUresult hg_cap_record(struct hg_cap *c, const flyt_gnode *p, flyt_host_func_cb fn, void *arg)
@@ -401,7 +505,7 @@ CUresult hg_cap_set_deps(struct hg_cap *c, struct hg_node *const *deps, size_t n
 void hg_cap_drop(struct hg_cap *c)
 {
     if (c->sess && --c->sess->refs == 0) {
-        if (!c->sess->ended)
+        if (!c->sess->ended && !c->sess->borrowed)
             hg_graph_free(c->sess->graph); /* an ended capture gave its graph away */
         free(c->sess);
     }
@@ -430,3 +534,62 @@ CUresult hg_cap_merge(struct hg_cap *dst, const struct hg_cap *src)
         return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
     return hg_cap_set_deps(dst, src->deps, src->ndeps, 1);
 }
+
+/* ---- user objects ---- */
+
+CUresult hg_uobj_new(flyt_host_func_cb destroy, void *arg, unsigned refs, struct hg_uobj **out)
+{
+    struct hg_uobj *o = calloc(1, sizeof *o);
+    if (o == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *o = (struct hg_uobj){.refs = refs, .destroy = destroy, .arg = arg};
+    *out = o;
+    return CUDA_SUCCESS;
+}
+
+void hg_uobj_retain(struct hg_uobj *o, unsigned count) { o->refs += count; }
+
+CUresult hg_uobj_release(struct hg_uobj *o, unsigned count)
+{
+    if (count > o->refs)
+        return CUDA_ERROR_INVALID_VALUE; /* CUDA leaves this undefined */
+    o->refs -= count;
+    if (o->refs == 0) {
+        o->destroy(o->arg);
+        free(o);
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult hg_graph_retain(struct hg_graph *g, struct hg_uobj *o, unsigned count, int move)
+{
+    size_t i = 0;
+    while (i < g->nurefs && g->urefs[i].obj != o)
+        i++;
+    if (i == g->nurefs) {
+        struct hg_uref *more = realloc(g->urefs, (g->nurefs + 1) * sizeof *more);
+        if (more == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        g->urefs = more;
+        g->urefs[g->nurefs++] = (struct hg_uref){o, 0};
+    }
+    g->urefs[i].count += count;
+    if (!move)
+        hg_uobj_retain(o, count);
+    return CUDA_SUCCESS;
+}
+
+CUresult hg_graph_release(struct hg_graph *g, struct hg_uobj *o, unsigned count)
+{
+    size_t i = 0;
+    while (i < g->nurefs && g->urefs[i].obj != o)
+        i++;
+    if (i == g->nurefs || count > g->urefs[i].count)
+        return CUDA_ERROR_INVALID_VALUE;
+    g->urefs[i].count -= count;
+    if (g->urefs[i].count == 0)
+        g->urefs[i] = g->urefs[--g->nurefs];
+    return hg_uobj_release(o, count);
+}
+
+void hg_uobj_forget(struct hg_uobj *o) { free(o); }

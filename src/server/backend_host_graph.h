@@ -14,6 +14,7 @@
 
 struct hg_graph;
 struct hg_node;
+struct hg_uobj;
 
 /* A capture in progress, shared by the streams that joined it. */
 struct hg_session {
@@ -22,6 +23,7 @@ struct hg_session {
     int              refs;  /* streams and events holding it */
     int              ended; /* its origin stream ended it */
     int              invalid;
+    int              borrowed; /* the program's graph (cuStreamBeginCaptureToGraph): never freed here */
 };
 
 /* Where a stream (or an event recorded during capture) stands in one. */
@@ -62,7 +64,9 @@ void hg_run(const struct hg_graph *g, void (*record_event)(void *event));
 
 /* ---- capture ---- */
 int hg_capturing(const struct hg_cap *c); /* active and not invalidated */
-CUresult hg_cap_begin(struct hg_cap *c, uint64_t id);
+/* into: the graph to capture into, after deps (NULL: a new graph). */
+CUresult hg_cap_begin(struct hg_cap *c, uint64_t id, struct hg_graph *into, struct hg_node *const *deps,
+                      size_t ndeps);
 /* Adds a node after the capture's current dependencies. */
 CUresult hg_cap_record(struct hg_cap *c, const flyt_gnode *p, flyt_host_func_cb fn, void *arg);
 /* dst takes src's place in its capture (event record, stream wait). */
@@ -71,5 +75,22 @@ CUresult hg_cap_copy(struct hg_cap *dst, const struct hg_cap *src);
 CUresult hg_cap_merge(struct hg_cap *dst, const struct hg_cap *src);
 void hg_cap_drop(struct hg_cap *c);
 CUresult hg_cap_set_deps(struct hg_cap *c, struct hg_node *const *deps, size_t n, int add);
+
+/* ---- conditional nodes ---- */
+/* A conditional handle of this backend: it holds the default value and
+ * whether a launch assigns it, which is all a launch here can use. */
+uint64_t hg_cond_handle(uint32_t serial, unsigned default_value, unsigned flags);
+/* A conditional node's body graph i (owned by the node), NULL if none. */
+struct hg_graph *hg_body(const struct hg_node *n, uint64_t i);
+
+/* ---- user objects: destroy(arg) runs when the last reference goes ---- */
+CUresult hg_uobj_new(flyt_host_func_cb destroy, void *arg, unsigned refs, struct hg_uobj **out);
+void hg_uobj_retain(struct hg_uobj *o, unsigned count);
+void hg_uobj_forget(struct hg_uobj *o); /* frees it without its destructor */
+CUresult hg_uobj_release(struct hg_uobj *o, unsigned count);
+/* A graph's references, given up when it is freed and copied by clones
+ * (an exec is a clone); move: the caller's references become the graph's. */
+CUresult hg_graph_retain(struct hg_graph *g, struct hg_uobj *o, unsigned count, int move);
+CUresult hg_graph_release(struct hg_graph *g, struct hg_uobj *o, unsigned count);
 
 #endif

@@ -24,6 +24,7 @@ enum flyt_arg_kind {
     FLYT_ARG_GRAPH,      /* a graph id of the session */
     FLYT_ARG_GEXEC,      /* an executable graph id of the session */
     FLYT_ARG_GNODE,      /* a graph node id of the session */
+    FLYT_ARG_USEROBJ,    /* a user object id of the session */
 };
 
 struct flyt_call_desc {

@@ -38,9 +38,11 @@ static CUresult translate_args(flyt_session *s, const struct flyt_call_desc *d, 
         case FLYT_ARG_GRAPH:
         case FLYT_ARG_GEXEC:
         case FLYT_ARG_GNODE:
-            r = flyt_lookup(s, a[i], d->kinds[i] == FLYT_ARG_GRAPH   ? FLYT_H_GRAPH
-                                     : d->kinds[i] == FLYT_ARG_GEXEC ? FLYT_H_GRAPH_EXEC
-                                                                     : FLYT_H_GRAPH_NODE, &bh);
+        case FLYT_ARG_USEROBJ:
+            r = flyt_lookup(s, a[i], d->kinds[i] == FLYT_ARG_GRAPH     ? FLYT_H_GRAPH
+                                     : d->kinds[i] == FLYT_ARG_GEXEC   ? FLYT_H_GRAPH_EXEC
+                                     : d->kinds[i] == FLYT_ARG_USEROBJ ? FLYT_H_USER_OBJECT
+                                                                       : FLYT_H_GRAPH_NODE, &bh);
             a[i] = (uint64_t)(uintptr_t)bh;
             break;
         case FLYT_ARG_DEVICE:

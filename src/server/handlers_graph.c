@@ -190,6 +190,11 @@ static uint64_t graph_id(flyt_session *s, flyt_bhandle graph)
     return id_of(s, FLYT_H_GRAPH, graph);
 }
 
+/* A graph entry's u.graph names the stream capturing into it; this bit
+ * says the graph was the program's before (cuStreamBeginCaptureToGraph),
+ * so the end of the capture does not give it away. */
+#define CAPTURE_INTO_EXISTING (1ull << 63)
+
 struct capture_find {
     uint64_t stream;
     struct flyt_hentry *e;
@@ -198,7 +203,7 @@ struct capture_find {
 static int capture_match(struct flyt_hentry *e, void *arg)
 {
     struct capture_find *f = arg;
-    if (e->type != FLYT_H_GRAPH || e->u.graph != f->stream)
+    if (e->type != FLYT_H_GRAPH || (e->u.graph & ~CAPTURE_INTO_EXISTING) != f->stream)
         return 0;
     f->e = e;
     return 1;
@@ -222,12 +227,40 @@ int handle_CAPTURE_END(flyt_session *s, flyt_call *c)
     if (f.e == NULL)
         return FLYT_CONT;
     uint64_t id = f.e->id;
+    int existing = (f.e->u.graph & CAPTURE_INTO_EXISTING) != 0;
     f.e->u.graph = 0;
-    if (c->result != CUDA_SUCCESS)
+    if (c->result != CUDA_SUCCESS && !existing)
         forget_graph(s, id); /* the driver destroyed the invalidated graph */
     else
         rep->value = id;
     return FLYT_CONT;
+}
+
+int handle_CAPTURE_TO_GRAPH(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_capture_to_graph *r = c->req;
+    if (r->n > FLYT_MAX_GRAPH_NODES)
+        return flyt_violation(s, c, "%u capture dependencies", r->n);
+    int rc = flyt_expect_data(s, c, (uint64_t)r->n * sizeof(uint64_t));
+    if (rc != FLYT_CONT)
+        return rc;
+    flyt_bhandle *deps = calloc(r->n + 1u, sizeof *deps);
+    if (deps == NULL) {
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        return flyt_skip_data(s, c) ? FLYT_END_IO : FLYT_CONT;
+    }
+    flyt_bhandle st = NULL;
+    struct flyt_hentry *e = flyt_handles_get(&s->handles, r->graph, FLYT_H_GRAPH);
+    c->result = e == NULL ? CUDA_ERROR_INVALID_VALUE : flyt_lookup_stream(s, r->stream, &st);
+    rc = read_nodes(s, c, r->n, deps);
+    if (rc == FLYT_CONT && c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, capture_to_graph, st, e->bh, deps, r->n, (int)r->mode);
+    free(deps);
+    if (rc == FLYT_CONT && c->result == CUDA_SUCCESS) {
+        s->captures++;
+        e->u.graph = r->stream | CAPTURE_INTO_EXISTING;
+    }
+    return rc;
 }
 
 /* The client's threads share the server's one thread: it takes the mode of
@@ -506,10 +539,27 @@ static int read_gnode(flyt_session *s, flyt_call *c, flyt_gnode *p, uint64_t *pa
         return flyt_violation(s, c, "node parameters missing");
     if (flyt_recv_data(s, c, p, sizeof *p) != 0)
         return FLYT_END_IO;
-    uint32_t pbytes = p->type == CU_GRAPH_NODE_TYPE_KERNEL ? p->param_bytes : 0;
+    if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && (p->rows == 0 || p->rows > FLYT_MAX_COND_BODIES))
+        return flyt_violation(s, c, "a conditional node of %llu bodies", (unsigned long long)p->rows);
+    uint64_t pbytes = flyt_gnode_trailing(p);
     if (pbytes > FLYT_MAX_PARAM_BYTES || c->data_len != pbytes)
-        return flyt_violation(s, c, "%u node parameter bytes, %u sent", pbytes, c->data_len);
-    return flyt_recv_data(s, c, params, pbytes) != 0 ? FLYT_END_IO : FLYT_CONT;
+        return flyt_violation(s, c, "%llu node parameter bytes, %u sent", (unsigned long long)pbytes,
+                              c->data_len);
+    return flyt_recv_data(s, c, params, (size_t)pbytes) != 0 ? FLYT_END_IO : FLYT_CONT;
+}
+
+/* The ids the client chose for a conditional node's body graphs: its own
+ * range, none in use, no two alike. */
+static int bodies_free(flyt_session *s, const uint64_t *ids, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        if (ids[i] < FLYT_CLIENT_IDS || flyt_handles_get(&s->handles, ids[i], FLYT_H_GRAPH))
+            return 0;
+        for (uint64_t k = 0; k < i; k++)
+            if (ids[k] == ids[i])
+                return 0;
+    }
+    return 1;
 }
 
 int handle_GRAPH_ADD_NODE(flyt_session *s, flyt_call *c)
@@ -539,21 +589,28 @@ int handle_GRAPH_ADD_NODE(flyt_session *s, flyt_call *c)
     }
     void *host_arg = NULL;
     flyt_bhandle node = NULL;
-    uint64_t dptr = 0;
+    uint64_t out[FLYT_MAX_COND_BODIES] = {0}; /* the address, or the body graphs */
+    int cond = p.type == CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    if (c->result == CUDA_SUCCESS && cond && !bodies_free(s, params, p.rows))
+        c->result = CUDA_ERROR_INVALID_VALUE;
     if (c->result == CUDA_SUCCESS)
         c->result = translate_node(s, &p, r->graph, &host_arg);
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, graph_add_node, graph, deps, r->ndeps, &p, params,
-                               flyt_host_func_run, host_arg, &node, &dptr);
+                               flyt_host_func_run, host_arg, &node, out);
     free(deps);
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
+    for (uint64_t i = 0; cond && i < p.rows; i++) /* owned by the node, as a child graph */
+        if (flyt_handles_add_id(&s->handles, params[i], FLYT_H_GRAPH,
+                                (flyt_bhandle)(uintptr_t)out[i]) == NULL)
+            c->result = CUDA_ERROR_OUT_OF_MEMORY;
     struct flyt_hentry *e = flyt_handles_add_id(&s->handles, r->node, FLYT_H_GRAPH_NODE, node);
     if (e == NULL)
         c->result = CUDA_ERROR_OUT_OF_MEMORY; /* the node stays in the graph, unnamed */
     else
         e->u.graph = r->graph;
-    rep->value = dptr;
+    rep->value = cond ? 0 : out[0];
     return FLYT_CONT;
 }
 
@@ -713,5 +770,46 @@ int handle_GRAPH_NODE_MISC(flyt_session *s, flyt_call *c)
         rep->value = graph_named(s, out);
     if (rep->value == 0 && r->what != FLYT_GNODE_DESTROY)
         c->result = CUDA_ERROR_OUT_OF_MEMORY;
+    return FLYT_CONT;
+}
+
+/* ---- user objects ---- */
+
+/* Runs when the driver destroys a user object (on a thread of its own, or
+ * in the call that dropped the last reference): the client runs the
+ * program's destructor. Nothing waits for it: CUDA requires
+ * CU_USER_OBJECT_NO_DESTRUCTOR_SYNC. The message stays on the session's
+ * kept list; a copy goes out, and the client then forgets the callback. */
+static void user_object_destroyed(void *msg)
+{
+    struct flyt_cb_msg *post = malloc(sizeof *post);
+    if (post == NULL)
+        return; /* the destructor then never runs: nothing better to do on a driver thread */
+    *post = *(const struct flyt_cb_msg *)msg;
+    post->keep = 0;
+    flyt_post_callback(post);
+}
+
+int handle_USER_OBJECT_CREATE(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_user_object *r = c->req;
+    if (r->object < FLYT_CLIENT_IDS || flyt_handles_get(&s->handles, r->object, FLYT_H_USER_OBJECT)) {
+        c->result = CUDA_ERROR_INVALID_VALUE;
+        return FLYT_CONT;
+    }
+    struct flyt_cb_msg *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        return FLYT_CONT;
+    }
+    m->s = s;
+    m->callback_id = r->callback;
+    m->next = s->kept; /* freed with the session: the driver may call it until then */
+    s->kept = m;
+    flyt_bhandle obj = NULL;
+    c->result = FLYT_BCALL(s, user_object_create, user_object_destroyed, m, r->refs, r->flags, &obj);
+    if (c->result == CUDA_SUCCESS &&
+        flyt_handles_add_id(&s->handles, r->object, FLYT_H_USER_OBJECT, obj) == NULL)
+        c->result = CUDA_ERROR_OUT_OF_MEMORY; /* the object stays, unnamed */
     return FLYT_CONT;
 }

@@ -34,6 +34,11 @@ enum flyt_htype {
     FLYT_H_GRAPH_EXEC,
     FLYT_H_GRAPH_NODE, /* owned by its graph: forgotten with it */
 };
+/* cuUserObjectCreate's objects (the driver frees one with its last
+ * reference). Next after the enum's last member, outside it until
+ * state.c's refused_kind names it (a checkpoint refuses it meanwhile as an
+ * object of an unknown kind). */
+#define FLYT_H_USER_OBJECT ((enum flyt_htype)(FLYT_H_GRAPH_NODE + 1))
 
 struct flyt_module_info {
     uint8_t  sha256[32]; /* content hash of the image it was loaded from */

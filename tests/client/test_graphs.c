@@ -383,9 +383,6 @@ static void test_node_params(CUdeviceptr a, CUdeviceptr b)
     CU_OK(cuGraphNodeSetParams(gen, &np));
     CU_OK(cuGraphMemsetNodeGetParams(gen, &m2));
     CHECK_EQ(m2.value, 6, "cuGraphNodeSetParams (%u)", m2.value);
-    np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
-    CHECK_EQ(cuGraphAddNode(&gen, g, NULL, NULL, 0, &np), CUDA_ERROR_NOT_SUPPORTED,
-             "conditional nodes are refused");
 
     CU_OK(cuGraphExecDestroy(x));
     CU_OK(cuGraphDestroy(clone));
@@ -393,6 +390,149 @@ static void test_node_params(CUdeviceptr a, CUdeviceptr b)
     CU_OK(cuGraphDestroy(child));
     CU_OK(cuEventDestroy(e1));
     CU_OK(cuEventDestroy(e2));
+}
+
+/* A conditional node of type and size on handle h in g; its bodies in out. */
+static CUgraphNode add_cond(CUgraph g, CUgraphConditionalHandle h, CUgraphConditionalNodeType type,
+                            unsigned size, CUgraph *out)
+{
+    CUgraphNodeParams np;
+    memset(&np, 0, sizeof np);
+    np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    np.conditional.handle = h;
+    np.conditional.type = type;
+    np.conditional.size = size;
+    CUgraphNode node = NULL;
+    CU_OK(cuGraphAddNode(&node, g, NULL, NULL, 0, &np));
+    for (unsigned i = 0; np.conditional.phGraph_out && i < size; i++)
+        out[i] = np.conditional.phGraph_out[i];
+    return node;
+}
+
+static void add_memset(CUgraph g, CUdeviceptr dst, unsigned value)
+{
+    CUDA_MEMSET_NODE_PARAMS m = {.dst = dst, .value = value, .elementSize = 4, .width = N, .height = 1};
+    CUgraphNode n;
+    CU_OK(cuGraphAddMemsetNode(&n, g, NULL, 0, &m, NULL));
+}
+
+/* Instantiates g, launches it once and waits. */
+static void run_graph(CUgraph g)
+{
+    CUgraphExec x;
+    CU_OK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CU_OK(cuGraphLaunch(x, NULL));
+    CU_OK(cuCtxSynchronize());
+    CU_OK(cuGraphExecDestroy(x));
+}
+
+/* The host backend's condition is its default value (no kernel sets it). */
+static void test_conditional(CUcontext ctx, CUdeviceptr a)
+{
+    CUgraph g, body[3] = {NULL, NULL, NULL};
+    CUgraphConditionalHandle yes = 0, no = 0, sw = 0;
+    CU_OK(cuGraphCreate(&g, 0));
+    CU_OK(cuGraphConditionalHandleCreate(&yes, g, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    CU_OK(cuGraphConditionalHandleCreate(&no, g, ctx, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    CHECK(yes != 0 && no != 0 && yes != no, "conditional handles (%llx, %llx)",
+          (unsigned long long)yes, (unsigned long long)no);
+    CUgraphNode ifelse = add_cond(g, no, CU_GRAPH_COND_TYPE_IF, 2, body);
+    CHECK(body[0] != NULL && body[1] != NULL && body[0] != body[1], "an IF/ELSE node's two bodies");
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+    CU_OK(cuGraphNodeGetType(ifelse, &type));
+    CHECK_EQ(type, CU_GRAPH_NODE_TYPE_CONDITIONAL, "the node's type");
+    add_memset(body[0], a, 7);
+    add_memset(body[1], a, 9);
+    run_graph(g);
+    CHECK_EQ(word(a, 0), 9, "a false IF runs its ELSE body (%u)", word(a, 0));
+    CU_OK(cuGraphDestroy(g));
+
+    /* IF, nested in the body of an IF; the inner body filled by capture */
+    CU_OK(cuGraphCreate(&g, 0));
+    CU_OK(cuGraphConditionalHandleCreate(&yes, g, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    CUgraph outer, inner;
+    add_cond(g, yes, CU_GRAPH_COND_TYPE_IF, 1, &outer);
+    add_cond(outer, yes, CU_GRAPH_COND_TYPE_IF, 1, &inner);
+    size_t n = 0;
+    CU_OK(cuGraphGetNodes(outer, NULL, &n));
+    CHECK_EQ(n, 1, "the outer body holds the inner node");
+    CUstream s;
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuStreamBeginCaptureToGraph(s, inner, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CU_OK(cuStreamIsCapturing(s, &st));
+    CHECK_EQ(st, CU_STREAM_CAPTURE_STATUS_ACTIVE, "a capture into a graph is active");
+    CU_OK(cuMemsetD32Async(a, 11, N, s));
+    CU_OK(cuStreamEndCapture(s, NULL));
+    CU_OK(cuGraphGetNodes(inner, NULL, &n));
+    CHECK_EQ(n, 1, "the capture added its memset to the body");
+    run_graph(g);
+    CHECK_EQ(word(a, 0), 11, "nested IFs ran the captured body (%u)", word(a, 0));
+    CU_OK(cuGraphDestroy(g));
+
+    /* SWITCH: body[2] of 3 */
+    CU_OK(cuGraphCreate(&g, 0));
+    CU_OK(cuGraphConditionalHandleCreate(&sw, g, ctx, 2, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    add_cond(g, sw, CU_GRAPH_COND_TYPE_SWITCH, 3, body);
+    for (unsigned i = 0; i < 3; i++)
+        add_memset(body[i], a, 20 + i);
+    run_graph(g);
+    CHECK_EQ(word(a, 0), 22, "SWITCH ran body 2 (%u)", word(a, 0));
+
+    CUgraphNodeParams np;
+    memset(&np, 0, sizeof np);
+    np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    np.conditional.handle = sw;
+    np.conditional.type = CU_GRAPH_COND_TYPE_IF;
+    np.conditional.size = 3;
+    CUgraphNode bad;
+    CHECK_EQ(cuGraphAddNode(&bad, g, NULL, NULL, 0, &np), CUDA_ERROR_INVALID_VALUE,
+             "an IF of three bodies is refused");
+    np.conditional.type = CU_GRAPH_COND_TYPE_WHILE;
+    np.conditional.size = 1;
+    CU_OK(cuGraphAddNode(&bad, g, NULL, NULL, 0, &np));
+    CHECK(np.conditional.phGraph_out != NULL, "a WHILE node's body");
+    CU_OK(cuGraphDestroy(g));
+    CU_OK(cuStreamDestroy(s));
+}
+
+static atomic_int destroyed;
+static void destroy_object(void *arg) { atomic_fetch_add(&destroyed, *(int *)arg); }
+
+static int destroyed_soon(int want)
+{
+    for (int i = 0; i < 50 && atomic_load(&destroyed) != want; i++) {
+        CU_OK(cuCtxSynchronize());
+        usleep(10000);
+    }
+    return atomic_load(&destroyed);
+}
+
+static void test_user_objects(void)
+{
+    static int one = 1;
+    CUuserObject obj = NULL;
+    CHECK_EQ(cuUserObjectCreate(&obj, &one, destroy_object, 1, 0), CUDA_ERROR_INVALID_VALUE,
+             "a user object needs CU_USER_OBJECT_NO_DESTRUCTOR_SYNC");
+    CU_OK(cuUserObjectCreate(&obj, &one, destroy_object, 2, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+    CU_OK(cuUserObjectRetain(obj, 1));
+    CU_OK(cuUserObjectRelease(obj, 2));
+    CHECK_EQ(destroyed_soon(1), 0, "one reference left: not destroyed");
+
+    CUgraph g, clone;
+    CUgraphExec x;
+    CU_OK(cuGraphCreate(&g, 0));
+    CU_OK(cuGraphRetainUserObject(g, obj, 1, CU_GRAPH_USER_OBJECT_MOVE)); /* the graph's now */
+    CU_OK(cuGraphRetainUserObject(g, obj, 2, 0));
+    CU_OK(cuGraphReleaseUserObject(g, obj, 2));
+    CU_OK(cuGraphClone(&clone, g));
+    CU_OK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CU_OK(cuGraphDestroy(g));
+    CU_OK(cuGraphDestroy(clone));
+    CHECK_EQ(destroyed_soon(1), 0, "the exec still holds the object");
+    CU_OK(cuGraphExecDestroy(x));
+    CHECK_EQ(destroyed_soon(1), 1, "the destructor ran in the client when the last holder went");
+    CHECK_EQ(destroyed_soon(2), 1, "and only once");
 }
 
 int main(void)
@@ -409,6 +549,8 @@ int main(void)
     test_capture(a, b);
     test_explicit(a, b);
     test_node_params(a, b);
+    test_conditional(ctx, a);
+    test_user_objects();
     cuuint64_t used = 1;
     CU_OK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used));
     CU_OK(cuDeviceGraphMemTrim(dev));

@@ -71,5 +71,25 @@ int main(int argc, char **argv)
     frame(FLYT_OP_STREAM_SYNC, 0, &sync, sizeof sync);
     frame(FLYT_OP_STREAM_DESTROY, 0, &sync, sizeof sync);
     write_seed(dir, "seq-stream");
+
+    /* a graph, a conditional IF/ELSE node with two client-chosen bodies, a
+     * user object the graph takes, and the graph destroyed */
+    flyt_req_graph_create gc = {.graph = FLYT_CLIENT_IDS + 2};
+    frame(FLYT_OP_GRAPH_CREATE, FLYT_F_NOREPLY, &gc, sizeof gc);
+    struct {
+        flyt_req_graph_node req;
+        flyt_gnode p;
+        uint64_t bodies[2];
+    } cond = {{.graph = FLYT_CLIENT_IDS + 2, .node = FLYT_CLIENT_IDS + 3},
+              {.type = FLYT_GNODE_TYPE_CONDITIONAL, .value = 1ull << 40 | 1ull << 32 | 1, .rows = 2},
+              {FLYT_CLIENT_IDS + 4, FLYT_CLIENT_IDS + 5}};
+    frame(FLYT_OP_GRAPH_ADD_NODE, 0, &cond, sizeof cond);
+    flyt_req_user_object uo = {.object = FLYT_CLIENT_IDS + 6, .callback = 1, .refs = 1, .flags = 1};
+    frame(FLYT_OP_USER_OBJECT_CREATE, FLYT_F_NOREPLY, &uo, sizeof uo);
+    flyt_req_capture_to_graph ctg = {.stream = FLYT_CLIENT_IDS + 1, .graph = FLYT_CLIENT_IDS + 4};
+    frame(FLYT_OP_CAPTURE_TO_GRAPH, 0, &ctg, sizeof ctg);
+    flyt_req_handle gd = {.handle = FLYT_CLIENT_IDS + 2};
+    frame(FLYT_OP_GRAPH_DESTROY, FLYT_F_NOREPLY, &gd, sizeof gd);
+    write_seed(dir, "seq-graph-conditional");
     return 0;
 }
