@@ -255,6 +255,33 @@ static void test_pinned_copies(void)
     CUDA_OK(cudaFree(d));
 }
 
+/* cudaDeviceSetMemPool: cudaMallocAsync takes from the pool made current. */
+static void test_current_pool(cudaMemPool_t pool, cudaMemPool_t dflt, cudaStream_t s)
+{
+    cudaMemPool_t cur = NULL;
+    CUDA_OK(cudaDeviceGetMemPool(&cur, 0));
+    CHECK_EQ(cur, dflt, "the default pool is current at first");
+    CHECK_EQ(cudaDeviceSetMemPool(0, NULL), cudaErrorInvalidValue, "no NULL current pool");
+    cudaGetLastError();
+    CUDA_OK(cudaDeviceSetMemPool(0, pool));
+    CUDA_OK(cudaDeviceGetMemPool(&cur, 0));
+    CHECK_EQ(cur, pool, "cudaDeviceGetMemPool returns the pool set");
+    void *p = NULL;
+    uint64_t used = 0;
+    CUDA_OK(cudaMallocAsync(&p, 8192, s));
+    CUDA_OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+    CHECK_EQ(used, 8192, "cudaMallocAsync took from the current pool (used %llu)",
+             (unsigned long long)used);
+    CUDA_OK(cudaFreeAsync(p, s));
+    CUDA_OK(cudaDeviceSetMemPool(0, dflt));
+    CUDA_OK(cudaMallocAsync(&p, 8192, s));
+    CUDA_OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+    CHECK_EQ(used, 0, "with the default pool current again, the pool is unused");
+    CUDA_OK(cudaFreeAsync(p, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaDeviceSetMemPool(0, pool)); /* current when it is destroyed */
+}
+
 static void test_pools(void)
 {
     cudaStream_t s;
@@ -279,7 +306,11 @@ static void test_pools(void)
     CUDA_OK(cudaFreeAsync(p, s));
     CUDA_OK(cudaStreamSynchronize(s));
     CUDA_OK(cudaMemPoolTrimTo(pool, 0));
+    test_current_pool(pool, dflt, s);
     CUDA_OK(cudaMemPoolDestroy(pool));
+    cudaMemPool_t cur = NULL;
+    CUDA_OK(cudaDeviceGetMemPool(&cur, 0));
+    CHECK_EQ(cur, dflt, "a destroyed current pool leaves the default pool current");
     CUDA_OK(cudaStreamDestroy(s));
 }
 

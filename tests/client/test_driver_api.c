@@ -643,6 +643,39 @@ static void test_mapped_host_memory(void)
     munmap(reg, 3 * 4096);
 }
 
+/* CUDA 13's pools by location: the device's default and current pools. */
+static void test_pools_by_location(CUdevice dev)
+{
+    CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
+    CUmemoryPool dflt = NULL, got = NULL, pool = NULL;
+    CU_OK(cuDeviceGetDefaultMemPool(&dflt, dev));
+    CU_OK(cuMemGetDefaultMemPool(&got, &loc, CU_MEM_ALLOCATION_TYPE_PINNED));
+    CHECK_EQ(got, dflt, "cuMemGetDefaultMemPool is the device's default pool");
+    CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .location = loc};
+    CU_OK(cuMemPoolCreate(&pool, &props));
+    CU_OK(cuMemSetMemPool(&loc, CU_MEM_ALLOCATION_TYPE_PINNED, pool));
+    CU_OK(cuMemGetMemPool(&got, &loc, CU_MEM_ALLOCATION_TYPE_PINNED));
+    CHECK_EQ(got, pool, "cuMemGetMemPool returns the pool set");
+    CU_OK(cuDeviceGetMemPool(&got, dev));
+    CHECK_EQ(got, pool, "and so does cuDeviceGetMemPool");
+    CUdeviceptr p = 0;
+    cuuint64_t used = 0;
+    CU_OK(cuMemAllocAsync(&p, 4096, NULL));
+    CU_OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+    CHECK_EQ(used, 4096, "cuMemAllocAsync took from the current pool");
+    CU_OK(cuMemFreeAsync(p, NULL));
+    CU_OK(cuCtxSynchronize());
+    CUmemLocation host = {.type = CU_MEM_LOCATION_TYPE_HOST, .id = 0};
+    CHECK_EQ(cuMemGetMemPool(&got, &host, CU_MEM_ALLOCATION_TYPE_PINNED), CUDA_ERROR_NOT_SUPPORTED,
+             "pools of host memory are refused");
+    CHECK_EQ(cuMemSetMemPool(NULL, CU_MEM_ALLOCATION_TYPE_PINNED, pool), CUDA_ERROR_INVALID_VALUE,
+             "a location is needed");
+    CU_OK(cuMemSetMemPool(&loc, CU_MEM_ALLOCATION_TYPE_PINNED, dflt));
+    CU_OK(cuMemGetMemPool(&got, &loc, CU_MEM_ALLOCATION_TYPE_PINNED));
+    CHECK_EQ(got, dflt, "the default pool set back");
+    CU_OK(cuMemPoolDestroy(pool));
+}
+
 int main(void)
 {
     CUdevice dev = -1;
@@ -654,6 +687,7 @@ int main(void)
     test_host_func_order();
     test_modules();
     test_proc_address();
+    test_pools_by_location(dev);
     if (shares_memory()) {
         test_managed_memory();
         test_mapped_host_memory();
