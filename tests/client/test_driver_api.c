@@ -401,6 +401,32 @@ static void test_host_func_order(void)
     CHECK_EQ(r, CUDA_ERROR_INVALID_HANDLE, "host function on no stream: %d", (int)r);
 }
 
+/* Launches the driver may refuse for what only the GPU knows wait for the
+ * server's answer; the host backend runs no kernel, so its refusal shows
+ * which launches waited. */
+static void test_answered_launches(CUfunction f)
+{
+    CUdeviceptr none = 0;
+    void *args[] = {&none};
+    CHECK_EQ(cuLaunchKernel(f, 3, 1, 1, 32, 1, 1, 0, NULL, args, NULL), CUDA_SUCCESS,
+             "an ordinary launch is pipelined");
+    CHECK_EQ(cuCtxSynchronize(), CUDA_ERROR_NOT_SUPPORTED, "its refusal comes at the next sync");
+    CHECK_EQ(cuLaunchCooperativeKernel(f, 3, 1, 1, 32, 1, 1, 0, NULL, args),
+             CUDA_ERROR_NOT_SUPPORTED, "a cooperative launch waits for its answer");
+    CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
+    attr.value.clusterDim.x = 2;
+    attr.value.clusterDim.y = 1;
+    attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg = {.gridDimX = 3, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
+                          .blockDimY = 1, .blockDimZ = 1, .attrs = &attr, .numAttrs = 1};
+    CHECK_EQ(cuLaunchKernelEx(&cfg, f, args, NULL), CUDA_ERROR_NOT_SUPPORTED,
+             "a grid that clusters of 2 do not tile waits for its answer");
+    cfg.gridDimX = 4;
+    CHECK_EQ(cuLaunchKernelEx(&cfg, f, args, NULL), CUDA_SUCCESS, "clusters tiling the grid: pipelined");
+    CHECK_EQ(cuCtxSynchronize(), CUDA_ERROR_NOT_SUPPORTED, "its refusal comes at the next sync");
+    CU_OK(cuCtxSynchronize());
+}
+
 static void test_modules(void)
 {
     CUmodule m;
@@ -422,6 +448,7 @@ static void test_modules(void)
              "too many threads are refused at once");
     CHECK_EQ(cuLaunchKernel((CUfunction)(void *)&name, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_HANDLE,
              "a bogus function is an invalid handle");
+    test_answered_launches(f);
     int blocks = 0;
     CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 0));
     CHECK_GT(blocks, 0, "occupancy %d", blocks);
