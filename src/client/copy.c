@@ -515,6 +515,41 @@ FLYT_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *p, CUstream s)
     return copy_3d_desc(p, s, 1, 1);
 }
 
+/* A peer 3D copy names each side's context; within the session's one device
+ * it is a plain 3D copy (an array side's context is ignored, as in CUDA). */
+static CUresult copy_3d_peer(const CUDA_MEMCPY3D_PEER *p, CUstream stream, int per_thread, int async)
+{
+    if (p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((p->srcMemoryType != CU_MEMORYTYPE_ARRAY && !flyt_ctx_valid(p->srcContext)) ||
+        (p->dstMemoryType != CU_MEMORYTYPE_ARRAY && !flyt_ctx_valid(p->dstContext)))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUDA_MEMCPY3D c = {
+        .srcXInBytes = p->srcXInBytes, .srcY = p->srcY, .srcZ = p->srcZ, .srcLOD = p->srcLOD,
+        .srcMemoryType = p->srcMemoryType, .srcHost = p->srcHost, .srcDevice = p->srcDevice,
+        .srcArray = p->srcArray, .srcPitch = p->srcPitch, .srcHeight = p->srcHeight,
+        .dstXInBytes = p->dstXInBytes, .dstY = p->dstY, .dstZ = p->dstZ, .dstLOD = p->dstLOD,
+        .dstMemoryType = p->dstMemoryType, .dstHost = p->dstHost, .dstDevice = p->dstDevice,
+        .dstArray = p->dstArray, .dstPitch = p->dstPitch, .dstHeight = p->dstHeight,
+        .WidthInBytes = p->WidthInBytes, .Height = p->Height, .Depth = p->Depth,
+    };
+    return copy_3d_desc(&c, stream, per_thread, async);
+}
+
+FLYT_EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *p) { return copy_3d_peer(p, NULL, 0, 0); }
+FLYT_EXPORT CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *p)
+{
+    return copy_3d_peer(p, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *p, CUstream s)
+{
+    return copy_3d_peer(p, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *p, CUstream s)
+{
+    return copy_3d_peer(p, s, 1, 1);
+}
+
 /* ---- 1D copies to and from arrays (byte offsets into the array) ---- */
 
 static struct side linear_side(uint64_t p, size_t n, int device)

@@ -123,6 +123,35 @@ static void test_memcpy_1d(void)
     free(back);
 }
 
+/* cudaMemcpy3DPeer within the one device: the box at (8, 2, 3) of src
+ * (which holds want) to the origin of another allocation. */
+static void test_memcpy_3d_peer(struct cudaPitchedPtr src, struct cudaExtent ext,
+                                const unsigned char *want)
+{
+    struct cudaPitchedPtr dst;
+    CUDA_OK(cudaMalloc3D(&dst, ext));
+    struct cudaMemcpy3DPeerParms p = {0};
+    p.srcPtr = src;
+    p.srcPos = (struct cudaPos){8, 2, 3};
+    p.dstPtr = dst;
+    p.extent = (struct cudaExtent){16, 4, 2};
+    CUDA_OK(cudaMemcpy3DPeer(&p));
+    unsigned char box[2 * 4 * 16];
+    struct cudaMemcpy3DParms q = {0};
+    q.srcPtr = dst;
+    q.dstPtr = (struct cudaPitchedPtr){box, 16, 16, 4};
+    q.extent = p.extent;
+    q.kind = cudaMemcpyDeviceToHost;
+    CUDA_OK(cudaMemcpy3D(&q));
+    int same = 1;
+    for (size_t z = 0; z < 2; z++)
+        for (size_t y = 0; y < 4; y++)
+            same &= memcmp(box + (z * 4 + y) * 16,
+                           want + ((3 + z) * ext.height + 2 + y) * ext.width + 8, 16) == 0;
+    CHECK(same, "cudaMemcpy3DPeer of an interior box within the device");
+    CUDA_OK(cudaFree(dst.ptr));
+}
+
 static void test_memcpy_2d_3d(void)
 {
     size_t pitch = 0;
@@ -182,6 +211,7 @@ static void test_memcpy_2d_3d(void)
             same &= memcmp(b3 + (z * 4 + y) * 16,
                            h3 + ((3 + z) * ext.height + 2 + y) * ext.width + 8, 16) == 0;
     CHECK(same, "cudaMemcpy3D of an interior box");
+    test_memcpy_3d_peer(pp, ext, h3);
     CUDA_OK(cudaMemset3D(pp, 0x22, ext));
     CUDA_OK(cudaMemcpy3D(&q));
     same = 1;
