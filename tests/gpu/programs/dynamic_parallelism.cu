@@ -10,8 +10,8 @@
 //     cudaStreamDestroy;
 //   - device-side cudaGetLastError / cudaPeekAtLastError after a launch with a
 //     block too large (error name printed) and after a good one;
-//   - cudaLimitDevRuntimePendingLaunchCount set and read back, then a parent
-//     launching 2048 children.
+//   - cudaLimitDevRuntimePendingLaunchCount set first and read back, then a
+//     parent launching 2048 children.
 #include <string.h>
 #include "test_util.h"
 
@@ -101,6 +101,11 @@ static int check_fill(const int *h, int count, int base, int start)
 int main(void)
 {
     double t0 = now_s();
+    // before the device runtime is in use, as CUDA wants its limits
+    size_t pending = 0;
+    CHECK(cudaDeviceSetLimit(cudaLimitDevRuntimePendingLaunchCount, 4096));
+    CHECK(cudaDeviceGetLimit(&pending, cudaLimitDevRuntimePendingLaunchCount));
+    printf("pending launch count limit: %zu\n", pending);
     const int blocks = 16, per_child = 1024, n = blocks * per_child;
     int *d, *h = (int *)malloc(2048 * 64 * sizeof(int));
     CHECK(cudaMalloc(&d, 2048 * 64 * sizeof(int)));
@@ -155,10 +160,6 @@ int main(void)
            "device-side cudaGetLastError / cudaPeekAtLastError");
     CHECK(cudaGetLastError()); // the device's errors are not the host's
 
-    size_t pending = 0;
-    CHECK(cudaDeviceSetLimit(cudaLimitDevRuntimePendingLaunchCount, 4096));
-    CHECK(cudaDeviceGetLimit(&pending, cudaLimitDevRuntimePendingLaunchCount));
-    printf("pending launch count limit: %zu\n", pending);
     many_children<<<16, 128>>>(d, 2048);
     CHECK(cudaGetLastError());
     CHECK(cudaMemcpy(h, d, 2048 * 64 * sizeof(int), cudaMemcpyDeviceToHost));
