@@ -152,6 +152,44 @@ static void test_memcpy_3d_peer(struct cudaPitchedPtr src, struct cudaExtent ext
     CUDA_OK(cudaFree(dst.ptr));
 }
 
+/* cudaMemcpyBatchAsync: H2D, D2D and D2H in one batch under two attributes
+ * (stream order; source read during the call), never on the legacy stream. */
+static void test_memcpy_batch(void)
+{
+    enum { N = 4096 };
+    static unsigned char src[N], back[N];
+    fill(src, N, 21);
+    memset(back, 0, N);
+    unsigned char *a = NULL, *b = NULL;
+    CUDA_OK(cudaMalloc((void **)&a, N));
+    CUDA_OK(cudaMalloc((void **)&b, N));
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *dsts[3] = {a, b, back};
+    const void *srcs[3] = {src, a, b};
+    size_t sizes[3] = {N, N, N};
+    struct cudaMemcpyAttributes attrs[2] = {{0}};
+    attrs[0].srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;
+    attrs[1].srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t idxs[2] = {0, 1};
+    /* one copy per batch: within a batch CUDA promises no order */
+    for (int i = 0; i < 3; i++)
+        CUDA_OK(cudaMemcpyBatchAsync(&dsts[i], &srcs[i], &sizes[i], 1, &attrs[i == 0 ? 0 : 1],
+                                     idxs, 1, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CHECK_MEM_EQ(src, back, N, "cudaMemcpyBatchAsync H2D, D2D, D2H");
+    CHECK_EQ(cudaMemcpyBatchAsync(dsts, srcs, sizes, 2, attrs, idxs, 2, cudaStreamLegacy),
+             cudaErrorInvalidValue, "not on the legacy stream");
+    cudaGetLastError();
+    size_t bad_idxs[2] = {1, 0};
+    CHECK_EQ(cudaMemcpyBatchAsync(dsts, srcs, sizes, 2, attrs, bad_idxs, 2, s), cudaErrorInvalidValue,
+             "attribute indices must start at 0 and grow");
+    cudaGetLastError();
+    CUDA_OK(cudaStreamDestroy(s));
+    CUDA_OK(cudaFree(a));
+    CUDA_OK(cudaFree(b));
+}
+
 static void test_memcpy_2d_3d(void)
 {
     size_t pitch = 0;
@@ -494,6 +532,7 @@ int main(void)
     test_device();
     test_memcpy_1d();
     test_memcpy_2d_3d();
+    test_memcpy_batch();
     test_host_memory();
     test_pinned_copies();
     test_pools();
