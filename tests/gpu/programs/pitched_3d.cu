@@ -11,7 +11,9 @@
 //     cudaMemset3D and cudaMemset3DAsync of an inner box;
 //   - cudaMemcpy2DToArray / FromArray (and Async), cudaMemcpy2DArrayToArray;
 //   - cudaMemcpyPeer / cudaMemcpyPeerAsync and cudaMemcpy3DPeer /
-//     cudaMemcpy3DPeerAsync within device 0.
+//     cudaMemcpy3DPeerAsync within device 0;
+//   - cudaMemcpyBatchAsync there and back (two attributes), and refused on
+//     the legacy stream.
 // The asynchronous calls go to a blocking stream, so that the legacy
 // stream's implicit synchronisation orders them with the synchronous ones.
 #include <string.h>
@@ -329,6 +331,50 @@ static void arrays_2d(cudaStream_t s)
     CHECK(cudaFreeHost(back));
 }
 
+// cudaMemcpyBatchAsync: 8 host buffers to 8 device buffers in one batch
+// under two attributes, then back in a second batch.
+static void batch_copies(cudaStream_t s)
+{
+    enum { K = 8, N = 1 << 16 };
+    unsigned char *h, *back, *d[K];
+    CHECK(cudaMallocHost((void **)&h, K * N));
+    CHECK(cudaMallocHost((void **)&back, K * N));
+    fill(h, K * N, 17);
+    memset(back, 0, K * N);
+    void *dsts[K], *srcs[K];
+    size_t sizes[K];
+    for (int i = 0; i < K; i++) {
+        CHECK(cudaMalloc((void **)&d[i], N));
+        dsts[i] = d[i];
+        srcs[i] = h + i * N;
+        sizes[i] = N - i * 100; // each a different length
+    }
+    cudaMemcpyAttributes attrs[2];
+    memset(attrs, 0, sizeof attrs);
+    attrs[0].srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attrs[1].srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;
+    size_t idxs[2] = {0, 5};
+    CHECK(cudaMemcpyBatchAsync(dsts, srcs, sizes, K, attrs, idxs, 2, s));
+    for (int i = 0; i < K; i++) {
+        dsts[i] = back + i * N;
+        srcs[i] = d[i];
+    }
+    CHECK(cudaMemcpyBatchAsync(dsts, srcs, sizes, K, attrs, idxs, 1, s));
+    CHECK(cudaStreamSynchronize(s));
+    bool ok = true;
+    for (int i = 0; i < K; i++)
+        for (size_t j = 0; j < N; j++)
+            ok = ok && back[i * N + j] == (j < sizes[i] ? h[i * N + j] : 0);
+    expect(ok, "cudaMemcpyBatchAsync of 8 copies there and back");
+    cudaError_t err = cudaMemcpyBatchAsync(dsts, srcs, sizes, K, attrs, idxs, 2, cudaStreamLegacy);
+    printf("cudaMemcpyBatchAsync on the legacy stream -> %s\n", cudaGetErrorName(err));
+    cudaGetLastError();
+    for (int i = 0; i < K; i++)
+        CHECK(cudaFree(d[i]));
+    CHECK(cudaFreeHost(h));
+    CHECK(cudaFreeHost(back));
+}
+
 int main(void)
 {
     double t0 = now_s();
@@ -339,6 +385,7 @@ int main(void)
     two_d(s, true);
     three_d(s);
     arrays_2d(s);
+    batch_copies(s);
     CHECK(cudaStreamDestroy(s));
     CHECK(cudaDeviceSynchronize());
     fprintf(stderr, "pitched_3d: %.3f s\n", now_s() - t0);
