@@ -12,6 +12,7 @@
 #         nvidia-smi on Flyt's NVML)
 #   --quick: one run per test program and variant (unless FLYT_TEST_REPEATS
 #            is set) and bench/run_bench.sh --quick
+#   FLYT_TEST_PROGRAMS="a b_static ...": only these test programs (default: all)
 #
 # Each part runs under a time limit, so that the summary is always written:
 #   FLYT_GPU_TESTS_LIMIT (default 420 s; programs not started 30 s before it
@@ -24,7 +25,7 @@
 #   tests/gpu/hangup_check.sh), bench.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
-[ $# -ge 1 ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 build=$(cd "$1" && pwd) || exit 2
 shift
 quick=0
@@ -66,10 +67,11 @@ bench_rc=-
 
 if has_part tests; then
     limit=${FLYT_GPU_TESTS_LIMIT:-420}
+    read -r -a programs <<< "${FLYT_TEST_PROGRAMS:-}" # the programs to run, all if none
     repeats=${FLYT_TEST_REPEATS:-$([ "$quick" = 1 ] && echo 1 || echo 3)}
     echo "gpu-run: tests (limit ${limit}s, $repeats runs per program and variant) ..."
     FLYT_TEST_REPEATS=$repeats FLYT_TEST_BUDGET=${FLYT_TEST_BUDGET:-$((limit - 30))} \
-        timeout -k 10 "$limit" bash "$root/tests/gpu/run_gpu_tests.sh" "$build" \
+        timeout -k 10 "$limit" bash "$root/tests/gpu/run_gpu_tests.sh" "$build" "${programs[@]}" \
         > "$OUT/gpu-tests.txt" 2>&1
     tests_rc=$?
     {

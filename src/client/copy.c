@@ -515,6 +515,118 @@ FLYT_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *p, CUstream s)
     return copy_3d_desc(p, s, 1, 1);
 }
 
+/* A peer 3D copy names each side's context; within the session's one device
+ * it is a plain 3D copy (an array side's context is ignored, as in CUDA). */
+static CUresult copy_3d_peer(const CUDA_MEMCPY3D_PEER *p, CUstream stream, int per_thread, int async)
+{
+    if (p == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((p->srcMemoryType != CU_MEMORYTYPE_ARRAY && !flyt_ctx_valid(p->srcContext)) ||
+        (p->dstMemoryType != CU_MEMORYTYPE_ARRAY && !flyt_ctx_valid(p->dstContext)))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUDA_MEMCPY3D c = {
+        .srcXInBytes = p->srcXInBytes, .srcY = p->srcY, .srcZ = p->srcZ, .srcLOD = p->srcLOD,
+        .srcMemoryType = p->srcMemoryType, .srcHost = p->srcHost, .srcDevice = p->srcDevice,
+        .srcArray = p->srcArray, .srcPitch = p->srcPitch, .srcHeight = p->srcHeight,
+        .dstXInBytes = p->dstXInBytes, .dstY = p->dstY, .dstZ = p->dstZ, .dstLOD = p->dstLOD,
+        .dstMemoryType = p->dstMemoryType, .dstHost = p->dstHost, .dstDevice = p->dstDevice,
+        .dstArray = p->dstArray, .dstPitch = p->dstPitch, .dstHeight = p->dstHeight,
+        .WidthInBytes = p->WidthInBytes, .Height = p->Height, .Depth = p->Depth,
+    };
+    return copy_3d_desc(&c, stream, per_thread, async);
+}
+
+FLYT_EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *p) { return copy_3d_peer(p, NULL, 0, 0); }
+FLYT_EXPORT CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *p)
+{
+    return copy_3d_peer(p, NULL, 1, 0);
+}
+FLYT_EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *p, CUstream s)
+{
+    return copy_3d_peer(p, s, 0, 1);
+}
+FLYT_EXPORT CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *p, CUstream s)
+{
+    return copy_3d_peer(p, s, 1, 1);
+}
+
+/* ---- batches of copies ---- */
+
+/* attrs[k] applies to the copies from idxs[k] to the next index (CUDA's rules:
+ * the first index 0, increasing, below count; a valid source access order
+ * each). *during_call: whether some copy must have read its source before
+ * the call returns. */
+static CUresult batch_attrs_check(const CUmemcpyAttributes *attrs, const size_t *idxs, size_t num,
+                                  size_t count, int *during_call)
+{
+    if (attrs == NULL || idxs == NULL || num == 0 || num > count || idxs[0] != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *during_call = 0;
+    for (size_t k = 0; k < num; k++) {
+        if (idxs[k] >= count || (k > 0 && idxs[k] <= idxs[k - 1]))
+            return CUDA_ERROR_INVALID_VALUE;
+        CUmemcpySrcAccessOrder order = attrs[k].srcAccessOrder;
+        if (order != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM &&
+            order != CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
+            order != CU_MEMCPY_SRC_ACCESS_ORDER_ANY)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (order == CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL)
+            *during_call = 1;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The batch as one stream-ordered copy after another (CUDA promises no order
+ * within a batch, so this is one of its orders); when a source may only be
+ * read during the call, the call waits for the stream. The location hints
+ * and the overlap flag are hints: ignored. */
+static CUresult copy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                           CUmemcpyAttributes *attrs, size_t *idxs, size_t num, size_t *fail_idx,
+                           CUstream stream, int per_thread)
+{
+    if (fail_idx != NULL)
+        *fail_idx = SIZE_MAX;
+    if (count == 0 || dsts == NULL || srcs == NULL || sizes == NULL ||
+        stream == CU_STREAM_LEGACY || (stream == NULL && !per_thread))
+        return CUDA_ERROR_INVALID_VALUE; /* never the legacy stream */
+    int during_call = 0;
+    CUresult r = batch_attrs_check(attrs, idxs, num, count, &during_call);
+    for (size_t i = 0; i < count && r == CUDA_SUCCESS; i++) {
+        r = copy_1d(unified_dir(dsts[i], srcs[i]), dsts[i], srcs[i], sizes[i], stream, per_thread, 1);
+        if (r != CUDA_SUCCESS && fail_idx != NULL)
+            *fail_idx = i;
+    }
+    if (r == CUDA_SUCCESS && during_call)
+        r = per_thread ? cuStreamSynchronize_ptsz(stream) : cuStreamSynchronize(stream);
+    return r;
+}
+
+FLYT_EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                           size_t count, CUmemcpyAttributes *attrs,
+                                           size_t *idxs, size_t num, CUstream s)
+{
+    return copy_batch(dsts, srcs, sizes, count, attrs, idxs, num, NULL, s, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                                size_t count, CUmemcpyAttributes *attrs,
+                                                size_t *idxs, size_t num, CUstream s)
+{
+    return copy_batch(dsts, srcs, sizes, count, attrs, idxs, num, NULL, s, 1);
+}
+/* CUDA 12.8's ABI, which also names the copy that failed */
+FLYT_EXPORT CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                        size_t count, CUmemcpyAttributes *attrs, size_t *idxs,
+                                        size_t num, size_t *fail_idx, CUstream s)
+{
+    return copy_batch(dsts, srcs, sizes, count, attrs, idxs, num, fail_idx, s, 0);
+}
+FLYT_EXPORT CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                             size_t count, CUmemcpyAttributes *attrs, size_t *idxs,
+                                             size_t num, size_t *fail_idx, CUstream s)
+{
+    return copy_batch(dsts, srcs, sizes, count, attrs, idxs, num, fail_idx, s, 1);
+}
+
 /* ---- 1D copies to and from arrays (byte offsets into the array) ---- */
 
 static struct side linear_side(uint64_t p, size_t n, int device)

@@ -3,8 +3,9 @@
  * occupancy.
  *
  * A launch is checked here as the driver checks it before it reaches the
- * GPU, so a pipelined launch still fails at once where CUDA's would; what
- * only the GPU can find (a fault) surfaces at the next synchronising call.
+ * GPU, so a pipelined launch still fails at once where CUDA's would; the few
+ * launches only the driver can judge wait for its answer (launch_needs_answer);
+ * what only the GPU can find (a fault) surfaces at the next synchronising call.
  */
 #include "client.h"
 
@@ -90,6 +91,39 @@ void flyt_packed_free(struct flyt_packed *p)
     p->params = p->small;
 }
 
+/* Whether the driver may refuse the launch for what only the GPU knows (how
+ * many blocks can be co-resident for a cooperative launch; whether clusters
+ * tile the grid, or fit in a GPC beyond the portable 8 blocks): such a launch
+ * waits for the server's answer, so that its error comes from the launch
+ * call as CUDA's does. Everyday launches stay pipelined. */
+static int launch_needs_answer(const void *handle, const unsigned grid[3],
+                               const CUlaunchAttribute *attrs, unsigned attr_count)
+{
+    const struct flyt_function *f = flyt_function_from(handle);
+    unsigned cluster[3] = {1, 1, 1};
+    if (f != NULL && f->attrs[CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH] > 0) {
+        cluster[0] = (unsigned)f->attrs[CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH];
+        cluster[1] = (unsigned)f->attrs[CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT];
+        cluster[2] = (unsigned)f->attrs[CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH];
+    }
+    for (unsigned i = 0; i < attr_count; i++) {
+        if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && attrs[i].value.cooperative)
+            return 1;
+        if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+            cluster[0] = attrs[i].value.clusterDim.x;
+            cluster[1] = attrs[i].value.clusterDim.y;
+            cluster[2] = attrs[i].value.clusterDim.z;
+        }
+    }
+    uint64_t blocks = 1;
+    for (int d = 0; d < 3; d++) {
+        if (cluster[d] == 0 || grid[d] % cluster[d] != 0)
+            return 1;
+        blocks *= cluster[d];
+    }
+    return blocks > 8;
+}
+
 static CUresult launch(const void *handle, const unsigned grid[3], const unsigned block[3],
                        unsigned shared_mem, CUstream stream, int per_thread, void **args,
                        void **extra, const CUlaunchAttribute *attrs, unsigned attr_count)
@@ -114,7 +148,10 @@ static CUresult launch(const void *handle, const unsigned grid[3], const unsigne
     };
     struct iovec data[2] = {{(void *)attrs, attr_count * sizeof(flyt_launch_attr)},
                             {p.params, p.bytes}};
-    r = flyt_send_async(FLYT_OP_LAUNCH, &req, sizeof req, data, 2);
+    if (launch_needs_answer(handle, grid, attrs, attr_count))
+        r = flyt_call(FLYT_OP_LAUNCH, &req, sizeof req, data, 2, NULL);
+    else
+        r = flyt_send_async(FLYT_OP_LAUNCH, &req, sizeof req, data, 2);
     flyt_packed_free(&p);
     return r;
 }

@@ -18,6 +18,7 @@
 #include "client.h"
 
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,11 @@ FLYT_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CU
 
 /* ---- stream-ordered allocations and pools ---- */
 
+/* The device's current pool (cuDeviceSetMemPool), 0 while it is the default
+ * one. Client state: cuMemAllocAsync names it to the server as
+ * cuMemAllocFromPoolAsync would. */
+static _Atomic uint64_t current_pool;
+
 static CUresult alloc_async(CUdeviceptr *dptr, size_t size, uint64_t pool, CUstream stream,
                             int per_thread)
 {
@@ -136,6 +142,8 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, uint64_t pool, CUstr
         return r;
     if (dptr == NULL)
         return CUDA_ERROR_INVALID_VALUE;
+    if (pool == 0)
+        pool = atomic_load(&current_pool);
     flyt_req_mem_alloc req = {.size = size, .stream = flyt_stream_wire(stream, per_thread),
                               .pool = pool};
     uint64_t addr = 0;
@@ -209,7 +217,11 @@ FLYT_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
 
 FLYT_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    return cuDeviceGetDefaultMemPool(pool, dev);
+    CUresult r = cuDeviceGetDefaultMemPool(pool, dev);
+    uint64_t cur = atomic_load(&current_pool);
+    if (r == CUDA_SUCCESS && cur != 0)
+        *pool = (CUmemoryPool)(uintptr_t)cur;
+    return r;
 }
 
 FLYT_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
@@ -218,8 +230,52 @@ FLYT_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     CUresult r = cuDeviceGetDefaultMemPool(&def, dev);
     if (r != CUDA_SUCCESS)
         return r;
-    return pool == def ? CUDA_SUCCESS
-                       : flyt_unsupported_why("cuDeviceSetMemPool", "a current pool other than the default");
+    if (pool == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* the server knows the pool or refuses it, as the driver would */
+    uint64_t threshold = 0;
+    r = cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+    if (r != CUDA_SUCCESS)
+        return r;
+    atomic_store(&current_pool, pool == def ? 0 : (uint64_t)(uintptr_t)pool);
+    return CUDA_SUCCESS;
+}
+
+/* CUDA 13's pools by location: the session's device only (pools of host
+ * memory are not carried, see cuMemPoolCreate). */
+static CUresult device_of_location(const char *call, const CUmemLocation *location,
+                                   CUmemAllocationType type, CUdevice *dev)
+{
+    if (location == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_ALLOCATION_TYPE_PINNED || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return flyt_unsupported_why(call, "pools of memory other than the device's");
+    *dev = location->id;
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool, CUmemLocation *location,
+                                            CUmemAllocationType type)
+{
+    CUdevice dev = 0;
+    CUresult r = device_of_location("cuMemGetDefaultMemPool", location, type, &dev);
+    return r == CUDA_SUCCESS ? cuDeviceGetDefaultMemPool(pool, dev) : r;
+}
+
+FLYT_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location,
+                                     CUmemAllocationType type)
+{
+    CUdevice dev = 0;
+    CUresult r = device_of_location("cuMemGetMemPool", location, type, &dev);
+    return r == CUDA_SUCCESS ? cuDeviceGetMemPool(pool, dev) : r;
+}
+
+FLYT_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type,
+                                     CUmemoryPool pool)
+{
+    CUdevice dev = 0;
+    CUresult r = device_of_location("cuMemSetMemPool", location, type, &dev);
+    return r == CUDA_SUCCESS ? cuDeviceSetMemPool(dev, pool) : r;
 }
 
 FLYT_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
@@ -242,7 +298,12 @@ FLYT_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *p
 
 FLYT_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
-    return flyt_call_handle(FLYT_OP_POOL_DESTROY, (uint64_t)(uintptr_t)pool);
+    CUresult r = flyt_call_handle(FLYT_OP_POOL_DESTROY, (uint64_t)(uintptr_t)pool);
+    /* a destroyed current pool leaves the default one current */
+    uint64_t destroyed = (uint64_t)(uintptr_t)pool;
+    if (r == CUDA_SUCCESS)
+        atomic_compare_exchange_strong(&current_pool, &destroyed, 0);
+    return r;
 }
 
 FLYT_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)

@@ -123,6 +123,73 @@ static void test_memcpy_1d(void)
     free(back);
 }
 
+/* cudaMemcpy3DPeer within the one device: the box at (8, 2, 3) of src
+ * (which holds want) to the origin of another allocation. */
+static void test_memcpy_3d_peer(struct cudaPitchedPtr src, struct cudaExtent ext,
+                                const unsigned char *want)
+{
+    struct cudaPitchedPtr dst;
+    CUDA_OK(cudaMalloc3D(&dst, ext));
+    struct cudaMemcpy3DPeerParms p = {0};
+    p.srcPtr = src;
+    p.srcPos = (struct cudaPos){8, 2, 3};
+    p.dstPtr = dst;
+    p.extent = (struct cudaExtent){16, 4, 2};
+    CUDA_OK(cudaMemcpy3DPeer(&p));
+    unsigned char box[2 * 4 * 16];
+    struct cudaMemcpy3DParms q = {0};
+    q.srcPtr = dst;
+    q.dstPtr = (struct cudaPitchedPtr){box, 16, 16, 4};
+    q.extent = p.extent;
+    q.kind = cudaMemcpyDeviceToHost;
+    CUDA_OK(cudaMemcpy3D(&q));
+    int same = 1;
+    for (size_t z = 0; z < 2; z++)
+        for (size_t y = 0; y < 4; y++)
+            same &= memcmp(box + (z * 4 + y) * 16,
+                           want + ((3 + z) * ext.height + 2 + y) * ext.width + 8, 16) == 0;
+    CHECK(same, "cudaMemcpy3DPeer of an interior box within the device");
+    CUDA_OK(cudaFree(dst.ptr));
+}
+
+/* cudaMemcpyBatchAsync: H2D, D2D and D2H in one batch under two attributes
+ * (stream order; source read during the call), never on the legacy stream. */
+static void test_memcpy_batch(void)
+{
+    enum { N = 4096 };
+    static unsigned char src[N], back[N];
+    fill(src, N, 21);
+    memset(back, 0, N);
+    unsigned char *a = NULL, *b = NULL;
+    CUDA_OK(cudaMalloc((void **)&a, N));
+    CUDA_OK(cudaMalloc((void **)&b, N));
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *dsts[3] = {a, b, back};
+    const void *srcs[3] = {src, a, b};
+    size_t sizes[3] = {N, N, N};
+    struct cudaMemcpyAttributes attrs[2] = {{0}};
+    attrs[0].srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;
+    attrs[1].srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t idxs[2] = {0, 1};
+    /* one copy per batch: within a batch CUDA promises no order */
+    for (int i = 0; i < 3; i++)
+        CUDA_OK(cudaMemcpyBatchAsync(&dsts[i], &srcs[i], &sizes[i], 1, &attrs[i == 0 ? 0 : 1],
+                                     idxs, 1, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CHECK_MEM_EQ(src, back, N, "cudaMemcpyBatchAsync H2D, D2D, D2H");
+    CHECK_EQ(cudaMemcpyBatchAsync(dsts, srcs, sizes, 2, attrs, idxs, 2, cudaStreamLegacy),
+             cudaErrorInvalidValue, "not on the legacy stream");
+    cudaGetLastError();
+    size_t bad_idxs[2] = {1, 0};
+    CHECK_EQ(cudaMemcpyBatchAsync(dsts, srcs, sizes, 2, attrs, bad_idxs, 2, s), cudaErrorInvalidValue,
+             "attribute indices must start at 0 and grow");
+    cudaGetLastError();
+    CUDA_OK(cudaStreamDestroy(s));
+    CUDA_OK(cudaFree(a));
+    CUDA_OK(cudaFree(b));
+}
+
 static void test_memcpy_2d_3d(void)
 {
     size_t pitch = 0;
@@ -182,6 +249,7 @@ static void test_memcpy_2d_3d(void)
             same &= memcmp(b3 + (z * 4 + y) * 16,
                            h3 + ((3 + z) * ext.height + 2 + y) * ext.width + 8, 16) == 0;
     CHECK(same, "cudaMemcpy3D of an interior box");
+    test_memcpy_3d_peer(pp, ext, h3);
     CUDA_OK(cudaMemset3D(pp, 0x22, ext));
     CUDA_OK(cudaMemcpy3D(&q));
     same = 1;
@@ -255,6 +323,33 @@ static void test_pinned_copies(void)
     CUDA_OK(cudaFree(d));
 }
 
+/* cudaDeviceSetMemPool: cudaMallocAsync takes from the pool made current. */
+static void test_current_pool(cudaMemPool_t pool, cudaMemPool_t dflt, cudaStream_t s)
+{
+    cudaMemPool_t cur = NULL;
+    CUDA_OK(cudaDeviceGetMemPool(&cur, 0));
+    CHECK_EQ(cur, dflt, "the default pool is current at first");
+    CHECK_EQ(cudaDeviceSetMemPool(0, NULL), cudaErrorInvalidValue, "no NULL current pool");
+    cudaGetLastError();
+    CUDA_OK(cudaDeviceSetMemPool(0, pool));
+    CUDA_OK(cudaDeviceGetMemPool(&cur, 0));
+    CHECK_EQ(cur, pool, "cudaDeviceGetMemPool returns the pool set");
+    void *p = NULL;
+    uint64_t used = 0;
+    CUDA_OK(cudaMallocAsync(&p, 8192, s));
+    CUDA_OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+    CHECK_EQ(used, 8192, "cudaMallocAsync took from the current pool (used %llu)",
+             (unsigned long long)used);
+    CUDA_OK(cudaFreeAsync(p, s));
+    CUDA_OK(cudaDeviceSetMemPool(0, dflt));
+    CUDA_OK(cudaMallocAsync(&p, 8192, s));
+    CUDA_OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+    CHECK_EQ(used, 0, "with the default pool current again, the pool is unused");
+    CUDA_OK(cudaFreeAsync(p, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaDeviceSetMemPool(0, pool)); /* current when it is destroyed */
+}
+
 static void test_pools(void)
 {
     cudaStream_t s;
@@ -279,7 +374,11 @@ static void test_pools(void)
     CUDA_OK(cudaFreeAsync(p, s));
     CUDA_OK(cudaStreamSynchronize(s));
     CUDA_OK(cudaMemPoolTrimTo(pool, 0));
+    test_current_pool(pool, dflt, s);
     CUDA_OK(cudaMemPoolDestroy(pool));
+    cudaMemPool_t cur = NULL;
+    CUDA_OK(cudaDeviceGetMemPool(&cur, 0));
+    CHECK_EQ(cur, dflt, "a destroyed current pool leaves the default pool current");
     CUDA_OK(cudaStreamDestroy(s));
 }
 
@@ -433,6 +532,7 @@ int main(void)
     test_device();
     test_memcpy_1d();
     test_memcpy_2d_3d();
+    test_memcpy_batch();
     test_host_memory();
     test_pinned_copies();
     test_pools();

@@ -401,6 +401,32 @@ static void test_host_func_order(void)
     CHECK_EQ(r, CUDA_ERROR_INVALID_HANDLE, "host function on no stream: %d", (int)r);
 }
 
+/* Launches the driver may refuse for what only the GPU knows wait for the
+ * server's answer; the host backend runs no kernel, so its refusal shows
+ * which launches waited. */
+static void test_answered_launches(CUfunction f)
+{
+    CUdeviceptr none = 0;
+    void *args[] = {&none};
+    CHECK_EQ(cuLaunchKernel(f, 3, 1, 1, 32, 1, 1, 0, NULL, args, NULL), CUDA_SUCCESS,
+             "an ordinary launch is pipelined");
+    CHECK_EQ(cuCtxSynchronize(), CUDA_ERROR_NOT_SUPPORTED, "its refusal comes at the next sync");
+    CHECK_EQ(cuLaunchCooperativeKernel(f, 3, 1, 1, 32, 1, 1, 0, NULL, args),
+             CUDA_ERROR_NOT_SUPPORTED, "a cooperative launch waits for its answer");
+    CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
+    attr.value.clusterDim.x = 2;
+    attr.value.clusterDim.y = 1;
+    attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg = {.gridDimX = 3, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
+                          .blockDimY = 1, .blockDimZ = 1, .attrs = &attr, .numAttrs = 1};
+    CHECK_EQ(cuLaunchKernelEx(&cfg, f, args, NULL), CUDA_ERROR_NOT_SUPPORTED,
+             "a grid that clusters of 2 do not tile waits for its answer");
+    cfg.gridDimX = 4;
+    CHECK_EQ(cuLaunchKernelEx(&cfg, f, args, NULL), CUDA_SUCCESS, "clusters tiling the grid: pipelined");
+    CHECK_EQ(cuCtxSynchronize(), CUDA_ERROR_NOT_SUPPORTED, "its refusal comes at the next sync");
+    CU_OK(cuCtxSynchronize());
+}
+
 static void test_modules(void)
 {
     CUmodule m;
@@ -422,6 +448,7 @@ static void test_modules(void)
              "too many threads are refused at once");
     CHECK_EQ(cuLaunchKernel((CUfunction)(void *)&name, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_HANDLE,
              "a bogus function is an invalid handle");
+    test_answered_launches(f);
     int blocks = 0;
     CU_OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 0));
     CHECK_GT(blocks, 0, "occupancy %d", blocks);
@@ -643,6 +670,39 @@ static void test_mapped_host_memory(void)
     munmap(reg, 3 * 4096);
 }
 
+/* CUDA 13's pools by location: the device's default and current pools. */
+static void test_pools_by_location(CUdevice dev)
+{
+    CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
+    CUmemoryPool dflt = NULL, got = NULL, pool = NULL;
+    CU_OK(cuDeviceGetDefaultMemPool(&dflt, dev));
+    CU_OK(cuMemGetDefaultMemPool(&got, &loc, CU_MEM_ALLOCATION_TYPE_PINNED));
+    CHECK_EQ(got, dflt, "cuMemGetDefaultMemPool is the device's default pool");
+    CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .location = loc};
+    CU_OK(cuMemPoolCreate(&pool, &props));
+    CU_OK(cuMemSetMemPool(&loc, CU_MEM_ALLOCATION_TYPE_PINNED, pool));
+    CU_OK(cuMemGetMemPool(&got, &loc, CU_MEM_ALLOCATION_TYPE_PINNED));
+    CHECK_EQ(got, pool, "cuMemGetMemPool returns the pool set");
+    CU_OK(cuDeviceGetMemPool(&got, dev));
+    CHECK_EQ(got, pool, "and so does cuDeviceGetMemPool");
+    CUdeviceptr p = 0;
+    cuuint64_t used = 0;
+    CU_OK(cuMemAllocAsync(&p, 4096, NULL));
+    CU_OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+    CHECK_EQ(used, 4096, "cuMemAllocAsync took from the current pool");
+    CU_OK(cuMemFreeAsync(p, NULL));
+    CU_OK(cuCtxSynchronize());
+    CUmemLocation host = {.type = CU_MEM_LOCATION_TYPE_HOST, .id = 0};
+    CHECK_EQ(cuMemGetMemPool(&got, &host, CU_MEM_ALLOCATION_TYPE_PINNED), CUDA_ERROR_NOT_SUPPORTED,
+             "pools of host memory are refused");
+    CHECK_EQ(cuMemSetMemPool(NULL, CU_MEM_ALLOCATION_TYPE_PINNED, pool), CUDA_ERROR_INVALID_VALUE,
+             "a location is needed");
+    CU_OK(cuMemSetMemPool(&loc, CU_MEM_ALLOCATION_TYPE_PINNED, dflt));
+    CU_OK(cuMemGetMemPool(&got, &loc, CU_MEM_ALLOCATION_TYPE_PINNED));
+    CHECK_EQ(got, dflt, "the default pool set back");
+    CU_OK(cuMemPoolDestroy(pool));
+}
+
 int main(void)
 {
     CUdevice dev = -1;
@@ -654,6 +714,7 @@ int main(void)
     test_host_func_order();
     test_modules();
     test_proc_address();
+    test_pools_by_location(dev);
     if (shares_memory()) {
         test_managed_memory();
         test_mapped_host_memory();

@@ -44,6 +44,9 @@ DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   device_props rdc errors device_printf device_assert
                   managed_memory mapped_memory textures_surfaces graphs_capture graphs_explicit
                   graphs_params host_func_order streams_attributes
+                  thrust_cub coop_groups stream_ordered_alloc clusters_dsmem
+                  dynamic_parallelism device_heap_limits tma_tensor_map pitched_3d
+                  events_timing_flags
                   vector_add_static matmul_tiled_static kernel_params_static
                   streams_events_static memcpy_variants_static symbols_static
                   host_callbacks_static multithread_static device_props_static
@@ -51,6 +54,10 @@ DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   managed_memory_static mapped_memory_static textures_surfaces_static
                   graphs_capture_static graphs_explicit_static graphs_params_static
                   host_func_order_static streams_attributes_static
+                  thrust_cub_static coop_groups_static stream_ordered_alloc_static
+                  clusters_dsmem_static dynamic_parallelism_static
+                  device_heap_limits_static tma_tensor_map_static pitched_3d_static
+                  events_timing_flags_static
                   static_runtime driver_api nvrtc_kernel cublas_gemm cufft_1d2d
                   curand_host_device cusparse_spmv cusolver_lu cudnn_conv vmm)
 
