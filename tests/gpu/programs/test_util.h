@@ -1,6 +1,7 @@
 /* What every GPU test program shares: a CHECK that ends the program on a
  * failed CUDA runtime call (DRV: a driver call, for programs that include
- * cuda.h first), named PASS/FAIL lines, and a host clock (for stderr).
+ * cuda.h first; RTC: an NVRTC call, after nvrtc.h), named PASS/FAIL lines,
+ * and a host clock (for stderr).
  * Programs without the runtime define FLYT_TEST_NO_RUNTIME first. */
 #ifndef FLYT_GPU_TEST_UTIL_H
 #define FLYT_GPU_TEST_UTIL_H
@@ -18,6 +19,18 @@
             cuGetErrorName(r_, &n_);                                         \
             printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
                    n_ ? n_ : "?");                                           \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+#endif
+
+#ifdef __NVRTC_H__
+#define RTC(call)                                                            \
+    do {                                                                     \
+        nvrtcResult r_ = (call);                                             \
+        if (r_ != NVRTC_SUCCESS) {                                           \
+            printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
+                   nvrtcGetErrorString(r_));                                 \
             exit(1);                                                         \
         }                                                                    \
     } while (0)
