@@ -53,7 +53,7 @@ DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   host_func_order_static streams_attributes_static
                   static_runtime driver_api nvrtc_kernel cublas_gemm cufft_1d2d
                   curand_host_device cusparse_spmv cusolver_lu cudnn_conv vmm
-                  driver_runtime_mix nvjitlink_lto)
+                  driver_runtime_mix nvjitlink_lto graph_mem_nodes graph_mem_nodes_static)
 
 die() {
     echo "run_gpu_tests: $*" >&2
