@@ -49,6 +49,19 @@
     } while (0)
 #endif
 
+#ifdef _SYS_MMAN_H /* programs that include <sys/mman.h> first */
+/* bytes of fresh anonymous memory (not malloc's), or the program ends */
+static int *map_anonymous(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        printf("FAIL anonymous mmap\n");
+        exit(1);
+    }
+    return (int *)p;
+}
+#endif
+
 static int failures = 0;
 static void expect(int ok, const char *what)
 {
