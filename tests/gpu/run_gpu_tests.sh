@@ -54,7 +54,8 @@ DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   static_runtime driver_api nvrtc_kernel cublas_gemm cufft_1d2d
                   curand_host_device cusparse_spmv cusolver_lu cudnn_conv vmm
                   driver_runtime_mix nvjitlink_lto graph_mem_nodes graph_mem_nodes_static
-                  host_alloc_flags host_alloc_flags_static host_alloc_mapped host_alloc_mapped_static)
+                  host_alloc_flags host_alloc_flags_static host_alloc_mapped host_alloc_mapped_static
+                  cublas_ext)
 
 die() {
     echo "run_gpu_tests: $*" >&2

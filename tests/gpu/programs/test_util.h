@@ -36,6 +36,43 @@
     } while (0)
 #endif
 
+/* the libraries' status checks, for programs that include their headers first */
+#ifdef CUBLAS_V2_H_
+#define BLAS(call)                                                           \
+    do {                                                                     \
+        cublasStatus_t st_ = (call);                                         \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                  \
+            printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
+                   cublasGetStatusName(st_));                                \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+#endif
+
+#ifdef CUSPARSE_H_
+#define SPARSE(call)                                                         \
+    do {                                                                     \
+        cusparseStatus_t s_ = (call);                                        \
+        if (s_ != CUSPARSE_STATUS_SUCCESS) {                                 \
+            printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
+                   cusparseGetErrorName(s_));                                \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+#endif
+
+#ifdef CUSOLVERDN_H_
+#define SOLVER(call)                                                         \
+    do {                                                                     \
+        cusolverStatus_t s_ = (call);                                        \
+        if (s_ != CUSOLVER_STATUS_SUCCESS) {                                 \
+            printf("FAIL line %d: %s -> cusolverStatus %d\n", __LINE__,      \
+                   #call, (int)s_);                                          \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+#endif
+
 #ifndef FLYT_TEST_NO_RUNTIME
 #include <cuda_runtime.h>
 #define CHECK(call)                                                          \
