@@ -56,15 +56,6 @@ static void host_inputs(int b, bool a_transposed, std::vector<T> &a, std::vector
             c[(size_t)j * M + i] = (T)(float)c_val(i, j);
 }
 
-template <typename T>
-static T *to_device(const std::vector<T> &h)
-{
-    T *d;
-    CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
-    CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-
 /* Compares count values of got (read as double) with want; prints a checksum. */
 template <typename T>
 static void compare(const T *got, const long long *want, size_t count, const char *what)
@@ -79,14 +70,6 @@ static void compare(const T *got, const long long *want, size_t count, const cha
     char line[200];
     snprintf(line, sizeof line, "%s: checksum %lld, mismatches %d", what, sum, bad);
     expect(bad == 0, line);
-}
-
-template <typename T>
-static std::vector<T> from_device(const T *d, size_t count)
-{
-    std::vector<T> h(count);
-    CHECK(cudaMemcpy(h.data(), d, count * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
 }
 
 /* GemmEx of inputs in type In (cuda type in_t), fp32 C, compute type ct. */

@@ -99,6 +99,27 @@ static int *map_anonymous(size_t bytes)
 }
 #endif
 
+#if defined(_GLIBCXX_VECTOR) && !defined(FLYT_TEST_NO_RUNTIME) /* C++ programs with <vector> */
+/* a device copy of h (cudaMalloc'd) */
+template <typename T>
+static T *to_device(const std::vector<T> &h)
+{
+    T *d;
+    CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
+    CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* count elements of d, copied to the host */
+template <typename T>
+static std::vector<T> from_device(const T *d, size_t count)
+{
+    std::vector<T> h(count);
+    CHECK(cudaMemcpy(h.data(), d, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+#endif
+
 static int failures = 0;
 static void expect(int ok, const char *what)
 {
