@@ -442,6 +442,32 @@ static void test_modules(void)
     CHECK_NE(cuModuleLoadData(&m, "not an image"), CUDA_SUCCESS, "garbage is not an image");
 }
 
+/* cuLink*: the log buffers of cuLinkCreate's options get the server's logs
+ * (the host backend links nothing: empty logs and CUDA_ERROR_NOT_SUPPORTED),
+ * and their size options the bytes written. */
+static void test_link_logs(void)
+{
+    char info[64], error[64];
+    memset(info, 'x', sizeof info);
+    memset(error, 'x', sizeof error);
+    CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+                              CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                              CU_JIT_LOG_VERBOSE};
+    void *values[] = {info, (void *)(uintptr_t)sizeof info, error, (void *)(uintptr_t)sizeof error,
+                      (void *)(uintptr_t)1};
+    CUlinkState state;
+    CU_OK(cuLinkCreate(5, options, values, &state));
+    CU_OK(cuLinkAddData(state, CU_JIT_INPUT_PTX, (void *)ptx, strlen(ptx), "k.ptx", 0, NULL, NULL));
+    void *cubin = NULL;
+    size_t size = 0;
+    CHECK_EQ(cuLinkComplete(state, &cubin, &size), CUDA_ERROR_NOT_SUPPORTED, "the host backend cannot link");
+    CHECK_STR_EQ(info, "", "the info log is written (empty)");
+    CHECK_STR_EQ(error, "", "the error log is written (empty)");
+    CHECK_EQ((uintptr_t)values[1], 1, "the info log's size option: the bytes written");
+    CHECK_EQ((uintptr_t)values[3], 1, "the error log's size option: the bytes written");
+    CU_OK(cuLinkDestroy(state));
+}
+
 /* The exported symbols and cuGetProcAddress agree, ABI version by version. */
 static void test_proc_address(void)
 {
@@ -653,6 +679,7 @@ int main(void)
     test_streams();
     test_host_func_order();
     test_modules();
+    test_link_logs();
     test_proc_address();
     if (shares_memory()) {
         test_managed_memory();
