@@ -280,8 +280,10 @@ static void events_across(void)
 static void peer_queries(void)
 {
     int can = -1;
-    CHECK(cudaDeviceCanAccessPeer(&can, 0, 0));
-    printf("cudaDeviceCanAccessPeer(0, 0) = %d\n", can);
+    cudaError_t e0 = cudaDeviceCanAccessPeer(&can, 0, 0);
+    printf("cudaDeviceCanAccessPeer(0, 0) -> %s, %d\n", cudaGetErrorName(e0), can);
+    cudaGetLastError();
+    can = -1;
     int value = -1;
     cudaError_t e = cudaDeviceGetP2PAttribute(&value, cudaDevP2PAttrAccessSupported, 0, 0);
     printf("cudaDeviceGetP2PAttribute(AccessSupported, 0, 0) -> %s\n", cudaGetErrorName(e));
