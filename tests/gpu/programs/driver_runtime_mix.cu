@@ -192,7 +192,7 @@ static void entry_points(void)
     typedef CUresult (*launch_t)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                  unsigned, unsigned, CUstream, void **, void **);
     void *p_alloc = NULL, *p_free = NULL, *p_launch = NULL, *p_missing = NULL;
-    cudaDriverEntryPointQueryResult q1, q2, q3, q4;
+    cudaDriverEntryPointQueryResult q1, q2, q3, q4 = (cudaDriverEntryPointQueryResult)-1;
     CHECK(cudaGetDriverEntryPointByVersion("cuMemAlloc", &p_alloc, 12000, cudaEnableDefault, &q1));
     CHECK(cudaGetDriverEntryPointByVersion("cuMemFree", &p_free, 12000, cudaEnableDefault, &q2));
     CHECK(cudaGetDriverEntryPointByVersion("cuLaunchKernel", &p_launch, 12000,
@@ -256,6 +256,7 @@ static void events_across(void)
     DRV(cuModuleGetGlobal(&global, NULL, module_, "drv_scale"));
     int scale = 3;
     DRV(cuMemcpyHtoD(global, &scale, sizeof scale));
+    DRV(cuCtxSynchronize()); /* the non-blocking stream below does not wait for the legacy stream */
     DRV(cuLaunchKernel(scale_, 8, 1, 1, 256, 1, 1, 0, s2_drv, params, NULL));
     CUevent drv_done;
     DRV(cuEventCreate(&drv_done, CU_EVENT_DEFAULT));

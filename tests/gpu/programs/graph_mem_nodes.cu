@@ -72,7 +72,8 @@ static void launch_and_read(cudaGraphExec_t exec, cudaStream_t s, int round, con
     CHECK(cudaStreamSynchronize(s));
 }
 
-/* alloc -> fill -> twice_plus -> copy to out -> free, five launches. */
+/* alloc -> fill -> twice_plus -> copy to out -> free, five launches; the
+ * clone and second instantiation CUDA refuses (error names printed). */
 static void alloc_use_free(cudaStream_t s)
 {
     cudaGraph_t g;
@@ -117,15 +118,18 @@ static void alloc_use_free(cudaStream_t s)
     }
     expect(ok, "five launches of alloc -> kernels -> copy -> free");
 
-    cudaGraph_t clone;
-    CHECK(cudaGraphClone(&clone, g));
-    cudaGraphExec_t clone_exec;
-    CHECK(cudaGraphInstantiate(&clone_exec, clone, 0));
-    int round = 9;
-    launch_and_read(clone_exec, s, round, out);
-    expect(check_values(h_out, 9, 7), "the graph's clone");
-    CHECK(cudaGraphExecDestroy(clone_exec));
-    CHECK(cudaGraphDestroy(clone));
+    cudaGraph_t clone = NULL; /* CUDA clones no graph with memory nodes */
+    cudaError_t e = cudaGraphClone(&clone, g);
+    printf("cudaGraphClone of a graph with memory nodes -> %s\n", cudaGetErrorName(e));
+    cudaGetLastError();
+    if (e == cudaSuccess)
+        CHECK(cudaGraphDestroy(clone));
+    cudaGraphExec_t second; /* one executable graph at a time for graphs with memory nodes */
+    e = cudaGraphInstantiate(&second, g, 0);
+    printf("a second instantiation while the first exists -> %s\n", cudaGetErrorName(e));
+    cudaGetLastError();
+    if (e == cudaSuccess)
+        CHECK(cudaGraphExecDestroy(second));
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
     CHECK(cudaFree(out));
