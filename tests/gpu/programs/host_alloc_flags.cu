@@ -2,7 +2,8 @@
  * and destinations (no kernel touches host memory: runs over TCP too):
  * cudaHostAlloc with Portable, WriteCombined and both, cudaMallocHost, and
  * cudaHostRegister of aligned and unaligned malloc'd memory, anonymous mmap'd
- * memory and a MAP_SHARED file mapping (whose file must see the copy). Three
+ * memory and a MAP_SHARED mapping of a /dev/shm file (whose file must see
+ * the copy). Three
  * streams copy in, run a kernel and copy out, then each hands its result to
  * the next stream through an event for a second round; all checked exactly.
  * Then the errors of double registration and of unregistering memory never
@@ -32,7 +33,8 @@ struct Buffers {
     int *last[STREAMS]; /* round 2 outputs */
 };
 
-static char file_path[] = "/tmp/flyt-host-alloc-XXXXXX";
+/* tmpfs: the driver pins shared file pages of shmem, not of every file system */
+static char file_path[] = "/dev/shm/flyt-host-alloc-XXXXXX";
 static int file_fd = -1;
 static void *malloc_block, *unaligned_block;
 

@@ -163,7 +163,6 @@ int main(void)
         printf("host memory cannot be mapped by this device: skipped\n");
         return 0;
     }
-    CHECK(cudaSetDeviceFlags(cudaDeviceMapHost));
     int *d_tmp;
     CHECK(cudaMalloc(&d_tmp, BYTES));
     allocated_mapped(d_tmp);
