@@ -72,8 +72,7 @@ static void launch_and_read(cudaGraphExec_t exec, cudaStream_t s, int round, con
     CHECK(cudaStreamSynchronize(s));
 }
 
-/* alloc -> fill -> twice_plus -> copy to out -> free, five launches; the
- * clone and second instantiation CUDA refuses (error names printed). */
+/* alloc -> fill -> twice_plus -> copy to out -> free, five launches. */
 static void alloc_use_free(cudaStream_t s)
 {
     cudaGraph_t g;
@@ -118,18 +117,6 @@ static void alloc_use_free(cudaStream_t s)
     }
     expect(ok, "five launches of alloc -> kernels -> copy -> free");
 
-    cudaGraph_t clone = NULL; /* CUDA clones no graph with memory nodes */
-    cudaError_t e = cudaGraphClone(&clone, g);
-    printf("cudaGraphClone of a graph with memory nodes -> %s\n", cudaGetErrorName(e));
-    cudaGetLastError();
-    if (e == cudaSuccess)
-        CHECK(cudaGraphDestroy(clone));
-    cudaGraphExec_t second; /* one executable graph at a time for graphs with memory nodes */
-    e = cudaGraphInstantiate(&second, g, 0);
-    printf("a second instantiation while the first exists -> %s\n", cudaGetErrorName(e));
-    cudaGetLastError();
-    if (e == cudaSuccess)
-        CHECK(cudaGraphExecDestroy(second));
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
     CHECK(cudaFree(out));
@@ -223,11 +210,6 @@ static void freed_outside(cudaStream_t s)
     launch_and_read(exec, s, round, buf);
     expect(check_values(h_out, 2, 5), "allocation read after the launch");
 
-    cudaError_t e = cudaGraphLaunch(exec, s); /* its allocation is still live */
-    printf("relaunch before the allocation is freed -> %s\n", cudaGetErrorName(e));
-    cudaGetLastError();
-    CHECK(cudaStreamSynchronize(s));
-
     CHECK(cudaFreeAsync(buf, s)); /* freed in stream order after the launch */
     round = 3;
     launch_and_read(exec, s, round, buf);
@@ -266,6 +248,40 @@ static void captured_alloc_freed_outside(cudaStream_t s)
     CHECK(cudaGraphDestroy(g));
 }
 
+/* What CUDA refuses for graphs with memory nodes, each result printed, last
+ * of all (an error reported late would fail what follows): a clone, a
+ * second instantiation while one exists, a relaunch while the last launch's
+ * allocation is live; and the synchronisation after each. */
+static void refusals(cudaStream_t s)
+{
+    int *buf;
+    cudaGraph_t g = alloc_only_graph(&buf, 1);
+    cudaGraphExec_t exec, second;
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    cudaError_t e = cudaGraphInstantiate(&second, g, 0);
+    printf("a second instantiation while the first exists -> %s\n", cudaGetErrorName(e));
+    if (e == cudaSuccess)
+        CHECK(cudaGraphExecDestroy(second));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    e = cudaGraphLaunch(exec, s);
+    printf("relaunch before the allocation is freed -> %s\n", cudaGetErrorName(e));
+    printf("  then cudaStreamSynchronize -> %s\n", cudaGetErrorName(cudaStreamSynchronize(s)));
+    cudaGetLastError();
+    printf("  cudaFreeAsync + synchronize -> %s\n",
+           cudaGetErrorName(cudaFreeAsync(buf, s) == cudaSuccess ? cudaStreamSynchronize(s) : cudaGetLastError()));
+    cudaGraph_t clone = NULL;
+    e = cudaGraphClone(&clone, g);
+    printf("cudaGraphClone of a graph with memory nodes -> %s\n", cudaGetErrorName(e));
+    printf("  then cudaDeviceSynchronize -> %s\n", cudaGetErrorName(cudaDeviceSynchronize()));
+    cudaGetLastError();
+    if (e == cudaSuccess)
+        cudaGraphDestroy(clone);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+    cudaGetLastError();
+}
+
 int main(void)
 {
     CHECK(cudaSetDevice(0));
@@ -277,6 +293,7 @@ int main(void)
     auto_free_on_launch(s);
     freed_outside(s);
     captured_alloc_freed_outside(s);
+    refusals(s);
     CHECK(cudaDeviceGraphMemTrim(0));
     CHECK(cudaDeviceSynchronize());
     printf("graph memory after the frees and a trim: used current %s\n",
