@@ -154,8 +154,10 @@ struct flyt_backend_ops {
     CUresult (*vmm_reserve)(flyt_backend *b, uint64_t size, uint64_t alignment, uint64_t addr,
                             uint64_t *ptr);
     CUresult (*vmm_free)(flyt_backend *b, uint64_t ptr, uint64_t size);
+    /* *compression (when not NULL): the compression the driver granted,
+     * which may be less than prop's */
     CUresult (*vmm_create)(flyt_backend *b, uint64_t size, const flyt_vmm_prop *prop,
-                           flyt_bhandle *mem);
+                           flyt_bhandle *mem, uint8_t *compression);
     CUresult (*vmm_release)(flyt_backend *b, flyt_bhandle mem);
     CUresult (*vmm_map)(flyt_backend *b, uint64_t ptr, uint64_t size, uint64_t offset,
                         flyt_bhandle mem);

@@ -263,6 +263,15 @@ static void test_vmm(void)
              "an unmapped address is no memory");
     CU_OK(cuMemRelease(h[0]));
     CU_OK(cuMemAddressFree(va, 3 * gran));
+    /* compression asked for and declined (the host backend compresses nothing):
+     * the properties say what the driver granted, as cudaCompressibleMemory checks */
+    CUmemAllocationProp compressible = prop;
+    compressible.allocFlags.compressionType = CU_MEM_ALLOCATION_COMP_GENERIC;
+    CU_OK(cuMemCreate(&h[0], gran, &compressible, 0));
+    CU_OK(cuMemGetAllocationPropertiesFromHandle(&got, h[0]));
+    CHECK_EQ(got.allocFlags.compressionType, CU_MEM_ALLOCATION_COMP_NONE,
+             "the compression granted, not the one asked for");
+    CU_OK(cuMemRelease(h[0]));
     CHECK_EQ(cuMemExportToShareableHandle(&again, h[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_ERROR_NOT_SUPPORTED,
              "exporting to another process stays refused");
 }
