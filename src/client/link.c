@@ -17,23 +17,79 @@ struct input {
     size_t size;
 };
 
+/* A log buffer the program gave cuLinkCreate: the server's JIT log is copied
+ * into it at cuLinkComplete, and the bytes written into its size option. */
+struct log_target {
+    char *buf;
+    size_t cap;
+    void **size_value; /* the program's option value: IN capacity, OUT bytes written */
+};
+
 struct CUlinkState_st {
     struct input inputs[FLYT_MAX_LINK_INPUTS];
     uint32_t count;
     void *cubin; /* after cuLinkComplete */
+    struct log_target logs[2]; /* info, error */
+    uint32_t flags;            /* FLYT_LINK_VERBOSE */
 };
+
+/* Keeps the log options; the others are the server JIT's defaults. */
+static void take_options(struct CUlinkState_st *st, unsigned int n, const CUjit_option *options,
+                         void **values)
+{
+    for (unsigned int i = 0; options && values && i < n; i++) {
+        switch (options[i]) {
+        case CU_JIT_INFO_LOG_BUFFER: st->logs[0].buf = values[i]; break;
+        case CU_JIT_ERROR_LOG_BUFFER: st->logs[1].buf = values[i]; break;
+        case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
+        case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: {
+            struct log_target *t = &st->logs[options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
+            t->cap = (size_t)(uintptr_t)values[i];
+            t->size_value = &values[i];
+            break;
+        }
+        case CU_JIT_LOG_VERBOSE:
+            if (values[i])
+                st->flags |= FLYT_LINK_VERBOSE;
+            break;
+        default: break;
+        }
+    }
+}
+
+/* Copies the two NUL-terminated logs of a LINK reply (at text, len bytes)
+ * into the program's buffers, cut to their capacity. */
+static void deliver_logs(struct CUlinkState_st *st, const char *text, size_t len)
+{
+    for (int i = 0; i < 2; i++) {
+        size_t n = strnlen(text, len);
+        struct log_target *t = &st->logs[i];
+        if (t->buf && t->cap) {
+            size_t copy = n < t->cap - 1 ? n : t->cap - 1;
+            memcpy(t->buf, text, copy);
+            t->buf[copy] = '\0';
+            if (t->size_value)
+                *t->size_value = (void *)(uintptr_t)(copy + 1);
+        }
+        size_t used = n < len ? n + 1 : len;
+        text += used;
+        len -= used;
+    }
+}
 
 FLYT_EXPORT CUresult cuLinkCreate_v2(unsigned int n, CUjit_option *options, void **values,
                                      CUlinkState *out)
 {
-    (void)n, (void)options, (void)values; /* the server's JIT runs with its defaults */
     CUresult r = flyt_ctx_require();
     if (r != CUDA_SUCCESS)
         return r;
     if (out == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *out = calloc(1, sizeof **out);
-    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (*out == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    take_options(*out, n, options, values);
+    return CUDA_SUCCESS;
 }
 
 /* A PTX input need not count its NUL; the server's JIT wants it. */
@@ -87,9 +143,9 @@ FLYT_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, co
     return r;
 }
 
-FLYT_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubin, size_t *size)
+FLYT_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubin_out, size_t *size)
 {
-    if (state == NULL || cubin == NULL || size == NULL || state->count == 0)
+    if (state == NULL || cubin_out == NULL || size == NULL || state->count == 0)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t total = 0;
     struct iovec iov[3 * FLYT_MAX_LINK_INPUTS];
@@ -107,7 +163,8 @@ FLYT_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubin, size_t *siz
         return CUDA_ERROR_INVALID_VALUE;
     /* one buffer: the connection sends a handful of pieces per message */
     char *data = malloc(total);
-    void *out = malloc(FLYT_MAX_FATBIN);
+    const size_t out_max = FLYT_MAX_FATBIN + 2 * FLYT_LINK_LOG;
+    char *out = malloc(out_max);
     if (data == NULL || out == NULL) {
         free(data);
         free(out);
@@ -118,23 +175,24 @@ FLYT_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubin, size_t *siz
         memcpy(data + at, iov[i].iov_base, iov[i].iov_len);
         at += iov[i].iov_len;
     }
-    flyt_req_link req = {.input_count = state->count, .total_bytes = total};
+    flyt_req_link req = {.input_count = state->count, .flags = state->flags, .total_bytes = total};
     struct iovec piece = {data, total};
     flyt_rep_u64 rep = {0};
-    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep, .data = out,
-                                   .data_max = FLYT_MAX_FATBIN};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep, .data = out, .data_max = out_max};
     CUresult r = flyt_call(FLYT_OP_LINK, &req, sizeof req, &piece, 1, &sink);
     free(data);
-    if (r == CUDA_SUCCESS && sink.data_got != rep.value)
+    size_t cubin_size = rep.value <= sink.data_got ? (size_t)rep.value : 0;
+    deliver_logs(state, out + cubin_size, sink.data_got - cubin_size); /* on failure too */
+    if (r == CUDA_SUCCESS && (rep.value > sink.data_got || cubin_size == 0))
         r = CUDA_ERROR_UNKNOWN;
-    void *fitted = r == CUDA_SUCCESS ? realloc(out, sink.data_got ? sink.data_got : 1) : NULL;
-    if (fitted == NULL) {
+    void *cubin = r == CUDA_SUCCESS ? realloc(out, cubin_size) : NULL; /* the logs go */
+    if (cubin == NULL) {
         free(out);
         return r == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : r;
     }
-    state->cubin = fitted;
-    *cubin = fitted;
-    *size = sink.data_got;
+    state->cubin = cubin;
+    *cubin_out = cubin;
+    *size = cubin_size;
     return CUDA_SUCCESS;
 }
 

@@ -127,15 +127,18 @@ FLYT_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
         r = wire_prop(prop, &req.prop);
     if (r != CUDA_SUCCESS)
         return r;
-    uint64_t id = 0;
-    r = flyt_call_u64(FLYT_OP_VMM_CREATE, &req, sizeof req, &id);
+    flyt_rep_u64_pair rep = {0}; /* the allocation's id, the compression granted */
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    r = flyt_call(FLYT_OP_VMM_CREATE, &req, sizeof req, NULL, 0, &sink);
     if (r != CUDA_SUCCESS)
         return r;
+    CUmemAllocationProp granted = *prop;
+    granted.allocFlags.compressionType = (unsigned char)rep.b;
     pthread_mutex_lock(&vmm_lock);
     if (grow((void **)&allocs, &cap_allocs, nallocs, sizeof *allocs) == 0)
-        allocs[nallocs++] = (struct vmm_alloc){.handle = id, .prop = *prop, .refs = 1};
+        allocs[nallocs++] = (struct vmm_alloc){.handle = rep.a, .prop = granted, .refs = 1};
     pthread_mutex_unlock(&vmm_lock);
-    *handle = id;
+    *handle = rep.a;
     return CUDA_SUCCESS;
 }
 

@@ -260,7 +260,13 @@ enum { FLYT_CLUSTER_MAX_ACTIVE = 0, FLYT_CLUSTER_MAX_SIZE = 1 };
  * included) and size bytes of image; total_bytes covers them all. The
  * reply's value is the linked cubin's size, its bytes trail the reply. */
 #define FLYT_MAX_LINK_INPUTS 256u
-typedef struct { uint32_t input_count; uint32_t pad; uint64_t total_bytes; } flyt_req_link;
+/* LINK: flags FLYT_LINK_VERBOSE asks the JIT for its verbose info log. The
+ * reply's data, on success and on failure: the cubin (value bytes, none on
+ * failure), then the info log and the error log, each NUL-terminated and
+ * at most FLYT_LINK_LOG bytes with its NUL. */
+enum { FLYT_LINK_VERBOSE = 1u };
+#define FLYT_LINK_LOG 16384u
+typedef struct { uint32_t input_count; uint32_t flags; uint64_t total_bytes; } flyt_req_link;
 typedef struct { uint32_t type; uint32_t name_len; uint64_t size; } flyt_link_input;
 
 /* TENSOR_MAP: cuTensorMapEncode* and cuTensorMapReplaceAddress, which

@@ -154,8 +154,10 @@ struct flyt_backend_ops {
     CUresult (*vmm_reserve)(flyt_backend *b, uint64_t size, uint64_t alignment, uint64_t addr,
                             uint64_t *ptr);
     CUresult (*vmm_free)(flyt_backend *b, uint64_t ptr, uint64_t size);
+    /* *compression (when not NULL): the compression the driver granted,
+     * which may be less than prop's */
     CUresult (*vmm_create)(flyt_backend *b, uint64_t size, const flyt_vmm_prop *prop,
-                           flyt_bhandle *mem);
+                           flyt_bhandle *mem, uint8_t *compression);
     CUresult (*vmm_release)(flyt_backend *b, flyt_bhandle mem);
     CUresult (*vmm_map)(flyt_backend *b, uint64_t ptr, uint64_t size, uint64_t offset,
                         flyt_bhandle mem);
@@ -212,10 +214,13 @@ struct flyt_backend_ops {
     CUresult (*func_param_info)(flyt_backend *b, flyt_bhandle func, uint32_t index,
                                 uint32_t *offset, uint32_t *size);
     /* Links the inputs (CUjitInputType types[i], images[i] of sizes[i]) into
-     * a cubin the backend allocates with malloc; the caller frees it. */
+     * a cubin the backend allocates with malloc; the caller frees it. The
+     * JIT's info and error logs (NUL-terminated, FLYT_LINK_LOG bytes each,
+     * verbose info when flags has FLYT_LINK_VERBOSE) go to logs[0], logs[1],
+     * also when the link fails. */
     CUresult (*link)(flyt_backend *b, uint32_t count, const uint32_t *types,
                      const void *const *images, const size_t *sizes, const char *const *names,
-                     void **cubin, size_t *cubin_size);
+                     uint32_t flags, char *const logs[2], void **cubin, size_t *cubin_size);
     /* A plain driver call of calls.api (calls.h): args already translated
      * by kind; in/out: the pointees of its in and out pointer parameters. */
     CUresult (*call)(flyt_backend *b, uint32_t id, const uint64_t *args, const void *in, void *out);

@@ -1067,11 +1067,18 @@ static CUresult cuda_tensor_map(flyt_backend *base, const flyt_req_tensor_map *r
 
 static CUresult cuda_link(flyt_backend *base, uint32_t count, const uint32_t *types,
                           const void *const *images, const size_t *sizes, const char *const *names,
-                          void **cubin, size_t *cubin_size)
+                          uint32_t flags, char *const logs[2], void **cubin, size_t *cubin_size)
 {
     ENTER(b, base);
+    CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+                              CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                              CU_JIT_LOG_VERBOSE};
+    void *values[] = {logs[0], (void *)(uintptr_t)FLYT_LINK_LOG, logs[1],
+                      (void *)(uintptr_t)FLYT_LINK_LOG,
+                      (void *)(uintptr_t)((flags & FLYT_LINK_VERBOSE) != 0)};
+    logs[0][0] = logs[1][0] = '\0';
     CUlinkState state;
-    CUresult r = b->cu.cuLinkCreate(0, NULL, NULL, &state);
+    CUresult r = b->cu.cuLinkCreate(5, options, values, &state);
     if (r != CUDA_SUCCESS)
         return r;
     for (uint32_t i = 0; i < count && r == CUDA_SUCCESS; i++)

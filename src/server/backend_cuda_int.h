@@ -67,6 +67,7 @@
     X(cuMemUnmap)                                         \
     X(cuMemSetAccess)                                     \
     X(cuMemRetainAllocationHandle)                        \
+    X(cuMemGetAllocationPropertiesFromHandle)             \
     X(cuMemAlloc)                                         \
     X(cuMemFree)                                          \
     X(cuMemAllocPitch)                                    \
@@ -537,7 +538,7 @@ CUresult flyt_cuda_vmm_reserve(flyt_backend *base, uint64_t size, uint64_t align
                                uint64_t *ptr);
 CUresult flyt_cuda_vmm_free(flyt_backend *base, uint64_t ptr, uint64_t size);
 CUresult flyt_cuda_vmm_create(flyt_backend *base, uint64_t size, const flyt_vmm_prop *prop,
-                              flyt_bhandle *mem);
+                              flyt_bhandle *mem, uint8_t *compression);
 CUresult flyt_cuda_vmm_release(flyt_backend *base, flyt_bhandle mem);
 CUresult flyt_cuda_vmm_map(flyt_backend *base, uint64_t ptr, uint64_t size, uint64_t offset,
                            flyt_bhandle mem);

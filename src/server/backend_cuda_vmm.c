@@ -116,8 +116,20 @@ CUresult flyt_cuda_vmm_free(flyt_backend *base, uint64_t ptr, uint64_t size)
     return CUDA_SUCCESS;
 }
 
+/* The compression the driver gave allocation h (asked: what prop asked for;
+ * a driver table without the query answers that). */
+static uint8_t granted_compression(struct flyt_cuda_backend *b, CUmemGenericAllocationHandle h,
+                                   uint8_t asked)
+{
+    CUmemAllocationProp got = {0};
+    if (!b->cu.cuMemGetAllocationPropertiesFromHandle ||
+        b->cu.cuMemGetAllocationPropertiesFromHandle(&got, h) != CUDA_SUCCESS)
+        return asked;
+    return got.allocFlags.compressionType;
+}
+
 CUresult flyt_cuda_vmm_create(flyt_backend *base, uint64_t size, const flyt_vmm_prop *prop,
-                              flyt_bhandle *mem)
+                              flyt_bhandle *mem, uint8_t *compression)
 {
     ENTER(b, base);
     CUmemAllocationProp p = driver_prop(b, prop);
@@ -136,6 +148,8 @@ CUresult flyt_cuda_vmm_create(flyt_backend *base, uint64_t size, const flyt_vmm_
     *v = (struct flyt_cuda_vmem){.size = size, .prop = *prop, .refs = 1};
     s->value.ptr = v;
     *mem = (flyt_bhandle)(uintptr_t)h;
+    if (compression) /* the driver may decline compression (cudaCompressibleMemory checks) */
+        *compression = granted_compression(b, h, prop->compression);
     return r;
 }
 

@@ -2519,7 +2519,7 @@ static CUresult host_vmm_free(flyt_backend *b, uint64_t ptr, uint64_t size)
 }
 
 static CUresult host_vmm_create(flyt_backend *b, uint64_t size, const flyt_vmm_prop *prop,
-                                flyt_bhandle *mem)
+                                flyt_bhandle *mem, uint8_t *compression)
 {
     struct host_backend *h = HB(b);
     if (size == 0 || !vmm_aligned(size))
@@ -2537,6 +2537,8 @@ static CUresult host_vmm_create(flyt_backend *b, uint64_t size, const flyt_vmm_p
     *m = (struct hvmem){.fd = fd, .size = size, .refs = 1, .prop = *prop};
     h->used += size;
     *mem = m;
+    if (compression) /* host memory compresses nothing, as a GPU without it declines */
+        *compression = CU_MEM_ALLOCATION_COMP_NONE;
     return CUDA_SUCCESS;
 }
 

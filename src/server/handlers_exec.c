@@ -310,6 +310,28 @@ static int read_link_inputs(flyt_session *s, flyt_call *c, char *buf, uint32_t c
     return FLYT_CONT;
 }
 
+/* LINK's reply: the cubin (none on failure), then both logs with their NULs. */
+static int reply_link(flyt_session *s, flyt_call *c, const void *cubin, size_t cubin_size,
+                      char *const logs[2])
+{
+    flyt_rep_u64 *rep = c->rep;
+    if (c->result != CUDA_SUCCESS)
+        cubin_size = 0;
+    rep->value = cubin_size;
+    size_t lens[2];
+    for (int i = 0; i < 2; i++) {
+        logs[i][FLYT_LINK_LOG - 1] = '\0';
+        lens[i] = strlen(logs[i]) + 1;
+    }
+    int io = flyt_reply_begin(s, c, c->result, cubin_size + lens[0] + lens[1]);
+    if (io == 0 && cubin_size)
+        io = flyt_reply_data(s, cubin, cubin_size);
+    for (int i = 0; i < 2 && io == 0; i++)
+        io = flyt_reply_data(s, logs[i], lens[i]);
+    flyt_reply_end(s);
+    return io == 0 ? FLYT_CONT : FLYT_END_IO;
+}
+
 int handle_LINK(flyt_session *s, flyt_call *c)
 {
     const flyt_req_link *r = c->req;
@@ -331,15 +353,15 @@ int handle_LINK(flyt_session *s, flyt_call *c)
     rc = read_link_inputs(s, c, buf, r->input_count, types, images, sizes, names);
     void *cubin = NULL;
     size_t cubin_size = 0;
+    static _Thread_local char info[FLYT_LINK_LOG], error[FLYT_LINK_LOG];
+    char *const logs[2] = {info, error};
+    info[0] = error[0] = '\0';
     if (rc == FLYT_CONT && c->result == CUDA_SUCCESS)
-        c->result = FLYT_BCALL(s, link, r->input_count, types, images, sizes, names, &cubin,
-                               &cubin_size);
+        c->result = FLYT_BCALL(s, link, r->input_count, types, images, sizes, names, r->flags, logs,
+                               &cubin, &cubin_size);
     free(buf);
-    flyt_rep_u64 *rep = c->rep;
-    rep->value = cubin_size;
-    if (rc == FLYT_CONT && c->result == CUDA_SUCCESS &&
-        flyt_reply(s, c, CUDA_SUCCESS, cubin, cubin_size) != 0)
-        rc = FLYT_END_IO;
+    if (rc == FLYT_CONT)
+        rc = reply_link(s, c, cubin, cubin_size, logs);
     free(cubin);
     return rc;
 }

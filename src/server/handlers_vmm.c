@@ -65,7 +65,7 @@ int handle_VMM_FREE(flyt_session *s, flyt_call *c)
 int handle_VMM_CREATE(flyt_session *s, flyt_call *c)
 {
     const flyt_req_vmm_create *r = c->req;
-    flyt_rep_u64 *rep = c->rep;
+    flyt_rep_u64_pair *rep = c->rep;
     if (!vmm_supported(s, c))
         return FLYT_CONT;
     c->result = r->flags != 0 || r->size == 0 ? CUDA_ERROR_INVALID_VALUE : check_prop(&r->prop);
@@ -76,7 +76,8 @@ int handle_VMM_CREATE(flyt_session *s, flyt_call *c)
         return FLYT_CONT;
     }
     flyt_bhandle mem = NULL;
-    c->result = s->b->ops->vmm_create(s->b, r->size, &r->prop, &mem);
+    uint8_t compression = r->prop.compression;
+    c->result = s->b->ops->vmm_create(s->b, r->size, &r->prop, &mem, &compression);
     struct flyt_hentry *e = c->result == CUDA_SUCCESS
                                 ? flyt_handles_add(&s->handles, FLYT_H_VMEM, mem) : NULL;
     if (e == NULL) {
@@ -88,7 +89,8 @@ int handle_VMM_CREATE(flyt_session *s, flyt_call *c)
         return FLYT_CONT;
     }
     e->u.vmem = (struct flyt_vmem_info){.size = r->size, .refs = 1};
-    rep->value = e->id;
+    rep->a = e->id;
+    rep->b = compression;
     return FLYT_CONT;
 }
 
@@ -411,7 +413,7 @@ CUresult flyt_vmm_restore_mem(flyt_session *s, const struct flyt_state_vmem *r,
     CUresult e = b->ops->vmm_create ? check_prop(&r->prop) : CUDA_ERROR_NOT_SUPPORTED;
     if (e == CUDA_SUCCESS && r->id && flyt_quota_charge(&s->mem, r->size) != 0)
         e = CUDA_ERROR_OUT_OF_MEMORY;
-    if (e == CUDA_SUCCESS && (e = b->ops->vmm_create(b, r->size, &r->prop, mem)) != CUDA_SUCCESS &&
+    if (e == CUDA_SUCCESS && (e = b->ops->vmm_create(b, r->size, &r->prop, mem, NULL)) != CUDA_SUCCESS &&
         r->id)
         flyt_quota_uncharge(&s->mem, r->size);
     if (e != CUDA_SUCCESS) {

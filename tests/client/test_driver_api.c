@@ -263,6 +263,15 @@ static void test_vmm(void)
              "an unmapped address is no memory");
     CU_OK(cuMemRelease(h[0]));
     CU_OK(cuMemAddressFree(va, 3 * gran));
+    /* compression asked for and declined (the host backend compresses nothing):
+     * the properties say what the driver granted, as cudaCompressibleMemory checks */
+    CUmemAllocationProp compressible = prop;
+    compressible.allocFlags.compressionType = CU_MEM_ALLOCATION_COMP_GENERIC;
+    CU_OK(cuMemCreate(&h[0], gran, &compressible, 0));
+    CU_OK(cuMemGetAllocationPropertiesFromHandle(&got, h[0]));
+    CHECK_EQ(got.allocFlags.compressionType, CU_MEM_ALLOCATION_COMP_NONE,
+             "the compression granted, not the one asked for");
+    CU_OK(cuMemRelease(h[0]));
     CHECK_EQ(cuMemExportToShareableHandle(&again, h[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_ERROR_NOT_SUPPORTED,
              "exporting to another process stays refused");
 }
@@ -467,6 +476,32 @@ static void test_modules(void)
     CU_OK(cuModuleUnload(m));
     CHECK_EQ(cuModuleGetFunction(&f, m, "k"), CUDA_ERROR_INVALID_HANDLE, "an unloaded module is gone");
     CHECK_NE(cuModuleLoadData(&m, "not an image"), CUDA_SUCCESS, "garbage is not an image");
+}
+
+/* cuLink*: the log buffers of cuLinkCreate's options get the server's logs
+ * (the host backend links nothing: empty logs and CUDA_ERROR_NOT_SUPPORTED),
+ * and their size options the bytes written. */
+static void test_link_logs(void)
+{
+    char info[64], error[64];
+    memset(info, 'x', sizeof info);
+    memset(error, 'x', sizeof error);
+    CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+                              CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                              CU_JIT_LOG_VERBOSE};
+    void *values[] = {info, (void *)(uintptr_t)sizeof info, error, (void *)(uintptr_t)sizeof error,
+                      (void *)(uintptr_t)1};
+    CUlinkState state;
+    CU_OK(cuLinkCreate(5, options, values, &state));
+    CU_OK(cuLinkAddData(state, CU_JIT_INPUT_PTX, (void *)ptx, strlen(ptx), "k.ptx", 0, NULL, NULL));
+    void *cubin = NULL;
+    size_t size = 0;
+    CHECK_EQ(cuLinkComplete(state, &cubin, &size), CUDA_ERROR_NOT_SUPPORTED, "the host backend cannot link");
+    CHECK_STR_EQ(info, "", "the info log is written (empty)");
+    CHECK_STR_EQ(error, "", "the error log is written (empty)");
+    CHECK_EQ((uintptr_t)values[1], 1, "the info log's size option: the bytes written");
+    CHECK_EQ((uintptr_t)values[3], 1, "the error log's size option: the bytes written");
+    CU_OK(cuLinkDestroy(state));
 }
 
 /* The exported symbols and cuGetProcAddress agree, ABI version by version. */
@@ -713,6 +748,7 @@ int main(void)
     test_streams();
     test_host_func_order();
     test_modules();
+    test_link_logs();
     test_proc_address();
     test_pools_by_location(dev);
     if (shares_memory()) {

@@ -59,7 +59,10 @@ DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   device_heap_limits_static tma_tensor_map_static pitched_3d_static
                   events_timing_flags_static
                   static_runtime driver_api nvrtc_kernel cublas_gemm cufft_1d2d
-                  curand_host_device cusparse_spmv cusolver_lu cudnn_conv vmm)
+                  curand_host_device cusparse_spmv cusolver_lu cudnn_conv vmm
+                  driver_runtime_mix nvjitlink_lto graph_mem_nodes graph_mem_nodes_static
+                  host_alloc_flags host_alloc_flags_static host_alloc_mapped host_alloc_mapped_static
+                  cublas_ext cusparse_cusolver_ext compressible_memory)
 
 die() {
     echo "run_gpu_tests: $*" >&2
@@ -349,7 +352,7 @@ join_unique() { # values... -> "a/b" of distinct values in order
 
 # Programs whose TCP run must print only this line (the GPU cannot map the
 # memory of a program on another machine; docs/host-memory.md).
-UNIX_ONLY=" managed_memory managed_memory_static mapped_memory mapped_memory_static "
+UNIX_ONLY=" managed_memory managed_memory_static mapped_memory mapped_memory_static host_alloc_mapped host_alloc_mapped_static "
 UNIX_ONLY_STDOUT="host memory cannot be mapped by this device: skipped"
 
 declare -A R_NATIVE_RC=() R_RC=() R_SAME=() R_RATIO=() R_PASS=() R_SKIP=()

@@ -489,6 +489,72 @@ CUresult fake_cuMemPoolCreate(CUmemoryPool *p, const CUmemPoolProps *props)
 }
 static CUresult fake_cuMemPoolDestroy(CUmemoryPool p) { return obj_free(p, &token_pool, &fake_live.pools); }
 
+/* ---- run-time linking: the cubin is the inputs one after another; an
+ * input starting with "undefined" fails the link with an error log ---- */
+
+struct fake_link {
+    char *info, *error;
+    size_t info_cap, error_cap;
+    int verbose;
+    char image[4096];
+    size_t size;
+    int undefined;
+};
+
+static CUresult fake_cuLinkCreate(unsigned n, CUjit_option *options, void **values, CUlinkState *out)
+{
+    struct fake_link *l = calloc(1, sizeof *l);
+    if (!l)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (unsigned i = 0; i < n; i++) {
+        uintptr_t v = (uintptr_t)values[i];
+        switch (options[i]) {
+        case CU_JIT_INFO_LOG_BUFFER: l->info = values[i]; break;
+        case CU_JIT_ERROR_LOG_BUFFER: l->error = values[i]; break;
+        case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: l->info_cap = v; break;
+        case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: l->error_cap = v; break;
+        case CU_JIT_LOG_VERBOSE: l->verbose = v != 0; break;
+        default: break;
+        }
+    }
+    *out = (CUlinkState)l;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuLinkAddData(CUlinkState state, CUjitInputType type, void *data, size_t size,
+                                   const char *name, unsigned n, CUjit_option *options, void **values)
+{
+    (void)type, (void)name, (void)n, (void)options, (void)values;
+    struct fake_link *l = (struct fake_link *)state;
+    if (size > sizeof l->image - l->size)
+        return CUDA_ERROR_INVALID_VALUE;
+    l->undefined |= size >= 9 && memcmp(data, "undefined", 9) == 0;
+    memcpy(l->image + l->size, data, size);
+    l->size += size;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuLinkComplete(CUlinkState state, void **cubin, size_t *size)
+{
+    struct fake_link *l = (struct fake_link *)state;
+    if (l->info && l->info_cap)
+        snprintf(l->info, l->info_cap, "info: %zu bytes linked%s", l->size, l->verbose ? ", verbose" : "");
+    if (l->undefined) {
+        if (l->error && l->error_cap)
+            snprintf(l->error, l->error_cap, "error: undefined reference");
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    *cubin = l->image;
+    *size = l->size;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuLinkDestroy(CUlinkState state)
+{
+    free(state);
+    return CUDA_SUCCESS;
+}
+
 #define FAKE_ENTRY(fn) flyt_cu_table_set(table, #fn, (void *)fake_##fn, NULL);
 #define FAKE_ENTRIES(X)                                                                        \
     X(cuGetErrorName) X(cuGetErrorString) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount)    \
@@ -502,7 +568,8 @@ static CUresult fake_cuMemPoolDestroy(CUmemoryPool p) { return obj_free(p, &toke
     X(cuStreamCreateWithPriority) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) X(cuEventCreate)     \
     X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuModuleLoadData) \
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetParamInfo)          \
-    X(cuFuncGetAttribute) X(cuLaunchKernelEx) X(cuMemPoolCreate) X(cuMemPoolDestroy)
+    X(cuFuncGetAttribute) X(cuLaunchKernelEx) X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuLinkCreate)  \
+    X(cuLinkAddData) X(cuLinkComplete) X(cuLinkDestroy)
 
 void fake_cuda_table(struct flyt_cu_api *table)
 {

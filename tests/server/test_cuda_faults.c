@@ -392,6 +392,58 @@ static void copies_fail(void)
     free(back);
 }
 
+/* LINK's inputs: per image a flyt_link_input, the name "in" and the bytes. */
+static size_t link_inputs(char *buf, const char *const *images, uint32_t count)
+{
+    size_t at = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        flyt_link_input in = {.type = CU_JIT_INPUT_PTX, .name_len = 3, .size = strlen(images[i]) + 1};
+        memcpy(buf + at, &in, sizeof in);
+        memcpy(buf + at + sizeof in, "in", 3);
+        memcpy(buf + at + sizeof in + 3, images[i], in.size);
+        at += sizeof in + 3 + in.size;
+    }
+    return at;
+}
+
+/* LINK answers the JIT's info and error logs after the cubin, and only
+ * them when the link fails. */
+static void link_logs(void)
+{
+    th_say("LINK: the JIT's logs come back, verbose when asked, and on failure");
+    session_begin(CUDA_SUCCESS);
+    const char *good[] = {"first", "second"}, *bad[] = {"first", "undefined x"};
+    char data[256];
+    for (int round = 0; round < 3; round++) {
+        size_t len = link_inputs(data, round == 2 ? bad : good, 2);
+        flyt_req_link req = {.input_count = 2, .flags = round == 1 ? FLYT_LINK_VERBOSE : 0,
+                             .total_bytes = len};
+        struct th_reply reply = {0};
+        int result = th_call(sess_fd, FLYT_OP_LINK, &req, sizeof req, data, len, &reply);
+        uint64_t cubin_size = 0;
+        CHECK(reply.body_len >= sizeof cubin_size, "a reply struct");
+        memcpy(&cubin_size, reply.body, sizeof cubin_size);
+        const char *cubin = (const char *)reply.body + sizeof cubin_size;
+        const char *info = cubin + cubin_size, *error = info + strlen(info) + 1;
+        CHECK_EQ(reply.body_len, sizeof cubin_size + cubin_size + strlen(info) + strlen(error) + 2,
+                 "the cubin and two NUL-terminated logs");
+        if (round < 2) {
+            CHECK_EQ(result, CUDA_SUCCESS, "the link succeeds");
+            CHECK_EQ(cubin_size, 13, "the cubin is both inputs");
+            CHECK_STR_EQ(cubin + 6, "second", "in order");
+            CHECK_STR_EQ(info, round ? "info: 13 bytes linked, verbose" : "info: 13 bytes linked",
+                         "the info log, verbose when asked");
+            CHECK_STR_EQ(error, "", "an empty error log");
+        } else {
+            CHECK_EQ(result, CUDA_ERROR_INVALID_IMAGE, "the link fails");
+            CHECK_EQ(cubin_size, 0, "no cubin");
+            CHECK_STR_EQ(error, "error: undefined reference", "the error log comes back");
+        }
+        th_reply_free(&reply);
+    }
+    session_end();
+}
+
 /* The override on an open backend, without a session. */
 static void live_override(void)
 {
@@ -436,6 +488,7 @@ int main(void)
     stream_and_event_create_fail();
     pool_create_fails();
     module_faults();
+    link_logs();
     sync_fails_mid_session();
     copies_fail();
     live_override();

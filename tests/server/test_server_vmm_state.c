@@ -46,9 +46,9 @@ static int reserve(int fd, uint64_t size, uint64_t hint, uint64_t *va)
 static int create(int fd, uint64_t size, uint64_t *handle)
 {
     flyt_req_vmm_create r = {size, 0, device_prop};
-    flyt_rep_u64 rep = {0};
+    flyt_rep_u64_pair rep = {0}; /* id, compression granted */
     int rc = th_call_rep(fd, FLYT_OP_VMM_CREATE, &r, sizeof r, NULL, 0, &rep, sizeof rep);
-    *handle = rep.value;
+    *handle = rep.a;
     return rc;
 }
 

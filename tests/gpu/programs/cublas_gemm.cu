@@ -11,16 +11,6 @@
 
 #include "test_util.h"
 
-#define BLAS(call)                                                           \
-    do {                                                                     \
-        cublasStatus_t st_ = (call);                                         \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                  \
-            printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
-                   cublasGetStatusName(st_));                                \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
-
 static const int M = 96, N = 80, K = 112;
 
 static double a_val(int i, int k, int b) { return ((i * 7 + k * 3 + b) % 9) - 4; }

@@ -11,16 +11,6 @@
 
 #include "test_util.h"
 
-#define SOLVER(call)                                                         \
-    do {                                                                     \
-        cusolverStatus_t s_ = (call);                                        \
-        if (s_ != CUSOLVER_STATUS_SUCCESS) {                                 \
-            printf("FAIL line %d: %s -> cusolverStatus %d\n", __LINE__,      \
-                   #call, (int)s_);                                          \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
-
 static const int NN = 128, NRHS = 3;
 
 /* Column-major, hashed entries in [-2.75, 2.75]: partial pivoting swaps rows. */

@@ -7,16 +7,6 @@
 
 #include "test_util.h"
 
-#define SPARSE(call)                                                         \
-    do {                                                                     \
-        cusparseStatus_t s_ = (call);                                        \
-        if (s_ != CUSPARSE_STATUS_SUCCESS) {                                 \
-            printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
-                   cusparseGetErrorName(s_));                                \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
-
 static const int ROWS = 200, COLS = 150;
 
 static int nonzero_at(int i, int j) { return (i * 3 + j * 7) % 11 == 0 || i == j; }

@@ -16,16 +16,6 @@
 #define FLYT_TEST_NO_RUNTIME
 #include "test_util.h"
 
-#define RTC(call)                                                            \
-    do {                                                                     \
-        nvrtcResult r_ = (call);                                             \
-        if (r_ != NVRTC_SUCCESS) {                                           \
-            printf("FAIL line %d: %s -> %s\n", __LINE__, #call,              \
-                   nvrtcGetErrorString(r_));                                 \
-            exit(1);                                                         \
-        }                                                                    \
-    } while (0)
-
 static const char *source = R"(
 extern "C" __global__ void poly(const float *x, float *y, int n, float a, float b, float c)
 {
