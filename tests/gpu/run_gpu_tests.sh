@@ -43,7 +43,7 @@ DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   memcpy_variants symbols host_callbacks multithread
                   device_props rdc errors device_printf device_assert
                   managed_memory mapped_memory textures_surfaces graphs_capture graphs_explicit
-                  graphs_params host_func_order streams_attributes
+                  graphs_params graphs_conditional host_func_order streams_attributes
                   thrust_cub coop_groups stream_ordered_alloc clusters_dsmem
                   dynamic_parallelism device_heap_limits tma_tensor_map pitched_3d
                   events_timing_flags
@@ -52,7 +52,7 @@ DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   host_callbacks_static multithread_static device_props_static
                   rdc_static errors_static device_printf_static device_assert_static
                   managed_memory_static mapped_memory_static textures_surfaces_static
-                  graphs_capture_static graphs_explicit_static graphs_params_static
+                  graphs_capture_static graphs_explicit_static graphs_params_static graphs_conditional_static
                   host_func_order_static streams_attributes_static
                   thrust_cub_static coop_groups_static stream_ordered_alloc_static
                   clusters_dsmem_static dynamic_parallelism_static

@@ -172,21 +172,6 @@ struct temp_storage {
     }
 };
 
-template <typename T> static T *to_device(const std::vector<T> &h)
-{
-    T *d;
-    CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
-    CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-
-template <typename T> static std::vector<T> to_host(const T *d, size_t n)
-{
-    std::vector<T> h(n);
-    CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
-
 static void cub_device_part(void)
 {
     const int n = 1 << 20;
@@ -211,14 +196,14 @@ static void cub_device_part(void)
     CHECK(cub::DeviceRadixSort::SortKeys(tmp.get(need), need, dkeys, dkeys_out, n, 0, 32, s));
     std::vector<unsigned int> ksorted = hkeys;
     std::sort(ksorted.begin(), ksorted.end());
-    expect(to_host(dkeys_out, n) == ksorted, "cub::DeviceRadixSort::SortKeys");
+    expect(from_device(dkeys_out, n) == ksorted, "cub::DeviceRadixSort::SortKeys");
 
     CHECK(cub::DeviceRadixSort::SortPairsDescending(nullptr, need, dkeys, dkeys_out, dvals, dvals_out,
                                                     n, 0, 32, s));
     CHECK(cub::DeviceRadixSort::SortPairsDescending(tmp.get(need), need, dkeys, dkeys_out, dvals,
                                                     dvals_out, n, 0, 32, s));
-    std::vector<unsigned int> kdesc = to_host(dkeys_out, n);
-    std::vector<int> vdesc = to_host(dvals_out, n);
+    std::vector<unsigned int> kdesc = from_device(dkeys_out, n);
+    std::vector<int> vdesc = from_device(dvals_out, n);
     bool ok = true;
     for (int i = 0; i < n; i++)
         ok = ok && kdesc[i] == ksorted[n - 1 - i] && hkeys[vdesc[i]] == kdesc[i];
@@ -235,12 +220,12 @@ static void cub_device_part(void)
     int hsum = 0;
     for (int x : hin)
         hsum += x;
-    int got = to_host(dout, 1)[0];
+    int got = from_device(dout, 1)[0];
     printf("cub::DeviceReduce::Sum %d\n", got);
     expect(got == hsum, "cub::DeviceReduce::Sum");
     CHECK(cub::DeviceReduce::Max(nullptr, need, din, dout, n, s));
     CHECK(cub::DeviceReduce::Max(tmp.get(need), need, din, dout, n, s));
-    got = to_host(dout, 1)[0];
+    got = from_device(dout, 1)[0];
     expect(got == *std::max_element(hin.begin(), hin.end()), "cub::DeviceReduce::Max");
 
     int *dminval, *dminidx;
@@ -261,7 +246,7 @@ static void cub_device_part(void)
     CHECK(cudaMalloc(&dscan, n * sizeof(int)));
     CHECK(cub::DeviceScan::InclusiveSum(nullptr, need, din, dscan, n, s));
     CHECK(cub::DeviceScan::InclusiveSum(tmp.get(need), need, din, dscan, n, s));
-    std::vector<int> hscan = to_host(dscan, n);
+    std::vector<int> hscan = from_device(dscan, n);
     int run = 0;
     ok = true;
     for (int i = 0; i < n; i++) {
@@ -271,7 +256,7 @@ static void cub_device_part(void)
     expect(ok, "cub::DeviceScan::InclusiveSum");
     CHECK(cub::DeviceScan::ExclusiveSum(nullptr, need, din, dscan, n, s));
     CHECK(cub::DeviceScan::ExclusiveSum(tmp.get(need), need, din, dscan, n, s));
-    hscan = to_host(dscan, n);
+    hscan = from_device(dscan, n);
     run = 0;
     ok = true;
     for (int i = 0; i < n; i++) {
@@ -285,12 +270,12 @@ static void cub_device_part(void)
     CHECK(cudaMalloc(&dnum, sizeof(int)));
     CHECK(cub::DeviceSelect::If(nullptr, need, din, dscan, dnum, n, is_odd(), s));
     CHECK(cub::DeviceSelect::If(tmp.get(need), need, din, dscan, dnum, n, is_odd(), s));
-    int nsel = to_host(dnum, 1)[0];
+    int nsel = from_device(dnum, 1)[0];
     std::vector<int> hsel;
     for (int x : hin)
         if (x & 1)
             hsel.push_back(x);
-    std::vector<int> dsel = to_host(dscan, nsel);
+    std::vector<int> dsel = from_device(dscan, nsel);
     printf("cub::DeviceSelect::If selected %d\n", nsel);
     expect(nsel == (int)hsel.size() && dsel == hsel, "cub::DeviceSelect::If keeps the order");
 
@@ -305,7 +290,7 @@ static void cub_device_part(void)
     for (int x : hin)
         if (x >= -1000 && x < 1000)
             hh[(x + 1000) / 100]++;
-    expect(to_host(dhist, bins) == hh, "cub::DeviceHistogram::HistogramEven");
+    expect(from_device(dhist, bins) == hh, "cub::DeviceHistogram::HistogramEven");
 
     CHECK(cudaStreamDestroy(s));
     int *frees[] = {dvals, dvals_out, din, dout, dscan, dnum, dhist, dminval, dminidx};
@@ -367,8 +352,8 @@ static void cub_block_part(void)
     CHECK(cudaMalloc(&dsums, tiles * sizeof(int)));
     block_primitives<<<tiles, BLOCK_THREADS>>>(din, dsorted, dscanned, dsums);
     CHECK(cudaGetLastError());
-    std::vector<int> sorted = to_host(dsorted, n), scanned = to_host(dscanned, n),
-                     sums = to_host(dsums, tiles);
+    std::vector<int> sorted = from_device(dsorted, n), scanned = from_device(dscanned, n),
+                     sums = from_device(dsums, tiles);
     bool sort_ok = true, scan_ok = true, sum_ok = true;
     for (int t = 0; t < tiles; t++) {
         std::vector<int> tile(h.begin() + t * TILE, h.begin() + (t + 1) * TILE);
