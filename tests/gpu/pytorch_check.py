@@ -40,7 +40,6 @@ reference or an invariant; the exit status is 0 when all stages pass.
   --device D    cuda (default) or cpu (only to try the script without a GPU)
 """
 import argparse
-import contextlib
 import copy
 import io
 import json
@@ -504,9 +503,9 @@ def max_rel_err(got_list, ref_list):
     return max(rel_err(a, r) for a, r in zip(got_list, ref_list))
 
 
-# Random kernels size their grid by the SM count once a tensor exceeds
-# SMs x 2048 threads: the sizes below stay under that for shares of 16 SMs
-# or more, so the seeded values printed are those of a whole GPU too.
+# PyTorch's random kernels cap their grid at 2048 threads per SM, and which
+# thread draws which value follows the grid: tensors of at most 16 x 2048
+# elements draw the same values on a whole GPU and on shares of 16 SMs or more.
 RANDOM_N = 1 << 15
 
 
@@ -522,8 +521,7 @@ def stage_sdpa(st, dev):
 
     def attend(backend, dtype, causal, mask):
         q, k, v = (t.to(dev, dtype).requires_grad_(True) for t in (q0, k0, v0))
-        ctx = sdpa_kernel([backend]) if backend is not None else contextlib.nullcontext()
-        with ctx:
+        with sdpa_kernel([backend]):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         out.backward(do0.to(dev, dtype))
         return [out.detach(), q.grad, k.grad, v.grad]
@@ -1100,6 +1098,7 @@ def stage_allocator_async(st, dev):
     for conf, backend in (("backend:cudaMallocAsync", "cudaMallocAsync"),
                           ("expandable_segments:True", "native")):
         env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
+        env.pop("PYTORCH_ALLOC_CONF", None)  # its newer name: only this setting may apply
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-c", ALLOC_CHILD], env=env, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=120)
