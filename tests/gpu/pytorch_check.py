@@ -1100,8 +1100,13 @@ def stage_allocator_async(st, dev):
         env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
         env.pop("PYTORCH_ALLOC_CONF", None)  # its newer name: only this setting may apply
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", ALLOC_CHILD], env=env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=120)
+        try:
+            proc = subprocess.run([sys.executable, "-c", ALLOC_CHILD], env=env, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:  # the other configuration still runs
+            st.out(f"{conf}: child did not finish in 120 s")
+            st.check(False, f"{conf}: child process ran")
+            continue
         st.info[f"{conf} seconds"] = round(time.perf_counter() - t0, 3)
         if proc.returncode != 0:
             st.info[f"{conf} stderr"] = proc.stderr[-2000:]
