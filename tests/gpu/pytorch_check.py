@@ -11,6 +11,23 @@ Stages (--stage all, or a comma-separated subset, always in this order):
   cnn_train   a small CNN, 30 Adam steps on fixed synthetic data
   compile     torch.compile (Inductor, Triton kernels) against eager
   memory      caching-allocator statistics after a fixed allocation pattern
+  cuda_graphs an inference graph and a whole training step captured, replayed
+  sdpa        scaled_dot_product_attention fp16/bf16 with each backend forced
+              (flash, efficient, math, cuDNN), causal and masked, forward and
+              backward against fp32 math; grouped-query attention
+  amp         autocast bf16 and fp16 training with GradScaler
+  fft_linalg  cuFFT (fft, rfft2, irfft) and cuSOLVER/cuBLAS linalg (solve,
+              cholesky, qr, svd, eigh, inv, lstsq, slogdet) against the CPU
+  rnn         cuDNN LSTM/GRU with packed sequences, TransformerEncoderLayer,
+              Embedding/EmbeddingBag, Batch/Layer/GroupNorm, against the CPU
+  streams     streams with priorities, events, wait_stream, record_stream,
+              pinned non_blocking copies, DataLoader (pin_memory, 0 and 2
+              workers), device properties, memory summary, memory fraction
+  random_sparse  seeded rand/randn/randint/multinomial/dropout (statistics),
+              cuSPARSE COO/CSR products, sort/topk/unique/cumsum/scatter_add
+  save_load   torch.save / torch.load of CUDA tensors and a state_dict
+  allocator_async  child processes with PYTORCH_CUDA_ALLOC_CONF
+              backend:cudaMallocAsync and expandable_segments:True
 
 Each stage prints canonical text (compared between runs: values rounded,
 losses to 6 significant digits) and its time; values that legitimately differ
@@ -23,6 +40,8 @@ reference or an invariant; the exit status is 0 when all stages pass.
   --device D    cuda (default) or cpu (only to try the script without a GPU)
 """
 import argparse
+import copy
+import io
 import json
 import os
 import shutil
@@ -51,7 +70,8 @@ import torch.nn.functional as F  # noqa: E402
 T_IMPORTED = time.perf_counter()
 
 STAGES = ["import", "init", "tensor_ops", "matmul", "conv", "mlp_train", "cnn_train",
-          "compile", "memory", "cuda_graphs"]
+          "compile", "memory", "cuda_graphs", "sdpa", "amp", "fft_linalg", "rnn", "streams",
+          "random_sparse", "save_load", "allocator_async"]
 
 
 def g(x, digits=6):
@@ -447,6 +467,666 @@ def stage_cuda_graphs(st, dev):
     st.info["train_losses"] = losses
     st.info["train_max_param_diff"] = pdiff
     st.check(pdiff < 1e-4, "CUDA-graph training steps match eager")
+
+
+def cuda_only(st, dev, what):
+    """False (and says so) on a CPU run: the stage needs CUDA."""
+    if dev.type != "cuda":
+        st.out(f"cpu run: no {what}")
+        return False
+    return True
+
+
+def dev_and_ref(module, inputs, dev, run, dev_dtype=torch.float32):
+    """run(module copy, *inputs) on dev in dev_dtype and on the CPU in float64,
+    from the same initial weights, then backward of the mean squares of its
+    outputs times fixed random weights (normalized outputs have a constant
+    plain mean square). Returns (dev, ref) lists: outputs, loss, input and
+    parameter gradients, floating-point buffers (running statistics)."""
+    results = []
+    for d, dt in ((dev, dev_dtype), (torch.device("cpu"), torch.float64)):
+        m = copy.deepcopy(module).to(d, dt)
+        ins = [t.detach().to(d, dt, copy=True).requires_grad_(True) if t.is_floating_point() else t.to(d)
+               for t in inputs]
+        outs = run(m, *ins)
+        loss = sum((o * torch.randn(o.shape, generator=cpu_gen(100 + i), dtype=torch.float64).to(o))
+                   .square().mean() for i, o in enumerate(outs))
+        loss.backward()
+        grads = [t.grad for t in ins if t.is_floating_point()]
+        grads += [p.grad for p in m.parameters() if p.grad is not None]
+        bufs = [b for b in m.buffers() if b.is_floating_point()]
+        results.append([o.detach() for o in outs] + [loss.detach()] + grads + bufs)
+    return results
+
+
+def max_rel_err(got_list, ref_list):
+    return max(rel_err(a, r) for a, r in zip(got_list, ref_list))
+
+
+# PyTorch's random kernels cap their grid at 2048 threads per SM, and which
+# thread draws which value follows the grid: tensors of at most 16 x 2048
+# elements draw the same values on a whole GPU and on shares of 16 SMs or more.
+RANDOM_N = 1 << 15
+
+
+def stage_sdpa(st, dev):
+    if not cuda_only(st, dev, "SDPA backends"):
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    gen = cpu_gen(11)
+    B, H, L, D = 2, 4, 128, 64
+    q0, k0, v0, do0 = (torch.randn(B, H, L, D, generator=gen) for _ in range(4))
+    allowed = torch.rand(L, L, generator=gen) > 0.25
+    allowed.fill_diagonal_(True)  # every query attends to something
+
+    def attend(backend, dtype, causal, mask):
+        q, k, v = (t.to(dev, dtype).requires_grad_(True) for t in (q0, k0, v0))
+        with sdpa_kernel([backend]):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        out.backward(do0.to(dev, dtype))
+        return [out.detach(), q.grad, k.grad, v.grad]
+
+    def reference(dtype, causal, mask):
+        # the same rounded inputs, in fp32 through the math backend (no TF32)
+        q, k, v = (t.to(dtype).float().to(dev).requires_grad_(True) for t in (q0, k0, v0))
+        with sdpa_kernel([SDPBackend.MATH]):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        out.backward(do0.to(dtype).float().to(dev))
+        return [out.detach(), q.grad, k.grad, v.grad]
+
+    backends = [("flash", "FLASH_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION"),
+                ("math", "MATH"), ("cudnn", "CUDNN_ATTENTION")]
+    tols = {"fp16": (torch.float16, 1e-2, 2e-2), "bf16": (torch.bfloat16, 4e-2, 8e-2)}
+    dev_mask = allowed.to(dev)
+    cases = [("causal", True, None), ("bool mask", False, dev_mask)]
+    for dname, (dtype, tol_out, tol_grad) in tols.items():
+        for case, causal, mask in cases:
+            ref = reference(dtype, causal, mask)
+            if dname == "fp16":
+                st.out(f"math fp32 {case}: out |sum| {g(ref[0].abs().sum().cpu(), 5)}")
+            for bname, attr in backends:
+                label = f"{bname} {dname} {case}"
+                backend = getattr(SDPBackend, attr, None)
+                if backend is None:
+                    st.out(f"{label}: skipped (no SDPBackend.{attr} in this PyTorch)")
+                    continue
+                try:
+                    got = attend(backend, dtype, causal, mask)
+                except RuntimeError as e:
+                    # flash takes no arbitrary mask, cuDNN may not cover a case:
+                    # "No available kernel" is a legitimate skip, the same natively.
+                    if bname == "cudnn" or (mask is not None and bname == "flash") or \
+                            "No available kernel" in str(e):
+                        st.out(f"{label}: skipped (no kernel for this case)")
+                        st.info[f"{label} skipped"] = str(e).splitlines()[0][:200]
+                        continue
+                    raise
+                e_out = rel_err(got[0], ref[0])
+                e_grad = max_rel_err(got[1:], ref[1:])
+                st.info[f"{label} err out/grad"] = [round(e_out, 6), round(e_grad, 6)]
+                st.out(f"{label}: out dtype {str(got[0].dtype).replace('torch.', '')}, "
+                       f"shape {tuple(got[0].shape)}")
+                st.check(e_out < tol_out and e_grad < tol_grad,
+                         f"{label} forward within {tol_out} and backward within {tol_grad} of fp32 math")
+
+    # grouped-query attention (8 query heads over 2 key/value heads), default backend choice
+    gq = torch.randn(B, 8, L, D, generator=gen)
+    gk = torch.randn(B, 2, L, D, generator=gen)
+    gv = torch.randn(B, 2, L, D, generator=gen)
+    try:
+        got = F.scaled_dot_product_attention(gq.to(dev, torch.float16), gk.to(dev, torch.float16),
+                                             gv.to(dev, torch.float16), is_causal=True, enable_gqa=True)
+    except TypeError as e:  # PyTorch before 2.5
+        st.out("gqa: skipped (no enable_gqa)")
+        st.info["gqa skipped"] = str(e)
+        return
+    rk = gk.half().float().repeat_interleave(4, dim=1).to(dev)
+    rv = gv.half().float().repeat_interleave(4, dim=1).to(dev)
+    with sdpa_kernel([SDPBackend.MATH]):
+        ref = F.scaled_dot_product_attention(gq.half().float().to(dev), rk, rv, is_causal=True)
+    err = rel_err(got, ref)
+    st.info["gqa err"] = round(err, 6)
+    st.check(err < 1e-2, "grouped-query attention (enable_gqa) matches repeated heads in fp32")
+
+
+def stage_amp(st, dev):
+    if not cuda_only(st, dev, "autocast on CUDA"):
+        return
+    x, y = make_classification(512, 64, 10, seed=12)
+    x, y = x.to(dev), y.to(dev)
+    steps, batch = 20, 64
+
+    def fresh_model():
+        torch.manual_seed(1212)
+        return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
+                             nn.Linear(128, 10)).to(dev)
+
+    with torch.no_grad():
+        fp32_first = float(F.cross_entropy(fresh_model()(x[:batch]), y[:batch]))
+    st.out(f"fp32 first loss {g(fp32_first, 4)}")
+    for name, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        model = fresh_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        # a short growth interval: the scale grows until fp16 gradients
+        # overflow, so the skipped-step path runs too
+        scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 14, growth_interval=3)
+        losses, scales, out_dtypes = [], [], set()
+        for step in range(steps):
+            lo = (step * batch) % x.shape[0]
+            xb, yb = x[lo:lo + batch], y[lo:lo + batch]
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=dt):
+                logits = model(xb)
+                loss = F.cross_entropy(logits, yb)
+            out_dtypes.add(str(logits.dtype).replace("torch.", ""))
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            losses.append(loss.detach().float())
+            scales.append(scaler.get_scale())
+        losses = torch.stack(losses).cpu().tolist()
+        st.out(f"{name}: logits {','.join(sorted(out_dtypes))}, loss dtype float32: "
+               f"{loss.dtype == torch.float32}, params float32: "
+               f"{all(p.dtype == torch.float32 for p in model.parameters())}")
+        for i in range(0, steps, 10):
+            st.out(f"{name} losses {i:2d}-{min(i + 9, steps - 1):2d}: {gl(losses[i:i + 10], 4)}")
+        st.out(f"{name} scales: {gl(scales)}")
+        first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+        st.check(all(v == v and abs(v) != float("inf") for v in losses) and last < first,
+                 f"{name} autocast: losses finite and falling")
+        st.check(out_dtypes == {str(dt).replace("torch.", "")} and loss.dtype == torch.float32,
+                 f"{name} autocast: matmuls in {name}, cross entropy in float32")
+        st.check(abs(losses[0] - fp32_first) < 0.02 * abs(fp32_first),
+                 f"{name} first loss within 2% of fp32")
+
+
+def complex_rel_err(got, ref):
+    got = got.detach().to("cpu").to(torch.complex128)
+    ref = ref.detach().to("cpu").to(torch.complex128)
+    return float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def stage_fft_linalg(st, dev):
+    gen = cpu_gen(13)
+    xc = torch.complex(torch.randn(4, 1000, generator=gen), torch.randn(4, 1000, generator=gen))
+    f = torch.fft.fft(xc.to(dev))
+    f_ref = torch.fft.fft(xc.to(torch.complex128))
+    st.out(f"fft 4x1000 complex64: |X| sum {g(f.abs().sum().cpu(), 5)}")
+    st.check(complex_rel_err(f, f_ref) < 1e-5, "fft matches the CPU")
+    img = torch.randn(3, 64, 48, generator=gen)
+    r2 = torch.fft.rfft2(img.to(dev))
+    back = torch.fft.irfft2(r2, s=img.shape[-2:])
+    st.out(f"rfft2 3x64x48: shape {tuple(r2.shape)}, |X| sum {g(r2.abs().sum().cpu(), 5)}")
+    st.check(complex_rel_err(r2, torch.fft.rfft2(img.double())) < 1e-5 and rel_err(back, img) < 1e-5,
+             "rfft2 matches the CPU and irfft2 gives the image back")
+    sig = torch.randn(8, 250, generator=gen)
+    spec = torch.fft.rfft(sig.to(dev), dim=-1)
+    rec = torch.fft.irfft(spec, n=250, dim=-1)
+    st.check(rel_err(rec, sig) < 1e-5, "irfft(rfft(x), n=250) gives x back")
+
+    n = 64
+    for name, dt, tol, digits in (("float64", torch.float64, 1e-9, 8), ("float32", torch.float32, 1e-4, 5)):
+        m_cpu = torch.randn(n, n, generator=gen, dtype=torch.float64)
+        a_cpu = m_cpu @ m_cpu.t() + n * torch.eye(n, dtype=torch.float64)  # SPD, well conditioned
+        b_cpu = torch.randn(n, 3, generator=gen, dtype=torch.float64)
+        t_cpu = torch.randn(100, 20, generator=gen, dtype=torch.float64)
+        tb_cpu = torch.randn(100, 2, generator=gen, dtype=torch.float64)
+        m, a, b = m_cpu.to(dev, dt), a_cpu.to(dev, dt), b_cpu.to(dev, dt)
+        eye = torch.eye(n, device=dev, dtype=dt)
+
+        x = torch.linalg.solve(a, b)
+        chol = torch.linalg.cholesky(a)
+        q, r = torch.linalg.qr(m)
+        u, s, vh = torch.linalg.svd(m, full_matrices=False)
+        w, v = torch.linalg.eigh(a)
+        inv = torch.linalg.inv(a)
+        ls = torch.linalg.lstsq(t_cpu.to(dev, dt), tb_cpu.to(dev, dt)).solution
+        sign, logdet = torch.linalg.slogdet(a)
+
+        s_ref = torch.linalg.svdvals(m_cpu)
+        w_ref = torch.linalg.eigvalsh(a_cpu)
+        st.out(f"{name}: eigh w[0] {g(w[0].cpu(), digits)} w[-1] {g(w[-1].cpu(), digits)}, "
+               f"svd s[0] {g(s[0].cpu(), digits)} s[-1] {g(s[-1].cpu(), digits)}, "
+               f"logdet {g(logdet.cpu(), digits)}")
+        checks = {
+            "solve": rel_err(x, torch.linalg.solve(a_cpu, b_cpu)),
+            "cholesky": rel_err(chol, torch.linalg.cholesky(a_cpu)),
+            "qr (Q R = M, Q^T Q = I)": max(rel_err(q @ r, m_cpu), rel_err(q.t() @ q, eye.cpu())),
+            "svd (values, U S Vh = M)": max(rel_err(s, s_ref), rel_err(u @ torch.diag(s) @ vh, m_cpu)),
+            "eigh (values, A V = V W)": max(rel_err(w, w_ref), rel_err(a @ v, v * w)),
+            "inv": rel_err(inv @ a, eye.cpu()),
+            "lstsq": rel_err(ls, torch.linalg.lstsq(t_cpu, tb_cpu, driver="gelsd").solution),
+            "slogdet": rel_err(logdet.reshape(1), torch.linalg.slogdet(a_cpu)[1].reshape(1)),
+        }
+        st.info[f"{name} errors"] = {k: float(f"{e:.3g}") for k, e in checks.items()}
+        st.check(float(sign) == 1.0, f"{name} slogdet sign of an SPD matrix is +1")
+        for what, err in checks.items():
+            st.check(err < tol, f"{name} {what} matches the CPU within {tol}")
+    if dev.type == "cuda":
+        st.info["preferred_linalg_library"] = str(torch.backends.cuda.preferred_linalg_library())
+
+
+def stage_rnn(st, dev):
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    gen = cpu_gen(14)
+    x = torch.randn(5, 12, 16, generator=gen)
+    lengths = torch.tensor([7, 12, 3, 9, 1])  # unsorted: enforce_sorted=False sorts them
+
+    def recurrent(m, xi):
+        out, h = m(xi)
+        h = h[0] if isinstance(h, tuple) else h
+        packed = pack_padded_sequence(xi, lengths, batch_first=True, enforce_sorted=False)
+        pout, _ = m(packed)
+        padded, _ = pad_packed_sequence(pout, batch_first=True)
+        return [out, h, padded]
+
+    torch.manual_seed(1414)
+    modules = [("lstm 2 layers bidirectional", nn.LSTM(16, 32, num_layers=2, batch_first=True, bidirectional=True)),
+               ("gru", nn.GRU(16, 24, batch_first=True))]
+    for name, mod in modules:
+        got, ref = dev_and_ref(mod, [x], dev, recurrent)
+        st.out(f"{name}: out {tuple(got[0].shape)} |sum| {g(got[0].abs().sum().cpu(), 5)}, packed out "
+               f"{tuple(got[2].shape)} |sum| {g(got[2].abs().sum().cpu(), 5)}, loss {g(got[3].cpu(), 5)}")
+        err = max_rel_err(got, ref)
+        st.info[f"{name} err"] = float(f"{err:.3g}")
+        st.check(err < 2e-4, f"{name} forward, packed sequences and backward match the CPU (float64)")
+
+    torch.manual_seed(1515)
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True)
+    src = torch.randn(4, 10, 32, generator=gen)
+
+    def encode(m, s):
+        mask = torch.full((10, 10), float("-inf"), device=s.device, dtype=s.dtype).triu(1)  # causal
+        return [m(s, src_mask=mask), m(s)]
+
+    got, ref = dev_and_ref(layer, [src], dev, encode)
+    st.out(f"transformer encoder layer: causal |sum| {g(got[0].abs().sum().cpu(), 5)}, "
+           f"full |sum| {g(got[1].abs().sum().cpu(), 5)}, loss {g(got[2].cpu(), 5)}")
+    err = max_rel_err(got, ref)
+    st.info["transformer err"] = float(f"{err:.3g}")
+    st.check(err < 2e-4, "transformer encoder layer forward and backward match the CPU (float64)")
+    fast = copy.deepcopy(layer).to(dev).eval()
+    with torch.no_grad():  # eval without grad: the fused fast path where it applies
+        fast_out = fast(src.to(dev))
+    err = rel_err(fast_out, got[1])
+    st.info["transformer eval err"] = float(f"{err:.3g}")
+    st.check(err < 1e-4, "transformer encoder layer in eval (fast path) matches training mode")
+
+    class Embeddings(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(50, 8, padding_idx=0)
+            self.bag_sum = nn.EmbeddingBag(50, 8, mode="sum")
+            self.bag_mean = nn.EmbeddingBag(50, 8, mode="mean")
+            self.bag_max = nn.EmbeddingBag(50, 8, mode="max")
+
+        def forward(self, idx, offsets, weights):
+            return [self.emb(idx.view(6, 10)), self.bag_sum(idx, offsets, per_sample_weights=weights),
+                    self.bag_mean(idx, offsets), self.bag_max(idx, offsets)]
+
+    torch.manual_seed(1616)
+    idx = torch.randint(0, 50, (60,), generator=gen)
+    offsets = torch.tensor([0, 5, 5, 17, 30, 44])  # one empty bag
+    weights = torch.rand(60, generator=gen)
+    got, ref = dev_and_ref(Embeddings(), [idx, offsets, weights], dev, lambda m, *a: m(*a))
+    st.out(f"embedding |sum| {g(got[0].abs().sum().cpu(), 5)}, bags sum/mean/max |sum| "
+           f"{' '.join(g(t.abs().sum().cpu(), 5) for t in got[1:4])}")
+    err = max_rel_err(got, ref)
+    st.info["embedding err"] = float(f"{err:.3g}")
+    st.check(err < 1e-5, "Embedding and EmbeddingBag (sum with weights, mean, max) forward and backward match the CPU")
+
+    class Norms(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn2 = nn.BatchNorm2d(6)
+            self.gn = nn.GroupNorm(3, 6)
+            self.ln = nn.LayerNorm([6, 5, 5])
+            self.bn1 = nn.BatchNorm1d(6)
+
+        def forward(self, img, vec):
+            return [self.bn2(img), self.gn(img), self.ln(img), self.bn1(vec)]
+
+    torch.manual_seed(1717)
+    norms = Norms()
+    for p in norms.parameters():  # not the identity affine
+        nn.init.uniform_(p, 0.5, 1.5)
+    img = torch.randn(4, 6, 5, 5, generator=gen) * 3 + 1
+    vec = torch.randn(8, 6, generator=gen) * 2 - 1
+    got, ref = dev_and_ref(norms, [img, vec], dev, lambda m, *a: m(*a))
+    st.out(f"norms loss {g(got[4].cpu(), 5)}, running mean |sum| {g(got[-4].abs().sum().cpu(), 5)}")
+    err = max_rel_err(got, ref)
+    st.info["norms err"] = float(f"{err:.3g}")
+    st.check(err < 1e-4, "BatchNorm1d/2d (with running statistics), GroupNorm, LayerNorm match the CPU")
+
+
+def stage_streams(st, dev):
+    if not cuda_only(st, dev, "streams"):
+        return
+    least, greatest = torch.cuda.Stream.priority_range()
+    side = torch.cuda.Stream(priority=-1)
+    copier = torch.cuda.Stream()
+    main = torch.cuda.current_stream()
+    st.out(f"priority range least {least} greatest {greatest}; side stream priority {side.priority}, "
+           f"default {main.priority}")
+    st.check(greatest <= side.priority <= least, "stream priority within the device's range")
+
+    # pinned host memory copied in and out on two streams: chunk i+1's copy in
+    # overlaps chunk i's kernels and copy out
+    gen = cpu_gen(15)
+    chunks, n = 4, 1 << 20
+    host = torch.randn(chunks, n, generator=gen).pin_memory()
+    back = torch.empty(chunks, n, pin_memory=True)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(chunks):
+        with torch.cuda.stream(copier):
+            d = host[i].to(dev, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record(copier)
+        with torch.cuda.stream(side):
+            side.wait_event(copied)
+            d.record_stream(side)  # allocated on copier, used on side
+            r = (d * 2 + 1).sin()
+            back[i].copy_(r, non_blocking=True)
+        del d, r
+    main.wait_stream(side)
+    end.record()
+    end.synchronize()
+    ms = start.elapsed_time(end)
+    st.info["pipelined ms"] = round(ms, 3)
+    ok = host.is_pinned() and back.is_pinned() and rel_err(back, (host * 2 + 1).sin()) < 1e-5
+    st.out(f"pinned non_blocking copies on 2 streams: {chunks} x {n} floats, elapsed > 0: {ms > 0}, "
+           f"events and streams done: {end.query() and side.query() and copier.query()}")
+    st.check(ok and ms > 0, "pipelined pinned copies and kernels give the CPU's result")
+
+    # wait_stream orders a consumer on main after a long producer on side
+    with torch.cuda.stream(side):
+        a = torch.ones(2048, 2048, device=dev)
+        for _ in range(20):
+            a = a * 1.0001 + 0.0
+    main.wait_stream(side)
+    total = a.sum()
+    a.record_stream(main)
+    torch.cuda.synchronize()
+    expect = 2048 * 2048 * 1.0001 ** 20
+    st.check(abs(float(total) - expect) < 1e-4 * expect, "wait_stream orders the side stream's work first")
+
+    # DataLoader with pinned batches, in-process and with worker processes
+    # (workers never touch CUDA; the pin-memory thread of this process does)
+    ds = torch.utils.data.TensorDataset(torch.arange(1024.).view(256, 4), torch.arange(256))
+    for workers in (0, 2):
+        dl = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=False, pin_memory=True, num_workers=workers)
+        acc = torch.zeros((), device=dev)
+        labels = torch.zeros((), device=dev, dtype=torch.long)
+        pinned, batches = True, 0
+        for xb, yb in dl:
+            pinned = pinned and xb.is_pinned() and yb.is_pinned()
+            acc += xb.to(dev, non_blocking=True).sum()
+            labels += yb.to(dev, non_blocking=True).sum()
+            batches += 1
+        st.out(f"DataLoader num_workers={workers}: {batches} batches, pinned {pinned}, "
+               f"sum {g(acc.cpu())}, labels {int(labels.cpu())}")
+        st.check(pinned and batches == 8 and float(acc) == 1023 * 1024 / 2 and int(labels) == 255 * 256 // 2,
+                 f"DataLoader pin_memory num_workers={workers}")
+
+    p = torch.cuda.get_device_properties(dev)
+    for k in ("name", "major", "minor", "total_memory", "multi_processor_count", "L2_cache_size",
+              "warp_size", "max_threads_per_multi_processor", "regs_per_multiprocessor", "uuid"):
+        st.info[f"prop {k}"] = str(getattr(p, k, None))
+    st.out(f"properties: capability {p.major}.{p.minor}, warp size {getattr(p, 'warp_size', 32)}")
+    st.check(p.total_memory > 0 and p.multi_processor_count > 0, "get_device_properties")
+
+    summary = torch.cuda.memory_summary()
+    stats = torch.cuda.memory_stats()
+    st.check("memory summary" in summary.lower() and "allocated_bytes.all.current" in stats,
+             "memory_summary and memory_stats")
+    del a, total, host, back
+    torch.cuda.synchronize()
+    reserved_before = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    reserved_after = torch.cuda.memory_reserved()
+    free, total_mem = torch.cuda.mem_get_info()
+    st.info.update(reserved_before=reserved_before, reserved_after=reserved_after, free=free, total=total_mem)
+    st.check(reserved_after <= reserved_before and 0 < free <= total_mem, "empty_cache and mem_get_info")
+
+    # a memory fraction the allocator enforces itself: a request over it
+    # fails with OutOfMemoryError before it reaches the device
+    torch.cuda.set_per_process_memory_fraction(0.05)
+    try:
+        too_big = torch.empty(total_mem // 10, dtype=torch.uint8, device=dev)
+        refused = False
+        del too_big
+    except torch.cuda.OutOfMemoryError:
+        refused = True
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    after = torch.ones(1 << 20, device=dev).sum()
+    st.out(f"memory fraction 0.05: 10% of the device refused with OutOfMemoryError: {refused}; "
+           f"then 1 MiB works: {float(after) == float(1 << 20)}")
+    # expandable segments map memory their own way: there the refusal is
+    # only compared between runs, not required
+    expandable = "expandable_segments:true" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").lower()
+    st.check((refused or expandable) and float(after) == float(1 << 20),
+             "set_per_process_memory_fraction enforced")
+
+
+def stage_random_sparse(st, dev):
+    torch.manual_seed(2024)
+    u = torch.rand(RANDOM_N, device=dev)
+    z = torch.randn(RANDOM_N, device=dev)
+    ri = torch.randint(0, 10, (RANDOM_N,), device=dev)
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.4], device=dev)
+    draws = torch.multinomial(probs, 4000, replacement=True)
+    perm = torch.multinomial(torch.ones(100, device=dev), 50, replacement=False)
+    drop = F.dropout(torch.ones(RANDOM_N, device=dev), p=0.3, training=True)
+    # the seeded values themselves: compared between runs through this text
+    st.out(f"rand {gl(u[:3].cpu())} sum {g(u.sum().cpu())}; randn {gl(z[:3].cpu())} sum {g(z.sum().cpu())}")
+    st.out(f"randint first {ri[:8].cpu().tolist()}; multinomial first {draws[:8].cpu().tolist()} "
+           f"without replacement first {perm[:8].cpu().tolist()}; dropout zeros {int((drop == 0).sum().cpu())}")
+    counts = torch.bincount(ri, minlength=10).cpu().double() / RANDOM_N
+    freq = torch.bincount(draws, minlength=4).cpu().double() / 4000
+    kept = drop[drop != 0]
+    stats_ok = (0.49 < float(u.mean()) < 0.51 and float(u.min()) >= 0 and float(u.max()) < 1
+                and abs(float(z.mean())) < 0.03 and 0.98 < float(z.std()) < 1.02
+                and float((counts - 0.1).abs().max()) < 0.01 and int(ri.min()) == 0 and int(ri.max()) == 9
+                and float((freq - probs.cpu().double()).abs().max()) < 0.03
+                and perm.unique().numel() == 50
+                and 0.28 < float((drop == 0).double().mean()) < 0.32
+                and float((kept - 1 / 0.7).abs().max()) < 1e-6)
+    st.check(stats_ok, "random statistics: uniform, normal, randint, multinomial, dropout")
+    state = torch.cuda.get_rng_state() if dev.type == "cuda" else torch.get_rng_state()
+    a1 = torch.rand(1000, device=dev)
+    if dev.type == "cuda":
+        torch.cuda.set_rng_state(state)
+    else:
+        torch.set_rng_state(state)
+    a2 = torch.rand(1000, device=dev)
+    torch.manual_seed(2024)
+    u2 = torch.rand(RANDOM_N, device=dev)
+    st.check(torch.equal(a1, a2) and torch.equal(u, u2), "the same seed or generator state gives the same values")
+
+    gen = cpu_gen(16)
+    dense = torch.randn(64, 48, generator=gen) * (torch.rand(64, 48, generator=gen) < 0.1)
+    rhs = torch.randn(48, 32, generator=gen)
+    bias = torch.randn(64, 32, generator=gen)
+    other = torch.randn(48, 40, generator=gen) * (torch.rand(48, 40, generator=gen) < 0.2)
+    ref = dense.double() @ rhs.double()
+    coo = dense.to_sparse().to(dev)
+    csr = dense.to(dev).to_sparse_csr()
+    r_coo = torch.sparse.mm(coo, rhs.to(dev))
+    r_csr = csr @ rhs.to(dev)
+    r_add = torch.sparse.addmm(bias.to(dev), coo, rhs.to(dev), beta=0.5, alpha=2.0)
+    r_vec = (csr @ rhs[:, :1].to(dev)).squeeze(1)  # one column
+    st.out(f"sparse 64x48 nnz {coo._nnz()} (csr {csr.values().numel()}): spmm sum {g(r_coo.sum().cpu(), 5)}, "
+           f"addmm sum {g(r_add.sum().cpu(), 5)}")
+    errs = [rel_err(r_coo, ref), rel_err(r_csr, ref), rel_err(r_add, 0.5 * bias.double() + 2 * ref),
+            rel_err(r_vec, ref[:, 0])]
+    if dev.type == "cuda":  # cuSPARSE SpGEMM (CPU builds need MKL for it)
+        r_ss = (csr @ other.to(dev).to_sparse_csr()).to_dense()
+        st.out(f"sparse CSR @ CSR 64x48x40: sum {g(r_ss.sum().cpu(), 5)}")
+        errs.append(rel_err(r_ss, dense.double() @ other.double()))
+    st.info["sparse errors"] = [float(f"{e:.3g}") for e in errs]
+    st.check(torch.equal(coo.to_dense().cpu(), dense) and torch.equal(csr.to_dense().cpu(), dense)
+             and coo._nnz() == csr.values().numel() and max(errs) < 1e-5,
+             "COO and CSR: to_dense, spmm, addmm, spmv, CSR @ CSR match the CPU")
+
+    vals_cpu = torch.randint(0, 50, (10000,), generator=gen).float()
+    vals = vals_cpu.to(dev)
+    sv, si = torch.sort(vals, stable=True)
+    sv_ref, si_ref = torch.sort(vals_cpu, stable=True)
+    tv, _ = vals.topk(10)
+    uq, inv, cnt = torch.unique(vals, return_inverse=True, return_counts=True)
+    uq_ref, inv_ref, cnt_ref = torch.unique(vals_cpu, return_inverse=True, return_counts=True)
+    cs = vals.cumsum(0)  # integer values: exact in float32 up to 2^24
+    tgt = torch.randint(0, 100, (10000,), generator=gen)
+    sa = torch.zeros(100, device=dev).scatter_add_(0, tgt.to(dev), vals)
+    ia = torch.zeros(100, 3, device=dev).index_add_(0, tgt.to(dev), vals.view(-1, 1).expand(-1, 3).contiguous())
+    st.out(f"sort stable: first indices {si[:5].cpu().tolist()}; topk {gl(tv.cpu())}; unique {uq.numel()} "
+           f"values, counts first {cnt[:5].cpu().tolist()}; cumsum last {g(cs[-1].cpu())}; "
+           f"scatter_add sum {g(sa.sum().cpu())}")
+    exact = (torch.equal(sv.cpu(), sv_ref) and torch.equal(si.cpu(), si_ref)
+             and torch.equal(tv.cpu(), vals_cpu.topk(10).values)
+             and torch.equal(uq.cpu(), uq_ref) and torch.equal(inv.cpu(), inv_ref) and torch.equal(cnt.cpu(), cnt_ref)
+             and torch.equal(cs.cpu(), vals_cpu.cumsum(0))
+             and torch.equal(sa.cpu(), torch.zeros(100).scatter_add_(0, tgt, vals_cpu))
+             and torch.equal(ia.cpu(), torch.zeros(100, 3).index_add_(0, tgt, vals_cpu.view(-1, 1).expand(-1, 3))))
+    st.check(exact, "stable sort, topk, unique, cumsum, scatter_add, index_add match the CPU exactly")
+
+
+def storage_ptr(t):
+    return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
+
+
+def stage_save_load(st, dev):
+    torch.manual_seed(1818)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4)).to(dev)
+    gen = cpu_gen(18)
+    model(torch.randn(32, 8, generator=gen).to(dev))  # running statistics that are not the defaults
+    model.eval()
+    base = torch.arange(20.0, device=dev)
+    saved = {"state": model.state_dict(),
+             "half": torch.randn(3, 4, generator=gen).to(dev, torch.float16),
+             "long": torch.arange(10, device=dev) * 7,
+             "bool": torch.arange(9, device=dev) % 3 == 0,
+             "base": base, "view": base[2:12:2],
+             "cplx": torch.randn(5, dtype=torch.complex64, generator=gen).to(dev)}
+    buf = io.BytesIO()
+    torch.save(saved, buf)
+    st.info["bytes"] = buf.tell()
+
+    def tensors(obj, prefix=""):
+        for k, v in obj.items():
+            if isinstance(v, dict):
+                yield from tensors(v, prefix + k + ".")
+            else:
+                yield prefix + k, v
+
+    want = dict(tensors(saved))
+    for where in (dev.type, "cpu"):
+        buf.seek(0)
+        back = torch.load(buf, map_location=where)
+        got = dict(tensors(back))
+        same = (got.keys() == want.keys()
+                and all(t.device.type == where and t.dtype == want[k].dtype and t.shape == want[k].shape
+                        and torch.equal(t.cpu(), want[k].cpu()) for k, t in got.items()))
+        shared = storage_ptr(got["view"]) == storage_ptr(got["base"])
+        st.out(f"load map_location={where}: {len(got)} tensors equal with dtypes and shapes: {same}, "
+               f"view shares its base's storage: {shared}")
+        st.check(same and shared, f"torch.save / torch.load round trip to {where}")
+    buf.seek(0)
+    restored = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4)).to(dev).eval()
+    restored.load_state_dict(torch.load(buf, map_location=dev)["state"])
+    probe = torch.randn(6, 8, generator=gen).to(dev)
+    with torch.no_grad():
+        a, b = model(probe), restored(probe)
+    st.out(f"restored model output sum {g(b.sum().cpu(), 5)}, equal: {torch.equal(a, b)}")
+    st.check(torch.equal(a, b), "a model restored from its state_dict computes the same outputs")
+
+
+# Run in a child process: the same interpreter and environment (so through
+# Flyt as well when this script is), another allocator configuration.
+ALLOC_CHILD = r'''
+import json, os, torch
+import torch.nn as nn, torch.nn.functional as F
+torch.backends.cuda.matmul.allow_tf32 = False
+dev = torch.device("cuda")
+res = {}
+g = torch.Generator().manual_seed(5)
+a_cpu = torch.randn(256, 256, generator=g)
+a = a_cpu.to(dev)
+res["backend"] = torch.cuda.get_allocator_backend()
+prod = (a @ a.t()).relu().sum()
+ref = (a_cpu.double() @ a_cpu.double().t()).relu().sum()
+res["matmul_ok"] = abs(float(prod) - float(ref)) < 1e-5 * abs(float(ref))
+torch.cuda.synchronize()
+base = torch.cuda.memory_allocated()
+sizes = (1 << 20, 3 << 20, 12345, 40 << 20)
+keep = [torch.empty(n, dtype=torch.uint8, device=dev) for n in sizes]
+keep[-1].fill_(1)
+res["allocated_delta"] = torch.cuda.memory_allocated() - base
+res["sizes_sum"] = sum(sizes)
+res["big_sum"] = int(keep[-1].sum())
+del keep
+torch.cuda.synchronize()
+res["freed_back"] = torch.cuda.memory_allocated() == base
+torch.manual_seed(3)
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).to(dev)
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+x = torch.randn(256, 32, generator=g).to(dev)
+y = x[:, :4].argmax(1)
+losses = []
+for _ in range(20):
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    losses.append(loss.detach())
+res["losses"] = [float(v) for v in torch.stack(losses).cpu()]
+torch.cuda.synchronize()
+res["reserved"] = torch.cuda.memory_reserved()
+res["peak"] = torch.cuda.max_memory_allocated()
+res["allocated_end"] = torch.cuda.memory_allocated()
+torch.cuda.empty_cache()
+print(json.dumps(res))
+'''
+
+
+def stage_allocator_async(st, dev):
+    if not cuda_only(st, dev, "allocator backends"):
+        return
+    import subprocess
+    for conf, backend in (("backend:cudaMallocAsync", "cudaMallocAsync"),
+                          ("expandable_segments:True", "native")):
+        env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
+        env.pop("PYTORCH_ALLOC_CONF", None)  # its newer name: only this setting may apply
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run([sys.executable, "-c", ALLOC_CHILD], env=env, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:  # the other configuration still runs
+            st.out(f"{conf}: child did not finish in 120 s")
+            st.check(False, f"{conf}: child process ran")
+            continue
+        st.info[f"{conf} seconds"] = round(time.perf_counter() - t0, 3)
+        if proc.returncode != 0:
+            st.info[f"{conf} stderr"] = proc.stderr[-2000:]
+            st.out(f"{conf}: child exited with {proc.returncode}")
+            st.check(False, f"{conf}: child process ran")
+            continue
+        res = json.loads(proc.stdout.strip().splitlines()[-1])
+        losses = res["losses"]
+        st.info[f"{conf} reserved/peak"] = [res["reserved"], res["peak"]]
+        st.out(f"{conf}: backend {res['backend']}, matmul ok {res['matmul_ok']}, allocated +{res['allocated_delta']} B "
+               f"for {res['sizes_sum']} B requested, freed back {res['freed_back']}")
+        st.out(f"{conf}: losses 0,5,10,15,19: {gl([losses[i] for i in (0, 5, 10, 15, 19)])}")
+        st.check(res["backend"] == backend and res["matmul_ok"] and res["big_sum"] == 40 << 20,
+                 f"{conf}: allocator backend {backend}, matmul and fill correct")
+        # cudaMallocAsync reports the driver pool's own counters: exact return
+        # to the base is only required of PyTorch's caching allocator
+        st.check(res["allocated_delta"] >= res["sizes_sum"] and (res["freed_back"] or backend != "native")
+                 and res["peak"] >= res["allocated_end"] and res["reserved"] > 0,
+                 f"{conf}: memory statistics consistent")
+        st.check(all(v == v for v in losses) and losses[-1] < losses[0], f"{conf}: training losses fall")
 
 
 FUNCS = {name: globals()[f"stage_{name}"] for name in STAGES}
