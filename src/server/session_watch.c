@@ -37,7 +37,7 @@ static const char *call_name(uint64_t busy)
 static void end_session(struct flyt_watch *w, uint64_t busy, uint64_t waited_ms)
 {
     double s = (double)waited_ms / 1000.0;
-    const char *left = flyt_socket_error(w->fd) == ETIMEDOUT
+    const char *left = flyt_peer_vanished(flyt_socket_error(w->fd))
                            ? "stopped answering (its machine or network is gone: no answer to "
                              "TCP keepalive)"
                            : "hung up";

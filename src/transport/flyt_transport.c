@@ -164,6 +164,11 @@ int flyt_socket_error(int fd)
     return getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) == 0 ? e : 0;
 }
 
+int flyt_peer_vanished(int err)
+{
+    return err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH;
+}
+
 static void tune_unix(int fd)
 {
     int buf = FLYT_SOCK_BUF;

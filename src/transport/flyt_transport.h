@@ -51,6 +51,10 @@ int flyt_is_tcp(int fd);
 /* The pending error of a socket (SO_ERROR, which reading clears): ETIMEDOUT
  * after keepalive or TCP_USER_TIMEOUT gave up on the peer; 0 when none. */
 int flyt_socket_error(int fd);
+/* Whether a socket error says the peer stopped answering (keepalive or
+ * TCP_USER_TIMEOUT gave up: ETIMEDOUT, or the unreachable host or network
+ * an ICMP message named meanwhile) rather than that it closed. */
+int flyt_peer_vanished(int err);
 
 /* Return a file descriptor, or -1 with a reason in err. */
 int flyt_listen(const flyt_addr *addr, char *err, size_t errlen);
