@@ -7,7 +7,9 @@
  * whether its thread is blocked in a driver call (the fake device's
  * synchronise never returns: FLYT_HOST_BACKEND_SYNC_MS=forever) or waits for
  * the next request, and free it (status page). A client that is merely idle,
- * or whose call is blocked, while its machine lives, keeps its session.
+ * or whose call is blocked, while its machine lives, keeps its session. And
+ * the client library's own keepalive (FLYT_KEEPALIVE): a program whose
+ * server's machine vanishes sees its waiting call fail (vanish_client.c).
  * Needs root (ip netns); skips (77) without.
  *
  * usage: test_server_vanish PATH-TO-flyt-server
@@ -17,8 +19,10 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,6 +63,14 @@ static void remove_stale_namespaces(void)
        "do p=${ns#fvan}; p=${p%%-*}; kill -0 $p 2>/dev/null || ip netns del $ns; done");
 }
 
+/* A child process of this test: it dies with the test (a failed check
+ * leaves no client waiting for ever), without the test's watchdog. */
+static void become_child(void)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    th_watchdog(0);
+}
+
 static int enter_namespace(const char *ns)
 {
     char path[128];
@@ -97,12 +109,14 @@ static void make_network(void)
     CHECK_EQ(enter_namespace(ns_server), 0, "this test runs in %s", ns_server);
 }
 
-/* The client's machine vanishes from the network, or comes back. */
-static void client_link(const char *updown)
+/* A machine vanishes from the network (its end of the pair set down: no
+ * packet in or out), or comes back. */
+static void set_link(const char *ns, const char *dev, const char *updown)
 {
-    CHECK_EQ(sh("ip -n %s link set v1 %s", ns_client, updown), 0, "the client's link %s",
-             updown);
+    CHECK_EQ(sh("ip -n %s link set %s %s", ns, dev, updown), 0, "the link of %s %s", ns, updown);
 }
+
+static void client_link(const char *updown) { set_link(ns_client, "v1", updown); }
 
 enum client_kind {
     IDLE,          /* HELLO and an allocation, then nothing */
@@ -118,7 +132,7 @@ static pid_t start_client(enum client_kind kind, int ready)
     pid_t pid = fork();
     if (pid != 0)
         return pid;
-    th_watchdog(0);
+    become_child();
     if (enter_namespace(ns_client) != 0)
         _exit(1);
     flyt_addr addr;
@@ -225,6 +239,65 @@ static void live_client_keeps_its_session(void)
     CHECK(status_shows(0), "status page: no session, no memory");
 }
 
+/* Waits up to seconds for pid to exit; the seconds it took (its exit status
+ * in *status), or -1 after killing it. */
+static double wait_exit(pid_t pid, double seconds, int *status)
+{
+    double t0 = th_now_s();
+    while (th_now_s() - t0 < seconds) {
+        if (waitpid(pid, status, WNOHANG) == pid)
+            return th_now_s() - t0;
+        usleep(20 * 1000);
+    }
+    end_client(pid);
+    return -1;
+}
+
+/* The client library's side (FLYT_KEEPALIVE): the server's machine vanishes
+ * while a program's call waits for its reply; the call fails as for a lost
+ * server, within the keepalive's time. */
+static void vanished_server_fails_its_client(void)
+{
+    const char *prog = getenv("FLYT_TEST_VANISH_CLIENT");
+    if (prog == NULL || *prog == '\0') {
+        printf("  (FLYT_TEST_VANISH_CLIENT unset: the client library's side is not tested)\n");
+        return;
+    }
+    th_say("the server's machine vanishes while a program's call waits for its reply");
+    int out[2];
+    CHECK_EQ(pipe(out), 0, "a pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        become_child();
+        dup2(out[1], STDOUT_FILENO);
+        if (enter_namespace(ns_client) != 0)
+            _exit(1);
+        setenv("FLYT_SERVER", SERVER_TCP, 1);
+        setenv("FLYT_KEEPALIVE", KEEPALIVE, 1);
+        execl(prog, prog, (char *)NULL);
+        _exit(127);
+    }
+    CHECK_GE(pid, 0, "fork the program");
+    close(out[1]);
+    FILE *from = fdopen(out[0], "r");
+    char line[512] = "";
+    while (fgets(line, sizeof line, from) && strcmp(line, "ready\n") != 0)
+        printf("    %s", line); /* its own checks */
+    CHECK_STR_EQ(line, "ready\n", "the program (FLYT_KEEPALIVE=" KEEPALIVE ") has a context "
+                 "and memory, and synchronises");
+    sleep(1); /* its cuCtxSynchronize waits on the fake device */
+    set_link(ns_server, "v0", "down");
+    int status = -1;
+    double took = wait_exit(pid, GONE_WITHIN, &status);
+    while (fgets(line, sizeof line, from))
+        printf("    %s", line);
+    fclose(from);
+    CHECK(took >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "its call failed as for a lost server, and it ended %.2f s after the server's machine "
+          "vanished (status %d)", took, status);
+    set_link(ns_server, "v0", "up");
+}
+
 int main(int argc, char **argv)
 {
     const char *bin = th_server_bin(argc, argv);
@@ -238,6 +311,7 @@ int main(int argc, char **argv)
     live_client_keeps_its_session();
     vanished_client_is_dropped(IDLE, "while its session waits for the next request");
     vanished_client_is_dropped(BLOCKED, "while its session is blocked in a driver call");
+    vanished_server_fails_its_client();
     CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
     th_server_stop();
     unlink(status_file);
