@@ -821,6 +821,24 @@ static int start_tls(flyt_link *l, const flyt_addr *addr, int timeout_s, char *e
     return 0;
 }
 
+/* FLYT_KEEPALIVE ("IDLE,INTERVAL,COUNT" or "off"; default 5,2,4): a server
+ * whose machine vanished ends the connection in IDLE + INTERVAL * COUNT s,
+ * and this process's calls fail as for any lost server. A malformed value
+ * is said once and the default kept. */
+static struct flyt_keepalive client_keepalive(void)
+{
+    struct flyt_keepalive k = FLYT_KEEPALIVE_DEFAULT;
+    const char *v = getenv("FLYT_KEEPALIVE");
+    char why[160];
+    static int told;
+    if (v && *v && flyt_keepalive_parse(v, &k, why, sizeof why) != 0) {
+        k = FLYT_KEEPALIVE_DEFAULT;
+        if (!told++)
+            fprintf(stderr, "flyt: FLYT_KEEPALIVE: %s; using 5,2,4\n", why);
+    }
+    return k;
+}
+
 /* The first of the comma-separated alternatives of endpoint that accepts a
  * connection, in order: a node lists its server's Unix socket before its
  * TCP address, so a client on the same machine gets the Unix socket (and
@@ -842,6 +860,9 @@ static int connect_any(const char *endpoint, int timeout_s, flyt_addr *addr, fly
     }
     if (l->fd < 0)
         return -1;
+    struct flyt_keepalive keepalive = client_keepalive();
+    if (flyt_keepalive_set(l->fd, &keepalive) != 0 && flyt_tracing())
+        fprintf(stderr, "flyt: no TCP keepalive to %s: %s\n", addr->host, strerror(errno));
     if (start_tls(l, addr, timeout_s, err, errlen) != 0) {
         close(l->fd);
         l->fd = -1;

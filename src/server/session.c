@@ -648,6 +648,9 @@ static int read_header(flyt_session *s, struct flyt_frame_hdr *h, const char *wh
         return 0;
     if (errno == 0)
         flyt_info("%s closed the connection%s", s->peer, when);
+    else if (flyt_peer_vanished(errno)) /* TCP keepalive or TCP_USER_TIMEOUT gave up on it */
+        flyt_info("%s stopped answering%s (its machine or network is gone: no answer to TCP "
+                  "keepalive); ending its session", s->peer, when);
     else
         flyt_info("reading from %s failed%s: %s", s->peer, when, strerror(errno));
     return -1;

@@ -37,13 +37,18 @@ static const char *call_name(uint64_t busy)
 static void end_session(struct flyt_watch *w, uint64_t busy, uint64_t waited_ms)
 {
     double s = (double)waited_ms / 1000.0;
+    const char *left = flyt_peer_vanished(flyt_socket_error(w->fd))
+                           ? "stopped answering (its machine or network is gone: no answer to "
+                             "TCP keepalive)"
+                           : "hung up";
     if ((busy & 0xffff) == FLYT_WATCH_CLOSE) /* the session was over already */
         flyt_info("%s is gone and closing its session's context has taken %.1f s (a kernel "
                   "still running?); ending the process so that the driver frees the context",
                   w->peer, s);
     else
-        flyt_info("%s hung up while its session waited (%.1f s so far) in %s; ending the "
-                  "session so that the driver frees its context", w->peer, s, call_name(busy));
+        flyt_info("%s %s while its session waited (%.1f s so far) in %s; ending the "
+                  "session so that the driver frees its context", w->peer, left, s,
+                  call_name(busy));
     _exit(FLYT_EXIT_OK);
 }
 

@@ -5,7 +5,9 @@
  * hold its context, SMs and memory for ever. A watcher thread of the session
  * process looks at the call in progress every FLYT_WATCH_TICK_MS; once the
  * same call has lasted FLYT_WATCH_AFTER_MS and the client has hung up, it logs
- * one line and ends the process, and the driver reclaims the context.
+ * one line and ends the process, and the driver reclaims the context. A TCP
+ * client whose machine vanished (no FIN, no reset) looks hung up once TCP
+ * keepalive gave up on it (flyt-server --keepalive, flyt_keepalive_set).
  *
  * The session thread's cost: one relaxed store as a call begins, one as it
  * ends. Only requests (dispatch), a live resize and closing the backend are

@@ -104,6 +104,71 @@ static void tune_tcp(int fd)
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
 }
 
+int flyt_keepalive_parse(const char *text, struct flyt_keepalive *k, char *err, size_t errlen)
+{
+    if (strcmp(text, "off") == 0) {
+        *k = (struct flyt_keepalive){0, 0, 0};
+        return 0;
+    }
+    long v[3];
+    const char *p = text;
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        errno = 0;
+        v[i] = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
+        if (v[i] < 1 || v[i] > 3600 || errno || *end != (i < 2 ? ',' : '\0')) {
+            snprintf(err, errlen, "want IDLE,INTERVAL,COUNT (seconds, seconds, probes; each 1 "
+                     "to 3600) or off, got '%s'", text);
+            return -1;
+        }
+        p = end + 1;
+    }
+    *k = (struct flyt_keepalive){(int)v[0], (int)v[1], (int)v[2]};
+    return 0;
+}
+
+int flyt_keepalive_dead_s(const struct flyt_keepalive *k)
+{
+    return k->idle_s > 0 ? k->idle_s + k->interval_s * k->count : 0;
+}
+
+int flyt_is_tcp(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    return getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+           (ss.ss_family == AF_INET || ss.ss_family == AF_INET6);
+}
+
+int flyt_keepalive_set(int fd, const struct flyt_keepalive *k)
+{
+    if (k->idle_s <= 0 || !flyt_is_tcp(fd))
+        return 0;
+    int one = 1;
+    /* TCP_USER_TIMEOUT also governs keepalive once set: the connection ends
+     * when the peer has been silent this long and a probe went unanswered */
+    unsigned user_timeout_ms = (unsigned)flyt_keepalive_dead_s(k) * 1000u;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &k->idle_s, sizeof k->idle_s) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &k->interval_s, sizeof k->interval_s) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &k->count, sizeof k->count) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms) != 0)
+        return -1;
+    return 0;
+}
+
+int flyt_socket_error(int fd)
+{
+    int e = 0;
+    socklen_t len = sizeof e;
+    return getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) == 0 ? e : 0;
+}
+
+int flyt_peer_vanished(int err)
+{
+    return err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH;
+}
+
 static void tune_unix(int fd)
 {
     int buf = FLYT_SOCK_BUF;
@@ -226,9 +291,7 @@ int flyt_accept(int listen_fd)
     } while (fd < 0 && errno == EINTR);
     if (fd < 0)
         return -1;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family != AF_UNIX)
+    if (flyt_is_tcp(fd))
         tune_tcp(fd);
     else
         tune_unix(fd);

@@ -25,6 +25,37 @@ int flyt_addr_parse(const char *text, flyt_addr *addr, char *err, size_t errlen)
 /* Writes the address back in its canonical text form. */
 void flyt_addr_format(const flyt_addr *addr, char *out, size_t outlen);
 
+/* TCP keepalive on a data-plane connection: a peer whose machine vanished
+ * (power loss, cut network: no FIN, no reset) is declared gone once nothing
+ * came from it for idle_s + interval_s * count seconds (its kernel answers
+ * probes even while its program is busy), and data unacknowledged that long
+ * ends the connection too (TCP_USER_TIMEOUT). idle_s 0: the system's
+ * defaults (hours). */
+struct flyt_keepalive {
+    int idle_s;     /* silence before the first probe */
+    int interval_s; /* between probes */
+    int count;      /* unanswered probes that end the connection */
+};
+/* 5 + 2 * 4: a vanished peer is noticed 13 s after it last spoke. */
+#define FLYT_KEEPALIVE_DEFAULT ((struct flyt_keepalive){5, 2, 4})
+/* "IDLE,INTERVAL,COUNT" (seconds, seconds, probes; each 1 to 3600) or "off".
+ * 0, or -1 with a reason in err. */
+int flyt_keepalive_parse(const char *text, struct flyt_keepalive *k, char *err, size_t errlen);
+/* Seconds from the last word of a peer to the connection's end (0: off). */
+int flyt_keepalive_dead_s(const struct flyt_keepalive *k);
+/* Applies k to a connected TCP socket; nothing for other sockets or idle_s
+ * 0. 0, or -1 (errno) when the system refused an option. */
+int flyt_keepalive_set(int fd, const struct flyt_keepalive *k);
+/* 1 when fd is a TCP socket (IPv4 or IPv6), 0 otherwise. */
+int flyt_is_tcp(int fd);
+/* The pending error of a socket (SO_ERROR, which reading clears): ETIMEDOUT
+ * after keepalive or TCP_USER_TIMEOUT gave up on the peer; 0 when none. */
+int flyt_socket_error(int fd);
+/* Whether a socket error says the peer stopped answering (keepalive or
+ * TCP_USER_TIMEOUT gave up: ETIMEDOUT, or the unreachable host or network
+ * an ICMP message named meanwhile) rather than that it closed. */
+int flyt_peer_vanished(int err);
+
 /* Return a file descriptor, or -1 with a reason in err. */
 int flyt_listen(const flyt_addr *addr, char *err, size_t errlen);
 int flyt_connect(const flyt_addr *addr, char *err, size_t errlen);

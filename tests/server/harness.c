@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flyt_server_status.h"
 #include "flyt_transport.h"
 
 static pid_t server_pid = -1;
@@ -603,4 +604,52 @@ int th_run_server(const char *bin, const char *const *args, char *out, size_t ou
     close(lfd);
     unlink(log);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+double th_now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+int th_sessions_live(void)
+{
+    return th_server_log_count(" started for ") - th_server_log_count(" ended (exit status") -
+           th_server_log_count(" ended with exit status") - th_server_log_count(" killed by signal");
+}
+
+double th_wait_no_session(double seconds)
+{
+    double t0 = th_now_s();
+    while (th_now_s() - t0 < seconds) {
+        if (th_sessions_live() == 0)
+            return th_now_s() - t0;
+        usleep(20 * 1000);
+    }
+    return -1;
+}
+
+void th_status_page(const char *status_file, uint32_t *sessions, uint64_t *used)
+{
+    struct flyt_server_status st;
+    memset(&st, 0, sizeof st);
+    int fd = open(status_file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || pread(fd, &st, sizeof st, 0) != (ssize_t)sizeof st)
+        memset(&st, 0xff, sizeof st); /* unreadable: never looks settled */
+    if (fd >= 0)
+        close(fd);
+    *sessions = st.sessions;
+    *used = st.memory_used;
+}
+
+const char *th_server_bin(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH-TO-flyt-server\n", argv[0]);
+        exit(2);
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGPIPE, SIG_IGN);
+    return argv[1];
 }

@@ -22,6 +22,10 @@
 #define T_INVALID_HANDLE    400
 #define T_NOT_SUPPORTED     801
 
+/* A test's one argument, the flyt-server binary (usage and exit 2 without
+ * it); stdout is made line-buffered and SIGPIPE ignored. */
+const char *th_server_bin(int argc, char **argv);
+
 /* Heading of a group of checks. */
 void th_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -54,6 +58,16 @@ int th_server_log_clean(void);
 void th_passed(void);
 int th_server_alive(void);
 const char *th_socket_path(void);
+
+/* Seconds on the monotonic clock. */
+double th_now_s(void);
+/* Sessions the server's log shows started and not yet ended. */
+int th_sessions_live(void);
+/* Waits up to seconds until no session is left; the seconds it took, or -1. */
+double th_wait_no_session(double seconds);
+/* The admitted sessions and their memory on the status page status_file
+ * (--status-file); all ones when it cannot be read. */
+void th_status_page(const char *status_file, uint32_t *sessions, uint64_t *used);
 
 /* Runs `bin args...` to its end (a server expected to refuse to start) and
  * returns its exit status (128 + signal when killed); its stderr in out

@@ -1,9 +1,11 @@
 /*
  * Unit tests of src/protocol/flyt_proto.c (the op table and request-header
- * validation) and src/transport/flyt_transport.c (address parsing and the
- * whole-buffer I/O helpers).
+ * validation) and src/transport/flyt_transport.c (address parsing, the
+ * whole-buffer I/O helpers, TCP keepalive settings).
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +315,75 @@ static void test_io(void)
     rmdir(dir);
 }
 
+static int sockopt(int fd, int level, int name)
+{
+    int v = -1;
+    socklen_t len = sizeof v;
+    return getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
+}
+
+static void keepalive_bad(const char *text)
+{
+    struct flyt_keepalive k = {9, 9, 9};
+    char err[256] = "";
+    CHECK_EQ(flyt_keepalive_parse(text, &k, err, sizeof err), -1, "'%s' refused (%s)", text, err);
+    CHECK(err[0] != '\0' && k.idle_s == 9, "'%s' refused, nothing changed", text);
+}
+
+static void test_keepalive(void)
+{
+    printf("== TCP keepalive settings\n");
+    struct flyt_keepalive k = FLYT_KEEPALIVE_DEFAULT;
+    CHECK_EQ(flyt_keepalive_dead_s(&k), 13, "the default gives up 13 s after the peer's last word");
+    char err[256] = "";
+    CHECK_EQ(flyt_keepalive_parse("1,2,3", &k, err, sizeof err), 0, "1,2,3 parses (%s)", err);
+    CHECK(k.idle_s == 1 && k.interval_s == 2 && k.count == 3, "1,2,3: idle 1, interval 2, count 3");
+    CHECK_EQ(flyt_keepalive_dead_s(&k), 7, "1,2,3 gives up after 7 s");
+    CHECK_EQ(flyt_keepalive_parse("off", &k, err, sizeof err), 0, "off parses");
+    CHECK_EQ(flyt_keepalive_dead_s(&k), 0, "off: never of its own");
+    const char *bad[] = {"", "5", "5,2", "5,2,4,1", "0,2,4", "5,0,4", "5,2,0", "-1,2,4",
+                         "5,2,4x", "5, 2,4", "3601,1,1", "on", "5,,4"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        keepalive_bad(bad[i]);
+
+    char text[] = "tcp://127.0.0.1:0";
+    flyt_addr addr;
+    CHECK_EQ(flyt_addr_parse(text, &addr, err, sizeof err), 0, "parse %s", text);
+    int lfd = flyt_listen(&addr, err, sizeof err);
+    CHECK_GE(lfd, 0, "listen on loopback (%s)", err);
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof sa;
+    CHECK_EQ(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0, "the port chosen");
+    snprintf(addr.port, sizeof addr.port, "%u", (unsigned)ntohs(sa.sin_port));
+    int cfd = flyt_connect(&addr, err, sizeof err);
+    CHECK_GE(cfd, 0, "connect (%s)", err);
+    CHECK_EQ(flyt_is_tcp(cfd), 1, "a TCP socket is one");
+    k = (struct flyt_keepalive){3, 2, 5};
+    CHECK_EQ(flyt_keepalive_set(cfd, &k), 0, "keepalive 3,2,5 set");
+    CHECK_EQ(sockopt(cfd, SOL_SOCKET, SO_KEEPALIVE), 1, "SO_KEEPALIVE on");
+    CHECK_EQ(sockopt(cfd, IPPROTO_TCP, TCP_KEEPIDLE), 3, "TCP_KEEPIDLE 3");
+    CHECK_EQ(sockopt(cfd, IPPROTO_TCP, TCP_KEEPINTVL), 2, "TCP_KEEPINTVL 2");
+    CHECK_EQ(sockopt(cfd, IPPROTO_TCP, TCP_KEEPCNT), 5, "TCP_KEEPCNT 5");
+    CHECK_EQ(sockopt(cfd, IPPROTO_TCP, TCP_USER_TIMEOUT), 13000, "TCP_USER_TIMEOUT 13 s");
+    CHECK_EQ(flyt_socket_error(cfd), 0, "no error pending");
+    int afd = flyt_accept(lfd);
+    CHECK_GE(afd, 0, "accept");
+    k = (struct flyt_keepalive){0, 0, 0};
+    CHECK_EQ(flyt_keepalive_set(afd, &k), 0, "off: nothing set");
+    CHECK_EQ(sockopt(afd, SOL_SOCKET, SO_KEEPALIVE), 0, "off: SO_KEEPALIVE stays off");
+    close(afd);
+    close(cfd);
+    close(lfd);
+
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0, "socketpair");
+    CHECK_EQ(flyt_is_tcp(sv[0]), 0, "a Unix socket is no TCP socket");
+    k = FLYT_KEEPALIVE_DEFAULT;
+    CHECK_EQ(flyt_keepalive_set(sv[0], &k), 0, "a Unix socket: nothing to set");
+    close(sv[0]);
+    close(sv[1]);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -321,6 +392,7 @@ int main(void)
     test_check_request();
     test_addresses();
     test_io();
+    test_keepalive();
     printf("all protocol checks passed\n");
     return 0;
 }

@@ -32,32 +32,6 @@
 #include "flyt_vm_quota.h"
 #include "harness.h"
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-/* Sessions the server's log shows started and not yet ended. */
-static int sessions_live(void)
-{
-    return th_server_log_count(" started for ") - th_server_log_count(" ended (exit status") -
-           th_server_log_count(" ended with exit status") - th_server_log_count(" killed by signal");
-}
-
-/* Waits up to seconds until no session is left; the seconds it took, or -1. */
-static double wait_no_session(double seconds)
-{
-    double t0 = now_s();
-    while (now_s() - t0 < seconds) {
-        if (sessions_live() == 0)
-            return now_s() - t0;
-        usleep(20 * 1000);
-    }
-    return -1;
-}
-
 /* A fresh admitted connection with an allocation of size bytes at *ptr. */
 static int session_with_alloc(uint64_t size, uint64_t *ptr)
 {
@@ -73,14 +47,14 @@ static int session_with_alloc(uint64_t size, uint64_t *ptr)
 static void hang_up_after(uint16_t op, const void *req, size_t len, const char *what)
 {
     uint64_t ptr;
-    CHECK(wait_no_session(5.0) >= 0, "no session left from before");
+    CHECK(th_wait_no_session(5.0) >= 0, "no session left from before");
     int fd = session_with_alloc(1 << 20, &ptr);
     /* the request's addresses point into the allocation */
     unsigned char buf[512];
     memcpy(buf, req, len);
     CHECK_EQ(th_send(fd, op, 0, th_next_seq(), buf, len, NULL, 0), 0, "send %s", what);
     close(fd);
-    double took = wait_no_session(5.0);
+    double took = th_wait_no_session(5.0);
     CHECK(took >= 0, "%s, client gone: the session ended (%.2f s)", what, took);
 }
 
@@ -184,20 +158,20 @@ static void long_work_stops_when_client_leaves(void)
     int fd = session_with_alloc(size, &p);
     flyt_req_memset m = {.dst = p, .pitch = 1, .slice_pitch = 2, .width_bytes = 1, .height = 1,
                          .depth = size / 2, .value = 1, .elem_size = 1};
-    double t0 = now_s();
+    double t0 = th_now_s();
     int r = th_call(fd, FLYT_OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
-    double whole = now_s() - t0;
+    double whole = th_now_s() - t0;
     CHECK_EQ(r, T_SUCCESS,
              "a memset of %llu one-byte slices, 2 bytes apart: %.2f s", (unsigned long long)m.depth, whole);
     close(fd);
-    CHECK(wait_no_session(5.0) >= 0, "no session left from before");
+    CHECK(th_wait_no_session(5.0) >= 0, "no session left from before");
     fd = session_with_alloc(size, &p);
     m.dst = p;
     CHECK_EQ(th_send(fd, FLYT_OP_MEMSET, 0, th_next_seq(), &m, sizeof m, NULL, 0), 0,
              "the same memset again, then the client hangs up");
     usleep(20 * 1000);
     close(fd);
-    double took = wait_no_session(whole + 5.0);
+    double took = th_wait_no_session(whole + 5.0);
     CHECK(took >= 0 && took < whole / 2, "the session ended %.2f s after the hang-up (the work "
           "takes %.2f s)", took, whole);
 }
@@ -220,7 +194,7 @@ static void client_text_cannot_forge_log_lines(void)
     CHECK_EQ(th_call_rep(fd, FLYT_OP_HELLO, &h, sizeof h, NULL, 0, &rep, sizeof rep), 0,
              "HELLO with a host name holding a newline and an escape sequence");
     close(fd);
-    CHECK(wait_no_session(5.0) >= 0, "the session ended");
+    CHECK(th_wait_no_session(5.0) >= 0, "the session ended");
     CHECK_EQ(th_server_log_count("x\\nFORGED flyt-server[1] error: \\x1b[2Jfake"), 1,
              "the name is logged escaped, on the session's own line");
     int forged = 0;
@@ -285,7 +259,7 @@ static void unsealed_shared_memory_is_refused(void)
     munmap(view, size);
     close(memfd);
     close(fd);
-    CHECK(wait_no_session(5.0) >= 0, "the session ended");
+    CHECK(th_wait_no_session(5.0) >= 0, "the session ended");
     CHECK(!th_server_log_has("killed by signal"), "no session died of a signal");
 }
 
@@ -368,7 +342,7 @@ static void load_in_new_session(const unsigned char *image, size_t size, const c
     uint64_t module = 0;
     CHECK_EQ(th_module_load(fd, image, size, &module), T_SUCCESS, "MODULE_LOAD of %s", what);
     close(fd);
-    CHECK(wait_no_session(5.0) >= 0, "the session ended");
+    CHECK(th_wait_no_session(5.0) >= 0, "the session ended");
     usleep(30000); /* file times have the kernel's tick as granularity */
 }
 
@@ -452,20 +426,6 @@ static void remove_cache_dir(void)
 static char status_file[256], vmq_file[256];
 static struct flyt_vm_quota *vmq;
 
-/* The status page's admitted sessions and their memory. */
-static void status_now(uint32_t *sessions, uint64_t *used)
-{
-    struct flyt_server_status st;
-    memset(&st, 0, sizeof st);
-    int fd = open(status_file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || pread(fd, &st, sizeof st, 0) != (ssize_t)sizeof st)
-        memset(&st, 0xff, sizeof st); /* unreadable: never looks settled */
-    if (fd >= 0)
-        close(fd);
-    *sessions = st.sessions;
-    *used = st.memory_used;
-}
-
 /* A client process: HELLO, an allocation, then DEVICE_SYNC, which the fake
  * device never finishes; it says so on ready and waits to be killed. Exits
  * at once on a failure (its parent sees no byte). */
@@ -500,24 +460,24 @@ static void blocked_call_ends_when_client_dies(void)
     close(ready[1]);
     uint32_t sessions;
     uint64_t used;
-    status_now(&sessions, &used);
+    th_status_page(status_file, &sessions, &used);
     CHECK(sessions == 1 && used == 1 << 20, "status page: 1 session holding 1 MiB (%u, %llu)",
           sessions, (unsigned long long)used);
     CHECK_EQ(flyt_vmq_used(vmq), 1 << 20, "VM quota page: 1 MiB held");
     sleep(2); /* the call is blocked past the watch's threshold before the client dies */
-    CHECK_EQ(sessions_live(), 1, "the session still waits in DEVICE_SYNC");
-    double t0 = now_s();
+    CHECK_EQ(th_sessions_live(), 1, "the session still waits in DEVICE_SYNC");
+    double t0 = th_now_s();
     kill(client, SIGKILL);
     waitpid(client, NULL, 0);
-    double took = wait_no_session(5.0);
+    double took = th_wait_no_session(5.0);
     CHECK(took >= 0, "the session ended %.2f s after its client was killed (%.2f s waited)",
-          took, now_s() - t0);
+          took, th_now_s() - t0);
     CHECK(th_server_log_has("hung up while its session waited"), "the server says why");
     CHECK(th_server_log_has("in DEVICE_SYNC;"), "and in which call");
     CHECK(th_server_log_count(" ended with exit status") + th_server_log_count(" killed by signal") == 0,
           "the session ended as one whose client left (exit status 0)");
     for (int i = 0; i < 100; i++) { /* the parent reaps, then frees the slots */
-        status_now(&sessions, &used);
+        th_status_page(status_file, &sessions, &used);
         if (sessions == 0 && used == 0 && flyt_vmq_used(vmq) == 0)
             break;
         usleep(20 * 1000);
@@ -533,7 +493,7 @@ static void blocked_call_ends_when_client_dies(void)
 static void half_closed_client_looks_gone(void)
 {
     th_say("a client that half-closes while its call is blocked looks gone");
-    CHECK(wait_no_session(5.0) >= 0, "no session left from before");
+    CHECK(th_wait_no_session(5.0) >= 0, "no session left from before");
     int fd = th_connect();
     CHECK_GE(fd, 0, "connect and HELLO");
     CHECK_EQ(th_hello(fd), 0, "connect and HELLO");
@@ -555,9 +515,9 @@ static void long_call_with_client_is_answered(void)
     CHECK_GE(fd, 0, "connect and HELLO");
     CHECK_EQ(th_hello(fd), 0, "connect and HELLO");
     static const flyt_req_none none;
-    double t0 = now_s();
+    double t0 = th_now_s();
     int r = th_call(fd, FLYT_OP_DEVICE_SYNC, &none, sizeof none, NULL, 0, NULL);
-    double took = now_s() - t0;
+    double took = th_now_s() - t0;
     CHECK(r == T_SUCCESS && took > 2.9, "DEVICE_SYNC answered %d after %.2f s", r, took);
     CHECK_EQ(th_call(fd, FLYT_OP_PING, &none, sizeof none, NULL, 0, NULL), T_SUCCESS,
              "the session goes on");
@@ -588,18 +548,13 @@ static void blocked_calls(const char *bin)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s PATH-TO-flyt-server\n", argv[0]);
-        return 2;
-    }
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    signal(SIGPIPE, SIG_IGN);
+    const char *bin = th_server_bin(argc, argv);
     th_watchdog(120);
     th_prepare_dir();
     snprintf(cache_dir, sizeof cache_dir, "%s/cache", th_temp_dir());
     CHECK_EQ(mkdir(cache_dir, 0700), 0, "a cache dir");
     static const char *const args[] = {"--cache-dir", cache_dir, "--cache-max", "200", NULL};
-    th_server_start_args(argv[1], "FLYT_HOST_BACKEND_MEM=268435456", args);
+    th_server_start_args(bin, "FLYT_HOST_BACKEND_MEM=268435456", args);
     spinning_requests_end_with_their_client();
     impossible_geometry_is_refused();
     long_work_stops_when_client_leaves();
@@ -612,10 +567,10 @@ int main(int argc, char **argv)
     remove_cache_dir();
     th_server_stop();
     static const char *const small_images[] = {"--max-image-bytes", "200", NULL};
-    th_server_start_args(argv[1], "FLYT_HOST_BACKEND_MEM=268435456", small_images);
+    th_server_start_args(bin, "FLYT_HOST_BACKEND_MEM=268435456", small_images);
     image_memory_is_bounded();
     th_server_stop();
-    blocked_calls(argv[1]);
+    blocked_calls(bin);
     th_passed();
     printf("all hardening checks passed\n");
     return 0;

@@ -628,14 +628,9 @@ static void concurrent_sessions(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s PATH-TO-flyt-server\n", argv[0]);
-        return 2;
-    }
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    signal(SIGPIPE, SIG_IGN);
+    const char *bin = th_server_bin(argc, argv);
     th_watchdog(240);
-    th_server_start(argv[1], NULL);
+    th_server_start(bin, NULL);
 
     th_say("a proper session");
     int fd = session();

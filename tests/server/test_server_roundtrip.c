@@ -551,16 +551,11 @@ static void errors_and_reset(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s PATH-TO-flyt-server\n", argv[0]);
-        return 2;
-    }
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    signal(SIGPIPE, SIG_IGN);
+    const char *bin = th_server_bin(argc, argv);
     th_watchdog(240);
     static char env[64];
     snprintf(env, sizeof env, "FLYT_HOST_BACKEND_MEM=%llu", (unsigned long long)TOTAL);
-    th_server_start(argv[1], env);
+    th_server_start(bin, env);
     fd = th_connect();
     CHECK_GE(fd, 0, "connect");
     CHECK_EQ(th_hello(fd), 0, "HELLO: backend \"host\", one device");
