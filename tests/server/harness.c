@@ -604,3 +604,32 @@ int th_run_server(const char *bin, const char *const *args, char *out, size_t ou
     unlink(log);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
+
+int th_ckpt_main(int argc, char **argv, const char *tag, const char **bin, char *dir,
+                 char *status_path, char *state_path)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PATH-TO-flyt-server\n", argv[0]);
+        exit(2);
+    }
+    *bin = argv[1];
+    th_watchdog(120);
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(dir, 64, "/tmp/flyt-%s-XXXXXX", tag);
+    CHECK(mkdtemp(dir) != NULL, "temp dir");
+    snprintf(status_path, 128, "%s/server.status", dir);
+    snprintf(state_path, 128, "%s/session.state", dir);
+    const char *args[] = {"--status-file", status_path, NULL};
+    th_server_start_args(*bin, NULL, args);
+    int fd = th_connect();
+    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO");
+    return fd;
+}
+
+void th_ckpt_end(const char *dir, const char *status_path, const char *state_path)
+{
+    unlink(state_path);
+    unlink(status_path);
+    rmdir(dir);
+    th_passed();
+}

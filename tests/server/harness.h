@@ -55,6 +55,16 @@ void th_passed(void);
 int th_server_alive(void);
 const char *th_socket_path(void);
 
+/* The start of a checkpoint test's main: one argument, the server binary
+ * (*bin; else the usage and exit 2), the watchdog (120 s), SIGPIPE ignored,
+ * a fresh directory /tmp/flyt-TAG-XXXXXX in dir (64 bytes) with its status
+ * page's and state file's paths (128 bytes each), a server started with
+ * that --status-file, and a connection to it that said HELLO (returned). */
+int th_ckpt_main(int argc, char **argv, const char *tag, const char **bin, char *dir,
+                 char *status_path, char *state_path);
+/* Its end: the files and the directory removed, th_passed. */
+void th_ckpt_end(const char *dir, const char *status_path, const char *state_path);
+
 /* Runs `bin args...` to its end (a server expected to refuse to start) and
  * returns its exit status (128 + signal when killed); its stderr in out
  * (NUL-terminated, cut to outlen), or dropped when out is NULL. */
