@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flyt_log.h"
 #include "flyt_mipmap.h"
 #include "state_format.h"
 
@@ -329,6 +330,10 @@ static CUresult restore_obj(flyt_session *s, uint32_t type, const unsigned char 
             (int)(e ? e : CUDA_ERROR_INVALID_VALUE));
         return e ? e : CUDA_ERROR_INVALID_VALUE;
     }
+    if (obj != client)
+        flyt_info("restore: %s object 0x%llx is 0x%llx here: the old value is translated in "
+                  "kernel parameters", tex ? "texture" : "surface", (unsigned long long)client,
+                  (unsigned long long)obj);
     return CUDA_SUCCESS;
 }
 
