@@ -23,9 +23,9 @@ static inline CUDA_ARRAY3D_DESCRIPTOR flyt_mipmap_level_desc(const CUDA_ARRAY3D_
 }
 
 /* Bytes of one element of an array of format with channels (1, 2 or 4 for
- * the plain formats; the normalized ones name their own count); 0 for the
- * packed, block-compressed and YUV formats, whose texels are not whole
- * bytes each or which have planes. */
+ * the plain formats; the normalized and 10-10-10-2 ones name their own
+ * count); 0 for the block-compressed and YUV formats, whose texels are not
+ * whole bytes each or which have planes. */
 static inline unsigned flyt_array_elem_bytes(unsigned format, unsigned channels)
 {
     unsigned size, fixed = 0; /* fixed: the channels the format names */

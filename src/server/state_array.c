@@ -97,10 +97,10 @@ const char *flyt_state_array_refused(const flyt_session *s, const struct flyt_he
     switch (e->type) {
     case FLYT_H_ARRAY:
         return shape_of(&e->u.array.desc, &sh) ? NULL
-                                               : "CUDA array of a packed, block-compressed or YUV format";
+                                               : "CUDA array of a block-compressed or YUV format";
     case FLYT_H_MIPMAP:
         return mipmap_bytes(&e->u.array.desc, &bytes)
-                   ? NULL : "mipmapped array of a packed, block-compressed or YUV format";
+                   ? NULL : "mipmapped array of a block-compressed or YUV format";
     case FLYT_H_TEXOBJ:
     case FLYT_H_SURFOBJ: return e->u.obj.desc ? NULL : "texture or surface object without its descriptor";
     default: return "object of an unknown kind";
