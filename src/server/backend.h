@@ -349,6 +349,11 @@ struct flyt_backend_ops {
      * it: the backend translates old in copies and kernel parameters from
      * then on. NULL: the backend cannot (the restore fails). */
     CUresult (*global_alias)(flyt_backend *b, uint64_t old, uint64_t now, uint64_t size);
+    /* A texture or surface object the client holds as value client is now
+     * the backend's object now (a restore made it again, or its value was
+     * taken): the backend translates client in 8-byte kernel parameters from
+     * then on; now == client forgets it. NULL: the backend cannot. */
+    CUresult (*obj_alias)(flyt_backend *b, uint64_t client, uint64_t now);
 };
 
 /* Every backend's state starts with this. */

@@ -305,13 +305,12 @@ static void cuda_close(flyt_backend *base)
     flyt_cuda_staging_release(b, 1); /* also unmaps the host memory */
     flyt_cuda_mem_drop(b);
     flyt_memtab_free(&b->ckpt.async);
-    free(b->ckpt.aliases); /* the modules they named are gone */
-    b->ckpt.aliases = NULL;
-    b->ckpt.naliases = 0;
+    flyt_cuda_aliases_drop(b); /* the modules and objects they named are gone */
     destroy_tracked(b);
     ctx_drop(b);
     free(b->kparams);
     free(b->ckpt.kparam_copy);
+    free(b->ckpt.kobj_copy);
     free(b->share_groups);
     /* libcuda stays loaded: unloading an initialized driver is not safe */
     free(b);
@@ -357,9 +356,7 @@ static CUresult cuda_device_reset(flyt_backend *base)
     flyt_cuda_staging_release(b, 0); /* buffers stay mapped: the server may hold one */
     flyt_cuda_mem_drop(b);
     flyt_memtab_free(&b->ckpt.async);
-    free(b->ckpt.aliases); /* the modules they named are gone */
-    b->ckpt.aliases = NULL;
-    b->ckpt.naliases = 0;
+    flyt_cuda_aliases_drop(b); /* the modules and objects they named are gone */
     destroy_tracked(b);
     flyt_cuda_green_drop(b); /* rebuilt by ctx_acquire below */
     CUresult r = b->cu.cuDevicePrimaryCtxReset(b->dev);
@@ -1210,6 +1207,7 @@ CUresult flyt_cuda_kernel_args(struct flyt_cuda_backend *b, const struct flyt_cu
     ka->extra = NULL;
     ka->buf_size = param_bytes;
     params = flyt_cuda_params_xlate(b, params, param_bytes);
+    params = flyt_cuda_params_xlate_objs(b, f, params, param_bytes);
     if (f->nparams > 0) {
         if ((size_t)f->nparams > b->kparams_cap) {
             void **n = realloc(b->kparams, (size_t)f->nparams * sizeof *n);
@@ -1442,6 +1440,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .state_arenas = flyt_cuda_mem_arenas,
     .arena_at = flyt_cuda_mem_arena_at,
     .global_alias = flyt_cuda_global_alias,
+    .obj_alias = flyt_cuda_obj_alias,
 };
 
 /* ---- open ---- */

@@ -88,13 +88,24 @@ CUresult flyt_cuda_copy_3d(flyt_backend *base, const struct flyt_bcopy *c, flyt_
     return r;
 }
 
+/* Linear and pitch2D memory at a moved module global's old address is at its new one. */
+static void xlate_resource(const struct flyt_cuda_backend *b, CUDA_RESOURCE_DESC *d)
+{
+    if (d->resType == CU_RESOURCE_TYPE_LINEAR)
+        d->res.linear.devPtr = (CUdeviceptr)flyt_cuda_xlate(b, d->res.linear.devPtr);
+    else if (d->resType == CU_RESOURCE_TYPE_PITCH2D)
+        d->res.pitch2D.devPtr = (CUdeviceptr)flyt_cuda_xlate(b, d->res.pitch2D.devPtr);
+}
+
 CUresult flyt_cuda_tex_create(flyt_backend *base, const CUDA_RESOURCE_DESC *res,
                               const CUDA_TEXTURE_DESC *tex, const CUDA_RESOURCE_VIEW_DESC *view,
                               uint64_t *obj)
 {
     ENTER(b, base);
     CUtexObject t = 0;
-    CUresult r = b->cu.cuTexObjectCreate(&t, res, tex, view);
+    CUDA_RESOURCE_DESC here = *res;
+    xlate_resource(b, &here);
+    CUresult r = b->cu.cuTexObjectCreate(&t, &here, tex, view);
     *obj = t;
     return r;
 }

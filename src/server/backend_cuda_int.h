@@ -344,6 +344,9 @@ struct flyt_cuda_ckpt {
     struct flyt_cuda_alias *aliases;
     int                     naliases;
     unsigned char          *kparam_copy; /* kernel parameters with aliases translated */
+    uint64_t               *objs;        /* texture/surface values: client, now pairs */
+    int                     nobjs;       /* pairs */
+    unsigned char          *kobj_copy;   /* kernel parameters with objs translated */
 };
 
 /* ---- the backend ---- */
@@ -607,6 +610,14 @@ CUresult flyt_cuda_global_alias(flyt_backend *base, uint64_t old, uint64_t now, 
 /* Kernel parameters with every 8-byte value inside a moved global translated
  * (params itself when there is nothing to translate). */
 const void *flyt_cuda_params_xlate(struct flyt_cuda_backend *b, const void *params, uint32_t bytes);
+/* A texture or surface object the client holds as client is now (a restore). */
+CUresult flyt_cuda_obj_alias(flyt_backend *base, uint64_t client, uint64_t now);
+/* Kernel parameters of f with every 8-byte parameter that holds such a client
+ * value translated (params itself when there is nothing to translate). */
+const void *flyt_cuda_params_xlate_objs(struct flyt_cuda_backend *b, const struct flyt_cuda_func *f,
+                                        const void *params, uint32_t bytes);
+/* Forgets the aliases of globals and objects (their modules or context are gone). */
+void flyt_cuda_aliases_drop(struct flyt_cuda_backend *b);
 CUresult flyt_cuda_module_image(flyt_backend *base, flyt_bhandle module, const void **image,
                                 size_t *size);
 

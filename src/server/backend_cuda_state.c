@@ -119,15 +119,23 @@ uint64_t flyt_cuda_xlate_slow(const struct flyt_cuda_backend *b, uint64_t addr)
     return addr;
 }
 
+/* The parameters copied into *buf (grown), to be translated there; NULL out of memory. */
+static unsigned char *params_copy(unsigned char **buf, const void *params, uint32_t bytes)
+{
+    unsigned char *copy = realloc(*buf, bytes);
+    if (copy == NULL)
+        return NULL;
+    *buf = copy;
+    return memcpy(copy, params, bytes);
+}
+
 const void *flyt_cuda_params_xlate(struct flyt_cuda_backend *b, const void *params, uint32_t bytes)
 {
     if (b->ckpt.naliases == 0 || params == NULL || bytes < 8)
         return params;
-    unsigned char *copy = realloc(b->ckpt.kparam_copy, bytes);
+    unsigned char *copy = params_copy(&b->ckpt.kparam_copy, params, bytes);
     if (copy == NULL)
         return params; /* untranslated: the launch still runs, as before a move */
-    b->ckpt.kparam_copy = copy;
-    memcpy(copy, params, bytes);
     /* a pointer parameter is 8-byte aligned in the buffer; a value equal to a
      * moved global's old address is taken for a pointer to it */
     for (uint32_t off = 0; off + 8 <= bytes; off += 8) {
@@ -138,4 +146,72 @@ const void *flyt_cuda_params_xlate(struct flyt_cuda_backend *b, const void *para
             memcpy(copy + off, &t, 8);
     }
     return copy;
+}
+
+/* ---- texture and surface objects the driver gave other values ---- */
+
+CUresult flyt_cuda_obj_alias(flyt_backend *base, uint64_t client, uint64_t now)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    if (b == NULL || client == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < b->ckpt.nobjs; i++)
+        if (b->ckpt.objs[2 * i] == client) { /* forgotten: the last pair takes its place */
+            b->ckpt.nobjs--;
+            b->ckpt.objs[2 * i] = b->ckpt.objs[2 * b->ckpt.nobjs];
+            b->ckpt.objs[2 * i + 1] = b->ckpt.objs[2 * b->ckpt.nobjs + 1];
+            break;
+        }
+    if (now == client)
+        return CUDA_SUCCESS;
+    uint64_t *o = realloc(b->ckpt.objs, (size_t)(b->ckpt.nobjs + 1) * 2 * sizeof *o);
+    if (o == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    o[2 * b->ckpt.nobjs] = client;
+    o[2 * b->ckpt.nobjs + 1] = now;
+    b->ckpt.nobjs++;
+    b->ckpt.objs = o;
+    return CUDA_SUCCESS;
+}
+
+static int xlate_obj(const struct flyt_cuda_backend *b, unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    for (int i = 0; i < b->ckpt.nobjs; i++)
+        if (b->ckpt.objs[2 * i] == v) {
+            memcpy(p, &b->ckpt.objs[2 * i + 1], 8);
+            return 1;
+        }
+    return 0;
+}
+
+const void *flyt_cuda_params_xlate_objs(struct flyt_cuda_backend *b, const struct flyt_cuda_func *f,
+                                        const void *params, uint32_t bytes)
+{
+    if (b->ckpt.nobjs == 0 || params == NULL || bytes < 8)
+        return params;
+    unsigned char *copy = params_copy(&b->ckpt.kobj_copy, params, bytes);
+    if (copy == NULL)
+        return params;
+    /* an object is an 8-byte parameter; without the layout, any 8-byte aligned word */
+    if (f && f->nparams >= 0) {
+        for (int i = 0; i < f->nparams; i++)
+            if (f->psize[i] == 8 && (uint64_t)f->poff[i] + 8 <= bytes)
+                xlate_obj(b, copy + f->poff[i]);
+    } else {
+        for (uint32_t off = 0; off + 8 <= bytes; off += 8)
+            xlate_obj(b, copy + off);
+    }
+    return copy;
+}
+
+void flyt_cuda_aliases_drop(struct flyt_cuda_backend *b)
+{
+    free(b->ckpt.aliases);
+    b->ckpt.aliases = NULL;
+    b->ckpt.naliases = 0;
+    free(b->ckpt.objs);
+    b->ckpt.objs = NULL;
+    b->ckpt.nobjs = 0;
 }

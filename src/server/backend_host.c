@@ -2635,22 +2635,11 @@ static CUresult host_vmm_retain(flyt_backend *b, uint64_t addr, flyt_bhandle *me
 #define HOST_ARRAY_FLAGS (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP | \
                           CUDA_ARRAY3D_TEXTURE_GATHER)
 
-/* Bytes of one element of format x channels; 0 for what this backend lacks. */
+/* Bytes of one element of format x channels; 0 for what this backend lacks
+ * (the normalized, packed, block-compressed and YUV formats). */
 static unsigned element_bytes(unsigned format, unsigned channels)
 {
-    unsigned size;
-    switch (format) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8: size = 1; break;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF: size = 2; break;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT: size = 4; break;
-    default: return 0;
-    }
-    return channels == 1 || channels == 2 || channels == 4 ? size * channels : 0;
+    return format <= CU_AD_FORMAT_FLOAT ? flyt_array_elem_bytes(format, channels) : 0;
 }
 
 /* The shape CUDA allows: 1D (height 0), 2D (depth 0), 3D; layered 1D/2D
@@ -2908,6 +2897,14 @@ static CUresult host_surf_create(flyt_backend *b, const CUDA_RESOURCE_DESC *res,
     return r;
 }
 
+/* No kernels run here: no parameter holds a texture or surface value to
+ * translate (the session keeps the client's values for destroys). */
+static CUresult host_obj_alias(flyt_backend *b, uint64_t client, uint64_t now)
+{
+    (void)b, (void)now;
+    return client ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* The server only destroys the objects it saw created. */
 static CUresult host_obj_destroy(flyt_backend *b, uint64_t obj)
 {
@@ -2926,8 +2923,6 @@ static const char *uncapturable(const struct host_backend *h)
     for (size_t i = 0; i < h->nallocs; i++)
         if (h->allocs[i].pool)
             return "stream-ordered allocation (cuMemAllocAsync)";
-    if (h->arrays.n || h->mipmaps.n)
-        return "CUDA array";
     if (h->graphs.n || h->execs.n)
         return "CUDA graph";
     return NULL;
@@ -3064,6 +3059,7 @@ static const struct flyt_backend_ops host_ops = {
     .tex_destroy = host_obj_destroy,
     .surf_create = host_surf_create,
     .surf_destroy = host_obj_destroy,
+    .obj_alias = host_obj_alias,
     .stream_create = host_stream_create,
     .stream_destroy = host_stream_destroy,
     .stream_sync = host_stream_sync,

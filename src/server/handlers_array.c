@@ -2,12 +2,17 @@
  * ARRAY_*, MIPMAP_*, TEX_* and SURF_*: CUDA arrays and the texture and
  * surface objects that read them. Arrays and mipmapped arrays get ids of the
  * session; texture and surface objects keep the driver's own value, which
- * the client hands to kernels as a plain parameter, and every value that
- * comes back is checked against the session's own.
+ * the client hands to kernels as a plain parameter (after a restore the
+ * driver may give another: the backend then translates the client's value,
+ * docs/state-format.md), and every value that comes back is checked against
+ * the session's own. What each was made of is kept for checkpoints.
  */
+#include <stdlib.h>
 #include <string.h>
 
+#include "flyt_mipmap.h"
 #include "session.h"
+#include "state_array.h"
 
 static CUDA_ARRAY3D_DESCRIPTOR array_desc(const flyt_req_array_create *r)
 {
@@ -17,17 +22,19 @@ static CUDA_ARRAY3D_DESCRIPTOR array_desc(const flyt_req_array_create *r)
     return d;
 }
 
-/* The new object's id in rep, or the backend object destroyed again. */
-static void add_object(flyt_session *s, flyt_call *c, enum flyt_htype type, flyt_bhandle bh,
-                       CUresult (*destroy)(flyt_backend *, flyt_bhandle))
+/* The new object's entry, its id in rep; or the backend object destroyed again. */
+static struct flyt_hentry *add_object(flyt_session *s, flyt_call *c, enum flyt_htype type,
+                                      flyt_bhandle bh,
+                                      CUresult (*destroy)(flyt_backend *, flyt_bhandle))
 {
     struct flyt_hentry *e = flyt_handles_add(&s->handles, type, bh);
     if (e == NULL) {
         destroy(s->b, bh);
         c->result = CUDA_ERROR_OUT_OF_MEMORY;
-        return;
+        return NULL;
     }
     ((flyt_rep_u64 *)c->rep)->value = e->id;
+    return e;
 }
 
 int handle_ARRAY_CREATE(flyt_session *s, flyt_call *c)
@@ -35,8 +42,13 @@ int handle_ARRAY_CREATE(flyt_session *s, flyt_call *c)
     CUDA_ARRAY3D_DESCRIPTOR d = array_desc(c->req);
     flyt_bhandle a = NULL;
     c->result = FLYT_BCALL(s, array_create, &d, &a);
-    if (c->result == CUDA_SUCCESS)
-        add_object(s, c, FLYT_H_ARRAY, a, s->b->ops->array_destroy);
+    struct flyt_hentry *e = c->result == CUDA_SUCCESS
+                                ? add_object(s, c, FLYT_H_ARRAY, a, s->b->ops->array_destroy)
+                                : NULL;
+    if (e) {
+        e->u.array.desc = *(const flyt_req_array_create *)c->req;
+        e->u.array.desc.levels = 0;
+    }
     return FLYT_CONT;
 }
 
@@ -60,8 +72,11 @@ int handle_MIPMAP_CREATE(flyt_session *s, flyt_call *c)
     CUDA_ARRAY3D_DESCRIPTOR d = array_desc(r);
     flyt_bhandle m = NULL;
     c->result = FLYT_BCALL(s, mipmap_create, &d, r->levels, &m);
-    if (c->result == CUDA_SUCCESS)
-        add_object(s, c, FLYT_H_MIPMAP, m, s->b->ops->mipmap_destroy);
+    struct flyt_hentry *e = c->result == CUDA_SUCCESS
+                                ? add_object(s, c, FLYT_H_MIPMAP, m, s->b->ops->mipmap_destroy)
+                                : NULL;
+    if (e)
+        e->u.array.desc = *r;
     return FLYT_CONT;
 }
 
@@ -92,22 +107,34 @@ static CUresult keep_level(flyt_backend *b, flyt_bhandle a)
     return CUDA_SUCCESS;
 }
 
+/* Level l's extent: the mipmapped array's halved l times. */
+flyt_req_array_create flyt_array_level_desc(const flyt_req_array_create *m, unsigned l)
+{
+    CUDA_ARRAY3D_DESCRIPTOR d = flyt_mipmap_level_desc((CUDA_ARRAY3D_DESCRIPTOR[]){array_desc(m)}, l);
+    return (flyt_req_array_create){.width = d.Width, .height = d.Height, .depth = d.Depth,
+                                   .format = m->format, .channels = m->channels,
+                                   .flags = m->flags};
+}
+
+void flyt_array_level_name(struct flyt_hentry *level, const struct flyt_hentry *mipmap,
+                           unsigned l)
+{
+    level->u.array.mipmap = mipmap->id;
+    level->u.array.level = l;
+    level->u.array.desc = flyt_array_level_desc(&mipmap->u.array.desc, l);
+}
+
 int handle_MIPMAP_LEVEL(flyt_session *s, flyt_call *c)
 {
     const flyt_req_mipmap_level *r = c->req;
-    flyt_bhandle m, a = NULL;
-    c->result = flyt_lookup(s, r->mipmap, FLYT_H_MIPMAP, &m);
-    if (c->result == CUDA_SUCCESS)
-        c->result = FLYT_BCALL(s, mipmap_level, m, r->level, &a);
+    struct flyt_hentry *m = flyt_handles_get(&s->handles, r->mipmap, FLYT_H_MIPMAP);
+    flyt_bhandle a = NULL;
+    c->result = m ? FLYT_BCALL(s, mipmap_level, m->bh, r->level, &a) : CUDA_ERROR_INVALID_HANDLE;
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
-    add_object(s, c, FLYT_H_ARRAY, a, keep_level);
-    struct flyt_hentry *e = c->result == CUDA_SUCCESS
-                                ? flyt_handles_get(&s->handles, ((flyt_rep_u64 *)c->rep)->value,
-                                                   FLYT_H_ARRAY)
-                                : NULL;
+    struct flyt_hentry *e = add_object(s, c, FLYT_H_ARRAY, a, keep_level);
     if (e)
-        e->u.array.mipmap = r->mipmap;
+        flyt_array_level_name(e, m, r->level);
     return FLYT_CONT;
 }
 
@@ -182,70 +209,125 @@ static CUDA_RESOURCE_VIEW_DESC view_desc(const flyt_view_desc *w)
     return v;
 }
 
-static void add_value(flyt_session *s, flyt_call *c, enum flyt_htype type, uint64_t value,
-                      CUresult (*destroy)(flyt_backend *, uint64_t))
+CUresult flyt_tex_make(flyt_session *s, const flyt_req_tex_create *r, uint64_t *obj)
 {
-    if (flyt_handles_add(&s->handles, type, (flyt_bhandle)(uintptr_t)value) == NULL) {
-        destroy(s->b, value);
-        c->result = CUDA_ERROR_OUT_OF_MEMORY;
-        return;
-    }
-    ((flyt_rep_u64 *)c->rep)->value = value;
-}
-
-int handle_TEX_CREATE(flyt_session *s, flyt_call *c)
-{
-    const flyt_req_tex_create *r = c->req;
     CUDA_RESOURCE_DESC res;
     CUDA_TEXTURE_DESC tex = texture_desc(&r->tex);
     CUDA_RESOURCE_VIEW_DESC view = view_desc(&r->view);
-    uint64_t obj = 0;
-    c->result = resource_desc(s, &r->res, &res);
-    if (c->result == CUDA_SUCCESS)
-        c->result = FLYT_BCALL(s, tex_create, &res, &tex, r->view.present ? &view : NULL, &obj);
-    if (c->result == CUDA_SUCCESS)
-        add_value(s, c, FLYT_H_TEXOBJ, obj, s->b->ops->tex_destroy);
-    return FLYT_CONT;
+    CUresult e = resource_desc(s, &r->res, &res);
+    return e == CUDA_SUCCESS ? FLYT_BCALL(s, tex_create, &res, &tex, r->view.present ? &view : NULL, obj)
+                             : e;
 }
 
-int handle_SURF_CREATE(flyt_session *s, flyt_call *c)
+CUresult flyt_surf_make(flyt_session *s, const flyt_res_desc *r, uint64_t *obj)
 {
     CUDA_RESOURCE_DESC res;
-    uint64_t obj = 0;
-    c->result = resource_desc(s, c->req, &res);
-    if (c->result == CUDA_SUCCESS)
-        c->result = FLYT_BCALL(s, surf_create, &res, &obj);
-    if (c->result == CUDA_SUCCESS)
-        add_value(s, c, FLYT_H_SURFOBJ, obj, s->b->ops->surf_destroy);
-    return FLYT_CONT;
+    CUresult e = resource_desc(s, r, &res);
+    return e == CUDA_SUCCESS ? FLYT_BCALL(s, surf_create, &res, obj) : e;
 }
 
 struct value_query {
-    enum flyt_htype type;
-    uint64_t        value, id;
+    uint64_t value, id;
 };
 
+/* A texture or surface object whose client value is q->value. */
 static int has_value(struct flyt_hentry *e, void *arg)
 {
     struct value_query *q = arg;
-    if (e->type != q->type || (uint64_t)(uintptr_t)e->bh != q->value)
+    if ((e->type != FLYT_H_TEXOBJ && e->type != FLYT_H_SURFOBJ) || e->u.obj.value != q->value)
         return 0;
     q->id = e->id;
     return 1;
 }
 
-/* Destroys an object the session made, found by its driver value. */
+static int value_held(flyt_session *s, uint64_t value)
+{
+    struct value_query q = {value, 0};
+    return flyt_handles_foreach(&s->handles, has_value, &q);
+}
+
+CUresult flyt_obj_keep(flyt_session *s, struct flyt_hentry *e, uint64_t client,
+                       const void *desc, size_t len)
+{
+    e->u.obj.desc = calloc(1, sizeof *e->u.obj.desc);
+    if (e->u.obj.desc == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(e->u.obj.desc, desc, len);
+    uint64_t now = (uint64_t)(uintptr_t)e->bh;
+    CUresult r = client == now         ? CUDA_SUCCESS
+               : s->b->ops->obj_alias  ? s->b->ops->obj_alias(s->b, client, now)
+                                       : CUDA_ERROR_NOT_SUPPORTED;
+    if (r == CUDA_SUCCESS)
+        e->u.obj.value = client;
+    return r;
+}
+
+/* The value the client gets for the backend's new object value: the same,
+ * unless a restored object's client already holds it (the backend then
+ * translates a fresh one). */
+static uint64_t client_value(flyt_session *s, uint64_t value)
+{
+    if (!value_held(s, value))
+        return value;
+    uint64_t v = value | (1ull << 63);
+    while (v == 0 || value_held(s, v))
+        v++;
+    return v;
+}
+
+static void add_value(flyt_session *s, flyt_call *c, enum flyt_htype type, uint64_t value,
+                      const void *desc, size_t len, CUresult (*destroy)(flyt_backend *, uint64_t))
+{
+    uint64_t client = client_value(s, value);
+    struct flyt_hentry *e = flyt_handles_add(&s->handles, type, (flyt_bhandle)(uintptr_t)value);
+    c->result = e ? flyt_obj_keep(s, e, client, desc, len) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (c->result != CUDA_SUCCESS) {
+        if (e)
+            flyt_handles_remove(&s->handles, e->id);
+        destroy(s->b, value);
+        return;
+    }
+    ((flyt_rep_u64 *)c->rep)->value = client;
+}
+
+int handle_TEX_CREATE(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_tex_create *r = c->req;
+    uint64_t obj = 0;
+    c->result = flyt_tex_make(s, r, &obj);
+    if (c->result == CUDA_SUCCESS)
+        add_value(s, c, FLYT_H_TEXOBJ, obj, r, sizeof *r, s->b->ops->tex_destroy);
+    return FLYT_CONT;
+}
+
+int handle_SURF_CREATE(flyt_session *s, flyt_call *c)
+{
+    uint64_t obj = 0;
+    c->result = flyt_surf_make(s, c->req, &obj);
+    if (c->result == CUDA_SUCCESS)
+        add_value(s, c, FLYT_H_SURFOBJ, obj, c->req, sizeof(flyt_res_desc), s->b->ops->surf_destroy);
+    return FLYT_CONT;
+}
+
+/* Destroys an object the session made, found by the client's value. */
 static int destroy_value(flyt_session *s, flyt_call *c, enum flyt_htype type,
                          CUresult (*destroy)(flyt_backend *, uint64_t))
 {
-    struct value_query q = {type, ((const flyt_req_handle *)c->req)->handle, 0};
-    if (!flyt_handles_foreach(&s->handles, has_value, &q)) {
+    struct value_query q = {((const flyt_req_handle *)c->req)->handle, 0};
+    struct flyt_hentry *e = flyt_handles_foreach(&s->handles, has_value, &q)
+                                ? flyt_handles_get(&s->handles, q.id, type)
+                                : NULL;
+    if (e == NULL) {
         c->result = CUDA_ERROR_INVALID_HANDLE;
         return FLYT_CONT;
     }
-    c->result = destroy ? destroy(s->b, q.value) : CUDA_ERROR_NOT_SUPPORTED;
-    if (c->result == CUDA_SUCCESS)
-        flyt_handles_remove(&s->handles, q.id);
+    uint64_t now = (uint64_t)(uintptr_t)e->bh;
+    c->result = destroy ? destroy(s->b, now) : CUDA_ERROR_NOT_SUPPORTED;
+    if (c->result != CUDA_SUCCESS)
+        return FLYT_CONT;
+    if (q.value != now && s->b->ops->obj_alias)
+        s->b->ops->obj_alias(s->b, q.value, q.value); /* forgotten */
+    flyt_handles_remove(&s->handles, q.id);
     return FLYT_CONT;
 }
 

@@ -13,6 +13,8 @@ static void free_entry(struct flyt_hentry *e)
 {
     if (e->type == FLYT_H_FUNC)
         free(e->u.func.params);
+    if (e->type == FLYT_H_TEXOBJ || e->type == FLYT_H_SURFOBJ)
+        free(e->u.obj.desc);
     free(e);
 }
 

@@ -28,17 +28,13 @@ enum flyt_htype {
     FLYT_H_VMEM,   /* a physical allocation of cuMemCreate */
     FLYT_H_ARRAY,  /* a CUDA array, or a level of a mipmapped array */
     FLYT_H_MIPMAP,
-    FLYT_H_TEXOBJ, /* bh: the backend's CUtexObject value, which the client holds */
+    FLYT_H_TEXOBJ, /* bh: the backend's CUtexObject value; u.obj.value: the client's */
     FLYT_H_SURFOBJ,
     FLYT_H_GRAPH,
     FLYT_H_GRAPH_EXEC,
     FLYT_H_GRAPH_NODE, /* owned by its graph: forgotten with it */
+    FLYT_H_USER_OBJECT, /* cuUserObjectCreate's (the driver frees one with its last reference) */
 };
-/* cuUserObjectCreate's objects (the driver frees one with its last
- * reference). Next after the enum's last member, outside it until
- * state.c's refused_kind names it (a checkpoint refuses it meanwhile as an
- * object of an unknown kind). */
-#define FLYT_H_USER_OBJECT ((enum flyt_htype)(FLYT_H_GRAPH_NODE + 1))
 
 struct flyt_module_info {
     uint8_t  sha256[32]; /* content hash of the image it was loaded from */
@@ -69,8 +65,21 @@ struct flyt_vmem_info {
     uint32_t refs; /* cuMemCreate and each cuMemRetainAllocationHandle */
 };
 
+/* An array or a mipmapped array as created, kept for checkpoints. */
 struct flyt_array_info {
-    uint64_t mipmap; /* id of the mipmapped array it is a level of, else 0 */
+    uint64_t mipmap;         /* a level: id of its mipmapped array, else 0 */
+    uint32_t level;          /* a level: its index there */
+    uint32_t pad;
+    flyt_req_array_create desc; /* a level: its own extent; a mipmapped array: levels */
+};
+
+/* A texture or surface object: the value the client holds (the backend's,
+ * unless a restore or a collision with a restored value gave it another,
+ * which the backend translates in kernel parameters), and what it was made
+ * of, kept for checkpoints. */
+struct flyt_obj_info {
+    uint64_t             value;
+    flyt_req_tex_create *desc; /* owned; a surface object's: res alone */
 };
 
 struct flyt_hentry {
@@ -83,6 +92,7 @@ struct flyt_hentry {
         struct flyt_region_info region;
         struct flyt_vmem_info   vmem;
         struct flyt_array_info  array;
+        struct flyt_obj_info    obj;
         uint64_t                graph; /* a node: its graph id; a graph: the stream capturing it, or 0 */
         uint32_t                event_flags; /* an event: its CU_EVENT_* flags (for a checkpoint) */
     } u;

@@ -19,6 +19,7 @@
 #include "flyt_log.h"
 #include "module_cache.h"
 #include "resize.h"
+#include "state_array.h"
 #include "state_format.h"
 #include "state_pipe.h"
 #include "state_stream.h"
@@ -84,13 +85,14 @@ static const char *refused_kind(const flyt_session *s, const struct flyt_hentry 
     case FLYT_H_POOL: return e->id == s->default_pool_id ? NULL : "memory pool (cuMemPoolCreate)";
     case FLYT_H_REGION: return NULL;
     case FLYT_H_VMEM: return s->b->ops->state_vmm ? NULL : "physical allocation (cuMemCreate)";
-    case FLYT_H_ARRAY: return "CUDA array";
-    case FLYT_H_MIPMAP: return "mipmapped array";
-    case FLYT_H_TEXOBJ: return "texture object";
-    case FLYT_H_SURFOBJ: return "surface object";
+    case FLYT_H_ARRAY:
+    case FLYT_H_MIPMAP:
+    case FLYT_H_TEXOBJ:
+    case FLYT_H_SURFOBJ: return flyt_state_array_refused(s, e);
     case FLYT_H_GRAPH: return "CUDA graph";
     case FLYT_H_GRAPH_EXEC: return "executable graph";
     case FLYT_H_GRAPH_NODE: return "graph node";
+    case FLYT_H_USER_OBJECT: return "user object";
     }
     return "object of an unknown kind";
 }
@@ -370,6 +372,10 @@ static CUresult write_func(flyt_session *s, struct writer *w, const struct flyt_
 static CUresult write_entry(flyt_session *s, struct writer *w, const struct flyt_hentry *e)
 {
     switch (e->type) {
+    case FLYT_H_ARRAY:
+    case FLYT_H_MIPMAP:
+    case FLYT_H_TEXOBJ:
+    case FLYT_H_SURFOBJ: return flyt_state_array_write(s, w->sw, e);
     case FLYT_H_MODULE: return write_module(s, w, e);
     case FLYT_H_FUNC: return write_func(s, w, e);
     case FLYT_H_REGION: { /* the memory is the client's: only what names it */
@@ -612,6 +618,8 @@ static int record_ok(uint32_t type, const unsigned char *p, uint64_t len)
 {
     uint64_t need;
     union state_rec rec;
+    if (flyt_state_array_section(type))
+        return flyt_state_array_record_ok(type, p, len);
     rec_load(&rec, type, p, len);
     switch (type) {
     case FLYT_SS_SESSION: {
@@ -864,6 +872,12 @@ static struct flyt_hentry *add_exact(flyt_session *s, uint64_t id, enum flyt_hty
     *last_server_id = id;
     s->handles.next_id = id;
     return flyt_handles_add(&s->handles, type, bh);
+}
+
+struct flyt_hentry *flyt_state_add_exact(flyt_session *s, uint64_t id, enum flyt_htype type,
+                                         flyt_bhandle bh, uint64_t *last_server_id)
+{
+    return add_exact(s, id, type, bh, last_server_id);
 }
 
 static CUresult restore_context(flyt_session *s, const struct flyt_state_session *r,
@@ -1191,6 +1205,8 @@ static CUresult restore_section(flyt_session *s, uint32_t type, const unsigned c
                                 uint64_t len, uint64_t *last, char *err, size_t errlen)
 {
     union state_rec rec;
+    if (flyt_state_array_section(type))
+        return flyt_state_array_restore(s, type, p, len, last, err, errlen);
     rec_load(&rec, type, p, len);
     const unsigned char *tail = p + rec_size(type);
     switch (type) {

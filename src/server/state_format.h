@@ -21,8 +21,9 @@
 #include "flyt_proto.h"
 
 #define FLYT_STATE_MAGIC   0x5441545354594c46ull /* "FLYTSTAT" little-endian */
-#define FLYT_STATE_VERSION 7u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL;
-                                * 6: the chunked trailer; 7: VRANGE and VMEM */
+#define FLYT_STATE_VERSION 8u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL;
+                                * 6: the chunked trailer; 7: VRANGE and VMEM; 8: ARRAY, MIPMAP,
+                                * TEXOBJ, SURFOBJ */
 #define FLYT_STATE_HASH    32u /* the SHA-256 trailer */
 #define FLYT_STATE_CHUNKED 6u  /* the first version with the chunked trailer */
 #define FLYT_STATE_CHUNK   ((size_t)4 << 20)
@@ -55,6 +56,10 @@ enum flyt_state_stype {
     FLYT_SS_VRANGE,   /* flyt_state_vrange; after the allocations, before any VMEM (version 7) */
     FLYT_SS_VMEM,     /* flyt_state_vmem + flyt_state_vmap[nmaps] + size bytes of contents;
                        * among the objects by id, those without one after them (version 7) */
+    FLYT_SS_ARRAY,    /* flyt_state_array + its contents (none for a level); by id (version 8) */
+    FLYT_SS_MIPMAP,   /* flyt_state_mipmap + every level's contents; by id (version 8) */
+    FLYT_SS_TEXOBJ,   /* flyt_state_texobj; by id (version 8) */
+    FLYT_SS_SURFOBJ,  /* flyt_state_surfobj; by id (version 8) */
 };
 
 struct flyt_state_section {
@@ -175,6 +180,40 @@ struct flyt_state_vmap {
 };
 static_assert(sizeof(struct flyt_state_vmap) == 32, "state vmap");
 #define FLYT_STATE_MAX_VMAPS (1u << 20) /* mappings of one allocation */
+
+/* A CUDA array (contents: slices of rows of width x element bytes, packed), or
+ * a level of a mipmapped array (mipmap != 0; no contents: they are the
+ * mipmapped array's). desc as ARRAY_CREATE gave it; a level's: its extent. */
+struct flyt_state_array {
+    uint64_t              id;
+    uint64_t              mipmap;
+    uint32_t              level;
+    uint32_t              pad;
+    flyt_req_array_create desc; /* levels 0 */
+};
+static_assert(sizeof(struct flyt_state_array) == 64, "state array");
+
+/* A mipmapped array; then every level's contents, level 0 first. */
+struct flyt_state_mipmap {
+    uint64_t              id;
+    flyt_req_array_create desc; /* as MIPMAP_CREATE gave it, levels included */
+};
+static_assert(sizeof(struct flyt_state_mipmap) == 48, "state mipmap");
+
+/* A texture object: the value the client holds and what it was made of
+ * (arrays and mipmapped arrays by id, memory by address). */
+struct flyt_state_texobj {
+    uint64_t            id;
+    uint64_t            value;
+    flyt_req_tex_create desc;
+};
+
+/* A surface object, the same with its resource alone. */
+struct flyt_state_surfobj {
+    uint64_t      id;
+    uint64_t      value;
+    flyt_res_desc res;
+};
 
 /* Where the client's request stream stood (docs/protocol.md, "Session moves"). */
 struct flyt_state_client {

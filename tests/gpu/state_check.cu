@@ -7,6 +7,14 @@
 //   state_check verify FILE  in a restored session: checks each buffer at its
 //                            address from FILE with a kernel and a copy
 //
+// fill also makes two 2D float arrays, a texture object on the first and a
+// surface object on the second, writes the surface from the texture with a
+// kernel and sums what a second kernel reads of both; verify runs both
+// kernels again with the values FILE names (the restored server made the
+// objects again, maybe with other values: it translates the old ones in
+// kernel parameters) and requires the same sum, before and after writing
+// the surface again.
+//
 // Prints PASS or FAIL lines; exit 0 when every check passed. With
 // STATE_CHECK_NO_KERNELS=1 buffers are filled and checked by copies alone
 // (flyt-server's host backend runs no kernels: the script's logic in CI).
@@ -37,6 +45,25 @@ __global__ void check(const unsigned char *p, size_t n, int b, unsigned long lon
             atomicAdd(bad, 1ull);
 }
 
+#define TW 64
+#define TH 32
+
+// the surface gets 3 x the texture + x
+__global__ void tex_to_surf(cudaTextureObject_t t, cudaSurfaceObject_t s)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < TW && y < TH)
+        surf2Dwrite(tex2D<float>(t, x + 0.5f, y + 0.5f) * 3.0f + (float)x, s, x * (int)sizeof(float), y);
+}
+
+// out gets the surface minus the texture: 2 x the texture + x
+__global__ void read_both(cudaTextureObject_t t, cudaSurfaceObject_t s, float *out)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < TW && y < TH)
+        out[y * TW + x] = surf2Dread<float>(s, x * (int)sizeof(float), y) - tex2D<float>(t, x + 0.5f, y + 0.5f);
+}
+
 static unsigned long long checksum(const unsigned char *h, size_t n)
 {
     unsigned long long s = 1469598103934665603ull; // FNV-1a
@@ -58,6 +85,85 @@ static int no_kernels(void)
 {
     const char *e = getenv("STATE_CHECK_NO_KERNELS");
     return e && strcmp(e, "1") == 0;
+}
+
+// read_both's output, summed (sum 0: the kernel failed)
+static unsigned long long read_sum(cudaTextureObject_t t, cudaSurfaceObject_t s)
+{
+    float *out, host[TW * TH];
+    dim3 block(16, 16), grid(TW / 16, TH / 16);
+    if (cudaMalloc(&out, sizeof host) != cudaSuccess)
+        return 0;
+    read_both<<<grid, block>>>(t, s, out);
+    cudaError_t e = cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost);
+    cudaFree(out);
+    return e == cudaSuccess ? checksum((const unsigned char *)host, sizeof host) : 0;
+}
+
+static int surf_write(cudaTextureObject_t t, cudaSurfaceObject_t s)
+{
+    dim3 block(16, 16), grid(TW / 16, TH / 16);
+    tex_to_surf<<<grid, block>>>(t, s);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    return 0;
+}
+
+// The arrays, the texture and the surface; with kernels, the surface
+// written and the sum read; "tex T surf S sum N" to f.
+static int make_textures(FILE *f)
+{
+    cudaChannelFormatDesc fd = cudaCreateChannelDesc<float>();
+    cudaArray_t in, out;
+    CK(cudaMallocArray(&in, &fd, TW, TH));
+    CK(cudaMallocArray(&out, &fd, TW, TH, cudaArraySurfaceLoadStore));
+    static float host[TW * TH];
+    for (int i = 0; i < TW * TH; i++)
+        host[i] = (float)((i * 37) % 101) * 0.25f;
+    CK(cudaMemcpy2DToArray(in, 0, 0, host, TW * sizeof(float), TW * sizeof(float), TH,
+                           cudaMemcpyHostToDevice));
+    cudaResourceDesc res;
+    memset(&res, 0, sizeof res);
+    res.resType = cudaResourceTypeArray;
+    res.res.array.array = in;
+    cudaTextureDesc td;
+    memset(&td, 0, sizeof td);
+    td.addressMode[0] = td.addressMode[1] = cudaAddressModeClamp;
+    td.filterMode = cudaFilterModePoint;
+    td.readMode = cudaReadModeElementType;
+    cudaTextureObject_t t;
+    CK(cudaCreateTextureObject(&t, &res, &td, NULL));
+    res.res.array.array = out;
+    cudaSurfaceObject_t s;
+    CK(cudaCreateSurfaceObject(&s, &res));
+    unsigned long long sum = 0;
+    if (!no_kernels()) {
+        if (surf_write(t, s))
+            return 1;
+        sum = read_sum(t, s);
+    }
+    fprintf(f, "tex %llx surf %llx sum %llx\n", (unsigned long long)t, (unsigned long long)s, sum);
+    return 0;
+}
+
+// The restored texture and surface, by the values the program held.
+static int check_textures(FILE *f)
+{
+    unsigned long long t, s, sum;
+    if (fscanf(f, " tex %llx surf %llx sum %llx", &t, &s, &sum) != 3) {
+        printf("FAIL no texture line\n");
+        return 1;
+    }
+    if (no_kernels())
+        return 0;
+    unsigned long long before = read_sum(t, s);
+    if (surf_write(t, s))
+        return 1;
+    unsigned long long after = read_sum(t, s);
+    int ok = sum != 0 && before == sum && after == sum;
+    printf("%s texture and surface objects: a kernel reads the same %s the restore and after "
+           "writing the surface again\n", ok ? "PASS" : "FAIL", ok ? "after" : "NOT after");
+    return !ok;
 }
 
 static int do_fill(const char *path)
@@ -83,6 +189,8 @@ static int do_fill(const char *path)
         fprintf(f, "%d %llx %zu %llx\n", b, (unsigned long long)(uintptr_t)p, sizes[b],
                 checksum(host, sizes[b]));
     }
+    if (make_textures(f))
+        return 1;
     fclose(f);
     free(host);
     CK(cudaDeviceSynchronize());
@@ -131,6 +239,7 @@ static int do_verify(const char *path)
             printf("FAIL cudaFree of restored buffer %d: %s\n", b, cudaGetErrorString(e));
         failed |= e != cudaSuccess;
     }
+    failed |= check_textures(f);
     fclose(f);
     free(host);
     printf("%s\n", failed ? "FAIL" : "PASS");

@@ -17,7 +17,7 @@ struct fake_live fake_live;
 /* ---- driver objects: malloc'd tokens naming their kind ---- */
 
 static const char token_stream, token_event, token_module, token_func, token_pool, token_ctx,
-    token_vmem;
+    token_vmem, token_array;
 
 static void *obj_new(const char *kind, int *count)
 {
@@ -466,6 +466,109 @@ static CUresult fake_cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfuncti
     *v = 0;
     return CUDA_SUCCESS;
 }
+/* ---- arrays (2D and 3D of 1-byte to 16-byte elements, packed), texture and surface objects ---- */
+
+struct fake_array {
+    const char *kind;
+    size_t      row, rows;
+    unsigned char *mem;
+};
+
+static CUresult fake_cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    size_t elem = (d->Format == CU_AD_FORMAT_FLOAT ? 4 : 1) * d->NumChannels;
+    size_t rows = (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1);
+    struct fake_array *f = malloc(sizeof *f);
+    unsigned char *mem = calloc(rows, d->Width * elem);
+    if (f == NULL || mem == NULL) {
+        free(f);
+        free(mem);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *f = (struct fake_array){&token_array, d->Width * elem, rows, mem};
+    fake_live.arrays++;
+    *a = (CUarray)f;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_cuArrayDestroy(CUarray a)
+{
+    struct fake_array *f = (struct fake_array *)a;
+    if (f && f->kind == &token_array)
+        free(f->mem);
+    return obj_free(f, &token_array, &fake_live.arrays);
+}
+
+/* Where a side of a 3D copy starts and its pitch (an array: its rows). */
+static unsigned char *side_at(CUmemorytype t, const void *host, CUdeviceptr dev, CUarray arr,
+                              size_t x, size_t y, size_t pitch, size_t *out_pitch)
+{
+    const struct fake_array *f = (const struct fake_array *)arr;
+    if (t == CU_MEMORYTYPE_ARRAY) {
+        *out_pitch = f->row;
+        return f->mem + y * f->row + x;
+    }
+    *out_pitch = pitch;
+    return (unsigned char *)(uintptr_t)(t == CU_MEMORYTYPE_HOST ? (uintptr_t)host : dev) + y * pitch + x;
+}
+static CUresult fake_cuMemcpy3DAsync(const CUDA_MEMCPY3D *c, CUstream s)
+{
+    (void)s;
+    size_t dp, sp, rows = c->Height * c->Depth; /* packed slices: a 2D copy of all rows */
+    unsigned char *dst = side_at(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray,
+                                 c->dstXInBytes, c->dstY + c->dstZ * c->dstHeight, c->dstPitch, &dp);
+    const unsigned char *src = side_at(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray,
+                                       c->srcXInBytes, c->srcY + c->srcZ * c->srcHeight, c->srcPitch, &sp);
+    for (size_t r = 0; r < rows; r++)
+        memcpy(dst + r * dp, src + r * sp, c->WidthInBytes);
+    return CUDA_SUCCESS;
+}
+
+static uint64_t obj_values[64]; /* live texture and surface values; 0: a free slot */
+
+static int obj_live(uint64_t v)
+{
+    for (int i = 0; v && i < 64; i++)
+        if (obj_values[i] == v)
+            return 1;
+    return 0;
+}
+static CUresult obj_make(unsigned long long *v)
+{
+    static uint64_t next;
+    for (int i = 0; i < 64; i++)
+        if (obj_values[i] == 0) {
+            *v = obj_values[i] = fake_live.obj_base + ++next;
+            fake_live.objs++;
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+static CUresult obj_drop(uint64_t v)
+{
+    for (int i = 0; v && i < 64; i++)
+        if (obj_values[i] == v) {
+            obj_values[i] = 0;
+            fake_live.objs--;
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_INVALID_HANDLE;
+}
+static CUresult fake_cuTexObjectCreate(CUtexObject *t, const CUDA_RESOURCE_DESC *r,
+                                       const CUDA_TEXTURE_DESC *td, const CUDA_RESOURCE_VIEW_DESC *v)
+{
+    (void)td, (void)v;
+    if (r->resType == CU_RESOURCE_TYPE_ARRAY &&
+        *(const char **)(const void *)r->res.array.hArray != &token_array)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return obj_make(t);
+}
+static CUresult fake_cuTexObjectDestroy(CUtexObject t) { return obj_drop(t); }
+static CUresult fake_cuSurfObjectCreate(CUsurfObject *s, const CUDA_RESOURCE_DESC *r)
+{
+    return fake_cuTexObjectCreate(s, r, NULL, NULL);
+}
+static CUresult fake_cuSurfObjectDestroy(CUsurfObject s) { return obj_drop(s); }
+
 static CUresult fake_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params,
                                       void **extra)
 {
@@ -475,6 +578,9 @@ static CUresult fake_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f
         return CUDA_ERROR_INVALID_VALUE;
     CUdeviceptr p;
     memcpy(&p, params[0], sizeof p);
+    fake_live.last_param = p;
+    if (obj_live(p))
+        return CUDA_SUCCESS;
     if (!reachable(p, FAKE_KERNEL_BYTES))
         return CUDA_ERROR_ILLEGAL_ADDRESS;
     for (int i = 0; i < FAKE_KERNEL_BYTES; i++)
@@ -568,8 +674,10 @@ static CUresult fake_cuLinkDestroy(CUlinkState state)
     X(cuStreamCreateWithPriority) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) X(cuEventCreate)     \
     X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuModuleLoadData) \
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetParamInfo)          \
-    X(cuFuncGetAttribute) X(cuLaunchKernelEx) X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuLinkCreate)  \
-    X(cuLinkAddData) X(cuLinkComplete) X(cuLinkDestroy)
+    X(cuFuncGetAttribute) X(cuLaunchKernelEx) X(cuMemPoolCreate) X(cuMemPoolDestroy)          \
+    X(cuArray3DCreate) X(cuArrayDestroy) X(cuMemcpy3DAsync) X(cuTexObjectCreate)                 \
+    X(cuTexObjectDestroy) X(cuSurfObjectCreate) X(cuSurfObjectDestroy) \
+    X(cuLinkCreate) X(cuLinkAddData) X(cuLinkComplete) X(cuLinkDestroy)
 
 void fake_cuda_table(struct flyt_cu_api *table)
 {

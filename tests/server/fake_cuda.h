@@ -30,12 +30,17 @@ extern struct fake_live {
     int globals;      /* cuModuleGetGlobal calls */
     int sticky;       /* what cuStreamQuery answers: a context's sticky error (0: none) */
     int global_shift; /* added to the address cuModuleGetGlobal answers (a global moved) */
+    int arrays;       /* cuArray3DCreate arrays live */
+    int objs;         /* texture and surface objects live */
+    uint64_t obj_base;   /* added to the values cuTexObjectCreate/cuSurfObjectCreate count */
+    uint64_t last_param; /* the kernel's parameter at its last launch */
 } fake_live;
 
 /* Fills table with the fake driver (every other entry NULL). */
 void fake_cuda_table(struct flyt_cu_api *table);
 /* The fake kernel "kernel" adds 1 to the first FAKE_KERNEL_BYTES bytes at
- * its one pointer parameter. */
+ * its one pointer parameter; given a live texture or surface value instead,
+ * it does nothing (fake_live.last_param says what it got). */
 #define FAKE_KERNEL_BYTES 16
 /* Takes [addr, addr + size) of the fake device address space as an
  * allocation the backend does not know (1), so that a reservation there is

@@ -653,3 +653,27 @@ const char *th_server_bin(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     return argv[1];
 }
+
+int th_ckpt_main(int argc, char **argv, const char *tag, const char **bin, char *dir,
+                 char *status_path, char *state_path)
+{
+    *bin = th_server_bin(argc, argv);
+    th_watchdog(120);
+    snprintf(dir, 64, "/tmp/flyt-%s-XXXXXX", tag);
+    CHECK(mkdtemp(dir) != NULL, "temp dir");
+    snprintf(status_path, 128, "%s/server.status", dir);
+    snprintf(state_path, 128, "%s/session.state", dir);
+    const char *args[] = {"--status-file", status_path, NULL};
+    th_server_start_args(*bin, NULL, args);
+    int fd = th_connect();
+    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO");
+    return fd;
+}
+
+void th_ckpt_end(const char *dir, const char *status_path, const char *state_path)
+{
+    unlink(state_path);
+    unlink(status_path);
+    rmdir(dir);
+    th_passed();
+}

@@ -68,6 +68,15 @@ double th_wait_no_session(double seconds);
 /* The admitted sessions and their memory on the status page status_file
  * (--status-file); all ones when it cannot be read. */
 void th_status_page(const char *status_file, uint32_t *sessions, uint64_t *used);
+/* The start of a checkpoint test's main: one argument, the server binary
+ * (*bin; else the usage and exit 2), the watchdog (120 s), SIGPIPE ignored,
+ * a fresh directory /tmp/flyt-TAG-XXXXXX in dir (64 bytes) with its status
+ * page's and state file's paths (128 bytes each), a server started with
+ * that --status-file, and a connection to it that said HELLO (returned). */
+int th_ckpt_main(int argc, char **argv, const char *tag, const char **bin, char *dir,
+                 char *status_path, char *state_path);
+/* Its end: the files and the directory removed, th_passed. */
+void th_ckpt_end(const char *dir, const char *status_path, const char *state_path);
 
 /* Runs `bin args...` to its end (a server expected to refuse to start) and
  * returns its exit status (128 + signal when killed); its stderr in out

@@ -11,7 +11,10 @@
  * restore whose address the driver does not grant fails with
  * CUDA_ERROR_ALREADY_MAPPED, leaving nothing behind; stream-ordered
  * allocations make a checkpoint fail, naming them; a module global's contents
- * are captured and its address checked at the restore.
+ * are captured and its address checked at the restore. An array with its
+ * contents, a texture and a surface object are restored; the restored
+ * driver gives the objects other values, and kernels given the old ones get
+ * the new ones.
  *
  * Sessions run in this process (a thread, over a socketpair), on a status
  * page in anonymous shared memory, which also carries the checkpoint request.
@@ -374,6 +377,103 @@ static void globals_restored(void)
     unlink(path);
 }
 
+/* ARRAY_COPY of a whole 2D array of w bytes x h rows to or from device memory at dev. */
+static int array_rows(uint64_t array, uint64_t dev, uint64_t w, uint64_t h, int to_array)
+{
+    flyt_copy_side a = {.kind = FLYT_SIDE_ARRAY, .handle = array};
+    flyt_copy_side d = {.kind = FLYT_SIDE_DEVICE, .handle = dev, .pitch = w, .height = h};
+    flyt_req_array_copy r = {.dst = to_array ? a : d, .src = to_array ? d : a, .width_bytes = w,
+                             .height = h, .depth = 1};
+    return th_call(sess.fd, FLYT_OP_ARRAY_COPY, &r, sizeof r, NULL, 0, NULL);
+}
+
+static uint64_t make(uint16_t op, const void *req, size_t len, const char *what)
+{
+    flyt_rep_u64 rep = {0};
+    CHECK_EQ(th_call_rep(sess.fd, op, req, len, NULL, 0, &rep, sizeof rep), T_SUCCESS, "%s", what);
+    return rep.value;
+}
+
+static int destroy(uint16_t op, uint64_t handle)
+{
+    flyt_req_handle h = {handle};
+    return th_call(sess.fd, op, &h, sizeof h, NULL, 0, NULL);
+}
+
+/* An array, a texture and a surface on it: the restore's driver counts its
+ * object values from elsewhere, and kernels given the old ones get the new. */
+static void textures_restored(void)
+{
+    th_say("a texture and a surface object whose values the restored driver changes");
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO");
+    flyt_req_array_create ad = {16, 4, 0, CU_AD_FORMAT_FLOAT, 1, CUDA_ARRAY3D_SURFACE_LDST, 0};
+    uint64_t arr = make(FLYT_OP_ARRAY_CREATE, &ad, sizeof ad, "ARRAY_CREATE");
+    unsigned char bytes[16 * 4 * 4], back[sizeof bytes];
+    for (size_t i = 0; i < sizeof bytes; i++)
+        bytes[i] = (unsigned char)(i * 7 + 3);
+    uint64_t dev;
+    CHECK_EQ(th_alloc(sess.fd, sizeof bytes, &dev), T_SUCCESS, "MEM_ALLOC");
+    CHECK_EQ(th_htod(sess.fd, dev, bytes, sizeof bytes), T_SUCCESS, "HTOD");
+    CHECK_EQ(array_rows(arr, dev, 64, 4, 1), T_SUCCESS, "into the array");
+    flyt_req_tex_create tc;
+    memset(&tc, 0, sizeof tc);
+    tc.res.handle = arr; /* type 0: an array */
+    uint64_t tex = make(FLYT_OP_TEX_CREATE, &tc, sizeof tc, "TEX_CREATE");
+    uint64_t surf = make(FLYT_OP_SURF_CREATE, &tc.res, sizeof tc.res, "SURF_CREATE");
+    char error[256], path[160];
+    snprintf(path, sizeof path, "%s/tex.state", dir);
+    CHECK_EQ(checkpoint(path, error, sizeof error), T_SUCCESS, "checkpoint: %s", error);
+    CHECK_EQ(destroy(FLYT_OP_TEX_DESTROY, tex), T_SUCCESS, "TEX_DESTROY");
+    CHECK_EQ(destroy(FLYT_OP_SURF_DESTROY, surf), T_SUCCESS, "SURF_DESTROY");
+    CHECK_EQ(destroy(FLYT_OP_ARRAY_DESTROY, arr), T_SUCCESS, "ARRAY_DESTROY");
+    session_end();
+
+    fake_live.obj_base = 1000; /* a fresh driver's values are others */
+    struct flyt_state *st = flyt_state_open(path, error, sizeof error);
+    CHECK(st != NULL, "the state opens: %s", error);
+    config.restore = st;
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO restores it");
+    CHECK_EQ(fake_live.arrays, 1, "the array made again");
+    CHECK_EQ(fake_live.objs, 2, "the texture and the surface made again");
+    memset(back, 0, sizeof back);
+    CHECK_EQ(th_htod(sess.fd, dev, back, sizeof back), T_SUCCESS, "the device copy cleared");
+    CHECK_EQ(array_rows(arr, dev, 64, 4, 0), T_SUCCESS, "out of the restored array");
+    int had;
+    CHECK_EQ(th_dtoh(sess.fd, dev, sizeof back, back, &had), T_SUCCESS, "DTOH");
+    CHECK_MEM_EQ(back, bytes, sizeof bytes, "the array's contents came back");
+    size_t img_size;
+    unsigned char *img = th_fake_fatbin(&img_size);
+    uint64_t mod, fid;
+    CHECK_EQ(th_module_load(sess.fd, img, img_size, &mod), T_SUCCESS, "MODULE_LOAD");
+    free(img);
+    CHECK_EQ(func_get(mod, "kernel", &fid), T_SUCCESS, "FUNC_GET");
+    launch(fid, tex);
+    CHECK(fake_live.last_param != tex && fake_live.last_param > 1000,
+          "the kernel got the texture's new value 0x%llx for 0x%llx",
+          (unsigned long long)fake_live.last_param, (unsigned long long)tex);
+    launch(fid, surf);
+    CHECK(fake_live.last_param != surf && fake_live.last_param > 1000,
+          "the kernel got the surface's new value 0x%llx for 0x%llx",
+          (unsigned long long)fake_live.last_param, (unsigned long long)surf);
+    launch(fid, dev);
+    CHECK_EQ(fake_live.last_param, dev, "a pointer parameter is left alone");
+    CHECK_EQ(destroy(FLYT_OP_TEX_DESTROY, tex), T_SUCCESS, "TEX_DESTROY of the old value");
+    launch(fid, surf);
+    CHECK(fake_live.last_param != surf, "the surface's value is still translated");
+    CHECK_EQ(destroy(FLYT_OP_SURF_DESTROY, surf), T_SUCCESS, "SURF_DESTROY of the old value");
+    CHECK_EQ(fake_live.objs, 0, "both destroyed in the driver");
+    CHECK_EQ(destroy(FLYT_OP_ARRAY_DESTROY, arr), T_SUCCESS, "ARRAY_DESTROY");
+    CHECK_EQ(fake_live.arrays, 0, "the array destroyed in the driver");
+    CHECK_EQ(th_free(sess.fd, dev), T_SUCCESS, "MEM_FREE");
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_MODULE_UNLOAD, &(flyt_req_handle){mod}, sizeof(flyt_req_handle),
+                     NULL, 0, NULL), T_SUCCESS, "MODULE_UNLOAD");
+    session_end();
+    fake_live.obj_base = 0;
+    config.restore = NULL;
+    flyt_state_close(st);
+    unlink(path);
+}
+
 int main(void)
 {
     flyt_log_init("test_cuda_state", FLYT_LOG_ERROR);
@@ -394,6 +494,7 @@ int main(void)
     restore_matches(st);
     flyt_state_close(st);
     globals_restored();
+    textures_restored();
     packing();
     arena_disabled();
 

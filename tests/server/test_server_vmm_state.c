@@ -9,7 +9,6 @@
  *
  * usage: test_server_vmm_state PATH-TO-flyt-server
  */
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -199,22 +198,8 @@ static void restored_session_matches(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s PATH-TO-flyt-server\n", argv[0]);
-        return 2;
-    }
-    const char *bin = argv[1];
-    th_watchdog(120);
-    signal(SIGPIPE, SIG_IGN);
-    snprintf(dir, sizeof dir, "/tmp/flyt-vmmst-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL, "temp dir");
-    snprintf(status_path, sizeof status_path, "%s/server.status", dir);
-    snprintf(state_path, sizeof state_path, "%s/session.state", dir);
-
-    const char *args[] = {"--status-file", status_path, NULL};
-    th_server_start_args(bin, NULL, args);
-    int fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO");
+    const char *bin;
+    int fd = th_ckpt_main(argc, argv, "vmmst", &bin, dir, status_path, state_path);
     build_session(fd);
     refused_retained_unmapped(fd);
     th_say("checkpoint");
@@ -231,10 +216,7 @@ int main(int argc, char **argv)
     CHECK(th_server_log_clean(), "no session crashed");
     th_server_stop();
 
-    unlink(state_path);
-    unlink(status_path);
-    rmdir(dir);
-    th_passed();
+    th_ckpt_end(dir, status_path, state_path);
     printf("test_server_vmm_state: all checks passed\n");
     return 0;
 }
