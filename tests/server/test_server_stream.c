@@ -167,6 +167,63 @@ static void cut_midway(void)
     close(lfd);
 }
 
+static void send_all(int fd, const void *p, size_t n, const char *what);
+static void read_exactly(int fd, void *p, size_t n, const char *what);
+static void contents_hold(int fd, const char *where);
+
+/* A receiver played by hand, to see the source serve its client while the pre-copy
+ * runs: it holds back its answer to the list until the client was served, needs no
+ * image, then checks that the state follows on the same connection and refuses it. */
+struct slow_receiver {
+    int  lfd, client;
+    int  served; /* the client's request answered during the pre-copy */
+    char first[9]; /* the state's first bytes after the pre-copy */
+};
+
+static void *slow_receiver(void *arg)
+{
+    struct slow_receiver *r = arg;
+    int fd = accept(r->lfd, NULL, NULL);
+    char greeting[72], list[16 + NMOD * 48];
+    read_exactly(fd, greeting, sizeof greeting, "the greeting");
+    read_exactly(fd, list, sizeof list, "the pre-copy's list");
+    uint32_t count;
+    memcpy(&count, list + 8, 4);
+    CHECK(memcmp(list, "FLYTPRE1", 8) == 0 && count == NMOD, "the list names %u modules", count);
+    contents_hold(r->client, "served while the pre-copy waits for the receiver");
+    r->served = 1;
+    char need[4 + NMOD] = "NEED";
+    send_all(fd, need, sizeof need, "no image needed");
+    send_all(fd, "PRELOADED 0\n", 12, "none preloaded");
+    read_exactly(fd, r->first, 8, "the state's beginning");
+    char scrap[65536];
+    while (read(fd, scrap, sizeof scrap) > 0)
+        ;
+    send_all(fd, "ERR played receiver\n", 20, "the verdict");
+    close(fd);
+    return NULL;
+}
+
+static void served_during_precopy(int client)
+{
+    th_say("the source serves its client while the pre-copy runs; the state follows it");
+    struct slow_receiver r = {.client = client};
+    r.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    CHECK(r.lfd >= 0 && bind(r.lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(r.lfd, 1) == 0 &&
+              getsockname(r.lfd, (struct sockaddr *)&a, &l) == 0, "a played receiver listens");
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, slow_receiver, &r), 0, "played receiver");
+    char err[512];
+    CHECK_NE(migrate(ntohs(a.sin_port), secret, err, sizeof err), T_SUCCESS, "refused: %s", err);
+    pthread_join(th, NULL);
+    close(r.lfd);
+    CHECK(r.served, "the client was served before the receiver answered the pre-copy");
+    CHECK(memcmp(r.first, "FLYTSTAT", 8) == 0, "the state followed the pre-copy");
+    CHECK(strstr(err, "played receiver") != NULL, "the source hears the verdict: %s", err);
+}
+
 /* A session on the harness server with the pattern at ptr; its connection. */
 static int patterned_session(const char *bin)
 {
@@ -398,6 +455,8 @@ int main(int argc, char **argv)
 
     cut_midway();
     contents_hold(fd, "after the cut stream, on the source");
+    served_during_precopy(fd);
+    contents_hold(fd, "after the played receiver refused, on the source");
 
     th_say("a state the receiver cannot restore (past its memory quota): the source hears "
            "why before it ends the session, and carries on");
