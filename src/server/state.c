@@ -1317,7 +1317,13 @@ static int precopy_begin(flyt_session *s, struct flyt_server_status *p)
     memcpy(dest, p->ckpt_dest, sizeof dest);
     memcpy(secret, p->ckpt_secret, sizeof secret);
     dest[sizeof dest - 1] = secret[sizeof secret - 1] = '\0';
-    int started = dest[0] && flyt_precopy_start(s, dest, secret);
+    struct scan sc = {.s = s};
+    char why[256];
+    /* a session the capture refuses is refused at once, without images sent for nothing */
+    int started = dest[0] && s->b && check_capturable(s, &sc, why, sizeof why) == CUDA_SUCCESS &&
+                  flyt_precopy_start(s, dest, secret);
+    free(sc.list);
+    flyt_vmm_snap_free(&sc.vmm);
     OPENSSL_cleanse(secret, sizeof secret);
     return started;
 }

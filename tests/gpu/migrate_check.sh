@@ -11,7 +11,12 @@
 #   reconnects and carries on. The two stdouts must be identical.
 #   MIGRATE_VIA=stream: a receiving server (--restore-listen, its device
 #   opened first) is started before the checkpoint, which streams the state
-#   to it (flyt-checkpoint --to); it then listens on the same socket.
+#   to it (flyt-checkpoint --to); it then listens on the same socket. The
+#   source first sends the session's kernel images, which the receiver loads
+#   while the program still runs (docs/state-format.md, "Pre-copy of kernel
+#   images"): "downtime" (asked -> listening) then includes that pre-copy, and
+#   the stall the program saw is the move's real downtime. FLYT_PRECOPY=0 in
+#   the environment turns the pre-copy off (the comparison).
 #   Prints one summary line: NAME, identical, state bytes, checkpoint ms,
 #   downtime ms (checkpoint asked -> restored server listening), the stall
 #   the program saw (its FLYT_TRACE line), the native and Flyt wall times; before it, the servers' phase lines and the
