@@ -16,12 +16,13 @@
  */
 #include <cuda.h>
 
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "fake_fatbin.h"
 
 /* CKPT_CLIENT_MIB (default 1): how much hold and live allocate, and check reads */
 static size_t bytes = 1u << 20;
@@ -50,16 +51,8 @@ static int holds_pattern(const unsigned char *buf)
 /* A minimal fatbinary (the host backend takes it; no kernel runs from it). */
 static int module_in(CUmodule *mod)
 {
-    unsigned char img[16 + 64] = {0};
-    uint32_t magic = 0xBA55ED50u;
-    uint16_t version = 1, hdr = 16;
-    uint64_t body = 64;
-    memcpy(img, &magic, 4);
-    memcpy(img + 4, &version, 2);
-    memcpy(img + 6, &hdr, 2);
-    memcpy(img + 8, &body, 8);
-    for (size_t i = 0; i < body; i++)
-        img[16 + i] = (unsigned char)(i * 13 + 1);
+    unsigned char img[FLYT_FAKE_FATBIN_HEADER + 64];
+    flyt_fake_fatbin(img, 64, 1);
     TRY(cuModuleLoadData(mod, img));
     return 0;
 }
