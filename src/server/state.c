@@ -1329,6 +1329,7 @@ static int precopy_begin(flyt_session *s, struct flyt_server_status *p)
 }
 
 static uint64_t precopy_gen; /* the request whose pre-copy runs (0: none) */
+static uint64_t precopy_t0;  /* when it started */
 
 int flyt_state_poll(flyt_session *s)
 {
@@ -1344,11 +1345,14 @@ int flyt_state_poll(flyt_session *s)
         gen = ckpt_seen = LOAD(&p->ckpt_gen);
         if (LOAD(&p->ckpt_pid) != (int32_t)getpid())
             return FLYT_CONT;
+        precopy_t0 = clock_ns(CLOCK_MONOTONIC);
         if (precopy_begin(s, p)) {
             precopy_gen = gen;
             return FLYT_CONT;
         }
     }
+    uint64_t ahead_ms = precopied ? (clock_ns(CLOCK_MONOTONIC) - precopy_t0) / 1000000 : 0;
+    STORE(&p->ckpt_precopy_ms, (uint32_t)ahead_ms); /* read with the answer below */
     char path[sizeof p->ckpt_path], err[256] = "";
     memcpy(path, p->ckpt_path, sizeof path);
     path[sizeof path - 1] = '\0';

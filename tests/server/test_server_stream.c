@@ -33,6 +33,7 @@
 static char dir[64], status_path[128], secret_path[128];
 static const char secret[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 static uint64_t ptr;
+static uint32_t last_precopy_ms; /* the last migration's pre-copy, as its session said */
 #define NMOD 2
 static unsigned char *image[NMOD]; /* distinct kernel images, loaded in the session */
 static size_t image_size;
@@ -120,6 +121,7 @@ static int migrate(int port, const char *key, char *err, size_t errlen)
     snprintf(err, errlen, "(none)");
     int rc = flyt_ckpt_request(status_path, state, &dest, 1, 60000, &out, err, errlen);
     CHECK_EQ(rc, 0, "the session answered: %s", err);
+    last_precopy_ms = out.precopy_ms;
     return out.result;
 }
 
@@ -220,6 +222,8 @@ static void served_during_precopy(int client)
     pthread_join(th, NULL);
     close(r.lfd);
     CHECK(r.served, "the client was served before the receiver answered the pre-copy");
+    CHECK(last_precopy_ms >= 1, "the session says how long the pre-copy ran before the drain "
+          "(%u ms: not downtime)", last_precopy_ms);
     CHECK(memcmp(r.first, "FLYTSTAT", 8) == 0, "the state followed the pre-copy");
     CHECK(strstr(err, "played receiver") != NULL, "the source hears the verdict: %s", err);
 }
