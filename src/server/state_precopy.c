@@ -20,12 +20,14 @@
 #include "state_stream.h"
 
 #define MAX_IMAGES    65536 /* modules one pre-copy lists */
+#define MAX_NAMES     (64u << 20) /* bytes of function names one pre-copy lists */
 #define ANSWER_S      30    /* the receiver's answers: its list, then its loads */
 
 /* The wire (docs/state-format.md, "Pre-copy of kernel images"): the source sends the
- * header and one entry per module; the receiver answers "NEED" and one byte per entry
- * (1: send the image); the source sends those images in list order; the receiver loads
- * every image it has and answers one line "PRELOADED n\n". */
+ * header, one entry per module, then each entry's function names; the receiver answers
+ * "NEED" and one byte per entry (1: send the image); the source sends those images in
+ * list order; the receiver loads every image it has, looks its functions up (a driver
+ * that loads lazily loads them then) and answers one line "PRELOADED n\n". */
 struct pc_header {
     char     magic[8]; /* FLYT_PRECOPY_MAGIC */
     uint32_t count;
@@ -36,6 +38,8 @@ struct pc_entry {
     uint64_t id;   /* the module's id in the session */
     uint64_t size; /* its image's bytes */
     uint8_t  sha256[32];
+    uint32_t nfuncs;    /* functions of it the session looked up */
+    uint32_t names_len; /* their names, each with its NUL, after the list */
 };
 
 static uint64_t mono_ns(void)
@@ -55,17 +59,22 @@ static struct {
     char             dest[256], secret[128];
     struct pc_entry *list;
     void           **image;   /* copies: the session may unload a module meanwhile */
+    char           **names;   /* each module's function names, NUL after each */
     uint32_t         n, cap;
     char             why[240];
 } src;
 
 static void source_free_images(void)
 {
-    for (uint32_t i = 0; i < src.n; i++)
+    for (uint32_t i = 0; i < src.n; i++) {
         free(src.image[i]);
+        free(src.names ? src.names[i] : NULL);
+    }
     free(src.image);
+    free(src.names);
     free(src.list);
     src.image = NULL;
+    src.names = NULL;
     src.list = NULL;
     src.n = 0;
 }
@@ -91,7 +100,31 @@ static int list_module(struct flyt_hentry *e, void *arg)
     memcpy(copy, image, size);
     src.list[src.n] = (struct pc_entry){.id = e->id, .size = size};
     memcpy(src.list[src.n].sha256, e->u.module.sha256, 32);
+    src.names[src.n] = NULL;
     src.image[src.n++] = copy;
+    return 0;
+}
+
+/* A function's name, after the others of its module (in the list). */
+static int list_func(struct flyt_hentry *e, void *arg)
+{
+    uint64_t *names_total = arg;
+    if (e->type != FLYT_H_FUNC || e->u.func.name == NULL)
+        return 0;
+    uint32_t i = 0;
+    while (i < src.n && src.list[i].id != e->u.func.module)
+        i++;
+    size_t len = strlen(e->u.func.name) + 1;
+    if (i == src.n || *names_total + len > MAX_NAMES)
+        return 0;
+    char *more = realloc(src.names[i], src.list[i].names_len + len);
+    if (more == NULL)
+        return 0; /* looked up again at the restore */
+    memcpy(more + src.list[i].names_len, e->u.func.name, len);
+    src.names[i] = more;
+    src.list[i].names_len += (uint32_t)len;
+    src.list[i].nfuncs++;
+    *names_total += len;
     return 0;
 }
 
@@ -142,6 +175,14 @@ static int read_needs(uint8_t *need)
     return 0;
 }
 
+static int send_names(void)
+{
+    for (uint32_t i = 0; i < src.n; i++)
+        if (src.list[i].names_len && flyt_write_full(src.sock, src.names[i], src.list[i].names_len))
+            return -1;
+    return 0;
+}
+
 /* Lists the images, sends those asked for, waits for the loads. 0, or -1 with src.why. */
 static int offer(void)
 {
@@ -154,7 +195,8 @@ static int offer(void)
     if (need == NULL)
         snprintf(src.why, sizeof src.why, "out of memory");
     else if (flyt_write_full(src.sock, &h, sizeof h) != 0 ||
-             flyt_write_full(src.sock, src.list, src.n * sizeof *src.list) != 0) {
+             flyt_write_full(src.sock, src.list, src.n * sizeof *src.list) != 0 ||
+             send_names() != 0) {
         int sent_errno = errno;
         if (read_needs(need) == 0 || strncmp(src.why, "the receiver refused", 20) != 0)
             snprintf(src.why, sizeof src.why, "sending the pre-copy: %s", strerror(sent_errno));
@@ -216,12 +258,15 @@ int flyt_precopy_start(flyt_session *s, const char *dest, const char *secret)
         return 0;
     src.list = malloc(modules * sizeof *src.list);
     src.image = malloc(modules * sizeof *src.image);
+    src.names = calloc(modules, sizeof *src.names);
     src.cap = modules;
-    if (src.list == NULL || src.image == NULL) {
+    if (src.list == NULL || src.image == NULL || src.names == NULL) {
         source_free_images();
         return 0;
     }
     flyt_handles_foreach(&s->handles, list_module, s);
+    uint64_t names_total = 0;
+    flyt_handles_foreach(&s->handles, list_func, &names_total);
     snprintf(src.dest, sizeof src.dest, "%s", dest);
     snprintf(src.secret, sizeof src.secret, "%s", secret);
     src.done = 0;
@@ -262,7 +307,7 @@ static struct preloaded *pre;
 static size_t            npre;
 static struct {
     int      came;                              /* a pre-copy was taken */
-    unsigned listed, from_cache, received, taken, again;
+    unsigned listed, from_cache, received, taken, again, funcs;
     uint64_t bytes, ns;
 } stats;
 
@@ -281,9 +326,34 @@ static int precopy_follows(int fd, long long deadline)
     }
 }
 
-/* One image into the backend, kept for the restore when the driver takes it. */
-static void preload(flyt_backend *b, const struct pc_entry *e, const void *image)
+/* What the source listed: its entries, their function names (names_at[i]: entry i's
+ * first), and the images this node's module cache holds. */
+struct incoming {
+    struct pc_entry *list;
+    uint32_t         n;
+    char            *names;
+    uint64_t        *names_at;
+    void           **cached;
+};
+
+/* Entry i's functions looked up in its loaded module: a driver that loads kernels lazily
+ * loads them now, not when the restore looks them up after the stop. */
+static void resolve_funcs(flyt_backend *b, flyt_bhandle module, const struct incoming *in,
+                          uint32_t i)
 {
+    const char *name = in->names + in->names_at[i];
+    for (uint32_t k = 0; b->ops->func_get && k < in->list[i].nfuncs; k++) {
+        flyt_bhandle f;
+        if (b->ops->func_get(b, module, name, &f) == CUDA_SUCCESS)
+            stats.funcs++;
+        name += strlen(name) + 1;
+    }
+}
+
+/* Entry i's image into the backend, kept for the restore when the driver takes it. */
+static void preload(flyt_backend *b, const struct incoming *in, uint32_t i, const void *image)
+{
+    const struct pc_entry *e = &in->list[i];
     flyt_bhandle module = NULL;
     CUresult r = b->ops->module_load(b, image, (size_t)e->size, &module);
     struct preloaded *more = r == CUDA_SUCCESS ? realloc(pre, (npre + 1) * sizeof *pre) : NULL;
@@ -298,13 +368,15 @@ static void preload(flyt_backend *b, const struct pc_entry *e, const void *image
     pre[npre] = (struct preloaded){.id = e->id, .size = e->size, .module = module};
     memcpy(pre[npre++].sha256, e->sha256, 32);
     stats.bytes += e->size;
+    resolve_funcs(b, module, in, i);
 }
 
 /* A sent image: read whole (the stream must stay in step), loaded if it is what its
  * entry says. 0, or -1 when the connection failed. */
 static int take_sent(int fd, flyt_backend *b, const struct flyt_server_config *cfg,
-                     const struct pc_entry *e, long long deadline)
+                     const struct incoming *in, uint32_t i, long long deadline)
 {
+    const struct pc_entry *e = &in->list[i];
     void *image = malloc(e->size);
     if (image == NULL)
         return -1;
@@ -320,7 +392,7 @@ static int take_sent(int fd, flyt_backend *b, const struct flyt_server_config *c
                   "loads it", (unsigned long long)e->id);
     } else {
         size_t before = npre;
-        preload(b, e, image);
+        preload(b, in, i, image);
         if (npre > before)
             flyt_cache_store(cfg->cache_dir, sha, image, e->size, cfg->cache_max_bytes);
     }
@@ -328,35 +400,83 @@ static int take_sent(int fd, flyt_backend *b, const struct flyt_server_config *c
     return 0;
 }
 
+/* Whether entry i's image is to be sent (the receiver can load it, lacks it). */
+static int wanted(const struct incoming *in, uint32_t i, const flyt_backend *b)
+{
+    return b && !in->cached[i] && in->list[i].size > 0 && in->list[i].size <= FLYT_MAX_FATBIN;
+}
+
 /* The images this node's module cache has are loaded first (the source sends the others
  * meanwhile), then each sent one as it arrives. 0, or -1 when the connection failed. */
 static int load_all(int fd, flyt_backend *b, const struct flyt_server_config *cfg,
-                    const struct pc_entry *list, uint32_t n, void **cached, long long deadline)
+                    const struct incoming *in, long long deadline)
 {
-    for (uint32_t i = 0; i < n; i++)
-        if (cached[i]) {
-            preload(b, &list[i], cached[i]);
+    for (uint32_t i = 0; i < in->n; i++)
+        if (in->cached[i]) {
+            preload(b, in, i, in->cached[i]);
             stats.from_cache++;
         }
-    for (uint32_t i = 0; i < n; i++)
-        if (!cached[i] && b && list[i].size > 0 && list[i].size <= FLYT_MAX_FATBIN &&
-            take_sent(fd, b, cfg, &list[i], deadline) != 0)
+    for (uint32_t i = 0; i < in->n; i++)
+        if (wanted(in, i, b) && take_sent(fd, b, cfg, in, i, deadline) != 0)
             return -1;
     return 0;
 }
 
-static int answer_needs(int fd, const struct pc_entry *list, uint32_t n, void **cached,
-                        flyt_backend *b)
+static int answer_needs(int fd, const struct incoming *in, flyt_backend *b)
 {
-    uint8_t *msg = malloc(4 + (size_t)n);
+    uint8_t *msg = malloc(4 + (size_t)in->n);
     if (msg == NULL)
         return -1;
     memcpy(msg, "NEED", 4);
-    for (uint32_t i = 0; i < n; i++)
-        msg[4 + i] = b && !cached[i] && list[i].size > 0 && list[i].size <= FLYT_MAX_FATBIN;
-    int rc = flyt_write_full(fd, msg, 4 + (size_t)n);
+    for (uint32_t i = 0; i < in->n; i++)
+        msg[4 + i] = (uint8_t)wanted(in, i, b);
+    int rc = flyt_write_full(fd, msg, 4 + (size_t)in->n);
     free(msg);
     return rc;
+}
+
+/* Each entry's names: exactly nfuncs of them, each ended by its NUL. */
+static int names_ok(const struct incoming *in)
+{
+    for (uint32_t i = 0; i < in->n; i++) {
+        const char *p = in->names + in->names_at[i];
+        uint32_t len = in->list[i].names_len, nuls = 0;
+        for (uint32_t k = 0; k < len; k++)
+            nuls += p[k] == '\0';
+        if (nuls != in->list[i].nfuncs || (len && p[len - 1] != '\0'))
+            return 0;
+    }
+    return 1;
+}
+
+/* The list after the header, and its names. 0, or -1 (cut short, malformed, no memory). */
+static int read_list(int fd, struct incoming *in, long long deadline)
+{
+    in->list = malloc((size_t)in->n * sizeof *in->list + 1);
+    in->names_at = malloc((size_t)in->n * sizeof *in->names_at + 1);
+    in->cached = calloc((size_t)in->n + 1, sizeof *in->cached);
+    if (!in->list || !in->names_at || !in->cached ||
+        flyt_stream_read_by(fd, in->list, (size_t)in->n * sizeof *in->list, deadline) != 0)
+        return -1;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < in->n; i++) {
+        in->names_at[i] = total;
+        total += in->list[i].names_len;
+    }
+    if (total > MAX_NAMES || (in->names = malloc(total + 1)) == NULL ||
+        flyt_stream_read_by(fd, in->names, total, deadline) != 0)
+        return -1;
+    return names_ok(in) ? 0 : -1;
+}
+
+static void incoming_free(struct incoming *in)
+{
+    for (uint32_t i = 0; in->cached && i < in->n; i++)
+        free(in->cached[i]);
+    free(in->cached);
+    free(in->names);
+    free(in->names_at);
+    free(in->list);
 }
 
 int flyt_precopy_receive(int fd, const struct flyt_server_config *cfg, long long deadline_ms,
@@ -366,31 +486,26 @@ int flyt_precopy_receive(int fd, const struct flyt_server_config *cfg, long long
         return 0;
     uint64_t t0 = mono_ns();
     struct pc_header h;
-    if (flyt_stream_read_by(fd, &h, sizeof h, deadline_ms) != 0 || h.count > MAX_IMAGES ||
-        h.reserved != 0) {
+    struct incoming in = {0};
+    int bad = flyt_stream_read_by(fd, &h, sizeof h, deadline_ms) != 0 || h.count > MAX_IMAGES ||
+              h.reserved != 0;
+    in.n = bad ? 0 : h.count;
+    if (bad || read_list(fd, &in, deadline_ms) != 0) {
+        incoming_free(&in);
         snprintf(err, errlen, "a malformed pre-copy of kernel images");
         return -1;
     }
     flyt_backend *b = flyt_session_preopened();
-    struct pc_entry *list = malloc((size_t)h.count * sizeof *list + 1);
-    void **cached = calloc((size_t)h.count + 1, sizeof *cached);
-    int rc = list && cached ? 0 : -1;
+    for (uint32_t i = 0; b && i < in.n; i++)
+        in.cached[i] = flyt_cache_load(cfg->cache_dir, in.list[i].sha256, in.list[i].size);
+    int rc = answer_needs(fd, &in, b);
     if (rc == 0)
-        rc = flyt_stream_read_by(fd, list, (size_t)h.count * sizeof *list, deadline_ms);
-    for (uint32_t i = 0; rc == 0 && b && i < h.count; i++)
-        cached[i] = flyt_cache_load(cfg->cache_dir, list[i].sha256, list[i].size);
-    if (rc == 0)
-        rc = answer_needs(fd, list, h.count, cached, b);
-    if (rc == 0)
-        rc = load_all(fd, b, cfg, list, h.count, cached, deadline_ms);
+        rc = load_all(fd, b, cfg, &in, deadline_ms);
     char line[64];
     int len = snprintf(line, sizeof line, "PRELOADED %zu\n", npre);
     if (rc == 0)
         rc = flyt_write_full(fd, line, (size_t)len);
-    for (uint32_t i = 0; cached && i < h.count; i++)
-        free(cached[i]);
-    free(cached);
-    free(list);
+    incoming_free(&in);
     if (rc != 0) {
         snprintf(err, errlen, "the pre-copy of kernel images broke off");
         return -1;
@@ -399,9 +514,9 @@ int flyt_precopy_receive(int fd, const struct flyt_server_config *cfg, long long
     stats.listed = h.count;
     stats.ns = mono_ns() - t0;
     flyt_info("state phases (pre-copy): %zu of %u kernel image(s) preloaded before the stop "
-              "(%llu bytes; %u from the module cache, %u received) in %.3f ms",
-              npre, h.count, (unsigned long long)stats.bytes, stats.from_cache, stats.received,
-              (double)stats.ns * 1e-6);
+              "(%llu bytes; %u from the module cache, %u received; %u function(s) looked up) "
+              "in %.3f ms", npre, h.count, (unsigned long long)stats.bytes, stats.from_cache,
+              stats.received, stats.funcs, (double)stats.ns * 1e-6);
     return 0;
 }
 

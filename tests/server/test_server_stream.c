@@ -35,6 +35,13 @@ static const char secret[] = "0123456789abcdef0123456789abcdef0123456789abcdef01
 static uint64_t ptr;
 static uint32_t last_precopy_ms; /* the last migration's pre-copy, as its session said */
 #define NMOD 2
+#define FUNC_NAME "kernel_a" /* looked up in each module */
+/* The pre-copy's wire as docs/state-format.md describes it. */
+struct pc_entry {
+    uint64_t id, size;
+    uint8_t  sha256[32];
+    uint32_t nfuncs, names_len; /* then, after the list, each entry's names */
+};
 static unsigned char *image[NMOD]; /* distinct kernel images, loaded in the session */
 static size_t image_size;
 static uint64_t module[NMOD];
@@ -186,9 +193,18 @@ static void *slow_receiver(void *arg)
 {
     struct slow_receiver *r = arg;
     int fd = accept(r->lfd, NULL, NULL);
-    char greeting[72], list[16 + NMOD * 48];
+    char greeting[72], list[16 + NMOD * sizeof(struct pc_entry)], names[256];
     read_exactly(fd, greeting, sizeof greeting, "the greeting");
     read_exactly(fd, list, sizeof list, "the pre-copy's list");
+    uint32_t names_len = 0;
+    for (int i = 0; i < NMOD; i++) {
+        struct pc_entry e;
+        memcpy(&e, list + 16 + i * sizeof e, sizeof e);
+        CHECK(e.nfuncs == 1 && e.names_len == sizeof FUNC_NAME, "module %d lists its function", i);
+        names_len += e.names_len;
+    }
+    read_exactly(fd, names, names_len, "the functions' names");
+    CHECK(memcmp(names, FUNC_NAME, sizeof FUNC_NAME) == 0, "the name is %s", names);
     uint32_t count;
     memcpy(&count, list + 8, 4);
     CHECK(memcmp(list, "FLYTPRE1", 8) == 0 && count == NMOD, "the list names %u modules", count);
@@ -241,8 +257,12 @@ static int patterned_session(const char *bin)
     CHECK_EQ(th_alloc(fd, BIG, &ptr), T_SUCCESS, "MEM_ALLOC");
     CHECK_EQ(th_htod(fd, ptr, p, BIG), T_SUCCESS, "pattern in");
     free(p);
-    for (int i = 0; i < NMOD; i++)
+    for (int i = 0; i < NMOD; i++) {
         CHECK_EQ(th_module_load(fd, image[i], image_size, &module[i]), T_SUCCESS, "MODULE_LOAD %d", i);
+        flyt_req_named req = {.module = module[i], .name_len = sizeof FUNC_NAME};
+        CHECK_EQ(th_call(fd, FLYT_OP_FUNC_GET, &req, sizeof req, FUNC_NAME, sizeof FUNC_NAME, NULL),
+                 T_SUCCESS, "FUNC_GET %s of module %d", FUNC_NAME, i);
+    }
     return fd;
 }
 
@@ -306,11 +326,6 @@ static void warm_process_gone(const char *bin)
     th_server_stop();
 }
 
-/* The pre-copy's wire as docs/state-format.md describes it. */
-struct pc_entry {
-    uint64_t id, size;
-    uint8_t  sha256[32];
-};
 
 static int connect_port(int port)
 {
@@ -363,14 +378,15 @@ static void partial_precopy(const char *bin)
         uint32_t count, reserved;
     } h = {"FLYTPRE", 3, 0};
     memcpy(h.magic, "FLYTPRE1", 8);
-    struct pc_entry e[3] = {{module[0], image_size, {0}}, {module[1], image_size, {0}},
-                            {999999, image_size, {0}}};
+    struct pc_entry e[3] = {{module[0], image_size, {0}, 1, sizeof FUNC_NAME},
+                            {module[1], image_size, {0}, 0, 0}, {999999, image_size, {0}, 0, 0}};
     unsigned md = 0;
     EVP_Digest(image[0], image_size, e[0].sha256, &md, EVP_sha256(), NULL);
     EVP_Digest(image[1], image_size, e[1].sha256, &md, EVP_sha256(), NULL);
     memcpy(e[2].sha256, e[0].sha256, 32);
     send_all(s, &h, sizeof h, "the pre-copy's header");
     send_all(s, e, sizeof e, "its list");
+    send_all(s, FUNC_NAME, sizeof FUNC_NAME, "module 0's function");
     char need[7];
     read_exactly(s, need, sizeof need, "the receiver's needs");
     CHECK(memcmp(need, "NEED\1\1\1", 7) == 0, "it asks for all three (no module cache)");
@@ -404,6 +420,7 @@ static void partial_precopy(const char *bin)
     CHECK(log_has("partial", "does not match its hash"), "the corrupted image was refused");
     CHECK(log_has("partial", "2 of 3 kernel image(s) preloaded before the stop"),
           "two images preloaded");
+    CHECK(log_has("partial", "1 function(s) looked up"), "module 0's function looked up");
     CHECK(log_has("partial", "1 module(s) taken preloaded, 1 loaded again, 1 preloaded unused"),
           "module 0 taken, module 1 loaded from the state, the stray one unloaded");
     modules_hold(tfd, "after a partial pre-copy");
@@ -496,6 +513,7 @@ int main(int argc, char **argv)
           preloaded, received);
     CHECK(log_has("target", "2 module(s) taken preloaded, 0 loaded again, 0 preloaded unused"),
           "the restore loaded no image again");
+    CHECK(log_has("target", "2 function(s) looked up"), "their functions looked up before too");
     modules_hold(tfd, "on the receiver");
     close(tfd);
     kill(to, SIGTERM);
