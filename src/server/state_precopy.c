@@ -183,13 +183,21 @@ static int send_names(void)
     return 0;
 }
 
+/* How long the receiver's answers are waited for: FLYT_PRECOPY_WAIT_S, else ANSWER_S. */
+static long answer_s(void)
+{
+    const char *env = getenv("FLYT_PRECOPY_WAIT_S");
+    long s = env ? strtol(env, NULL, 10) : 0;
+    return s > 0 ? s : ANSWER_S;
+}
+
 /* Lists the images, sends those asked for, waits for the loads. 0, or -1 with src.why. */
 static int offer(void)
 {
     struct pc_header h = {.count = src.n};
     memcpy(h.magic, FLYT_PRECOPY_MAGIC, sizeof h.magic);
     uint8_t *need = malloc(src.n);
-    struct timeval answer = {ANSWER_S, 0}, forever = {0, 0};
+    struct timeval answer = {answer_s(), 0}, forever = {0, 0};
     setsockopt(src.sock, SOL_SOCKET, SO_RCVTIMEO, &answer, sizeof answer);
     int rc = -1;
     if (need == NULL)

@@ -222,21 +222,59 @@ static void *slow_receiver(void *arg)
     return NULL;
 }
 
+/* A receiver played by hand that answers the list but not the loads in time: the source
+ * stops waiting (FLYT_PRECOPY_WAIT_S), streams the state, and skips the late answer line
+ * before the verdict. */
+static void *late_receiver(void *arg)
+{
+    struct slow_receiver *r = arg;
+    int fd = accept(r->lfd, NULL, NULL);
+    char head[72 + 16 + NMOD * sizeof(struct pc_entry) + NMOD * sizeof FUNC_NAME];
+    read_exactly(fd, head, sizeof head, "the greeting, the list and its names");
+    char need[4 + NMOD] = "NEED";
+    send_all(fd, need, sizeof need, "no image needed");
+    read_exactly(fd, r->first, 8, "the state's beginning, without the loads' answer");
+    char scrap[65536];
+    while (read(fd, scrap, sizeof scrap) > 0)
+        ;
+    static const char late[] = "PRELOADED 0\nERR played late receiver\n";
+    send_all(fd, late, sizeof late - 1, "the late answer, then the verdict");
+    close(fd);
+    return NULL;
+}
+
+static void played(void *(*fn)(void *), struct slow_receiver *r, char *err, size_t errlen)
+{
+    r->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    CHECK(r->lfd >= 0 && bind(r->lfd, (struct sockaddr *)&a, sizeof a) == 0 &&
+              listen(r->lfd, 1) == 0 && getsockname(r->lfd, (struct sockaddr *)&a, &l) == 0,
+          "a played receiver listens");
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, fn, r), 0, "played receiver");
+    CHECK_NE(migrate(ntohs(a.sin_port), secret, err, errlen), T_SUCCESS, "refused: %s", err);
+    pthread_join(th, NULL);
+    close(r->lfd);
+}
+
+static void late_loads(void)
+{
+    th_say("the receiver still loading when the source stops waiting: the state follows");
+    struct slow_receiver r = {0};
+    char err[512];
+    played(late_receiver, &r, err, sizeof err);
+    CHECK(memcmp(r.first, "FLYTSTAT", 8) == 0, "the state followed the pre-copy");
+    CHECK(strstr(err, "played late receiver") != NULL, "the verdict after the late line: %s", err);
+    CHECK(th_server_log_has("the receiver still loading them"), "the source says it went on");
+}
+
 static void served_during_precopy(int client)
 {
     th_say("the source serves its client while the pre-copy runs; the state follows it");
     struct slow_receiver r = {.client = client};
-    r.lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    CHECK(r.lfd >= 0 && bind(r.lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(r.lfd, 1) == 0 &&
-              getsockname(r.lfd, (struct sockaddr *)&a, &l) == 0, "a played receiver listens");
-    pthread_t th;
-    CHECK_EQ(pthread_create(&th, NULL, slow_receiver, &r), 0, "played receiver");
     char err[512];
-    CHECK_NE(migrate(ntohs(a.sin_port), secret, err, sizeof err), T_SUCCESS, "refused: %s", err);
-    pthread_join(th, NULL);
-    close(r.lfd);
+    played(slow_receiver, &r, err, sizeof err);
     CHECK(r.served, "the client was served before the receiver answered the pre-copy");
     CHECK(last_precopy_ms >= 1, "the session says how long the pre-copy ran before the drain "
           "(%u ms: not downtime)", last_precopy_ms);
@@ -459,6 +497,7 @@ int main(int argc, char **argv)
     CHECK_EQ(exit_status(idle, 10), 1, "exit 1 after --restore-timeout 1");
     CHECK(log_has("idle", "no state arrived"), "it says no state arrived");
 
+    setenv("FLYT_PRECOPY_WAIT_S", "2", 1); /* the source's wait for a receiver's loads */
     int fd = patterned_session(bin);
 
     th_say("a wrong secret: the receiver refuses it and exits; the source carries on");
@@ -478,6 +517,8 @@ int main(int argc, char **argv)
     contents_hold(fd, "after the cut stream, on the source");
     served_during_precopy(fd);
     contents_hold(fd, "after the played receiver refused, on the source");
+    late_loads();
+    contents_hold(fd, "after the late receiver refused, on the source");
 
     th_say("a state the receiver cannot restore (past its memory quota): the source hears "
            "why before it ends the session, and carries on");
