@@ -139,8 +139,10 @@ static int read_preloaded(unsigned *loaded)
         ssize_t n = read(src.sock, line + got, 1);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && got == 0)
             return 1;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            continue; /* its start came: the rest is on its way */
         if (n <= 0)
             return -1;
         if (line[got++] == '\n')
