@@ -159,12 +159,16 @@ if has_part elastic; then
         OUT=$OUT MIGRATE_VIA=stream timeout -k 10 300 bash "$root/tests/gpu/migrate_check.sh" "$build" \
             torch-stream "step 50:" -- "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" \
             200 0.02 2>&1 | tail -n 12
+        # the same without the kernel images' pre-copy: the restore loads them in the stop
+        OUT=$OUT FLYT_PRECOPY=0 MIGRATE_VIA=stream timeout -k 10 300 bash \
+            "$root/tests/gpu/migrate_check.sh" "$build" torch-stream-noprecopy "step 50:" -- \
+            "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
     } > "$OUT/elastic.txt" 2>&1
     cat "$OUT/elastic.txt" >> "$summary"
     find "$OUT" -name "*.state" -delete # tens of MB each: the logs say what they held
     pack elastic state-check migrate-loop migrate-global migrate-pinned migrate-vmm migrate-torch \
         migrate-torch-expandable \
-        migrate-loop-stream migrate-torch-stream
+        migrate-loop-stream migrate-torch-stream migrate-torch-stream-noprecopy
 fi
 
 if has_part hangup; then

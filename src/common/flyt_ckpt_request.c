@@ -62,6 +62,7 @@ static int ask(struct flyt_server_status *p, const char *status_path, const char
     snprintf(p->ckpt_secret, sizeof p->ckpt_secret, "%s", secret);
     STORE(&p->ckpt_sent, 0);
     STORE(&p->ckpt_estimate, 0);
+    STORE(&p->ckpt_precopy_ms, 0);
     STORE(&p->ckpt_pid, (int32_t)pid);
     STORE(&p->ckpt_flags, stop ? FLYT_CKPT_STOP : 0u);
     uint64_t gen = LOAD(&p->ckpt_gen) + 1;
@@ -87,6 +88,7 @@ static int ask(struct flyt_server_status *p, const char *status_path, const char
     out->result = LOAD(&p->ckpt_result);
     out->bytes = LOAD(&p->ckpt_bytes);
     out->ns = LOAD(&p->ckpt_ns);
+    out->precopy_ms = LOAD(&p->ckpt_precopy_ms);
     if (out->result != 0)
         snprintf(err, errlen, "refused (CUDA error %d): %.*s", (int)out->result,
                  (int)sizeof p->ckpt_error, p->ckpt_error);

@@ -13,6 +13,7 @@ struct flyt_ckpt_outcome {
     int32_t  result; /* the session's CUresult: 0 written */
     uint64_t bytes;  /* the state file's size */
     uint64_t ns;     /* the session's drain and write */
+    uint32_t precopy_ms; /* its kernel images sent ahead first, while the program ran */
 };
 
 /* Where the session also streams its state (a receiving flyt-server: docs/server.md,

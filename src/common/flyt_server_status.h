@@ -87,7 +87,8 @@ struct flyt_server_status {
     /* and its answer, by the session */
     uint64_t ckpt_done_gen;
     int32_t  ckpt_result;
-    uint32_t ckpt_pad;
+    uint32_t ckpt_precopy_ms; /* the kernel images sent ahead, before the drain (the
+                               * program ran on meanwhile: not downtime); 0: none */
     uint64_t ckpt_bytes;
     uint64_t ckpt_ns; /* drain and write */
     char     ckpt_error[256];

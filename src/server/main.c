@@ -820,11 +820,10 @@ static void bound_address(int lfd, const flyt_addr *addr, char *out, size_t len,
 static int open_restore(struct options *o, int *sender)
 {
     char err[768];
-    const char *sid = o->cfg.session_id ? o->cfg.session_id : "";
     struct flyt_state *st =
         o->restore_listen ? flyt_stream_receive(o->restore_listen, o->restore_secret_file,
-                                                o->restore_file, o->restore_timeout_s, sid,
-                                                sender, err, sizeof err)
+                                                o->restore_file, o->restore_timeout_s,
+                                                &o->cfg, sender, err, sizeof err)
                           : flyt_state_open(o->restore_file, err, sizeof err);
     if (st == NULL) {
         flyt_error("%s", err);

@@ -758,6 +758,11 @@ int flyt_session_preopen(const struct flyt_server_config *cfg, char *err, size_t
     return preopened ? 0 : -1;
 }
 
+flyt_backend *flyt_session_preopened(void)
+{
+    return preopened;
+}
+
 /* The process's one session: static, as a driver thread may still post a callback
  * while the process exits and must not find a dead stack frame. */
 static flyt_session the_session;

@@ -212,6 +212,8 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
 /* Opens the backend ahead of the session this process will run (--restore-listen: the
  * device is ready before the state arrives); its HELLO then takes it. 0, or -1 with err. */
 int flyt_session_preopen(const struct flyt_server_config *cfg, char *err, size_t errlen);
+/* The backend flyt_session_preopen opened, until a session takes it (NULL: none). */
+flyt_backend *flyt_session_preopened(void);
 /* After flyt_session_preopen, with cfg->restore: opens the session this process will run
  * and restores the state into it now, before its client comes (--restore-listen); the
  * client's HELLO then finds it ready. CUDA_SUCCESS, or the error with err (nothing kept). */

@@ -22,6 +22,7 @@
 #include "state_array.h"
 #include "state_format.h"
 #include "state_pipe.h"
+#include "state_precopy.h"
 #include "state_stream.h"
 #include "vmm_state.h"
 
@@ -1020,16 +1021,25 @@ static CUresult restore_alloc(flyt_session *s, const struct flyt_state_alloc *r,
     return restore_device_bytes(s, r->addr, r->size, tail, err, errlen);
 }
 
+/* The module loaded before the stop (a streamed migration's pre-copy: the same id and
+ * image), else its image from the state loaded now. */
+static CUresult module_again(flyt_session *s, const struct flyt_state_module *r,
+                             const void *image, flyt_bhandle *mod)
+{
+    if ((*mod = flyt_precopy_take(r->id, r->sha256, r->image_size)) != NULL)
+        return CUDA_SUCCESS; /* its image was hashed as it arrived */
+    uint8_t sha[32];
+    flyt_sha256(image, r->image_size, sha);
+    return memcmp(sha, r->sha256, 32) ? CUDA_ERROR_INVALID_IMAGE
+                                      : FLYT_BCALL(s, module_load, image, r->image_size, mod);
+}
+
 static CUresult restore_module(flyt_session *s, const struct flyt_state_module *r,
                                const unsigned char *tail, uint64_t *last,
                                char *err, size_t errlen)
 {
-    const void *image = tail;
-    uint8_t sha[32];
-    flyt_sha256(image, r->image_size, sha);
     flyt_bhandle mod = NULL;
-    CUresult e = memcmp(sha, r->sha256, 32) ? CUDA_ERROR_INVALID_IMAGE
-                                            : FLYT_BCALL(s, module_load, image, r->image_size, &mod);
+    CUresult e = module_again(s, r, tail, &mod);
     struct flyt_hentry *h = e == CUDA_SUCCESS ? add_exact(s, r->id, FLYT_H_MODULE, mod, last) : NULL;
     if (h == NULL) {
         if (mod)
@@ -1259,6 +1269,7 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
         say(err, errlen, "writing the allocations' contents failed: CUDA error %d", (int)e);
         return e;
     }
+    flyt_precopy_settle(s->b, now - t0);
     flyt_info("session for %s restored: %llu allocation(s), %zu object id(s), %zu bytes of state, "
               "in %.3f ms", s->peer, (unsigned long long)allocs, flyt_hash_count(&s->handles.map), st->size,
               (double)(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
@@ -1287,13 +1298,15 @@ static void answer(struct flyt_server_status *p, uint64_t gen, CUresult r, uint6
 /* The request's file, and its receiving server when it names one: a stream that
  * fails fails the checkpoint, so the session carries on here. */
 static CUresult capture_to(flyt_session *s, struct flyt_server_status *p, const char *path,
-                           uint64_t *bytes, char *err, size_t errlen)
+                           int precopied, uint64_t *bytes, char *err, size_t errlen)
 {
-    char dest[sizeof p->ckpt_dest], secret[sizeof p->ckpt_secret], why[200] = "";
+    char dest[sizeof p->ckpt_dest], secret[sizeof p->ckpt_secret], why[240] = "";
     memcpy(dest, p->ckpt_dest, sizeof dest);
     memcpy(secret, p->ckpt_secret, sizeof secret);
     dest[sizeof dest - 1] = secret[sizeof secret - 1] = '\0';
-    int sock = dest[0] ? flyt_stream_connect(dest, secret, why, sizeof why) : -1;
+    int sock = !dest[0]   ? -1
+               : precopied ? flyt_precopy_collect(why, sizeof why) /* connected ahead */
+                           : flyt_stream_connect(dest, secret, why, sizeof why);
     OPENSSL_cleanse(secret, sizeof secret);
     if (dest[0] && sock < 0) {
         say(err, errlen, "streaming the state to %s: %s", dest, why);
@@ -1312,21 +1325,56 @@ static CUresult capture_to(flyt_session *s, struct flyt_server_status *p, const 
     return r;
 }
 
+/* A request that streams: its kernel images go to the receiver first, from a thread,
+ * while the session serves on (state_precopy.h). 1 when that started. */
+static int precopy_begin(flyt_session *s, struct flyt_server_status *p)
+{
+    char dest[sizeof p->ckpt_dest], secret[sizeof p->ckpt_secret];
+    memcpy(dest, p->ckpt_dest, sizeof dest);
+    memcpy(secret, p->ckpt_secret, sizeof secret);
+    dest[sizeof dest - 1] = secret[sizeof secret - 1] = '\0';
+    struct scan sc = {.s = s};
+    char why[256];
+    /* a session the capture refuses is refused at once, without images sent for nothing */
+    int started = dest[0] && s->b && check_capturable(s, &sc, why, sizeof why) == CUDA_SUCCESS &&
+                  flyt_precopy_start(s, dest, secret);
+    free(sc.list);
+    flyt_vmm_snap_free(&sc.vmm);
+    OPENSSL_cleanse(secret, sizeof secret);
+    return started;
+}
+
+static uint64_t precopy_gen; /* the request whose pre-copy runs (0: none) */
+static uint64_t precopy_t0;  /* when it started */
+
 int flyt_state_poll(flyt_session *s)
 {
     struct flyt_server_status *p = flyt_status_page();
-    if (!p || LOAD(&p->ckpt_gen) == ckpt_seen)
+    if (!p || (!precopy_gen && LOAD(&p->ckpt_gen) == ckpt_seen))
         return FLYT_CONT; /* the common case: one load */
-    uint64_t gen = LOAD(&p->ckpt_gen);
-    ckpt_seen = gen;
-    if (LOAD(&p->ckpt_pid) != (int32_t)getpid())
+    uint64_t gen = precopy_gen;
+    int precopied = gen != 0; /* its images went ahead: the capture's turn */
+    if (precopied && !flyt_precopy_ready())
         return FLYT_CONT;
+    precopy_gen = 0;
+    if (!precopied) {
+        gen = ckpt_seen = LOAD(&p->ckpt_gen);
+        if (LOAD(&p->ckpt_pid) != (int32_t)getpid())
+            return FLYT_CONT;
+        precopy_t0 = clock_ns(CLOCK_MONOTONIC);
+        if (precopy_begin(s, p)) {
+            precopy_gen = gen;
+            return FLYT_CONT;
+        }
+    }
+    uint64_t ahead_ms = precopied ? (clock_ns(CLOCK_MONOTONIC) - precopy_t0) / 1000000 : 0;
+    STORE(&p->ckpt_precopy_ms, (uint32_t)ahead_ms); /* read with the answer below */
     char path[sizeof p->ckpt_path], err[256] = "";
     memcpy(path, p->ckpt_path, sizeof path);
     path[sizeof path - 1] = '\0';
     uint32_t flags = LOAD(&p->ckpt_flags);
     uint64_t t0 = clock_ns(CLOCK_MONOTONIC), bytes = 0;
-    CUresult r = capture_to(s, p, path, &bytes, err, sizeof err);
+    CUresult r = capture_to(s, p, path, precopied, &bytes, err, sizeof err);
     uint64_t ns = clock_ns(CLOCK_MONOTONIC) - t0;
     if (r == CUDA_SUCCESS)
         flyt_info("session for %s checkpointed to %s%s%s: %llu bytes in %.3f ms%s", s->peer, path,

@@ -61,8 +61,7 @@ static int root_of(const digest *d, uint64_t nchunks, uint64_t body_len, unsigne
     return ok ? 0 : -1;
 }
 
-/* Threads that must not take the session's signals (SIGURG wakes its reads). */
-static int spawn(pthread_t *th, void *(*fn)(void *), void *arg)
+int flyt_spawn_unsignalled(pthread_t *th, void *(*fn)(void *), void *arg)
 {
     sigset_t all, old;
     sigfillset(&all);
@@ -106,7 +105,7 @@ int flyt_state_root(const unsigned char *body, size_t len, unsigned char root[32
         return -1;
     pthread_t th[MAX_HASHERS];
     int n = 0, want = j.nchunks < (uint64_t)hashers() ? (int)j.nchunks : hashers();
-    while (n < want - 1 && spawn(&th[n], root_worker, &j) == 0)
+    while (n < want - 1 && flyt_spawn_unsignalled(&th[n], root_worker, &j) == 0)
         n++;
     root_worker(&j); /* this thread too */
     while (n > 0)
@@ -385,16 +384,19 @@ struct flyt_swriter *flyt_sw_open(flyt_backend *b, int fd, int sock, uint64_t *s
         w->blk[i].mem = m ? m : malloc(BLOCK);
         ok = w->blk[i].mem != NULL;
     }
-    if (ok && spawn(&w->th[w->nth], file_worker, w) == 0)
+    if (ok && flyt_spawn_unsignalled(&w->th[w->nth], file_worker, w) == 0)
         w->nth++;
     else
         ok = 0;
-    if (ok && sock >= 0 && spawn(&w->th[w->nth], sock_worker, w) == 0)
+    if (ok && sock >= 0 && flyt_spawn_unsignalled(&w->th[w->nth], sock_worker, w) == 0)
         w->nth++;
     else if (sock >= 0)
         ok = 0;
-    for (int i = 0; ok && i < hashers() && spawn(&w->th[w->nth], hash_worker, w) == 0; i++)
+    for (int i = 0; ok && i < hashers(); i++) {
+        if (flyt_spawn_unsignalled(&w->th[w->nth], hash_worker, w) != 0)
+            break;
         w->nth++, w->nhash++;
+    }
     if (!ok || w->nhash == 0) {
         flyt_sw_close(w, NULL);
         return NULL;
@@ -549,7 +551,8 @@ struct flyt_rhash *flyt_rh_open(void)
     for (h->nbuf = 0; h->nbuf < want + 3; h->nbuf++)
         if ((h->buf[h->nbuf].mem = malloc(FLYT_STATE_CHUNK)) == NULL)
             break;
-    while (h->nbuf >= 3 && h->nth < want && spawn(&h->th[h->nth], rhash_worker, h) == 0)
+    while (h->nbuf >= 3 && h->nth < want &&
+           flyt_spawn_unsignalled(&h->th[h->nth], rhash_worker, h) == 0)
         h->nth++;
     if (h->nth == 0 || (h->cur = rh_next_buffer(h)) < 0) {
         flyt_rh_close(h);

@@ -13,10 +13,14 @@
 #ifndef FLYT_STATE_PIPE_H
 #define FLYT_STATE_PIPE_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "backend.h"
+
+/* A thread that takes none of the session's signals (SIGURG wakes its reads). */
+int flyt_spawn_unsignalled(pthread_t *th, void *(*fn)(void *), void *arg);
 
 /* Phase times of one capture (ns); hashing is summed over its threads. */
 struct flyt_state_times {

@@ -14,6 +14,7 @@
 
 #include "flyt_log.h"
 #include "state_pipe.h"
+#include "state_precopy.h"
 #include "flyt_token.h"
 #include "flyt_transport.h"
 
@@ -22,7 +23,7 @@
 #define VERDICT_MS       120000 /* verifying a large state takes a while */
 #define GREETING_LEN     (sizeof FLYT_STREAM_MAGIC - 1 + FLYT_STREAM_SECRET_LEN)
 
-static long long now_ms(void)
+long long flyt_stream_now_ms(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -40,7 +41,7 @@ static long long now_ns(void)
 static int readable_by(int fd, long long deadline)
 {
     for (;;) {
-        long long left = deadline - now_ms();
+        long long left = deadline - flyt_stream_now_ms();
         if (left <= 0)
             return 0;
         struct pollfd p = {fd, POLLIN, 0};
@@ -50,6 +51,19 @@ static int readable_by(int fd, long long deadline)
         if (n < 0 && errno != EINTR)
             return 1; /* the read that follows says what is wrong */
     }
+}
+
+int flyt_stream_read_by(int fd, void *buf, size_t len, long long deadline)
+{
+    for (size_t got = 0; got < len;) {
+        if (!readable_by(fd, deadline))
+            return -1;
+        ssize_t n = read(fd, (char *)buf + got, len - got);
+        if (n == 0 || (n < 0 && errno != EINTR))
+            return -1;
+        got += n > 0 ? (size_t)n : 0;
+    }
+    return 0;
 }
 
 /* ---- the source ---- */
@@ -63,10 +77,10 @@ int flyt_stream_connect(const char *address, const char *secret, char *err, size
         snprintf(err, errlen, "the receiver's secret is not %d hex digits", FLYT_STREAM_SECRET_LEN);
         return -1;
     }
-    long long deadline = now_ms() + CONNECT_TRIES_MS;
+    long long deadline = flyt_stream_now_ms() + CONNECT_TRIES_MS;
     int fd;
     while ((fd = flyt_connect_timeout(&a, CONNECT_TRIES_MS, err, errlen)) < 0 &&
-           now_ms() < deadline)
+           flyt_stream_now_ms() < deadline)
         nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
     if (fd < 0)
         return -1;
@@ -83,16 +97,30 @@ int flyt_stream_connect(const char *address, const char *secret, char *err, size
     return fd;
 }
 
+/* The pre-copy's answer line (state_precopy.c), when the source stopped waiting for it
+ * before the receiver had loaded the images: not the verdict. The bytes kept. */
+static size_t skip_preloaded(char *line, size_t got)
+{
+    char *end;
+    while (got >= 10 && memcmp(line, "PRELOADED ", 10) == 0 &&
+           (end = memchr(line, '\n', got)) != NULL) {
+        size_t cut = (size_t)(end - line) + 1;
+        memmove(line, line + cut, got - cut);
+        got -= cut;
+    }
+    return got;
+}
+
 int flyt_stream_finish(int fd, char *err, size_t errlen)
 {
     char line[320];
     size_t got = 0;
     long n = 0;
     shutdown(fd, SHUT_WR); /* the end of the state: the receiver verifies it now */
-    long long deadline = now_ms() + VERDICT_MS;
+    long long deadline = flyt_stream_now_ms() + VERDICT_MS;
     while (got < sizeof line - 1 && memchr(line, '\n', got) == NULL && readable_by(fd, deadline) &&
            (n = read(fd, line + got, sizeof line - 1 - got)) > 0)
-        got += (size_t)n;
+        got = skip_preloaded(line, got + (size_t)n);
     close(fd);
     line[got] = '\0';
     line[strcspn(line, "\n")] = '\0';
@@ -248,10 +276,12 @@ void flyt_stream_verdict(int sender, const char *why)
 }
 
 struct flyt_state *flyt_stream_receive(const char *address, const char *secret_file,
-                                       const char *path, int timeout_s, const char *session_id,
-                                       int *sender, char *err, size_t errlen)
+                                       const char *path, int timeout_s,
+                                       const struct flyt_server_config *cfg, int *sender,
+                                       char *err, size_t errlen)
 {
-    long long deadline = now_ms() + (long long)timeout_s * 1000;
+    const char *session_id = cfg->session_id ? cfg->session_id : "";
+    long long deadline = flyt_stream_now_ms() + (long long)timeout_s * 1000;
     flyt_token_line secret[1];
     char why[512] = "";
     if (flyt_token_file_read(secret_file, 0077, FLYT_STREAM_SECRET_LEN, secret, 1, why,
@@ -274,6 +304,11 @@ struct flyt_state *flyt_stream_receive(const char *address, const char *secret_f
     struct flyt_state *st = NULL;
     int fd = accept_sender(lfd, secret[0], deadline, err, errlen);
     close(lfd); /* exactly one state connection */
+    if (fd >= 0 && flyt_precopy_receive(fd, cfg, deadline, err, errlen) != 0) {
+        verdict(fd, err);
+        close(fd);
+        fd = -1;
+    }
     if (fd >= 0) {
         st = take_state(fd, path, deadline, session_id, sender != NULL, err, errlen);
         if (st && sender)

@@ -53,7 +53,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "flyt-checkpoint: %s\n", err);
         return 1;
     }
-    printf("checkpoint: %llu bytes in %.3f ms%s\n", (unsigned long long)out.bytes,
+    printf("checkpoint: %llu bytes in %.3f ms%s", (unsigned long long)out.bytes,
            (double)out.ns / 1e6, to ? " (streamed)" : "");
+    if (out.precopy_ms)
+        printf(", after a pre-copy of its kernel images of %u ms", out.precopy_ms);
+    printf("\n");
     return 0;
 }

@@ -3,10 +3,11 @@
  * (FLYT_SERVER, FLYT_SESSION_TOKEN):
  *   ckpt_client hold FILE   allocates 1 MiB (CKPT_CLIENT_MIB), fills it with a pattern, writes the
  *                           pointer to FILE and stays connected until killed
- *   ckpt_client live FILE   as hold, but carries on itself: once FILE.go exists (its
- *                           session moved meanwhile) it reads its allocation back,
- *                           checks the pattern, allocates and copies anew, and exits
- *                           0 when every call succeeded and every byte held
+ *   ckpt_client live FILE   as hold, and loads a kernel image first, but carries on
+ *                           itself: once FILE.go exists (its session moved meanwhile)
+ *                           it reads its allocation back, checks the pattern, allocates
+ *                           and copies anew, unloads its module, and exits 0 when every
+ *                           call succeeded and every byte held
  *   ckpt_client loop FILE   as hold, but copies 4 KiB back in a loop until FILE.go exists (its
  *                           session moved meanwhile), checks the pattern and prints the
  *                           longest time between two replies: the downtime the program saw
@@ -20,6 +21,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "fake_fatbin.h"
 
 /* CKPT_CLIENT_MIB (default 1): how much hold and live allocate, and check reads */
 static size_t bytes = 1u << 20;
@@ -45,8 +48,17 @@ static int holds_pattern(const unsigned char *buf)
     return 1;
 }
 
+/* A minimal fatbinary (the host backend takes it; no kernel runs from it). */
+static int module_in(CUmodule *mod)
+{
+    unsigned char img[FLYT_FAKE_FATBIN_HEADER + 64];
+    flyt_fake_fatbin(img, 64, 1);
+    TRY(cuModuleLoadData(mod, img));
+    return 0;
+}
+
 /* The session moves while the program idles; its next calls must simply work. */
-static int live(const char *file, unsigned char *buf)
+static int live(const char *file, unsigned char *buf, CUmodule mod)
 {
     char go[4096];
     snprintf(go, sizeof go, "%s.go", file);
@@ -69,6 +81,7 @@ static int live(const char *file, unsigned char *buf)
     if (!holds_pattern(buf))
         return 1;
     TRY(cuMemFree(q));
+    TRY(cuModuleUnload(mod)); /* the module moved with its session, under its handle */
     printf("ckpt_client: carried on after the move: %zu MiB at %llu holds its pattern\n",
            bytes >> 20, ptr);
     return 0;
@@ -119,7 +132,11 @@ int main(int argc, char **argv)
     TRY(cuDevicePrimaryCtxRetain(&ctx, dev));
     TRY(cuCtxSetCurrent(ctx));
     int looping = strcmp(argv[1], "loop") == 0;
-    if (strcmp(argv[1], "hold") == 0 || strcmp(argv[1], "live") == 0 || looping) {
+    int living = strcmp(argv[1], "live") == 0;
+    CUmodule mod = NULL;
+    if (living && module_in(&mod) != 0)
+        return 1;
+    if (strcmp(argv[1], "hold") == 0 || living || looping) {
         CUdeviceptr p;
         TRY(cuMemAlloc(&p, bytes));
         for (size_t i = 0; i < bytes; i++)
@@ -131,8 +148,8 @@ int main(int argc, char **argv)
             return 1;
         fprintf(f, "%llu\n", (unsigned long long)p);
         fclose(f);
-        if (strcmp(argv[1], "live") == 0) {
-            int rc = live(argv[2], buf);
+        if (living) {
+            int rc = live(argv[2], buf, mod);
             free(buf);
             return rc;
         }

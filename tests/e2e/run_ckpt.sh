@@ -98,6 +98,11 @@ rc=$?
 check "flytctl migrate of a connected program's session $sid6 (exit $rc): $(cat "$tmp/live-mig.out")" [ $rc = 0 ]
 check "it was streamed to a receiving server" grep -q '(stream)' "$tmp/live-mig.out"
 check "the session moved off $src6" [ "$(node_of "$sid6")" != "$src6" ]
+# its kernel image went to the target and was loaded there before the source stopped it
+check "the target preloaded its kernel image before the stop" \
+  grep -q "1 of 1 kernel image(s) preloaded before the stop" "$tmp"/n*.log
+check "the restore took it, loading none again" \
+  grep -q "1 module(s) taken preloaded, 0 loaded again" "$tmp"/n*.log
 touch "$tmp/live.ptr.go"
 wait "$live_pid"
 rc=$?

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fake_fatbin.h"
 #include "flyt_server_status.h"
 #include "flyt_transport.h"
 
@@ -545,17 +546,8 @@ int th_htod(int fd, uint64_t dst, const void *data, uint64_t size)
 unsigned char *th_fake_fatbin(size_t *size)
 {
     const size_t body = 64;
-    unsigned char *img = calloc(1, 16 + body);
-    uint32_t magic = 0xBA55ED50u;
-    uint16_t version = 1, hdr = 16;
-    uint64_t fat = body;
-    memcpy(img, &magic, 4);
-    memcpy(img + 4, &version, 2);
-    memcpy(img + 6, &hdr, 2);
-    memcpy(img + 8, &fat, 8);
-    for (size_t i = 0; i < body; i++)
-        img[16 + i] = (unsigned char)(i * 7 + 3);
-    *size = 16 + body;
+    unsigned char *img = calloc(1, FLYT_FAKE_FATBIN_HEADER + body);
+    *size = flyt_fake_fatbin(img, body, 3);
     return img;
 }
 

@@ -21,8 +21,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "check.h"
 #include "flyt_ckpt_request.h"
+#include "flyt_transport.h"
 #include "harness.h"
 
 #define BIG (8u << 20) /* more than the socket buffers hold: a cut stream fails midway */
@@ -30,6 +33,18 @@
 static char dir[64], status_path[128], secret_path[128];
 static const char secret[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 static uint64_t ptr;
+static uint32_t last_precopy_ms; /* the last migration's pre-copy, as its session said */
+#define NMOD 2
+#define FUNC_NAME "kernel_a" /* looked up in each module */
+/* The pre-copy's wire as docs/state-format.md describes it. */
+struct pc_entry {
+    uint64_t id, size;
+    uint8_t  sha256[32];
+    uint32_t nfuncs, names_len; /* then, after the list, each entry's names */
+};
+static unsigned char *image[NMOD]; /* distinct kernel images, loaded in the session */
+static size_t image_size;
+static uint64_t module[NMOD];
 
 static unsigned char pattern(uint64_t i)
 {
@@ -79,7 +94,7 @@ static pid_t receiver(const char *bin, const char *name, int port, int timeout_s
 
 static int log_has(const char *name, const char *needle)
 {
-    char path[160], buf[8192] = "";
+    char path[160], buf[65536] = "";
     snprintf(path, sizeof path, "%s/%s.log", dir, name);
     FILE *f = fopen(path, "r");
     size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
@@ -113,6 +128,7 @@ static int migrate(int port, const char *key, char *err, size_t errlen)
     snprintf(err, errlen, "(none)");
     int rc = flyt_ckpt_request(status_path, state, &dest, 1, 60000, &out, err, errlen);
     CHECK_EQ(rc, 0, "the session answered: %s", err);
+    last_precopy_ms = out.precopy_ms;
     return out.result;
 }
 
@@ -160,6 +176,112 @@ static void cut_midway(void)
     close(lfd);
 }
 
+static void send_all(int fd, const void *p, size_t n, const char *what);
+static void read_exactly(int fd, void *p, size_t n, const char *what);
+static void contents_hold(int fd, const char *where);
+
+/* A receiver played by hand, to see the source serve its client while the pre-copy
+ * runs: it holds back its answer to the list until the client was served, needs no
+ * image, then checks that the state follows on the same connection and refuses it. */
+struct slow_receiver {
+    int  lfd, client;
+    int  served; /* the client's request answered during the pre-copy */
+    char first[9]; /* the state's first bytes after the pre-copy */
+};
+
+static void *slow_receiver(void *arg)
+{
+    struct slow_receiver *r = arg;
+    int fd = accept(r->lfd, NULL, NULL);
+    char greeting[72], list[16 + NMOD * sizeof(struct pc_entry)], names[256];
+    read_exactly(fd, greeting, sizeof greeting, "the greeting");
+    read_exactly(fd, list, sizeof list, "the pre-copy's list");
+    uint32_t names_len = 0;
+    for (int i = 0; i < NMOD; i++) {
+        struct pc_entry e;
+        memcpy(&e, list + 16 + i * sizeof e, sizeof e);
+        CHECK(e.nfuncs == 1 && e.names_len == sizeof FUNC_NAME, "module %d lists its function", i);
+        names_len += e.names_len;
+    }
+    read_exactly(fd, names, names_len, "the functions' names");
+    CHECK(memcmp(names, FUNC_NAME, sizeof FUNC_NAME) == 0, "the name is %s", names);
+    uint32_t count;
+    memcpy(&count, list + 8, 4);
+    CHECK(memcmp(list, "FLYTPRE1", 8) == 0 && count == NMOD, "the list names %u modules", count);
+    contents_hold(r->client, "served while the pre-copy waits for the receiver");
+    r->served = 1;
+    char need[4 + NMOD] = "NEED";
+    send_all(fd, need, sizeof need, "no image needed");
+    send_all(fd, "PRELOADED 0\n", 12, "none preloaded");
+    read_exactly(fd, r->first, 8, "the state's beginning");
+    char scrap[65536];
+    while (read(fd, scrap, sizeof scrap) > 0)
+        ;
+    send_all(fd, "ERR played receiver\n", 20, "the verdict");
+    close(fd);
+    return NULL;
+}
+
+/* A receiver played by hand that answers the list but not the loads in time: the source
+ * stops waiting (FLYT_PRECOPY_WAIT_S), streams the state, and skips the late answer line
+ * before the verdict. */
+static void *late_receiver(void *arg)
+{
+    struct slow_receiver *r = arg;
+    int fd = accept(r->lfd, NULL, NULL);
+    char head[72 + 16 + NMOD * sizeof(struct pc_entry) + NMOD * sizeof FUNC_NAME];
+    read_exactly(fd, head, sizeof head, "the greeting, the list and its names");
+    char need[4 + NMOD] = "NEED";
+    send_all(fd, need, sizeof need, "no image needed");
+    read_exactly(fd, r->first, 8, "the state's beginning, without the loads' answer");
+    char scrap[65536];
+    while (read(fd, scrap, sizeof scrap) > 0)
+        ;
+    static const char late[] = "PRELOADED 0\nERR played late receiver\n";
+    send_all(fd, late, sizeof late - 1, "the late answer, then the verdict");
+    close(fd);
+    return NULL;
+}
+
+static void played(void *(*fn)(void *), struct slow_receiver *r, char *err, size_t errlen)
+{
+    r->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    CHECK(r->lfd >= 0 && bind(r->lfd, (struct sockaddr *)&a, sizeof a) == 0 &&
+              listen(r->lfd, 1) == 0 && getsockname(r->lfd, (struct sockaddr *)&a, &l) == 0,
+          "a played receiver listens");
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, fn, r), 0, "played receiver");
+    CHECK_NE(migrate(ntohs(a.sin_port), secret, err, errlen), T_SUCCESS, "refused: %s", err);
+    pthread_join(th, NULL);
+    close(r->lfd);
+}
+
+static void late_loads(void)
+{
+    th_say("the receiver still loading when the source stops waiting: the state follows");
+    struct slow_receiver r = {0};
+    char err[512];
+    played(late_receiver, &r, err, sizeof err);
+    CHECK(memcmp(r.first, "FLYTSTAT", 8) == 0, "the state followed the pre-copy");
+    CHECK(strstr(err, "played late receiver") != NULL, "the verdict after the late line: %s", err);
+    CHECK(th_server_log_has("the receiver still loading them"), "the source says it went on");
+}
+
+static void served_during_precopy(int client)
+{
+    th_say("the source serves its client while the pre-copy runs; the state follows it");
+    struct slow_receiver r = {.client = client};
+    char err[512];
+    played(slow_receiver, &r, err, sizeof err);
+    CHECK(r.served, "the client was served before the receiver answered the pre-copy");
+    CHECK(last_precopy_ms >= 1, "the session says how long the pre-copy ran before the drain "
+          "(%u ms: not downtime)", last_precopy_ms);
+    CHECK(memcmp(r.first, "FLYTSTAT", 8) == 0, "the state followed the pre-copy");
+    CHECK(strstr(err, "played receiver") != NULL, "the source hears the verdict: %s", err);
+}
+
 /* A session on the harness server with the pattern at ptr; its connection. */
 static int patterned_session(const char *bin)
 {
@@ -173,7 +295,41 @@ static int patterned_session(const char *bin)
     CHECK_EQ(th_alloc(fd, BIG, &ptr), T_SUCCESS, "MEM_ALLOC");
     CHECK_EQ(th_htod(fd, ptr, p, BIG), T_SUCCESS, "pattern in");
     free(p);
+    for (int i = 0; i < NMOD; i++) {
+        CHECK_EQ(th_module_load(fd, image[i], image_size, &module[i]), T_SUCCESS, "MODULE_LOAD %d", i);
+        flyt_req_named req = {.module = module[i], .name_len = sizeof FUNC_NAME};
+        CHECK_EQ(th_call(fd, FLYT_OP_FUNC_GET, &req, sizeof req, FUNC_NAME, sizeof FUNC_NAME, NULL),
+                 T_SUCCESS, "FUNC_GET %s of module %d", FUNC_NAME, i);
+    }
     return fd;
+}
+
+/* The modules are there under their ids: each unloads once, then is gone. */
+static void modules_hold(int fd, const char *where)
+{
+    for (int i = 0; i < NMOD; i++) {
+        flyt_req_handle req = {module[i]};
+        CHECK_EQ(th_call(fd, FLYT_OP_MODULE_UNLOAD, &req, sizeof req, NULL, 0, NULL), T_SUCCESS,
+                 "%s: module %d unloads", where, i);
+        CHECK_EQ(th_call(fd, FLYT_OP_MODULE_UNLOAD, &req, sizeof req, NULL, 0, NULL),
+                 T_INVALID_HANDLE, "%s: module %d is gone after", where, i);
+    }
+}
+
+/* Where needle first stands in NAME's log (-1: absent). */
+static long log_at(const char *name, const char *needle)
+{
+    char path[160], *buf = calloc(1, 1 << 20);
+    snprintf(path, sizeof path, "%s/%s.log", dir, name);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    char *at = strstr(buf, needle);
+    long pos = at ? at - buf : -1;
+    free(buf);
+    return pos;
 }
 
 /* The receiver's process that took the state dies before its client comes: the client
@@ -208,6 +364,110 @@ static void warm_process_gone(const char *bin)
     th_server_stop();
 }
 
+
+static int connect_port(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int i = 0; i < 500; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+            return fd;
+        close(fd);
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    return -1;
+}
+
+static void send_all(int fd, const void *p, size_t n, const char *what)
+{
+    CHECK_EQ(flyt_write_full(fd, p, n), 0, "sent %s", what);
+}
+
+static void read_exactly(int fd, void *p, size_t n, const char *what)
+{
+    size_t got = 0;
+    for (ssize_t k; got < n && (k = read(fd, (char *)p + got, n - got)) > 0;)
+        got += (size_t)k;
+    CHECK_EQ(got, n, "read %s", what);
+}
+
+/* A pre-copy that is partly useless, sent by hand: module 0's image right, module 1's
+ * corrupted (refused by its hash), and an image for a module the state does not hold.
+ * The state then restores module 0 from the preloaded set and loads module 1 again. */
+static void partial_precopy(const char *bin)
+{
+    th_say("a partial pre-copy: what was preloaded is taken, the rest loaded from the state");
+    int fd = patterned_session(bin);
+    char state[160], err[512], sock[160];
+    snprintf(state, sizeof state, "%s/partial-source.state", dir);
+    struct flyt_ckpt_outcome out;
+    CHECK_EQ(flyt_ckpt_request(status_path, state, NULL, 0, 60000, &out, err, sizeof err), 0,
+             "checkpoint: %s", err);
+    CHECK_EQ(out.result, T_SUCCESS, "checkpoint to a file");
+    int port = free_port();
+    pid_t to = receiver(bin, "partial", port, 20);
+    int s = connect_port(port);
+    CHECK(s >= 0, "connected to the receiver");
+    send_all(s, "FLYTSTM1", 8, "the magic");
+    send_all(s, secret, sizeof secret - 1, "the secret");
+    struct {
+        char     magic[8];
+        uint32_t count, reserved;
+    } h = {"FLYTPRE", 3, 0};
+    memcpy(h.magic, "FLYTPRE1", 8);
+    struct pc_entry e[3] = {{module[0], image_size, {0}, 1, sizeof FUNC_NAME},
+                            {module[1], image_size, {0}, 0, 0}, {999999, image_size, {0}, 0, 0}};
+    unsigned md = 0;
+    EVP_Digest(image[0], image_size, e[0].sha256, &md, EVP_sha256(), NULL);
+    EVP_Digest(image[1], image_size, e[1].sha256, &md, EVP_sha256(), NULL);
+    memcpy(e[2].sha256, e[0].sha256, 32);
+    send_all(s, &h, sizeof h, "the pre-copy's header");
+    send_all(s, e, sizeof e, "its list");
+    send_all(s, FUNC_NAME, sizeof FUNC_NAME, "module 0's function");
+    char need[7];
+    read_exactly(s, need, sizeof need, "the receiver's needs");
+    CHECK(memcmp(need, "NEED\1\1\1", 7) == 0, "it asks for all three (no module cache)");
+    unsigned char *bad = malloc(image_size);
+    memcpy(bad, image[1], image_size);
+    bad[image_size - 1] ^= 0xff;
+    send_all(s, image[0], image_size, "image 0");
+    send_all(s, bad, image_size, "image 1, corrupted");
+    send_all(s, image[0], image_size, "image 0 again, for a module the state lacks");
+    free(bad);
+    char line[32] = "";
+    for (size_t i = 0; i < sizeof line - 1 && read(s, line + i, 1) == 1 && line[i] != '\n'; i++)
+        ;
+    CHECK(strncmp(line, "PRELOADED 2\n", 12) == 0, "two preloaded: '%s'", line);
+    int sf = open(state, O_RDONLY);
+    CHECK(sf >= 0, "the state file");
+    char buf[65536];
+    for (ssize_t n; (n = read(sf, buf, sizeof buf)) > 0;)
+        send_all(s, buf, (size_t)n, "the state");
+    close(sf);
+    shutdown(s, SHUT_WR);
+    memset(line, 0, sizeof line);
+    read_exactly(s, line, 3, "the verdict");
+    CHECK(strcmp(line, "OK\n") == 0, "the receiver took the state: '%s'", line);
+    close(s);
+    close(fd);
+    snprintf(sock, sizeof sock, "%s/partial.sock", dir);
+    int tfd = th_connect_to(sock);
+    CHECK(tfd >= 0 && th_hello(tfd) == 0, "HELLO to the receiver");
+    contents_hold(tfd, "after a partial pre-copy");
+    CHECK(log_has("partial", "does not match its hash"), "the corrupted image was refused");
+    CHECK(log_has("partial", "2 of 3 kernel image(s) preloaded before the stop"),
+          "two images preloaded");
+    CHECK(log_has("partial", "1 function(s) looked up"), "module 0's function looked up");
+    CHECK(log_has("partial", "1 module(s) taken preloaded, 1 loaded again, 1 preloaded unused"),
+          "module 0 taken, module 1 loaded from the state, the stray one unloaded");
+    modules_hold(tfd, "after a partial pre-copy");
+    close(tfd);
+    kill(to, SIGTERM);
+    exit_status(to, 10);
+    th_server_stop();
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -226,12 +486,18 @@ int main(int argc, char **argv)
           "secret file");
     close(sfd);
 
+    for (int i = 0; i < NMOD; i++) {
+        image[i] = th_fake_fatbin(&image_size);
+        image[i][16] ^= (unsigned char)(i + 1);
+    }
+
     th_say("a receiver that never gets its state exits after its deadline");
     int port = free_port();
     pid_t idle = receiver(bin, "idle", port, 1);
     CHECK_EQ(exit_status(idle, 10), 1, "exit 1 after --restore-timeout 1");
     CHECK(log_has("idle", "no state arrived"), "it says no state arrived");
 
+    setenv("FLYT_PRECOPY_WAIT_S", "2", 1); /* the source's wait for a receiver's loads */
     int fd = patterned_session(bin);
 
     th_say("a wrong secret: the receiver refuses it and exits; the source carries on");
@@ -249,6 +515,10 @@ int main(int argc, char **argv)
 
     cut_midway();
     contents_hold(fd, "after the cut stream, on the source");
+    served_during_precopy(fd);
+    contents_hold(fd, "after the played receiver refused, on the source");
+    late_loads();
+    contents_hold(fd, "after the late receiver refused, on the source");
 
     th_say("a state the receiver cannot restore (past its memory quota): the source hears "
            "why before it ends the session, and carries on");
@@ -277,12 +547,23 @@ int main(int argc, char **argv)
     CHECK(log_has("target", "received the session's state"), "the receiver says it took it");
     CHECK(log_has("target", "before the state"), "its device was open before the state came");
     CHECK(log_has("target", "state taken before) started"), "its first client went to that process");
+    long preloaded = log_at("target", "2 of 2 kernel image(s) preloaded before the stop");
+    long received = log_at("target", "received the session's state");
+    CHECK(preloaded >= 0 && received > preloaded,
+          "the images were loaded before the state came (the source's stop): %ld, %ld",
+          preloaded, received);
+    CHECK(log_has("target", "2 module(s) taken preloaded, 0 loaded again, 0 preloaded unused"),
+          "the restore loaded no image again");
+    CHECK(log_has("target", "2 function(s) looked up"), "their functions looked up before too");
+    modules_hold(tfd, "on the receiver");
     close(tfd);
     kill(to, SIGTERM);
     exit_status(to, 10);
     th_server_stop();
     warm_process_gone(bin);
-    static const char *const left[] = {"secret", "server.status", "source.state", "idle.log",
+    partial_precopy(bin);
+    static const char *const left[] = {"partial-source.state", "partial.log", "partial.state",
+                                       "partial.sock", "secret", "server.status", "source.state", "idle.log",
                                        "wrong.log", "target.log", "target.state", "target.sock",
                                        "wrong.sock", "idle.sock", "late.log", "late.state",
                                        "late.sock", "small.log", "small.state", "small.sock"};

@@ -106,9 +106,10 @@ void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt
               json_is_true(stop) ? "; stopping its server" : "");
     if (json_is_true(stop))
         nm_server_stop_wait(nm, req->params[0]); /* the session ended: nothing else to serve */
-    flyt_http_reply_json(res, 200, json_pack("{s:I,s:f,s:b,s:b}", "bytes", (json_int_t)out.bytes,
-                                             "ms", (double)out.ns / 1e6, "stopped",
-                                             json_is_true(stop), "streamed", to != NULL));
+    flyt_http_reply_json(res, 200, json_pack("{s:I,s:f,s:b,s:b,s:I}", "bytes",
+                                             (json_int_t)out.bytes, "ms", (double)out.ns / 1e6,
+                                             "stopped", json_is_true(stop), "streamed", to != NULL,
+                                             "precopy_ms", (json_int_t)out.precopy_ms));
 }
 
 /* GET /v1/servers/{id}/checkpoint: how far the checkpoint in progress is. */
