@@ -143,6 +143,10 @@ CUcontext flyt_ctx_current(void);
  * where: the driver call asking, for FLYT_TRACE. */
 CUresult flyt_ctx_require_at(const char *where);
 #define flyt_ctx_require() flyt_ctx_require_at(__func__)
+/* The same for a call on an object of a context (an event, an explicit
+ * stream): any living context will do when the thread has none current. */
+CUresult flyt_ctx_require_object_at(const char *where);
+#define flyt_ctx_require_object() flyt_ctx_require_object_at(__func__)
 int flyt_ctx_valid(CUcontext ctx);
 uint64_t flyt_ctx_id(CUcontext ctx);
 

@@ -58,6 +58,32 @@ CUresult flyt_ctx_require_at(const char *where)
                                               : flyt_trace(where, CUDA_ERROR_INVALID_CONTEXT);
 }
 
+static int any_context_alive(void)
+{
+    pthread_mutex_lock(&primary.lock);
+    int alive = primary.refs > 0;
+    pthread_mutex_unlock(&primary.lock);
+    pthread_mutex_lock(&created_lock);
+    for (struct CUctx_st *c = created; c != NULL && !alive; c = c->next_created)
+        alive = c->magic == CTX_MAGIC;
+    pthread_mutex_unlock(&created_lock);
+    return alive;
+}
+
+/* A call on an object (an event, a stream the program created) acts in the
+ * object's context, as the driver's do: a thread with no current context
+ * may make it while a context lives (NVIDIA's runtime makes none current
+ * for cudaEventQuery/Synchronize, e.g. in PyTorch's pin-memory thread). */
+CUresult flyt_ctx_require_object_at(const char *where)
+{
+    CUresult r = flyt_init_state();
+    if (r != CUDA_SUCCESS)
+        return flyt_trace(where, r);
+    return flyt_ctx_valid(flyt_ctx_current()) || any_context_alive()
+               ? CUDA_SUCCESS
+               : flyt_trace(where, CUDA_ERROR_INVALID_CONTEXT);
+}
+
 /* NULL means the current context, as in most cuCtx* calls. */
 #define resolve(ctx) resolve_at(ctx, __func__)
 static CUresult resolve_at(CUcontext *ctx, const char *where)

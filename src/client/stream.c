@@ -66,6 +66,14 @@ uint64_t flyt_stream_wire(CUstream stream, int per_thread)
     return (uint64_t)(uintptr_t)stream;
 }
 
+/* A stream the program created carries its context; the NULL, legacy and
+ * per-thread streams are the current context's. */
+static CUresult require_for_stream(CUstream stream)
+{
+    int explicit_stream = stream != NULL && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD;
+    return explicit_stream ? flyt_ctx_require_object() : flyt_ctx_require();
+}
+
 /* ---- streams ---- */
 
 FLYT_EXPORT CUresult cuStreamCreateWithPriority(CUstream *stream, unsigned int flags, int priority)
@@ -89,7 +97,7 @@ FLYT_EXPORT CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
 
 FLYT_EXPORT CUresult cuStreamDestroy_v2(CUstream stream)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = require_for_stream(stream);
     if (r != CUDA_SUCCESS)
         return r;
     if (stream == NULL || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
@@ -100,7 +108,7 @@ FLYT_EXPORT CUresult cuStreamDestroy(CUstream stream) { return cuStreamDestroy_v
 
 static CUresult stream_op(uint16_t op, CUstream stream, int per_thread)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = require_for_stream(per_thread && stream == NULL ? CU_STREAM_PER_THREAD : stream);
     return r != CUDA_SUCCESS ? r : flyt_call_handle(op, flyt_stream_wire(stream, per_thread));
 }
 
@@ -111,7 +119,7 @@ FLYT_EXPORT CUresult cuStreamQuery_ptsz(CUstream s) { return stream_op(FLYT_OP_S
 
 static CUresult wait_event(CUstream stream, CUevent event, unsigned flags, int per_thread)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = require_for_stream(per_thread && stream == NULL ? CU_STREAM_PER_THREAD : stream);
     if (r != CUDA_SUCCESS)
         return r;
     if (event == NULL)
@@ -275,7 +283,7 @@ FLYT_EXPORT CUresult cuEventCreate(CUevent *event, unsigned int flags)
 
 FLYT_EXPORT CUresult cuEventDestroy_v2(CUevent event)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     if (r != CUDA_SUCCESS)
         return r;
     if (event == NULL)
@@ -286,7 +294,7 @@ FLYT_EXPORT CUresult cuEventDestroy(CUevent event) { return cuEventDestroy_v2(ev
 
 static CUresult event_record(CUevent event, CUstream stream, unsigned flags, int per_thread)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = require_for_stream(per_thread && stream == NULL ? CU_STREAM_PER_THREAD : stream);
     if (r != CUDA_SUCCESS)
         return r;
     if (event == NULL)
@@ -308,7 +316,7 @@ FLYT_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned
 
 static CUresult event_op(uint16_t op, CUevent event)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     if (r != CUDA_SUCCESS)
         return r;
     if (event == NULL)
@@ -320,7 +328,7 @@ FLYT_EXPORT CUresult cuEventSynchronize(CUevent e) { return event_op(FLYT_OP_EVE
 
 FLYT_EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     if (r != CUDA_SUCCESS)
         return r;
     if (ms == NULL)

@@ -340,6 +340,49 @@ static void test_streams(void)
     free(ids[1]);
 }
 
+/* A thread with no current context may use events and streams the program
+ * created (NVIDIA's runtime makes no context current for cudaEventQuery or
+ * cudaEventSynchronize: PyTorch's pin-memory thread); the NULL stream still
+ * needs one. */
+struct objects {
+    CUstream s;
+    CUevent a, b;
+};
+
+static void *thread_without_context(void *arg)
+{
+    struct objects *o = arg;
+    CUcontext cur = (CUcontext)1;
+    CU_OK(cuCtxGetCurrent(&cur));
+    CHECK(cur == NULL, "the new thread has no current context");
+    CU_OK(cuEventRecord(o->a, o->s));
+    CU_OK(cuEventRecord(o->b, o->s));
+    CUresult q = cuStreamQuery(o->s);
+    CHECK(q == CUDA_SUCCESS || q == CUDA_ERROR_NOT_READY, "stream query: %d", (int)q);
+    CU_OK(cuStreamSynchronize(o->s));
+    CU_OK(cuEventQuery(o->b));
+    CU_OK(cuEventSynchronize(o->a));
+    float ms = -1;
+    CU_OK(cuEventElapsedTime(&ms, o->a, o->b));
+    CHECK_EQ(cuStreamSynchronize(NULL), CUDA_ERROR_INVALID_CONTEXT, "the NULL stream needs a context");
+    CHECK_EQ(cuEventRecord(o->a, NULL), CUDA_ERROR_INVALID_CONTEXT, "so does recording on it");
+    return NULL;
+}
+
+static void test_objects_without_current_context(void)
+{
+    struct objects o;
+    CU_OK(cuStreamCreate(&o.s, 0));
+    CU_OK(cuEventCreate(&o.a, 0));
+    CU_OK(cuEventCreate(&o.b, 0));
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, thread_without_context, &o), 0, "thread");
+    pthread_join(t, NULL);
+    CU_OK(cuEventDestroy(o.a));
+    CU_OK(cuEventDestroy(o.b));
+    CU_OK(cuStreamDestroy(o.s));
+}
+
 /* ---- host functions in stream order ---- */
 
 struct pinned_word {
@@ -746,6 +789,7 @@ int main(void)
     test_memory();
     test_vmm();
     test_streams();
+    test_objects_without_current_context();
     test_host_func_order();
     test_modules();
     test_link_logs();
