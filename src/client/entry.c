@@ -26,9 +26,19 @@ FLYT_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver
     return proc_address(symbol, pfn, version, flags, status);
 }
 
+/* Without a status to say why, a miss is CUDA_ERROR_NOT_FOUND and *pfn is
+ * left as it was (measured, procs.c). */
 FLYT_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
-    return proc_address(symbol, pfn, version, flags, NULL);
+    void *found = NULL;
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult r = proc_address(symbol, pfn ? &found : NULL, version, flags, &status);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (status != CU_GET_PROC_ADDRESS_SUCCESS)
+        return CUDA_ERROR_NOT_FOUND;
+    *pfn = found;
+    return CUDA_SUCCESS;
 }
 
 FLYT_EXPORT CUresult cuGetExportTable(const void **table, const CUuuid *id)

@@ -18,10 +18,11 @@
  *    that build, so DEFAULT reaching the driver means legacy;
  *  - symbolStatus: SUCCESS, SYMBOL_NOT_FOUND, VERSION_NOT_SUFFICIENT.
  * Choices where the documentation is silent or differs:
- *  - a miss (unknown or empty name, or version too old) returns
- *    CUDA_ERROR_NOT_FOUND with *pfn NULL. The reference text says
- *    CUDA_SUCCESS with *pfn NULL; NOT_FOUND is what the runtime is known to
- *    cope with (and what ZLUDA answers). FLYT_PROC_MISS switches it;
+ *  - a miss (unknown or empty name, or version too old), measured on the
+ *    H100's driver 580 (tests/gpu/probes/procaddr_probe.c): the _v2 ABI
+ *    returns CUDA_SUCCESS with *pfn NULL and the status saying why (NVIDIA's
+ *    runtime passes that on as cudaSuccess); the unversioned ABI, which has
+ *    no status, returns CUDA_ERROR_NOT_FOUND and leaves *pfn as it was;
  *  - both stream flags set: legacy (LEGACY explicitly excludes per-thread);
  *    unknown flag bits are ignored rather than refused;
  *  - "cudaVersion greater than the driver version returns
@@ -35,7 +36,6 @@
 #include "flyt_procs.inc"
 
 #define FLYT_PROC_COUNT (sizeof(flyt_procs) / sizeof(flyt_procs[0]))
-#define FLYT_PROC_MISS CUDA_ERROR_NOT_FOUND
 
 static void set_status(CUdriverProcAddressQueryResult *status, CUdriverProcAddressQueryResult v)
 {
@@ -108,9 +108,8 @@ CUresult flyt_proc_lookup(const char *symbol, int cuda_version, uint64_t flags, 
         return CUDA_ERROR_INVALID_VALUE;
     }
     e = flyt_proc_resolve(symbol, cuda_version, flags, status);
-    if (!e)
-        return FLYT_PROC_MISS;
-    *pfn = e->fn;
+    if (e)
+        *pfn = e->fn;
     return CUDA_SUCCESS;
 }
 

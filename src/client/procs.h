@@ -23,9 +23,9 @@ struct flyt_proc {
 
 /*
  * cuGetProcAddress_v2 semantics: CUDA_SUCCESS with *pfn set and status
- * CU_GET_PROC_ADDRESS_SUCCESS; CUDA_ERROR_NOT_FOUND with *pfn NULL and status
+ * CU_GET_PROC_ADDRESS_SUCCESS; CUDA_SUCCESS with *pfn NULL and status
  * SYMBOL_NOT_FOUND (unknown or empty name) or VERSION_NOT_SUFFICIENT (every
- * ABI is newer than cuda_version); CUDA_ERROR_INVALID_VALUE for a NULL symbol
+ * ABI is newer than cuda_version), as NVIDIA's driver answers the _v2 ABI; CUDA_ERROR_INVALID_VALUE for a NULL symbol
  * or pfn. status may be NULL. The driver-version check (cuda_version above
  * what cuDriverGetVersion reports) is the caller's: see procs.c.
  */

@@ -139,7 +139,7 @@ FLYT_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int 
 
 static CUresult stream_i32(uint16_t op, CUstream stream, int per_thread, int *out)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = require_for_stream(per_thread && stream == NULL ? CU_STREAM_PER_THREAD : stream);
     if (r != CUDA_SUCCESS)
         return r;
     if (out == NULL)

@@ -559,9 +559,19 @@ static void test_proc_address(void)
     CU_OK(cuGetProcAddress("cuMemcpyHtoD", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
     CHECK_NE(fn, NULL, "and per thread, the _ptds one");
     CHECK_EQ(fn, dlsym(lib, "cuMemcpyHtoD_v2_ptds"), "and per thread, the _ptds one");
-    CHECK_EQ(cuGetProcAddress("cuNoSuchThing", &fn, 13000, 0, &st), CUDA_ERROR_NOT_FOUND,
-             "an unknown name is not found");
+    /* as the H100's driver 580 answers (tests/gpu/probes/procaddr_probe.c) */
+    CHECK_EQ(cuGetProcAddress("cuNoSuchThing", &fn, 13000, 0, &st), CUDA_SUCCESS,
+             "an unknown name: success, and the status says why");
     CHECK_EQ(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, "an unknown name is not found");
+    CHECK_EQ(fn, NULL, "an unknown name: no function");
+    CUresult (*unversioned)(const char *, void **, int, cuuint64_t) =
+        (CUresult(*)(const char *, void **, int, cuuint64_t))dlsym(lib, "cuGetProcAddress");
+    fn = &fn;
+    CHECK_EQ(unversioned("cuNoSuchThing", &fn, 13000, 0), CUDA_ERROR_NOT_FOUND,
+             "the unversioned ABI, which has no status, says not found");
+    CHECK_EQ(fn, (void *)&fn, "and leaves the pointer as it was");
+    CHECK_EQ(unversioned("cuMemAlloc", &fn, 13000, 0), CUDA_SUCCESS, "and finds what is there");
+    CHECK_EQ(fn, dlsym(lib, "cuMemAlloc_v2"), "and finds what is there");
     dlclose(lib);
 }
 
