@@ -344,7 +344,8 @@ typedef struct { uint64_t device; uint64_t region; uint64_t offset; uint64_t siz
  * code and kernels use one pointer. Reply: a = region id, b = the device
  * pointer the driver gave (normally addr). CUDA_ERROR_ALREADY_MAPPED: the
  * address is taken in the server; the client tries another. */
-typedef struct { uint64_t size; uint64_t addr; } flyt_req_host_map_at;
+/* flags: 0 or CU_MEMHOSTREGISTER_READ_ONLY (the GPU only reads it) */
+typedef struct { uint64_t size; uint64_t addr; uint32_t flags; uint32_t pad; } flyt_req_host_map_at;
 
 /* HOST_REMAP: a restored session's region `id` (recreated detached, with no
  * mapping) gets its memory back: the memfd comes with the frame, as with

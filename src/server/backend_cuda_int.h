@@ -550,7 +550,7 @@ CUresult flyt_cuda_vmm_set_access(flyt_backend *base, uint64_t ptr, uint64_t siz
 CUresult flyt_cuda_vmm_retain(flyt_backend *base, uint64_t addr, flyt_bhandle *mem);
 CUresult flyt_cuda_host_unregister(flyt_backend *base, void *ptr);
 CUresult flyt_cuda_host_register_mapped(flyt_backend *base, void *ptr, uint64_t size,
-                                        uint64_t *dptr);
+                                        unsigned flags, uint64_t *dptr);
 CUresult flyt_cuda_htod_host(flyt_backend *base, uint64_t dst, const void *src, uint64_t n,
                              flyt_bhandle stream);
 CUresult flyt_cuda_dtoh_host(flyt_backend *base, void *dst, uint64_t src, uint64_t n,
