@@ -107,6 +107,9 @@ struct flyt_generic_call {
     CUresult    result; /* of a failed argument translation */
 };
 CUresult flyt_generic_call_send(struct flyt_generic_call *call);
+/* graph.c: cuGraphLaunch of an exec graph with memory allocation nodes
+ * waits for the server's answer (args[0]: the exec) */
+int flyt_graph_launch_waits(const struct flyt_generic_call *call);
 /* Puts a CUfunction/CUkernel argument's server id in args[i]. */
 CUresult flyt_call_func_arg(struct flyt_generic_call *call, int i, const void *handle);
 

@@ -283,6 +283,8 @@ struct flyt_backend_ops {
      * in out (edges: pairs); out, how many */
     CUresult (*graph_nodes)(flyt_backend *b, flyt_bhandle graph, unsigned which, flyt_bhandle *out,
                             size_t *n);
+    /* *type: the node's CUgraphNodeType */
+    CUresult (*graph_node_type)(flyt_backend *b, flyt_bhandle node, unsigned *type);
     /* *text: malloc'd, NUL-terminated; the caller frees it */
     CUresult (*graph_dot)(flyt_backend *b, flyt_bhandle graph, unsigned flags, char **text);
     /* p: translated (host sides are server addresses, handles backend

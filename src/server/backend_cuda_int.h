@@ -451,6 +451,7 @@ CUresult flyt_cuda_graph_instantiate(flyt_backend *base, flyt_bhandle graph, uin
 CUresult flyt_cuda_exec_destroy(flyt_backend *base, flyt_bhandle exec);
 CUresult flyt_cuda_exec_update(flyt_backend *base, flyt_bhandle exec, flyt_bhandle graph, int *result,
                                flyt_bhandle *err_node, flyt_bhandle *err_from);
+CUresult flyt_cuda_graph_node_type(flyt_backend *base, flyt_bhandle node, unsigned *type);
 CUresult flyt_cuda_graph_nodes(flyt_backend *base, flyt_bhandle graph, unsigned which,
                                flyt_bhandle *out, size_t *n);
 CUresult flyt_cuda_graph_dot(flyt_backend *base, flyt_bhandle graph, unsigned flags, char **text);

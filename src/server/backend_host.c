@@ -2194,6 +2194,13 @@ static CUresult host_exec_update(flyt_backend *b, flyt_bhandle exec, flyt_bhandl
     return CUDA_SUCCESS;
 }
 
+static CUresult host_graph_node_type(flyt_backend *b, flyt_bhandle node, unsigned *type)
+{
+    (void)b;
+    *type = hg_node_type(node);
+    return CUDA_SUCCESS;
+}
+
 static CUresult host_graph_nodes(flyt_backend *b, flyt_bhandle graph, unsigned which, flyt_bhandle *out,
                                  size_t *n)
 {
@@ -3102,6 +3109,7 @@ static const struct flyt_backend_ops host_ops = {
     .exec_update = host_exec_update,
     .graph_nodes = host_graph_nodes,
     .graph_dot = host_graph_dot,
+    .graph_node_type = host_graph_node_type,
     .graph_add_node = host_graph_add_node,
     .graph_add_deps = host_graph_add_deps,
     .graph_node_get = host_graph_node_get,
