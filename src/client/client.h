@@ -107,6 +107,9 @@ struct flyt_generic_call {
     CUresult    result; /* of a failed argument translation */
 };
 CUresult flyt_generic_call_send(struct flyt_generic_call *call);
+/* graph.c: cuGraphLaunch of an exec graph with memory allocation nodes
+ * waits for the server's answer (args[0]: the exec) */
+int flyt_graph_launch_waits(const struct flyt_generic_call *call);
 /* Puts a CUfunction/CUkernel argument's server id in args[i]. */
 CUresult flyt_call_func_arg(struct flyt_generic_call *call, int i, const void *handle);
 
@@ -170,6 +173,10 @@ int flyt_range_remove(enum flyt_range_kind kind, uint64_t base); /* 0 when found
 /* Finds the range holding addr: returns its kind (0 if none) and its
  * base/size/flags; any out pointer may be NULL. */
 int flyt_range_find(uint64_t addr, uint64_t *base, uint64_t *size, unsigned *flags);
+/* host_maps.c: [lo, hi) lies in private anonymous read-write memory (not a
+ * stack); some page of it is one NVIDIA's driver cannot pin for writing */
+int flyt_maps_plain_anonymous(uint64_t lo, uint64_t hi);
+int flyt_maps_unpinnable_for_write(uint64_t lo, uint64_t hi);
 uint64_t flyt_range_buffer_id(uint64_t addr);
 void flyt_range_clear_device(void);
 /* Shared pinned memory (HOST_MAP): the server's region id of a host range. */

@@ -7,7 +7,9 @@
  * server's ids, the same each time.
  */
 #include "client.h"
+#include "flyt_hash.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -308,6 +310,42 @@ FLYT_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode
 
 /* ---- graphs and execs ---- */
 
+/* Exec graphs holding memory allocation nodes: their launches wait for the
+ * server's answer, as CUDA refuses a relaunch while the last launch's
+ * allocation lives at the launch itself. Other launches stay pipelined. */
+static flyt_hash waiting_execs;
+static atomic_size_t waiting_count;
+static pthread_mutex_t waiting_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUresult waiting_exec_add(uint64_t exec)
+{
+    pthread_mutex_lock(&waiting_lock);
+    int ok = flyt_hash_find(&waiting_execs, exec) || flyt_hash_insert(&waiting_execs, exec);
+    atomic_store(&waiting_count, flyt_hash_count(&waiting_execs));
+    pthread_mutex_unlock(&waiting_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static void waiting_exec_remove(uint64_t exec)
+{
+    if (atomic_load(&waiting_count) == 0)
+        return;
+    pthread_mutex_lock(&waiting_lock);
+    flyt_hash_remove(&waiting_execs, exec);
+    atomic_store(&waiting_count, flyt_hash_count(&waiting_execs));
+    pthread_mutex_unlock(&waiting_lock);
+}
+
+int flyt_graph_launch_waits(const struct flyt_generic_call *call)
+{
+    if (atomic_load(&waiting_count) == 0)
+        return 0;
+    pthread_mutex_lock(&waiting_lock);
+    int waits = flyt_hash_find(&waiting_execs, call->args[0]) != NULL;
+    pthread_mutex_unlock(&waiting_lock);
+    return waits;
+}
+
 FLYT_EXPORT CUresult cuGraphCreate(CUgraph *graph, unsigned int flags)
 {
     CUresult r = flyt_ctx_require();
@@ -333,7 +371,13 @@ static CUresult destroy(uint16_t op, uint64_t id)
     return flyt_send_async(op, &req, sizeof req, NULL, 0);
 }
 FLYT_EXPORT CUresult cuGraphDestroy(CUgraph g) { return destroy(FLYT_OP_GRAPH_DESTROY, WIRE(g)); }
-FLYT_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) { return destroy(FLYT_OP_EXEC_DESTROY, WIRE(e)); }
+FLYT_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e)
+{
+    CUresult r = destroy(FLYT_OP_EXEC_DESTROY, WIRE(e));
+    if (r == CUDA_SUCCESS)
+        waiting_exec_remove(WIRE(e));
+    return r;
+}
 
 FLYT_EXPORT CUresult cuGraphClone(CUgraph *clone, CUgraph orig)
 {
@@ -343,7 +387,9 @@ FLYT_EXPORT CUresult cuGraphClone(CUgraph *clone, CUgraph orig)
     if (clone == NULL || orig == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     flyt_req_handle_pair req = {.a = flyt_new_id(), .b = WIRE(orig)};
-    r = flyt_send_async(FLYT_OP_GRAPH_CLONE, &req, sizeof req, NULL, 0);
+    /* waited for: the driver refuses some graphs at once (those with memory
+     * nodes), and a clone is rare enough for one round trip */
+    r = flyt_call(FLYT_OP_GRAPH_CLONE, &req, sizeof req, NULL, 0, NULL);
     if (r == CUDA_SUCCESS)
         *clone = (CUgraph)(uintptr_t)req.a;
     return r;
@@ -368,6 +414,8 @@ static CUresult instantiate(CUgraphExec *exec, CUgraph graph, uint64_t flags, CU
         *result = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS
                                     : (CUgraphInstantiateResult)rep.result;
     *exec = r == CUDA_SUCCESS ? (CUgraphExec)(uintptr_t)req.exec : NULL;
+    if (r == CUDA_SUCCESS && rep.alloc_nodes)
+        r = waiting_exec_add(req.exec);
     return r;
 }
 FLYT_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long long flags)

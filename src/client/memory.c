@@ -403,9 +403,9 @@ static void *memfd_mapping(const char *name, uint64_t len, int *fd)
 
 /* Asks the server to map fd at addr, device-mapped. CUDA_SUCCESS with the
  * region id when the GPU reaches it at addr itself. */
-static CUresult host_map_at(int fd, uint64_t addr, uint64_t len, uint64_t *region)
+static CUresult host_map_at(int fd, uint64_t addr, uint64_t len, unsigned flags, uint64_t *region)
 {
-    flyt_req_host_map_at req = {.size = len, .addr = addr};
+    flyt_req_host_map_at req = {.size = len, .addr = addr, .flags = flags};
     flyt_rep_u64_pair rep = {0};
     struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
     CUresult r = flyt_call_fd(FLYT_OP_HOST_MAP_AT, &req, sizeof req, fd, &sink);
@@ -435,7 +435,7 @@ void *flyt_same_address_mapping(const char *name, uint64_t len, uint64_t *region
     if (p == MAP_FAILED)
         return MAP_FAILED; /* nothing left open */
     while (p != MAP_FAILED) {
-        CUresult r = host_map_at(fd, (uint64_t)(uintptr_t)p, len, region);
+        CUresult r = host_map_at(fd, (uint64_t)(uintptr_t)p, len, 0, region);
         if (r == CUDA_SUCCESS)
             break;
         tried[ntried++] = p;
@@ -521,44 +521,17 @@ FLYT_EXPORT CUresult cuMemFreeHost(void *p)
     return CUDA_SUCCESS;
 }
 
-/* Whether [lo, hi) lies in private anonymous read-write mappings that are
- * not a stack: only then may its pages be swapped for shared ones. */
-static int plain_anonymous(uint64_t lo, uint64_t hi)
-{
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (f == NULL)
-        return 0;
-    char line[512];
-    uint64_t covered = lo;
-    while (covered < hi && fgets(line, sizeof line, f)) {
-        unsigned long long a, b, off, inode;
-        char perms[8], dev[16], path[256] = "";
-        if (sscanf(line, "%llx-%llx %7s %llx %15s %llu %255s", &a, &b, perms, &off, dev, &inode,
-                   path) < 6)
-            continue;
-        if (b <= covered || a > covered)
-            continue;
-        int ok = strncmp(perms, "rw-p", 4) == 0 && inode == 0 &&
-                 (path[0] == '\0' || strcmp(path, "[heap]") == 0);
-        if (!ok)
-            break;
-        covered = b;
-    }
-    fclose(f);
-    return covered >= hi;
-}
-
 /* Replaces the whole pages of [p, p + size) by a memfd mapping with the same
  * contents and shares it with the server, at the same address there where it
  * is free (*mapped then 1: the GPU reaches the pages at their address). The
  * region id, or 0 (then the range stays as it was and copies take the
  * pageable path). */
-static uint64_t share_in_place(void *p, size_t size, uint64_t *lo_out, uint64_t *len_out,
-                               int *mapped)
+static uint64_t share_in_place(void *p, size_t size, unsigned flags, uint64_t *lo_out,
+                               uint64_t *len_out, int *mapped)
 {
     uint64_t lo = page_up((uint64_t)(uintptr_t)p);
     uint64_t hi = ((uint64_t)(uintptr_t)p + size) & ~(PAGE - 1);
-    if (hi <= lo || !plain_anonymous(lo, hi))
+    if (hi <= lo || !flyt_maps_plain_anonymous(lo, hi))
         return 0;
     uint64_t len = hi - lo;
     int fd;
@@ -567,7 +540,7 @@ static uint64_t share_in_place(void *p, size_t size, uint64_t *lo_out, uint64_t 
         return 0;
     memcpy(view, (void *)(uintptr_t)lo, len);
     uint64_t region = 0;
-    *mapped = host_map_at(fd, lo, len, &region) == CUDA_SUCCESS;
+    *mapped = host_map_at(fd, lo, len, flags & CU_MEMHOSTREGISTER_READ_ONLY, &region) == CUDA_SUCCESS;
     if (!*mapped)
         region = host_map(fd, len);
     if (region != 0 && mmap((void *)(uintptr_t)lo, len, PROT_READ | PROT_WRITE,
@@ -593,12 +566,21 @@ FLYT_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int fla
         return CUDA_ERROR_INVALID_VALUE;
     if (flyt_range_find((uint64_t)(uintptr_t)p, NULL, NULL, NULL) != 0)
         return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-    if (flags & (CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY))
-        return flyt_unsupported_why("cuMemHostRegister", "I/O memory and read-only registration");
+    if (flags & CU_MEMHOSTREGISTER_IOMEMORY)
+        return flyt_unsupported_why("cuMemHostRegister", "I/O memory");
+    /* as a device without read-only registration answers (over TCP the GPU
+     * cannot map this memory at all: the attribute is 0 there) */
+    if ((flags & CU_MEMHOSTREGISTER_READ_ONLY) &&
+        !flyt_device_attr(CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    uint64_t start = (uint64_t)(uintptr_t)p, end = start + size;
+    if (!(flags & CU_MEMHOSTREGISTER_READ_ONLY) &&
+        flyt_maps_unpinnable_for_write(start & ~(PAGE - 1), page_up(end)))
+        return CUDA_ERROR_INVALID_VALUE; /* the driver's answer when the kernel will not pin */
     uint64_t lo = 0, len = 0, region = 0;
     int mapped = 0;
     if (flyt_conn_shares_memory())
-        region = share_in_place(p, size, &lo, &len, &mapped);
+        region = share_in_place(p, size, flags, &lo, &len, &mapped);
     if (region == 0) {
         flyt_range_add(FLYT_RANGE_REGISTERED, (uint64_t)(uintptr_t)p, size, flags);
         return CUDA_SUCCESS;
@@ -606,7 +588,7 @@ FLYT_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int fla
     /* three records, as ranges of one kind never overlap: the shared whole
      * pages, with their region, and the parts of pages before and after
      * them, which copies reach through the pageable path */
-    uint64_t start = (uint64_t)(uintptr_t)p, end = start + size, hi = lo + len;
+    uint64_t hi = lo + len;
     /* kernels reach the range only when all of it lies in the shared pages */
     if (mapped && start == lo && end == hi)
         flags |= DEVICE_MAPPED;
@@ -659,7 +641,12 @@ FLYT_EXPORT CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
     int kind = flyt_range_find((uint64_t)(uintptr_t)p, NULL, NULL, &f);
     if (flags == NULL || (kind != FLYT_RANGE_PINNED && kind != FLYT_RANGE_REGISTERED))
         return CUDA_ERROR_INVALID_VALUE;
-    *flags = f & ~INTERNAL_FLAGS;
+    /* the driver does not echo READ_ONLY (measured on the H100: 0x2 for Mapped|ReadOnly) */
+    *flags = f & ~(INTERNAL_FLAGS | CU_MEMHOSTREGISTER_READ_ONLY);
+    /* under unified addressing the driver maps every page-locked allocation
+     * and says so; Flyt's is mapped where the server maps it at its address */
+    if (kind == FLYT_RANGE_PINNED && (f & DEVICE_MAPPED))
+        *flags |= CU_MEMHOSTALLOC_DEVICEMAP;
     return CUDA_SUCCESS;
 }
 

@@ -344,7 +344,8 @@ typedef struct { uint64_t device; uint64_t region; uint64_t offset; uint64_t siz
  * code and kernels use one pointer. Reply: a = region id, b = the device
  * pointer the driver gave (normally addr). CUDA_ERROR_ALREADY_MAPPED: the
  * address is taken in the server; the client tries another. */
-typedef struct { uint64_t size; uint64_t addr; } flyt_req_host_map_at;
+/* flags: 0 or CU_MEMHOSTREGISTER_READ_ONLY (the GPU only reads it) */
+typedef struct { uint64_t size; uint64_t addr; uint32_t flags; uint32_t pad; } flyt_req_host_map_at;
 
 /* HOST_REMAP: a restored session's region `id` (recreated detached, with no
  * mapping) gets its memory back: the memfd comes with the frame, as with
@@ -449,8 +450,10 @@ typedef struct { uint64_t graph; uint32_t flags; uint32_t pad; } flyt_req_graph_
 /* GRAPH_INSTANTIATE: upload_stream is used when flags has CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD. */
 typedef struct { uint64_t exec; uint64_t graph; uint64_t flags; uint64_t upload_stream; } flyt_req_graph_inst;
 /* INSTANTIATE / EXEC_UPDATE: result is CUgraphInstantiateResult resp.
- * CUgraphExecUpdateResult; node / from_node: the nodes at fault, or 0. */
-typedef struct { int32_t result; int32_t pad; uint64_t node; uint64_t from_node; } flyt_rep_graph_info;
+ * CUgraphExecUpdateResult; node / from_node: the nodes at fault, or 0.
+ * alloc_nodes (INSTANTIATE): 1 when the exec holds memory allocation nodes
+ * (the client then waits for each launch of it). */
+typedef struct { int32_t result; int32_t alloc_nodes; uint64_t node; uint64_t from_node; } flyt_rep_graph_info;
 /* GRAPH_NODES: which = FLYT_GNODES_*; at most max ids (edges: max from/to
  * pairs) trail the reply, whose value is how many there are in all.
  * GRAPH_DOT: which = the CUgraphDebugDot_flags; the text trails the reply. */

@@ -56,8 +56,10 @@ def read_api(path):
             words = line.split("#", 1)[0].split()
             if not words:
                 continue
-            if len(words) < 3 or words[2] not in ("async", "sync") or not words[0].isdigit():
-                raise CallError(f"{path}:{n}: want ID SYMBOL async|sync [PARAM:in|out ...]")
+            mode, _, waits_if = words[2].partition("?") if len(words) > 2 else ("", "", "")
+            if (len(words) < 3 or mode not in ("async", "sync") or not words[0].isdigit() or
+                    (waits_if and (mode != "async" or not waits_if.isidentifier()))):
+                raise CallError(f"{path}:{n}: want ID SYMBOL async|async?HOOK|sync [PARAM:in|out ...]")
             cid = int(words[0])
             if cid in ids or cid == 0:
                 raise CallError(f"{path}:{n}: call id {cid} used twice or zero")
@@ -71,7 +73,8 @@ def read_api(path):
                 dirs[name] = d
                 if vtype:
                     void_types[name] = vtype
-            calls.append({"id": cid, "symbol": words[1], "async": words[2] == "async",
+            calls.append({"id": cid, "symbol": words[1], "async": mode == "async",
+                          "waits_if": waits_if,
                           "dirs": dirs, "void_types": void_types, "where": f"{path}:{n}"})
     return calls
 
@@ -239,6 +242,8 @@ def client_function(c, symbol, per_thread):
             body.append(f"    call.out_size = sizeof({p['pointee']});")
         else:
             body.append(f"    call.args[{i}] = (uint64_t){n};")
+    if c["waits_if"]:
+        body.append(f"    call.async = !{c['waits_if']}(&call);")
     body += ["    return flyt_generic_call_send(&call);", "}", ""]
     return "\n".join(body)
 

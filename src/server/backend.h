@@ -139,8 +139,10 @@ struct flyt_backend_ops {
     CUresult (*host_register)(flyt_backend *b, void *ptr, uint64_t size);
     CUresult (*host_unregister)(flyt_backend *b, void *ptr);
     /* host_register that also maps the memory for kernels (HOST_MAP_AT):
-     * *dptr is the address kernels reach it at; undone by host_unregister. */
-    CUresult (*host_register_mapped)(flyt_backend *b, void *ptr, uint64_t size, uint64_t *dptr);
+     * *dptr is the address kernels reach it at; undone by host_unregister.
+     * flags: 0 or CU_MEMHOSTREGISTER_READ_ONLY (kernels only read it). */
+    CUresult (*host_register_mapped)(flyt_backend *b, void *ptr, uint64_t size, unsigned flags,
+                                     uint64_t *dptr);
     CUresult (*htod_host)(flyt_backend *b, uint64_t dst, const void *src, uint64_t n,
                           flyt_bhandle stream);
     CUresult (*dtoh_host)(flyt_backend *b, void *dst, uint64_t src, uint64_t n,
@@ -281,6 +283,8 @@ struct flyt_backend_ops {
      * in out (edges: pairs); out, how many */
     CUresult (*graph_nodes)(flyt_backend *b, flyt_bhandle graph, unsigned which, flyt_bhandle *out,
                             size_t *n);
+    /* *type: the node's CUgraphNodeType */
+    CUresult (*graph_node_type)(flyt_backend *b, flyt_bhandle node, unsigned *type);
     /* *text: malloc'd, NUL-terminated; the caller frees it */
     CUresult (*graph_dot)(flyt_backend *b, flyt_bhandle graph, unsigned flags, char **text);
     /* p: translated (host sides are server addresses, handles backend

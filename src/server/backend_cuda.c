@@ -1336,6 +1336,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .exec_destroy = flyt_cuda_exec_destroy,
     .exec_update = flyt_cuda_exec_update,
     .graph_nodes = flyt_cuda_graph_nodes,
+    .graph_node_type = flyt_cuda_graph_node_type,
     .graph_dot = flyt_cuda_graph_dot,
     .graph_add_node = flyt_cuda_graph_add_node,
     .graph_add_deps = flyt_cuda_graph_add_deps,

@@ -342,16 +342,16 @@ CUresult flyt_cuda_host_register(flyt_backend *base, void *ptr, uint64_t size)
  * ones too) reach the bytes, at the host address where the device allows
  * (CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM). */
 CUresult flyt_cuda_host_register_mapped(flyt_backend *base, void *ptr, uint64_t size,
-                                        uint64_t *dptr)
+                                        unsigned flags, uint64_t *dptr)
 {
     struct flyt_cuda_backend *b = cb(base);
-    if (!b || !ptr || size == 0 || !dptr)
+    if (!b || !ptr || size == 0 || !dptr || (flags & ~(unsigned)CU_MEMHOSTREGISTER_READ_ONLY))
         return CUDA_ERROR_INVALID_VALUE;
     CUresult r = flyt_cuda_ctx(b);
     if (r != CUDA_SUCCESS)
         return r;
     r = b->cu.cuMemHostRegister(ptr, (size_t)size,
-                                CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+                                CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | flags);
     if (r != CUDA_SUCCESS)
         return r;
     CUdeviceptr d = 0;

@@ -118,6 +118,15 @@ CUresult flyt_cuda_exec_update(flyt_backend *base, flyt_bhandle exec, flyt_bhand
     return r;
 }
 
+CUresult flyt_cuda_graph_node_type(flyt_backend *base, flyt_bhandle node, unsigned *type)
+{
+    ENTER(b, base);
+    CUgraphNodeType t = CU_GRAPH_NODE_TYPE_EMPTY;
+    CUresult r = b->cu.cuGraphNodeGetType((CUgraphNode)node, &t);
+    *type = (unsigned)t;
+    return r;
+}
+
 CUresult flyt_cuda_graph_nodes(flyt_backend *base, flyt_bhandle graph, unsigned which,
                                flyt_bhandle *out, size_t *n)
 {

@@ -451,6 +451,7 @@ CUresult flyt_cuda_graph_instantiate(flyt_backend *base, flyt_bhandle graph, uin
 CUresult flyt_cuda_exec_destroy(flyt_backend *base, flyt_bhandle exec);
 CUresult flyt_cuda_exec_update(flyt_backend *base, flyt_bhandle exec, flyt_bhandle graph, int *result,
                                flyt_bhandle *err_node, flyt_bhandle *err_from);
+CUresult flyt_cuda_graph_node_type(flyt_backend *base, flyt_bhandle node, unsigned *type);
 CUresult flyt_cuda_graph_nodes(flyt_backend *base, flyt_bhandle graph, unsigned which,
                                flyt_bhandle *out, size_t *n);
 CUresult flyt_cuda_graph_dot(flyt_backend *base, flyt_bhandle graph, unsigned flags, char **text);
@@ -550,7 +551,7 @@ CUresult flyt_cuda_vmm_set_access(flyt_backend *base, uint64_t ptr, uint64_t siz
 CUresult flyt_cuda_vmm_retain(flyt_backend *base, uint64_t addr, flyt_bhandle *mem);
 CUresult flyt_cuda_host_unregister(flyt_backend *base, void *ptr);
 CUresult flyt_cuda_host_register_mapped(flyt_backend *base, void *ptr, uint64_t size,
-                                        uint64_t *dptr);
+                                        unsigned flags, uint64_t *dptr);
 CUresult flyt_cuda_htod_host(flyt_backend *base, uint64_t dst, const void *src, uint64_t n,
                              flyt_bhandle stream);
 CUresult flyt_cuda_dtoh_host(flyt_backend *base, void *dst, uint64_t src, uint64_t n,

@@ -321,7 +321,7 @@ static void fill_props(struct host_backend *h)
     p->reservedSharedMemPerBlock = 1024;
     p->hostRegisterSupported = 0;
     p->sparseCudaArraySupported = 0;
-    p->hostRegisterReadOnlySupported = 0;
+    p->hostRegisterReadOnlySupported = 1; /* as an H100 */
     p->timelineSemaphoreInteropSupported = 0;
     p->memoryPoolsSupported = 1;
     p->gpuDirectRDMASupported = 0;
@@ -1338,10 +1338,11 @@ static CUresult host_host_register(flyt_backend *b, void *ptr, uint64_t size)
 /* The region is already at the client's address in this process: the
  * device pointer is the host pointer, as on a GPU with
  * CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM. */
-static CUresult host_host_register_mapped(flyt_backend *b, void *ptr, uint64_t size, uint64_t *dptr)
+static CUresult host_host_register_mapped(flyt_backend *b, void *ptr, uint64_t size, unsigned flags,
+                                         uint64_t *dptr)
 {
     struct host_backend *h = HB(b);
-    if (!ptr || !size)
+    if (!ptr || !size || (flags & ~(unsigned)CU_MEMHOSTREGISTER_READ_ONLY))
         return CUDA_ERROR_INVALID_VALUE;
     if (h->nmapped == h->cap_mapped) {
         size_t cap = h->cap_mapped ? h->cap_mapped * 2 : 16;
@@ -2190,6 +2191,13 @@ static CUresult host_exec_update(flyt_backend *b, flyt_bhandle exec, flyt_bhandl
     hg_graph_free(x->g);
     x->g = g;
     *result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_graph_node_type(flyt_backend *b, flyt_bhandle node, unsigned *type)
+{
+    (void)b;
+    *type = hg_node_type(node);
     return CUDA_SUCCESS;
 }
 
@@ -3101,6 +3109,7 @@ static const struct flyt_backend_ops host_ops = {
     .exec_update = host_exec_update,
     .graph_nodes = host_graph_nodes,
     .graph_dot = host_graph_dot,
+    .graph_node_type = host_graph_node_type,
     .graph_add_node = host_graph_add_node,
     .graph_add_deps = host_graph_add_deps,
     .graph_node_get = host_graph_node_get,

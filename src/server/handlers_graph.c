@@ -358,6 +358,24 @@ int handle_GRAPH_CLONE(flyt_session *s, flyt_call *c)
     return FLYT_CONT;
 }
 
+/* Whether graph holds a memory allocation node (they are top-level only). */
+static int has_alloc_nodes(flyt_session *s, flyt_bhandle graph)
+{
+    size_t n = 0;
+    if (FLYT_BCALL(s, graph_nodes, graph, FLYT_GNODES_ALL, NULL, &n) != CUDA_SUCCESS || n == 0)
+        return 0;
+    flyt_bhandle *nodes = calloc(n, sizeof *nodes);
+    int found = 0;
+    if (nodes && FLYT_BCALL(s, graph_nodes, graph, FLYT_GNODES_ALL, nodes, &n) == CUDA_SUCCESS)
+        for (size_t i = 0; i < n && !found; i++) {
+            unsigned type = 0;
+            found = FLYT_BCALL(s, graph_node_type, nodes[i], &type) == CUDA_SUCCESS &&
+                    type == CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+        }
+    free(nodes);
+    return found;
+}
+
 int handle_GRAPH_INSTANTIATE(flyt_session *s, flyt_call *c)
 {
     const flyt_req_graph_inst *r = c->req;
@@ -373,6 +391,8 @@ int handle_GRAPH_INSTANTIATE(flyt_session *s, flyt_call *c)
     c->result = FLYT_BCALL(s, graph_instantiate, graph, r->flags, st, &exec, &bad);
     rep->node = node_id(s, r->graph, bad);
     rep->result = c->result == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+    if (c->result == CUDA_SUCCESS)
+        rep->alloc_nodes = has_alloc_nodes(s, graph);
     if (c->result == CUDA_SUCCESS)
         c->result = publish(s, r->exec, FLYT_H_GRAPH_EXEC, exec);
     return FLYT_CONT;

@@ -130,7 +130,7 @@ int handle_HOST_MAP_AT(flyt_session *s, flyt_call *c)
         uint64_t dptr = 0;
         if (base == MAP_FAILED) {
             c->result = CUDA_ERROR_ALREADY_MAPPED;
-        } else if ((c->result = s->b->ops->host_register_mapped(s->b, base, r->size, &dptr)) !=
+        } else if ((c->result = s->b->ops->host_register_mapped(s->b, base, r->size, r->flags, &dptr)) !=
                    CUDA_SUCCESS) {
             munmap(base, (size_t)r->size);
         } else if ((c->result = region_add(s, base, r->size, r->addr, &rep->a)) == CUDA_SUCCESS) {
@@ -202,7 +202,7 @@ static CUresult region_attach(flyt_session *s, struct flyt_hentry *e, int fd)
         return g->mapped ? CUDA_ERROR_ALREADY_MAPPED : CUDA_ERROR_OUT_OF_MEMORY;
     if (g->mapped) {
         uint64_t dptr = 0;
-        r = s->b->ops->host_register_mapped ? s->b->ops->host_register_mapped(s->b, base, g->size, &dptr)
+        r = s->b->ops->host_register_mapped ? s->b->ops->host_register_mapped(s->b, base, g->size, 0, &dptr)
                                             : CUDA_ERROR_NOT_SUPPORTED;
         if (r == CUDA_SUCCESS && dptr != g->addr) {
             flyt_warn("host memory region %llu: the device gives it 0x%llx, not 0x%llx as before",

@@ -5,12 +5,15 @@
  */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <linux/magic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/utsname.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -617,7 +620,52 @@ static void test_unshared_host_memory(void)
     CU_OK(cuMemHostAlloc(&h, 4096, CU_MEMHOSTALLOC_DEVICEMAP)); /* refused only at the pointer */
     CUdeviceptr dp = 0;
     CHECK_EQ(cuMemHostGetDevicePointer(&dp, h, 0), CUDA_ERROR_NOT_SUPPORTED, "no device pointer");
+    unsigned flags = 0;
     CU_OK(cuMemFreeHost(h));
+    CU_OK(cuMemAllocHost(&h, 4096));
+    CU_OK(cuMemHostGetFlags(&flags, h));
+    CHECK_EQ(flags, 0, "unmapped pinned memory does not say mapped (0x%x)", flags);
+    /* the GPU cannot map this memory: reported and answered as a device
+     * without read-only registration */
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED), 0,
+             "no read-only registration reported");
+    CU_OK(cuMemFreeHost(h));
+    void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK_EQ(cuMemHostRegister(page, 4096, CU_MEMHOSTREGISTER_READ_ONLY), CUDA_ERROR_NOT_SUPPORTED,
+             "read-only registration refused");
+    munmap(page, 4096);
+}
+
+/* Shared file mappings: NVIDIA's driver pins registered pages long-term for
+ * writing, which Linux 6.5 and later refuse for a file system that writes
+ * pages back; shared memory files (tmpfs, memfd) are fine. */
+static void test_registered_file_mappings(void)
+{
+    char path[] = "flyt-register-file-XXXXXX"; /* the build directory: not tmpfs here */
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && ftruncate(fd, 8192) == 0, "a file in the working directory");
+    char *p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK_NE(p, MAP_FAILED, "mapped shared");
+    struct statfs fs;
+    struct utsname u;
+    int major = 0, minor = 0;
+    CHECK(statfs(path, &fs) == 0 && uname(&u) == 0, "file system and kernel");
+    sscanf(u.release, "%d.%d", &major, &minor);
+    int refused = (major > 6 || (major == 6 && minor >= 5)) && fs.f_type != TMPFS_MAGIC;
+    CHECK_EQ(cuMemHostRegister(p, 8192, 0), refused ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS,
+             "a shared file mapping on file system 0x%lx, kernel %s", (unsigned long)fs.f_type, u.release);
+    if (!refused)
+        CU_OK(cuMemHostUnregister(p));
+    munmap(p, 8192);
+    close(fd);
+    unlink(path);
+    int mfd = memfd_create("flyt-test", 0);
+    CHECK(mfd >= 0 && ftruncate(mfd, 4096) == 0, "a memfd");
+    char *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    CU_OK(cuMemHostRegister(m, 4096, 0));
+    CU_OK(cuMemHostUnregister(m));
+    munmap(m, 4096);
+    close(mfd);
 }
 
 static int pointer_int(CUpointer_attribute attr, CUdeviceptr p)
@@ -733,6 +781,17 @@ static void test_mapped_host_memory(void)
     CHECK_EQ(dp, (CUdeviceptr)(uintptr_t)h, "device pointer of pinned memory is its host pointer");
     CU_OK(cuMemHostGetFlags(&flags, h));
     CHECK_EQ(flags, CU_MEMHOSTALLOC_DEVICEMAP, "its flags as given");
+    /* as the driver under unified addressing: every pinned allocation is mapped */
+    void *plain = NULL, *portable = NULL;
+    CU_OK(cuMemAllocHost(&plain, 100));
+    CU_OK(cuMemHostGetFlags(&flags, plain));
+    CHECK_EQ(flags, CU_MEMHOSTALLOC_DEVICEMAP, "cuMemAllocHost memory is mapped (0x%x)", flags);
+    CU_OK(cuMemHostAlloc(&portable, 100, CU_MEMHOSTALLOC_PORTABLE));
+    CU_OK(cuMemHostGetFlags(&flags, portable));
+    CHECK_EQ(flags, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP, "portable and mapped (0x%x)",
+             flags);
+    CU_OK(cuMemFreeHost(plain));
+    CU_OK(cuMemFreeHost(portable));
     CHECK(server_writes_here(dp + 100, 0x3d, 5000), "the server writes it at that address");
     CHECK_EQ(pointer_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dp), CU_MEMORYTYPE_HOST, "host memory type");
     CHECK_EQ(pointer_int(CU_POINTER_ATTRIBUTE_IS_MANAGED, dp), 0, "not managed");
@@ -755,6 +814,29 @@ static void test_mapped_host_memory(void)
     CHECK(server_writes_here(dp, 0x77, 3 * 4096), "written by the server in place");
     CU_OK(cuMemHostUnregister(reg));
     CHECK_EQ(reg[4096], 0x77, "the bytes stay after unregistering");
+    munmap(reg, 3 * 4096);
+
+    /* read-only registration, as the GPU has it: mapped, the flag not echoed */
+    reg = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    memset(reg, 0x77, 3 * 4096);
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED), 1,
+             "read-only registration reported");
+    CU_OK(cuMemHostRegister(reg, 3 * 4096, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_READ_ONLY));
+    dp = 0;
+    CU_OK(cuMemHostGetDevicePointer(&dp, reg, 0));
+    CHECK_EQ(dp, (CUdeviceptr)(uintptr_t)reg, "read-only registered memory at its own address");
+    CUdeviceptr d = 0;
+    CU_OK(cuMemAlloc(&d, 4096));
+    CU_OK(cuMemcpyDtoD(d, dp + 4096, 4096));
+    unsigned char back[16];
+    CU_OK(cuMemcpyDtoH(back, d, sizeof back));
+    CHECK_EQ(back[3], 0x77, "the server reads read-only registered memory");
+    CU_OK(cuMemFree(d));
+    CU_OK(cuMemHostGetFlags(&flags, reg));
+    CHECK_EQ(flags, CU_MEMHOSTREGISTER_DEVICEMAP, "READ_ONLY not echoed, as the driver's (0x%x)", flags);
+    CU_OK(cuMemHostUnregister(reg));
+    CHECK_EQ(cuMemHostRegister(reg, 4096, CU_MEMHOSTREGISTER_IOMEMORY), CUDA_ERROR_NOT_SUPPORTED,
+             "I/O memory is refused");
     munmap(reg, 3 * 4096);
 }
 
@@ -805,6 +887,7 @@ int main(void)
     test_link_logs();
     test_proc_address();
     test_pools_by_location(dev);
+    test_registered_file_mappings();
     if (shares_memory()) {
         test_managed_memory();
         test_mapped_host_memory();

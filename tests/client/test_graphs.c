@@ -529,6 +529,11 @@ static void test_user_objects(void)
     CU_OK(cuGraphInstantiateWithFlags(&x, g, 0));
     CU_OK(cuGraphDestroy(g));
     CU_OK(cuGraphDestroy(clone));
+    /* a clone is answered at once (the driver refuses graphs with memory
+     * nodes there), not at the next synchronisation */
+    CUgraph none = NULL;
+    CHECK_EQ(cuGraphClone(&none, g), CUDA_ERROR_INVALID_HANDLE, "cloning a destroyed graph fails at the call");
+    CU_OK(cuCtxSynchronize());
     CHECK_EQ(destroyed_soon(1), 0, "the exec still holds the object");
     CU_OK(cuGraphExecDestroy(x));
     CHECK_EQ(destroyed_soon(1), 1, "the destructor ran in the client when the last holder went");

@@ -141,7 +141,7 @@ static void share_regions(int fd)
     CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_MAP, &m, sizeof m, region_fd[0], &one, sizeof one),
              T_SUCCESS, "HOST_MAP");
     region_id[0] = one.value;
-    flyt_req_host_map_at at = {REGION_SIZE, (uint64_t)(uintptr_t)region_view[1]};
+    flyt_req_host_map_at at = {.size = REGION_SIZE, .addr = (uint64_t)(uintptr_t)region_view[1]};
     flyt_rep_u64_pair two;
     CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_MAP_AT, &at, sizeof at, region_fd[1], &two, sizeof two),
              T_SUCCESS, "HOST_MAP_AT");

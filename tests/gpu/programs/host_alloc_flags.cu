@@ -1,9 +1,11 @@
 /* Page-locked host memory of every kind the runtime makes, as copy sources
  * and destinations (no kernel touches host memory: runs over TCP too):
  * cudaHostAlloc with Portable, WriteCombined and both, cudaMallocHost, and
- * cudaHostRegister of aligned and unaligned malloc'd memory, anonymous mmap'd
- * memory and a MAP_SHARED mapping of a /dev/shm file (whose file must see
- * the copy). Three
+ * cudaHostRegister of aligned and unaligned malloc'd memory, private and
+ * shared anonymous mmap'd memory. A MAP_SHARED mapping of a file in the
+ * working directory cannot be registered (the driver pins for writing, which
+ * Linux 6.5+ refuses for a file system that writes pages back: the error is
+ * printed); a copy through it still reaches the file. Three
  * streams copy in, run a kernel and copy out, then each hands its result to
  * the next stream through an event for a second round; all checked exactly.
  * Then the errors of double registration and of unregistering memory never
@@ -33,8 +35,9 @@ struct Buffers {
     int *last[STREAMS]; /* round 2 outputs */
 };
 
-/* tmpfs: the driver pins shared file pages of shmem, not of every file system */
-static char file_path[] = "/dev/shm/flyt-host-alloc-XXXXXX";
+/* the working directory: a disk file system, whose shared file pages the
+ * kernel will not pin for writing (tmpfs ones it would) */
+static char file_path[] = "flyt-host-alloc-XXXXXX";
 static int file_fd = -1;
 static void *malloc_block, *unaligned_block;
 
@@ -62,7 +65,11 @@ static void allocate(Buffers *b)
     malloc_block = aligned_alloc(4096, BYTES);
     b->mid[0] = (int *)malloc_block;
     b->mid[1] = map_anonymous(BYTES);
-    b->mid[2] = map_file();
+    b->mid[2] = (int *)mmap(NULL, BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (b->mid[2] == MAP_FAILED) {
+        printf("FAIL shared anonymous mmap\n");
+        exit(1);
+    }
     CHECK(cudaHostRegister(b->mid[0], BYTES, cudaHostRegisterPortable));
     CHECK(cudaHostRegister(b->mid[1], BYTES, cudaHostRegisterDefault));
     CHECK(cudaHostRegister(b->mid[2], BYTES, cudaHostRegisterPortable));
@@ -110,7 +117,7 @@ static void run_streams(Buffers *b)
         ready &= cudaStreamQuery(streams[s]) == cudaSuccess && cudaEventQuery(round1_done[s]) == cudaSuccess;
     expect(ready, "streams and events complete after synchronising");
     static const char *mid_names[STREAMS] = {"registered aligned malloc", "registered anonymous mmap",
-                                             "registered MAP_SHARED file mapping"};
+                                             "registered MAP_SHARED anonymous mmap"};
     static const char *last_names[STREAMS] = {"cudaHostAllocDefault", "registered unaligned malloc",
                                               "cudaMallocHost"};
     for (int s = 0; s < STREAMS; s++) {
@@ -143,17 +150,52 @@ static void check_errors(Buffers *b)
     cudaGetLastError();
 }
 
-/* The file behind the MAP_SHARED mapping holds the copy's bytes. */
-static void check_file(int *mapping)
+/* Where the kernel keeps shared memory files (stderr only: it depends on
+ * the machine's mounts, and says which file systems the driver pins). */
+static void note_dev_shm(void)
 {
-    CHECK(cudaHostUnregister(mapping));
+    char path[] = "/dev/shm/flyt-host-alloc-XXXXXX";
+    int fd = mkstemp(path);
+    void *p = fd >= 0 && ftruncate(fd, 4096) == 0
+                  ? mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    if (p != MAP_FAILED) {
+        cudaError_t e = cudaHostRegister(p, 4096, cudaHostRegisterDefault);
+        fprintf(stderr, "note: cudaHostRegister of a MAP_SHARED /dev/shm file -> %s\n", cudaGetErrorName(e));
+        if (e == cudaSuccess)
+            cudaHostUnregister(p);
+        cudaGetLastError();
+        munmap(p, 4096);
+    }
+    if (fd >= 0) {
+        close(fd);
+        unlink(path);
+    }
+}
+
+/* A MAP_SHARED file mapping: its registration is refused (printed); a copy
+ * into it through CUDA reaches the file. */
+static void check_file(const int *from)
+{
+    int *mapping = map_file();
+    cudaError_t e = cudaHostRegister(mapping, BYTES, cudaHostRegisterPortable);
+    printf("registering a MAP_SHARED mapping of a file in the working directory -> %s\n",
+           cudaGetErrorName(e));
+    cudaGetLastError();
+    if (e == cudaSuccess)
+        CHECK(cudaHostUnregister(mapping));
+    int *dev;
+    CHECK(cudaMalloc(&dev, BYTES));
+    CHECK(cudaMemcpy(dev, from, BYTES, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(mapping, dev, BYTES, cudaMemcpyDeviceToHost));
+    CHECK(cudaFree(dev));
     munmap(mapping, BYTES);
     int *back = (int *)malloc(BYTES);
     ssize_t got = pread(file_fd, back, BYTES, 0);
     int bad = got != (ssize_t)BYTES;
     for (int j = 0; !bad && j < N; j++)
         bad += back[j] != round1(2, j);
-    expect(bad == 0, "the file behind the registered MAP_SHARED mapping holds the copied data");
+    expect(bad == 0, "the file behind the MAP_SHARED mapping holds the copied data");
     free(back);
     close(file_fd);
     unlink(file_path);
@@ -166,6 +208,8 @@ static void release(Buffers *b)
     CHECK(cudaHostUnregister(b->mid[0]));
     CHECK(cudaHostUnregister(b->mid[1]));
     munmap(b->mid[1], BYTES);
+    CHECK(cudaHostUnregister(b->mid[2]));
+    munmap(b->mid[2], BYTES);
     free(malloc_block);
     CHECK(cudaFreeHost(b->last[0]));
     CHECK(cudaHostUnregister(b->last[1]));
@@ -181,6 +225,7 @@ int main(void)
     run_streams(&b);
     check_errors(&b);
     check_file(b.mid[2]);
+    note_dev_shm();
     release(&b);
     printf("%s\n", failures ? "host_alloc_flags: FAILED" : "host_alloc_flags: all checks passed");
     return failures ? 1 : 0;
