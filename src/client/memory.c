@@ -637,6 +637,10 @@ FLYT_EXPORT CUresult cuMemHostUnregister(void *p)
 
 FLYT_EXPORT CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
 {
+    /* the driver wants a current context here (measured: no_current_context.cu) */
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
     unsigned f = 0;
     int kind = flyt_range_find((uint64_t)(uintptr_t)p, NULL, NULL, &f);
     if (flags == NULL || (kind != FLYT_RANGE_PINNED && kind != FLYT_RANGE_REGISTERED))
