@@ -169,7 +169,7 @@ static void cut_midway(void)
               getsockname(lfd, (struct sockaddr *)&a, &l) == 0, "a fake receiver listens");
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, cut_receiver, &lfd), 0, "fake receiver");
-    char err[512];
+    char err[512] = "";
     CHECK_NE(migrate(ntohs(a.sin_port), secret, err, sizeof err), T_SUCCESS, "refused: %s", err);
     CHECK(strstr(err, "streaming") != NULL, "the error says the stream failed: %s", err);
     pthread_join(th, NULL);
@@ -262,7 +262,7 @@ static void late_loads(void)
 {
     th_say("the receiver still loading when the source stops waiting: the state follows");
     struct slow_receiver r = {0};
-    char err[512];
+    char err[512] = "";
     played(late_receiver, &r, err, sizeof err);
     CHECK(memcmp(r.first, "FLYTSTAT", 8) == 0, "the state followed the pre-copy");
     CHECK(strstr(err, "played late receiver") != NULL, "the verdict after the late line: %s", err);
@@ -273,7 +273,7 @@ static void served_during_precopy(int client)
 {
     th_say("the source serves its client while the pre-copy runs; the state follows it");
     struct slow_receiver r = {.client = client};
-    char err[512];
+    char err[512] = "";
     played(slow_receiver, &r, err, sizeof err);
     CHECK(r.served, "the client was served before the receiver answered the pre-copy");
     CHECK(last_precopy_ms >= 1, "the session says how long the pre-copy ran before the drain "
@@ -399,7 +399,7 @@ static void partial_precopy(const char *bin)
 {
     th_say("a partial pre-copy: what was preloaded is taken, the rest loaded from the state");
     int fd = patterned_session(bin);
-    char state[160], err[512], sock[160];
+    char state[160], err[512] = "", sock[160];
     snprintf(state, sizeof state, "%s/partial-source.state", dir);
     struct flyt_ckpt_outcome out;
     CHECK_EQ(flyt_ckpt_request(status_path, state, NULL, 0, 60000, &out, err, sizeof err), 0,
@@ -503,7 +503,7 @@ int main(int argc, char **argv)
     th_say("a wrong secret: the receiver refuses it and exits; the source carries on");
     port = free_port();
     pid_t wrong = receiver(bin, "wrong", port, 20);
-    char err[512];
+    char err[512] = "";
     char bad[sizeof secret];
     memcpy(bad, secret, sizeof bad);
     bad[0] = 'f';
