@@ -233,6 +233,14 @@ static int write_node(struct walk *w, struct buf *b, flyt_bhandle node, int dept
     return write_body(w, b, child, w->named ? id_by(w, child, FLYT_H_GRAPH) : 0, depth + 1);
 }
 
+static int by_edge(const void *a, const void *b)
+{
+    const struct flyt_state_gedge *x = a, *y = b;
+    if (x->to != y->to)
+        return (x->to > y->to) - (x->to < y->to);
+    return (x->from > y->from) - (x->from < y->from);
+}
+
 static int write_body(struct walk *w, struct buf *b, flyt_bhandle graph, uint64_t id, int depth)
 {
     size_t n = 0, ne = 0;
@@ -240,21 +248,27 @@ static int write_body(struct walk *w, struct buf *b, flyt_bhandle graph, uint64_
     flyt_bhandle *edges = nodes ? list(w->s, graph, FLYT_GNODES_EDGES, &ne) : NULL;
     int rc = edges && n <= FLYT_MAX_GRAPH_NODES && ne <= FLYT_MAX_GRAPH_NODES ? 0 : -1;
     if (rc)
-        w->why = "graph whose nodes cannot be listed";
+        w->why = "node list that cannot be read";
     struct flyt_state_graph g = {.id = id, .nnodes = (uint32_t)n, .nedges = (uint32_t)ne};
     if (rc == 0)
         put(b, &g, sizeof g);
     for (size_t i = 0; rc == 0 && i < n; i++)
         rc = write_node(w, b, nodes[i], depth);
-    for (size_t i = 0; rc == 0 && i < ne; i++) {
-        struct flyt_state_gedge e = {(uint32_t)index_of(nodes, n, edges[2 * i]),
-                                     (uint32_t)index_of(nodes, n, edges[2 * i + 1])};
-        put(b, &e, sizeof e);
-    }
+    struct flyt_state_gedge *es = rc == 0 ? calloc(ne + 1, sizeof *es) : NULL;
+    for (size_t i = 0; es && i < ne; i++)
+        es[i] = (struct flyt_state_gedge){(uint32_t)index_of(nodes, n, edges[2 * i]),
+                                          (uint32_t)index_of(nodes, n, edges[2 * i + 1])};
+    if (es && ne > 1) /* one order for the same edges, whatever order the driver lists them in */
+        qsort(es, ne, sizeof *es, by_edge);
+    if (es)
+        put(b, es, ne * sizeof *es);
+    else if (rc == 0)
+        b->oom = 1;
+    free(es);
     free(nodes);
     free(edges);
     if (rc == 0 && b->oom) {
-        w->why = "graph (out of memory)";
+        w->why = "body too large for memory";
         rc = -1;
     }
     return rc;
@@ -266,7 +280,7 @@ static void walk_end(struct walk *w) { flyt_hash_free(&w->ids); }
 static const char *body_of(flyt_session *s, flyt_bhandle graph, uint64_t id, int named, struct buf *b)
 {
     struct walk w;
-    const char *why = "graph (out of memory)";
+    const char *why = "body too large for memory";
     if (walk_init(&w, s, named) == 0)
         why = write_body(&w, b, graph, id, 0) == 0 ? NULL : w.why;
     walk_end(&w);
@@ -310,7 +324,10 @@ const char *flyt_state_graph_refused(flyt_session *s, const struct flyt_hentry *
     free(b.p);
     if (r == NULL)
         return NULL;
-    snprintf(why, sizeof why, "%s%s", e->type == FLYT_H_GRAPH ? "CUDA graph with a " : "", r);
+    int whole = strncmp(r, "executable graph", 16) == 0; /* else a node's or the body's */
+    snprintf(why, sizeof why, "CUDA %s%s", e->type == FLYT_H_GRAPH ? "graph with a "
+                                           : whole                 ? ""
+                                                                   : "executable graph with a ", r);
     return why;
 }
 
