@@ -2,7 +2,8 @@
  * Checkpoint and restore of a session's CUDA graphs and executable graphs
  * (docs/state-format.md, GRAPH and GRAPH_EXEC) with the host backend: a
  * graph built node by node (memset, event record and wait, memcpy, empty,
- * a child graph of a memset and a memcpy), a graph captured from a stream,
+ * a child graph of a memset and a memcpy, a host function), a graph captured
+ * from a stream,
  * and an exec whose graph was destroyed after instantiation. An exec changed
  * in place refuses the checkpoint by name. A new flyt-server --restore FILE
  * holds the graphs and execs under the same ids: the node ids the client
@@ -26,6 +27,7 @@
 
 #define ID(n) (FLYT_CLIENT_IDS + 5000 + (n))
 #define SIZE 4096u
+#define HOST_CALLBACK 777u /* the client's callback id of the host node */
 
 static char dir[64], status_path[128], state_path[128];
 
@@ -35,7 +37,7 @@ enum { A, B, C, D, E, F, NBUF };
 static uint64_t buf[NBUF];
 
 enum {
-    G1 = 1, N_SET, N_REC, N_WAIT, N_CPY, N_EMPTY, N_CHILD, /* the built graph */
+    G1 = 1, N_SET, N_REC, N_WAIT, N_CPY, N_EMPTY, N_CHILD, N_HOST, /* the built graph */
     CHILD, CN_SET, CN_CPY,                             /* its child graph */
     EVENT, STREAM, G2, G3, G3_SET, X1, X2, X3, X4
 };
@@ -122,7 +124,7 @@ static void expect(int fd, int b, unsigned char v, const char *what)
 
 static void build_graph(int fd)
 {
-    th_say("a graph of memset, event record and wait, memcpy, empty and child graph nodes");
+    th_say("a graph of memset, event record and wait, memcpy, empty, child graph and host nodes");
     flyt_req_event_create ev = {0, 0, ID(EVENT)};
     CHECK_EQ(th_call(fd, FLYT_OP_EVENT_CREATE, &ev, sizeof ev, NULL, 0, NULL), T_SUCCESS, "event");
     flyt_req_graph_create g = {ID(G1), 0, 0};
@@ -146,6 +148,8 @@ static void build_graph(int fd)
     add_node(fd, ID(G1), ID(N_EMPTY), d, 1, value_node(CU_GRAPH_NODE_TYPE_EMPTY, 0), "empty");
     d[0] = ID(N_EMPTY);
     add_node(fd, ID(G1), ID(N_CHILD), d, 1, value_node(CU_GRAPH_NODE_TYPE_GRAPH, ID(CHILD)), "child graph");
+    d[0] = ID(N_CHILD);
+    add_node(fd, ID(G1), ID(N_HOST), d, 1, value_node(CU_GRAPH_NODE_TYPE_HOST, HOST_CALLBACK), "host function");
     CHECK_EQ(handle_op(fd, FLYT_OP_GRAPH_DESTROY, ID(CHILD)), T_SUCCESS, "the child's source destroyed");
     flyt_req_graph_node_misc m = {ID(N_CHILD), 0, FLYT_GNODE_CHILD_GRAPH, 0};
     child_id = u64_op(fd, FLYT_OP_GRAPH_NODE_MISC, &m, sizeof m, "the child graph node's graph");
@@ -225,6 +229,8 @@ static void nodes_resolve(int fd)
     CHECK(p.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD && p.value == ID(EVENT), "records the event");
     p = node_get(fd, ID(N_WAIT), "the event wait node");
     CHECK(p.type == CU_GRAPH_NODE_TYPE_WAIT_EVENT && p.value == ID(EVENT), "waits for the event");
+    p = node_get(fd, ID(N_HOST), "the host node");
+    CHECK(p.type == CU_GRAPH_NODE_TYPE_HOST && p.value == HOST_CALLBACK, "runs the client's callback");
     p = node_get(fd, ID(N_EMPTY), "the empty node");
     CHECK_EQ(p.type, (uint32_t)CU_GRAPH_NODE_TYPE_EMPTY, "empty");
     p = node_get(fd, child_nodes[0], "the child graph's first node (a server id)");
@@ -238,9 +244,9 @@ static void nodes_resolve(int fd)
     CHECK_EQ(u64_op(fd, FLYT_OP_GRAPH_NODE_MISC, &m, sizeof m, "the child graph node's graph"), child_id,
              "the same child graph id");
     uint64_t ids[8];
-    CHECK_EQ(node_ids(fd, ID(G1), FLYT_GNODES_ALL, ids, 8), 6u, "six nodes in the built graph");
+    CHECK_EQ(node_ids(fd, ID(G1), FLYT_GNODES_ALL, ids, 8), 7u, "seven nodes in the built graph");
     CHECK_EQ(ids[3], ID(N_CPY), "named by the client's ids, in order");
-    CHECK_EQ(node_ids(fd, ID(G1), FLYT_GNODES_EDGES, ids, 4), 5u, "five edges");
+    CHECK_EQ(node_ids(fd, ID(G1), FLYT_GNODES_EDGES, ids, 4), 6u, "six edges");
     CHECK_EQ(node_ids(fd, ID(N_CPY), FLYT_GNODES_DEPS, ids, 1), 1u, "the copy has one dependency");
     CHECK_EQ(ids[0], ID(N_WAIT), "the event wait");
     CHECK_EQ(node_ids(fd, ID(G2), FLYT_GNODES_EDGES, NULL, 0), 1u, "the captured graph's edge");
@@ -259,7 +265,9 @@ static void launches_work(int fd)
     th_say("the restored execs launch and write what their graphs say");
     for (int b = 0; b < NBUF; b++)
         fill(fd, b, 0);
+    th_ncallbacks = 0;
     launch(fd, ID(X1));
+    CHECK(th_ncallbacks == 1 && th_callbacks[0] == HOST_CALLBACK, "the host node ran the client's callback");
     expect(fd, A, 0x11, "A: the memset");
     expect(fd, B, 0x11, "B: the copy of A after the event wait");
     expect(fd, C, 0x33, "C: the child graph's memset");
@@ -272,6 +280,42 @@ static void launches_work(int fd)
           "E: the captured memsets in order");
     launch(fd, ID(X3));
     expect(fd, F, 0x77, "F: the exec whose graph was destroyed");
+}
+
+struct seen {
+    int graphs, execs;
+};
+
+static void section_matches(uint32_t type, const unsigned char *body, uint64_t len, void *arg)
+{
+    struct seen *n = arg;
+    if (type == FLYT_SS_GRAPH) {
+        struct flyt_state_graph g;
+        memcpy(&g, body, sizeof g);
+        CHECK(n->execs == 0, "graph %llu before every exec", (unsigned long long)(g.id - ID(0)));
+        CHECK(g.id == ID(G1) ? g.nnodes == 7 && g.nedges == 6 : g.id == ID(G2) && g.nnodes == 2,
+              "graph %llu: its nodes and edges", (unsigned long long)(g.id - ID(0)));
+        n->graphs++;
+    } else if (type == FLYT_SS_GRAPH_EXEC) {
+        struct flyt_state_gexec x;
+        memcpy(&x, body, sizeof x);
+        uint64_t want = x.id == ID(X1) ? ID(G1) : x.id == ID(X2) ? ID(G2) : 0;
+        CHECK_EQ(x.graph, want, "exec %llu: instantiated from %s", (unsigned long long)(x.id - ID(0)),
+                 want ? "its graph" : "its own body");
+        CHECK(want || len > sizeof x, "a body follows");
+        n->execs++;
+    }
+}
+
+/* Version 9; a GRAPH section per graph the client holds, the execs after
+ * them: X1 and X2 from their graphs, X3 from its own body (G3 is gone). */
+static void state_sections_match(void)
+{
+    th_say("the state's GRAPH and GRAPH_EXEC sections");
+    struct seen n = {0};
+    CHECK_EQ(ckpt_sections(state_path, section_matches, &n), 9u, "format version 9");
+    CHECK_EQ(n.graphs, 2, "two graphs (the child graph travels in its node)");
+    CHECK_EQ(n.execs, 3, "three execs");
 }
 
 static void restore_from(const char *bin)
@@ -295,6 +339,7 @@ int main(int argc, char **argv)
     CHECK_EQ(checkpoint(state_path, error, sizeof error), T_SUCCESS, "checkpoint: %s", error);
     close(fd);
     th_server_stop();
+    state_sections_match();
 
     th_say("flyt-server --restore");
     restore_from(bin);
