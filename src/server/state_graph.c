@@ -52,10 +52,13 @@ void flyt_state_graph_exec_changed(flyt_session *s, uint64_t exec_id)
 
 void flyt_state_graph_exec_gone(flyt_session *s, struct flyt_hentry *exec) { drop_recipe(s, exec); }
 
-/* Kernel node attributes are set by plain calls the backend does not let
- * us read back here: a graph that had them is refused (one session per
- * process, as state.c's request state). */
+/* Kernel node attributes (set by plain calls, or captured from launches
+ * with attributes) are not read back here: once a session may have some,
+ * its kernel nodes are refused (one session per process, as state.c's
+ * request state). */
 static int attrs_set;
+
+void flyt_state_graph_attrs_seen(void) { attrs_set = 1; }
 
 void flyt_state_graph_call_note(flyt_session *s, uint32_t id, const uint64_t *args)
 {
@@ -214,7 +217,8 @@ static int write_node(struct walk *w, struct buf *b, flyt_bhandle node, int dept
     if ((w->why = name_node(w, &rec.p, host_arg)) != NULL)
         return -1;
     if (rec.p.type == CU_GRAPH_NODE_TYPE_KERNEL && attrs_set) {
-        w->why = "kernel node after cuGraphKernelNodeSetAttribute (attributes are not carried)";
+        w->why = "kernel node that may have launch attributes (cuGraphKernelNodeSetAttribute, or "
+                 "cuLaunchKernelEx during a capture), which are not carried";
         return -1;
     }
     flyt_bhandle child = (flyt_bhandle)(uintptr_t)rec.p.value;

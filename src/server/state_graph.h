@@ -39,6 +39,8 @@ void flyt_state_graph_exec_changed(flyt_session *s, uint64_t exec_id);
 void flyt_state_graph_exec_gone(flyt_session *s, struct flyt_hentry *exec);
 /* A graph entry names a graph owned by a node (a child graph, a conditional body). */
 void flyt_state_graph_owned(struct flyt_hentry *graph);
+/* A kernel with launch attributes was launched while a capture was open. */
+void flyt_state_graph_attrs_seen(void);
 /* A plain call succeeded: notes the ones a checkpoint cannot carry. */
 void flyt_state_graph_call_note(flyt_session *s, uint32_t id, const uint64_t *args);
 
