@@ -204,7 +204,7 @@ struct capture_find {
 static int capture_match(struct flyt_hentry *e, void *arg)
 {
     struct capture_find *f = arg;
-    if (e->type != FLYT_H_GRAPH || (e->u.graph & ~CAPTURE_INTO_EXISTING) != f->stream)
+    if (e->type != FLYT_H_GRAPH || (e->u.graph & ~(CAPTURE_INTO_EXISTING | FLYT_GRAPH_OWNED)) != f->stream)
         return 0;
     f->e = e;
     return 1;
@@ -229,7 +229,7 @@ int handle_CAPTURE_END(flyt_session *s, flyt_call *c)
         return FLYT_CONT;
     uint64_t id = f.e->id;
     int existing = (f.e->u.graph & CAPTURE_INTO_EXISTING) != 0;
-    f.e->u.graph = 0;
+    f.e->u.graph &= FLYT_GRAPH_OWNED;
     if (c->result != CUDA_SUCCESS && !existing)
         forget_graph(s, id); /* the driver destroyed the invalidated graph */
     else
@@ -259,7 +259,7 @@ int handle_CAPTURE_TO_GRAPH(flyt_session *s, flyt_call *c)
     free(deps);
     if (rc == FLYT_CONT && c->result == CUDA_SUCCESS) {
         s->captures++;
-        e->u.graph = r->stream | CAPTURE_INTO_EXISTING;
+        e->u.graph = (e->u.graph & FLYT_GRAPH_OWNED) | r->stream | CAPTURE_INTO_EXISTING;
     }
     return rc;
 }

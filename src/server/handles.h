@@ -102,13 +102,16 @@ struct flyt_hentry {
         struct flyt_array_info  array;
         struct flyt_obj_info    obj;
         uint64_t                graph; /* a node: its graph id; a graph: the stream capturing it, or 0
-                                        * (FLYT_GRAPH_OWNED: a graph owned by a node) */
+                                        * (and the FLYT_GRAPH_OWNED bit) */
         struct flyt_exec_info   exec;
         uint32_t                event_flags; /* an event: its CU_EVENT_* flags (for a checkpoint) */
     } u;
 };
 
-#define FLYT_GRAPH_OWNED UINT64_MAX
+/* A graph entry's u.graph bit: the graph is owned by a node (a child graph,
+ * a conditional body), so a checkpoint carries it with its node. Stream
+ * ids, server's or client's (from FLYT_CLIENT_IDS up), never reach it. */
+#define FLYT_GRAPH_OWNED (1ull << 61)
 
 typedef struct {
     flyt_hash map; /* id -> struct flyt_hentry * */

@@ -11,7 +11,9 @@
 
 /* ---- recording hooks ---- */
 
-void flyt_state_graph_owned(struct flyt_hentry *graph) { graph->u.graph = FLYT_GRAPH_OWNED; }
+void flyt_state_graph_owned(struct flyt_hentry *graph) { graph->u.graph |= FLYT_GRAPH_OWNED; }
+
+static int owned(const struct flyt_hentry *graph) { return (graph->u.graph & FLYT_GRAPH_OWNED) != 0; }
 
 static void drop_recipe(flyt_session *s, struct flyt_hentry *exec)
 {
@@ -112,7 +114,7 @@ struct walk {
 static int index_entry(struct flyt_hentry *e, void *arg)
 {
     struct walk *w = arg;
-    int owned_graph = e->type == FLYT_H_GRAPH && e->u.graph == FLYT_GRAPH_OWNED;
+    int owned_graph = e->type == FLYT_H_GRAPH && owned(e);
     if (e->bh == NULL || (e->type != FLYT_H_GRAPH_NODE && e->type != FLYT_H_EVENT &&
                           e->type != FLYT_H_FUNC && !owned_graph))
         return 0;
@@ -302,7 +304,7 @@ static const char *exec_plan(flyt_session *s, const struct flyt_hentry *e, int *
     if (x->recipe == NULL)
         return "executable graph of no recorded graph";
     struct flyt_hentry *g = flyt_handles_get(&s->handles, x->graph, FLYT_H_GRAPH);
-    *from_graph = g != NULL && g->u.graph != FLYT_GRAPH_OWNED;
+    *from_graph = g != NULL && !owned(g);
     struct buf a = {0}, b = {0};
     const char *why = body_of(s, x->recipe, 0, 0, &a);
     if (why == NULL && *from_graph) {
@@ -323,7 +325,7 @@ const char *flyt_state_graph_refused(flyt_session *s, const struct flyt_hentry *
     struct buf b = {0};
     if (e->type == FLYT_H_GRAPH_EXEC)
         r = exec_plan(s, e, &from_graph);
-    else if (e->type == FLYT_H_GRAPH && e->u.graph != FLYT_GRAPH_OWNED)
+    else if (e->type == FLYT_H_GRAPH && !owned(e))
         r = body_of(s, e->bh, e->id, 1, &b);
     free(b.p);
     if (r == NULL)
@@ -356,7 +358,7 @@ struct collect {
 static int collect_one(struct flyt_hentry *e, void *arg)
 {
     struct collect *c = arg;
-    if (e->type != c->type || (e->type == FLYT_H_GRAPH && e->u.graph == FLYT_GRAPH_OWNED))
+    if (e->type != c->type || (e->type == FLYT_H_GRAPH && owned(e)))
         return 0;
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 16;

@@ -5,7 +5,7 @@
  * a child graph of a memset and a memcpy, a host function), a graph captured
  * from a stream,
  * and an exec whose graph was destroyed after instantiation. An exec changed
- * in place refuses the checkpoint by name. A new flyt-server --restore FILE
+ * in place and a conditional node refuse the checkpoint by name. A new flyt-server --restore FILE
  * holds the graphs and execs under the same ids: the node ids the client
  * holds (its own and those the server named, in the child graph and the
  * captured graph too) resolve to the restored nodes, and launching the
@@ -39,7 +39,7 @@ static uint64_t buf[NBUF];
 enum {
     G1 = 1, N_SET, N_REC, N_WAIT, N_CPY, N_EMPTY, N_CHILD, N_HOST, /* the built graph */
     CHILD, CN_SET, CN_CPY,                             /* its child graph */
-    EVENT, STREAM, G2, G3, G3_SET, X1, X2, X3, X4
+    EVENT, STREAM, G2, G3, G3_SET, X1, X2, X3, X4, G4, COND, BODY
 };
 static uint64_t child_id, child_nodes[2], captured_nodes[2]; /* ids the server named */
 
@@ -209,6 +209,39 @@ static void changed_exec_refused(int fd)
     CHECK_EQ(handle_op(fd, FLYT_OP_EXEC_DESTROY, ID(X4)), T_SUCCESS, "that exec destroyed");
 }
 
+/* A graph with a conditional node refuses by the node's kind; once that
+ * graph is destroyed, the id of its body graph the client still holds (it
+ * must not use it) is no graph a checkpoint looks at. */
+static void conditional_refused(int fd)
+{
+    th_say("a conditional node refuses the checkpoint by its kind");
+    flyt_req_graph_create g = {ID(G4), 0, 0};
+    CHECK_EQ(th_call(fd, FLYT_OP_GRAPH_CREATE, &g, sizeof g, NULL, 0, NULL), T_SUCCESS, "graph");
+    flyt_req_call c = {.id = FLYT_CALL_cuGraphConditionalHandleCreate, .in_size = 0,
+                       .args = {0, ID(G4), 0, 1, CU_GRAPH_COND_ASSIGN_DEFAULT}};
+    struct th_reply rep;
+    CHECK_EQ(th_call(fd, FLYT_OP_CALL, &c, sizeof c, NULL, 0, &rep), T_SUCCESS, "conditional handle");
+    uint64_t handle = 0;
+    CHECK(rep.body_len >= sizeof(flyt_rep_call) + sizeof handle, "the handle comes back");
+    memcpy(&handle, rep.body + sizeof(flyt_rep_call), sizeof handle);
+    th_reply_free(&rep);
+    flyt_gnode p = {.type = CU_GRAPH_NODE_TYPE_CONDITIONAL, .value = handle,
+                    .elem_size = CU_GRAPH_COND_TYPE_IF, .rows = 1};
+    unsigned char data[sizeof p + 8];
+    uint64_t body = ID(BODY);
+    memcpy(data, &p, sizeof p);
+    memcpy(data + sizeof p, &body, sizeof body);
+    flyt_req_graph_node r = {ID(G4), ID(COND), 0, 0};
+    CHECK_EQ(th_call(fd, FLYT_OP_GRAPH_ADD_NODE, &r, sizeof r, data, sizeof data, NULL), T_SUCCESS,
+             "conditional node");
+    add_node(fd, ID(BODY), ID(COND) + 100, NULL, 0, memset_node(buf[F], 0x66, 1), "a memset in its body");
+    char error[256], bad[160];
+    snprintf(bad, sizeof bad, "%s/never.state", dir);
+    CHECK_EQ(checkpoint(bad, error, sizeof error), T_NOT_SUPPORTED, "refused");
+    CHECK(strstr(error, "CUDA graph with a conditional node") != NULL, "the error names the kind: %s", error);
+    CHECK_EQ(handle_op(fd, FLYT_OP_GRAPH_DESTROY, ID(G4)), T_SUCCESS, "that graph destroyed");
+}
+
 static flyt_gnode node_get(int fd, uint64_t node, const char *what)
 {
     flyt_req_graph_node_ref r = {0, node};
@@ -333,6 +366,7 @@ int main(int argc, char **argv)
     build_graph(fd);
     capture_graph(fd);
     changed_exec_refused(fd);
+    conditional_refused(fd);
     launches_work(fd);
     th_say("checkpoint");
     char error[256];
