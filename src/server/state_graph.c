@@ -118,10 +118,16 @@ static int index_entry(struct flyt_hentry *e, void *arg)
     if (e->bh == NULL || (e->type != FLYT_H_GRAPH_NODE && e->type != FLYT_H_EVENT &&
                           e->type != FLYT_H_FUNC && !owned_graph))
         return 0;
-    flyt_hash_slot *slot = flyt_hash_insert(&w->ids, (uint64_t)(uintptr_t)e->bh);
-    if (slot == NULL)
+    uint64_t key = (uint64_t)(uintptr_t)e->bh;
+    flyt_hash_slot *slot = flyt_hash_find(&w->ids, key);
+    if (slot == NULL && (slot = flyt_hash_insert(&w->ids, key)) == NULL)
         return 1;
-    slot->value.ptr = e;
+    /* Two entries on one handle: one outlived its object (a child graph's
+     * node, its parent destroyed) whose memory the driver gave to a new one,
+     * named later: the larger id (client ids are above the server's). */
+    const struct flyt_hentry *had = slot->value.ptr;
+    if (had == NULL || had->id < e->id)
+        slot->value.ptr = e;
     return 0;
 }
 
