@@ -2931,8 +2931,6 @@ static const char *uncapturable(const struct host_backend *h)
     for (size_t i = 0; i < h->nallocs; i++)
         if (h->allocs[i].pool)
             return "stream-ordered allocation (cuMemAllocAsync)";
-    if (h->graphs.n || h->execs.n)
-        return "CUDA graph";
     return NULL;
 }
 

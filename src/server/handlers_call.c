@@ -5,6 +5,7 @@
 
 #include "calls.h"
 #include "session.h"
+#include "state_graph.h"
 #include "stream_attrs.h"
 
 static const struct flyt_call_desc call_descs[FLYT_CALL_LIMIT] = {
@@ -83,8 +84,10 @@ int handle_CALL(flyt_session *s, flyt_call *c)
     c->result = translate_args(s, d, args);
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, call, r->id, args, in, out);
-    if (c->result == CUDA_SUCCESS)
+    if (c->result == CUDA_SUCCESS) {
         flyt_stream_attrs_note(s, r->id, r->args, in);
+        flyt_state_graph_call_note(s, r->id, r->args);
+    }
     flyt_rep_call *rep = c->rep;
     rep->out_size = d->out_size;
     if (c->result == CUDA_SUCCESS && d->out_size &&

@@ -10,6 +10,7 @@
 #include "module_cache.h"
 #include "session.h"
 #include "state.h"
+#include "state_graph.h"
 
 /* ---- modules ---- */
 
@@ -536,6 +537,8 @@ int handle_LAUNCH(flyt_session *s, flyt_call *c)
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, launch, f->bh, r->grid, r->block, r->shared_mem, stream,
                                params, r->param_bytes, attrs, r->attr_count);
+    if (c->result == CUDA_SUCCESS && r->attr_count && s->captures > 0)
+        flyt_state_graph_attrs_seen(); /* maybe captured with them: a checkpoint cannot carry them */
     return FLYT_CONT;
 }
 

@@ -10,6 +10,7 @@
 
 #include "flyt_log.h"
 #include "session.h"
+#include "state_graph.h"
 
 /* ---- host functions of graphs ---- */
 
@@ -203,7 +204,7 @@ struct capture_find {
 static int capture_match(struct flyt_hentry *e, void *arg)
 {
     struct capture_find *f = arg;
-    if (e->type != FLYT_H_GRAPH || (e->u.graph & ~CAPTURE_INTO_EXISTING) != f->stream)
+    if (e->type != FLYT_H_GRAPH || (e->u.graph & ~(CAPTURE_INTO_EXISTING | FLYT_GRAPH_OWNED)) != f->stream)
         return 0;
     f->e = e;
     return 1;
@@ -228,7 +229,7 @@ int handle_CAPTURE_END(flyt_session *s, flyt_call *c)
         return FLYT_CONT;
     uint64_t id = f.e->id;
     int existing = (f.e->u.graph & CAPTURE_INTO_EXISTING) != 0;
-    f.e->u.graph = 0;
+    f.e->u.graph &= FLYT_GRAPH_OWNED;
     if (c->result != CUDA_SUCCESS && !existing)
         forget_graph(s, id); /* the driver destroyed the invalidated graph */
     else
@@ -258,7 +259,7 @@ int handle_CAPTURE_TO_GRAPH(flyt_session *s, flyt_call *c)
     free(deps);
     if (rc == FLYT_CONT && c->result == CUDA_SUCCESS) {
         s->captures++;
-        e->u.graph = r->stream | CAPTURE_INTO_EXISTING;
+        e->u.graph = (e->u.graph & FLYT_GRAPH_OWNED) | r->stream | CAPTURE_INTO_EXISTING;
     }
     return rc;
 }
@@ -395,6 +396,9 @@ int handle_GRAPH_INSTANTIATE(flyt_session *s, flyt_call *c)
         rep->alloc_nodes = has_alloc_nodes(s, graph);
     if (c->result == CUDA_SUCCESS)
         c->result = publish(s, r->exec, FLYT_H_GRAPH_EXEC, exec);
+    if (c->result == CUDA_SUCCESS) /* what a checkpoint instantiates again */
+        flyt_state_graph_instantiated(s, flyt_handles_get(&s->handles, r->exec, FLYT_H_GRAPH_EXEC),
+                                      r->graph, graph, r->flags);
     return FLYT_CONT;
 }
 
@@ -405,8 +409,10 @@ int handle_EXEC_DESTROY(flyt_session *s, flyt_call *c)
     c->result = flyt_lookup(s, r->handle, FLYT_H_GRAPH_EXEC, &exec);
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, exec_destroy, exec);
-    if (c->result == CUDA_SUCCESS)
+    if (c->result == CUDA_SUCCESS) {
+        flyt_state_graph_exec_gone(s, flyt_handles_get(&s->handles, r->handle, FLYT_H_GRAPH_EXEC));
         flyt_handles_remove(&s->handles, r->handle);
+    }
     return FLYT_CONT;
 }
 
@@ -422,6 +428,9 @@ int handle_EXEC_UPDATE(flyt_session *s, flyt_call *c)
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
     c->result = FLYT_BCALL(s, exec_update, exec, graph, &result, &node, &from);
+    if (c->result == CUDA_SUCCESS)
+        flyt_state_graph_exec_updated(s, flyt_handles_get(&s->handles, r->a, FLYT_H_GRAPH_EXEC), r->b,
+                                      graph);
     rep->result = result;
     rep->node = node_id(s, r->b, node);
     rep->from_node = node_id(s, r->b, from);
@@ -621,10 +630,14 @@ int handle_GRAPH_ADD_NODE(flyt_session *s, flyt_call *c)
     free(deps);
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
-    for (uint64_t i = 0; cond && i < p.rows; i++) /* owned by the node, as a child graph */
-        if (flyt_handles_add_id(&s->handles, params[i], FLYT_H_GRAPH,
-                                (flyt_bhandle)(uintptr_t)out[i]) == NULL)
+    for (uint64_t i = 0; cond && i < p.rows; i++) { /* owned by the node, as a child graph */
+        struct flyt_hentry *body = flyt_handles_add_id(&s->handles, params[i], FLYT_H_GRAPH,
+                                                       (flyt_bhandle)(uintptr_t)out[i]);
+        if (body == NULL)
             c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            flyt_state_graph_owned(body);
+    }
     struct flyt_hentry *e = flyt_handles_add_id(&s->handles, r->node, FLYT_H_GRAPH_NODE, node);
     if (e == NULL)
         c->result = CUDA_ERROR_OUT_OF_MEMORY; /* the node stays in the graph, unnamed */
@@ -696,6 +709,8 @@ static uint64_t graph_named(flyt_session *s, flyt_bhandle graph)
 {
     uint64_t id = graph_id(s, graph);
     struct flyt_hentry *e = id || !graph ? NULL : flyt_handles_add(&s->handles, FLYT_H_GRAPH, graph);
+    if (e)
+        flyt_state_graph_owned(e);
     return e ? e->id : id;
 }
 
@@ -765,6 +780,8 @@ int handle_GRAPH_NODE_SET(flyt_session *s, flyt_call *c)
         c->result = translate_node(s, &p, graph, &host_arg);
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, graph_node_set, exec, node, &p, params, flyt_host_func_run, host_arg);
+    if (c->result == CUDA_SUCCESS && exec)
+        flyt_state_graph_exec_changed(s, r->exec);
     return FLYT_CONT;
 }
 

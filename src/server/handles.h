@@ -82,6 +82,14 @@ struct flyt_obj_info {
     flyt_req_tex_create *desc; /* owned; a surface object's: res alone */
 };
 
+/* An executable graph: what a checkpoint instantiates again (state_graph.c). */
+struct flyt_exec_info {
+    uint64_t     graph;   /* the graph it was made from or last updated with */
+    uint64_t     flags;   /* its instantiate flags */
+    flyt_bhandle recipe;  /* a clone of that graph then (NULL: out of memory) */
+    uint32_t     changed; /* a node was changed in the exec itself */
+};
+
 struct flyt_hentry {
     uint64_t        id;
     enum flyt_htype type;
@@ -93,10 +101,17 @@ struct flyt_hentry {
         struct flyt_vmem_info   vmem;
         struct flyt_array_info  array;
         struct flyt_obj_info    obj;
-        uint64_t                graph; /* a node: its graph id; a graph: the stream capturing it, or 0 */
+        uint64_t                graph; /* a node: its graph id; a graph: the stream capturing it, or 0
+                                        * (and the FLYT_GRAPH_OWNED bit) */
+        struct flyt_exec_info   exec;
         uint32_t                event_flags; /* an event: its CU_EVENT_* flags (for a checkpoint) */
     } u;
 };
+
+/* A graph entry's u.graph bit: the graph is owned by a node (a child graph,
+ * a conditional body), so a checkpoint carries it with its node. Stream
+ * ids, server's or client's (from FLYT_CLIENT_IDS up), never reach it. */
+#define FLYT_GRAPH_OWNED (1ull << 61)
 
 typedef struct {
     flyt_hash map; /* id -> struct flyt_hentry * */

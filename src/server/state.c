@@ -20,6 +20,7 @@
 #include "module_cache.h"
 #include "resize.h"
 #include "state_array.h"
+#include "state_graph.h"
 #include "state_format.h"
 #include "state_pipe.h"
 #include "state_precopy.h"
@@ -76,7 +77,7 @@ struct scan {
     struct flyt_vmm_snap   vmm;         /* the program's VMM objects */
 };
 
-static const char *refused_kind(const flyt_session *s, const struct flyt_hentry *e)
+static const char *refused_kind(flyt_session *s, const struct flyt_hentry *e)
 {
     switch (e->type) {
     case FLYT_H_STREAM:
@@ -90,9 +91,9 @@ static const char *refused_kind(const flyt_session *s, const struct flyt_hentry 
     case FLYT_H_MIPMAP:
     case FLYT_H_TEXOBJ:
     case FLYT_H_SURFOBJ: return flyt_state_array_refused(s, e);
-    case FLYT_H_GRAPH: return "CUDA graph";
-    case FLYT_H_GRAPH_EXEC: return "executable graph";
-    case FLYT_H_GRAPH_NODE: return "graph node";
+    case FLYT_H_GRAPH:
+    case FLYT_H_GRAPH_EXEC:
+    case FLYT_H_GRAPH_NODE: return flyt_state_graph_refused(s, e);
     case FLYT_H_USER_OBJECT: return "user object";
     }
     return "object of an unknown kind";
@@ -373,6 +374,9 @@ static CUresult write_func(flyt_session *s, struct writer *w, const struct flyt_
 static CUresult write_entry(flyt_session *s, struct writer *w, const struct flyt_hentry *e)
 {
     switch (e->type) {
+    case FLYT_H_GRAPH:
+    case FLYT_H_GRAPH_EXEC:
+    case FLYT_H_GRAPH_NODE: return CUDA_SUCCESS; /* after every other object: flyt_state_graph_write */
     case FLYT_H_ARRAY:
     case FLYT_H_MIPMAP:
     case FLYT_H_TEXOBJ:
@@ -444,6 +448,8 @@ static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *
         r = write_released_vmems(s, w, &sc->vmm);
     if (r == CUDA_SUCCESS)
         r = write_globals(s, w);
+    if (r == CUDA_SUCCESS)
+        r = flyt_state_graph_write(s, w->sw);
     if (r != CUDA_SUCCESS)
         return r;
     struct flyt_state_section end = {FLYT_SS_END, 0, 0};
@@ -621,6 +627,9 @@ static int record_ok(uint32_t type, const unsigned char *p, uint64_t len)
     union state_rec rec;
     if (flyt_state_array_section(type))
         return flyt_state_array_record_ok(type, p, len);
+    if (flyt_state_graph_section(type)) /* the rest is checked as it is restored */
+        return len >= (type == FLYT_SS_GRAPH ? sizeof(struct flyt_state_graph)
+                                              : sizeof(struct flyt_state_gexec));
     rec_load(&rec, type, p, len);
     switch (type) {
     case FLYT_SS_SESSION: {
@@ -1217,6 +1226,8 @@ static CUresult restore_section(flyt_session *s, uint32_t type, const unsigned c
     union state_rec rec;
     if (flyt_state_array_section(type))
         return flyt_state_array_restore(s, type, p, len, last, err, errlen);
+    if (flyt_state_graph_section(type))
+        return flyt_state_graph_restore(s, type, p, len, err, errlen);
     rec_load(&rec, type, p, len);
     const unsigned char *tail = p + rec_size(type);
     switch (type) {

@@ -21,9 +21,9 @@
 #include "flyt_proto.h"
 
 #define FLYT_STATE_MAGIC   0x5441545354594c46ull /* "FLYTSTAT" little-endian */
-#define FLYT_STATE_VERSION 8u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL;
+#define FLYT_STATE_VERSION 9u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL;
                                 * 6: the chunked trailer; 7: VRANGE and VMEM; 8: ARRAY, MIPMAP,
-                                * TEXOBJ, SURFOBJ */
+                                * TEXOBJ, SURFOBJ; 9: GRAPH, GRAPH_EXEC */
 #define FLYT_STATE_HASH    32u /* the SHA-256 trailer */
 #define FLYT_STATE_CHUNKED 6u  /* the first version with the chunked trailer */
 #define FLYT_STATE_CHUNK   ((size_t)4 << 20)
@@ -60,6 +60,8 @@ enum flyt_state_stype {
     FLYT_SS_MIPMAP,   /* flyt_state_mipmap + every level's contents; by id (version 8) */
     FLYT_SS_TEXOBJ,   /* flyt_state_texobj; by id (version 8) */
     FLYT_SS_SURFOBJ,  /* flyt_state_surfobj; by id (version 8) */
+    FLYT_SS_GRAPH,    /* a graph body (flyt_state_graph ...); after every object but execs (version 9) */
+    FLYT_SS_GRAPH_EXEC, /* flyt_state_gexec [+ a graph body]; after the graphs (version 9) */
 };
 
 struct flyt_state_section {
@@ -214,6 +216,38 @@ struct flyt_state_surfobj {
     uint64_t      value;
     flyt_res_desc res;
 };
+
+/* A graph body: this record, nnodes nodes, then nedges flyt_state_gedge.
+ * A node: flyt_state_gnode, then a kernel node's param_bytes of packed
+ * parameters (padded to 8 bytes), then a child graph node's own graph body.
+ * Handles in the node's flyt_gnode are the client's ids (events, the
+ * function, the host function's callback id; value 0 for a child graph);
+ * copies and memsets name device memory only. */
+struct flyt_state_graph {
+    uint64_t id; /* the id the client holds for it; 0: none (a child graph nobody named) */
+    uint32_t nnodes;
+    uint32_t nedges;
+};
+static_assert(sizeof(struct flyt_state_graph) == 16, "state graph");
+
+struct flyt_state_gnode {
+    uint64_t   id; /* the node's id the client holds; 0: none */
+    flyt_gnode p;
+};
+
+struct flyt_state_gedge {
+    uint32_t from, to; /* indices of nodes of the same body */
+};
+
+/* An executable graph: instantiated again from graph (a GRAPH section's id),
+ * or graph 0: from the body that follows (its graph was destroyed). */
+struct flyt_state_gexec {
+    uint64_t id;
+    uint64_t graph;
+    uint64_t flags; /* CUgraphInstantiate_flags */
+};
+static_assert(sizeof(struct flyt_state_gexec) == 24, "state gexec");
+#define FLYT_STATE_GRAPH_DEPTH 32 /* child graphs nested at most this deep */
 
 /* Where the client's request stream stood (docs/protocol.md, "Session moves"). */
 struct flyt_state_client {

@@ -22,6 +22,12 @@
  * it that were not consumed); =lost (restored on a server reached over
  * TCP) wants copies through it to fail with CUDA_ERROR_NOT_MAPPED while
  * device memory still works.
+ *
+ * CUDA graphs cross the move too (docs/state-format.md, "CUDA graphs"): one
+ * built node by node (memset, copy, host function) and one captured from
+ * the stream (memset, host function) whose graph is destroyed once
+ * instantiated, as PyTorch does; after the move both execs launch with the
+ * same effects and the built graph's node handle still answers.
  */
 #include <cuda.h>
 #include <stdint.h>
@@ -101,6 +107,76 @@ static void check_contents(CUdeviceptr big, CUdeviceptr sets, CUdeviceptr piped)
 /* ---- pinned host memory around the move ---- */
 
 #define PINNED (2 * 4096 + 5)
+/* ---- graphs across the move ---- */
+
+#define GSIZE 4096
+static CUdeviceptr gbuf; /* [0] memset by the built graph, [1] its copy of [0], [2] the captured memset */
+static CUgraph built;
+static CUgraphNode built_set;
+static CUgraphExec built_exec, captured_exec;
+static int graph_host_runs;
+
+static void graph_host_func(void *arg)
+{
+    (void)arg;
+    graph_host_runs++;
+}
+
+static void graphs_launch(CUstream s)
+{
+    graph_host_runs = 0;
+    CU_OK(cuMemsetD8(gbuf, 0, 3 * GSIZE));
+    CU_OK(cuGraphLaunch(built_exec, s));
+    CU_OK(cuGraphLaunch(captured_exec, s));
+    CU_OK(cuStreamSynchronize(s));
+    unsigned char got[3 * GSIZE];
+    CU_OK(cuMemcpyDtoH(got, gbuf, sizeof got));
+    int ok = 1;
+    for (size_t i = 0; i < sizeof got; i++)
+        ok &= got[i] == (i < 2 * GSIZE ? 0x21 : 0x43);
+    CHECK(ok, "the graphs' memsets and copy wrote what they say");
+    CHECK_EQ(graph_host_runs, 2, "both graphs' host functions ran");
+}
+
+static void graphs_setup(CUcontext ctx, CUstream s)
+{
+    CU_OK(cuMemAlloc(&gbuf, 3 * GSIZE));
+    CU_OK(cuGraphCreate(&built, 0));
+    CUDA_MEMSET_NODE_PARAMS m = {.dst = gbuf, .value = 0x21, .elementSize = 1, .width = GSIZE, .height = 1};
+    CU_OK(cuGraphAddMemsetNode(&built_set, built, NULL, 0, &m, ctx));
+    CUDA_MEMCPY3D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = gbuf, c.dstDevice = gbuf + GSIZE;
+    c.WidthInBytes = GSIZE, c.Height = 1, c.Depth = 1;
+    CUgraphNode copy, host;
+    CU_OK(cuGraphAddMemcpyNode(&copy, built, &built_set, 1, &c, ctx));
+    CUDA_HOST_NODE_PARAMS h = {graph_host_func, NULL};
+    CU_OK(cuGraphAddHostNode(&host, built, &copy, 1, &h));
+    CU_OK(cuGraphInstantiate(&built_exec, built, 0));
+    CUgraph captured;
+    CU_OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CU_OK(cuMemsetD8Async(gbuf + 2 * GSIZE, 0x43, GSIZE, s));
+    CU_OK(cuLaunchHostFunc(s, graph_host_func, NULL));
+    CU_OK(cuStreamEndCapture(s, &captured));
+    CU_OK(cuGraphInstantiate(&captured_exec, captured, 0));
+    CU_OK(cuGraphDestroy(captured));
+    graphs_launch(s);
+}
+
+static void graphs_after_move(CUstream s)
+{
+    graphs_launch(s);
+    CUDA_MEMSET_NODE_PARAMS m;
+    memset(&m, 0, sizeof m);
+    CU_OK(cuGraphMemsetNodeGetParams(built_set, &m));
+    CHECK(m.dst == gbuf && m.value == 0x21 && m.width == GSIZE, "the built graph's node handle answers");
+    CU_OK(cuGraphExecDestroy(built_exec));
+    CU_OK(cuGraphExecDestroy(captured_exec));
+    CU_OK(cuGraphDestroy(built));
+    CU_OK(cuMemFree(gbuf));
+}
+
 static unsigned char *pinned[2]; /* cuMemHostAlloc flags 0, DEVICEMAP */
 static CUdeviceptr pinned_dev;    /* where copies from them land */
 
@@ -224,8 +300,10 @@ int main(int argc, char **argv)
     CUstream s;
     CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 
-    if (resume)
+    if (resume) {
         pinned_setup();
+        graphs_setup(ctx, s);
+    }
     pipeline(s, sets, piped, 0, ROUNDS);
     ckpt_post(status, state, FLYT_CKPT_STOP); /* the server stops at its next request boundary */
     if (resume && !lost)
@@ -246,6 +324,7 @@ int main(int argc, char **argv)
     CHECK(host_funcs_in_order, "in stream order");
     check_contents(big, sets, piped);
     pinned_check_after_move(lost);
+    graphs_after_move(s);
     CUdeviceptr base = 0;
     size_t size = 0;
     CU_OK(cuMemGetAddressRange(&base, &size, big + 100));

@@ -17,7 +17,14 @@
 // it), grown by one more at step 120; kernels update it like the others
 // and its checksum is printed with theirs; at the end it is unmapped,
 // released and freed through the handles held from before the move.
-// usage: migrate_loop [STEPS] [SLEEP_MS] [pinned|global|vmm]
+// With "graph", each step is one launch of a CUDA graph captured once, as
+// PyTorch's CUDA graphs and torch.compile(mode="reduce-overhead") replay
+// theirs: a kernel bumps a step counter in device memory, the step kernels
+// read it (so every launch of the same graph does the next step), a memset
+// and a device-to-device copy of the counter; the graph is destroyed after
+// instantiation (as PyTorch does), so only the executable graph crosses the
+// move. The copied counter is printed with the checksums.
+// usage: migrate_loop [STEPS] [SLEEP_MS] [pinned|global|vmm|graph]
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
@@ -37,6 +44,17 @@
 
 __global__ void step_kernel(uint32_t *p, size_t n, uint32_t salt)
 {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        p[i] = p[i] * 1664525u + 1013904223u + salt + (uint32_t)i;
+}
+
+// Graph mode: the step's salt comes from device memory, bumped by the graph.
+__global__ void bump_kernel(uint32_t *step) { *step += 1; }
+
+__global__ void step_dev_kernel(uint32_t *p, size_t n, const uint32_t *step)
+{
+    uint32_t salt = *step;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         p[i] = p[i] * 1664525u + 1013904223u + salt + (uint32_t)i;
@@ -199,6 +217,7 @@ int main(int argc, char **argv)
     bool pinned = argc > 3 && strcmp(argv[3], "pinned") == 0;
     bool global = argc > 3 && strcmp(argv[3], "global") == 0;
     bool vmm = argc > 3 && strcmp(argv[3], "vmm") == 0;
+    bool graph = argc > 3 && strcmp(argv[3], "graph") == 0;
     pinned_bufs pb;
     vmm_region vr;
     const size_t sizes[] = {256, 1000, 4096, 100000, (1u << 20) + 4, (3u << 20) + 100, 64u << 20};
@@ -229,6 +248,23 @@ int main(int argc, char **argv)
         words[nbuf + 1] = vr.mapped / 4;
     }
     int last = pinned || vmm ? nbuf + 1 : nbuf;
+    uint32_t *counter = NULL; // graph mode: [0] the step, [1] its copy, [2] memset each step
+    cudaGraphExec_t exec = NULL;
+    if (graph) {
+        CK(cudaMalloc(&counter, 3 * sizeof *counter));
+        CK(cudaMemsetAsync(counter, 0, 3 * sizeof *counter, s));
+        CK(cudaStreamSynchronize(s));
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        bump_kernel<<<1, 1, 0, s>>>(counter);
+        for (int b = 0; b <= nbuf; b++)
+            step_dev_kernel<<<64, 256, 0, s>>>(buf[b], words[b], counter);
+        CK(cudaMemsetAsync(counter + 2, 0x5a, sizeof *counter, s));
+        CK(cudaMemcpyAsync(counter + 1, counter, sizeof *counter, cudaMemcpyDeviceToDevice, s));
+        CK(cudaStreamEndCapture(s, &g));
+        CK(cudaGraphInstantiate(&exec, g, 0));
+        CK(cudaGraphDestroy(g));
+    }
     if (global) {
         unsigned long long zero = 0;
         CK(cudaMemcpyToSymbol(g_tally, &zero, sizeof zero));
@@ -238,7 +274,9 @@ int main(int argc, char **argv)
             vmm_grow(&vr, vr.gran, true);
             words[nbuf + 1] = vr.mapped / 4;
         }
-        for (int b = 0; b <= (vmm ? nbuf + 1 : nbuf); b++)
+        if (graph)
+            CK(cudaGraphLaunch(exec, s));
+        for (int b = 0; !graph && b <= (vmm ? nbuf + 1 : nbuf); b++)
             step_kernel<<<64, 256, 0, s>>>(buf[b], words[b], (uint32_t)t);
         CK(cudaGetLastError());
         if (pinned)
@@ -258,6 +296,11 @@ int main(int argc, char **argv)
             }
             if (pinned)
                 printf(" mapped %llx", mapped_sum(&pb));
+            if (graph) {
+                uint32_t c[3];
+                CK(cudaMemcpy(c, counter, sizeof c, cudaMemcpyDeviceToHost));
+                printf(" graph %u %u %x", c[0], c[1], c[2]);
+            }
             if (global) {
                 unsigned long long v = 0;
                 CK(cudaMemcpyFromSymbol(&v, g_tally, sizeof v));
@@ -277,6 +320,10 @@ int main(int argc, char **argv)
     if (pinned) {
         CK(cudaFreeHost(pb.staged));
         CK(cudaFreeHost(pb.mapped));
+    }
+    if (graph) {
+        CK(cudaGraphExecDestroy(exec));
+        CK(cudaFree(counter));
     }
     CK(cudaFree(sum));
     CK(cudaStreamDestroy(s));

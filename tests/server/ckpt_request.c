@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,4 +55,35 @@ int ckpt_wait(const char *status_path, uint64_t gen, int timeout_ms, char *error
     snprintf(error, errlen, "%s", done ? p->ckpt_error : "no answer in time");
     munmap(p, sizeof *p);
     return result;
+}
+
+/* The header's version at byte 8 and sections {type u32, flags u32, length
+ * u64} after its 48 bytes (docs/state-format.md). */
+uint32_t ckpt_sections(const char *state_path,
+                       void (*fn)(uint32_t type, const unsigned char *body, uint64_t len, void *arg),
+                       void *arg)
+{
+    FILE *f = fopen(state_path, "rb");
+    CHECK(f != NULL, "open %s", state_path);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    unsigned char *data = malloc((size_t)size);
+    rewind(f);
+    CHECK(data != NULL && fread(data, 1, (size_t)size, f) == (size_t)size, "read the state");
+    fclose(f);
+    uint32_t version;
+    memcpy(&version, data + 8, sizeof version);
+    for (size_t pos = 48;;) {
+        uint32_t type;
+        uint64_t len;
+        memcpy(&type, data + pos, sizeof type);
+        memcpy(&len, data + pos + 8, sizeof len);
+        pos += 16;
+        if (type == 0)
+            break;
+        fn(type, data + pos, len, arg);
+        pos += len;
+    }
+    free(data);
+    return version;
 }

@@ -17,4 +17,10 @@ uint64_t ckpt_post(const char *status_path, const char *state_path, uint32_t fla
  * CUresult), the error line in error; -1 when none came in time. */
 int ckpt_wait(const char *status_path, uint64_t gen, int timeout_ms, char *error, size_t errlen);
 
+/* Calls fn on each section of the state file (its type, bytes and length)
+ * up to END; returns the file's format version. */
+uint32_t ckpt_sections(const char *state_path,
+                       void (*fn)(uint32_t type, const unsigned char *body, uint64_t len, void *arg),
+                       void *arg);
+
 #endif

@@ -267,72 +267,62 @@ static void restored_objects_destroyed(int fd)
     CHECK_EQ(destroy(fd, FLYT_OP_MIPMAP_DESTROY, mipmaps[0].id), T_INVALID_HANDLE, "then gone");
 }
 
+struct seen {
+    int arrays, mipmaps, texs, surfs;
+};
+
+static void section_matches(uint32_t type, const unsigned char *body, uint64_t len, void *arg)
+{
+    struct seen *n = arg;
+    (void)len;
+    if (type == FLYT_SS_ARRAY) {
+        struct flyt_state_array r;
+        memcpy(&r, body, sizeof r);
+        for (size_t i = 0; i < NARRAYS; i++)
+            if (arrays[i].id == r.id) {
+                n->arrays++;
+                CHECK_MEM_EQ(&r.desc, &arrays[i].desc, sizeof r.desc, "descriptor of %s", arrays[i].what);
+                CHECK_EQ(r.mipmap, arrays[i].level < 0 ? 0 : mipmaps[arrays[i].mipmap].id,
+                         "%s: its mipmapped array", arrays[i].what);
+            }
+    } else if (type == FLYT_SS_MIPMAP) {
+        struct flyt_state_mipmap r;
+        memcpy(&r, body, sizeof r);
+        for (size_t m = 0; m < 2; m++)
+            if (mipmaps[m].id == r.id) {
+                n->mipmaps++;
+                CHECK_MEM_EQ(&r.desc, &mipmaps[m].desc, sizeof r.desc, "mipmap descriptor");
+            }
+    } else if (type == FLYT_SS_TEXOBJ) {
+        struct flyt_state_texobj r;
+        memcpy(&r, body, sizeof r);
+        n->texs++;
+        if (r.value == tex_pitch)
+            CHECK(r.desc.res.type == 3 && r.desc.res.pitch == 64 && r.desc.res.handle == pitch_dev,
+                  "the pitch2D texture's resource");
+        if (r.value == tex_mip)
+            CHECK(r.desc.view.present == 1 && r.desc.view.last_mip == 3 &&
+                      r.desc.tex.max_mipmap_level_clamp == 3.0f,
+                  "the mipmapped texture's view and texture descriptors");
+    } else if (type == FLYT_SS_SURFOBJ) {
+        struct flyt_state_surfobj r;
+        memcpy(&r, body, sizeof r);
+        n->surfs++;
+        CHECK(r.value == surf && r.res.handle == arrays[1].id, "the surface's value and array");
+    }
+}
+
 /* The state file's ARRAY, MIPMAP, TEXOBJ and SURFOBJ sections name the
  * client's ids and values with the descriptors they were made with. */
 static void state_sections_match(void)
 {
     th_say("the state's sections hold the descriptors, ids and values");
-    FILE *f = fopen(state_path, "rb");
-    CHECK(f != NULL, "open %s", state_path);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    unsigned char *data = malloc((size_t)size);
-    rewind(f);
-    CHECK_EQ(fread(data, 1, (size_t)size, f), (size_t)size, "read the state");
-    fclose(f);
-    struct flyt_state_header h;
-    memcpy(&h, data, sizeof h);
-    CHECK_EQ(h.version, 8u, "format version 8");
-    int arrays_seen = 0, mipmaps_seen = 0, texs = 0, surfs = 0;
-    for (size_t pos = sizeof h;;) {
-        struct flyt_state_section sec;
-        memcpy(&sec, data + pos, sizeof sec);
-        pos += sizeof sec;
-        if (sec.type == FLYT_SS_END)
-            break;
-        if (sec.type == FLYT_SS_ARRAY) {
-            struct flyt_state_array r;
-            memcpy(&r, data + pos, sizeof r);
-            for (size_t i = 0; i < NARRAYS; i++)
-                if (arrays[i].id == r.id) {
-                    arrays_seen++;
-                    CHECK_MEM_EQ(&r.desc, &arrays[i].desc, sizeof r.desc, "descriptor of %s",
-                                 arrays[i].what);
-                    CHECK_EQ(r.mipmap, arrays[i].level < 0 ? 0 : mipmaps[arrays[i].mipmap].id,
-                             "%s: its mipmapped array", arrays[i].what);
-                }
-        } else if (sec.type == FLYT_SS_MIPMAP) {
-            struct flyt_state_mipmap r;
-            memcpy(&r, data + pos, sizeof r);
-            for (size_t m = 0; m < 2; m++)
-                if (mipmaps[m].id == r.id) {
-                    mipmaps_seen++;
-                    CHECK_MEM_EQ(&r.desc, &mipmaps[m].desc, sizeof r.desc, "mipmap descriptor");
-                }
-        } else if (sec.type == FLYT_SS_TEXOBJ) {
-            struct flyt_state_texobj r;
-            memcpy(&r, data + pos, sizeof r);
-            texs++;
-            if (r.value == tex_pitch)
-                CHECK(r.desc.res.type == 3 && r.desc.res.pitch == 64 && r.desc.res.handle == pitch_dev,
-                      "the pitch2D texture's resource");
-            if (r.value == tex_mip)
-                CHECK(r.desc.view.present == 1 && r.desc.view.last_mip == 3 &&
-                          r.desc.tex.max_mipmap_level_clamp == 3.0f,
-                      "the mipmapped texture's view and texture descriptors");
-        } else if (sec.type == FLYT_SS_SURFOBJ) {
-            struct flyt_state_surfobj r;
-            memcpy(&r, data + pos, sizeof r);
-            surfs++;
-            CHECK(r.value == surf && r.res.handle == arrays[1].id, "the surface's value and array");
-        }
-        pos += sec.length;
-    }
-    CHECK_EQ(arrays_seen, (int)NARRAYS, "every array has its section");
-    CHECK_EQ(mipmaps_seen, 2, "every mipmapped array has its section");
-    CHECK_EQ(texs, 4, "four textures");
-    CHECK_EQ(surfs, 1, "one surface");
-    free(data);
+    struct seen n = {0};
+    CHECK(ckpt_sections(state_path, section_matches, &n) >= 8u, "format version 8 or later");
+    CHECK_EQ(n.arrays, (int)NARRAYS, "every array has its section");
+    CHECK_EQ(n.mipmaps, 2, "every mipmapped array has its section");
+    CHECK_EQ(n.texs, 4, "four textures");
+    CHECK_EQ(n.surfs, 1, "one surface");
 }
 
 static void restore_from(const char *bin)

@@ -3,7 +3,7 @@
  * backend: a session allocates buffers with patterns, makes streams, events,
  * a module and a function; a checkpoint request through the status page
  * writes its state; a new flyt-server --restore FILE serves a client the same
- * pointers with the same contents and the same ids. A graph makes the capture
+ * pointers with the same contents and the same ids. A stream capture makes the capture
  * fail naming it, with the session carrying on; a corrupted file and one of a
  * newer format version are refused at start. Host memory the client shared
  * (HOST_MAP, HOST_MAP_AT) is captured without its contents: restored, such a
@@ -201,18 +201,20 @@ static void restored_regions(int fd)
 
 static void unsupported_refused(int fd)
 {
-    th_say("a graph makes the capture fail, naming it; the session carries on");
-    flyt_req_graph_create g = {FLYT_CLIENT_IDS + 100, 0, 0};
-    CHECK_EQ(th_call(fd, FLYT_OP_GRAPH_CREATE, &g, sizeof g, NULL, 0, NULL), T_SUCCESS, "graph");
+    th_say("a stream capture in progress makes the capture fail, naming it; the session carries on");
+    flyt_req_capture_begin g = {STREAM_ID, FLYT_CLIENT_IDS + 100, 0, 0};
+    CHECK_EQ(th_call(fd, FLYT_OP_CAPTURE_BEGIN, &g, sizeof g, NULL, 0, NULL), T_SUCCESS,
+             "capture begins");
     char error[256], bad[160];
     snprintf(bad, sizeof bad, "%s/never.state", dir);
     CHECK_EQ(checkpoint(bad, error, sizeof error), T_NOT_SUPPORTED, "refused");
-    CHECK(strstr(error, "CUDA graph") != NULL, "the error names the graph: %s", error);
+    CHECK(strstr(error, "stream capture") != NULL, "the error names the capture: %s", error);
     CHECK(access(bad, F_OK) != 0 && errno == ENOENT, "no file left");
     unsigned char got[64];
     int had;
     CHECK_EQ(th_dtoh(fd, buf_ptr[0], sizeof got, got, &had), T_SUCCESS, "session still serves");
     CHECK_EQ(got[5], pattern(0, 5), "contents untouched");
+    CHECK_EQ(handle_op(fd, FLYT_OP_CAPTURE_END, STREAM_ID), T_SUCCESS, "capture ended");
     CHECK_EQ(handle_op(fd, FLYT_OP_GRAPH_DESTROY, g.graph), T_SUCCESS, "graph destroyed");
 }
 
