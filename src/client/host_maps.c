@@ -47,11 +47,17 @@ static int maps_walk(uint64_t lo, uint64_t hi, int (*visit)(const struct maps_li
     return stop;
 }
 
+/* Private anonymous memory, or pages an earlier registration of the
+ * program's memory left shared (memory.c's "flyt-registered" memfd: the
+ * program's own bytes, which Flyt may swap again). */
 static int not_plain_anonymous(const struct maps_line *m, void *arg)
 {
     (void)arg;
-    return !(strncmp(m->perms, "rw-p", 4) == 0 && m->inode == 0 &&
-             (m->path[0] == '\0' || strcmp(m->path, "[heap]") == 0));
+    int anonymous = strncmp(m->perms, "rw-p", 4) == 0 && m->inode == 0 &&
+                    (m->path[0] == '\0' || strcmp(m->path, "[heap]") == 0);
+    int left_by_flyt = strncmp(m->perms, "rw-s", 4) == 0 &&
+                       strcmp(m->path, "/memfd:flyt-registered") == 0;
+    return !(anonymous || left_by_flyt);
 }
 
 int flyt_maps_plain_anonymous(uint64_t lo, uint64_t hi)

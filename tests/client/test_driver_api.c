@@ -814,6 +814,12 @@ static void test_mapped_host_memory(void)
     CHECK(server_writes_here(dp, 0x77, 3 * 4096), "written by the server in place");
     CU_OK(cuMemHostUnregister(reg));
     CHECK_EQ(reg[4096], 0x77, "the bytes stay after unregistering");
+    /* the same memory registered again (its pages are Flyt's shared ones now) */
+    CU_OK(cuMemHostRegister(reg, 3 * 4096, CU_MEMHOSTREGISTER_DEVICEMAP));
+    CU_OK(cuMemHostGetDevicePointer(&dp, reg, 0));
+    CHECK(server_writes_here(dp, 0x78, 3 * 4096), "registered again: written by the server in place");
+    CU_OK(cuMemHostUnregister(reg));
+    CHECK_EQ(reg[8191], 0x78, "the bytes stay after unregistering again");
     munmap(reg, 3 * 4096);
 
     /* read-only registration, as the GPU has it: mapped, the flag not echoed */
