@@ -38,8 +38,6 @@ static const char *uncapturable(const struct flyt_cuda_backend *b)
 {
     if (flyt_hash_count(&b->mem.outside.map))
         return "device memory allocated outside Flyt's arena (FLYT_CUDA_ARENA=0)";
-    if (flyt_hash_count(&b->ckpt.async.map))
-        return "stream-ordered allocation (cuMemAllocAsync)";
     return NULL;
 }
 
