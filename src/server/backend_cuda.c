@@ -303,8 +303,8 @@ static void cuda_close(flyt_backend *base)
             flyt_debug("cuda backend: synchronize at close: %s", cu_errname(&b->cu, r));
     }
     flyt_cuda_staging_release(b, 1); /* also unmaps the host memory */
-    flyt_cuda_mem_drop(b);
     flyt_cuda_ordered_drop(b); /* restored stream-ordered memory is Flyt's */
+    flyt_cuda_mem_drop(b);
     flyt_cuda_aliases_drop(b); /* the modules and objects they named are gone */
     destroy_tracked(b);
     ctx_drop(b);
@@ -354,8 +354,8 @@ static CUresult cuda_device_reset(flyt_backend *base)
     if (b->ctx && flyt_cuda_ctx(b) == CUDA_SUCCESS)
         b->cu.cuCtxSynchronize(); /* an error here is what the reset clears */
     flyt_cuda_staging_release(b, 0); /* buffers stay mapped: the server may hold one */
-    flyt_cuda_mem_drop(b);
     flyt_cuda_ordered_drop(b); /* restored stream-ordered memory is Flyt's */
+    flyt_cuda_mem_drop(b);
     flyt_cuda_aliases_drop(b); /* the modules and objects they named are gone */
     destroy_tracked(b);
     flyt_cuda_green_drop(b); /* rebuilt by ctx_acquire below */
@@ -561,7 +561,7 @@ static CUresult cuda_pointer_attrs(flyt_backend *base, uint64_t ptr, flyt_rep_po
     void *data[] = {&type, &managed, &ordinal, &devptr, &start, &range};
     static_assert(sizeof attrs / sizeof attrs[0] == sizeof data / sizeof data[0], "attr table");
     CUresult r = b->cu.cuPointerGetAttributes((unsigned)(sizeof attrs / sizeof attrs[0]), attrs,
-                                              data, (CUdeviceptr)ptr);
+                                              data, (CUdeviceptr)flyt_cuda_xlate(b, ptr));
     if (r != CUDA_SUCCESS)
         return r;
     memset(out, 0, sizeof *out);
@@ -581,8 +581,9 @@ static CUresult cuda_pointer_attrs(flyt_backend *base, uint64_t ptr, flyt_rep_po
     out->base = start;
     out->size = range;
     /* the allocation's range, not the chunk's nor a restored one's granules */
-    if (!flyt_cuda_mem_range(b, ptr, &out->base, &out->size))
-        flyt_cuda_ordered_range(b, ptr, &out->base, &out->size);
+    if (!flyt_cuda_mem_range(b, ptr, &out->base, &out->size) &&
+        flyt_cuda_ordered_range(b, ptr, &out->base, &out->size))
+        out->device_pointer = ptr; /* the client's address, also where it is aliased */
     return CUDA_SUCCESS;
 }
 

@@ -346,6 +346,7 @@ struct flyt_cuda_ckpt {
     flyt_hash          async_pools; /* stream-ordered (both kinds): address -> its pool (ptr) */
     struct flyt_memtab restored;    /* stream-ordered, restored as Flyt's own: address -> size */
     flyt_hash          granules;    /* their granules: address -> references (u64) */
+    flyt_hash          moved;       /* restored ones the driver would not give back: old -> now */
     struct flyt_cuda_pending *pending; /* restored ones freed, released once their event is done */
     int                       npending;
     struct flyt_memtab vranges; /* the program's cuMemAddressReserve ranges, in the arenas */
@@ -413,6 +414,9 @@ void flyt_cuda_vmm_drop(struct flyt_cuda_backend *b, int live);
 
 /* addr, or where a moved module global is now (nothing to do without aliases). */
 uint64_t flyt_cuda_xlate_slow(const struct flyt_cuda_backend *b, uint64_t addr);
+/* [old, old + size) is at now from here on (add), no longer (remove). */
+CUresult flyt_cuda_alias_add(struct flyt_cuda_backend *b, uint64_t old, uint64_t now, uint64_t size);
+void     flyt_cuda_alias_remove(struct flyt_cuda_backend *b, uint64_t old);
 #define flyt_cuda_xlate(b, addr) \
     (__builtin_expect((b)->ckpt.naliases == 0, 1) ? (addr) : flyt_cuda_xlate_slow((b), (addr)))
 
@@ -618,6 +622,7 @@ int      flyt_cuda_ordered_range(const struct flyt_cuda_backend *b, uint64_t ptr
                                  uint64_t *size);
 void     flyt_cuda_ordered_drop(struct flyt_cuda_backend *b);
 void     flyt_cuda_ordered_reap(struct flyt_cuda_backend *b); /* frees the device passed */
+int      flyt_cuda_ordered_moved_to(const struct flyt_cuda_backend *b, uint64_t now);
 CUresult flyt_cuda_state_async(flyt_backend *base,
                                CUresult (*fn)(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool),
                                void *arg);

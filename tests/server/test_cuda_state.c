@@ -196,19 +196,26 @@ static void build_and_checkpoint(void)
     session_end();
 }
 
-/* The stream-ordered allocation at its address with its contents, freed in stream order. */
-static void async_restored(void)
+/* The stream-ordered allocation answers at its old address: contents, pointer attributes. */
+static void async_answers(void)
 {
     unsigned char bytes[ASYNC_SIZE];
     int had;
     CHECK_EQ(th_dtoh(sess.fd, async_ptr, sizeof bytes, bytes, &had), T_SUCCESS,
-             "the stream-ordered allocation is at its address");
+             "the stream-ordered allocation reads at its address");
     CHECK(bytes[0] == 0x5a && bytes[ASYNC_SIZE - 1] == 0x5a, "with its contents");
-    flyt_req_handle h = {async_ptr + 1};
+    flyt_req_handle h = {async_ptr + 8};
     flyt_rep_pointer_attrs pa;
     CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_POINTER_ATTRS, &h, sizeof h, NULL, 0, &pa, sizeof pa),
              T_SUCCESS, "POINTER_ATTRS inside it");
-    CHECK(pa.base == async_ptr && pa.size == ASYNC_SIZE, "its base and size");
+    CHECK(pa.base == async_ptr && pa.size == ASYNC_SIZE && pa.device_pointer == async_ptr + 8,
+          "its base, size and pointer");
+}
+
+/* The stream-ordered allocation at its address with its contents, freed in stream order. */
+static void async_restored(void)
+{
+    async_answers();
     flyt_req_mem_free_async fr = {async_ptr, 0};
     CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr, sizeof fr, NULL, 0, NULL), T_SUCCESS,
              "MEM_FREE_ASYNC of it");
@@ -219,6 +226,45 @@ static void async_restored(void)
     flyt_req_mem_free_async fr2 = {arep.value, 0};
     CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr2, sizeof fr2, NULL, 0, NULL), T_SUCCESS,
              "and its free");
+}
+
+/* The driver keeps the stream-ordered allocation's address: it is placed in the
+ * arena and its old address translated; freed, nothing stays. */
+static void async_moved(struct flyt_state *st)
+{
+    th_say("a stream-ordered allocation whose address the driver keeps: moved and aliased");
+    uint64_t g = async_ptr & ~(uint64_t)(FAKE_GRANULE - 1);
+    fake_cuda_occupy(g, FAKE_GRANULE, 1);
+    config.restore = st;
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO restores the session");
+    async_answers();
+    unsigned char bytes[ASYNC_SIZE];
+    int had;
+    char error[256];
+    CHECK_EQ(checkpoint(state2_path, error, sizeof error), T_SUCCESS, "a checkpoint of it: %s", error);
+    flyt_req_mem_free_async fr = {async_ptr, 0};
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr, sizeof fr, NULL, 0, NULL), T_SUCCESS,
+             "MEM_FREE_ASYNC at its old address");
+    flyt_req_mem_alloc ar = {64, 0, 0}; /* the next stream-ordered call releases it */
+    flyt_rep_u64 arep = {0};
+    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_MEM_ALLOC_ASYNC, &ar, sizeof ar, NULL, 0, &arep, sizeof arep),
+             T_SUCCESS, "MEM_ALLOC_ASYNC");
+    if (arep.value > async_ptr + ASYNC_SIZE || arep.value + 64 <= async_ptr)
+        CHECK_NE(th_dtoh(sess.fd, async_ptr, 1, bytes, &had), T_SUCCESS, "no longer translated");
+    fr.dptr = arep.value;
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr, sizeof fr, NULL, 0, NULL), T_SUCCESS,
+             "and its free");
+    session_end();
+    fake_cuda_occupy(g, FAKE_GRANULE, 0);
+    config.restore = NULL;
+    struct flyt_state *st2 = flyt_state_open(state2_path, error, sizeof error);
+    CHECK(st2 != NULL, "its state opens: %s", error);
+    config.restore = st2;
+    CHECK_EQ(session_begin(), T_SUCCESS, "and restores at the old address again");
+    async_answers();
+    session_end();
+    config.restore = NULL;
+    flyt_state_close(st2);
 }
 
 static void restore_matches(struct flyt_state *st)
@@ -519,6 +565,7 @@ int main(void)
     CHECK(st != NULL, "the state opens: %s", err);
     restore_refused_when_taken(st);
     restore_matches(st);
+    async_moved(st);
     flyt_state_close(st);
     globals_restored();
     textures_restored();
