@@ -16,6 +16,7 @@
 #include "check.h"
 #include "ckpt_request.h"
 #include "harness.h"
+#include "state_format.h"
 
 #define ATTR_REUSE_OPPORTUNISTIC 2 /* CU_MEMPOOL_ATTR_* */
 #define ATTR_RELEASE_THRESHOLD   4
@@ -111,6 +112,35 @@ static void build_session(int fd)
     }
 }
 
+struct seen {
+    int pools, asyncs;
+};
+
+/* The MEMPOOL and ASYNC sections say what the session held. */
+static void section_matches(uint32_t type, const unsigned char *body, uint64_t len, void *arg)
+{
+    struct seen *n = arg;
+    (void)len;
+    if (type == FLYT_SS_MEMPOOL) {
+        struct flyt_state_mempool p;
+        memcpy(&p, body, sizeof p);
+        CHECK(p.id == def_pool ? p.is_default && p.attrs[ATTR_RELEASE_THRESHOLD - 1] == 1u << 30
+                               : p.id == own_pool && !p.is_default && p.max_size == 64u << 20 &&
+                                     p.attrs[ATTR_RELEASE_THRESHOLD - 1] == 12345,
+              "pool %llu: its record", (unsigned long long)p.id);
+        n->pools++;
+    } else if (type == FLYT_SS_ASYNC) {
+        struct flyt_state_async a;
+        memcpy(&a, body, sizeof a);
+        for (size_t b = 0; b < NBUFS; b++)
+            if (bufs[b].addr == a.addr)
+                CHECK(a.size == bufs[b].size &&
+                          a.pool == (bufs[b].own_pool ? own_pool : def_pool), /* the current pool: the default */
+                      "buffer %zu: its size and pool", b);
+        n->asyncs++;
+    }
+}
+
 static void restore_from(const char *bin)
 {
     const char *rargs[] = {"--restore", state_path, "--status-file", status_path, NULL};
@@ -171,6 +201,10 @@ int main(int argc, char **argv)
     check_contents(fd, 2);
     close(fd);
     th_server_stop();
+    struct seen n = {0};
+    CHECK(ckpt_sections(state_path, section_matches, &n) >= 10u, "format version 10 or later");
+    CHECK_EQ(n.pools, 2, "two pools");
+    CHECK_EQ(n.asyncs, (int)NBUFS, "every stream-ordered buffer");
 
     th_say("flyt-server --restore");
     restore_from(bin);
