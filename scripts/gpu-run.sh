@@ -149,6 +149,9 @@ if has_part elastic; then
             "$build/gpu-tests/migrate_loop" 200 20 vmm 2>&1 | tail -n 12
         OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" graph "step 50:" -- \
             "$build/gpu-tests/migrate_loop" 200 20 graph 2>&1 | tail -n 12
+        # stream-ordered memory (cudaMallocAsync: the default pool and a created one) across the move
+        OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" async "step 50:" -- \
+            "$build/gpu-tests/migrate_loop" 200 20 async 2>&1 | tail -n 12
         OUT=$OUT timeout -k 10 300 bash "$root/tests/gpu/migrate_check.sh" "$build" torch "step 50:" -- \
             "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
         # PyTorch's allocator on the driver's VMM (expandable segments)

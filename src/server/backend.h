@@ -349,6 +349,18 @@ struct flyt_backend_ops {
      * address space it keeps for reservations. NULL: the backend cannot. */
     CUresult (*state_vmm)(flyt_backend *b, const struct flyt_vmm_visit *fn, void *arg,
                           const char **what);
+    /* Stream-ordered allocations for a checkpoint: fn for each live one
+     * (mem_alloc_async's and async_alloc_at's), with the pool it was taken
+     * from (NULL: the device's current pool, or one destroyed since).
+     * async_alloc_at puts one back at exactly addr as the backend's own
+     * memory, outside any pool (CUDA_ERROR_ALREADY_MAPPED when it cannot);
+     * pool is only kept for the next capture; a later mem_free_async (or
+     * mem_free) of it releases it once the stream has passed that point.
+     * NULL: the backend cannot (a capture refuses such allocations). */
+    CUresult (*state_async)(flyt_backend *b,
+                            CUresult (*fn)(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool),
+                            void *arg);
+    CUresult (*async_alloc_at)(flyt_backend *b, uint64_t addr, uint64_t size, flyt_bhandle pool);
     /* A restored module global is at now, not at old where the client holds
      * it: the backend translates old in copies and kernel parameters from
      * then on. NULL: the backend cannot (the restore fails). */

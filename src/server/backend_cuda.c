@@ -303,8 +303,8 @@ static void cuda_close(flyt_backend *base)
             flyt_debug("cuda backend: synchronize at close: %s", cu_errname(&b->cu, r));
     }
     flyt_cuda_staging_release(b, 1); /* also unmaps the host memory */
+    flyt_cuda_ordered_drop(b); /* restored stream-ordered memory is Flyt's */
     flyt_cuda_mem_drop(b);
-    flyt_memtab_free(&b->ckpt.async);
     flyt_cuda_aliases_drop(b); /* the modules and objects they named are gone */
     destroy_tracked(b);
     ctx_drop(b);
@@ -354,8 +354,8 @@ static CUresult cuda_device_reset(flyt_backend *base)
     if (b->ctx && flyt_cuda_ctx(b) == CUDA_SUCCESS)
         b->cu.cuCtxSynchronize(); /* an error here is what the reset clears */
     flyt_cuda_staging_release(b, 0); /* buffers stay mapped: the server may hold one */
+    flyt_cuda_ordered_drop(b); /* restored stream-ordered memory is Flyt's */
     flyt_cuda_mem_drop(b);
-    flyt_memtab_free(&b->ckpt.async);
     flyt_cuda_aliases_drop(b); /* the modules and objects they named are gone */
     destroy_tracked(b);
     flyt_cuda_green_drop(b); /* rebuilt by ctx_acquire below */
@@ -475,12 +475,15 @@ static CUresult cuda_mem_free(flyt_backend *base, uint64_t dptr)
     ENTER(b, base);
     if (dptr == 0) /* cudaFree(NULL) is a no-op */
         return CUDA_SUCCESS;
+    flyt_cuda_ordered_reap(b);
     CUresult r;
     if (flyt_cuda_mem_release(b, dptr, &r))
         return r;
+    if (flyt_cuda_ordered_free(b, dptr, NULL, 1, &r))
+        return r;
     r = b->cu.cuMemFree((CUdeviceptr)dptr); /* e.g. stream-ordered memory, freed at once */
     if (r == CUDA_SUCCESS)
-        flyt_memtab_take(&b->ckpt.async, dptr);
+        flyt_cuda_ordered_forget(b, dptr);
     return r;
 }
 
@@ -512,6 +515,7 @@ static CUresult cuda_mem_alloc_async(flyt_backend *base, uint64_t size, flyt_bha
     ENTER(b, base);
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
+    flyt_cuda_ordered_reap(b);
     CUdeviceptr p = 0;
     CUresult r;
     if (pool)
@@ -519,7 +523,7 @@ static CUresult cuda_mem_alloc_async(flyt_backend *base, uint64_t size, flyt_bha
                                           flyt_cuda_enqueue(b, stream));
     else
         r = b->cu.cuMemAllocAsync(&p, (size_t)size, flyt_cuda_enqueue(b, stream));
-    if (r == CUDA_SUCCESS && flyt_memtab_put(&b->ckpt.async, p, size) != 0) {
+    if (r == CUDA_SUCCESS && flyt_cuda_ordered_note(b, p, size, pool) != 0) {
         b->cu.cuMemFreeAsync(p, flyt_cuda_enqueue(b, stream)); /* a capture would miss it */
         r = CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -531,9 +535,12 @@ static CUresult cuda_mem_alloc_async(flyt_backend *base, uint64_t size, flyt_bha
 static CUresult cuda_mem_free_async(flyt_backend *base, uint64_t dptr, flyt_bhandle stream)
 {
     ENTER(b, base);
-    CUresult r = b->cu.cuMemFreeAsync((CUdeviceptr)dptr, flyt_cuda_enqueue(b, stream));
+    CUresult r;
+    if (flyt_cuda_ordered_free(b, dptr, flyt_cuda_enqueue(b, stream), 0, &r))
+        return r; /* restored: not the driver's pools' */
+    r = b->cu.cuMemFreeAsync((CUdeviceptr)dptr, flyt_cuda_enqueue(b, stream));
     if (r == CUDA_SUCCESS)
-        flyt_memtab_take(&b->ckpt.async, dptr);
+        flyt_cuda_ordered_forget(b, dptr);
     return r;
 }
 
@@ -554,7 +561,7 @@ static CUresult cuda_pointer_attrs(flyt_backend *base, uint64_t ptr, flyt_rep_po
     void *data[] = {&type, &managed, &ordinal, &devptr, &start, &range};
     static_assert(sizeof attrs / sizeof attrs[0] == sizeof data / sizeof data[0], "attr table");
     CUresult r = b->cu.cuPointerGetAttributes((unsigned)(sizeof attrs / sizeof attrs[0]), attrs,
-                                              data, (CUdeviceptr)ptr);
+                                              data, (CUdeviceptr)flyt_cuda_xlate(b, ptr));
     if (r != CUDA_SUCCESS)
         return r;
     memset(out, 0, sizeof *out);
@@ -573,7 +580,10 @@ static CUresult cuda_pointer_attrs(flyt_backend *base, uint64_t ptr, flyt_rep_po
     out->device_pointer = devptr;
     out->base = start;
     out->size = range;
-    flyt_cuda_mem_range(b, ptr, &out->base, &out->size); /* the allocation's range, not the chunk's */
+    /* the allocation's range, not the chunk's nor a restored one's granules */
+    if (!flyt_cuda_mem_range(b, ptr, &out->base, &out->size) &&
+        flyt_cuda_ordered_range(b, ptr, &out->base, &out->size))
+        out->device_pointer = ptr; /* the client's address, also where it is aliased */
     return CUDA_SUCCESS;
 }
 
@@ -1437,6 +1447,8 @@ static const struct flyt_backend_ops cuda_ops = {
     .state_allocs = flyt_cuda_state_allocs,
     .state_vmm = flyt_cuda_state_vmm,
     .mem_alloc_at = flyt_cuda_mem_alloc_at,
+    .state_async = flyt_cuda_state_async,
+    .async_alloc_at = flyt_cuda_async_alloc_at,
     .module_image = flyt_cuda_module_image,
     .state_arenas = flyt_cuda_mem_arenas,
     .arena_at = flyt_cuda_mem_arena_at,

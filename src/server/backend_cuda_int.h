@@ -336,8 +336,19 @@ struct flyt_cuda_vmap {
     unsigned                     access; /* CU_MEM_ACCESS_FLAGS_PROT_* granted */
 };
 
+struct flyt_cuda_pending {
+    uint64_t addr, size;
+    CUevent  done; /* recorded where the program freed it */
+};
+
 struct flyt_cuda_ckpt {
-    struct flyt_memtab async;   /* stream-ordered: a capture refuses them */
+    struct flyt_memtab async;   /* stream-ordered, from the driver's pools: address -> size */
+    flyt_hash          async_pools; /* stream-ordered (both kinds): address -> its pool (ptr) */
+    struct flyt_memtab restored;    /* stream-ordered, restored as Flyt's own: address -> size */
+    flyt_hash          granules;    /* their granules: address -> references (u64) */
+    flyt_hash          moved;       /* restored ones the driver would not give back: old -> now */
+    struct flyt_cuda_pending *pending; /* restored ones freed, released once their event is done */
+    int                       npending;
     struct flyt_memtab vranges; /* the program's cuMemAddressReserve ranges, in the arenas */
     flyt_hash          vmems;   /* CUmemGenericAllocationHandle -> struct flyt_cuda_vmem * */
     flyt_hash          vmaps;   /* mapped address -> struct flyt_cuda_vmap * */
@@ -403,6 +414,9 @@ void flyt_cuda_vmm_drop(struct flyt_cuda_backend *b, int live);
 
 /* addr, or where a moved module global is now (nothing to do without aliases). */
 uint64_t flyt_cuda_xlate_slow(const struct flyt_cuda_backend *b, uint64_t addr);
+/* [old, old + size) is at now from here on (add), no longer (remove). */
+CUresult flyt_cuda_alias_add(struct flyt_cuda_backend *b, uint64_t old, uint64_t now, uint64_t size);
+void     flyt_cuda_alias_remove(struct flyt_cuda_backend *b, uint64_t old);
 #define flyt_cuda_xlate(b, addr) \
     (__builtin_expect((b)->ckpt.naliases == 0, 1) ? (addr) : flyt_cuda_xlate_slow((b), (addr)))
 
@@ -588,6 +602,31 @@ int      flyt_cuda_mem_release(struct flyt_cuda_backend *b, uint64_t dptr, CUres
 int      flyt_cuda_mem_range(const struct flyt_cuda_backend *b, uint64_t ptr, uint64_t *base,
                              uint64_t *size);
 CUresult flyt_cuda_mem_pitch(struct flyt_cuda_backend *b, uint64_t width, uint64_t *pitch);
+/* map: device memory at [addr, addr + len), a reserved range, read-write
+ * (its handle released once mapped); gran: the allocation granularity. */
+CUresult flyt_cuda_mem_map(struct flyt_cuda_backend *b, uint64_t addr, uint64_t len);
+CUresult flyt_cuda_mem_gran(struct flyt_cuda_backend *b, uint64_t *gran);
+
+/* backend_cuda_ordered.c: stream-ordered allocations for a checkpoint. note:
+ * one from the driver's pools (pool NULL: the current pool), forget: freed;
+ * free: dptr is a restored one, 1 with *r (released once stream, NULL: the
+ * device, passed this point), 0 when it is not; range: a restored one holding
+ * ptr; drop: every restored one released (close, reset); reap: the freed
+ * ones the device has passed released. */
+int      flyt_cuda_ordered_note(struct flyt_cuda_backend *b, uint64_t dptr, uint64_t size,
+                                flyt_bhandle pool);
+void     flyt_cuda_ordered_forget(struct flyt_cuda_backend *b, uint64_t dptr);
+int      flyt_cuda_ordered_free(struct flyt_cuda_backend *b, uint64_t dptr, CUstream stream,
+                                int sync, CUresult *r);
+int      flyt_cuda_ordered_range(const struct flyt_cuda_backend *b, uint64_t ptr, uint64_t *base,
+                                 uint64_t *size);
+void     flyt_cuda_ordered_drop(struct flyt_cuda_backend *b);
+void     flyt_cuda_ordered_reap(struct flyt_cuda_backend *b); /* frees the device passed */
+int      flyt_cuda_ordered_moved_to(const struct flyt_cuda_backend *b, uint64_t now);
+CUresult flyt_cuda_state_async(flyt_backend *base,
+                               CUresult (*fn)(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool),
+                               void *arg);
+CUresult flyt_cuda_async_alloc_at(flyt_backend *base, uint64_t addr, uint64_t size, flyt_bhandle pool);
 /* An arena at exactly [base, base + size) (a restore, before any allocation):
  * CUDA_ERROR_ALREADY_MAPPED when the driver offers another address. */
 CUresult flyt_cuda_mem_arena_at(flyt_backend *base, uint64_t addr, uint64_t size);

@@ -204,6 +204,18 @@ static CUresult map_range(struct flyt_cuda_backend *b, uint64_t addr, uint64_t l
     return r;
 }
 
+CUresult flyt_cuda_mem_map(struct flyt_cuda_backend *b, uint64_t addr, uint64_t len)
+{
+    return map_range(b, addr, len);
+}
+
+CUresult flyt_cuda_mem_gran(struct flyt_cuda_backend *b, uint64_t *gran)
+{
+    CUresult r = granularity(b);
+    *gran = b->mem.gran;
+    return r;
+}
+
 /* A new mapping in the arenas' space: taken (fixed: at addr) and mapped. */
 static CUresult map_new(struct flyt_cuda_backend *b, uint64_t len, int fixed, uint64_t *addr)
 {

@@ -38,8 +38,6 @@ static const char *uncapturable(const struct flyt_cuda_backend *b)
 {
     if (flyt_hash_count(&b->mem.outside.map))
         return "device memory allocated outside Flyt's arena (FLYT_CUDA_ARENA=0)";
-    if (flyt_hash_count(&b->ckpt.async.map))
-        return "stream-ordered allocation (cuMemAllocAsync)";
     return NULL;
 }
 
@@ -78,7 +76,8 @@ CUresult flyt_cuda_state_allocs(flyt_backend *base,
     qsort(list, n, sizeof *list, by_addr);
     CUresult r = CUDA_SUCCESS;
     for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++)
-        r = fn(arg, list[i].addr, list[i].size);
+        if (!flyt_cuda_ordered_moved_to(b, list[i].addr)) /* state_async's, at its old address */
+            r = fn(arg, list[i].addr, list[i].size);
     free(list);
     return r;
 }
@@ -93,9 +92,8 @@ CUresult flyt_cuda_mem_alloc_at(flyt_backend *base, uint64_t addr, uint64_t size
 
 /* ---- module globals the driver put elsewhere ---- */
 
-CUresult flyt_cuda_global_alias(flyt_backend *base, uint64_t old, uint64_t now, uint64_t size)
+CUresult flyt_cuda_alias_add(struct flyt_cuda_backend *b, uint64_t old, uint64_t now, uint64_t size)
 {
-    struct flyt_cuda_backend *b = cb(base);
     if (b == NULL || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     struct flyt_cuda_alias *a = realloc(b->ckpt.aliases, (size_t)(b->ckpt.naliases + 1) * sizeof *a);
@@ -103,6 +101,24 @@ CUresult flyt_cuda_global_alias(flyt_backend *base, uint64_t old, uint64_t now, 
         return CUDA_ERROR_OUT_OF_MEMORY;
     a[b->ckpt.naliases++] = (struct flyt_cuda_alias){old, size, now};
     b->ckpt.aliases = a;
+    return CUDA_SUCCESS;
+}
+
+void flyt_cuda_alias_remove(struct flyt_cuda_backend *b, uint64_t old)
+{
+    for (int i = 0; i < b->ckpt.naliases; i++)
+        if (b->ckpt.aliases[i].old == old) {
+            b->ckpt.aliases[i] = b->ckpt.aliases[--b->ckpt.naliases];
+            return;
+        }
+}
+
+CUresult flyt_cuda_global_alias(flyt_backend *base, uint64_t old, uint64_t now, uint64_t size)
+{
+    struct flyt_cuda_backend *b = cb(base);
+    CUresult r = flyt_cuda_alias_add(b, old, now, size);
+    if (r != CUDA_SUCCESS)
+        return r;
     flyt_info("restore: module global of %llu bytes moved from 0x%llx to 0x%llx: the old "
               "address is translated in copies and kernel parameters", (unsigned long long)size,
               (unsigned long long)old, (unsigned long long)now);

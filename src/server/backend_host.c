@@ -95,6 +95,8 @@ struct hpool {
 struct halloc {
     uint64_t addr, size; /* an anonymous mapping; [addr, addr + size) is the client's */
     struct hpool *pool;  /* NULL unless from an async allocation */
+    struct hpool *home;  /* restored stream-ordered (async_alloc_at): its pool, not charged */
+    int           restored;
     struct hvmem *vmem;  /* a cuMemMap of this VMM allocation, else NULL */
     uint64_t offset;     /* VMM mappings: where in the allocation they start */
     unsigned access;     /* VMM mappings: CU_MEM_ACCESS_FLAGS_PROT_* granted */
@@ -1199,6 +1201,9 @@ static CUresult host_pool_destroy(flyt_backend *b, flyt_bhandle pool)
     for (size_t i = 0; i < h->nallocs; i++)
         if (h->allocs[i].pool == pool)
             h->allocs[i].pool = NULL;
+    for (size_t i = 0; i < h->nallocs; i++)
+        if (h->allocs[i].home == pool)
+            h->allocs[i].home = NULL;
     set_del(&h->pools, pool);
     free(pool);
     return CUDA_SUCCESS;
@@ -2928,11 +2933,10 @@ static const char *uncapturable(const struct host_backend *h)
     for (size_t i = 0; i < h->modules.n; i++)
         if (((const struct hmodule *)h->modules.items[i])->globals)
             return "module global variable (cuModuleGetGlobal)";
-    for (size_t i = 0; i < h->nallocs; i++)
-        if (h->allocs[i].pool)
-            return "stream-ordered allocation (cuMemAllocAsync)";
     return NULL;
 }
+
+static int is_ordered(const struct halloc *a) { return a->pool != NULL || a->restored; }
 
 static CUresult host_state_allocs(flyt_backend *b, CUresult (*fn)(void *arg, uint64_t addr, uint64_t size),
                                   void *arg, const char **what)
@@ -2942,8 +2946,9 @@ static CUresult host_state_allocs(flyt_backend *b, CUresult (*fn)(void *arg, uin
     if (*what)
         return CUDA_ERROR_NOT_SUPPORTED;
     for (size_t i = 0; i < h->nallocs; i++) {
-        CUresult r = h->allocs[i].vmem ? CUDA_SUCCESS /* state_vmm's */
-                                       : fn(arg, h->allocs[i].addr, h->allocs[i].size);
+        const struct halloc *a = &h->allocs[i];
+        CUresult r = a->vmem || is_ordered(a) ? CUDA_SUCCESS /* state_vmm's, state_async's */
+                                              : fn(arg, a->addr, a->size);
         if (r != CUDA_SUCCESS)
             return r;
     }
@@ -2991,6 +2996,37 @@ static CUresult host_mem_alloc_at(flyt_backend *b, uint64_t addr, uint64_t size)
 {
     uint64_t got;
     return addr ? alloc_insert(HB(b), size, NULL, addr, &got) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult host_state_async(flyt_backend *b,
+                                 CUresult (*fn)(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool),
+                                 void *arg)
+{
+    struct host_backend *h = HB(b);
+    for (size_t i = 0; i < h->nallocs; i++) {
+        const struct halloc *a = &h->allocs[i];
+        CUresult r = is_ordered(a) ? fn(arg, a->addr, a->size, a->restored ? a->home : a->pool)
+                                   : CUDA_SUCCESS;
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Not in the pool: the pool's usage counters leave it out, as the cuda backend's do. */
+static CUresult host_async_alloc_at(flyt_backend *b, uint64_t addr, uint64_t size, flyt_bhandle pool)
+{
+    struct host_backend *h = HB(b);
+    if (addr == 0 || (pool && !set_has(&h->pools, pool)))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t got;
+    CUresult r = alloc_insert(h, size, NULL, addr, &got);
+    if (r == CUDA_SUCCESS) {
+        long i = find_alloc(h, addr);
+        h->allocs[i].home = pool;
+        h->allocs[i].restored = 1;
+    }
+    return r;
 }
 
 static CUresult host_module_image(flyt_backend *b, flyt_bhandle module, const void **image, size_t *size)
@@ -3117,6 +3153,8 @@ static const struct flyt_backend_ops host_ops = {
     .user_object_create = host_user_object_create,
     .state_allocs = host_state_allocs,
     .mem_alloc_at = host_mem_alloc_at,
+    .state_async = host_state_async,
+    .async_alloc_at = host_async_alloc_at,
     .state_vmm = host_state_vmm,
     .module_image = host_module_image,
 };

@@ -196,6 +196,8 @@ int handle_POOL_CREATE(flyt_session *s, flyt_call *c)
     rep->value = publish(s, c, FLYT_H_POOL, pool);
     if (rep->value == 0)
         FLYT_BCALL(s, pool_destroy, pool);
+    else
+        flyt_handles_get(&s->handles, rep->value, FLYT_H_POOL)->u.pool_max_size = r->max_size;
     return FLYT_CONT;
 }
 

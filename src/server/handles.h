@@ -104,6 +104,7 @@ struct flyt_hentry {
         uint64_t                graph; /* a node: its graph id; a graph: the stream capturing it, or 0
                                         * (and the FLYT_GRAPH_OWNED bit) */
         struct flyt_exec_info   exec;
+        uint64_t                pool_max_size; /* a created pool: cuMemPoolCreate's maxSize */
         uint32_t                event_flags; /* an event: its CU_EVENT_* flags (for a checkpoint) */
     } u;
 };

@@ -84,7 +84,9 @@ static const char *refused_kind(flyt_session *s, const struct flyt_hentry *e)
     case FLYT_H_EVENT:
     case FLYT_H_MODULE: return NULL;
     case FLYT_H_FUNC: return e->u.func.name ? NULL : "function without a recorded name";
-    case FLYT_H_POOL: return e->id == s->default_pool_id ? NULL : "memory pool (cuMemPoolCreate)";
+    case FLYT_H_POOL:
+        return e->id == s->default_pool_id || s->b->ops->state_async ? NULL
+                                                                      : "memory pool (cuMemPoolCreate)";
     case FLYT_H_REGION: return NULL;
     case FLYT_H_VMEM: return s->b->ops->state_vmm ? NULL : "physical allocation (cuMemCreate)";
     case FLYT_H_ARRAY:
@@ -135,6 +137,12 @@ static CUresult count_alloc(void *arg, uint64_t addr, uint64_t size)
     return CUDA_SUCCESS;
 }
 
+static CUresult count_async(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool)
+{
+    (void)pool;
+    return count_alloc(arg, addr, size);
+}
+
 /* Whether everything the session holds can be captured; fills sc->list. */
 static CUresult check_capturable(flyt_session *s, struct scan *sc, char *err, size_t errlen)
 {
@@ -157,6 +165,10 @@ static CUresult check_capturable(flyt_session *s, struct scan *sc, char *err, si
     if (r != CUDA_SUCCESS) {
         say(err, errlen, "the session holds a %s, which a checkpoint cannot capture yet",
             what ? what : "device object");
+        return r;
+    }
+    if (ops->state_async && (r = ops->state_async(s->b, count_async, &sc->alloc_bytes)) != CUDA_SUCCESS) {
+        say(err, errlen, "listing the stream-ordered allocations failed: CUDA error %d", (int)r);
         return r;
     }
     if ((r = flyt_vmm_snap_take(s, &sc->vmm, &what)) != CUDA_SUCCESS) {
@@ -371,6 +383,44 @@ static CUresult write_func(flyt_session *s, struct writer *w, const struct flyt_
                ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
 }
 
+/* A pool: what made it and the attributes a program sets (reuse flags, release threshold). */
+static CUresult write_pool(flyt_session *s, struct writer *w, const struct flyt_hentry *e)
+{
+    struct flyt_state_mempool rec = {.id = e->id, .is_default = e->id == s->default_pool_id};
+    if (!rec.is_default)
+        rec.max_size = e->u.pool_max_size;
+    for (int i = 0; i < FLYT_STATE_POOL_ATTRS; i++)
+        if (FLYT_BCALL(s, pool_get_attr, e->bh, i + 1, &rec.attrs[i]) == CUDA_SUCCESS)
+            rec.attr_valid |= 1u << i;
+    return w_record(w, FLYT_SS_MEMPOOL, &rec, sizeof rec, 0) ? CUDA_ERROR_OPERATING_SYSTEM
+                                                              : CUDA_SUCCESS;
+}
+
+struct async_ctx {
+    flyt_session      *s;
+    struct writer     *w;
+    const struct scan *sc; /* its pools, by backend handle */
+};
+
+/* The id the client holds for a backend pool; 0 for none (the current pool, or destroyed). */
+static uint64_t pool_id_of(const struct scan *sc, flyt_bhandle pool)
+{
+    for (size_t i = 0; pool && i < sc->n; i++)
+        if (sc->list[i]->type == FLYT_H_POOL && sc->list[i]->bh == pool)
+            return sc->list[i]->id;
+    return 0;
+}
+
+/* A stream-ordered allocation and its contents. */
+static CUresult write_async(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool)
+{
+    struct async_ctx *a = arg;
+    struct flyt_state_async rec = {addr, size, pool_id_of(a->sc, pool)};
+    if (w_record(a->w, FLYT_SS_ASYNC, &rec, sizeof rec, size) != 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    return write_device_bytes(a->s, a->w, addr, size);
+}
+
 static CUresult write_entry(flyt_session *s, struct writer *w, const struct flyt_hentry *e)
 {
     switch (e->type) {
@@ -404,11 +454,7 @@ static CUresult write_entry(flyt_session *s, struct writer *w, const struct flyt
         return w_record(w, FLYT_SS_EVENT, &rec, sizeof rec, 0) ? CUDA_ERROR_OPERATING_SYSTEM
                                                                 : CUDA_SUCCESS;
     }
-    default: { /* the default pool (check_capturable let nothing else through) */
-        struct flyt_state_pool rec = {e->id};
-        return w_record(w, FLYT_SS_POOL, &rec, sizeof rec, 0) ? CUDA_ERROR_OPERATING_SYSTEM
-                                                               : CUDA_SUCCESS;
-    }
+    default: return write_pool(s, w, e); /* check_capturable let nothing else through */
     }
 }
 
@@ -446,6 +492,9 @@ static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *
                 : write_entry(s, w, sc->list[i]);
     if (r == CUDA_SUCCESS)
         r = write_released_vmems(s, w, &sc->vmm);
+    struct async_ctx ac = {s, w, sc};
+    if (r == CUDA_SUCCESS && s->b->ops->state_async) /* after the pools they name */
+        r = s->b->ops->state_async(s->b, write_async, &ac);
     if (r == CUDA_SUCCESS)
         r = write_globals(s, w);
     if (r == CUDA_SUCCESS)
@@ -578,6 +627,8 @@ union state_rec {
     struct flyt_state_global  global;
     struct flyt_state_vrange  vrange;
     struct flyt_state_vmem    vmem;
+    struct flyt_state_mempool mempool;
+    struct flyt_state_async   async;
 };
 
 static size_t rec_size(uint32_t type)
@@ -596,6 +647,8 @@ static size_t rec_size(uint32_t type)
     case FLYT_SS_GLOBAL: return sizeof(struct flyt_state_global);
     case FLYT_SS_VRANGE: return sizeof(struct flyt_state_vrange);
     case FLYT_SS_VMEM: return sizeof(struct flyt_state_vmem);
+    case FLYT_SS_MEMPOOL: return sizeof(struct flyt_state_mempool);
+    case FLYT_SS_ASYNC: return sizeof(struct flyt_state_async);
     }
     return 0;
 }
@@ -658,6 +711,14 @@ static int record_ok(uint32_t type, const unsigned char *p, uint64_t len)
     case FLYT_SS_STREAM: return len == sizeof(struct flyt_state_stream);
     case FLYT_SS_EVENT: return len == sizeof(struct flyt_state_event);
     case FLYT_SS_POOL: return len == sizeof(struct flyt_state_pool);
+    case FLYT_SS_MEMPOOL:
+        return len == sizeof(struct flyt_state_mempool) && rec.mempool.is_default <= 1 &&
+               rec.mempool.attr_valid < (1u << FLYT_STATE_POOL_ATTRS) &&
+               !(rec.mempool.is_default && rec.mempool.max_size);
+    case FLYT_SS_ASYNC:
+        return len >= sizeof(struct flyt_state_async) && rec.async.size > 0 &&
+               rec.async.addr + rec.async.size > rec.async.addr &&
+               len - sizeof(struct flyt_state_async) == rec.async.size;
     case FLYT_SS_CLIENT: return len == sizeof(struct flyt_state_client);
     case FLYT_SS_ARENA:
         return len == sizeof(struct flyt_state_arena) && rec.arena.size > 0 &&
@@ -1220,6 +1281,71 @@ static CUresult restore_vmem(flyt_session *s, const struct flyt_state_vmem *r,
     return CUDA_SUCCESS;
 }
 
+/* A pool under its id: the default one looked up, a created one made again
+ * with its maximum size; then the attributes that differ from a fresh one's. */
+static CUresult restore_pool(flyt_session *s, const struct flyt_state_mempool *r, uint64_t *last,
+                             char *err, size_t errlen)
+{
+    flyt_bhandle bh = NULL;
+    CUresult e = r->is_default ? FLYT_BCALL(s, pool_default, &bh)
+                               : FLYT_BCALL(s, pool_create, r->max_size, &bh);
+    struct flyt_hentry *h = e == CUDA_SUCCESS ? add_exact(s, r->id, FLYT_H_POOL, bh, last) : NULL;
+    if (h == NULL) {
+        if (bh && !r->is_default)
+            FLYT_BCALL(s, pool_destroy, bh);
+        say(err, errlen, "memory pool %llu cannot be made again: CUDA error %d",
+            (unsigned long long)r->id, (int)(e ? e : CUDA_ERROR_INVALID_VALUE));
+        return e ? e : CUDA_ERROR_INVALID_VALUE;
+    }
+    if (r->is_default)
+        s->default_pool_id = r->id;
+    else
+        h->u.pool_max_size = r->max_size;
+    for (int i = 0; i < FLYT_STATE_POOL_ATTRS; i++) {
+        uint64_t now;
+        if ((r->attr_valid & (1u << i)) &&
+            FLYT_BCALL(s, pool_get_attr, bh, i + 1, &now) == CUDA_SUCCESS && now != r->attrs[i] &&
+            (e = FLYT_BCALL(s, pool_set_attr, bh, i + 1, r->attrs[i])) != CUDA_SUCCESS) {
+            say(err, errlen, "memory pool %llu: attribute %d cannot be set to %llu again: CUDA "
+                "error %d", (unsigned long long)r->id, i + 1, (unsigned long long)r->attrs[i], (int)e);
+            return e;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+/* A stream-ordered allocation at its address, as the backend's own memory (its
+ * pool chose the address; no pool can be asked for one): charged to the quota. */
+static CUresult restore_async(flyt_session *s, const struct flyt_state_async *r,
+                              const unsigned char *tail, char *err, size_t errlen)
+{
+    flyt_bhandle pool = NULL;
+    if (!s->b->ops->async_alloc_at) {
+        say(err, errlen, "the %s backend cannot restore stream-ordered allocations", s->b->ops->name);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (r->pool && flyt_lookup(s, r->pool, FLYT_H_POOL, &pool) != CUDA_SUCCESS) {
+        say(err, errlen, "stream-ordered allocation 0x%llx names pool %llu, which the state lacks",
+            (unsigned long long)r->addr, (unsigned long long)r->pool);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (flyt_quota_charge(&s->mem, r->size) != 0) {
+        say(err, errlen, "stream-ordered allocation 0x%llx of %llu bytes is past this server's "
+            "memory quota", (unsigned long long)r->addr, (unsigned long long)r->size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult e = s->b->ops->async_alloc_at(s->b, r->addr, r->size, pool);
+    if (e == CUDA_SUCCESS && flyt_memtab_add(&s->mem, r->addr, r->size) != 0)
+        e = CUDA_ERROR_OUT_OF_MEMORY; /* the backend's memory goes with the failed restore */
+    if (e != CUDA_SUCCESS) {
+        flyt_quota_uncharge(&s->mem, r->size);
+        say(err, errlen, "cannot put the stream-ordered allocation of %llu bytes back at 0x%llx "
+            "here: CUDA error %d", (unsigned long long)r->size, (unsigned long long)r->addr, (int)e);
+        return e;
+    }
+    return restore_device_bytes(s, r->addr, r->size, tail, err, errlen);
+}
+
 static CUresult restore_section(flyt_session *s, uint32_t type, const unsigned char *p,
                                 uint64_t len, uint64_t *last, char *err, size_t errlen)
 {
@@ -1241,6 +1367,8 @@ static CUresult restore_section(flyt_session *s, uint32_t type, const unsigned c
     case FLYT_SS_GLOBAL: return restore_global(s, &rec.global, tail, err, errlen);
     case FLYT_SS_VRANGE: return flyt_vmm_restore_range(s, &rec.vrange, err, errlen);
     case FLYT_SS_VMEM: return restore_vmem(s, &rec.vmem, tail, last, err, errlen);
+    case FLYT_SS_MEMPOOL: return restore_pool(s, &rec.mempool, last, err, errlen);
+    case FLYT_SS_ASYNC: return restore_async(s, &rec.async, tail, err, errlen);
     default: return restore_object(s, type, &rec, last, err, errlen);
     }
 }
@@ -1261,7 +1389,7 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
         e = restore_section(s, sec.type, body, sec.length, &last, err, errlen);
         if (e != CUDA_SUCCESS)
             return e;
-        allocs += sec.type == FLYT_SS_ALLOC;
+        allocs += sec.type == FLYT_SS_ALLOC || sec.type == FLYT_SS_ASYNC;
         regions += sec.type == FLYT_SS_HOSTMAP;
     }
     if (st->sess.next_id <= last) {

@@ -21,9 +21,9 @@
 #include "flyt_proto.h"
 
 #define FLYT_STATE_MAGIC   0x5441545354594c46ull /* "FLYTSTAT" little-endian */
-#define FLYT_STATE_VERSION 9u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL;
+#define FLYT_STATE_VERSION 10u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL;
                                 * 6: the chunked trailer; 7: VRANGE and VMEM; 8: ARRAY, MIPMAP,
-                                * TEXOBJ, SURFOBJ; 9: GRAPH, GRAPH_EXEC */
+                                * TEXOBJ, SURFOBJ; 9: GRAPH, GRAPH_EXEC; 10: MEMPOOL and ASYNC */
 #define FLYT_STATE_HASH    32u /* the SHA-256 trailer */
 #define FLYT_STATE_CHUNKED 6u  /* the first version with the chunked trailer */
 #define FLYT_STATE_CHUNK   ((size_t)4 << 20)
@@ -62,6 +62,8 @@ enum flyt_state_stype {
     FLYT_SS_SURFOBJ,  /* flyt_state_surfobj; by id (version 8) */
     FLYT_SS_GRAPH,    /* a graph body (flyt_state_graph ...); after every object but execs (version 9) */
     FLYT_SS_GRAPH_EXEC, /* flyt_state_gexec [+ a graph body]; after the graphs (version 9) */
+    FLYT_SS_MEMPOOL,  /* flyt_state_mempool; by id, in place of POOL (version 10) */
+    FLYT_SS_ASYNC,    /* flyt_state_async + size bytes of contents; after every object (version 10) */
 };
 
 struct flyt_state_section {
@@ -157,6 +159,25 @@ struct flyt_state_global {
     uint32_t pad;
 };
 static_assert(sizeof(struct flyt_state_global) == 32, "state global");
+
+/* A memory pool: the device's default one (is_default: only its id and
+ * attributes) or one the program created (cuMemPoolCreate on device 0). */
+#define FLYT_STATE_POOL_ATTRS 4 /* CU_MEMPOOL_ATTR_REUSE_* (1..3), RELEASE_THRESHOLD (4) */
+struct flyt_state_mempool {
+    uint64_t id;
+    uint64_t max_size;   /* 0: no limit (the driver's default) */
+    uint32_t is_default;
+    uint32_t attr_valid; /* bit i: attrs[i], attribute i + 1, was read */
+    uint64_t attrs[FLYT_STATE_POOL_ATTRS];
+};
+static_assert(sizeof(struct flyt_state_mempool) == 56, "state mempool");
+
+/* A live stream-ordered allocation (cuMemAllocAsync, cuMemAllocFromPoolAsync). */
+struct flyt_state_async {
+    uint64_t addr, size;
+    uint64_t pool; /* the id of its pool; 0: the device's current pool, or one destroyed */
+};
+static_assert(sizeof(struct flyt_state_async) == 24, "state async");
 
 /* The program's own VMM reservation (cuMemAddressReserve): reserved again
  * at exactly this address. */

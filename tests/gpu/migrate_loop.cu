@@ -24,7 +24,13 @@
 // and a device-to-device copy of the counter; the graph is destroyed after
 // instantiation (as PyTorch does), so only the executable graph crosses the
 // move. The copied counter is printed with the checksums.
-// usage: migrate_loop [STEPS] [SLEEP_MS] [pinned|global|vmm|graph]
+// With "async", stream-ordered memory takes part too (cudaMallocAsync, as
+// PyTorch's cudaMallocAsync backend and CUB use it): two buffers from the
+// default pool and two from a pool the program created, on two streams, the
+// pools' release thresholds set; they live across the move, and at step 120
+// two of them are copied to new stream-ordered buffers and freed in stream
+// order; at the end the pools' thresholds are printed and all are freed.
+// usage: migrate_loop [STEPS] [SLEEP_MS] [pinned|global|vmm|graph|async]
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
@@ -207,6 +213,83 @@ static void vmm_teardown(vmm_region *v)
     CU(v->api.free(v->va, v->reserved));
 }
 
+#define NASYNC 4
+
+struct async_bufs {
+    cudaMemPool_t pool;  // created by the program
+    cudaStream_t  other; // the second stream
+    uint32_t     *p[NASYNC];
+    size_t        size[NASYNC];
+};
+
+static cudaStream_t async_stream(async_bufs *a, int i, cudaStream_t s) { return i % 2 ? a->other : s; }
+
+// Buffer i: from the default pool (0, 1) or the created one (2, 3), on stream s or the other.
+static void async_alloc(async_bufs *a, int i, cudaStream_t s)
+{
+    if (i < 2)
+        CK(cudaMallocAsync(&a->p[i], a->size[i], async_stream(a, i, s)));
+    else
+        CK(cudaMallocFromPoolAsync(&a->p[i], a->size[i], a->pool, async_stream(a, i, s)));
+}
+
+static void async_setup(async_bufs *a, cudaStream_t s)
+{
+    const size_t sizes[NASYNC] = {(1u << 20) + 40, 5000, (3u << 20) + 8, 300};
+    CK(cudaStreamCreateWithFlags(&a->other, cudaStreamNonBlocking));
+    cudaMemPoolProps props = {};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 0;
+    props.maxSize = 256u << 20;
+    CK(cudaMemPoolCreate(&a->pool, &props));
+    uint64_t keep = 64u << 20;
+    CK(cudaMemPoolSetAttribute(a->pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    cudaMemPool_t def;
+    CK(cudaDeviceGetDefaultMemPool(&def, 0));
+    uint64_t def_keep = 32u << 20;
+    CK(cudaMemPoolSetAttribute(def, cudaMemPoolAttrReleaseThreshold, &def_keep));
+    for (int i = 0; i < NASYNC; i++) {
+        a->size[i] = sizes[i];
+        async_alloc(a, i, s);
+        CK(cudaMemsetAsync(a->p[i], 0x30 + i, a->size[i], async_stream(a, i, s)));
+    }
+    CK(cudaStreamSynchronize(a->other));
+}
+
+// Buffers 1 and 2 move to new stream-ordered memory: copied, then freed in stream order.
+static void async_renew(async_bufs *a, cudaStream_t s)
+{
+    CK(cudaStreamSynchronize(s));
+    for (int i = 1; i <= 2; i++) {
+        uint32_t *old = a->p[i];
+        async_alloc(a, i, s);
+        cudaStream_t st = async_stream(a, i, s);
+        CK(cudaMemcpyAsync(a->p[i], old, a->size[i], cudaMemcpyDeviceToDevice, st));
+        CK(cudaFreeAsync(old, st));
+    }
+    CK(cudaStreamSynchronize(a->other));
+}
+
+static void async_teardown(async_bufs *a, cudaStream_t s)
+{
+    cudaMemPool_t def;
+    CK(cudaDeviceGetDefaultMemPool(&def, 0));
+    uint64_t keep = 0, def_keep = 0;
+    CK(cudaMemPoolGetAttribute(a->pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    CK(cudaMemPoolGetAttribute(def, cudaMemPoolAttrReleaseThreshold, &def_keep));
+    cudaPointerAttributes pa;
+    CK(cudaPointerGetAttributes(&pa, a->p[0] + 5));
+    printf("pools: thresholds %llu %llu, buffer 0 is device memory %d\n", (unsigned long long)keep,
+           (unsigned long long)def_keep, pa.type == cudaMemoryTypeDevice && pa.device == 0);
+    for (int i = 0; i < NASYNC; i++)
+        CK(cudaFreeAsync(a->p[i], async_stream(a, i, s)));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamSynchronize(a->other));
+    CK(cudaMemPoolDestroy(a->pool));
+    CK(cudaStreamDestroy(a->other));
+}
+
 __device__ unsigned long long g_tally;
 
 __global__ void tally_kernel(int t) { g_tally = g_tally * 31u + (unsigned long long)t; }
@@ -218,12 +301,14 @@ int main(int argc, char **argv)
     bool global = argc > 3 && strcmp(argv[3], "global") == 0;
     bool vmm = argc > 3 && strcmp(argv[3], "vmm") == 0;
     bool graph = argc > 3 && strcmp(argv[3], "graph") == 0;
+    bool async = argc > 3 && strcmp(argv[3], "async") == 0;
     pinned_bufs pb;
     vmm_region vr;
+    async_bufs ab;
     const size_t sizes[] = {256, 1000, 4096, 100000, (1u << 20) + 4, (3u << 20) + 100, 64u << 20};
     const int nbuf = sizeof sizes / sizeof sizes[0];
-    uint32_t *buf[nbuf + 2]; // the last: pinned mode's device buffer
-    size_t words[nbuf + 2];
+    uint32_t *buf[nbuf + 1 + NASYNC]; // after them: pinned, vmm or async mode's buffers
+    size_t words[nbuf + 1 + NASYNC];
     for (int b = 0; b < nbuf; b++) {
         CK(cudaMalloc(&buf[b], sizes[b]));
         words[b] = sizes[b] / 4;
@@ -247,7 +332,14 @@ int main(int argc, char **argv)
         buf[nbuf + 1] = (uint32_t *)vr.va; // summed with the others
         words[nbuf + 1] = vr.mapped / 4;
     }
-    int last = pinned || vmm ? nbuf + 1 : nbuf;
+    if (async) {
+        async_setup(&ab, s);
+        for (int i = 0; i < NASYNC; i++) {
+            buf[nbuf + 1 + i] = ab.p[i];
+            words[nbuf + 1 + i] = ab.size[i] / 4;
+        }
+    }
+    int last = pinned || vmm ? nbuf + 1 : async ? nbuf + NASYNC : nbuf;
     uint32_t *counter = NULL; // graph mode: [0] the step, [1] its copy, [2] memset each step
     cudaGraphExec_t exec = NULL;
     if (graph) {
@@ -276,7 +368,12 @@ int main(int argc, char **argv)
         }
         if (graph)
             CK(cudaGraphLaunch(exec, s));
-        for (int b = 0; !graph && b <= (vmm ? nbuf + 1 : nbuf); b++)
+        if (async && t == 120) { // freed in stream order after the move, allocated again
+            async_renew(&ab, s);
+            for (int i = 1; i <= 2; i++)
+                buf[nbuf + 1 + i] = ab.p[i];
+        }
+        for (int b = 0; !graph && b <= (vmm ? nbuf + 1 : async ? last : nbuf); b++)
             step_kernel<<<64, 256, 0, s>>>(buf[b], words[b], (uint32_t)t);
         CK(cudaGetLastError());
         if (pinned)
@@ -317,6 +414,8 @@ int main(int argc, char **argv)
         CK(cudaFree(pb.dev));
     if (vmm)
         vmm_teardown(&vr);
+    if (async)
+        async_teardown(&ab, s);
     if (pinned) {
         CK(cudaFreeHost(pb.staged));
         CK(cudaFreeHost(pb.mapped));

@@ -50,6 +50,8 @@ static const uint64_t buf_size[NBUF] = {1000, 4096, (1u << 20) + 13, (3u << 20) 
 #define PITCH_W 1000
 #define PITCH_H 7
 static uint64_t buf_ptr[NBUF], pitch;
+static uint64_t async_ptr; /* a stream-ordered allocation kept across the move */
+#define ASYNC_SIZE 4096
 static uint64_t module_id, func_id;
 static char dir[64], state_path[128], state2_path[128];
 
@@ -177,22 +179,92 @@ static void build_and_checkpoint(void)
     free(img);
     CHECK_EQ(func_get(module_id, "kernel", &func_id), T_SUCCESS, "FUNC_GET");
 
-    th_say("a stream-ordered allocation makes the checkpoint fail, naming it");
-    flyt_req_mem_alloc ar = {4096, 0, 0};
+    th_say("a stream-ordered allocation, kept across the checkpoint");
+    flyt_req_mem_alloc ar = {ASYNC_SIZE, 0, 0};
     flyt_rep_u64 arep = {0};
     CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_MEM_ALLOC_ASYNC, &ar, sizeof ar, NULL, 0, &arep, sizeof arep),
              T_SUCCESS, "MEM_ALLOC_ASYNC");
+    async_ptr = arep.value;
+    unsigned char bytes[ASYNC_SIZE];
+    memset(bytes, 0x5a, sizeof bytes);
+    CHECK_EQ(th_htod(sess.fd, async_ptr, bytes, sizeof bytes), T_SUCCESS, "its contents");
     char error[256];
-    CHECK_EQ(checkpoint(state_path, error, sizeof error), T_NOT_SUPPORTED, "refused");
-    CHECK(strstr(error, "stream-ordered allocation") != NULL, "says why: %s", error);
-    flyt_req_mem_free_async fr = {arep.value, 0};
-    CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr, sizeof fr, NULL, 0, NULL), T_SUCCESS,
-             "MEM_FREE_ASYNC");
 
     th_say("the checkpoint");
     CHECK_EQ(checkpoint(state_path, error, sizeof error), T_SUCCESS, "checkpoint: %s", error);
     check_contents(2, 0); /* the session carries on */
     session_end();
+}
+
+/* The stream-ordered allocation answers at its old address: contents, pointer attributes. */
+static void async_answers(void)
+{
+    unsigned char bytes[ASYNC_SIZE];
+    int had;
+    CHECK_EQ(th_dtoh(sess.fd, async_ptr, sizeof bytes, bytes, &had), T_SUCCESS,
+             "the stream-ordered allocation reads at its address");
+    CHECK(bytes[0] == 0x5a && bytes[ASYNC_SIZE - 1] == 0x5a, "with its contents");
+    flyt_req_handle h = {async_ptr + 8};
+    flyt_rep_pointer_attrs pa;
+    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_POINTER_ATTRS, &h, sizeof h, NULL, 0, &pa, sizeof pa),
+             T_SUCCESS, "POINTER_ATTRS inside it");
+    CHECK(pa.base == async_ptr && pa.size == ASYNC_SIZE && pa.device_pointer == async_ptr + 8,
+          "its base, size and pointer");
+}
+
+/* The stream-ordered allocation at its address with its contents, freed in stream order. */
+static void async_restored(void)
+{
+    async_answers();
+    flyt_req_mem_free_async fr = {async_ptr, 0};
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr, sizeof fr, NULL, 0, NULL), T_SUCCESS,
+             "MEM_FREE_ASYNC of it");
+    flyt_req_mem_alloc ar = {ASYNC_SIZE, 0, 0};
+    flyt_rep_u64 arep = {0};
+    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_MEM_ALLOC_ASYNC, &ar, sizeof ar, NULL, 0, &arep, sizeof arep),
+             T_SUCCESS, "MEM_ALLOC_ASYNC after it");
+    flyt_req_mem_free_async fr2 = {arep.value, 0};
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr2, sizeof fr2, NULL, 0, NULL), T_SUCCESS,
+             "and its free");
+}
+
+/* The driver keeps the stream-ordered allocation's address: it is placed in the
+ * arena and its old address translated; freed, nothing stays. */
+static void async_moved(struct flyt_state *st)
+{
+    th_say("a stream-ordered allocation whose address the driver keeps: moved and aliased");
+    uint64_t g = async_ptr & ~(uint64_t)(FAKE_GRANULE - 1);
+    fake_cuda_occupy(g, FAKE_GRANULE, 1);
+    config.restore = st;
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO restores the session");
+    async_answers();
+    unsigned char bytes[ASYNC_SIZE];
+    int had;
+    char error[256];
+    CHECK_EQ(checkpoint(state2_path, error, sizeof error), T_SUCCESS, "a checkpoint of it: %s", error);
+    flyt_req_mem_free_async fr = {async_ptr, 0};
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr, sizeof fr, NULL, 0, NULL), T_SUCCESS,
+             "MEM_FREE_ASYNC at its old address");
+    flyt_req_mem_alloc ar = {64, 0, 0}; /* the next stream-ordered call releases it */
+    flyt_rep_u64 arep = {0};
+    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_MEM_ALLOC_ASYNC, &ar, sizeof ar, NULL, 0, &arep, sizeof arep),
+             T_SUCCESS, "MEM_ALLOC_ASYNC");
+    if (arep.value > async_ptr + ASYNC_SIZE || arep.value + 64 <= async_ptr)
+        CHECK_NE(th_dtoh(sess.fd, async_ptr, 1, bytes, &had), T_SUCCESS, "no longer translated");
+    fr.dptr = arep.value;
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr, sizeof fr, NULL, 0, NULL), T_SUCCESS,
+             "and its free");
+    session_end();
+    fake_cuda_occupy(g, FAKE_GRANULE, 0);
+    config.restore = NULL;
+    struct flyt_state *st2 = flyt_state_open(state2_path, error, sizeof error);
+    CHECK(st2 != NULL, "its state opens: %s", error);
+    config.restore = st2;
+    CHECK_EQ(session_begin(), T_SUCCESS, "and restores at the old address again");
+    async_answers();
+    session_end();
+    config.restore = NULL;
+    flyt_state_close(st2);
 }
 
 static void restore_matches(struct flyt_state *st)
@@ -213,6 +285,7 @@ static void restore_matches(struct flyt_state *st)
              T_SUCCESS, "POINTER_ATTRS inside a restored buffer");
     CHECK_EQ(pa.base, buf_ptr[2], "its base is the allocation's, not the span's");
     CHECK_EQ(pa.size, buf_size[2], "its size too");
+    async_restored();
 
     uint64_t fresh;
     CHECK_EQ(th_alloc(sess.fd, 8192, &fresh), T_SUCCESS, "a new allocation");
@@ -492,6 +565,7 @@ int main(void)
     CHECK(st != NULL, "the state opens: %s", err);
     restore_refused_when_taken(st);
     restore_matches(st);
+    async_moved(st);
     flyt_state_close(st);
     globals_restored();
     textures_restored();

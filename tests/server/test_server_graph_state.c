@@ -346,7 +346,7 @@ static void state_sections_match(void)
 {
     th_say("the state's GRAPH and GRAPH_EXEC sections");
     struct seen n = {0};
-    CHECK_EQ(ckpt_sections(state_path, section_matches, &n), 9u, "format version 9");
+    CHECK(ckpt_sections(state_path, section_matches, &n) >= 9u, "format version 9 or later");
     CHECK_EQ(n.graphs, 2, "two graphs (the child graph travels in its node)");
     CHECK_EQ(n.execs, 3, "three execs");
 }

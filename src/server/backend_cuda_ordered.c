@@ -1,0 +1,297 @@
+/*
+ * Stream-ordered allocations (cuMemAllocAsync, cuMemAllocFromPoolAsync) on
+ * the "cuda" backend, for a checkpoint (docs/state-format.md, ASYNC): the
+ * live ones with their pools, and a restore's, put back at their old
+ * addresses as Flyt's own memory. The driver's pools choose addresses
+ * themselves and no pool can be asked for one, so a restored allocation is
+ * made of whole granules, each reserved at its address (cuMemAddressReserve
+ * with it as the hint, checked) and mapped; allocations sharing a granule
+ * share its mapping. Where the driver will not give the address (it keeps
+ * small ranges among the host's mmaps, which differ in every process), the
+ * allocation is placed in Flyt's arena instead and its old address made an
+ * alias (translated in copies and kernel parameters, as for module globals).
+ * A free of one waits for its stream through an event and releases it later
+ * (checked at the next stream-ordered call).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_cuda_int.h"
+#include "flyt_log.h"
+
+static int note_pool(struct flyt_cuda_backend *b, uint64_t dptr, flyt_bhandle pool)
+{
+    flyt_hash_slot *s = flyt_hash_find(&b->ckpt.async_pools, dptr);
+    if (s == NULL)
+        s = flyt_hash_insert(&b->ckpt.async_pools, dptr);
+    if (s == NULL)
+        return -1;
+    s->value.ptr = pool;
+    return 0;
+}
+
+int flyt_cuda_ordered_note(struct flyt_cuda_backend *b, uint64_t dptr, uint64_t size, flyt_bhandle pool)
+{
+    if (note_pool(b, dptr, pool) != 0 || flyt_memtab_put(&b->ckpt.async, dptr, size) != 0) {
+        flyt_hash_remove(&b->ckpt.async_pools, dptr);
+        return -1;
+    }
+    return 0;
+}
+
+void flyt_cuda_ordered_forget(struct flyt_cuda_backend *b, uint64_t dptr)
+{
+    flyt_memtab_take(&b->ckpt.async, dptr);
+    flyt_hash_remove(&b->ckpt.async_pools, dptr);
+}
+
+/* ---- restored ones: granules reserved at their addresses ---- */
+
+static void granule_put(struct flyt_cuda_backend *b, uint64_t g, uint64_t gran)
+{
+    flyt_hash_slot *s = flyt_hash_find(&b->ckpt.granules, g);
+    if (s == NULL || --s->value.u64 > 0)
+        return;
+    flyt_hash_remove_slot(&b->ckpt.granules, s);
+    CUresult r = b->cu.cuMemUnmap(g, (size_t)gran);
+    if (r == CUDA_SUCCESS)
+        r = b->cu.cuMemAddressFree(g, (size_t)gran);
+    if (r != CUDA_SUCCESS)
+        flyt_warn("cuda backend: releasing the restored granule 0x%llx failed: CUDA error %d",
+                  (unsigned long long)g, (int)r);
+}
+
+/* One more reference on the granule at g: reserved at exactly g and mapped the first time. */
+static CUresult granule_get(struct flyt_cuda_backend *b, uint64_t g, uint64_t gran)
+{
+    flyt_hash_slot *s = flyt_hash_find(&b->ckpt.granules, g);
+    if (s) {
+        s->value.u64++;
+        return CUDA_SUCCESS;
+    }
+    CUdeviceptr got = 0;
+    CUresult r = b->cu.cuMemAddressReserve(&got, (size_t)gran, (size_t)gran, g, 0);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (got != g) {
+        b->cu.cuMemAddressFree(got, (size_t)gran);
+        flyt_error("restore: the driver cannot reserve 0x%llx for a stream-ordered allocation "
+                   "again: it offered 0x%llx", (unsigned long long)g, (unsigned long long)got);
+        return CUDA_ERROR_ALREADY_MAPPED;
+    }
+    r = flyt_cuda_mem_map(b, g, gran);
+    if (r == CUDA_SUCCESS && (s = flyt_hash_insert(&b->ckpt.granules, g)) == NULL) {
+        b->cu.cuMemUnmap(g, (size_t)gran);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r != CUDA_SUCCESS) {
+        b->cu.cuMemAddressFree(g, (size_t)gran);
+        return r;
+    }
+    s->value.u64 = 1;
+    return CUDA_SUCCESS;
+}
+
+/* The references of [addr, addr + size)'s granules below end dropped. */
+static void granules_put(struct flyt_cuda_backend *b, uint64_t addr, uint64_t end, uint64_t gran)
+{
+    for (uint64_t g = addr & ~(gran - 1); g < end; g += gran)
+        granule_put(b, g, gran);
+}
+
+static void release_restored(struct flyt_cuda_backend *b, uint64_t addr, uint64_t size);
+
+/* [addr, addr + size) placed in the arena and aliased: the driver keeps the address. */
+static CUresult place_moved(struct flyt_cuda_backend *b, uint64_t addr, uint64_t size)
+{
+    uint64_t now = 0;
+    CUresult r = flyt_cuda_mem_place(b, size, &now);
+    if (r != CUDA_SUCCESS)
+        return r;
+    flyt_hash_slot *s = flyt_hash_insert(&b->ckpt.moved, addr);
+    r = s ? flyt_cuda_alias_add(b, addr, now, size) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CUDA_SUCCESS) {
+        if (s)
+            flyt_hash_remove_slot(&b->ckpt.moved, s);
+        CUresult ignored;
+        flyt_cuda_mem_release(b, now, &ignored);
+        return r;
+    }
+    s->value.u64 = now;
+    flyt_warn("restore: the stream-ordered allocation at 0x%llx (%llu bytes) is at 0x%llx here: "
+              "the old address is translated in copies and kernel parameters, not in pointers "
+              "stored in device memory", (unsigned long long)addr, (unsigned long long)size,
+              (unsigned long long)now);
+    return CUDA_SUCCESS;
+}
+
+/* Whether now is the arena allocation holding a moved restored one (not captured as ALLOC). */
+int flyt_cuda_ordered_moved_to(const struct flyt_cuda_backend *b, uint64_t now)
+{
+    flyt_hash_iter it;
+    flyt_hash_iter_init(&b->ckpt.moved, &it);
+    for (flyt_hash_slot *e; (e = flyt_hash_iter_next(&b->ckpt.moved, &it)) != NULL;)
+        if (e->value.u64 == now)
+            return 1;
+    return 0;
+}
+
+CUresult flyt_cuda_async_alloc_at(flyt_backend *base, uint64_t addr, uint64_t size, flyt_bhandle pool)
+{
+    ENTER(b, base);
+    uint64_t gran = 0;
+    CUresult r = flyt_cuda_mem_gran(b, &gran);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (addr == 0 || size == 0 || addr + size < addr || flyt_memtab_size(&b->ckpt.restored, addr))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t g = addr & ~(gran - 1); /* the first granule not taken */
+    for (; g < addr + size; g += gran)
+        if ((r = granule_get(b, g, gran)) != CUDA_SUCCESS)
+            break;
+    if (r == CUDA_SUCCESS && flyt_memtab_put(&b->ckpt.restored, addr, size) != 0)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS && note_pool(b, addr, pool) != 0) {
+        flyt_memtab_take(&b->ckpt.restored, addr);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r != CUDA_SUCCESS)
+        granules_put(b, addr, g < addr + size ? g : addr + size, gran);
+    if (r == CUDA_ERROR_ALREADY_MAPPED && (r = place_moved(b, addr, size)) == CUDA_SUCCESS) {
+        if (flyt_memtab_put(&b->ckpt.restored, addr, size) != 0 || note_pool(b, addr, pool) != 0) {
+            flyt_memtab_take(&b->ckpt.restored, addr);
+            release_restored(b, addr, size);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    return r;
+}
+
+static void release_restored(struct flyt_cuda_backend *b, uint64_t addr, uint64_t size)
+{
+    flyt_hash_slot *m = flyt_hash_find(&b->ckpt.moved, addr);
+    if (m) { /* in the arena, under an alias */
+        CUresult r;
+        uint64_t now = m->value.u64;
+        flyt_hash_remove_slot(&b->ckpt.moved, m);
+        flyt_cuda_alias_remove(b, addr);
+        if (flyt_cuda_mem_release(b, now, &r) && r != CUDA_SUCCESS)
+            flyt_warn("cuda backend: releasing the moved restored allocation 0x%llx failed: CUDA "
+                      "error %d", (unsigned long long)now, (int)r);
+        return;
+    }
+    uint64_t gran = 0;
+    if (flyt_cuda_mem_gran(b, &gran) == CUDA_SUCCESS)
+        granules_put(b, addr, addr + size, gran);
+}
+
+/* Restored allocations whose free the device passed are released (all: wait). */
+static void reap(struct flyt_cuda_backend *b, int wait)
+{
+    int kept = 0;
+    for (int i = 0; i < b->ckpt.npending; i++) {
+        struct flyt_cuda_pending *p = &b->ckpt.pending[i];
+        if (!wait && b->cu.cuEventQuery(p->done) == CUDA_ERROR_NOT_READY) {
+            b->ckpt.pending[kept++] = *p;
+            continue;
+        }
+        if (wait)
+            b->cu.cuEventSynchronize(p->done);
+        b->cu.cuEventDestroy(p->done);
+        release_restored(b, p->addr, p->size);
+    }
+    b->ckpt.npending = kept;
+}
+
+void flyt_cuda_ordered_reap(struct flyt_cuda_backend *b)
+{
+    if (b->ckpt.npending)
+        reap(b, 0);
+}
+
+int flyt_cuda_ordered_free(struct flyt_cuda_backend *b, uint64_t dptr, CUstream stream, int sync,
+                           CUresult *r)
+{
+    flyt_cuda_ordered_reap(b);
+    uint64_t size = flyt_memtab_size(&b->ckpt.restored, dptr);
+    if (size == 0)
+        return 0;
+    CUevent done = NULL;
+    struct flyt_cuda_pending *more = NULL;
+    if (sync) { /* cuMemFree: the device first, as for any allocation */
+        *r = b->cu.cuCtxSynchronize();
+    } else if ((*r = b->cu.cuEventCreate(&done, CU_EVENT_DISABLE_TIMING)) == CUDA_SUCCESS &&
+               (*r = b->cu.cuEventRecord(done, stream)) == CUDA_SUCCESS) {
+        more = realloc(b->ckpt.pending, (size_t)(b->ckpt.npending + 1) * sizeof *more);
+        *r = more ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (*r != CUDA_SUCCESS) {
+        if (done)
+            b->cu.cuEventDestroy(done);
+        return 1;
+    }
+    flyt_memtab_take(&b->ckpt.restored, dptr);
+    flyt_hash_remove(&b->ckpt.async_pools, dptr);
+    if (sync) {
+        release_restored(b, dptr, size);
+        return 1;
+    }
+    b->ckpt.pending = more;
+    b->ckpt.pending[b->ckpt.npending++] = (struct flyt_cuda_pending){dptr, size, done};
+    return 1;
+}
+
+int flyt_cuda_ordered_range(const struct flyt_cuda_backend *b, uint64_t ptr, uint64_t *base,
+                            uint64_t *size)
+{
+    flyt_hash_iter it;
+    flyt_hash_iter_init(&b->ckpt.restored.map, &it);
+    for (flyt_hash_slot *e; (e = flyt_hash_iter_next(&b->ckpt.restored.map, &it)) != NULL;)
+        if (ptr >= e->key && ptr - e->key < e->value.u64) {
+            *base = e->key;
+            *size = e->value.u64;
+            return 1;
+        }
+    return 0;
+}
+
+void flyt_cuda_ordered_drop(struct flyt_cuda_backend *b)
+{
+    reap(b, 1);
+    flyt_hash_iter it;
+    flyt_hash_iter_init(&b->ckpt.restored.map, &it);
+    for (flyt_hash_slot *e; (e = flyt_hash_iter_next(&b->ckpt.restored.map, &it)) != NULL;)
+        release_restored(b, e->key, e->value.u64);
+    free(b->ckpt.pending);
+    b->ckpt.pending = NULL;
+    flyt_memtab_free(&b->ckpt.restored);
+    flyt_memtab_free(&b->ckpt.async);
+    flyt_hash_free(&b->ckpt.async_pools);
+    flyt_hash_free(&b->ckpt.granules);
+    flyt_hash_free(&b->ckpt.moved);
+}
+
+/* ---- capture ---- */
+
+static CUresult visit(const struct flyt_cuda_backend *b, const struct flyt_memtab *t,
+                      CUresult (*fn)(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool),
+                      void *arg)
+{
+    flyt_hash_iter it;
+    flyt_hash_iter_init(&t->map, &it);
+    CUresult r = CUDA_SUCCESS;
+    for (flyt_hash_slot *e; r == CUDA_SUCCESS && (e = flyt_hash_iter_next(&t->map, &it)) != NULL;) {
+        flyt_hash_slot *p = flyt_hash_find(&b->ckpt.async_pools, e->key);
+        r = fn(arg, e->key, e->value.u64, p ? p->value.ptr : NULL);
+    }
+    return r;
+}
+
+CUresult flyt_cuda_state_async(flyt_backend *base,
+                               CUresult (*fn)(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool),
+                               void *arg)
+{
+    ENTER(b, base);
+    CUresult r = visit(b, &b->ckpt.async, fn, arg);
+    return r == CUDA_SUCCESS ? visit(b, &b->ckpt.restored, fn, arg) : r;
+}
