@@ -1,6 +1,6 @@
 /*
  * The receiving server's hashing of a state stream as it arrives (state_pipe.h,
- * flyt_rh_*): for bodies ending on and around chunk boundaries and the trailer's 32
+ * flyt_rh_*, in place): for bodies ending on and around chunk boundaries and the trailer's 32
  * bytes, fed in pieces of awkward sizes, it must agree with flyt_state_root over the
  * whole body, and refuse a stream with one byte changed anywhere, or cut short.
  */
@@ -14,28 +14,29 @@
 
 #define C FLYT_STATE_CHUNK
 
-/* Feeds stream (len bytes) in pieces of varying size: flyt_rh_finish's answer. */
+/* Feeds stream (len bytes) into a buffer in pieces of varying size, each piece's bytes
+ * declared final once they cannot be the trailer: flyt_rh_finish's answer. */
 static int feed(const unsigned char *stream, size_t len, unsigned seed)
 {
-    struct flyt_rhash *h = flyt_rh_open();
+    unsigned char *buf = calloc(1, len + 1);
+    CHECK(buf != NULL, "memory");
+    struct flyt_rhash *h = flyt_rh_open(buf);
     CHECK(h != NULL, "a hasher");
     size_t off = 0;
     while (off < len) {
-        size_t room;
-        unsigned char *at = flyt_rh_space(h, &room);
         seed = seed * 1103515245u + 12345u;
         size_t n = (size_t)(seed >> 8) % (C / 3) + 1;
-        n = n > room ? room : n;
         n = n > len - off ? len - off : n;
-        memcpy(at, stream + off, n);
-        int took = flyt_rh_took(h, n);
+        memcpy(buf + off, stream + off, n);
+        off += n;
+        int took = flyt_rh_final(h, off > 32 ? off - 32 : 0);
         if (took != 0) /* quiet when it works: thousands of pieces */
             CHECK_EQ(took, 0, "took %zu bytes at %zu", n, off);
-        off += n;
     }
     uint64_t ns = 0;
-    int r = flyt_rh_finish(h, &ns);
+    int r = flyt_rh_finish(h, len, &ns);
     flyt_rh_close(h);
+    free(buf);
     return r;
 }
 
