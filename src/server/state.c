@@ -464,10 +464,11 @@ static void log_capture_phases(const struct flyt_state_times *t, uint64_t bytes,
               (unsigned long long)bytes, t->drain * ms, t->d2h * ms, t->hash * ms, t->threads,
               t->write * ms, t->send * ms, t->stall * ms, t->fsync * ms, total_ns * ms,
               total_ns ? (double)bytes / (double)total_ns : 0.0);
-    if (t->unsent)
+    if (t->streamed)
         flyt_info("state phases (checkpoint): %llu bytes streamed; %llu bytes of kernel images "
-                  "left out of the stream (the receiver holds them)",
-                  (unsigned long long)(bytes - t->unsent), (unsigned long long)t->unsent);
+                  "left out of the stream (the receiver holds them); the file completed %.3f ms "
+                  "after the stream's last byte", (unsigned long long)(bytes - t->unsent),
+                  (unsigned long long)t->unsent, t->file_tail * ms);
 }
 
 /* fsync: fd is a file the state ends in (not streamed) and must be on disk. */
@@ -505,6 +506,7 @@ static CUresult capture(flyt_session *s, int fd, int sock, int sync, uint64_t *b
     }
     *bytes = w.sw ? flyt_sw_total(w.sw) : 0;
     flyt_sw_close(w.sw, &w.t);
+    w.t.streamed = sock >= 0;
     uint64_t t_sync = clock_ns(CLOCK_MONOTONIC);
     if (r == CUDA_SUCCESS && sync && fsync(fd) != 0) {
         say(err, errlen, "cannot complete the state file: %s", strerror(errno));

@@ -129,6 +129,16 @@ struct block {
     int            pending; /* chunks to hash and outputs to write it to */
     struct span   *unsent;  /* ranges the socket skips (the receiver holds them) */
     int            nunsent, cap_unsent;
+    int            file_left, file_busy; /* the file has not taken it; is writing it */
+};
+
+/* A block the file had not written yet when its buffer was needed again: a streamed
+ * state goes on to the socket while the (fallback) file lags behind. */
+struct fcopy {
+    struct fcopy  *next;
+    uint64_t       blockno;
+    size_t         len;
+    unsigned char  mem[];
 };
 
 enum { OUT_FILE, OUT_SOCK };
@@ -151,9 +161,11 @@ struct flyt_swriter {
     size_t          cap_d;
     uint64_t        next_out[2];   /* the next block for each output */
     uint64_t        out_bytes[2];
+    struct fcopy   *copies, *copies_tail; /* in block order */
+    uint64_t        copy_bytes, copy_max;
     int             stop;
     int             failed, failed_sock;
-    uint64_t        hash_ns, write_ns, send_ns, stall_ns;
+    uint64_t        hash_ns, write_ns, send_ns, stall_ns, file_tail_ns;
     pthread_t       th[MAX_HASHERS + 2];
     int             nth, nhash;
 };
@@ -229,9 +241,10 @@ static void *hash_worker(void *arg)
     return NULL;
 }
 
-static void out_worker(struct flyt_swriter *w, int which)
+static void *sock_worker(void *arg)
 {
-    int fd = which == OUT_SOCK ? w->sock : w->fd;
+    struct flyt_swriter *w = arg;
+    int which = OUT_SOCK, fd = w->sock;
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (!w->stop && !failed(w) && w->next_out[which] >= w->nfilled)
@@ -241,38 +254,111 @@ static void out_worker(struct flyt_swriter *w, int which)
         struct block *bk = &w->blk[w->next_out[which] % NBLOCKS];
         pthread_mutex_unlock(&w->mu);
         uint64_t t0 = now_ns();
-        int err = which == OUT_SOCK ? send_block(fd, bk) : write_full(fd, 0, bk->mem, bk->len);
+        int err = send_block(fd, bk);
         uint64_t dt = now_ns() - t0;
         pthread_mutex_lock(&w->mu);
-        *(which == OUT_SOCK ? &w->send_ns : &w->write_ns) += dt;
+        w->send_ns += dt;
         if (err) {
-            set_failed(w, err, which == OUT_SOCK);
+            set_failed(w, err, 1);
             pthread_cond_broadcast(&w->cv);
             break;
         }
         w->next_out[which]++;
         w->out_bytes[which] += bk->len;
-        for (int i = 0; which == OUT_SOCK && i < bk->nunsent; i++)
+        for (int i = 0; i < bk->nunsent; i++)
             w->out_bytes[which] -= bk->unsent[i].len;
-        if (w->sent && (which == OUT_SOCK || w->sock < 0))
+        if (w->sent)
             __atomic_store_n(w->sent, w->out_bytes[which], __ATOMIC_RELEASE);
         bk->pending--;
         pthread_cond_broadcast(&w->cv);
     }
     pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* The file's next block: its copy when it was copied away, else its buffer (marked busy);
+ * NULL when there is none yet (lock held). */
+static const unsigned char *file_next(struct flyt_swriter *w, struct fcopy **copy, size_t *len)
+{
+    uint64_t k = w->next_out[OUT_FILE];
+    *copy = NULL;
+    if (k >= w->nfilled)
+        return NULL;
+    if (w->copies && w->copies->blockno == k) {
+        *copy = w->copies;
+        if ((w->copies = w->copies->next) == NULL)
+            w->copies_tail = NULL;
+        *len = (*copy)->len;
+        return (*copy)->mem;
+    }
+    struct block *bk = &w->blk[k % NBLOCKS];
+    bk->file_busy = 1;
+    *len = bk->len;
+    return bk->mem;
 }
 
 static void *file_worker(void *arg)
 {
-    out_worker(arg, OUT_FILE);
+    struct flyt_swriter *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        struct fcopy *copy;
+        size_t len = 0;
+        const unsigned char *p = NULL;
+        while (!w->stop && !failed(w) && (p = file_next(w, &copy, &len)) == NULL)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (p == NULL)
+            break;
+        pthread_mutex_unlock(&w->mu);
+        uint64_t t0 = now_ns();
+        int err = write_full(w->fd, 0, p, len);
+        uint64_t dt = now_ns() - t0;
+        pthread_mutex_lock(&w->mu);
+        w->write_ns += dt;
+        if (copy) {
+            w->copy_bytes -= copy->len;
+            free(copy);
+        } else {
+            struct block *bk = &w->blk[w->next_out[OUT_FILE] % NBLOCKS];
+            bk->file_busy = bk->file_left = 0;
+            bk->pending--;
+        }
+        w->next_out[OUT_FILE]++;
+        w->out_bytes[OUT_FILE] += len;
+        if (w->sent && w->sock < 0)
+            __atomic_store_n(w->sent, w->out_bytes[OUT_FILE], __ATOMIC_RELEASE);
+        if (err)
+            set_failed(w, err, 0);
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
     return NULL;
 }
 
-static void *sock_worker(void *arg)
+/* The block in bk (number blockno), hashed and sent, still waits for the file: copied
+ * away so that its buffer can be filled again (lock held). 0, or -1 when not (no memory,
+ * or the copies' budget spent: the file sets the pace then). */
+static int copy_for_file(struct flyt_swriter *w, struct block *bk, uint64_t blockno)
 {
-    out_worker(arg, OUT_SOCK);
-    return NULL;
+    if (w->sock < 0 || bk->pending != 1 || !bk->file_left || bk->file_busy ||
+        w->copy_bytes + bk->len > w->copy_max)
+        return -1;
+    struct fcopy *c = malloc(sizeof *c + bk->len);
+    if (c == NULL)
+        return -1;
+    *c = (struct fcopy){.blockno = blockno, .len = bk->len};
+    memcpy(c->mem, bk->mem, bk->len);
+    if (w->copies_tail)
+        w->copies_tail->next = c;
+    else
+        w->copies = c;
+    w->copies_tail = c;
+    w->copy_bytes += bk->len;
+    bk->file_left = 0;
+    bk->pending--;
+    return 0;
 }
+
 
 /* Hands the current block to the threads and waits until the next one is free. */
 static int publish(struct flyt_swriter *w)
@@ -295,12 +381,13 @@ static int publish(struct flyt_swriter *w)
     struct block *bk = &w->blk[w->nfilled % NBLOCKS];
     bk->len = w->cur_len;
     bk->pending = (int)chunks + 1 + (w->sock >= 0);
+    bk->file_left = 1;
     w->chunks_avail += chunks;
     w->nfilled++;
     pthread_cond_broadcast(&w->cv);
     uint64_t t0 = now_ns();
     struct block *next = &w->blk[w->nfilled % NBLOCKS];
-    while (next->pending > 0 && !failed(w))
+    while (next->pending > 0 && !failed(w) && copy_for_file(w, next, w->nfilled - NBLOCKS) != 0)
         pthread_cond_wait(&w->cv, &w->mu);
     w->stall_ns += now_ns() - t0;
     int rc = failed(w) ? -1 : 0;
@@ -396,8 +483,8 @@ int flyt_sw_finish(struct flyt_swriter *w)
         return -1;
     pthread_mutex_lock(&w->mu);
     uint64_t t0 = now_ns();
-    for (int i = 0; i < NBLOCKS && !failed(w); i++)
-        while (w->blk[i].pending > 0 && !failed(w))
+    for (int i = 0; i < NBLOCKS && !failed(w); i++) /* hashed and sent; the file may lag */
+        while (w->blk[i].pending > w->blk[i].file_left && !failed(w))
             pthread_cond_wait(&w->cv, &w->mu);
     w->stall_ns += now_ns() - t0;
     int bad = failed(w);
@@ -406,11 +493,21 @@ int flyt_sw_finish(struct flyt_swriter *w)
     pthread_mutex_unlock(&w->mu);
     if (bad || failed(w))
         return -1;
-    /* the trailer, not hashed itself: the receiver first, as every block */
+    /* the trailer, not hashed itself: the receiver first, which verifies and restores
+     * while the file is completed */
     int err = w->sock >= 0 ? write_full(w->sock, 1, root, sizeof root) : 0;
     if (err)
         set_failed(w, err, 1);
-    else if ((err = write_full(w->fd, 0, root, sizeof root)) != 0)
+    else if (w->sock >= 0)
+        shutdown(w->sock, SHUT_WR);
+    pthread_mutex_lock(&w->mu);
+    t0 = now_ns();
+    for (int i = 0; i < NBLOCKS && !failed(w); i++)
+        while ((w->blk[i].pending > 0 || w->copies) && !failed(w))
+            pthread_cond_wait(&w->cv, &w->mu);
+    w->file_tail_ns = now_ns() - t0;
+    pthread_mutex_unlock(&w->mu);
+    if (!err && (err = failed(w)) == 0 && (err = write_full(w->fd, 0, root, sizeof root)) != 0)
         set_failed(w, err, 0);
     w->total += sizeof root;
     if (w->sent && !err)
@@ -441,6 +538,8 @@ struct flyt_swriter *flyt_sw_open(flyt_backend *b, int fd, int sock, uint64_t *s
     w->sent = sent;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    w->copy_max = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 4 : 0;
     int ok = 1;
     for (int i = 0; i < NBLOCKS && ok; i++) {
         size_t got = 0;
@@ -490,12 +589,17 @@ void flyt_sw_close(struct flyt_swriter *w, struct flyt_state_times *t)
             free(w->blk[i].mem);
         free(w->blk[i].unsent);
     }
+    for (struct fcopy *c = w->copies, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
     if (t) {
         t->hash += w->hash_ns;
         t->write += w->write_ns;
         t->send += w->send_ns;
         t->stall += w->stall_ns;
         t->unsent += w->unsent;
+        t->file_tail += w->file_tail_ns;
         t->threads = w->nhash;
     }
     pthread_mutex_destroy(&w->mu);

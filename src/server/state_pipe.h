@@ -25,8 +25,10 @@ int flyt_spawn_unsignalled(pthread_t *th, void *(*fn)(void *), void *arg);
 /* Phase times of one capture (ns); hashing is summed over its threads. */
 struct flyt_state_times {
     uint64_t drain, d2h, hash, write, send, stall, fsync;
-    uint64_t unsent; /* bytes the stream left out (the receiver holds them) */
+    uint64_t unsent;    /* bytes the stream left out (the receiver holds them) */
+    uint64_t file_tail; /* the file completed after the stream's last byte */
     int      threads; /* hashing threads */
+    int      streamed;
 };
 
 struct flyt_swriter;
