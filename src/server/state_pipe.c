@@ -162,6 +162,8 @@ struct flyt_swriter {
     uint64_t        next_out[2];   /* the next block for each output */
     uint64_t        out_bytes[2];
     struct fcopy   *copies, *copies_tail; /* in block order */
+    unsigned char  *detached;   /* a buffer the file is writing, replaced in its block */
+    int             detached_staged;
     uint64_t        copy_bytes, copy_max;
     int             stop;
     int             failed, failed_sock;
@@ -297,6 +299,14 @@ static const unsigned char *file_next(struct flyt_swriter *w, struct fcopy **cop
     return bk->mem;
 }
 
+static void release_buffer(struct flyt_swriter *w, unsigned char *mem, int staged)
+{
+    if (staged)
+        w->b->ops->staging_put(w->b, mem);
+    else
+        free(mem);
+}
+
 static void *file_worker(void *arg)
 {
     struct flyt_swriter *w = arg;
@@ -318,6 +328,10 @@ static void *file_worker(void *arg)
         if (copy) {
             w->copy_bytes -= copy->len;
             free(copy);
+        } else if (p == w->detached) { /* its block has a buffer of its own now */
+            release_buffer(w, w->detached, w->detached_staged);
+            w->detached = NULL;
+            w->copy_bytes -= len;
         } else {
             struct block *bk = &w->blk[w->next_out[OUT_FILE] % NBLOCKS];
             bk->file_busy = bk->file_left = 0;
@@ -340,9 +354,21 @@ static void *file_worker(void *arg)
  * or the copies' budget spent: the file sets the pace then). */
 static int copy_for_file(struct flyt_swriter *w, struct block *bk, uint64_t blockno)
 {
-    if (w->sock < 0 || bk->pending != 1 || !bk->file_left || bk->file_busy ||
-        w->copy_bytes + bk->len > w->copy_max)
+    if (w->sock < 0 || bk->pending != 1 || !bk->file_left || w->copy_bytes + bk->len > w->copy_max)
         return -1;
+    if (bk->file_busy) { /* being written: the file keeps the buffer, the block gets another */
+        unsigned char *fresh = w->detached ? NULL : malloc(BLOCK);
+        if (fresh == NULL)
+            return -1;
+        w->detached = bk->mem;
+        w->detached_staged = bk->staged;
+        bk->mem = fresh;
+        bk->staged = 0;
+        w->copy_bytes += bk->len;
+        bk->file_left = bk->file_busy = 0;
+        bk->pending--;
+        return 0;
+    }
     struct fcopy *c = malloc(sizeof *c + bk->len);
     if (c == NULL)
         return -1;
@@ -502,9 +528,8 @@ int flyt_sw_finish(struct flyt_swriter *w)
         shutdown(w->sock, SHUT_WR);
     pthread_mutex_lock(&w->mu);
     t0 = now_ns();
-    for (int i = 0; i < NBLOCKS && !failed(w); i++)
-        while ((w->blk[i].pending > 0 || w->copies) && !failed(w))
-            pthread_cond_wait(&w->cv, &w->mu);
+    while (w->next_out[OUT_FILE] < w->nfilled && !failed(w)) /* the file's every block */
+        pthread_cond_wait(&w->cv, &w->mu);
     w->file_tail_ns = now_ns() - t0;
     pthread_mutex_unlock(&w->mu);
     if (!err && (err = failed(w)) == 0 && (err = write_full(w->fd, 0, root, sizeof root)) != 0)
@@ -589,6 +614,8 @@ void flyt_sw_close(struct flyt_swriter *w, struct flyt_state_times *t)
             free(w->blk[i].mem);
         free(w->blk[i].unsent);
     }
+    if (w->detached)
+        release_buffer(w, w->detached, w->detached_staged);
     for (struct fcopy *c = w->copies, *next; c; c = next) {
         next = c->next;
         free(c);
