@@ -223,15 +223,12 @@ static int rbody_room(struct rbody *rb, size_t need)
     return 0;
 }
 
-/* The reservation's tail goes back (the restore reserves device addresses next); the
- * bytes become read-only. */
+/* The reservation's tail goes back (the restore reserves device addresses next). */
 static void rbody_trim(struct rbody *rb)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), keep = (rb->len + page - 1) / page * page;
     if (keep < rb->reserved)
         munmap(rb->mem + keep, rb->reserved - keep);
-    if (keep)
-        mprotect(rb->mem, keep, PROT_READ);
     rb->reserved = rb->committed = keep;
 }
 
