@@ -346,6 +346,7 @@ static struct {
 static void *write_kept(void *arg)
 {
     (void)arg;
+    flyt_precopy_images_free(); /* tens of MB unmapped: not before the verdict */
     long long t0 = now_ns();
     int bad = flyt_write_all(kept.fd, kept.data, kept.size) != 0;
     bad |= close(kept.fd) != 0;
@@ -362,9 +363,12 @@ static void *write_kept(void *arg)
 
 void flyt_stream_keep_file(int keep, int wait)
 {
-    if (kept.fd < 0)
+    if (kept.fd < 0) {
+        flyt_precopy_images_free();
         return;
+    }
     if (!keep) {
+        flyt_precopy_images_free();
         close(kept.fd);
         kept.fd = -1;
         unlink(kept.tmp);
@@ -406,7 +410,6 @@ static struct flyt_state *take_state(int fd, const char *path, long long deadlin
     }
     if (!st && t_open == 0 && rb.mem)
         munmap(rb.mem, rb.reserved);
-    flyt_precopy_images_free();
     snprintf(kept.path, sizeof kept.path, "%s", path);
     kept.data = rb.mem;
     kept.size = rb.len;
