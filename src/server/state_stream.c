@@ -193,7 +193,28 @@ static int accept_sender(int lfd, const char *secret, long long deadline, char *
 struct rbody {
     unsigned char *mem;
     size_t         reserved, committed, len;
+    pthread_t      filler; /* faulting in the last step made usable, ahead of recv() */
+    int            filling;
+    size_t         fill_from, fill_len;
 };
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels refuse it: recv() faults them */
+#endif
+
+static void *fault_in(void *arg)
+{
+    struct rbody *rb = arg;
+    madvise(rb->mem + rb->fill_from, rb->fill_len, MADV_POPULATE_WRITE);
+    return NULL;
+}
+
+static void rbody_filled(struct rbody *rb)
+{
+    if (rb->filling)
+        pthread_join(rb->filler, NULL);
+    rb->filling = 0;
+}
 
 static int rbody_open(struct rbody *rb)
 {
@@ -219,6 +240,10 @@ static int rbody_room(struct rbody *rb, size_t need)
     if (need > to || mprotect(rb->mem + rb->committed, to - rb->committed,
                               PROT_READ | PROT_WRITE) != 0)
         return -1;
+    rbody_filled(rb); /* long done: a step takes a while to arrive */
+    rb->fill_from = rb->committed;
+    rb->fill_len = to - rb->committed;
+    rb->filling = flyt_spawn_unsignalled(&rb->filler, fault_in, rb) == 0;
     rb->committed = to;
     return 0;
 }
@@ -300,7 +325,8 @@ static int take_bytes(int fd, struct rbody *rb, struct splicer *sp, long long de
     int rc = -1;
     *wire = 0;
     for (;;) {
-        if (rbody_room(rb, rb->len + 1) != 0) {
+        /* a step ahead: its pages are faulted in on a thread while this one arrives */
+        if (rbody_room(rb, rb->len + COMMIT_STEP / 2) != 0 && rbody_room(rb, rb->len + 1) != 0) {
             snprintf(err, errlen, "no memory for the state after %zu bytes", rb->len);
             break;
         }
@@ -328,6 +354,7 @@ static int take_bytes(int fd, struct rbody *rb, struct splicer *sp, long long de
             break;
         }
     }
+    rbody_filled(rb);
     *matched = rc == 0 ? flyt_rh_finish(h, rb->len, hash_ns) : 0;
     flyt_rh_close(h);
     return rc;
