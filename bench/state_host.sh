@@ -15,9 +15,12 @@
 #   servers' checkpoint, phase and restore lines, the program's longest wait
 #   for a reply (the downtime it saw) and its FLYT_TRACE move timing. Exit 0
 #   when every step worked and the restored bytes hold their pattern.
+#   CKPT_CLIENT_IMAGES=N:KIB in the environment: the program also loads N
+#   kernel images of KIB KiB each (host-backend fake fatbinaries), which the
+#   streamed checkpoints pre-copy (e.g. 40:1545, PyTorch's 61.8 MB).
 set -u
 die() { echo "state_host: $*" >&2; exit 2; }
-[ $# -ge 1 ] || { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 BUILD=$(cd "$1" 2>/dev/null && pwd) || die "no build directory $1"
 MIB="${2:-256}"
 BACKEND="${3:-host}"

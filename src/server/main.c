@@ -856,16 +856,19 @@ static int warm_restore(struct options *o, int ctl, int sender)
                  "node", FLYT_STATUS_SLOTS, FLYT_VMQ_SLOTS);
     if (err[0] || flyt_session_restore_early(&o->cfg, err, sizeof err) != CUDA_SUCCESS) {
         flyt_error("restoring the received state failed: %s; its source keeps the session", err);
+        flyt_stream_keep_file(0, 0);
         flyt_stream_verdict(sender, err);
         return -1;
     }
     long long t_restored = monotonic_ms();
     char ready = 'R', listening = 0;
     if (write(ctl, &ready, 1) != 1 || read(ctl, &listening, 1) != 1 || listening != 'L') {
+        flyt_stream_keep_file(0, 0);
         flyt_stream_verdict(sender, "the receiving server could not listen");
         return -1;
     }
     flyt_stream_verdict(sender, NULL);
+    flyt_stream_keep_file(1, 0); /* written while the session is served */
     flyt_info("state phases (receive): restored before its client %lld ms, listening %lld ms; "
               "the source told to end its session", t_restored - t0, monotonic_ms() - t_restored);
     return 0;

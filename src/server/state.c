@@ -360,7 +360,10 @@ static CUresult write_module(flyt_session *s, struct writer *w, const struct fly
         return r;
     struct flyt_state_module rec = {.id = e->id, .refs = e->u.module.refs, .image_size = size};
     memcpy(rec.sha256, e->u.module.sha256, 32);
-    return w_record(w, FLYT_SS_MODULE, &rec, sizeof rec, size) || w_put(w, image, size)
+    /* a streamed state leaves out what the receiver holds (pre-copied): the file not */
+    int held = flyt_precopy_receiver_holds(rec.id, rec.sha256, size);
+    return w_record(w, FLYT_SS_MODULE, &rec, sizeof rec, size) ||
+                   (held ? flyt_sw_put_unsent(w->sw, image, size) : w_put(w, image, size))
                ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
 }
 
@@ -516,6 +519,11 @@ static void log_capture_phases(const struct flyt_state_times *t, uint64_t bytes,
               (unsigned long long)bytes, t->drain * ms, t->d2h * ms, t->hash * ms, t->threads,
               t->write * ms, t->send * ms, t->stall * ms, t->fsync * ms, total_ns * ms,
               total_ns ? (double)bytes / (double)total_ns : 0.0);
+    if (t->streamed)
+        flyt_info("state phases (checkpoint): %llu bytes streamed; %llu bytes of kernel images "
+                  "left out of the stream (the receiver holds them); the file completed %.3f ms "
+                  "after the stream's last byte", (unsigned long long)(bytes - t->unsent),
+                  (unsigned long long)t->unsent, t->file_tail * ms);
 }
 
 /* fsync: fd is a file the state ends in (not streamed) and must be on disk. */
@@ -553,6 +561,7 @@ static CUresult capture(flyt_session *s, int fd, int sock, int sync, uint64_t *b
     }
     *bytes = w.sw ? flyt_sw_total(w.sw) : 0;
     flyt_sw_close(w.sw, &w.t);
+    w.t.streamed = sock >= 0;
     uint64_t t_sync = clock_ns(CLOCK_MONOTONIC);
     if (r == CUDA_SUCCESS && sync && fsync(fd) != 0) {
         say(err, errlen, "cannot complete the state file: %s", strerror(errno));
@@ -853,6 +862,9 @@ static const unsigned char *next_section(const struct flyt_state *st, size_t *po
     return body;
 }
 
+static struct flyt_state *checked(struct flyt_state *st, const char *path, char *why,
+                                  size_t whylen, char *err, size_t errlen);
+
 static struct flyt_state *open_state(const char *path, int prehashed, uint64_t hash_ns,
                                      char *err, size_t errlen)
 {
@@ -881,7 +893,31 @@ static struct flyt_state *open_state(const char *path, int prehashed, uint64_t h
         close(fd);
     if (st)
         st->map_ns = clock_ns(CLOCK_MONOTONIC) - t0;
-    if (st && st->data && verify(st, why, sizeof why) == 0) {
+    return checked(st, path, why, sizeof why, err, errlen);
+}
+
+struct flyt_state *flyt_state_open_memory(const unsigned char *data, size_t size, int prehashed,
+                                          uint64_t hash_ns, const char *what, char *err,
+                                          size_t errlen)
+{
+    char why[320] = "";
+    struct flyt_state *st = calloc(1, sizeof *st);
+    if (st == NULL) {
+        munmap((void *)data, size);
+        say(why, sizeof why, "out of memory");
+    } else {
+        *st = (struct flyt_state){.data = data, .size = size, .prehashed = prehashed,
+                                  .hash_ns = hash_ns};
+    }
+    return checked(st, what, why, sizeof why, err, errlen);
+}
+
+/* Verifies an opened state (st->data: NULL when it could not be mapped, why saying why);
+ * st, or NULL with err and st closed. */
+static struct flyt_state *checked(struct flyt_state *st, const char *path, char *why,
+                                  size_t whylen, char *err, size_t errlen)
+{
+    if (st && st->data && verify(st, why, whylen) == 0) {
         flyt_info("state phases (open): %zu bytes, mapping %.3f ms, hash verification %.3f ms "
                   "(%s, hashing %.3f ms summed), sections %.3f ms", st->size, st->map_ns * 1e-6,
                   st->verify_ns * 1e-6,
@@ -1452,6 +1488,7 @@ static CUresult capture_to(flyt_session *s, struct flyt_server_status *p, const 
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
     CUresult r = flyt_state_capture_file(s, path, sock, bytes, err, errlen);
+    flyt_precopy_forget();
     if (sock >= 0 && r != CUDA_SUCCESS && strncmp(err, "streaming", 9) != 0) {
         close(sock); /* cut short: the receiver refuses what it got */
         return r;

@@ -28,6 +28,11 @@ struct flyt_state *flyt_state_open(const char *path, char *err, size_t errlen);
  * not again. An older version is hashed as by flyt_state_open. */
 struct flyt_state *flyt_state_open_hashed(const char *path, uint64_t hash_ns, char *err,
                                           size_t errlen);
+/* The same for a state received into memory (an anonymous mapping of size bytes at data,
+ * handed over: unmapped by flyt_state_close); what names it in messages. */
+struct flyt_state *flyt_state_open_memory(const unsigned char *data, size_t size, int prehashed,
+                                          uint64_t hash_ns, const char *what, char *err,
+                                          size_t errlen);
 /* The session id the state was captured from, "" for a standalone server. */
 const char *flyt_state_session_id(const struct flyt_state *st);
 void flyt_state_close(struct flyt_state *st);

@@ -118,11 +118,27 @@ int flyt_state_root(const unsigned char *body, size_t len, unsigned char root[32
 
 /* ---- writing ---- */
 
+struct span {
+    size_t off, len;
+};
+
 struct block {
     unsigned char *mem;
     int            staged;  /* a staging buffer of the backend (else malloc'd) */
     size_t         len;     /* published: its bytes */
     int            pending; /* chunks to hash and outputs to write it to */
+    struct span   *unsent;  /* ranges the socket skips (the receiver holds them) */
+    int            nunsent, cap_unsent;
+    int            file_left, file_busy; /* the file has not taken it; is writing it */
+};
+
+/* A block the file had not written yet when its buffer was needed again: a streamed
+ * state goes on to the socket while the (fallback) file lags behind. */
+struct fcopy {
+    struct fcopy  *next;
+    uint64_t       blockno;
+    size_t         len;
+    unsigned char  mem[];
 };
 
 enum { OUT_FILE, OUT_SOCK };
@@ -134,6 +150,7 @@ struct flyt_swriter {
     struct block    blk[NBLOCKS];
     size_t          cur_len;       /* bytes in the block being filled (number nfilled) */
     uint64_t        total;         /* bytes put */
+    uint64_t        unsent;        /* of them, bytes the socket skips */
     pthread_mutex_t mu;
     pthread_cond_t  cv;
     /* under mu */
@@ -144,9 +161,13 @@ struct flyt_swriter {
     size_t          cap_d;
     uint64_t        next_out[2];   /* the next block for each output */
     uint64_t        out_bytes[2];
+    struct fcopy   *copies, *copies_tail; /* in block order */
+    unsigned char  *detached;   /* a buffer the file is writing, replaced in its block */
+    int             detached_staged;
+    uint64_t        copy_bytes, copy_max;
     int             stop;
     int             failed, failed_sock;
-    uint64_t        hash_ns, write_ns, send_ns, stall_ns;
+    uint64_t        hash_ns, write_ns, send_ns, stall_ns, file_tail_ns;
     pthread_t       th[MAX_HASHERS + 2];
     int             nth, nhash;
 };
@@ -179,6 +200,19 @@ static int write_full(int fd, int is_sock, const void *p, size_t n)
     return 0;
 }
 
+/* A block to the receiver, less the ranges it holds already. */
+static int send_block(int sock, const struct block *bk)
+{
+    size_t at = 0;
+    int err = 0;
+    for (int i = 0; i <= bk->nunsent && !err; i++) {
+        size_t end = i < bk->nunsent ? bk->unsent[i].off : bk->len;
+        err = write_full(sock, 1, bk->mem + at, end - at);
+        at = i < bk->nunsent ? end + bk->unsent[i].len : end;
+    }
+    return err;
+}
+
 static void *hash_worker(void *arg)
 {
     struct flyt_swriter *w = arg;
@@ -209,9 +243,10 @@ static void *hash_worker(void *arg)
     return NULL;
 }
 
-static void out_worker(struct flyt_swriter *w, int which)
+static void *sock_worker(void *arg)
 {
-    int fd = which == OUT_SOCK ? w->sock : w->fd;
+    struct flyt_swriter *w = arg;
+    int which = OUT_SOCK, fd = w->sock;
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (!w->stop && !failed(w) && w->next_out[which] >= w->nfilled)
@@ -221,36 +256,135 @@ static void out_worker(struct flyt_swriter *w, int which)
         struct block *bk = &w->blk[w->next_out[which] % NBLOCKS];
         pthread_mutex_unlock(&w->mu);
         uint64_t t0 = now_ns();
-        int err = write_full(fd, which == OUT_SOCK, bk->mem, bk->len);
+        int err = send_block(fd, bk);
         uint64_t dt = now_ns() - t0;
         pthread_mutex_lock(&w->mu);
-        *(which == OUT_SOCK ? &w->send_ns : &w->write_ns) += dt;
+        w->send_ns += dt;
         if (err) {
-            set_failed(w, err, which == OUT_SOCK);
+            set_failed(w, err, 1);
             pthread_cond_broadcast(&w->cv);
             break;
         }
         w->next_out[which]++;
         w->out_bytes[which] += bk->len;
-        if (w->sent && (which == OUT_SOCK || w->sock < 0))
+        for (int i = 0; i < bk->nunsent; i++)
+            w->out_bytes[which] -= bk->unsent[i].len;
+        if (w->sent)
             __atomic_store_n(w->sent, w->out_bytes[which], __ATOMIC_RELEASE);
         bk->pending--;
         pthread_cond_broadcast(&w->cv);
     }
     pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* The file's next block: its copy when it was copied away, else its buffer (marked busy);
+ * NULL when there is none yet (lock held). */
+static const unsigned char *file_next(struct flyt_swriter *w, struct fcopy **copy, size_t *len)
+{
+    uint64_t k = w->next_out[OUT_FILE];
+    *copy = NULL;
+    if (k >= w->nfilled)
+        return NULL;
+    if (w->copies && w->copies->blockno == k) {
+        *copy = w->copies;
+        if ((w->copies = w->copies->next) == NULL)
+            w->copies_tail = NULL;
+        *len = (*copy)->len;
+        return (*copy)->mem;
+    }
+    struct block *bk = &w->blk[k % NBLOCKS];
+    bk->file_busy = 1;
+    *len = bk->len;
+    return bk->mem;
+}
+
+static void release_buffer(struct flyt_swriter *w, unsigned char *mem, int staged)
+{
+    if (staged)
+        w->b->ops->staging_put(w->b, mem);
+    else
+        free(mem);
 }
 
 static void *file_worker(void *arg)
 {
-    out_worker(arg, OUT_FILE);
+    struct flyt_swriter *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        struct fcopy *copy;
+        size_t len = 0;
+        const unsigned char *p = NULL;
+        while (!w->stop && !failed(w) && (p = file_next(w, &copy, &len)) == NULL)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (p == NULL)
+            break;
+        pthread_mutex_unlock(&w->mu);
+        uint64_t t0 = now_ns();
+        int err = write_full(w->fd, 0, p, len);
+        uint64_t dt = now_ns() - t0;
+        pthread_mutex_lock(&w->mu);
+        w->write_ns += dt;
+        if (copy) {
+            w->copy_bytes -= copy->len;
+            free(copy);
+        } else if (p == w->detached) { /* its block has a buffer of its own now */
+            release_buffer(w, w->detached, w->detached_staged);
+            w->detached = NULL;
+            w->copy_bytes -= len;
+        } else {
+            struct block *bk = &w->blk[w->next_out[OUT_FILE] % NBLOCKS];
+            bk->file_busy = bk->file_left = 0;
+            bk->pending--;
+        }
+        w->next_out[OUT_FILE]++;
+        w->out_bytes[OUT_FILE] += len;
+        if (w->sent && w->sock < 0)
+            __atomic_store_n(w->sent, w->out_bytes[OUT_FILE], __ATOMIC_RELEASE);
+        if (err)
+            set_failed(w, err, 0);
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
     return NULL;
 }
 
-static void *sock_worker(void *arg)
+/* The block in bk (number blockno), hashed and sent, still waits for the file: copied
+ * away so that its buffer can be filled again (lock held). 0, or -1 when not (no memory,
+ * or the copies' budget spent: the file sets the pace then). */
+static int copy_for_file(struct flyt_swriter *w, struct block *bk, uint64_t blockno)
 {
-    out_worker(arg, OUT_SOCK);
-    return NULL;
+    if (w->sock < 0 || bk->pending != 1 || !bk->file_left || w->copy_bytes + bk->len > w->copy_max)
+        return -1;
+    if (bk->file_busy) { /* being written: the file keeps the buffer, the block gets another */
+        unsigned char *fresh = w->detached ? NULL : malloc(BLOCK);
+        if (fresh == NULL)
+            return -1;
+        w->detached = bk->mem;
+        w->detached_staged = bk->staged;
+        bk->mem = fresh;
+        bk->staged = 0;
+        w->copy_bytes += bk->len;
+        bk->file_left = bk->file_busy = 0;
+        bk->pending--;
+        return 0;
+    }
+    struct fcopy *c = malloc(sizeof *c + bk->len);
+    if (c == NULL)
+        return -1;
+    *c = (struct fcopy){.blockno = blockno, .len = bk->len};
+    memcpy(c->mem, bk->mem, bk->len);
+    if (w->copies_tail)
+        w->copies_tail->next = c;
+    else
+        w->copies = c;
+    w->copies_tail = c;
+    w->copy_bytes += bk->len;
+    bk->file_left = 0;
+    bk->pending--;
+    return 0;
 }
+
 
 /* Hands the current block to the threads and waits until the next one is free. */
 static int publish(struct flyt_swriter *w)
@@ -273,17 +407,19 @@ static int publish(struct flyt_swriter *w)
     struct block *bk = &w->blk[w->nfilled % NBLOCKS];
     bk->len = w->cur_len;
     bk->pending = (int)chunks + 1 + (w->sock >= 0);
+    bk->file_left = 1;
     w->chunks_avail += chunks;
     w->nfilled++;
     pthread_cond_broadcast(&w->cv);
     uint64_t t0 = now_ns();
     struct block *next = &w->blk[w->nfilled % NBLOCKS];
-    while (next->pending > 0 && !failed(w))
+    while (next->pending > 0 && !failed(w) && copy_for_file(w, next, w->nfilled - NBLOCKS) != 0)
         pthread_cond_wait(&w->cv, &w->mu);
     w->stall_ns += now_ns() - t0;
     int rc = failed(w) ? -1 : 0;
     pthread_mutex_unlock(&w->mu);
     w->cur_len = 0;
+    next->nunsent = 0;
     return rc;
 }
 
@@ -319,6 +455,52 @@ int flyt_sw_put(struct flyt_swriter *w, const void *p, size_t n)
     return failed(w) ? -1 : 0;
 }
 
+/* The block being filled skips n bytes at its current end on the socket. */
+static int skip_on_sock(struct flyt_swriter *w, size_t n)
+{
+    struct block *bk = &w->blk[w->nfilled % NBLOCKS];
+    struct span *last = bk->nunsent ? &bk->unsent[bk->nunsent - 1] : NULL;
+    if (last && last->off + last->len == w->cur_len) {
+        last->len += n;
+        return 0;
+    }
+    if (bk->nunsent == bk->cap_unsent) {
+        int cap = bk->cap_unsent ? bk->cap_unsent * 2 : 8;
+        struct span *more = realloc(bk->unsent, (size_t)cap * sizeof *more);
+        if (more == NULL)
+            return -1;
+        bk->unsent = more;
+        bk->cap_unsent = cap;
+    }
+    bk->unsent[bk->nunsent++] = (struct span){w->cur_len, n};
+    return 0;
+}
+
+int flyt_sw_put_unsent(struct flyt_swriter *w, const void *p, size_t n)
+{
+    if (w->sock < 0)
+        return flyt_sw_put(w, p, n);
+    while (n > 0) {
+        size_t room;
+        unsigned char *dst = flyt_sw_reserve(w, &room);
+        size_t take = n < room ? n : room;
+        if (dst == NULL || skip_on_sock(w, take) != 0)
+            return -1;
+        memcpy(dst, p, take);
+        p = (const char *)p + take;
+        n -= take;
+        w->unsent += take;
+        if (flyt_sw_commit(w, take) != 0)
+            return -1;
+    }
+    return failed(w) ? -1 : 0;
+}
+
+uint64_t flyt_sw_unsent(const struct flyt_swriter *w)
+{
+    return w->unsent;
+}
+
 int flyt_sw_finish(struct flyt_swriter *w)
 {
     uint64_t body = w->total;
@@ -327,8 +509,8 @@ int flyt_sw_finish(struct flyt_swriter *w)
         return -1;
     pthread_mutex_lock(&w->mu);
     uint64_t t0 = now_ns();
-    for (int i = 0; i < NBLOCKS && !failed(w); i++)
-        while (w->blk[i].pending > 0 && !failed(w))
+    for (int i = 0; i < NBLOCKS && !failed(w); i++) /* hashed and sent; the file may lag */
+        while (w->blk[i].pending > w->blk[i].file_left && !failed(w))
             pthread_cond_wait(&w->cv, &w->mu);
     w->stall_ns += now_ns() - t0;
     int bad = failed(w);
@@ -337,15 +519,24 @@ int flyt_sw_finish(struct flyt_swriter *w)
     pthread_mutex_unlock(&w->mu);
     if (bad || failed(w))
         return -1;
-    /* the trailer, not hashed itself: the receiver first, as every block */
+    /* the trailer, not hashed itself: the receiver first, which verifies and restores
+     * while the file is completed */
     int err = w->sock >= 0 ? write_full(w->sock, 1, root, sizeof root) : 0;
     if (err)
         set_failed(w, err, 1);
-    else if ((err = write_full(w->fd, 0, root, sizeof root)) != 0)
+    else if (w->sock >= 0)
+        shutdown(w->sock, SHUT_WR);
+    pthread_mutex_lock(&w->mu);
+    t0 = now_ns();
+    while (w->next_out[OUT_FILE] < w->nfilled && !failed(w)) /* the file's every block */
+        pthread_cond_wait(&w->cv, &w->mu);
+    w->file_tail_ns = now_ns() - t0;
+    pthread_mutex_unlock(&w->mu);
+    if (!err && (err = failed(w)) == 0 && (err = write_full(w->fd, 0, root, sizeof root)) != 0)
         set_failed(w, err, 0);
     w->total += sizeof root;
     if (w->sent && !err)
-        __atomic_store_n(w->sent, w->total, __ATOMIC_RELEASE);
+        __atomic_store_n(w->sent, w->total - w->unsent, __ATOMIC_RELEASE);
     return err ? -1 : 0;
 }
 
@@ -372,6 +563,8 @@ struct flyt_swriter *flyt_sw_open(flyt_backend *b, int fd, int sock, uint64_t *s
     w->sent = sent;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    w->copy_max = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 4 : 0;
     int ok = 1;
     for (int i = 0; i < NBLOCKS && ok; i++) {
         size_t got = 0;
@@ -419,12 +612,21 @@ void flyt_sw_close(struct flyt_swriter *w, struct flyt_state_times *t)
             w->b->ops->staging_put(w->b, w->blk[i].mem);
         else
             free(w->blk[i].mem);
+        free(w->blk[i].unsent);
+    }
+    if (w->detached)
+        release_buffer(w, w->detached, w->detached_staged);
+    for (struct fcopy *c = w->copies, *next; c; c = next) {
+        next = c->next;
+        free(c);
     }
     if (t) {
         t->hash += w->hash_ns;
         t->write += w->write_ns;
         t->send += w->send_ns;
         t->stall += w->stall_ns;
+        t->unsent += w->unsent;
+        t->file_tail += w->file_tail_ns;
         t->threads = w->nhash;
     }
     pthread_mutex_destroy(&w->mu);
@@ -435,29 +637,18 @@ void flyt_sw_close(struct flyt_swriter *w, struct flyt_state_times *t)
 
 /* ---- verifying as the bytes arrive (the receiving server) ---- */
 
-enum { RB_FREE, RB_FILLING, RB_HELD, RB_QUEUED, RB_HASHING, RB_DONE };
-#define RBUFS (MAX_HASHERS + 3)
-
-struct rbuf {
-    unsigned char *mem; /* one chunk */
-    size_t         len;
-    uint64_t       index; /* the chunk's number */
-    digest         d;
-    int            state, failed;
-};
-
 struct flyt_rhash {
-    struct rbuf     buf[RBUFS];
-    int             nbuf, cur, held; /* held: full, kept until 32 more bytes came (-1: none) */
-    uint64_t        total, next_index, hash_ns;
-    digest         *d;
-    uint64_t        d_cap;
-    int             failed;
-    pthread_mutex_t mu;
-    pthread_cond_t  cv;
-    int             stop;
-    pthread_t       th[MAX_HASHERS];
-    int             nth;
+    const unsigned char *base;
+    pthread_mutex_t      mu;
+    pthread_cond_t       cv;
+    /* under mu */
+    uint64_t             avail, next, done; /* chunks final, claimed, hashed */
+    size_t               last_len;          /* the last chunk's bytes, once finishing */
+    int                  finishing, stop, failed;
+    digest              *d;
+    uint64_t             d_cap, hash_ns;
+    pthread_t            th[MAX_HASHERS];
+    int                  nth;
 };
 
 static void *rhash_worker(void *arg)
@@ -465,164 +656,102 @@ static void *rhash_worker(void *arg)
     struct flyt_rhash *h = arg;
     pthread_mutex_lock(&h->mu);
     for (;;) {
-        struct rbuf *b = NULL;
-        for (int i = 0; i < h->nbuf && !b; i++)
-            b = h->buf[i].state == RB_QUEUED ? &h->buf[i] : NULL;
-        if (b == NULL && h->stop)
-            break;
-        if (b == NULL) {
+        while (!h->stop && h->next >= h->avail)
             pthread_cond_wait(&h->cv, &h->mu);
-            continue;
-        }
-        b->state = RB_HASHING;
+        if (h->stop)
+            break;
+        uint64_t c = h->next++;
+        size_t n = h->finishing && c == h->avail - 1 ? h->last_len : FLYT_STATE_CHUNK;
         pthread_mutex_unlock(&h->mu);
+        digest d;
         uint64_t t0 = now_ns();
-        int rc = sha256(b->mem, b->len, b->d);
+        int rc = sha256(h->base + c * FLYT_STATE_CHUNK, n, d);
         uint64_t dt = now_ns() - t0;
         pthread_mutex_lock(&h->mu);
-        b->failed = rc != 0;
-        b->state = RB_DONE;
+        h->failed |= rc != 0;
+        memcpy(h->d[c], d, sizeof d);
         h->hash_ns += dt;
+        h->done++;
         pthread_cond_broadcast(&h->cv);
     }
     pthread_mutex_unlock(&h->mu);
     return NULL;
 }
 
-/* A hashed buffer's digest into its place (lock held); 0, or -1 out of memory. */
-static int rh_collect(struct flyt_rhash *h, struct rbuf *b)
+/* Room for the digests of chunks up to n (lock held); 0, or -1 out of memory. */
+static int rh_room(struct flyt_rhash *h, uint64_t n)
 {
-    if (b->index >= h->d_cap) {
-        uint64_t cap = h->d_cap ? h->d_cap * 2 : 64;
-        while (cap <= b->index)
-            cap *= 2;
-        digest *d = realloc(h->d, cap * sizeof *d);
-        if (d == NULL)
-            return -1;
-        h->d = d;
-        h->d_cap = cap;
-    }
-    memcpy(h->d[b->index], b->d, sizeof b->d);
-    h->failed |= b->failed;
-    b->state = RB_FREE;
+    if (n <= h->d_cap)
+        return 0;
+    uint64_t cap = h->d_cap ? h->d_cap : 64;
+    while (cap < n)
+        cap *= 2;
+    digest *d = realloc(h->d, cap * sizeof *d);
+    if (d == NULL)
+        return -1;
+    h->d = d;
+    h->d_cap = cap;
     return 0;
 }
 
-static void rh_queue(struct flyt_rhash *h, int i, size_t len)
-{
-    pthread_mutex_lock(&h->mu);
-    h->buf[i].len = len;
-    h->buf[i].state = RB_QUEUED;
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-}
-
-/* A buffer to fill with the next chunk, its digest collected if it had one; -1 on failure. */
-static int rh_next_buffer(struct flyt_rhash *h)
-{
-    pthread_mutex_lock(&h->mu);
-    int got = -1;
-    while (got < 0 && !h->failed) {
-        for (int i = 0; i < h->nbuf && got < 0; i++)
-            if (h->buf[i].state == RB_FREE || h->buf[i].state == RB_DONE)
-                got = i;
-        if (got < 0)
-            pthread_cond_wait(&h->cv, &h->mu);
-        else if (h->buf[got].state == RB_DONE && rh_collect(h, &h->buf[got]) != 0)
-            h->failed = 1;
-    }
-    if (got >= 0 && !h->failed) {
-        h->buf[got] = (struct rbuf){.mem = h->buf[got].mem, .index = h->next_index++,
-                                    .state = RB_FILLING};
-    }
-    pthread_mutex_unlock(&h->mu);
-    return h->failed ? -1 : got;
-}
-
-struct flyt_rhash *flyt_rh_open(void)
+struct flyt_rhash *flyt_rh_open(const unsigned char *base)
 {
     struct flyt_rhash *h = calloc(1, sizeof *h);
     if (h == NULL)
         return NULL;
+    h->base = base;
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
-    h->held = -1;
-    int want = hashers();
-    for (h->nbuf = 0; h->nbuf < want + 3; h->nbuf++)
-        if ((h->buf[h->nbuf].mem = malloc(FLYT_STATE_CHUNK)) == NULL)
-            break;
-    while (h->nbuf >= 3 && h->nth < want &&
-           flyt_spawn_unsignalled(&h->th[h->nth], rhash_worker, h) == 0)
+    while (h->nth < hashers() && flyt_spawn_unsignalled(&h->th[h->nth], rhash_worker, h) == 0)
         h->nth++;
-    if (h->nth == 0 || (h->cur = rh_next_buffer(h)) < 0) {
+    if (h->nth == 0) {
         flyt_rh_close(h);
         return NULL;
     }
     return h;
 }
 
-unsigned char *flyt_rh_space(struct flyt_rhash *h, size_t *room)
+int flyt_rh_final(struct flyt_rhash *h, size_t final)
 {
-    struct rbuf *b = &h->buf[h->cur];
-    *room = FLYT_STATE_CHUNK - b->len;
-    return b->mem + b->len;
-}
-
-int flyt_rh_took(struct flyt_rhash *h, size_t n)
-{
-    struct rbuf *b = &h->buf[h->cur];
-    b->len += n;
-    h->total += n;
-    if (h->held >= 0 && b->len >= FLYT_STATE_HASH) { /* the trailer is not in it */
-        rh_queue(h, h->held, FLYT_STATE_CHUNK);
-        h->held = -1;
-    }
-    if (b->len < FLYT_STATE_CHUNK)
-        return 0;
-    h->held = h->cur;
-    pthread_mutex_lock(&h->mu); /* the workers read every buffer's state */
-    b->state = RB_HELD;
-    pthread_mutex_unlock(&h->mu);
-    return (h->cur = rh_next_buffer(h)) < 0 ? -1 : 0;
-}
-
-int flyt_rh_finish(struct flyt_rhash *h, uint64_t *hash_ns)
-{
-    struct rbuf *cur = &h->buf[h->cur], *held = h->held >= 0 ? &h->buf[h->held] : NULL;
-    if (h->total < FLYT_STATE_HASH + 1 || (!held && cur->len < FLYT_STATE_HASH))
-        return 0; /* too short to hold a body and its trailer */
-    unsigned char trailer[FLYT_STATE_HASH];
-    size_t from_cur = cur->len < FLYT_STATE_HASH ? cur->len : FLYT_STATE_HASH;
-    size_t from_held = FLYT_STATE_HASH - from_cur;
-    if (held)
-        memcpy(trailer, held->mem + FLYT_STATE_CHUNK - from_held, from_held);
-    memcpy(trailer + from_held, cur->mem + cur->len - from_cur, from_cur);
-    uint64_t body_len = h->total - FLYT_STATE_HASH;
-    if (held)
-        rh_queue(h, h->held, FLYT_STATE_CHUNK - from_held);
-    h->held = -1;
-    if (cur->len > from_cur)
-        rh_queue(h, h->cur, cur->len - from_cur);
-    else
-        h->next_index--; /* cur holds no body byte: not a chunk */
+    uint64_t avail = final / FLYT_STATE_CHUNK;
     pthread_mutex_lock(&h->mu);
-    for (int busy = 1; busy && !h->failed;) {
-        busy = 0;
-        for (int i = 0; i < h->nbuf; i++) {
-            if (h->buf[i].state == RB_DONE && rh_collect(h, &h->buf[i]) != 0)
-                h->failed = 1;
-            busy |= h->buf[i].state == RB_QUEUED || h->buf[i].state == RB_HASHING;
-        }
-        if (busy)
-            pthread_cond_wait(&h->cv, &h->mu);
+    if (avail > h->avail && !h->finishing) {
+        if (rh_room(h, avail) != 0)
+            h->failed = 1;
+        else
+            h->avail = avail;
+        pthread_cond_broadcast(&h->cv);
     }
+    int rc = h->failed ? -1 : 0;
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}
+
+int flyt_rh_finish(struct flyt_rhash *h, size_t total, uint64_t *hash_ns)
+{
+    *hash_ns = 0;
+    if (total < FLYT_STATE_HASH + 1)
+        return 0; /* too short to hold a body and its trailer */
+    size_t body_len = total - FLYT_STATE_HASH;
+    uint64_t nchunks = (body_len + FLYT_STATE_CHUNK - 1) / FLYT_STATE_CHUNK;
+    pthread_mutex_lock(&h->mu);
+    if (h->avail > nchunks || rh_room(h, nchunks) != 0)
+        h->failed = 1; /* final bytes past the body: the caller's error */
+    else {
+        h->finishing = 1;
+        h->last_len = body_len - (nchunks - 1) * FLYT_STATE_CHUNK;
+        h->avail = nchunks;
+        pthread_cond_broadcast(&h->cv);
+    }
+    while (!h->failed && h->done < h->avail)
+        pthread_cond_wait(&h->cv, &h->mu);
     *hash_ns = h->hash_ns;
+    int failed = h->failed;
     pthread_mutex_unlock(&h->mu);
     unsigned char root[32];
-    if (h->failed || h->next_index != (body_len + FLYT_STATE_CHUNK - 1) / FLYT_STATE_CHUNK ||
-        root_of(h->d, h->next_index, body_len, root) != 0)
+    if (failed || root_of(h->d, nchunks, body_len, root) != 0)
         return -1;
-    return memcmp(root, trailer, sizeof root) == 0;
+    return memcmp(root, h->base + body_len, sizeof root) == 0;
 }
 
 void flyt_rh_close(struct flyt_rhash *h)
@@ -635,8 +764,6 @@ void flyt_rh_close(struct flyt_rhash *h)
     pthread_mutex_unlock(&h->mu);
     while (h->nth > 0)
         pthread_join(h->th[--h->nth], NULL);
-    for (int i = 0; i < h->nbuf; i++)
-        free(h->buf[i].mem);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
     free(h->d);

@@ -25,7 +25,10 @@ int flyt_spawn_unsignalled(pthread_t *th, void *(*fn)(void *), void *arg);
 /* Phase times of one capture (ns); hashing is summed over its threads. */
 struct flyt_state_times {
     uint64_t drain, d2h, hash, write, send, stall, fsync;
+    uint64_t unsent;    /* bytes the stream left out (the receiver holds them) */
+    uint64_t file_tail; /* the file completed after the stream's last byte */
     int      threads; /* hashing threads */
+    int      streamed;
 };
 
 struct flyt_swriter;
@@ -36,6 +39,11 @@ struct flyt_swriter;
 struct flyt_swriter *flyt_sw_open(flyt_backend *b, int fd, int sock, uint64_t *sent);
 /* Appends n bytes; 0, or -1 once an output failed. */
 int flyt_sw_put(struct flyt_swriter *w, const void *p, size_t n);
+/* The same, but the n bytes go to the file and the hash, not to the socket: the
+ * receiver holds them already (a kernel image it preloaded) and puts them in their place
+ * itself. flyt_sw_unsent: how many bytes were left out so. */
+int      flyt_sw_put_unsent(struct flyt_swriter *w, const void *p, size_t n);
+uint64_t flyt_sw_unsent(const struct flyt_swriter *w);
 /* Room in the current block to be filled in place (*room >= 1), then
  * flyt_sw_commit of how much was: device reads land there directly. NULL
  * once an output failed. */
@@ -55,18 +63,18 @@ void flyt_sw_close(struct flyt_swriter *w, struct flyt_state_times *t);
 int flyt_state_root(const unsigned char *body, size_t len, unsigned char root[32],
                     uint64_t *hash_ns);
 
-/* The receiving server's side: the stream's bytes hashed by chunks on threads as they
- * arrive, so that the state is verified soon after its last byte. The next bytes are
- * read into flyt_rh_space (room >= 1 bytes; it may wait for a buffer that is still
- * being hashed), then flyt_rh_took says how many came. NULL out of memory or threads. */
+/* The receiving server's side: the stream's bytes, received into one buffer at base
+ * that never moves, hashed in place by chunks on threads as they become final, so that
+ * the state is verified soon after its last byte. flyt_rh_final: bytes [0, final) will
+ * not change and are body (not the trailer). NULL out of memory or threads. */
 struct flyt_rhash;
-struct flyt_rhash *flyt_rh_open(void);
-unsigned char     *flyt_rh_space(struct flyt_rhash *h, size_t *room);
-int                flyt_rh_took(struct flyt_rhash *h, size_t n); /* 0, or -1 out of memory */
-/* The stream ended: 1 when its last 32 bytes are the version-6 trailer of the rest, 0
- * when not (corrupted, or an older format: hash it as flyt_state_open does), -1 out of
- * memory; *hash_ns: the hashing time summed over the threads. */
-int  flyt_rh_finish(struct flyt_rhash *h, uint64_t *hash_ns);
+struct flyt_rhash *flyt_rh_open(const unsigned char *base);
+int                flyt_rh_final(struct flyt_rhash *h, size_t final); /* 0, or -1 no memory */
+/* The stream ended with total bytes at base: 1 when its last 32 are the version-6
+ * trailer of the rest, 0 when not (corrupted, or an older format: hash it as
+ * flyt_state_open does), -1 out of memory; *hash_ns: the hashing time summed over the
+ * threads. */
+int  flyt_rh_finish(struct flyt_rhash *h, size_t total, uint64_t *hash_ns);
 void flyt_rh_close(struct flyt_rhash *h);
 
 #endif

@@ -42,6 +42,10 @@ struct pc_entry {
     uint32_t names_len; /* their names, each with its NUL, after the list */
 };
 
+/* The receiver's answer per entry: a version-2 pre-copy's state then leaves out the images
+ * of PC_SEND and PC_HAS entries (the receiver holds them); version 1 knows only 0 and 1. */
+enum { PC_NO, PC_SEND, PC_HAS };
+
 static uint64_t mono_ns(void)
 {
     struct timespec t;
@@ -60,6 +64,7 @@ static struct {
     struct pc_entry *list;
     void           **image;   /* copies: the session may unload a module meanwhile */
     char           **names;   /* each module's function names, NUL after each */
+    uint8_t         *held;    /* the receiver holds entry i's image: the state omits it */
     uint32_t         n, cap;
     char             why[240];
 } src;
@@ -67,15 +72,23 @@ static struct {
 static void source_free_images(void)
 {
     for (uint32_t i = 0; i < src.n; i++) {
-        free(src.image[i]);
+        free(src.image ? src.image[i] : NULL);
         free(src.names ? src.names[i] : NULL);
     }
     free(src.image);
     free(src.names);
-    free(src.list);
     src.image = NULL;
     src.names = NULL;
+}
+
+/* The list too: what the receiver holds is forgotten. */
+static void source_forget(void)
+{
+    source_free_images();
+    free(src.list);
+    free(src.held);
     src.list = NULL;
+    src.held = NULL;
     src.n = 0;
 }
 
@@ -170,7 +183,10 @@ static int read_needs(uint8_t *need)
         snprintf(src.why, sizeof src.why, "the receiver refused the state: %s", line);
         return -1;
     }
-    if (memcmp(tag, "NEED", 4) != 0 || flyt_read_full(src.sock, need, src.n) != 0) {
+    int bad = memcmp(tag, "NEED", 4) != 0 || flyt_read_full(src.sock, need, src.n) != 0;
+    for (uint32_t i = 0; i < src.n && !bad; i++)
+        bad = need[i] > PC_HAS;
+    if (bad) {
         snprintf(src.why, sizeof src.why, "the receiver answered the pre-copy malformed");
         return -1;
     }
@@ -198,7 +214,7 @@ static int offer(void)
 {
     struct pc_header h = {.count = src.n};
     memcpy(h.magic, FLYT_PRECOPY_MAGIC, sizeof h.magic);
-    uint8_t *need = malloc(src.n);
+    uint8_t *need = src.held = calloc(src.n + 1, 1);
     struct timeval answer = {answer_s(), 0}, forever = {0, 0};
     setsockopt(src.sock, SOL_SOCKET, SO_RCVTIMEO, &answer, sizeof answer);
     int rc = -1;
@@ -215,7 +231,7 @@ static int offer(void)
         rc = 0;
     uint64_t sent = 0, sent_bytes = 0;
     for (uint32_t i = 0; rc == 0 && i < src.n; i++) {
-        if (!need[i])
+        if (need[i] != PC_SEND)
             continue;
         if (flyt_write_full(src.sock, src.image[i], src.list[i].size) != 0) {
             snprintf(src.why, sizeof src.why, "sending the kernel images: %s", strerror(errno));
@@ -235,8 +251,7 @@ static int offer(void)
                   src.dest, src.n, (unsigned long long)sent, (unsigned long long)sent_bytes,
                   late ? "the receiver still loading them; the state follows, loaded so far"
                        : "preloaded by the receiver:", loaded);
-    free(need);
-    return rc;
+    return rc; /* need[i] != PC_NO: the receiver holds image i (src.held) */
 }
 
 static void *source_thread(void *arg)
@@ -248,6 +263,7 @@ static void *source_thread(void *arg)
     if (src.sock >= 0 && offer() != 0) {
         close(src.sock);
         src.sock = -1;
+        memset(src.held, 0, src.n); /* nothing left out of the state */
     }
     source_free_images();
     flyt_info("pre-copy ended after %.3f ms while the program ran on",
@@ -271,7 +287,7 @@ int flyt_precopy_start(flyt_session *s, const char *dest, const char *secret)
     src.names = calloc(modules, sizeof *src.names);
     src.cap = modules;
     if (src.list == NULL || src.image == NULL || src.names == NULL) {
-        source_free_images();
+        source_forget();
         return 0;
     }
     flyt_handles_foreach(&s->handles, list_module, s);
@@ -283,7 +299,7 @@ int flyt_precopy_start(flyt_session *s, const char *dest, const char *secret)
     src.sock = -1;
     src.why[0] = '\0';
     if (src.n == 0 || flyt_spawn_unsignalled(&src.th, source_thread, NULL) != 0) {
-        source_free_images();
+        source_forget();
         OPENSSL_cleanse(src.secret, sizeof src.secret);
         return 0;
     }
@@ -300,9 +316,25 @@ int flyt_precopy_collect(char *why, size_t whylen)
 {
     pthread_join(src.th, NULL);
     src.running = 0;
-    if (src.sock < 0)
+    if (src.sock < 0) {
         snprintf(why, whylen, "%s", src.why);
+        source_forget();
+    }
     return src.sock;
+}
+
+int flyt_precopy_receiver_holds(uint64_t id, const uint8_t sha[32], uint64_t size)
+{
+    for (uint32_t i = 0; src.held && i < src.n; i++)
+        if (src.held[i] && src.list[i].id == id && src.list[i].size == size &&
+            memcmp(src.list[i].sha256, sha, 32) == 0)
+            return 1;
+    return 0;
+}
+
+void flyt_precopy_forget(void)
+{
+    source_forget();
 }
 
 /* ---- the receiver ---- */
@@ -315,21 +347,35 @@ struct preloaded {
 
 static struct preloaded *pre;
 static size_t            npre;
+
+/* The images a version-2 source leaves out of the state (this receiver said it holds
+ * them), with their bytes once they are here and verified. */
+struct left_out {
+    uint64_t id, size;
+    uint8_t  sha256[32];
+    void    *image; /* NULL: it did not arrive whole */
+    int      left;  /* left out of the state (else its entry only) */
+};
+static struct left_out *outs;
+static uint32_t         nouts;
 static struct {
     int      came;                              /* a pre-copy was taken */
     unsigned listed, from_cache, received, taken, again, funcs;
     uint64_t bytes, ns;
 } stats;
 
-/* Waits for the first 8 bytes without taking them: 1 when they are the pre-copy's
- * magic, 0 otherwise (the state's header, or an end the state's reader reports). */
+/* Waits for the first 8 bytes without taking them: the pre-copy's version (1, 2) when
+ * they are its magic, 0 otherwise (the state's header, or an end the state's reader
+ * reports). */
 static int precopy_follows(int fd, long long deadline)
 {
     char head[8];
     for (;;) {
         ssize_t n = recv(fd, head, sizeof head, MSG_PEEK);
         if (n == (ssize_t)sizeof head)
-            return memcmp(head, FLYT_PRECOPY_MAGIC, sizeof head) == 0;
+            return memcmp(head, FLYT_PRECOPY_MAGIC, sizeof head) == 0    ? 2
+                   : memcmp(head, FLYT_PRECOPY_MAGIC1, sizeof head) == 0 ? 1
+                                                                         : 0;
         if ((n <= 0 && !(n < 0 && errno == EINTR)) || flyt_stream_now_ms() >= deadline)
             return 0;
         nanosleep(&(struct timespec){0, 1000 * 1000}, NULL); /* the rest is on its way */
@@ -341,6 +387,7 @@ static int precopy_follows(int fd, long long deadline)
 struct incoming {
     struct pc_entry *list;
     uint32_t         n;
+    int              version;
     char            *names;
     uint64_t        *names_at;
     void           **cached;
@@ -405,6 +452,10 @@ static int take_sent(int fd, flyt_backend *b, const struct flyt_server_config *c
         preload(b, in, i, image);
         if (npre > before)
             flyt_cache_store(cfg->cache_dir, sha, image, e->size, cfg->cache_max_bytes);
+        if (in->version >= 2) { /* the state comes without it: kept to put it there */
+            outs[i].image = image;
+            image = NULL;
+        }
     }
     free(image);
     return 0;
@@ -425,6 +476,10 @@ static int load_all(int fd, flyt_backend *b, const struct flyt_server_config *cf
         if (in->cached[i]) {
             preload(b, in, i, in->cached[i]);
             stats.from_cache++;
+            if (in->version >= 2) { /* handed over: the state comes without it */
+                outs[i].image = in->cached[i];
+                in->cached[i] = NULL;
+            }
         }
     for (uint32_t i = 0; i < in->n; i++)
         if (wanted(in, i, b) && take_sent(fd, b, cfg, in, i, deadline) != 0)
@@ -432,14 +487,26 @@ static int load_all(int fd, flyt_backend *b, const struct flyt_server_config *cf
     return 0;
 }
 
+/* Also notes, for a version-2 source, which images the state will leave out. */
 static int answer_needs(int fd, const struct incoming *in, flyt_backend *b)
 {
     uint8_t *msg = malloc(4 + (size_t)in->n);
-    if (msg == NULL)
+    outs = in->version >= 2 ? calloc((size_t)in->n + 1, sizeof *outs) : NULL;
+    if (msg == NULL || (in->version >= 2 && outs == NULL)) {
+        free(msg);
         return -1;
+    }
     memcpy(msg, "NEED", 4);
-    for (uint32_t i = 0; i < in->n; i++)
-        msg[4 + i] = (uint8_t)wanted(in, i, b);
+    for (uint32_t i = 0; i < in->n; i++) {
+        msg[4 + i] = wanted(in, i, b) ? PC_SEND
+                     : in->cached[i] && in->version >= 2 ? PC_HAS : PC_NO;
+        if (outs) { /* by entry */
+            outs[i] = (struct left_out){.id = in->list[i].id, .size = in->list[i].size,
+                                        .left = msg[4 + i] != PC_NO};
+            memcpy(outs[i].sha256, in->list[i].sha256, 32);
+        }
+    }
+    nouts = outs ? in->n : 0;
     int rc = flyt_write_full(fd, msg, 4 + (size_t)in->n);
     free(msg);
     return rc;
@@ -492,11 +559,12 @@ static void incoming_free(struct incoming *in)
 int flyt_precopy_receive(int fd, const struct flyt_server_config *cfg, long long deadline_ms,
                          char *err, size_t errlen)
 {
-    if (!precopy_follows(fd, deadline_ms))
+    int version = precopy_follows(fd, deadline_ms);
+    if (!version)
         return 0;
     uint64_t t0 = mono_ns();
     struct pc_header h;
-    struct incoming in = {0};
+    struct incoming in = {.version = version};
     int bad = flyt_stream_read_by(fd, &h, sizeof h, deadline_ms) != 0 || h.count > MAX_IMAGES ||
               h.reserved != 0;
     in.n = bad ? 0 : h.count;
@@ -517,6 +585,7 @@ int flyt_precopy_receive(int fd, const struct flyt_server_config *cfg, long long
         rc = flyt_write_full(fd, line, (size_t)len);
     incoming_free(&in);
     if (rc != 0) {
+        flyt_precopy_images_free();
         snprintf(err, errlen, "the pre-copy of kernel images broke off");
         return -1;
     }
@@ -528,6 +597,34 @@ int flyt_precopy_receive(int fd, const struct flyt_server_config *cfg, long long
               "in %.3f ms", npre, h.count, (unsigned long long)stats.bytes, stats.from_cache,
               stats.received, stats.funcs, (double)stats.ns * 1e-6);
     return 0;
+}
+
+int flyt_precopy_left_out(uint64_t id, const uint8_t sha[32], uint64_t size, const void **image)
+{
+    for (uint32_t i = 0; i < nouts; i++)
+        if (outs[i].left && outs[i].id == id && outs[i].size == size &&
+            memcmp(outs[i].sha256, sha, 32) == 0) {
+            *image = outs[i].image;
+            return 1;
+        }
+    return 0;
+}
+
+int flyt_precopy_leaves_out(void)
+{
+    for (uint32_t i = 0; i < nouts; i++)
+        if (outs[i].left)
+            return 1;
+    return 0;
+}
+
+void flyt_precopy_images_free(void)
+{
+    for (uint32_t i = 0; i < nouts; i++)
+        free(outs[i].image);
+    free(outs);
+    outs = NULL;
+    nouts = 0;
 }
 
 flyt_bhandle flyt_precopy_take(uint64_t id, const uint8_t sha[32], uint64_t size)

@@ -16,7 +16,8 @@
 
 #include "session.h"
 
-#define FLYT_PRECOPY_MAGIC "FLYTPRE1" /* 8 bytes, in place of the state's header */
+#define FLYT_PRECOPY_MAGIC  "FLYTPRE2" /* 8 bytes, in place of the state's header */
+#define FLYT_PRECOPY_MAGIC1 "FLYTPRE1" /* the first version: the state carries every image */
 
 /* ---- the source (the session thread, at a request boundary) ---- */
 
@@ -32,6 +33,12 @@ int flyt_precopy_ready(void);
  * is gone: the stream would fail the same way). */
 int flyt_precopy_collect(char *why, size_t whylen);
 
+/* Whether the receiver of the collected pre-copy holds this image: the streamed state
+ * leaves its bytes out (flyt_sw_put_unsent). */
+int  flyt_precopy_receiver_holds(uint64_t id, const uint8_t sha[32], uint64_t size);
+/* The capture is over: forgets the list. */
+void flyt_precopy_forget(void);
+
 /* ---- the receiver (the process that opened the device, before the state) ---- */
 
 /* After the greeting on fd: takes the source's pre-copy if it sends one and
@@ -40,6 +47,15 @@ int flyt_precopy_collect(char *why, size_t whylen);
  * the state (a broken or malformed pre-copy). */
 int flyt_precopy_receive(int fd, const struct flyt_server_config *cfg, long long deadline_ms,
                          char *err, size_t errlen);
+/* A MODULE section of the incoming state whose image the source left out (it listed
+ * the image and this receiver said it holds it): 1 with *image (NULL when it did not
+ * arrive whole after all: the state cannot be completed), 0 when the section carries
+ * its image. */
+int flyt_precopy_left_out(uint64_t id, const uint8_t sha[32], uint64_t size, const void **image);
+/* Whether any image is left out of the incoming state. */
+int  flyt_precopy_leaves_out(void);
+/* The state arrived: the images held for it are freed. */
+void flyt_precopy_images_free(void);
 /* The module preloaded for this id and image, handed over (NULL: none). */
 flyt_bhandle flyt_precopy_take(uint64_t id, const uint8_t sha[32], uint64_t size);
 /* The restore succeeded in restore_ns: unloads what it did not take and logs

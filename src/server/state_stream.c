@@ -3,16 +3,21 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
 
+#include "flyt_io.h"
 #include "flyt_log.h"
+#include "state_format.h"
 #include "state_pipe.h"
 #include "state_precopy.h"
 #include "flyt_token.h"
@@ -177,95 +182,274 @@ static int accept_sender(int lfd, const char *secret, long long deadline, char *
     return fd;
 }
 
-/* Copies the stream into tmp until its end, hashing its chunks meanwhile; 0 with *matched
- * (flyt_rh_finish's answer) and *hash_ns, or -1 with err. */
-static int take_bytes(int fd, const char *tmp, long long deadline, size_t *total, int *matched,
-                      uint64_t *hash_ns, char *err, size_t errlen)
+/* ---- the received bytes: in memory, hashed in place, the file written after ---- */
+
+#define RESERVE_MAX  ((size_t)1 << 40) /* address space for the state: far above a GPU's */
+#define RESERVE_MIN  ((size_t)1 << 30)
+#define COMMIT_STEP  ((size_t)64 << 20)
+
+/* The state's bytes at mem, which never moves (the hashing threads read it): a
+ * reservation of address space made usable COMMIT_STEP at a time. */
+struct rbody {
+    unsigned char *mem;
+    size_t         reserved, committed, len;
+    pthread_t      filler; /* faulting in the last step made usable, ahead of recv() */
+    int            filling;
+    size_t         fill_from, fill_len;
+};
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels refuse it: recv() faults them */
+#endif
+
+static void *fault_in(void *arg)
 {
-    struct flyt_rhash *h = flyt_rh_open();
-    int out = h ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
-    if (out < 0) {
-        snprintf(err, errlen, "cannot create %s: %s", tmp, h ? strerror(errno) : "out of memory");
-        flyt_rh_close(h);
+    struct rbody *rb = arg;
+    madvise(rb->mem + rb->fill_from, rb->fill_len, MADV_POPULATE_WRITE);
+    return NULL;
+}
+
+static void rbody_filled(struct rbody *rb)
+{
+    if (rb->filling)
+        pthread_join(rb->filler, NULL);
+    rb->filling = 0;
+}
+
+static int rbody_open(struct rbody *rb)
+{
+    for (rb->reserved = RESERVE_MAX; rb->reserved >= RESERVE_MIN; rb->reserved /= 2) {
+        void *m = mmap(NULL, rb->reserved, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m != MAP_FAILED) {
+            rb->mem = m;
+            madvise(m, rb->reserved, MADV_HUGEPAGE); /* fewer page faults as it fills */
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* At least need bytes usable; 0, or -1 (past the reservation, or no memory). */
+static int rbody_room(struct rbody *rb, size_t need)
+{
+    if (need <= rb->committed)
+        return 0;
+    size_t to = (need + COMMIT_STEP - 1) / COMMIT_STEP * COMMIT_STEP;
+    to = to > rb->reserved ? rb->reserved : to;
+    if (need > to || mprotect(rb->mem + rb->committed, to - rb->committed,
+                              PROT_READ | PROT_WRITE) != 0)
+        return -1;
+    rbody_filled(rb); /* long done: a step takes a while to arrive */
+    rb->fill_from = rb->committed;
+    rb->fill_len = to - rb->committed;
+    rb->filling = flyt_spawn_unsignalled(&rb->filler, fault_in, rb) == 0;
+    rb->committed = to;
+    return 0;
+}
+
+/* The reservation's tail goes back (the restore reserves device addresses next). */
+static void rbody_trim(struct rbody *rb)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), keep = (rb->len + page - 1) / page * page;
+    if (keep < rb->reserved)
+        munmap(rb->mem + keep, rb->reserved - keep);
+    rb->reserved = rb->committed = keep;
+}
+
+/* The kernel images a version-2 pre-copy's source left out of the state are put in
+ * their MODULE sections as the sections arrive: the sections are walked as far as the
+ * bytes go (next: the next section's header). */
+struct splicer {
+    size_t   next;
+    int      done;   /* the END came, or nothing is left out */
+    uint64_t bytes;  /* put in */
+    unsigned images;
+};
+
+static int put_images_in(struct rbody *rb, struct splicer *sp, char *err, size_t errlen)
+{
+    struct flyt_state_section sec;
+    struct flyt_state_module rec;
+    while (!sp->done && sp->next + sizeof sec <= rb->len) {
+        memcpy(&sec, rb->mem + sp->next, sizeof sec);
+        size_t body = sp->next + sizeof sec;
+        const void *image = NULL;
+        if (sec.type == FLYT_SS_END || sec.length > rb->reserved) {
+            sp->done = 1; /* a malformed one: its hash tells */
+            break;
+        }
+        if (sec.type == FLYT_SS_MODULE && body + sizeof rec > rb->len)
+            break; /* its record is still on its way */
+        if (sec.type == FLYT_SS_MODULE) {
+            memcpy(&rec, rb->mem + body, sizeof rec);
+            if (sec.length == sizeof rec + rec.image_size &&
+                flyt_precopy_left_out(rec.id, rec.sha256, rec.image_size, &image)) {
+                size_t at = body + sizeof rec;
+                if (image == NULL || rbody_room(rb, rb->len + rec.image_size) != 0) {
+                    snprintf(err, errlen, "the kernel image of module %llu was left out of the "
+                             "state but %s", (unsigned long long)rec.id,
+                             image ? "does not fit here" : "did not arrive whole before");
+                    return -1;
+                }
+                memmove(rb->mem + at + rec.image_size, rb->mem + at, rb->len - at);
+                memcpy(rb->mem + at, image, rec.image_size);
+                rb->len += rec.image_size;
+                sp->bytes += rec.image_size;
+                sp->images++;
+            }
+        }
+        sp->next = body + sec.length;
+    }
+    return 0;
+}
+
+/* Bytes below this are final (no image is put in before them) and body. */
+static size_t final_bytes(const struct rbody *rb, const struct splicer *sp)
+{
+    size_t f = sp->done || sp->next > rb->len ? rb->len : sp->next;
+    size_t body = rb->len > FLYT_STATE_HASH ? rb->len - FLYT_STATE_HASH : 0;
+    return f < body ? f : body;
+}
+
+/* The stream into rb until its end, hashing its chunks meanwhile; 0 with *matched
+ * (flyt_rh_finish's answer) and *hash_ns, or -1 with err. */
+static int take_bytes(int fd, struct rbody *rb, struct splicer *sp, long long deadline,
+                      size_t *wire, int *matched, uint64_t *hash_ns, char *err, size_t errlen)
+{
+    struct flyt_rhash *h = flyt_rh_open(rb->mem);
+    if (h == NULL) {
+        snprintf(err, errlen, "receiving the state: out of memory (or threads)");
         return -1;
     }
     int rc = -1;
-    *total = 0;
+    *wire = 0;
     for (;;) {
-        if (!readable_by(fd, deadline)) {
-            snprintf(err, errlen, "the state stopped arriving (%zu bytes) by the deadline", *total);
+        /* a step ahead: its pages are faulted in on a thread while this one arrives */
+        if (rbody_room(rb, rb->len + COMMIT_STEP / 2) != 0 && rbody_room(rb, rb->len + 1) != 0) {
+            snprintf(err, errlen, "no memory for the state after %zu bytes", rb->len);
             break;
         }
-        size_t room;
-        unsigned char *at = flyt_rh_space(h, &room);
-        ssize_t n = read(fd, at, room);
+        if (!readable_by(fd, deadline)) {
+            snprintf(err, errlen, "the state stopped arriving (%zu bytes) by the deadline", *wire);
+            break;
+        }
+        ssize_t n = read(fd, rb->mem + rb->len, rb->committed - rb->len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            snprintf(err, errlen, "reading the state after %zu bytes: %s", *total, strerror(errno));
+            snprintf(err, errlen, "reading the state after %zu bytes: %s", *wire, strerror(errno));
             break;
         }
         if (n == 0) {
             rc = 0;
             break;
         }
-        ssize_t w = 0;
-        for (ssize_t k; w < n && ((k = write(out, at + w, (size_t)(n - w))) > 0 || errno == EINTR);)
-            w += k > 0 ? k : 0;
-        if (w < n) {
-            snprintf(err, errlen, "writing %s: %s", tmp, strerror(errno));
+        rb->len += (size_t)n;
+        *wire += (size_t)n;
+        if (put_images_in(rb, sp, err, errlen) != 0)
             break;
-        }
-        *total += (size_t)n;
-        if (flyt_rh_took(h, (size_t)n) != 0) {
+        if (flyt_rh_final(h, final_bytes(rb, sp)) != 0) {
             snprintf(err, errlen, "hashing the state: out of memory");
             break;
         }
     }
-    if (close(out) != 0 && rc == 0) {
-        snprintf(err, errlen, "writing %s: %s", tmp, strerror(errno));
-        rc = -1;
-    }
-    *matched = rc == 0 ? flyt_rh_finish(h, hash_ns) : 0;
+    rbody_filled(rb);
+    *matched = rc == 0 ? flyt_rh_finish(h, rb->len, hash_ns) : 0;
     flyt_rh_close(h);
     return rc;
 }
 
-/* The bytes of one connection into path, verified; NULL with err (the verdict sent; on
- * success too unless keep_verdict). */
+/* The received state's file: created before the bytes come (a target that cannot write
+ * it refuses the state at once), written once the source was answered. */
+static struct {
+    int                  fd;
+    char                 tmp[PATH_MAX], path[PATH_MAX];
+    const unsigned char *data;
+    size_t               size;
+    pthread_t            th;
+} kept = {.fd = -1};
+
+static void *write_kept(void *arg)
+{
+    (void)arg;
+    flyt_precopy_images_free(); /* tens of MB unmapped: not before the verdict */
+    long long t0 = now_ns();
+    int bad = flyt_write_all(kept.fd, kept.data, kept.size) != 0;
+    bad |= close(kept.fd) != 0;
+    kept.fd = -1;
+    if (bad || rename(kept.tmp, kept.path) != 0) {
+        flyt_warn("the received state could not be kept in %s: %s", kept.path, strerror(errno));
+        unlink(kept.tmp);
+    } else {
+        flyt_info("the received state kept in %s (%zu bytes) in %.3f ms, after the source was "
+                  "answered", kept.path, kept.size, (now_ns() - t0) * 1e-6);
+    }
+    return NULL;
+}
+
+void flyt_stream_keep_file(int keep, int wait)
+{
+    if (kept.fd < 0) {
+        flyt_precopy_images_free();
+        return;
+    }
+    if (!keep) {
+        flyt_precopy_images_free();
+        close(kept.fd);
+        kept.fd = -1;
+        unlink(kept.tmp);
+    } else if (wait || flyt_spawn_unsignalled(&kept.th, write_kept, NULL) != 0) {
+        write_kept(NULL);
+    }
+}
+
+/* The bytes of one connection into memory, verified; NULL with err (the verdict sent;
+ * on success too unless keep_verdict). */
 static struct flyt_state *take_state(int fd, const char *path, long long deadline,
                                      const char *session_id, int keep_verdict, char *err,
                                      size_t errlen)
 {
-    char tmp[PATH_MAX];
-    size_t total = 0;
+    struct rbody rb = {0};
+    struct splicer sp = {.next = sizeof(struct flyt_state_header)};
     struct flyt_state *st = NULL;
+    size_t wire = 0;
     long long t0 = now_ns(), t_open = 0;
     int matched = 0;
     uint64_t hash_ns = 0;
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+    sp.done = !flyt_precopy_leaves_out(); /* nothing left out: no walk */
+    if (snprintf(kept.tmp, sizeof kept.tmp, "%s.tmp", path) >= (int)sizeof kept.tmp)
         snprintf(err, errlen, "path too long: %s", path);
-    else if (take_bytes(fd, tmp, deadline, &total, &matched, &hash_ns, err, errlen) != 0)
+    else if ((kept.fd = open(kept.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+        snprintf(err, errlen, "cannot create %s: %s", kept.tmp, strerror(errno));
+    else if (rbody_open(&rb) != 0)
+        snprintf(err, errlen, "no address space for the state");
+    else if (take_bytes(fd, &rb, &sp, deadline, &wire, &matched, &hash_ns, err, errlen) != 0)
         ; /* err says why */
-    else if (rename(tmp, path) != 0)
-        snprintf(err, errlen, "cannot rename %s: %s", tmp, strerror(errno));
-    else if ((t_open = now_ns()) &&
-             (st = matched == 1 ? flyt_state_open_hashed(path, hash_ns, err, errlen)
-                                : flyt_state_open(path, err, errlen)) != NULL &&
+    else if ((t_open = now_ns()) && (rbody_trim(&rb), 1) &&
+             (st = flyt_state_open_memory(rb.mem, rb.len, matched == 1, hash_ns, path, err,
+                                          errlen)) != NULL &&
              strcmp(flyt_state_session_id(st), session_id) != 0) {
         snprintf(err, errlen, "the state holds session '%s', this server serves '%s'",
                  flyt_state_session_id(st), session_id);
         flyt_state_close(st);
         st = NULL;
     }
-    unlink(tmp);
+    if (!st && t_open == 0 && rb.mem)
+        munmap(rb.mem, rb.reserved);
+    snprintf(kept.path, sizeof kept.path, "%s", path);
+    kept.data = rb.mem;
+    kept.size = rb.len;
+    if (!st)
+        flyt_stream_keep_file(0, 0);
     if (!st || !keep_verdict)
         verdict(fd, st ? NULL : err);
     if (st)
         flyt_info("received the session's state: %zu bytes, verified; state phases (receive): "
-                  "receiving %.3f ms (%s), opening and verifying %.3f ms", total,
+                  "receiving %.3f ms (%s; %zu bytes over the link, %llu put in from %u kernel "
+                  "image(s) held before the stop), opening and verifying %.3f ms", rb.len,
                   (t_open - t0) * 1e-6, matched == 1 ? "hashed as it arrived" : "not hashed yet",
-                  (now_ns() - t_open) * 1e-6);
+                  wire, (unsigned long long)sp.bytes, sp.images, (now_ns() - t_open) * 1e-6);
     return st;
 }
 
@@ -311,6 +495,8 @@ struct flyt_state *flyt_stream_receive(const char *address, const char *secret_f
     }
     if (fd >= 0) {
         st = take_state(fd, path, deadline, session_id, sender != NULL, err, errlen);
+        if (st && !sender) /* nobody answers later: the file now */
+            flyt_stream_keep_file(1, 1);
         if (st && sender)
             *sender = fd;
         else

@@ -43,6 +43,10 @@ struct flyt_state *flyt_stream_receive(const char *address, const char *secret_f
                                        const char *path, int timeout_s,
                                        const struct flyt_server_config *cfg, int *sender,
                                        char *err, size_t errlen);
+/* The received state's file (flyt_stream_receive's path): keep: written, in the
+ * background unless wait (the source was answered: not downtime); else its temporary
+ * file removed (the restore failed). */
+void flyt_stream_keep_file(int keep, int wait);
 /* Answers the source on sender (why NULL: the state was taken) and closes it. */
 void flyt_stream_verdict(int sender, const char *why);
 

@@ -57,6 +57,25 @@ static int module_in(CUmodule *mod)
     return 0;
 }
 
+/* CKPT_CLIENT_IMAGES=N:KIB: N more modules of KIB KiB each (a program's kernel images,
+ * which a streamed move pre-copies); 0, or 1 on failure. */
+static int images_in(void)
+{
+    const char *spec = getenv("CKPT_CLIENT_IMAGES");
+    unsigned n = 0, kib = 0;
+    if (!spec || sscanf(spec, "%u:%u", &n, &kib) != 2 || n == 0 || kib == 0)
+        return 0;
+    size_t body = (size_t)kib << 10;
+    unsigned char *img = malloc(FLYT_FAKE_FATBIN_HEADER + body);
+    for (unsigned i = 0; img && i < n; i++) {
+        CUmodule mod;
+        flyt_fake_fatbin(img, body, (unsigned char)(i + 2));
+        TRY(cuModuleLoadData(&mod, img));
+    }
+    free(img);
+    return img ? 0 : 1;
+}
+
 /* The session moves while the program idles; its next calls must simply work. */
 static int live(const char *file, unsigned char *buf, CUmodule mod)
 {
@@ -135,6 +154,8 @@ int main(int argc, char **argv)
     int living = strcmp(argv[1], "live") == 0;
     CUmodule mod = NULL;
     if (living && module_in(&mod) != 0)
+        return 1;
+    if (looping && images_in() != 0)
         return 1;
     if (strcmp(argv[1], "hold") == 0 || living || looping) {
         CUdeviceptr p;

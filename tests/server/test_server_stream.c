@@ -178,6 +178,21 @@ static void cut_midway(void)
 
 static void send_all(int fd, const void *p, size_t n, const char *what);
 static void read_exactly(int fd, void *p, size_t n, const char *what);
+
+/* Whether two files hold the same bytes. */
+static int same_file(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb, ca = 0, cb = 0;
+    while (same && (ca = fgetc(fa)) != EOF && (cb = fgetc(fb)) != EOF)
+        same = ca == cb;
+    same = same && ca == EOF && fgetc(fb) == EOF;
+    if (fa)
+        fclose(fa);
+    if (fb)
+        fclose(fb);
+    return same;
+}
 static void contents_hold(int fd, const char *where);
 
 /* A receiver played by hand, to see the source serve its client while the pre-copy
@@ -207,7 +222,7 @@ static void *slow_receiver(void *arg)
     CHECK(memcmp(names, FUNC_NAME, sizeof FUNC_NAME) == 0, "the name is %s", names);
     uint32_t count;
     memcpy(&count, list + 8, 4);
-    CHECK(memcmp(list, "FLYTPRE1", 8) == 0 && count == NMOD, "the list names %u modules", count);
+    CHECK(memcmp(list, "FLYTPRE2", 8) == 0 && count == NMOD, "the list names %u modules", count);
     contents_hold(r->client, "served while the pre-copy waits for the receiver");
     r->served = 1;
     char need[4 + NMOD] = "NEED";
@@ -343,8 +358,10 @@ static void warm_process_gone(const char *bin)
     char err[512], path[64], sock[160];
     CHECK_EQ(migrate(port, secret, err, sizeof err), T_SUCCESS, "streamed: %s", err);
     close(fd);
-    for (int i = 0; i < 500 && !log_has("late", "listening on"); i++)
+    for (int i = 0; i < 500 && !log_has("late", "received state kept in"); i++)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    /* the file is written after the source was answered, from the verified bytes */
+    CHECK(log_has("late", "received state kept in"), "the receiver kept its state in its file");
     snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)late, (int)late);
     FILE *f = fopen(path, "r");
     int warm = 0;
@@ -555,6 +572,17 @@ int main(int argc, char **argv)
     CHECK(log_has("target", "2 module(s) taken preloaded, 0 loaded again, 0 preloaded unused"),
           "the restore loaded no image again");
     CHECK(log_has("target", "2 function(s) looked up"), "their functions looked up before too");
+    char held[160];
+    snprintf(held, sizeof held, "%zu bytes of kernel images left out of the stream", 2 * image_size);
+    CHECK(th_server_log_has(held), "the source left both preloaded images out of the stop's stream");
+    snprintf(held, sizeof held, "%zu put in from 2 kernel image(s) held before the stop",
+             2 * image_size);
+    CHECK(log_has("target", held), "the receiver put them in its copy itself");
+    for (int i = 0; i < 500 && !log_has("target", "received state kept in"); i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    char dst_state[160];
+    snprintf(dst_state, sizeof dst_state, "%s/target.state", dir);
+    CHECK(same_file(src_state, dst_state), "the receiver's file is the source's, images and all");
     modules_hold(tfd, "on the receiver");
     close(tfd);
     kill(to, SIGTERM);
