@@ -171,8 +171,8 @@ if has_part elastic; then
     } > "$OUT/elastic.txt" 2>&1
     cat "$OUT/elastic.txt" >> "$summary"
     find "$OUT" -name "*.state" -delete # tens of MB each: the logs say what they held
-    pack elastic state-check migrate-loop migrate-global migrate-pinned migrate-vmm migrate-torch \
-        migrate-torch-expandable \
+    pack elastic state-check migrate-loop migrate-global migrate-pinned migrate-vmm migrate-graph \
+        migrate-async migrate-torch migrate-torch-expandable \
         migrate-loop-stream migrate-torch-stream migrate-torch-stream-noprecopy
 fi
 
