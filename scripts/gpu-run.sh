@@ -150,7 +150,9 @@ if has_part elastic; then
         OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" graph "step 50:" -- \
             "$build/gpu-tests/migrate_loop" 200 20 graph 2>&1 | tail -n 12
         # stream-ordered memory (cudaMallocAsync: the default pool and a created one) across the move
-        OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" async "step 50:" -- \
+        # stream-ordered memory: on the H100 the receiver's own pool holds the addresses, so the
+        # move is refused and the session stays on its source (docs/state-format.md)
+        OUT=$OUT MIGRATE_VIA=stream timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" async "step 50:" -- \
             "$build/gpu-tests/migrate_loop" 200 20 async 2>&1 | tail -n 12
         OUT=$OUT timeout -k 10 300 bash "$root/tests/gpu/migrate_check.sh" "$build" torch "step 50:" -- \
             "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12

@@ -346,7 +346,6 @@ struct flyt_cuda_ckpt {
     flyt_hash          async_pools; /* stream-ordered (both kinds): address -> its pool (ptr) */
     struct flyt_memtab restored;    /* stream-ordered, restored as Flyt's own: address -> size */
     flyt_hash          granules;    /* their granules: address -> references (u64) */
-    flyt_hash          moved;       /* restored ones the driver would not give back: old -> now */
     struct flyt_cuda_pending *pending; /* restored ones freed, released once their event is done */
     int                       npending;
     struct flyt_memtab vranges; /* the program's cuMemAddressReserve ranges, in the arenas */
@@ -622,7 +621,6 @@ int      flyt_cuda_ordered_range(const struct flyt_cuda_backend *b, uint64_t ptr
                                  uint64_t *size);
 void     flyt_cuda_ordered_drop(struct flyt_cuda_backend *b);
 void     flyt_cuda_ordered_reap(struct flyt_cuda_backend *b); /* frees the device passed */
-int      flyt_cuda_ordered_moved_to(const struct flyt_cuda_backend *b, uint64_t now);
 CUresult flyt_cuda_state_async(flyt_backend *base,
                                CUresult (*fn)(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool),
                                void *arg);

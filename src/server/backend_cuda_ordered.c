@@ -99,43 +99,6 @@ static void granules_put(struct flyt_cuda_backend *b, uint64_t addr, uint64_t en
         granule_put(b, g, gran);
 }
 
-static void release_restored(struct flyt_cuda_backend *b, uint64_t addr, uint64_t size);
-
-/* [addr, addr + size) placed in the arena and aliased: the driver keeps the address. */
-static CUresult place_moved(struct flyt_cuda_backend *b, uint64_t addr, uint64_t size)
-{
-    uint64_t now = 0;
-    CUresult r = flyt_cuda_mem_place(b, size, &now);
-    if (r != CUDA_SUCCESS)
-        return r;
-    flyt_hash_slot *s = flyt_hash_insert(&b->ckpt.moved, addr);
-    r = s ? flyt_cuda_alias_add(b, addr, now, size) : CUDA_ERROR_OUT_OF_MEMORY;
-    if (r != CUDA_SUCCESS) {
-        if (s)
-            flyt_hash_remove_slot(&b->ckpt.moved, s);
-        CUresult ignored;
-        flyt_cuda_mem_release(b, now, &ignored);
-        return r;
-    }
-    s->value.u64 = now;
-    flyt_warn("restore: the stream-ordered allocation at 0x%llx (%llu bytes) is at 0x%llx here: "
-              "the old address is translated in copies and kernel parameters, not in pointers "
-              "stored in device memory", (unsigned long long)addr, (unsigned long long)size,
-              (unsigned long long)now);
-    return CUDA_SUCCESS;
-}
-
-/* Whether now is the arena allocation holding a moved restored one (not captured as ALLOC). */
-int flyt_cuda_ordered_moved_to(const struct flyt_cuda_backend *b, uint64_t now)
-{
-    flyt_hash_iter it;
-    flyt_hash_iter_init(&b->ckpt.moved, &it);
-    for (flyt_hash_slot *e; (e = flyt_hash_iter_next(&b->ckpt.moved, &it)) != NULL;)
-        if (e->value.u64 == now)
-            return 1;
-    return 0;
-}
-
 CUresult flyt_cuda_async_alloc_at(flyt_backend *base, uint64_t addr, uint64_t size, flyt_bhandle pool)
 {
     ENTER(b, base);
@@ -157,29 +120,19 @@ CUresult flyt_cuda_async_alloc_at(flyt_backend *base, uint64_t addr, uint64_t si
     }
     if (r != CUDA_SUCCESS)
         granules_put(b, addr, g < addr + size ? g : addr + size, gran);
-    if (r == CUDA_ERROR_ALREADY_MAPPED && (r = place_moved(b, addr, size)) == CUDA_SUCCESS) {
-        if (flyt_memtab_put(&b->ckpt.restored, addr, size) != 0 || note_pool(b, addr, pool) != 0) {
-            flyt_memtab_take(&b->ckpt.restored, addr);
-            release_restored(b, addr, size);
-            r = CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
+    /* Not placed elsewhere under an alias: measured on the H100, the address is
+     * the receiving process's own pool, whose next allocations would then
+     * answer to the alias too (migrate_loop async: wrong sums). The restore
+     * fails; a live migration keeps the session on its source. */
+    if (r == CUDA_ERROR_ALREADY_MAPPED)
+        flyt_error("restore: the stream-ordered allocation at 0x%llx (%llu bytes) cannot be put "
+                   "back at its address here (the driver's own pool holds it); the restore fails",
+                   (unsigned long long)addr, (unsigned long long)size);
     return r;
 }
 
 static void release_restored(struct flyt_cuda_backend *b, uint64_t addr, uint64_t size)
 {
-    flyt_hash_slot *m = flyt_hash_find(&b->ckpt.moved, addr);
-    if (m) { /* in the arena, under an alias */
-        CUresult r;
-        uint64_t now = m->value.u64;
-        flyt_hash_remove_slot(&b->ckpt.moved, m);
-        flyt_cuda_alias_remove(b, addr);
-        if (flyt_cuda_mem_release(b, now, &r) && r != CUDA_SUCCESS)
-            flyt_warn("cuda backend: releasing the moved restored allocation 0x%llx failed: CUDA "
-                      "error %d", (unsigned long long)now, (int)r);
-        return;
-    }
     uint64_t gran = 0;
     if (flyt_cuda_mem_gran(b, &gran) == CUDA_SUCCESS)
         granules_put(b, addr, addr + size, gran);
@@ -268,7 +221,6 @@ void flyt_cuda_ordered_drop(struct flyt_cuda_backend *b)
     flyt_memtab_free(&b->ckpt.async);
     flyt_hash_free(&b->ckpt.async_pools);
     flyt_hash_free(&b->ckpt.granules);
-    flyt_hash_free(&b->ckpt.moved);
 }
 
 /* ---- capture ---- */

@@ -76,8 +76,7 @@ CUresult flyt_cuda_state_allocs(flyt_backend *base,
     qsort(list, n, sizeof *list, by_addr);
     CUresult r = CUDA_SUCCESS;
     for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++)
-        if (!flyt_cuda_ordered_moved_to(b, list[i].addr)) /* state_async's, at its old address */
-            r = fn(arg, list[i].addr, list[i].size);
+        r = fn(arg, list[i].addr, list[i].size);
     free(list);
     return r;
 }
