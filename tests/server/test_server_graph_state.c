@@ -64,7 +64,8 @@ static void add_node(int fd, uint64_t graph, uint64_t node, const uint64_t *deps
                      flyt_gnode p, const char *what)
 {
     unsigned char data[8 * 8 + sizeof p];
-    memcpy(data, deps, ndeps * sizeof *deps);
+    if (ndeps)
+        memcpy(data, deps, ndeps * sizeof *deps);
     memcpy(data + ndeps * sizeof *deps, &p, sizeof p);
     flyt_req_graph_node r = {graph, node, ndeps, 0};
     CHECK_EQ(th_call(fd, FLYT_OP_GRAPH_ADD_NODE, &r, sizeof r, data, ndeps * sizeof *deps + sizeof p, NULL),
