@@ -149,11 +149,12 @@ if has_part elastic; then
             "$build/gpu-tests/migrate_loop" 200 20 vmm 2>&1 | tail -n 12
         OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" graph "step 50:" -- \
             "$build/gpu-tests/migrate_loop" 200 20 graph 2>&1 | tail -n 12
-        # stream-ordered memory (cudaMallocAsync: the default pool and a created one) across the move
-        # stream-ordered memory: on the H100 the receiver's own pool holds the addresses, so the
-        # move is refused and the session stays on its source (docs/state-format.md)
-        OUT=$OUT MIGRATE_VIA=stream timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" async "step 50:" -- \
+        # stream-ordered memory (cudaMallocAsync: the default pool and a created one) across the
+        # move, through a file and streamed
+        OUT=$OUT timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" async "step 50:" -- \
             "$build/gpu-tests/migrate_loop" 200 20 async 2>&1 | tail -n 12
+        OUT=$OUT MIGRATE_VIA=stream timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" \
+            async-stream "step 50:" -- "$build/gpu-tests/migrate_loop" 200 20 async 2>&1 | tail -n 12
         OUT=$OUT timeout -k 10 300 bash "$root/tests/gpu/migrate_check.sh" "$build" torch "step 50:" -- \
             "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
         # PyTorch's allocator on the driver's VMM (expandable segments)
@@ -174,7 +175,7 @@ if has_part elastic; then
     cat "$OUT/elastic.txt" >> "$summary"
     find "$OUT" -name "*.state" -delete # tens of MB each: the logs say what they held
     pack elastic state-check migrate-loop migrate-global migrate-pinned migrate-vmm migrate-graph \
-        migrate-async migrate-torch migrate-torch-expandable \
+        migrate-async migrate-async-stream migrate-torch migrate-torch-expandable \
         migrate-loop-stream migrate-torch-stream migrate-torch-stream-noprecopy
 fi
 

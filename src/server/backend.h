@@ -356,10 +356,16 @@ struct flyt_backend_ops {
      * memory, outside any pool (CUDA_ERROR_ALREADY_MAPPED when it cannot);
      * pool is only kept for the next capture; a later mem_free_async (or
      * mem_free) of it releases it once the stream has passed that point.
-     * NULL: the backend cannot (a capture refuses such allocations). */
+     * NULL: the backend cannot (a capture refuses such allocations).
+     * async_spans comes first in a restore, after the arenas and before any
+     * pool is used: ranges[i] = {addr, size} of every allocation that
+     * async_alloc_at will put back (n > 0, any order); the backend keeps
+     * their addresses free for them (CUDA_ERROR_ALREADY_MAPPED when it
+     * cannot). NULL: async_alloc_at needs nothing before. */
     CUresult (*state_async)(flyt_backend *b,
                             CUresult (*fn)(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool),
                             void *arg);
+    CUresult (*async_spans)(flyt_backend *b, const uint64_t (*ranges)[2], size_t n);
     CUresult (*async_alloc_at)(flyt_backend *b, uint64_t addr, uint64_t size, flyt_bhandle pool);
     /* A restored module global is at now, not at old where the client holds
      * it: the backend translates old in copies and kernel parameters from

@@ -1448,6 +1448,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .state_vmm = flyt_cuda_state_vmm,
     .mem_alloc_at = flyt_cuda_mem_alloc_at,
     .state_async = flyt_cuda_state_async,
+    .async_spans = flyt_cuda_async_spans,
     .async_alloc_at = flyt_cuda_async_alloc_at,
     .module_image = flyt_cuda_module_image,
     .state_arenas = flyt_cuda_mem_arenas,

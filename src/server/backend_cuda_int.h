@@ -341,11 +341,17 @@ struct flyt_cuda_pending {
     CUevent  done; /* recorded where the program freed it */
 };
 
+struct flyt_cuda_span {
+    uint64_t base, size; /* reserved at a restore over its stream-ordered allocations */
+};
+
 struct flyt_cuda_ckpt {
     struct flyt_memtab async;   /* stream-ordered, from the driver's pools: address -> size */
     flyt_hash          async_pools; /* stream-ordered (both kinds): address -> its pool (ptr) */
     struct flyt_memtab restored;    /* stream-ordered, restored as Flyt's own: address -> size */
     flyt_hash          granules;    /* their granules: address -> references (u64) */
+    struct flyt_cuda_span *spans;   /* every such granule lies in one */
+    int                    nspans;
     struct flyt_cuda_pending *pending; /* restored ones freed, released once their event is done */
     int                       npending;
     struct flyt_memtab vranges; /* the program's cuMemAddressReserve ranges, in the arenas */
@@ -624,6 +630,7 @@ void     flyt_cuda_ordered_reap(struct flyt_cuda_backend *b); /* frees the devic
 CUresult flyt_cuda_state_async(flyt_backend *base,
                                CUresult (*fn)(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool),
                                void *arg);
+CUresult flyt_cuda_async_spans(flyt_backend *base, const uint64_t (*ranges)[2], size_t n);
 CUresult flyt_cuda_async_alloc_at(flyt_backend *base, uint64_t addr, uint64_t size, flyt_bhandle pool);
 /* An arena at exactly [base, base + size) (a restore, before any allocation):
  * CUDA_ERROR_ALREADY_MAPPED when the driver offers another address. */

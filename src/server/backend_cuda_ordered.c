@@ -3,15 +3,14 @@
  * the "cuda" backend, for a checkpoint (docs/state-format.md, ASYNC): the
  * live ones with their pools, and a restore's, put back at their old
  * addresses as Flyt's own memory. The driver's pools choose addresses
- * themselves and no pool can be asked for one, so a restored allocation is
- * made of whole granules, each reserved at its address (cuMemAddressReserve
- * with it as the hint, checked) and mapped; allocations sharing a granule
- * share its mapping. Where the driver will not give the address (it keeps
- * small ranges among the host's mmaps, which differ in every process), the
- * allocation is placed in Flyt's arena instead and its old address made an
- * alias (translated in copies and kernel parameters, as for module globals).
- * A free of one waits for its stream through an event and releases it later
- * (checked at the next stream-ordered call).
+ * themselves and no pool can be asked for one. So a restore first reserves
+ * *spans* over all of them (cuMemAddressReserve with the address as hint,
+ * at least SPAN_MIN each), before the receiving process's own pools take
+ * that range; each restored allocation then maps the whole granules it
+ * touches inside a span, shared by allocations in one granule. A free of
+ * one waits for its stream through an event and unmaps later (checked at
+ * the next stream-ordered call); the spans stay reserved until the session
+ * ends or the device is reset.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +46,11 @@ void flyt_cuda_ordered_forget(struct flyt_cuda_backend *b, uint64_t dptr)
 
 /* ---- restored ones: granules reserved at their addresses ---- */
 
+/* Measured on the H100 (tests/gpu/probes/pool_span_probe.c): a hinted
+ * reservation of 32 MiB is granted where no pool has allocated yet, one of
+ * 2 MiB never (small ranges go among the host's mmaps). */
+#define SPAN_MIN ((uint64_t)32 << 20)
+
 static void granule_put(struct flyt_cuda_backend *b, uint64_t g, uint64_t gran)
 {
     flyt_hash_slot *s = flyt_hash_find(&b->ckpt.granules, g);
@@ -54,14 +58,20 @@ static void granule_put(struct flyt_cuda_backend *b, uint64_t g, uint64_t gran)
         return;
     flyt_hash_remove_slot(&b->ckpt.granules, s);
     CUresult r = b->cu.cuMemUnmap(g, (size_t)gran);
-    if (r == CUDA_SUCCESS)
-        r = b->cu.cuMemAddressFree(g, (size_t)gran);
     if (r != CUDA_SUCCESS)
-        flyt_warn("cuda backend: releasing the restored granule 0x%llx failed: CUDA error %d",
+        flyt_warn("cuda backend: unmapping the restored granule 0x%llx failed: CUDA error %d",
                   (unsigned long long)g, (int)r);
 }
 
-/* One more reference on the granule at g: reserved at exactly g and mapped the first time. */
+static int in_span(const struct flyt_cuda_backend *b, uint64_t g, uint64_t gran)
+{
+    for (int i = 0; i < b->ckpt.nspans; i++)
+        if (g >= b->ckpt.spans[i].base && g + gran <= b->ckpt.spans[i].base + b->ckpt.spans[i].size)
+            return 1;
+    return 0;
+}
+
+/* One more reference on the granule at g, inside a span: mapped the first time. */
 static CUresult granule_get(struct flyt_cuda_backend *b, uint64_t g, uint64_t gran)
 {
     flyt_hash_slot *s = flyt_hash_find(&b->ckpt.granules, g);
@@ -69,25 +79,18 @@ static CUresult granule_get(struct flyt_cuda_backend *b, uint64_t g, uint64_t gr
         s->value.u64++;
         return CUDA_SUCCESS;
     }
-    CUdeviceptr got = 0;
-    CUresult r = b->cu.cuMemAddressReserve(&got, (size_t)gran, (size_t)gran, g, 0);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (got != g) {
-        b->cu.cuMemAddressFree(got, (size_t)gran);
-        flyt_error("restore: the driver cannot reserve 0x%llx for a stream-ordered allocation "
-                   "again: it offered 0x%llx", (unsigned long long)g, (unsigned long long)got);
-        return CUDA_ERROR_ALREADY_MAPPED;
+    if (!in_span(b, g, gran)) {
+        flyt_error("restore: the granule 0x%llx of a stream-ordered allocation was not reserved "
+                   "before the restore", (unsigned long long)g);
+        return CUDA_ERROR_INVALID_VALUE;
     }
-    r = flyt_cuda_mem_map(b, g, gran);
+    CUresult r = flyt_cuda_mem_map(b, g, gran);
     if (r == CUDA_SUCCESS && (s = flyt_hash_insert(&b->ckpt.granules, g)) == NULL) {
         b->cu.cuMemUnmap(g, (size_t)gran);
         r = CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (r != CUDA_SUCCESS) {
-        b->cu.cuMemAddressFree(g, (size_t)gran);
+    if (r != CUDA_SUCCESS)
         return r;
-    }
     s->value.u64 = 1;
     return CUDA_SUCCESS;
 }
@@ -120,14 +123,86 @@ CUresult flyt_cuda_async_alloc_at(flyt_backend *base, uint64_t addr, uint64_t si
     }
     if (r != CUDA_SUCCESS)
         granules_put(b, addr, g < addr + size ? g : addr + size, gran);
-    /* Not placed elsewhere under an alias: measured on the H100, the address is
-     * the receiving process's own pool, whose next allocations would then
-     * answer to the alias too (migrate_loop async: wrong sums). The restore
-     * fails; a live migration keeps the session on its source. */
-    if (r == CUDA_ERROR_ALREADY_MAPPED)
-        flyt_error("restore: the stream-ordered allocation at 0x%llx (%llu bytes) cannot be put "
-                   "back at its address here (the driver's own pool holds it); the restore fails",
-                   (unsigned long long)addr, (unsigned long long)size);
+    return r;
+}
+
+/* ---- spans: reserved over the restored ones before any pool is used ---- */
+
+static int by_addr(const void *x, const void *y)
+{
+    const uint64_t *a = x, *b = y;
+    return a[0] < b[0] ? -1 : a[0] > b[0];
+}
+
+static void spans_free(struct flyt_cuda_backend *b)
+{
+    for (int i = 0; i < b->ckpt.nspans; i++) {
+        CUresult r = b->cu.cuMemAddressFree(b->ckpt.spans[i].base, (size_t)b->ckpt.spans[i].size);
+        if (r != CUDA_SUCCESS)
+            flyt_warn("cuda backend: freeing the reserved span 0x%llx failed: CUDA error %d",
+                      (unsigned long long)b->ckpt.spans[i].base, (int)r);
+    }
+    free(b->ckpt.spans);
+    b->ckpt.spans = NULL;
+    b->ckpt.nspans = 0;
+}
+
+/* [base, end) at exactly base. Not placed elsewhere: the address is where the
+ * receiving process's own pools lay out, whose allocations would then collide
+ * with an alias (measured on the H100: wrong sums). The restore fails instead;
+ * a live migration keeps the session on its source. */
+static CUresult span_reserve(struct flyt_cuda_backend *b, uint64_t base, uint64_t end, uint64_t gran)
+{
+    struct flyt_cuda_span *more = realloc(b->ckpt.spans, (size_t)(b->ckpt.nspans + 1) * sizeof *more);
+    if (more == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    b->ckpt.spans = more;
+    CUdeviceptr got = 0;
+    CUresult r = b->cu.cuMemAddressReserve(&got, (size_t)(end - base), (size_t)gran, base, 0);
+    if (r == CUDA_SUCCESS && got != base) {
+        b->cu.cuMemAddressFree(got, (size_t)(end - base));
+        r = CUDA_ERROR_ALREADY_MAPPED;
+    }
+    if (r != CUDA_SUCCESS) {
+        flyt_error("restore: stream-ordered allocations at 0x%llx..0x%llx cannot be put back at "
+                   "their addresses here: reserving the range gave %s (CUDA error %d)",
+                   (unsigned long long)base, (unsigned long long)end,
+                   r == CUDA_ERROR_ALREADY_MAPPED ? "another address" : "an error", (int)r);
+        return r;
+    }
+    b->ckpt.spans[b->ckpt.nspans++] = (struct flyt_cuda_span){base, end - base};
+    return CUDA_SUCCESS;
+}
+
+CUresult flyt_cuda_async_spans(flyt_backend *base, const uint64_t (*ranges)[2], size_t n)
+{
+    ENTER(b, base);
+    uint64_t gran = 0;
+    CUresult r = flyt_cuda_mem_gran(b, &gran);
+    if (r != CUDA_SUCCESS || n == 0)
+        return r;
+    uint64_t span_min = (SPAN_MIN + gran - 1) & ~(gran - 1);
+    uint64_t (*sorted)[2] = malloc(n * sizeof *sorted);
+    if (sorted == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(sorted, ranges, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, by_addr);
+    /* [lo, hi): the span being grown; a range starting within its minimum joins it */
+    uint64_t lo = sorted[0][0] & ~(gran - 1), hi = lo;
+    for (size_t i = 0; i <= n && r == CUDA_SUCCESS; i++) {
+        uint64_t start = i < n ? sorted[i][0] & ~(gran - 1) : 0;
+        uint64_t end = i < n ? (sorted[i][0] + sorted[i][1] + gran - 1) & ~(gran - 1) : 0;
+        if (i < n && start < (hi > lo + span_min ? hi : lo + span_min)) {
+            hi = end > hi ? end : hi;
+            continue;
+        }
+        r = span_reserve(b, lo, hi > lo + span_min ? hi : lo + span_min, gran);
+        lo = start;
+        hi = end;
+    }
+    free(sorted);
+    if (r != CUDA_SUCCESS)
+        spans_free(b);
     return r;
 }
 
@@ -217,6 +292,7 @@ void flyt_cuda_ordered_drop(struct flyt_cuda_backend *b)
         release_restored(b, e->key, e->value.u64);
     free(b->ckpt.pending);
     b->ckpt.pending = NULL;
+    spans_free(b); /* their granules unmapped above */
     flyt_memtab_free(&b->ckpt.restored);
     flyt_memtab_free(&b->ckpt.async);
     flyt_hash_free(&b->ckpt.async_pools);

@@ -1382,6 +1382,40 @@ static CUresult restore_async(flyt_session *s, const struct flyt_state_async *r,
     return restore_device_bytes(s, r->addr, r->size, tail, err, errlen);
 }
 
+/* Every stream-ordered allocation's range, kept free for it by the backend
+ * before the restore goes further: before anything could make the receiving
+ * process's own pools lay out over them. */
+static CUresult reserve_async(flyt_session *s, const struct flyt_state *st, char *err, size_t errlen)
+{
+    uint64_t (*ranges)[2] = NULL;
+    size_t n = 0, cap = 0, pos = sizeof(struct flyt_state_header);
+    struct flyt_state_section sec;
+    CUresult e = CUDA_SUCCESS;
+    for (const unsigned char *body; e == CUDA_SUCCESS && (body = next_section(st, &pos, &sec)) != NULL;) {
+        if (sec.type != FLYT_SS_ASYNC)
+            continue;
+        if (n == cap) {
+            void *more = realloc(ranges, (cap = cap ? 2 * cap : 16) * sizeof *ranges);
+            if (more == NULL) {
+                e = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            ranges = more;
+        }
+        struct flyt_state_async rec;
+        memcpy(&rec, body, sizeof rec);
+        ranges[n][0] = rec.addr;
+        ranges[n++][1] = rec.size;
+    }
+    if (e == CUDA_SUCCESS && n > 0 && s->b->ops->async_spans)
+        e = s->b->ops->async_spans(s->b, (const uint64_t (*)[2])ranges, n);
+    free(ranges);
+    if (e != CUDA_SUCCESS)
+        say(err, errlen, "cannot keep the addresses of the %zu stream-ordered allocations free "
+            "here: CUDA error %d", n, (int)e);
+    return e;
+}
+
 static CUresult restore_section(flyt_session *s, uint32_t type, const unsigned char *p,
                                 uint64_t len, uint64_t *last, char *err, size_t errlen)
 {
@@ -1421,7 +1455,14 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
     size_t pos = sizeof *h;
     CUresult e = CUDA_SUCCESS;
     struct flyt_state_section sec;
+    int async_kept = 0; /* once the context and the arenas exist, before the rest */
     for (const unsigned char *body; (body = next_section(st, &pos, &sec)) != NULL;) {
+        if (!async_kept && sec.type != FLYT_SS_SESSION && sec.type != FLYT_SS_CLIENT &&
+            sec.type != FLYT_SS_ARENA) {
+            if ((e = reserve_async(s, st, err, errlen)) != CUDA_SUCCESS)
+                return e;
+            async_kept = 1;
+        }
         e = restore_section(s, sec.type, body, sec.length, &last, err, errlen);
         if (e != CUDA_SUCCESS)
             return e;

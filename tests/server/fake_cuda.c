@@ -311,14 +311,17 @@ static CUresult fake_cuMemGetAllocationGranularity(size_t *g, const CUmemAllocat
     *g = FAKE_GRANULE;
     return CUDA_SUCCESS;
 }
-/* addr is a hint, as the driver's: granted when free, else another address. */
+/* addr is a hint, as the driver's: granted when free, else another address;
+ * as on the H100 (tests/gpu/probes/pool_span_probe.c), never for a small
+ * range (2 MiB there; 32 MiB granted). */
+#define FAKE_HINT_MIN ((uint64_t)16 << 20)
 CUresult fake_cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
                                   unsigned long long flags)
 {
     space_init();
     if (size == 0 || size % FAKE_GRANULE || flags)
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t at = addr && addr % FAKE_GRANULE == 0 && range_free(addr, size)
+    uint64_t at = addr && addr % FAKE_GRANULE == 0 && size >= FAKE_HINT_MIN && range_free(addr, size)
                       ? addr : first_fit(size, align > FAKE_GRANULE ? align : FAKE_GRANULE);
     if (at == 0 || range_add(at, size, R_RESERVED) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;

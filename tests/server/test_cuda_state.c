@@ -51,7 +51,9 @@ static const uint64_t buf_size[NBUF] = {1000, 4096, (1u << 20) + 13, (3u << 20) 
 #define PITCH_H 7
 static uint64_t buf_ptr[NBUF], pitch;
 static uint64_t async_ptr; /* a stream-ordered allocation kept across the move */
+static uint64_t async_far; /* another, beyond the span the first needs */
 #define ASYNC_SIZE 4096
+#define ASYNC_GAP  ((uint64_t)40 << 20) /* freed between them: over the 32 MiB a span covers */
 static uint64_t module_id, func_id;
 static char dir[64], state_path[128], state2_path[128];
 
@@ -158,6 +160,30 @@ static void launch(uint64_t func, uint64_t ptr)
              T_SUCCESS, "LAUNCH");
 }
 
+static uint64_t async_alloc(uint64_t size)
+{
+    flyt_req_mem_alloc ar = {size, 0, 0};
+    flyt_rep_u64 arep = {0};
+    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_MEM_ALLOC_ASYNC, &ar, sizeof ar, NULL, 0, &arep, sizeof arep),
+             T_SUCCESS, "MEM_ALLOC_ASYNC of %llu bytes", (unsigned long long)size);
+    return arep.value;
+}
+
+static void async_free(uint64_t ptr)
+{
+    flyt_req_mem_free_async fr = {ptr, 0};
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr, sizeof fr, NULL, 0, NULL), T_SUCCESS,
+             "MEM_FREE_ASYNC of 0x%llx", (unsigned long long)ptr);
+}
+
+static void async_fill(uint64_t ptr, unsigned char value)
+{
+    unsigned char bytes[ASYNC_SIZE];
+    memset(bytes, value, sizeof bytes);
+    CHECK_EQ(th_htod(sess.fd, ptr, bytes, sizeof bytes), T_SUCCESS, "contents of 0x%llx",
+             (unsigned long long)ptr);
+}
+
 static void build_and_checkpoint(void)
 {
     th_say("a session: buffers packed in a granule and across granules, a pitched one, a module");
@@ -179,15 +205,14 @@ static void build_and_checkpoint(void)
     free(img);
     CHECK_EQ(func_get(module_id, "kernel", &func_id), T_SUCCESS, "FUNC_GET");
 
-    th_say("a stream-ordered allocation, kept across the checkpoint");
-    flyt_req_mem_alloc ar = {ASYNC_SIZE, 0, 0};
-    flyt_rep_u64 arep = {0};
-    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_MEM_ALLOC_ASYNC, &ar, sizeof ar, NULL, 0, &arep, sizeof arep),
-             T_SUCCESS, "MEM_ALLOC_ASYNC");
-    async_ptr = arep.value;
-    unsigned char bytes[ASYNC_SIZE];
-    memset(bytes, 0x5a, sizeof bytes);
-    CHECK_EQ(th_htod(sess.fd, async_ptr, bytes, sizeof bytes), T_SUCCESS, "its contents");
+    th_say("stream-ordered allocations, kept across the checkpoint, with a hole between them");
+    async_ptr = async_alloc(ASYNC_SIZE);
+    uint64_t gap = async_alloc(ASYNC_GAP);
+    async_far = async_alloc(ASYNC_SIZE);
+    async_fill(async_ptr, 0x5a);
+    async_fill(async_far, 0x6b);
+    async_free(gap);
+    CHECK_GT(async_far - async_ptr, (uint64_t)32 << 20, "the second lies beyond the first's span");
     char error[256];
 
     th_say("the checkpoint");
@@ -196,41 +221,43 @@ static void build_and_checkpoint(void)
     session_end();
 }
 
-/* The stream-ordered allocation answers at its old address: contents, pointer attributes. */
-static void async_answers(void)
+/* A stream-ordered allocation answers at its old address: contents, pointer attributes. */
+static void async_answers_at(uint64_t ptr, unsigned char value)
 {
     unsigned char bytes[ASYNC_SIZE];
     int had;
-    CHECK_EQ(th_dtoh(sess.fd, async_ptr, sizeof bytes, bytes, &had), T_SUCCESS,
+    CHECK_EQ(th_dtoh(sess.fd, ptr, sizeof bytes, bytes, &had), T_SUCCESS,
              "the stream-ordered allocation reads at its address");
-    CHECK(bytes[0] == 0x5a && bytes[ASYNC_SIZE - 1] == 0x5a, "with its contents");
-    flyt_req_handle h = {async_ptr + 8};
+    CHECK(bytes[0] == value && bytes[ASYNC_SIZE - 1] == value, "with its contents");
+    flyt_req_handle h = {ptr + 8};
     flyt_rep_pointer_attrs pa;
     CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_POINTER_ATTRS, &h, sizeof h, NULL, 0, &pa, sizeof pa),
              T_SUCCESS, "POINTER_ATTRS inside it");
-    CHECK(pa.base == async_ptr && pa.size == ASYNC_SIZE && pa.device_pointer == async_ptr + 8,
+    CHECK(pa.base == ptr && pa.size == ASYNC_SIZE && pa.device_pointer == ptr + 8,
           "its base, size and pointer");
 }
 
-/* The stream-ordered allocation at its address with its contents, freed in stream order. */
+static void async_answers(void)
+{
+    async_answers_at(async_ptr, 0x5a);
+    async_answers_at(async_far, 0x6b);
+}
+
+/* The stream-ordered allocations at their addresses with their contents, in
+ * two reserved spans, freed in stream order. */
 static void async_restored(void)
 {
     async_answers();
-    flyt_req_mem_free_async fr = {async_ptr, 0};
-    CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr, sizeof fr, NULL, 0, NULL), T_SUCCESS,
-             "MEM_FREE_ASYNC of it");
-    flyt_req_mem_alloc ar = {ASYNC_SIZE, 0, 0};
-    flyt_rep_u64 arep = {0};
-    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_MEM_ALLOC_ASYNC, &ar, sizeof ar, NULL, 0, &arep, sizeof arep),
-             T_SUCCESS, "MEM_ALLOC_ASYNC after it");
-    flyt_req_mem_free_async fr2 = {arep.value, 0};
-    CHECK_EQ(th_call(sess.fd, FLYT_OP_MEM_FREE_ASYNC, &fr2, sizeof fr2, NULL, 0, NULL), T_SUCCESS,
-             "and its free");
+    CHECK_EQ(fake_live.reservations, 3, "the arena and a span over each stream-ordered allocation");
+    async_free(async_ptr);
+    async_free(async_far);
+    async_free(async_alloc(ASYNC_SIZE));
 }
 
-/* The driver keeps the stream-ordered allocation's address (on the H100: the
- * receiving process's own pool): the restore fails rather than put it
- * elsewhere, nothing stays, and it succeeds once the address is free. */
+/* The driver keeps the stream-ordered allocation's address (on the H100: when
+ * the receiving process's own pool allocated there first): reserving its span
+ * fails, so does the restore rather than put it elsewhere, nothing stays, and
+ * it succeeds once the address is free. */
 static void async_address_taken(struct flyt_state *st)
 {
     th_say("a stream-ordered allocation whose address the driver keeps: the restore fails");
@@ -282,7 +309,7 @@ static void restore_matches(struct flyt_state *st)
     CHECK_EQ(th_free(sess.fd, buf_ptr[1]), T_INVALID_VALUE, "a second free of it is refused");
     CHECK_EQ(th_free(sess.fd, fresh), T_SUCCESS, "the new allocation frees");
     CHECK_LE(fake_live.mappings, 1, "every allocation is unmapped but one empty chunk");
-    CHECK_EQ(fake_live.reservations, 1, "the arena stays reserved for the session");
+    CHECK_EQ(fake_live.reservations, 3, "the arena and the spans stay reserved for the session");
     session_end();
 
     th_say("the second state restores too, without the freed buffer");
