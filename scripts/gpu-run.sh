@@ -161,6 +161,10 @@ if has_part elastic; then
         OUT=$OUT PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout -k 10 300 \
             bash "$root/tests/gpu/migrate_check.sh" "$build" torch-expandable "step 50:" -- \
             "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
+        # PyTorch's allocator on stream-ordered memory (cudaMallocAsync), streamed
+        OUT=$OUT PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync MIGRATE_VIA=stream timeout -k 10 300 \
+            bash "$root/tests/gpu/migrate_check.sh" "$build" torch-async "step 50:" -- \
+            "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
         # the same moves streamed to a receiving server whose device was open first
         OUT=$OUT MIGRATE_VIA=stream timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" \
             loop-stream "step 50:" -- "$build/gpu-tests/migrate_loop" 200 20 2>&1 | tail -n 12
@@ -175,7 +179,7 @@ if has_part elastic; then
     cat "$OUT/elastic.txt" >> "$summary"
     find "$OUT" -name "*.state" -delete # tens of MB each: the logs say what they held
     pack elastic state-check migrate-loop migrate-global migrate-pinned migrate-vmm migrate-graph \
-        migrate-async migrate-async-stream migrate-torch migrate-torch-expandable \
+        migrate-async migrate-async-stream migrate-torch migrate-torch-expandable migrate-torch-async \
         migrate-loop-stream migrate-torch-stream migrate-torch-stream-noprecopy
 fi
 

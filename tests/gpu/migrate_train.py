@@ -5,7 +5,8 @@ mid-run, the printed lines must be identical. At step 120 a 64 MiB tensor
 grows the allocator's memory after the move. With
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the allocator uses the
 driver's VMM (cuMemAddressReserve, cuMemCreate, cuMemMap), and the run says
-whether its segments were expandable.
+whether its segments were expandable; with backend:cudaMallocAsync it uses
+stream-ordered memory, and the run names the allocator backend.
 usage: migrate_train.py [STEPS] [SLEEP_S]"""
 import os
 import sys
@@ -47,4 +48,6 @@ print(f"memory allocated {torch.cuda.memory_allocated()}")
 if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
     segs = torch.cuda.memory_snapshot()
     print(f"expandable segments: {bool(segs) and all(s.get('is_expandable') for s in segs)}")
+if "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+    print(f"allocator backend: {torch.cuda.get_allocator_backend()}")
 print("PASS")
