@@ -65,6 +65,12 @@ CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size, const st
 /* Whether host memory can be shared with the server: a Unix-socket session
  * and FLYT_SHM not set to 0. */
 int flyt_conn_shares_memory(void);
+/* Hooks around every flyt_call, flyt_call_fd and flyt_send_async: before
+ * sees the request first (an error fails the call unsent); after sees a
+ * waited-for call's result. Set once, for the rest of the process. */
+typedef CUresult (*flyt_before_hook)(uint16_t op, const void *req);
+typedef void (*flyt_after_hook)(uint16_t op, CUresult r);
+void flyt_conn_set_hooks(flyt_before_hook before, flyt_after_hook after);
 
 /* Host functions and stream callbacks run on the client's callback thread,
  * in stream order, when the server reports that the stream reached them.
@@ -211,6 +217,18 @@ int flyt_regions_each(int (*fn)(const flyt_req_host_remap *req, int fd, void *ar
 void *flyt_same_address_mapping(const char *name, uint64_t len, uint64_t *region);
 /* cuMemFree of a managed allocation. */
 CUresult flyt_managed_free(uint64_t base);
+
+/* ---- managed memory between machines (managed_remote.c) ---- */
+/* Device memory and a private copy here at its address (*base), kept equal
+ * where CUDA hands managed memory between host and device. */
+CUresult flyt_mremote_alloc(size_t size, uint64_t *base);
+/* 1 when base is such an allocation (freed, with *r), else 0. */
+int flyt_mremote_free(uint64_t base, CUresult *r);
+/* Whether all of [p, p + n) lies in one such allocation. */
+int flyt_mremote_holds(uint64_t p, uint64_t n);
+/* A synchronous copy on the legacy stream between device memory at dev and
+ * host memory (copy.c): to the device when to_device, else from it. */
+CUresult flyt_copy_plain(int to_device, uint64_t dev, void *host, size_t n);
 /* ---- arrays (array.c) ---- */
 /* The server's id of a CUarray, or CUDA_ERROR_INVALID_HANDLE. */
 CUresult flyt_array_wire(CUarray a, uint64_t *id);

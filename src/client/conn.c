@@ -1485,16 +1485,41 @@ static CUresult call(uint16_t op, const void *req, size_t req_size, const struct
     return (CUresult)w.reply.result;
 }
 
+/* Set once, never unset (managed memory between machines installs them). */
+static _Atomic(flyt_before_hook) hook_before;
+static _Atomic(flyt_after_hook) hook_after;
+
+void flyt_conn_set_hooks(flyt_before_hook before, flyt_after_hook after)
+{
+    atomic_store(&hook_before, before);
+    atomic_store(&hook_after, after);
+}
+
+static CUresult hooked_call(uint16_t op, const void *req, size_t req_size,
+                            const struct iovec *data, int data_count, int pass_fd,
+                            struct flyt_reply_sink *sink)
+{
+    flyt_before_hook before = atomic_load_explicit(&hook_before, memory_order_acquire);
+    CUresult r = before ? before(op, req) : CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = call(op, req, req_size, data, data_count, pass_fd, sink);
+    flyt_after_hook after = atomic_load_explicit(&hook_after, memory_order_acquire);
+    if (after)
+        after(op, r);
+    return r;
+}
+
 CUresult flyt_call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
                       int data_count, struct flyt_reply_sink *sink)
 {
-    return call(op, req, req_size, data, data_count, -1, sink);
+    return hooked_call(op, req, req_size, data, data_count, -1, sink);
 }
 
 CUresult flyt_call_fd(uint16_t op, const void *req, size_t req_size, int fd,
                          struct flyt_reply_sink *sink)
 {
-    return call(op, req, req_size, NULL, 0, fd, sink);
+    return hooked_call(op, req, req_size, NULL, 0, fd, sink);
 }
 
 CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size,
@@ -1505,6 +1530,9 @@ CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size,
         return err;
     if (atomic_load(&conn.broken))
         return lost();
+    flyt_before_hook before = atomic_load_explicit(&hook_before, memory_order_acquire);
+    if (before && (err = before(op, req)) != CUDA_SUCCESS)
+        return err;
     uint64_t n = frame_bytes(req_size, data, data_count);
     if (send_lock_for(op, n) != 0)
         return lost();

@@ -128,6 +128,12 @@ static CUresult copy_dtod(uint64_t dst, uint64_t src, size_t n, uint64_t stream,
     return request(FLYT_OP_MEMCPY_DTOD, &req, sizeof req, async);
 }
 
+CUresult flyt_copy_plain(int to_device, uint64_t dev, void *host, size_t n)
+{
+    uint64_t legacy = flyt_stream_wire(NULL, 0);
+    return to_device ? copy_htod(dev, host, n, legacy, 0) : copy_dtoh(host, dev, n, legacy, 0);
+}
+
 enum dir { HTOH, HTOD, DTOH, DTOD };
 
 static CUresult copy_1d(enum dir dir, uint64_t dst, uint64_t src, size_t n, CUstream stream,
@@ -139,6 +145,9 @@ static CUresult copy_1d(enum dir dir, uint64_t dst, uint64_t src, size_t n, CUst
     if (dst == 0 || src == 0)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t wire = flyt_stream_wire(stream, per_thread);
+    /* managed memory between machines: its device copy, in stream order */
+    if ((dir == HTOD && flyt_mremote_holds(src, n)) || (dir == DTOH && flyt_mremote_holds(dst, n)))
+        dir = DTOD;
     switch (dir) {
     case HTOH:
         memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);

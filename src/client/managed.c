@@ -6,8 +6,9 @@
  * Prefetches, advice and stream attachment are checked and remembered as
  * hints (range attributes answer them back); they move no byte.
  *
- * Between machines the GPU cannot map this host's memory: allocation says so
- * (CUDA_ERROR_NOT_SUPPORTED) and the device reports no managed memory.
+ * Between machines the GPU cannot map this host's memory: an allocation is
+ * device memory with a copy here, exchanged where CUDA hands it between host
+ * and device (managed_remote.c); the device reports no concurrent access.
  * docs/host-memory.md has the semantics.
  */
 #include "client.h"
@@ -45,22 +46,28 @@ FLYT_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned 
     if (dptr == NULL || size == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
         return CUDA_ERROR_INVALID_VALUE;
     *dptr = 0;
-    if (!flyt_conn_shares_memory())
-        return flyt_unsupported_why("cuMemAllocManaged",
-                                    "the GPU is on another machine and cannot map this memory");
     struct hints *h = calloc(1, sizeof *h);
     if (h == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    uint64_t len = (size + 4095) & ~(uint64_t)4095, region = 0;
-    void *p = flyt_same_address_mapping("flyt-managed", len, &region);
-    if (p == MAP_FAILED) {
-        free(h);
-        return flyt_trace("cuMemAllocManaged (no address free in both processes)",
-                          CUDA_ERROR_OUT_OF_MEMORY);
+    uint64_t len = (size + 4095) & ~(uint64_t)4095, region = 0, base = 0;
+    if (!flyt_conn_shares_memory()) {
+        r = flyt_mremote_alloc(size, &base); /* managed_remote.c */
+        if (r != CUDA_SUCCESS) {
+            free(h);
+            return r;
+        }
+    } else {
+        void *p = flyt_same_address_mapping("flyt-managed", len, &region);
+        if (p == MAP_FAILED) {
+            free(h);
+            return flyt_trace("cuMemAllocManaged (no address free in both processes)",
+                              CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        base = (uint64_t)(uintptr_t)p;
     }
-    uint64_t base = (uint64_t)(uintptr_t)p;
     flyt_range_add(FLYT_RANGE_MANAGED, base, size, flags);
-    flyt_range_set_region(base, region);
+    if (region)
+        flyt_range_set_region(base, region);
     h->base = base;
     pthread_mutex_lock(&hints_mu);
     h->next = hints_list;
@@ -83,8 +90,11 @@ CUresult flyt_managed_free(uint64_t base)
         *slot = h->next;
     pthread_mutex_unlock(&hints_mu);
     free(h);
+    CUresult r = CUDA_SUCCESS;
+    if (flyt_mremote_free(base, &r))
+        return r;
     /* the server waits for the device before it lets go (as cuMemFree does) */
-    CUresult r = flyt_region_release(region);
+    r = flyt_region_release(region);
     munmap((void *)(uintptr_t)base, (size + 4095) & ~(uint64_t)4095);
     return r;
 }

@@ -605,17 +605,12 @@ static int device_attr(CUdevice_attribute attr)
     return v;
 }
 
-/* Between machines: no managed memory and no device-mapped host memory,
- * said by the attributes and by the calls. */
+/* Between machines: managed memory without concurrent access, no
+ * device-mapped host memory, said by the attributes and by the calls. */
 static void test_unshared_host_memory(void)
 {
-    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY), 0, "no managed memory reported");
-    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS), 0, "nor concurrent access");
-    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY), 0, "nor mapped host memory");
-    CUdeviceptr m = 1;
-    CHECK_EQ(cuMemAllocManaged(&m, 4096, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_NOT_SUPPORTED,
-             "managed allocation refused");
-    CHECK_EQ(m, 0, "managed allocation refused");
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS), 0, "no concurrent access");
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY), 0, "no mapped host memory");
     void *h = NULL;
     CU_OK(cuMemHostAlloc(&h, 4096, CU_MEMHOSTALLOC_DEVICEMAP)); /* refused only at the pointer */
     CUdeviceptr dp = 0;
@@ -687,9 +682,57 @@ static int server_writes_here(CUdeviceptr p, unsigned char value, size_t n)
     return 1;
 }
 
+/* Between machines host writes reach the device before its next work, also
+ * those a system call makes (read), and its writes come back at the next
+ * synchronisation, also one a query finds done; explicit copies naming
+ * managed memory as host memory run in stream order on the device's copy. */
+static void test_managed_exchanges(CUdeviceptr m, CUdeviceptr d, size_t n)
+{
+    unsigned char *host = (unsigned char *)(uintptr_t)m, back[64];
+    int fds[2];
+    CHECK_EQ(pipe(fds), 0, "a pipe");
+    memset(back, 0x3d, sizeof back);
+    CHECK_EQ(write(fds[1], back, sizeof back), (ssize_t)sizeof back, "bytes into the pipe");
+    CHECK_EQ(read(fds[0], host + 4096, sizeof back), (ssize_t)sizeof back,
+             "read() straight into managed memory");
+    close(fds[0]);
+    close(fds[1]);
+    host[n - 1] = 0x3e;
+    CU_OK(cuMemcpyDtoD(d, m, n));
+    memset(back, 0, sizeof back);
+    CU_OK(cuMemcpyDtoH(back, d + 4096, sizeof back));
+    CHECK(back[0] == 0x3d && back[63] == 0x3d, "the device sees what read() wrote");
+    CU_OK(cuMemcpyDtoH(back, d + n - 1, 1));
+    CHECK_EQ(back[0], 0x3e, "and the host's last write");
+
+    CUstream s;
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuMemsetD8Async(m + 20, 0x50, 2, s));
+    CU_OK(cuMemsetD8Async(m + 10, 0x4f, 3, s)); /* device work after device work: no stale push */
+    CUresult q;
+    while ((q = cuStreamQuery(s)) == CUDA_ERROR_NOT_READY)
+        ;
+    CU_OK(q);
+    CHECK(host[10] == 0x4f && host[12] == 0x4f && host[13] != 0x4f,
+          "a query that finds the work done brings the device's bytes");
+    CHECK(host[20] == 0x50 && host[21] == 0x50, "the earlier work's bytes too");
+    CU_OK(cuStreamDestroy(s));
+
+    memset(back, 0x61, sizeof back);
+    CU_OK(cuMemcpyHtoD(d, back, sizeof back));
+    CU_OK(cuMemcpyDtoH(host + 100, d, sizeof back)); /* managed named as host memory */
+    CHECK(host[100] == 0x61 && host[163] == 0x61, "an explicit device-to-host copy into it");
+    host[200] = 0x62;
+    CU_OK(cuMemcpyHtoD(d, host + 200, 1));
+    CU_OK(cuMemcpyDtoH(back, d, 1));
+    CHECK_EQ(back[0], 0x62, "an explicit host-to-device copy out of it");
+}
+
 static void test_managed_memory(void)
 {
     CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY), 1, "managed memory reported");
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS), shares_memory(),
+             "concurrent access where the GPU maps the pages");
     enum { N = 3 * 4096 + 100 };
     CUdeviceptr m = 0, d = 0;
     CU_OK(cuMemAllocManaged(&m, N, CU_MEM_ATTACH_GLOBAL));
@@ -713,6 +756,7 @@ static void test_managed_memory(void)
     CHECK_EQ(host[100], 0x5c, "unified copies both ways");
     CU_OK(cuMemcpyDtoH(back, m + 1, 10));
     CHECK_EQ(back[0], 0x5c, "a copy out of managed memory");
+    test_managed_exchanges(m, d, N);
 
     CHECK_EQ(pointer_int(CU_POINTER_ATTRIBUTE_IS_MANAGED, m + 10), 1, "IS_MANAGED");
     CHECK_EQ(pointer_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, m), CU_MEMORYTYPE_DEVICE, "device memory type");
@@ -894,11 +938,10 @@ int main(void)
     test_proc_address();
     test_pools_by_location(dev);
     test_registered_file_mappings();
-    if (shares_memory()) {
-        test_managed_memory();
+    test_managed_memory();
+    if (shares_memory())
         test_mapped_host_memory();
-    } else {
+    else
         test_unshared_host_memory();
-    }
     return check_done();
 }

@@ -1,0 +1,318 @@
+/*
+ * Managed memory between machines (TCP, or FLYT_SHM=0): the GPU cannot reach
+ * this process's pages, so a managed allocation is device memory in the
+ * server plus a private copy here at the same address. The virtual GPU then
+ * reports managed memory without concurrent access, the model in which
+ * host code and the device take turns: the device's bytes are the truth
+ * while device work may run, the host's in between. So the two copies are
+ * made equal where the turns change:
+ * - before a request that runs device work (a launch, a copy, a memset),
+ *   the pages host code wrote since the last exchange go to the device,
+ *   from each allocation in the host's turn (a new one, or one brought back
+ *   since device work last ran: others hold stale bytes here);
+ *   they are found by the kernel's soft-dirty bits (/proc/self/pagemap),
+ *   which also see writes made by system calls (a read() into the buffer),
+ *   unlike write protection; without them every page goes;
+ * - after a call that waited for the device (a synchronisation, a query
+ *   that found the work done, a synchronous copy or memset), if device work
+ *   that may write memory ran since, every managed allocation comes back
+ *   whole (which bytes a kernel wrote is not known).
+ * Costs: docs/host-memory.md. The exchanges are plain copies on the legacy
+ * stream, made with the hooks off (in_exchange).
+ */
+#include "client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "flyt_calls.h"
+
+#define PAGE ((uint64_t)4096)
+#define SOFT_DIRTY_BIT ((uint64_t)1 << 55)
+
+struct mregion {
+    uint64_t base, len; /* the host mapping, page-aligned, inside the device allocation */
+    uint64_t device;    /* the device allocation's own address (freed by it) */
+    int device_turn;    /* device work that may write it ran since the last exchange:
+                         * the device's bytes are the truth, the host's stale */
+};
+
+static pthread_mutex_t mu = FLYT_MUTEX_INITIALIZER;
+static struct mregion *regions;
+static int nregions;
+static atomic_int device_turns; /* some region's device_turn is set (read without mu) */
+static int pagemap_fd = -1, clear_fd = -1; /* soft-dirty tracking; -1: every page is sent */
+static _Thread_local int in_exchange;
+
+/* ---- soft-dirty bits ---- */
+
+static void clear_soft_dirty(void)
+{
+    if (clear_fd >= 0 && pwrite(clear_fd, "4", 1, 0) != 1) {
+        fprintf(stderr, "flyt: managed memory: clearing soft-dirty bits failed (%s): every page "
+                        "is sent from now on\n", strerror(errno));
+        close(clear_fd);
+        clear_fd = -1;
+    }
+}
+
+/* Whether the kernel tracks soft-dirty pages for this process: a page
+ * written after a clear shows the bit. Under mu, once. */
+static void tracking_open(void)
+{
+    static int tried;
+    if (tried)
+        return;
+    tried = 1;
+    pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    clear_fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+    volatile unsigned char *probe = mmap(NULL, PAGE, PROT_READ | PROT_WRITE,
+                                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint64_t entry = 0;
+    int ok = pagemap_fd >= 0 && clear_fd >= 0 && probe != MAP_FAILED;
+    if (ok) {
+        probe[0] = 1;
+        clear_soft_dirty();
+        probe[0] = 2;
+        ok = clear_fd >= 0 &&
+             pread(pagemap_fd, &entry, sizeof entry, (off_t)((uintptr_t)probe / PAGE * 8)) ==
+                 (ssize_t)sizeof entry &&
+             (entry & SOFT_DIRTY_BIT);
+    }
+    if (probe != MAP_FAILED)
+        munmap((void *)probe, PAGE);
+    if (!ok) {
+        fprintf(stderr, "flyt: managed memory: this kernel shows no soft-dirty pages; every "
+                        "managed page is sent to the GPU before each launch, copy or memset\n");
+        if (pagemap_fd >= 0)
+            close(pagemap_fd);
+        if (clear_fd >= 0)
+            close(clear_fd);
+        pagemap_fd = clear_fd = -1;
+    }
+}
+
+/* ---- the exchanges ---- */
+
+static CUresult send_pages(uint64_t at, uint64_t n)
+{
+    return flyt_copy_plain(1, at, (void *)(uintptr_t)at, n);
+}
+
+/* The written pages of r to the device, in runs. Under mu. */
+static CUresult push_region(const struct mregion *r)
+{
+    if (pagemap_fd < 0)
+        return send_pages(r->base, r->len);
+    enum { BATCH = 512 };
+    uint64_t entries[BATCH], run = 0, run_len = 0;
+    CUresult e = CUDA_SUCCESS;
+    for (uint64_t off = 0; off < r->len && e == CUDA_SUCCESS; off += BATCH * PAGE) {
+        uint64_t pages = (r->len - off) / PAGE < BATCH ? (r->len - off) / PAGE : BATCH;
+        off_t at = (off_t)((r->base + off) / PAGE * 8);
+        if (pread(pagemap_fd, entries, pages * 8, at) != (ssize_t)(pages * 8))
+            return send_pages(r->base, r->len); /* unreadable: all of it, to be safe */
+        for (uint64_t i = 0; i < pages && e == CUDA_SUCCESS; i++) {
+            uint64_t page = r->base + off + i * PAGE;
+            if (entries[i] & SOFT_DIRTY_BIT) {
+                if (run_len == 0)
+                    run = page;
+                run_len += PAGE;
+            } else if (run_len) {
+                e = send_pages(run, run_len);
+                run_len = 0;
+            }
+        }
+    }
+    return e == CUDA_SUCCESS && run_len ? send_pages(run, run_len) : e;
+}
+
+/* Host writes to the device, from the regions whose turn is the host's (a
+ * region in the device's turn holds stale bytes here: sending them would
+ * undo the device's writes). Which pages were written is read for every
+ * region before the bits are cleared, and the bytes are sent after. Under mu. */
+static CUresult push(int device_writes)
+{
+    CUresult e = CUDA_SUCCESS;
+    for (int i = 0; i < nregions && e == CUDA_SUCCESS; i++)
+        if (!regions[i].device_turn)
+            e = push_region(&regions[i]);
+    if (pagemap_fd >= 0)
+        clear_soft_dirty();
+    for (int i = 0; i < nregions && device_writes; i++)
+        regions[i].device_turn = 1; /* a kernel may write any of them */
+    if (device_writes && nregions)
+        atomic_store(&device_turns, 1);
+    return e;
+}
+
+/* The device's bytes back into the regions in its turn. Under mu. */
+static CUresult pull(void)
+{
+    CUresult e = CUDA_SUCCESS;
+    for (int i = 0; i < nregions && e == CUDA_SUCCESS; i++)
+        if (regions[i].device_turn) {
+            e = flyt_copy_plain(0, regions[i].base, (void *)(uintptr_t)regions[i].base, regions[i].len);
+            regions[i].device_turn = e != CUDA_SUCCESS;
+        }
+    clear_soft_dirty(); /* what was received is what the device holds */
+    if (e != CUDA_SUCCESS)
+        atomic_store(&device_turns, 1); /* the next synchronisation tries again */
+    return e;
+}
+
+/* ---- the hooks on requests ---- */
+
+/* Requests that run device work which may write device memory. */
+static int writes_device(uint16_t op, const void *req)
+{
+    switch (op) {
+    case FLYT_OP_LAUNCH:
+    case FLYT_OP_MEMCPY_HTOD:
+    case FLYT_OP_MEMCPY_DTOD:
+    case FLYT_OP_MEMCPY_3D:
+    case FLYT_OP_MEMSET:
+    case FLYT_OP_MEMCPY_HTOD_MAPPED:
+    case FLYT_OP_MEMCPY_HTOD_PEER:
+    case FLYT_OP_ARRAY_COPY:
+        return 1;
+    case FLYT_OP_CALL: {
+        uint32_t id;
+        memcpy(&id, req, sizeof id); /* flyt_req_call starts with it */
+        return id == FLYT_CALL_cuGraphLaunch || id == FLYT_CALL_cuStreamWriteValue32 ||
+               id == FLYT_CALL_cuStreamWriteValue64 || id == FLYT_CALL_cuStreamWriteValue32_v2 ||
+               id == FLYT_CALL_cuStreamWriteValue64_v2;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* Requests that run device work reading device memory, besides those above. */
+static int reads_device(uint16_t op)
+{
+    return op == FLYT_OP_MEMCPY_DTOH || op == FLYT_OP_MEMCPY_DTOH_MAPPED ||
+           op == FLYT_OP_MEMCPY_DTOH_PEER;
+}
+
+/* Calls whose success means the device work before them is done. */
+static int waited(uint16_t op, CUresult r)
+{
+    if (r != CUDA_SUCCESS)
+        return 0;
+    switch (op) {
+    case FLYT_OP_DEVICE_SYNC:
+    case FLYT_OP_STREAM_SYNC:
+    case FLYT_OP_STREAM_QUERY:
+    case FLYT_OP_EVENT_SYNC:
+    case FLYT_OP_EVENT_QUERY:
+    case FLYT_OP_MEMCPY_HTOD:
+    case FLYT_OP_MEMCPY_DTOH:
+    case FLYT_OP_MEMCPY_DTOD:
+    case FLYT_OP_MEMCPY_3D:
+    case FLYT_OP_MEMSET:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static CUresult before(uint16_t op, const void *req)
+{
+    int writes = writes_device(op, req);
+    if (in_exchange || (!writes && !reads_device(op)))
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&mu);
+    in_exchange = 1;
+    CUresult e = push(writes);
+    in_exchange = 0;
+    pthread_mutex_unlock(&mu);
+    return e;
+}
+
+static void after(uint16_t op, CUresult r)
+{
+    if (in_exchange || !waited(op, r) || !atomic_exchange(&device_turns, 0))
+        return;
+    pthread_mutex_lock(&mu);
+    in_exchange = 1;
+    CUresult e = pull();
+    in_exchange = 0;
+    pthread_mutex_unlock(&mu);
+    if (e != CUDA_SUCCESS)
+        fprintf(stderr, "flyt: managed memory: bringing the device's bytes back failed: CUDA "
+                        "error %d\n", (int)e);
+}
+
+/* ---- allocations ---- */
+
+CUresult flyt_mremote_alloc(size_t size, uint64_t *base)
+{
+    uint64_t len = (size + PAGE - 1) & ~(PAGE - 1), device = 0;
+    /* a page more: the server aligns small allocations to 512 bytes only */
+    flyt_req_mem_alloc req = {.size = len + PAGE};
+    CUresult r = flyt_call_u64(FLYT_OP_MEM_ALLOC, &req, sizeof req, &device);
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t at = (device + PAGE - 1) & ~(PAGE - 1);
+    void *p = mmap((void *)(uintptr_t)at, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    pthread_mutex_lock(&mu);
+    struct mregion *more = p == (void *)(uintptr_t)at
+                               ? realloc(regions, (size_t)(nregions + 1) * sizeof *more) : NULL;
+    if (more == NULL) {
+        pthread_mutex_unlock(&mu);
+        if (p != MAP_FAILED)
+            munmap(p, len);
+        flyt_call_handle(FLYT_OP_MEM_FREE, device);
+        return flyt_trace("cuMemAllocManaged (the device's address is taken in this process)",
+                          CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    regions = more;
+    tracking_open();
+    in_exchange = 1;
+    r = cuMemsetD8_v2(at, 0, len); /* both copies start as zeros */
+    in_exchange = 0;
+    regions[nregions++] = (struct mregion){at, len, device, 0};
+    pthread_mutex_unlock(&mu);
+    flyt_conn_set_hooks(before, after);
+    *base = at;
+    return r;
+}
+
+/* 1 when base is such an allocation (freed with *r), 0 when it is not. */
+int flyt_mremote_free(uint64_t base, CUresult *r)
+{
+    pthread_mutex_lock(&mu);
+    int i = 0;
+    while (i < nregions && regions[i].base != base)
+        i++;
+    if (i == nregions) {
+        pthread_mutex_unlock(&mu);
+        return 0;
+    }
+    struct mregion gone = regions[i];
+    regions[i] = regions[--nregions];
+    pthread_mutex_unlock(&mu);
+    munmap((void *)(uintptr_t)gone.base, gone.len);
+    *r = flyt_call_handle(FLYT_OP_MEM_FREE, gone.device); /* waits for the device first */
+    return 1;
+}
+
+/* Whether all of [p, p + n) lies in one such allocation. */
+int flyt_mremote_holds(uint64_t p, uint64_t n)
+{
+    pthread_mutex_lock(&mu);
+    int found = 0;
+    for (int i = 0; i < nregions && !found; i++)
+        found = p >= regions[i].base && n <= regions[i].len && p - regions[i].base <= regions[i].len - n;
+    pthread_mutex_unlock(&mu);
+    return found;
+}
