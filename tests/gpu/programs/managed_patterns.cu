@@ -42,13 +42,6 @@ __global__ void join(const pair *p, int *out)
         out[i] = p->first[i] * 1000 + p->second[i];
 }
 
-static int failures;
-static void expect(int ok, const char *what)
-{
-    printf("%s: %s\n", ok ? "PASS" : "FAIL", what);
-    failures += !ok;
-}
-
 static void tutorial_add(void)
 {
     int n = 1 << 20;
