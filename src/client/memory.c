@@ -440,8 +440,12 @@ void *flyt_same_address_mapping(const char *name, uint64_t len, uint64_t *region
             break;
         tried[ntried++] = p;
         p = MAP_FAILED;
+        /* The server's driver holds large ranges (gigabytes) where the kernel
+         * would pick next: ask further below each time (1, 4, 16 GiB ...). */
+        uintptr_t step = (uintptr_t)1 << (30 + 2 * (ntried - 1));
+        uintptr_t below = (uintptr_t)tried[ntried - 1] > step ? (uintptr_t)tried[ntried - 1] - step : 0;
         if (r == CUDA_ERROR_ALREADY_MAPPED && ntried < SAME_ADDRESS_TRIES)
-            p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            p = mmap((void *)below, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     }
     while (ntried > 0)
         munmap(tried[--ntried], len);
