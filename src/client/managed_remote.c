@@ -47,6 +47,7 @@ struct mregion {
 static pthread_mutex_t mu = FLYT_MUTEX_INITIALIZER;
 static struct mregion *regions;
 static int nregions;
+static atomic_int live; /* nregions, read without mu: every copy asks flyt_mremote_holds */
 static atomic_int device_turns; /* some region's device_turn is set (read without mu) */
 static int pagemap_fd = -1, clear_fd = -1; /* soft-dirty tracking; -1: every page is sent */
 static _Thread_local int in_exchange;
@@ -281,6 +282,7 @@ CUresult flyt_mremote_alloc(size_t size, uint64_t *base)
     r = cuMemsetD8_v2(at, 0, len); /* both copies start as zeros */
     in_exchange = 0;
     regions[nregions++] = (struct mregion){at, len, device, 0};
+    atomic_store(&live, nregions);
     pthread_mutex_unlock(&mu);
     flyt_conn_set_hooks(before, after);
     *base = at;
@@ -300,6 +302,7 @@ int flyt_mremote_free(uint64_t base, CUresult *r)
     }
     struct mregion gone = regions[i];
     regions[i] = regions[--nregions];
+    atomic_store(&live, nregions);
     pthread_mutex_unlock(&mu);
     munmap((void *)(uintptr_t)gone.base, gone.len);
     *r = flyt_call_handle(FLYT_OP_MEM_FREE, gone.device); /* waits for the device first */
@@ -309,6 +312,8 @@ int flyt_mremote_free(uint64_t base, CUresult *r)
 /* Whether all of [p, p + n) lies in one such allocation. */
 int flyt_mremote_holds(uint64_t p, uint64_t n)
 {
+    if (atomic_load_explicit(&live, memory_order_relaxed) == 0)
+        return 0; /* no lock on the copy path of programs without any */
     pthread_mutex_lock(&mu);
     int found = 0;
     for (int i = 0; i < nregions && !found; i++)
