@@ -662,6 +662,19 @@ int th_ckpt_main(int argc, char **argv, const char *tag, const char **bin, char 
     return fd;
 }
 
+void th_ckpt_restore(const char *bin, const char *status_path, const char *state_path)
+{
+    const char *args[] = {"--restore", state_path, "--status-file", status_path, NULL};
+    th_server_start_args(bin, NULL, args);
+}
+
+int th_ckpt_resume(const char *what)
+{
+    int fd = th_connect();
+    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO resumes the %s", what);
+    return fd;
+}
+
 void th_ckpt_end(const char *dir, const char *status_path, const char *state_path)
 {
     unlink(state_path);

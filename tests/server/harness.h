@@ -75,6 +75,11 @@ void th_status_page(const char *status_file, uint32_t *sessions, uint64_t *used)
  * that --status-file, and a connection to it that said HELLO (returned). */
 int th_ckpt_main(int argc, char **argv, const char *tag, const char **bin, char *dir,
                  char *status_path, char *state_path);
+/* A server started with `--restore state_path --status-file status_path`. */
+void th_ckpt_restore(const char *bin, const char *status_path, const char *state_path);
+/* A connection to it whose HELLO resumes the restored session (checked,
+ * named "HELLO resumes the <what>"). */
+int th_ckpt_resume(const char *what);
 /* Its end: the files and the directory removed, th_passed. */
 void th_ckpt_end(const char *dir, const char *status_path, const char *state_path);
 

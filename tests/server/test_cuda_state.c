@@ -10,7 +10,8 @@
  * buffer frees, and a second checkpoint of the restored session works. A
  * restore whose address the driver does not grant fails with
  * CUDA_ERROR_ALREADY_MAPPED, leaving nothing behind; stream-ordered
- * allocations make a checkpoint fail, naming them; a module global's contents
+ * allocations come back at their addresses inside spans reserved over them
+ * first (two spans here), or the restore fails; a module global's contents
  * are captured and its address checked at the restore. An array with its
  * contents, a texture and a surface object are restored; the restored
  * driver gives the objects other values, and kernels given the old ones get

@@ -325,12 +325,6 @@ static void state_sections_match(void)
     CHECK_EQ(n.surfs, 1, "one surface");
 }
 
-static void restore_from(const char *bin)
-{
-    const char *rargs[] = {"--restore", state_path, "--status-file", status_path, NULL};
-    th_server_start_args(bin, NULL, rargs);
-}
-
 int main(int argc, char **argv)
 {
     const char *bin;
@@ -345,9 +339,8 @@ int main(int argc, char **argv)
     th_server_stop();
 
     th_say("flyt-server --restore");
-    restore_from(bin);
-    fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO resumes the restored session");
+    th_ckpt_restore(bin, status_path, state_path);
+    fd = th_ckpt_resume("restored session");
     restored_session_matches(fd);
     restored_objects_resolve(fd);
     th_say("the restored session checkpoints again");
@@ -357,9 +350,8 @@ int main(int argc, char **argv)
     th_server_stop();
 
     th_say("and restores again");
-    restore_from(bin);
-    fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO resumes the twice restored session");
+    th_ckpt_restore(bin, status_path, state_path);
+    fd = th_ckpt_resume("twice restored session");
     for (size_t i = 0; i < NARRAYS; i++)
         check_contents(fd, &arrays[i]);
     CHECK_EQ(destroy(fd, FLYT_OP_TEX_DESTROY, tex_lin), T_INVALID_HANDLE,

@@ -352,12 +352,6 @@ static void state_sections_match(void)
     CHECK_EQ(n.execs, 3, "three execs");
 }
 
-static void restore_from(const char *bin)
-{
-    const char *rargs[] = {"--restore", state_path, "--status-file", status_path, NULL};
-    th_server_start_args(bin, NULL, rargs);
-}
-
 int main(int argc, char **argv)
 {
     const char *bin;
@@ -377,9 +371,8 @@ int main(int argc, char **argv)
     state_sections_match();
 
     th_say("flyt-server --restore");
-    restore_from(bin);
-    fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO resumes the restored session");
+    th_ckpt_restore(bin, status_path, state_path);
+    fd = th_ckpt_resume("restored session");
     nodes_resolve(fd);
     launches_work(fd);
     th_say("an exec made from its graph takes updates by the graph's node ids");
@@ -396,9 +389,8 @@ int main(int argc, char **argv)
     th_server_stop();
 
     th_say("and restores again");
-    restore_from(bin);
-    fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO resumes the twice restored session");
+    th_ckpt_restore(bin, status_path, state_path);
+    fd = th_ckpt_resume("twice restored session");
     nodes_resolve(fd);
     launches_work(fd);
     th_post(fd, FLYT_OP_GOODBYE, NULL, 0, NULL, 0);

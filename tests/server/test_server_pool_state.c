@@ -141,12 +141,6 @@ static void section_matches(uint32_t type, const unsigned char *body, uint64_t l
     }
 }
 
-static void restore_from(const char *bin)
-{
-    const char *rargs[] = {"--restore", state_path, "--status-file", status_path, NULL};
-    th_server_start_args(bin, NULL, rargs);
-}
-
 static void pools_match(int fd)
 {
     th_say("the pools: same ids, the attributes the program set");
@@ -207,9 +201,8 @@ int main(int argc, char **argv)
     CHECK_EQ(n.asyncs, (int)NBUFS, "every stream-ordered buffer");
 
     th_say("flyt-server --restore");
-    restore_from(bin);
-    fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO resumes the restored session");
+    th_ckpt_restore(bin, status_path, state_path);
+    fd = th_ckpt_resume("restored session");
     restored_session_matches(fd);
     th_say("frees in stream order and allocations after the restore");
     free_and_again(fd, 0);
@@ -227,9 +220,8 @@ int main(int argc, char **argv)
     th_server_stop();
 
     th_say("and restores again");
-    restore_from(bin);
-    fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO resumes the twice restored session");
+    th_ckpt_restore(bin, status_path, state_path);
+    fd = th_ckpt_resume("twice restored session");
     pools_match(fd);
     for (size_t b = 0; b < NBUFS; b++)
         if (!bufs[b].freed)

@@ -551,8 +551,7 @@ int main(int argc, char **argv)
     unlink(big_path);
 
     th_say("flyt-server --restore");
-    const char *rargs[] = {"--restore", state_path, "--status-file", status_path, NULL};
-    th_server_start_args(bin, NULL, rargs);
+    th_ckpt_restore(bin, status_path, state_path);
     restored_session_matches();
     CHECK(th_server_log_has("restored: 3 allocation(s)"), "the server says what it restored");
     CHECK(th_server_log_has("2 host memory region(s)"), "and the regions waiting for the client");

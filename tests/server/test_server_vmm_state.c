@@ -165,8 +165,7 @@ static void refused_retained_unmapped(int fd)
 static void restored_session_matches(void)
 {
     th_say("the restored session: same addresses, handles and contents");
-    int fd = th_connect();
-    CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO resumes the restored session");
+    int fd = th_ckpt_resume("restored session");
     check_pattern(fd, va_main, va_main, 2 * gran, "the mapped allocation");
     unsigned char byte;
     int had;
@@ -210,8 +209,7 @@ int main(int argc, char **argv)
     th_server_stop();
 
     th_say("flyt-server --restore");
-    const char *rargs[] = {"--restore", state_path, "--status-file", status_path, NULL};
-    th_server_start_args(bin, NULL, rargs);
+    th_ckpt_restore(bin, status_path, state_path);
     restored_session_matches();
     CHECK(th_server_log_clean(), "no session crashed");
     th_server_stop();
