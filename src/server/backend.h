@@ -361,7 +361,9 @@ struct flyt_backend_ops {
      * pool is used: ranges[i] = {addr, size} of every allocation that
      * async_alloc_at will put back (n > 0, any order); the backend keeps
      * their addresses free for them (CUDA_ERROR_ALREADY_MAPPED when it
-     * cannot). NULL: async_alloc_at needs nothing before. */
+     * cannot). It may come earlier too (a pre-copy's, before any module
+     * loads): a later call reserves only what is not yet kept. NULL:
+     * async_alloc_at needs nothing before. */
     CUresult (*state_async)(flyt_backend *b,
                             CUresult (*fn)(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool),
                             void *arg);

@@ -6,7 +6,9 @@
  * themselves and no pool can be asked for one. So a restore first reserves
  * *spans* over all of them (cuMemAddressReserve with the address as hint,
  * at least SPAN_MIN each), before the receiving process's own pools take
- * that range; each restored allocation then maps the whole granules it
+ * that range (a streamed move's pre-copy reserves them even before the
+ * first module loads; the restore then adds what is missing); each
+ * restored allocation then maps the whole granules it
  * touches inside a span, shared by allocations in one granule. A free of
  * one waits for its stream through an event and unmaps later (checked at
  * the next stream-ordered call); the spans stay reserved until the session
@@ -134,17 +136,25 @@ static int by_addr(const void *x, const void *y)
     return a[0] < b[0] ? -1 : a[0] > b[0];
 }
 
-static void spans_free(struct flyt_cuda_backend *b)
+/* The spans from the first'th on. */
+static void spans_free_from(struct flyt_cuda_backend *b, int first)
 {
-    for (int i = 0; i < b->ckpt.nspans; i++) {
+    for (int i = first; i < b->ckpt.nspans; i++) {
         CUresult r = b->cu.cuMemAddressFree(b->ckpt.spans[i].base, (size_t)b->ckpt.spans[i].size);
         if (r != CUDA_SUCCESS)
             flyt_warn("cuda backend: freeing the reserved span 0x%llx failed: CUDA error %d",
                       (unsigned long long)b->ckpt.spans[i].base, (int)r);
     }
-    free(b->ckpt.spans);
-    b->ckpt.spans = NULL;
-    b->ckpt.nspans = 0;
+    b->ckpt.nspans = first;
+    if (first == 0) {
+        free(b->ckpt.spans);
+        b->ckpt.spans = NULL;
+    }
+}
+
+static void spans_free(struct flyt_cuda_backend *b)
+{
+    spans_free_from(b, 0);
 }
 
 /* [base, end) at exactly base. Not placed elsewhere: the address is where the
@@ -174,6 +184,52 @@ static CUresult span_reserve(struct flyt_cuda_backend *b, uint64_t base, uint64_
     return CUDA_SUCCESS;
 }
 
+/* The lowest span base at or above at (UINT64_MAX: none). */
+static uint64_t next_span(const struct flyt_cuda_backend *b, uint64_t at)
+{
+    uint64_t next = UINT64_MAX;
+    for (int i = 0; i < b->ckpt.nspans; i++)
+        if (b->ckpt.spans[i].base >= at && b->ckpt.spans[i].base < next)
+            next = b->ckpt.spans[i].base;
+    return next;
+}
+
+/* The end of the span holding at, or 0. */
+static uint64_t span_end(const struct flyt_cuda_backend *b, uint64_t at)
+{
+    for (int i = 0; i < b->ckpt.nspans; i++)
+        if (at >= b->ckpt.spans[i].base && at - b->ckpt.spans[i].base < b->ckpt.spans[i].size)
+            return b->ckpt.spans[i].base + b->ckpt.spans[i].size;
+    return 0;
+}
+
+/* The granules of ranges[] outside every span reserved so far (an earlier call's: a
+ * pre-copy's), as pieces that cross no span. */
+static uint64_t (*uncovered(const struct flyt_cuda_backend *b, const uint64_t (*ranges)[2], size_t n,
+                            uint64_t gran, size_t *npieces))[2]
+{
+    size_t cap = n * ((size_t)b->ckpt.nspans + 1), k = 0;
+    uint64_t (*piece)[2] = malloc(cap * sizeof *piece);
+    for (size_t i = 0; piece && i < n; i++) {
+        uint64_t at = ranges[i][0] & ~(gran - 1);
+        uint64_t end = (ranges[i][0] + ranges[i][1] + gran - 1) & ~(gran - 1);
+        while (at < end) {
+            uint64_t skip = span_end(b, at);
+            if (skip) {
+                at = skip;
+                continue;
+            }
+            uint64_t stop = next_span(b, at);
+            stop = stop < end ? stop : end;
+            piece[k][0] = at;
+            piece[k++][1] = stop;
+            at = stop;
+        }
+    }
+    *npieces = k;
+    return piece;
+}
+
 CUresult flyt_cuda_async_spans(flyt_backend *base, const uint64_t (*ranges)[2], size_t n)
 {
     ENTER(b, base);
@@ -182,27 +238,36 @@ CUresult flyt_cuda_async_spans(flyt_backend *base, const uint64_t (*ranges)[2], 
     if (r != CUDA_SUCCESS || n == 0)
         return r;
     uint64_t span_min = (SPAN_MIN + gran - 1) & ~(gran - 1);
-    uint64_t (*sorted)[2] = malloc(n * sizeof *sorted);
-    if (sorted == NULL)
+    size_t np = 0;
+    uint64_t (*piece)[2] = uncovered(b, ranges, n, gran, &np); /* {start, end} */
+    if (piece == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    memcpy(sorted, ranges, n * sizeof *sorted);
-    qsort(sorted, n, sizeof *sorted, by_addr);
-    /* [lo, hi): the span being grown; a range starting within its minimum joins it */
-    uint64_t lo = sorted[0][0] & ~(gran - 1), hi = lo;
-    for (size_t i = 0; i <= n && r == CUDA_SUCCESS; i++) {
-        uint64_t start = i < n ? sorted[i][0] & ~(gran - 1) : 0;
-        uint64_t end = i < n ? (sorted[i][0] + sorted[i][1] + gran - 1) & ~(gran - 1) : 0;
-        if (i < n && start < (hi > lo + span_min ? hi : lo + span_min)) {
-            hi = end > hi ? end : hi;
+    if (np == 0) {
+        free(piece);
+        return CUDA_SUCCESS;
+    }
+    qsort(piece, np, sizeof *piece, by_addr);
+    /* [lo, hi): the span being grown, at least span_min but never into the next span
+     * already reserved (cap); a piece starting below its end joins it */
+    uint64_t lo = piece[0][0], hi = piece[0][1], cap = next_span(b, lo);
+    int nbefore = b->ckpt.nspans;
+    for (size_t i = 1; i <= np && r == CUDA_SUCCESS; i++) {
+        uint64_t want = hi > lo + span_min ? hi : lo + span_min;
+        want = want < cap ? want : cap;
+        if (i < np && piece[i][0] < want) {
+            hi = piece[i][1] > hi ? piece[i][1] : hi;
             continue;
         }
-        r = span_reserve(b, lo, hi > lo + span_min ? hi : lo + span_min, gran);
-        lo = start;
-        hi = end;
+        r = span_reserve(b, lo, want, gran);
+        if (i < np) {
+            lo = piece[i][0];
+            hi = piece[i][1];
+            cap = next_span(b, lo);
+        }
     }
-    free(sorted);
-    if (r != CUDA_SUCCESS)
-        spans_free(b);
+    free(piece);
+    if (r != CUDA_SUCCESS) /* this call's spans go again (no granule is mapped in them yet) */
+        spans_free_from(b, nbefore);
     return r;
 }
 

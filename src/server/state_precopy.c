@@ -21,17 +21,20 @@
 
 #define MAX_IMAGES    65536 /* modules one pre-copy lists */
 #define MAX_NAMES     (64u << 20) /* bytes of function names one pre-copy lists */
+#define MAX_RANGES    (1u << 20) /* stream-ordered allocations one pre-copy lists */
 #define ANSWER_S      30    /* the receiver's answers: its list, then its loads */
 
 /* The wire (docs/state-format.md, "Pre-copy of kernel images"): the source sends the
  * header, one entry per module, then each entry's function names; the receiver answers
  * "NEED" and one byte per entry (1: send the image); the source sends those images in
  * list order; the receiver loads every image it has, looks its functions up (a driver
- * that loads lazily loads them then) and answers one line "PRELOADED n\n". */
+ * that loads lazily loads them then) and answers one line "PRELOADED n\n". The
+ * session's stream-ordered allocations follow the names: the receiver keeps their
+ * addresses free before it loads anything, or the driver may put the images there. */
 struct pc_header {
     char     magic[8]; /* FLYT_PRECOPY_MAGIC */
     uint32_t count;
-    uint32_t reserved; /* 0 */
+    uint32_t nranges; /* {addr u64, size u64} after the names */
 };
 
 struct pc_entry {
@@ -66,6 +69,8 @@ static struct {
     char           **names;   /* each module's function names, NUL after each */
     uint8_t         *held;    /* the receiver holds entry i's image: the state omits it */
     uint32_t         n, cap;
+    uint64_t       (*ranges)[2]; /* the stream-ordered allocations at the start */
+    uint32_t         nranges, ranges_cap;
     char             why[240];
 } src;
 
@@ -77,8 +82,11 @@ static void source_free_images(void)
     }
     free(src.image);
     free(src.names);
+    free(src.ranges);
     src.image = NULL;
     src.names = NULL;
+    src.ranges = NULL;
+    src.nranges = src.ranges_cap = 0;
 }
 
 /* The list too: what the receiver holds is forgotten. */
@@ -139,6 +147,22 @@ static int list_func(struct flyt_hentry *e, void *arg)
     src.list[i].nfuncs++;
     *names_total += len;
     return 0;
+}
+
+static CUresult list_range(void *arg, uint64_t addr, uint64_t size, flyt_bhandle pool)
+{
+    (void)arg, (void)pool;
+    if (src.nranges == src.ranges_cap) {
+        uint32_t cap = src.ranges_cap ? 2 * src.ranges_cap : 64;
+        void *more = cap <= MAX_RANGES ? realloc(src.ranges, cap * sizeof *src.ranges) : NULL;
+        if (more == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY; /* the rest reserved at the restore */
+        src.ranges = more;
+        src.ranges_cap = cap;
+    }
+    src.ranges[src.nranges][0] = addr;
+    src.ranges[src.nranges++][1] = size;
+    return CUDA_SUCCESS;
 }
 
 /* The receiver's answer line after the images: 0 when it came (*loaded), 1 when it did
@@ -212,7 +236,7 @@ static long answer_s(void)
 /* Lists the images, sends those asked for, waits for the loads. 0, or -1 with src.why. */
 static int offer(void)
 {
-    struct pc_header h = {.count = src.n};
+    struct pc_header h = {.count = src.n, .nranges = src.nranges};
     memcpy(h.magic, FLYT_PRECOPY_MAGIC, sizeof h.magic);
     uint8_t *need = src.held = calloc(src.n + 1, 1);
     struct timeval answer = {answer_s(), 0}, forever = {0, 0};
@@ -222,7 +246,8 @@ static int offer(void)
         snprintf(src.why, sizeof src.why, "out of memory");
     else if (flyt_write_full(src.sock, &h, sizeof h) != 0 ||
              flyt_write_full(src.sock, src.list, src.n * sizeof *src.list) != 0 ||
-             send_names() != 0) {
+             send_names() != 0 ||
+             flyt_write_full(src.sock, src.ranges, src.nranges * sizeof *src.ranges) != 0) {
         int sent_errno = errno;
         if (read_needs(need) == 0 || strncmp(src.why, "the receiver refused", 20) != 0)
             snprintf(src.why, sizeof src.why, "sending the pre-copy: %s", strerror(sent_errno));
@@ -293,6 +318,8 @@ int flyt_precopy_start(flyt_session *s, const char *dest, const char *secret)
     flyt_handles_foreach(&s->handles, list_module, s);
     uint64_t names_total = 0;
     flyt_handles_foreach(&s->handles, list_func, &names_total);
+    if (s->b->ops->state_async)
+        s->b->ops->state_async(s->b, list_range, NULL);
     snprintf(src.dest, sizeof src.dest, "%s", dest);
     snprintf(src.secret, sizeof src.secret, "%s", secret);
     src.done = 0;
@@ -391,6 +418,8 @@ struct incoming {
     char            *names;
     uint64_t        *names_at;
     void           **cached;
+    uint64_t       (*ranges)[2]; /* the source's stream-ordered allocations */
+    uint32_t         nranges;
 };
 
 /* Entry i's functions looked up in its loaded module: a driver that loads kernels lazily
@@ -541,9 +570,30 @@ static int read_list(int fd, struct incoming *in, long long deadline)
         total += in->list[i].names_len;
     }
     if (total > MAX_NAMES || (in->names = malloc(total + 1)) == NULL ||
-        flyt_stream_read_by(fd, in->names, total, deadline) != 0)
+        flyt_stream_read_by(fd, in->names, total, deadline) != 0 ||
+        (in->ranges = malloc((size_t)in->nranges * sizeof *in->ranges + 1)) == NULL ||
+        flyt_stream_read_by(fd, in->ranges, (size_t)in->nranges * sizeof *in->ranges, deadline))
         return -1;
+    for (uint32_t i = 0; i < in->nranges; i++)
+        if (in->ranges[i][0] == 0 || in->ranges[i][1] == 0 ||
+            in->ranges[i][0] + in->ranges[i][1] < in->ranges[i][0])
+            return -1;
     return names_ok(in) ? 0 : -1;
+}
+
+/* The source's stream-ordered allocations kept free before any image is loaded (the
+ * driver lays module memory out where the source's pools were: measured with PyTorch
+ * on cudaMallocAsync). Not fatal: the restore reserves what is still missing and says
+ * when it cannot. */
+static void keep_async_free(flyt_backend *b, const struct incoming *in)
+{
+    if (b == NULL || in->nranges == 0 || !b->ops->async_spans)
+        return;
+    CUresult r = b->ops->async_spans(b, (const uint64_t (*)[2])in->ranges, in->nranges);
+    if (r != CUDA_SUCCESS)
+        flyt_warn("pre-copy: the addresses of the source's %u stream-ordered allocation(s) "
+                  "could not be kept free before the kernel images load (CUDA error %d)",
+                  in->nranges, (int)r);
 }
 
 static void incoming_free(struct incoming *in)
@@ -554,6 +604,7 @@ static void incoming_free(struct incoming *in)
     free(in->names);
     free(in->names_at);
     free(in->list);
+    free(in->ranges);
 }
 
 int flyt_precopy_receive(int fd, const struct flyt_server_config *cfg, long long deadline_ms,
@@ -566,14 +617,16 @@ int flyt_precopy_receive(int fd, const struct flyt_server_config *cfg, long long
     struct pc_header h;
     struct incoming in = {.version = version};
     int bad = flyt_stream_read_by(fd, &h, sizeof h, deadline_ms) != 0 || h.count > MAX_IMAGES ||
-              h.reserved != 0;
+              h.nranges > MAX_RANGES || (version < 2 && h.nranges != 0);
     in.n = bad ? 0 : h.count;
+    in.nranges = bad ? 0 : h.nranges;
     if (bad || read_list(fd, &in, deadline_ms) != 0) {
         incoming_free(&in);
         snprintf(err, errlen, "a malformed pre-copy of kernel images");
         return -1;
     }
     flyt_backend *b = flyt_session_preopened();
+    keep_async_free(b, &in);
     for (uint32_t i = 0; b && i < in.n; i++)
         in.cached[i] = flyt_cache_load(cfg->cache_dir, in.list[i].sha256, in.list[i].size);
     int rc = answer_needs(fd, &in, b);

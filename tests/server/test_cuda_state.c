@@ -274,6 +274,38 @@ static void async_address_taken(struct flyt_state *st)
     config.restore = NULL;
 }
 
+/* A streamed move's pre-copy keeps the first allocation's span before the state
+ * comes (backend.h, async_spans): the restore reserves only what is still missing,
+ * the second allocation's span, not the first's again (the driver would place that
+ * elsewhere: the restore would fail). Then a range straddling a reserved span's end
+ * gets a span from that end on. */
+static void async_spans_kept_early(struct flyt_state *st)
+{
+    th_say("a pre-copy kept one stream-ordered allocation's span: the restore adds the other");
+    char err[256];
+    flyt_cuda_driver_use(&table);
+    int before = fake_live.reservations;
+    CHECK_EQ(flyt_session_preopen(&config, err, sizeof err), 0, "the backend opens: %s", err);
+    flyt_backend *b = flyt_session_preopened();
+    int opened = fake_live.reservations;
+    const uint64_t first[1][2] = {{async_ptr, ASYNC_SIZE}};
+    CHECK_EQ(b->ops->async_spans(b, first, 1), CUDA_SUCCESS, "the pre-copy's span");
+    CHECK_EQ(fake_live.reservations, opened + 1, "one span reserved");
+    CHECK_EQ(b->ops->async_spans(b, first, 1), CUDA_SUCCESS, "the same range again");
+    CHECK_EQ(fake_live.reservations, opened + 1, "needs nothing more");
+    config.restore = st;
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO restores the session in that backend");
+    async_answers();
+    CHECK_EQ(fake_live.reservations, before + 3, "the arena and a span over each allocation");
+
+    uint64_t gran_end = (async_far & ~(uint64_t)(FAKE_GRANULE - 1)) + ((uint64_t)32 << 20);
+    const uint64_t straddle[1][2] = {{gran_end - 4096, 8192}};
+    CHECK_EQ(b->ops->async_spans(b, straddle, 1), CUDA_SUCCESS, "a range across a span's end");
+    CHECK_EQ(fake_live.reservations, before + 4, "a span from that end on");
+    session_end();
+    config.restore = NULL;
+}
+
 static void restore_matches(struct flyt_state *st)
 {
     th_say("the restored session: same addresses, contents, module and function");
@@ -573,6 +605,7 @@ int main(void)
     restore_refused_when_taken(st);
     restore_matches(st);
     async_address_taken(st);
+    async_spans_kept_early(st);
     flyt_state_close(st);
     globals_restored();
     textures_restored();
