@@ -135,6 +135,8 @@ int handle_HOST_MAP_AT(flyt_session *s, flyt_call *c)
             munmap(base, (size_t)r->size);
         } else if ((c->result = region_add(s, base, r->size, r->addr, &rep->a)) == CUDA_SUCCESS) {
             rep->b = dptr;
+            flyt_handles_get(&s->handles, rep->a, FLYT_H_REGION)->u.region.read_only =
+                (r->flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0;
         }
     }
     if (fd >= 0)
@@ -202,7 +204,8 @@ static CUresult region_attach(flyt_session *s, struct flyt_hentry *e, int fd)
         return g->mapped ? CUDA_ERROR_ALREADY_MAPPED : CUDA_ERROR_OUT_OF_MEMORY;
     if (g->mapped) {
         uint64_t dptr = 0;
-        r = s->b->ops->host_register_mapped ? s->b->ops->host_register_mapped(s->b, base, g->size, 0, &dptr)
+        unsigned flags = g->read_only ? CU_MEMHOSTREGISTER_READ_ONLY : 0;
+        r = s->b->ops->host_register_mapped ? s->b->ops->host_register_mapped(s->b, base, g->size, flags, &dptr)
                                             : CUDA_ERROR_NOT_SUPPORTED;
         if (r == CUDA_SUCCESS && dptr != g->addr) {
             flyt_warn("host memory region %llu: the device gives it 0x%llx, not 0x%llx as before",

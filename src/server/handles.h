@@ -58,6 +58,7 @@ struct flyt_region_info {
     uint8_t  mapped;      /* registered device-mapped (HOST_MAP_AT) */
     uint8_t  warned;      /* detached: its refusal was logged once */
     uint8_t  placeholder; /* detached and mapped: addr holds our PROT_NONE reservation */
+    uint8_t  read_only;   /* mapped for the GPU's reads only (CU_MEMHOSTREGISTER_READ_ONLY) */
 };
 
 struct flyt_vmem_info {

@@ -439,7 +439,8 @@ static CUresult write_entry(flyt_session *s, struct writer *w, const struct flyt
     case FLYT_H_REGION: { /* the memory is the client's: only what names it */
         const struct flyt_region_info *g = &e->u.region;
         struct flyt_state_hostmap rec = {.id = e->id, .size = g->size, .addr = g->addr,
-                                         .mapped = g->mapped};
+                                         .mapped = g->mapped,
+                                         .flags = g->read_only ? FLYT_STATE_HOSTMAP_READ_ONLY : 0};
         return w_record(w, FLYT_SS_HOSTMAP, &rec, sizeof rec, 0) ? CUDA_ERROR_OPERATING_SYSTEM
                                                                  : CUDA_SUCCESS;
     }
@@ -674,7 +675,8 @@ static void rec_load(union state_rec *rec, uint32_t type, const unsigned char *p
 /* A region of some bytes: device-mapped ones at whole user-space pages. */
 static int hostmap_ok(const struct flyt_state_hostmap *r)
 {
-    if (r->size == 0 || r->size > (1ull << 47) || r->mapped > 1 || r->pad != 0)
+    if (r->size == 0 || r->size > (1ull << 47) || r->mapped > 1 ||
+        (r->flags & ~FLYT_STATE_HOSTMAP_READ_ONLY) || (r->flags && !r->mapped))
         return 0;
     if (!r->mapped)
         return r->addr == 0;
@@ -1284,7 +1286,8 @@ static CUresult restore_hostmap(flyt_session *s, const struct flyt_state_hostmap
             (unsigned long long)r->id);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    h->u.region = (struct flyt_region_info){.size = r->size, .addr = r->addr, .mapped = r->mapped};
+    h->u.region = (struct flyt_region_info){.size = r->size, .addr = r->addr, .mapped = r->mapped,
+                                            .read_only = (r->flags & FLYT_STATE_HOSTMAP_READ_ONLY) != 0};
     h->u.region.placeholder = r->mapped && (take_reserved(r) || flyt_region_reserve(r->addr, r->size) == 0);
     s->detached_mapped += r->mapped;
     return CUDA_SUCCESS;

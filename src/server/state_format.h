@@ -21,9 +21,10 @@
 #include "flyt_proto.h"
 
 #define FLYT_STATE_MAGIC   0x5441545354594c46ull /* "FLYTSTAT" little-endian */
-#define FLYT_STATE_VERSION 10u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL;
+#define FLYT_STATE_VERSION 11u /* 2: the CLIENT section; 3: ARENA sections; 4: HOSTMAP; 5: GLOBAL;
                                 * 6: the chunked trailer; 7: VRANGE and VMEM; 8: ARRAY, MIPMAP,
-                                * TEXOBJ, SURFOBJ; 9: GRAPH, GRAPH_EXEC; 10: MEMPOOL and ASYNC */
+                                * TEXOBJ, SURFOBJ; 9: GRAPH, GRAPH_EXEC; 10: MEMPOOL and ASYNC;
+                                * 11: HOSTMAP's read-only flag */
 #define FLYT_STATE_HASH    32u /* the SHA-256 trailer */
 #define FLYT_STATE_CHUNKED 6u  /* the first version with the chunked trailer */
 #define FLYT_STATE_CHUNK   ((size_t)4 << 20)
@@ -146,8 +147,9 @@ struct flyt_state_hostmap {
     uint64_t size;
     uint64_t addr;   /* HOST_MAP_AT: the client's address; 0: HOST_MAP */
     uint32_t mapped; /* 1: device-mapped at addr (HOST_MAP_AT) */
-    uint32_t pad;
+    uint32_t flags;  /* FLYT_STATE_HOSTMAP_READ_ONLY (version 11; 0 before) */
 };
+#define FLYT_STATE_HOSTMAP_READ_ONLY 1u /* mapped for the GPU's reads only */
 static_assert(sizeof(struct flyt_state_hostmap) == 32, "state hostmap");
 
 /* A module global the client looked up: it must be at the same address

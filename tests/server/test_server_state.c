@@ -141,7 +141,8 @@ static void share_regions(int fd)
     CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_MAP, &m, sizeof m, region_fd[0], &one, sizeof one),
              T_SUCCESS, "HOST_MAP");
     region_id[0] = one.value;
-    flyt_req_host_map_at at = {.size = REGION_SIZE, .addr = (uint64_t)(uintptr_t)region_view[1]};
+    flyt_req_host_map_at at = {.size = REGION_SIZE, .addr = (uint64_t)(uintptr_t)region_view[1],
+                               .flags = 0x08 /* CU_MEMHOSTREGISTER_READ_ONLY */}; /* kept across a move */
     flyt_rep_u64_pair two;
     CHECK_EQ(th_call_fd(fd, FLYT_OP_HOST_MAP_AT, &at, sizeof at, region_fd[1], &two, sizeof two),
              T_SUCCESS, "HOST_MAP_AT");
@@ -159,6 +160,30 @@ static int region_roundtrip(int fd, int r, uint64_t offset, unsigned char *got)
     if (rc == T_SUCCESS)
         CHECK_EQ(th_dtoh(fd, buf_ptr[0], 4096, got, &had), T_SUCCESS, "read back");
     return rc;
+}
+
+struct hostmap_query {
+    uint64_t id;
+    int      flags; /* -1: no section names it */
+};
+
+static void hostmap_seen(uint32_t type, const unsigned char *body, uint64_t len, void *arg)
+{
+    struct hostmap_query *q = arg;
+    struct flyt_state_hostmap rec;
+    if (type != FLYT_SS_HOSTMAP || len != sizeof rec)
+        return;
+    memcpy(&rec, body, sizeof rec);
+    if (rec.id == q->id)
+        q->flags = (int)rec.flags;
+}
+
+/* The flags of region id's HOSTMAP section in the state file at path (-1: none). */
+static int hostmap_flags(const char *path, uint64_t id)
+{
+    struct hostmap_query q = {id, -1};
+    ckpt_sections(path, hostmap_seen, &q);
+    return q.flags;
 }
 
 static int remap(int fd, int r, uint64_t size, int pass_fd)
@@ -188,6 +213,14 @@ static void restored_regions(int fd)
         for (uint64_t i = 0; i < 4096; i++)
             same &= got[i] == (i < 16 ? 0x5a + r : region_pattern(r, 4096 + i));
         CHECK(same, "region %d: the client's current bytes", r);
+        if (r == 1) {
+            char path[160], error[256];
+            snprintf(path, sizeof path, "%s/remapped.state", dir);
+            CHECK_EQ(checkpoint(path, error, sizeof error), T_SUCCESS, "checkpoint: %s", error);
+            CHECK_EQ(hostmap_flags(path, region_id[1]), FLYT_STATE_HOSTMAP_READ_ONLY,
+                     "the read-only registration came back read-only");
+            unlink(path);
+        }
         CHECK_EQ(handle_op(fd, FLYT_OP_HOST_UNMAP, region_id[r]), T_SUCCESS, "HOST_UNMAP %d", r);
         munmap(region_view[r], REGION_SIZE);
         close(region_fd[r]);
@@ -531,6 +564,9 @@ int main(int argc, char **argv)
     CHECK_EQ(checkpoint(state_path, error, sizeof error), T_SUCCESS, "checkpoint: %s", error);
     struct stat sb;
     CHECK(stat(state_path, &sb) == 0 && (uint64_t)sb.st_size > buf_size[1], "state written");
+    CHECK_EQ(hostmap_flags(state_path, region_id[0]), 0, "a HOST_MAP region: no flags");
+    CHECK_EQ(hostmap_flags(state_path, region_id[1]), FLYT_STATE_HOSTMAP_READ_ONLY,
+             "the HOST_MAP_AT region registered read-only says so");
     unsigned char got[16];
     int had;
     CHECK_EQ(th_dtoh(fd, buf_ptr[2], sizeof got, got, &had), T_SUCCESS, "session carries on");
