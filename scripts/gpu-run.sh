@@ -161,10 +161,14 @@ if has_part elastic; then
         OUT=$OUT PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout -k 10 300 \
             bash "$root/tests/gpu/migrate_check.sh" "$build" torch-expandable "step 50:" -- \
             "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
-        # PyTorch's allocator on stream-ordered memory (cudaMallocAsync), streamed: refused
-        # by the receiver at 434ddac, the session stays on its source (docs/state-format.md)
+        # PyTorch's allocator on stream-ordered memory (cudaMallocAsync), streamed (refused
+        # by the receiver at 434ddac: its pre-copy's images took the pool's addresses)
         OUT=$OUT PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync MIGRATE_VIA=stream timeout -k 10 300 \
             bash "$root/tests/gpu/migrate_check.sh" "$build" torch-async "step 50:" -- \
+            "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
+        # PyTorch replaying its training step as a CUDA graph, streamed
+        OUT=$OUT MIGRATE_TRAIN_GRAPH=1 MIGRATE_VIA=stream timeout -k 10 300 \
+            bash "$root/tests/gpu/migrate_check.sh" "$build" torch-graph "step 50:" -- \
             "${FLYT_PYTHON:-python3}" "$root/tests/gpu/migrate_train.py" 200 0.02 2>&1 | tail -n 12
         # the same moves streamed to a receiving server whose device was open first
         OUT=$OUT MIGRATE_VIA=stream timeout -k 10 240 bash "$root/tests/gpu/migrate_check.sh" "$build" \
@@ -181,6 +185,7 @@ if has_part elastic; then
     find "$OUT" -name "*.state" -delete # tens of MB each: the logs say what they held
     pack elastic state-check migrate-loop migrate-global migrate-pinned migrate-vmm migrate-graph \
         migrate-async migrate-async-stream migrate-torch migrate-torch-expandable migrate-torch-async \
+        migrate-torch-graph \
         migrate-loop-stream migrate-torch-stream migrate-torch-stream-noprecopy
 fi
 

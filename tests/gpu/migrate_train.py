@@ -6,7 +6,10 @@ grows the allocator's memory after the move. With
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the allocator uses the
 driver's VMM (cuMemAddressReserve, cuMemCreate, cuMemMap), and the run says
 whether its segments were expandable; with backend:cudaMallocAsync it uses
-stream-ordered memory, and the run names the allocator backend.
+stream-ordered memory, and the run names the allocator backend. With
+MIGRATE_TRAIN_GRAPH=1 the whole training step (forward, backward, a
+capturable Adam step) is captured once into a CUDA graph and replayed: the
+session moves holding a graph exec of PyTorch's kernels.
 usage: migrate_train.py [STEPS] [SLEEP_S]"""
 import os
 import sys
@@ -29,14 +32,39 @@ mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Li
 cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
                           torch.nn.AvgPool2d(4), torch.nn.Flatten(),
                           torch.nn.Linear(128, 10)).to(dev)
-opt = torch.optim.Adam(list(mlp.parameters()) + list(cnn.parameters()), lr=1e-3)
+graphed = os.environ.get("MIGRATE_TRAIN_GRAPH") == "1"
+opt = torch.optim.Adam(list(mlp.parameters()) + list(cnn.parameters()), lr=1e-3,
+                       capturable=graphed)
 bce = torch.nn.BCEWithLogitsLoss()
 ce = torch.nn.CrossEntropyLoss()
-for step in range(1, steps + 1):
-    opt.zero_grad()
-    loss = bce(mlp(x), y) + ce(cnn(img), lab)
-    loss.backward()
+
+
+def train_step():
+    opt.zero_grad(set_to_none=False)
+    out = bce(mlp(x), y) + ce(cnn(img), lab)
+    out.backward()
     opt.step()
+    return out
+
+
+graph = None
+if graphed:  # warm up on a side stream, as torch.cuda.graph asks, then capture one step
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            train_step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graph_loss = train_step()
+    print("training step captured in a CUDA graph", flush=True)
+for step in range(1, steps + 1):
+    if graph is not None:
+        graph.replay()
+        loss = graph_loss
+    else:
+        loss = train_step()
     if step % 10 == 0:
         print(f"step {step}: loss {loss.item():.6f}", flush=True)
     if step == 120:
