@@ -157,10 +157,10 @@ static void spans_free(struct flyt_cuda_backend *b)
     spans_free_from(b, 0);
 }
 
-/* [base, end) at exactly base. Not placed elsewhere: the address is where the
- * receiving process's own pools lay out, whose allocations would then collide
- * with an alias (measured on the H100: wrong sums). The restore fails instead;
- * a live migration keeps the session on its source. */
+/* [base, end) at exactly base. Never placed elsewhere: the address is where the
+ * receiving process's own pools lay out, whose allocations would then collide with an
+ * alias (measured on the H100: wrong sums). The restore fails instead; a live
+ * migration keeps the session on its source. */
 static CUresult span_reserve(struct flyt_cuda_backend *b, uint64_t base, uint64_t end, uint64_t gran)
 {
     struct flyt_cuda_span *more = realloc(b->ckpt.spans, (size_t)(b->ckpt.nspans + 1) * sizeof *more);
@@ -175,9 +175,10 @@ static CUresult span_reserve(struct flyt_cuda_backend *b, uint64_t base, uint64_
     }
     if (r != CUDA_SUCCESS) {
         flyt_error("restore: stream-ordered allocations at 0x%llx..0x%llx cannot be put back at "
-                   "their addresses here: reserving the range gave %s (CUDA error %d)",
+                   "their addresses here: the driver %s 0x%llx (CUDA error %d)",
                    (unsigned long long)base, (unsigned long long)end,
-                   r == CUDA_ERROR_ALREADY_MAPPED ? "another address" : "an error", (int)r);
+                   r == CUDA_ERROR_ALREADY_MAPPED ? "offered" : "failed; asked for",
+                   (unsigned long long)(r == CUDA_ERROR_ALREADY_MAPPED ? got : base), (int)r);
         return r;
     }
     b->ckpt.spans[b->ckpt.nspans++] = (struct flyt_cuda_span){base, end - base};
@@ -248,13 +249,13 @@ CUresult flyt_cuda_async_spans(flyt_backend *base, const uint64_t (*ranges)[2], 
     }
     qsort(piece, np, sizeof *piece, by_addr);
     /* [lo, hi): the span being grown, at least span_min but never into the next span
-     * already reserved (cap); a piece starting below its end joins it */
+     * already reserved (cap); a piece starting at or below its end joins it */
     uint64_t lo = piece[0][0], hi = piece[0][1], cap = next_span(b, lo);
     int nbefore = b->ckpt.nspans;
     for (size_t i = 1; i <= np && r == CUDA_SUCCESS; i++) {
         uint64_t want = hi > lo + span_min ? hi : lo + span_min;
         want = want < cap ? want : cap;
-        if (i < np && piece[i][0] < want) {
+        if (i < np && piece[i][0] <= want && piece[i][0] < cap) {
             hi = piece[i][1] > hi ? piece[i][1] : hi;
             continue;
         }

@@ -278,7 +278,7 @@ static void async_address_taken(struct flyt_state *st)
  * comes (backend.h, async_spans): the restore reserves only what is still missing,
  * the second allocation's span, not the first's again (the driver would place that
  * elsewhere: the restore would fail). Then a range straddling a reserved span's end
- * gets a span from that end on. */
+ * gets a span from that end on, and allocations end to start get one span. */
 static void async_spans_kept_early(struct flyt_state *st)
 {
     th_say("a pre-copy kept one stream-ordered allocation's span: the restore adds the other");
@@ -302,6 +302,12 @@ static void async_spans_kept_early(struct flyt_state *st)
     const uint64_t straddle[1][2] = {{gran_end - 4096, 8192}};
     CHECK_EQ(b->ops->async_spans(b, straddle, 1), CUDA_SUCCESS, "a range across a span's end");
     CHECK_EQ(fake_live.reservations, before + 4, "a span from that end on");
+    /* a pool's allocations run on contiguously: on the H100 a second hinted span
+     * touching the first was refused (PyTorch on cudaMallocAsync) */
+    uint64_t run = gran_end + ((uint64_t)64 << 20);
+    const uint64_t touching[2][2] = {{run, (uint64_t)32 << 20}, {run + ((uint64_t)32 << 20), 4096}};
+    CHECK_EQ(b->ops->async_spans(b, touching, 2), CUDA_SUCCESS, "allocations end to start");
+    CHECK_EQ(fake_live.reservations, before + 5, "one span over both");
     session_end();
     config.restore = NULL;
 }

@@ -5,7 +5,12 @@
  * "receiver BASE LO SPAN [pool-first]": reserve the arena at BASE, (with
  * pool-first: create a pool and allocate from it first) then SPAN bytes
  * hinted at LO; map a granule at LO, write and read it; print where the
- * process's own pools then allocate. Run natively, each a fresh process. */
+ * process's own pools then allocate. "adjacent": no arena; hinted spans of
+ * 34 MiB side by side from a free 32 MiB-aligned address (the second starts
+ * unaligned), then aligned ones with gaps: which does the driver grant?
+ * "nopool": where a fresh process's first pool allocation lands with no
+ * arena (PyTorch on cudaMallocAsync never asks for plain device memory).
+ * Run natively, each a fresh process. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,9 +91,32 @@ static int map_and_touch(unsigned long long at)
     return r == CUDA_SUCCESS && v == 0x5a5a5a5au;
 }
 
+static void adjacent(void)
+{
+    const unsigned long long mib = 1ull << 20;
+    CUdeviceptr free_at = reserve(1024 * mib, 0, "probe");
+    cuMemAddressFree(free_at, 1024 * mib);
+    unsigned long long at = (free_at + 32 * mib - 1) & ~(32 * mib - 1);
+    reserve(34 * mib, at, "first, aligned");
+    reserve(34 * mib, at + 34 * mib, "touching it, unaligned");
+    reserve(32 * mib, at + 128 * mib, "gap, aligned");
+    reserve(34 * mib, at + 162 * mib, "gap of 2 MiB, unaligned");
+    reserve(64 * mib, at + 256 * mib, "gap, aligned 64");
+    reserve(64 * mib, at + 320 * mib, "touching it, aligned");
+}
+
 int main(int argc, char **argv)
 {
     context();
+    if (argc >= 2 && strcmp(argv[1], "adjacent") == 0) {
+        adjacent();
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "nopool") == 0) {
+        async(3u << 20, NULL, "default");
+        async(100u << 20, NULL, "default");
+        return 0;
+    }
     if (argc >= 2 && strcmp(argv[1], "source") == 0) {
         reserve(arena_size(), 0, "arena");
         async(3u << 20, NULL, "default");

@@ -15,3 +15,7 @@ for span in $((32 << 20)) $((1 << 30)) $((8 << 30)) $((64 << 30)); do
 done
 echo "== receiver span 65536 MiB, a pool used first"
 "$probe" receiver "$base" "$lo" $((64 << 30)) pool-first
+echo "== side-by-side and gapped hinted spans (no arena)"
+"$probe" adjacent
+echo "== a fresh process's default pool, no arena"
+"$probe" nopool
