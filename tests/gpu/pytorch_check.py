@@ -10,6 +10,9 @@ Stages (--stage all, or a comma-separated subset, always in this order):
   mlp_train   a small MLP, 30 SGD steps on fixed synthetic data
   cnn_train   a small CNN, 30 Adam steps on fixed synthetic data
   compile     torch.compile (Inductor, Triton kernels) against eager
+  compile_modes  torch.compile mode "reduce-overhead" (Inductor's CUDA graph
+              trees) for inference and training against eager; cuDNN
+              autotuning (cudnn.benchmark) against the CPU
   memory      caching-allocator statistics after a fixed allocation pattern
   cuda_graphs an inference graph and a whole training step captured, replayed
   sdpa        scaled_dot_product_attention fp16/bf16 with each backend forced
@@ -70,7 +73,7 @@ import torch.nn.functional as F  # noqa: E402
 T_IMPORTED = time.perf_counter()
 
 STAGES = ["import", "init", "tensor_ops", "matmul", "conv", "mlp_train", "cnn_train",
-          "compile", "memory", "cuda_graphs", "sdpa", "amp", "fft_linalg", "rnn", "streams",
+          "compile", "compile_modes", "memory", "cuda_graphs", "sdpa", "amp", "fft_linalg", "rnn", "streams",
           "random_sparse", "save_load", "allocator_async"]
 
 
@@ -356,6 +359,63 @@ def stage_compile(st, dev):
     st.out(f"compiled model: sum {g(out.sum().cpu(), 4)}, max |compiled - eager| < 1e-4: {mdiff < 1e-4}")
     st.info["model_max_abs_diff"] = mdiff
     st.check(mdiff < 1e-4, "torch.compile model matches eager")
+
+
+def stage_compile_modes(st, dev):
+    if not cuda_only(st, dev, "CUDA graphs nor cuDNN"):
+        return
+    torch._dynamo.reset()
+    gen = cpu_gen(13)
+    xs = [torch.randn(32, 64, generator=gen).to(dev) for _ in range(3)]
+    torch.manual_seed(17)
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 16)).to(dev)
+    with torch.no_grad():
+        ref = [model(x) for x in xs]
+        cmodel = torch.compile(model, mode="reduce-overhead")
+        got = [cmodel(x).clone() for _ in range(3) for x in xs]  # recorded, then replayed
+    diff = max(float((o - r).abs().max()) for o, r in zip(got, ref * 3))
+    st.out(f"reduce-overhead inference: {len(got)} calls, max |compiled - eager| < 1e-4: {diff < 1e-4}")
+    st.info["inference_max_abs_diff"] = diff
+    st.check(diff < 1e-4, "torch.compile reduce-overhead inference matches eager")
+
+    torch._dynamo.reset()
+    y = torch.randint(0, 16, (32,), generator=gen).to(dev)
+    twin = copy.deepcopy(model)
+    losses = {}
+    for name, net in (("eager", model), ("compiled", torch.compile(twin, mode="reduce-overhead"))):
+        opt = torch.optim.SGD(net.parameters(), lr=0.05)
+        run = []
+        for step in range(8):
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(net(xs[step % 3]), y)
+            loss.backward()
+            opt.step()
+            run.append(loss.detach().clone())
+        losses[name] = torch.stack(run).cpu()
+    tdiff = float((losses["compiled"] - losses["eager"]).abs().max())
+    st.out(f"reduce-overhead training: 8 steps, losses falling: "
+           f"{bool(losses['compiled'][-1] < losses['compiled'][0])}, "
+           f"max |compiled - eager| < 1e-4: {tdiff < 1e-4}")
+    st.info["training_max_abs_diff"] = tdiff
+    st.check(tdiff < 1e-4 and losses["compiled"][-1] < losses["compiled"][0],
+             "torch.compile reduce-overhead training matches eager")
+
+    saved = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = True, False
+    try:
+        conv = nn.Conv2d(16, 32, 3, padding=1).to(dev)
+        x = torch.randn(16, 16, 28, 28, generator=gen).to(dev)
+        with torch.no_grad():
+            outs = [conv(x) for _ in range(3)]  # the first one times the algorithms
+        w, b = conv.weight.detach().cpu().double(), conv.bias.detach().cpu().double()
+        ref = F.conv2d(x.cpu().double(), w, b, padding=1)
+        err = max(rel_err(o, ref) for o in outs)
+    finally:
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved
+    st.out(f"cudnn.benchmark conv2d: 3 calls, relative error < 1e-3: {err < 1e-3}")
+    st.info["cudnn_benchmark_rel_err"] = err
+    st.check(err < 1e-3, "cuDNN autotuned conv2d matches the CPU (float64)")
+    torch._dynamo.reset()  # the CUDA graph trees' memory goes back before the next stage
 
 
 def stage_memory(st, dev):
