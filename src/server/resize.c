@@ -5,6 +5,7 @@
 #include "flyt_log.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -187,7 +188,16 @@ int flyt_resize_wait(flyt_session *s)
     if (s->share_sigfd < 0)
         return 0;
     struct pollfd pf[2] = {{.fd = s->link.fd, .events = POLLIN}, {.fd = s->share_sigfd, .events = POLLIN}};
-    int n = poll(pf, 2, -1);
+    int timeout = -1;
+    if (s->wake_at_ms) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long long left = s->wake_at_ms - ((long long)t.tv_sec * 1000 + t.tv_nsec / 1000000);
+        timeout = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
+    }
+    int n = poll(pf, 2, timeout);
+    if (n == 0)
+        return 1; /* the deadline: serve() looks again */
     if (n > 0 && (pf[1].revents & POLLIN)) {
         drain_signals(s->share_sigfd);
         return !(pf[0].revents & (POLLIN | POLLHUP | POLLERR));

@@ -20,8 +20,9 @@ void flyt_resize_initial(flyt_session *s, const int **groups, int *ngroups, unsi
 /* At a request boundary: applies a share posted since the last one. */
 void flyt_resize_poll(flyt_session *s);
 /* For an idle session (nothing buffered): blocks until the socket has
- * something or a resize was signalled; 1 when only the latter (the caller
- * then applies it with flyt_resize_poll, outside the reader role). */
+ * something, a resize or checkpoint was signalled (SIGURG) or s->wake_at_ms
+ * passed; 1 when only one of the latter (the caller then looks at the status
+ * page with flyt_resize_poll and flyt_state_poll, outside the reader role). */
 int flyt_resize_wait(flyt_session *s);
 
 #endif

@@ -232,22 +232,39 @@ static void restored_regions(int fd)
     free(want);
 }
 
-static void unsupported_refused(int fd)
+#define CAPTURE_WAIT_MS 400 /* the server's FLYT_CKPT_CAPTURE_WAIT_MS here */
+
+/* A stream capture in progress holds a checkpoint request until it ends (then the
+ * checkpoint runs), or until FLYT_CKPT_CAPTURE_WAIT_MS passes, when it is refused naming
+ * the capture: also while the session is idle, and the session carries on. */
+static void capture_holds_checkpoint(int fd)
 {
-    th_say("a stream capture in progress makes the capture fail, naming it; the session carries on");
+    th_say("a stream capture in progress: the checkpoint waits for its end, else is refused");
     flyt_req_capture_begin g = {STREAM_ID, FLYT_CLIENT_IDS + 100, 0, 0};
     CHECK_EQ(th_call(fd, FLYT_OP_CAPTURE_BEGIN, &g, sizeof g, NULL, 0, NULL), T_SUCCESS,
              "capture begins");
     char error[256], bad[160];
     snprintf(bad, sizeof bad, "%s/never.state", dir);
-    CHECK_EQ(checkpoint(bad, error, sizeof error), T_NOT_SUPPORTED, "refused");
+    double t0 = th_now_s();
+    CHECK_EQ(checkpoint(bad, error, sizeof error), T_NOT_SUPPORTED, "refused at the deadline");
+    CHECK_GE(th_now_s() - t0, CAPTURE_WAIT_MS * 0.9e-3, "after waiting for the capture");
     CHECK(strstr(error, "stream capture") != NULL, "the error names the capture: %s", error);
     CHECK(access(bad, F_OK) != 0 && errno == ENOENT, "no file left");
     unsigned char got[64];
     int had;
     CHECK_EQ(th_dtoh(fd, buf_ptr[0], sizeof got, got, &had), T_SUCCESS, "session still serves");
     CHECK_EQ(got[5], pattern(0, 5), "contents untouched");
+
+    char held[160];
+    snprintf(held, sizeof held, "%s/held.state", dir);
+    uint64_t gen = ckpt_post(status_path, held, 0);
+    usleep(CAPTURE_WAIT_MS * 1000 / 4); /* the session saw it and holds it */
+    CHECK(access(held, F_OK) != 0, "nothing written while the capture runs");
     CHECK_EQ(handle_op(fd, FLYT_OP_CAPTURE_END, STREAM_ID), T_SUCCESS, "capture ended");
+    CHECK_EQ(ckpt_wait(status_path, gen, 5000, error, sizeof error), T_SUCCESS,
+             "the held checkpoint ran once the capture ended: %s", error);
+    CHECK(access(held, F_OK) == 0, "its file is written");
+    unlink(held);
     CHECK_EQ(handle_op(fd, FLYT_OP_GRAPH_DESTROY, g.graph), T_SUCCESS, "graph destroyed");
 }
 
@@ -544,6 +561,9 @@ int main(int argc, char **argv)
     }
     const char *bin = argv[1];
     th_watchdog(120);
+    char wait_ms[16];
+    snprintf(wait_ms, sizeof wait_ms, "%d", CAPTURE_WAIT_MS);
+    setenv("FLYT_CKPT_CAPTURE_WAIT_MS", wait_ms, 1); /* for the servers it starts */
     signal(SIGPIPE, SIG_IGN);
     snprintf(dir, sizeof dir, "/tmp/flyt-state-XXXXXX");
     CHECK(mkdtemp(dir) != NULL, "temp dir");
@@ -557,7 +577,7 @@ int main(int argc, char **argv)
     CHECK(fd >= 0 && th_hello(fd) == 0, "HELLO");
     build_session(fd);
     share_regions(fd);
-    unsupported_refused(fd);
+    capture_holds_checkpoint(fd);
 
     th_say("checkpoint through the status page");
     char error[256];
