@@ -9,7 +9,8 @@ whether its segments were expandable; with backend:cudaMallocAsync it uses
 stream-ordered memory, and the run names the allocator backend. With
 MIGRATE_TRAIN_GRAPH=1 the whole training step (forward, backward, a
 capturable Adam step) is captured once into a CUDA graph and replayed: the
-session moves holding a graph exec of PyTorch's kernels.
+session moves holding a graph exec of PyTorch's kernels. MIGRATE_TRAIN_WIDTH=N
+adds an N x N hidden layer (large GEMMs: cuBLAS's cluster kernels).
 usage: migrate_train.py [STEPS] [SLEEP_S]"""
 import os
 import sys
@@ -28,7 +29,12 @@ x = torch.randn(512, 64, device=dev)
 y = (x[:, :8].sum(dim=1, keepdim=True) > 0).float()
 img = torch.randn(32, 3, 16, 16, device=dev)
 lab = torch.randint(0, 10, (32,), device=dev)
-mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1)).to(dev)
+width = int(os.environ.get("MIGRATE_TRAIN_WIDTH", "0"))  # 0: the small MLP
+if width:  # a hidden layer of width x width: cuBLAS's large-matrix kernels (clusters on the H100)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                              torch.nn.ReLU(), torch.nn.Linear(width, 1)).to(dev)
+else:
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1)).to(dev)
 cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
                           torch.nn.AvgPool2d(4), torch.nn.Flatten(),
                           torch.nn.Linear(128, 10)).to(dev)
