@@ -50,8 +50,13 @@ void flyt_cuda_ordered_forget(struct flyt_cuda_backend *b, uint64_t dptr)
 
 /* Measured on the H100 (tests/gpu/probes/pool_span_probe.c): a hinted
  * reservation of 32 MiB is granted where no pool has allocated yet, one of
- * 2 MiB never (small ranges go among the host's mmaps). */
-#define SPAN_MIN ((uint64_t)32 << 20)
+ * 2 MiB never (small ranges go among the host's mmaps), and only at a 32 MiB
+ * boundary: 34 MiB at 0x304200000, right behind a granted one, got
+ * 0x306000000; aligned ones side by side are granted. The driver lays large
+ * reservations (a pool's too) out on those boundaries, so a span starts at
+ * the boundary below its first allocation and ends at one. */
+#define SPAN_MIN   ((uint64_t)32 << 20)
+#define SPAN_ALIGN ((uint64_t)32 << 20)
 
 static void granule_put(struct flyt_cuda_backend *b, uint64_t g, uint64_t gran)
 {
@@ -185,6 +190,18 @@ static CUresult span_reserve(struct flyt_cuda_backend *b, uint64_t base, uint64_
     return CUDA_SUCCESS;
 }
 
+/* The highest span end at or below at (0: none). */
+static uint64_t prev_span_end(const struct flyt_cuda_backend *b, uint64_t at)
+{
+    uint64_t prev = 0;
+    for (int i = 0; i < b->ckpt.nspans; i++) {
+        uint64_t end = b->ckpt.spans[i].base + b->ckpt.spans[i].size;
+        if (end <= at && end > prev)
+            prev = end;
+    }
+    return prev;
+}
+
 /* The lowest span base at or above at (UINT64_MAX: none). */
 static uint64_t next_span(const struct flyt_cuda_backend *b, uint64_t at)
 {
@@ -254,12 +271,14 @@ CUresult flyt_cuda_async_spans(flyt_backend *base, const uint64_t (*ranges)[2], 
     int nbefore = b->ckpt.nspans;
     for (size_t i = 1; i <= np && r == CUDA_SUCCESS; i++) {
         uint64_t want = hi > lo + span_min ? hi : lo + span_min;
+        want = (want + SPAN_ALIGN - 1) & ~(SPAN_ALIGN - 1);
         want = want < cap ? want : cap;
         if (i < np && piece[i][0] <= want && piece[i][0] < cap) {
             hi = piece[i][1] > hi ? piece[i][1] : hi;
             continue;
         }
-        r = span_reserve(b, lo, want, gran);
+        uint64_t floor = prev_span_end(b, lo), start = lo & ~(SPAN_ALIGN - 1);
+        r = span_reserve(b, start > floor ? start : floor, want, gran);
         if (i < np) {
             lo = piece[i][0];
             hi = piece[i][1];

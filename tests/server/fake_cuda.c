@@ -40,10 +40,10 @@ static CUresult obj_free(void *o, const char *kind, int *count)
 
 /* ---- the fake device address space ---- */
 
-#define SPACE_BYTES ((uint64_t)4 << 30) /* virtual (MAP_NORESERVE): arenas of 2 GiB fit */
+#define SPACE_BYTES ((uint64_t)6 << 30) /* virtual (MAP_NORESERVE): arenas of 2 GiB fit, twice */
 #define MAX_RANGES  512
 
-enum range_kind { R_ALLOC = 1, R_RESERVED, R_OCCUPIED, R_MAPPED, R_GLOBAL };
+enum range_kind { R_ALLOC = 1, R_RESERVED, R_OCCUPIED, R_MAPPED, R_GLOBAL, R_POOL };
 
 #define GLOBAL_BYTES ((uint64_t)64 << 10) /* module globals: the top of the space */
 
@@ -91,7 +91,7 @@ static int range_free(uint64_t base, uint64_t size)
 /* The lowest free address of that alignment, 0 when none. */
 static uint64_t first_fit(uint64_t size, uint64_t align)
 {
-    for (uint64_t at = space; at + size <= space + SPACE_BYTES;) {
+    for (uint64_t at = align_up(space, align); at + size <= space + SPACE_BYTES;) {
         uint64_t next = at;
         for (int i = 0; i < nranges; i++)
             if (ranges[i].kind != R_MAPPED && overlaps(&ranges[i], at, size))
@@ -186,6 +186,8 @@ CUresult fake_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
     *c = (CUcontext)(uintptr_t)&token_ctx;
     return CUDA_SUCCESS;
 }
+static void pool_trim(void);
+
 /* The last release destroys the context and, as the driver does, its
  * allocations (VMM reservations and mappings are the process's). */
 static CUresult fake_cuDevicePrimaryCtxRelease(CUdevice d)
@@ -193,12 +195,14 @@ static CUresult fake_cuDevicePrimaryCtxRelease(CUdevice d)
     (void)d;
     if (fake_live.ctx_refs == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (--fake_live.ctx_refs == 0)
+    if (--fake_live.ctx_refs == 0) {
         for (int i = nranges - 1; i >= 0; i--)
             if (ranges[i].kind == R_ALLOC) {
                 range_del(i);
                 fake_live.allocs--;
             }
+        pool_trim(); /* its pools too */
+    }
     return CUDA_SUCCESS;
 }
 static CUresult fake_cuCtxSetCurrent(CUcontext c)
@@ -241,14 +245,59 @@ CUresult fake_cuMemFree(CUdeviceptr p)
         if (ranges[i].kind == R_ALLOC && ranges[i].base == p) {
             range_del(i);
             fake_live.allocs--;
+            pool_trim();
             return CUDA_SUCCESS;
         }
     return CUDA_ERROR_INVALID_VALUE;
 }
+/* The stream-ordered pool, as the H100's default pool: one reservation at a
+ * FAKE_HINT_ALIGN boundary (made at the first allocation, given back when its last
+ * allocation is freed, as a fresh process would have none), allocations placed one
+ * after another inside it. */
+#define FAKE_POOL_BYTES ((uint64_t)256 << 20)
+static uint64_t pool_base;
+
+/* The pool's reservation goes once it holds no allocation. */
+static void pool_trim(void)
+{
+    for (int i = 0; pool_base && i < nranges; i++)
+        if (ranges[i].kind == R_ALLOC && overlaps(&ranges[i], pool_base, FAKE_POOL_BYTES))
+            return;
+    int i = pool_base ? range_find(pool_base, FAKE_POOL_BYTES, R_POOL) : -1;
+    if (i >= 0)
+        range_del(i);
+    pool_base = 0;
+}
+
+static uint64_t pool_fit(uint64_t n)
+{
+    for (uint64_t at = pool_base; at + n <= pool_base + FAKE_POOL_BYTES;) {
+        uint64_t next = at;
+        for (int i = 0; i < nranges; i++)
+            if (ranges[i].kind == R_ALLOC && overlaps(&ranges[i], at, n))
+                next = align_up(ranges[i].base + ranges[i].size, 512);
+        if (next == at)
+            return at;
+        at = next;
+    }
+    return 0;
+}
+
 static CUresult fake_cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
 {
     (void)s;
-    return fake_cuMemAlloc(p, n);
+    space_init();
+    if (pool_base == 0 && ((pool_base = first_fit(FAKE_POOL_BYTES, FAKE_HINT_ALIGN)) == 0 ||
+                           range_add(pool_base, FAKE_POOL_BYTES, R_POOL) != 0)) {
+        pool_base = 0;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t at = n ? pool_fit(n) : 0;
+    if (at == 0 || range_add(at, n, R_ALLOC) != 0)
+        return n ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    fake_live.allocs++;
+    *p = at;
+    return CUDA_SUCCESS;
 }
 static CUresult fake_cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
@@ -313,7 +362,8 @@ static CUresult fake_cuMemGetAllocationGranularity(size_t *g, const CUmemAllocat
 }
 /* addr is a hint, as the driver's: granted when free, else another address;
  * as on the H100 (tests/gpu/probes/pool_span_probe.c), never for a small
- * range (2 MiB there; 32 MiB granted). */
+ * range (2 MiB there; 32 MiB granted) nor off a 32 MiB boundary, where it
+ * lays large reservations out itself. */
 #define FAKE_HINT_MIN ((uint64_t)16 << 20)
 CUresult fake_cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
                                   unsigned long long flags)
@@ -321,8 +371,9 @@ CUresult fake_cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUd
     space_init();
     if (size == 0 || size % FAKE_GRANULE || flags)
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t at = addr && addr % FAKE_GRANULE == 0 && size >= FAKE_HINT_MIN && range_free(addr, size)
-                      ? addr : first_fit(size, align > FAKE_GRANULE ? align : FAKE_GRANULE);
+    uint64_t at = addr && addr % FAKE_HINT_ALIGN == 0 && size >= FAKE_HINT_MIN && range_free(addr, size)
+                      ? addr : first_fit(size, size >= FAKE_HINT_MIN ? FAKE_HINT_ALIGN
+                                               : align > FAKE_GRANULE ? align : FAKE_GRANULE);
     if (at == 0 || range_add(at, size, R_RESERVED) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     fake_live.reservations++;

@@ -18,6 +18,7 @@
 #include "backend_cuda_int.h"
 
 #define FAKE_GRANULE ((uint64_t)2 << 20) /* the fake's VMM granularity */
+#define FAKE_HINT_ALIGN ((uint64_t)32 << 20) /* where a reservation's hint is granted */
 #define FAKE_FREED   0xddu                /* the byte freed device memory holds */
 
 extern struct fake_live {

@@ -298,14 +298,14 @@ static void async_spans_kept_early(struct flyt_state *st)
     async_answers();
     CHECK_EQ(fake_live.reservations, before + 3, "the arena and a span over each allocation");
 
-    uint64_t gran_end = (async_far & ~(uint64_t)(FAKE_GRANULE - 1)) + ((uint64_t)32 << 20);
-    const uint64_t straddle[1][2] = {{gran_end - 4096, 8192}};
+    const uint64_t straddle[1][2] = {{async_far, (uint64_t)64 << 20}};
     CHECK_EQ(b->ops->async_spans(b, straddle, 1), CUDA_SUCCESS, "a range across a span's end");
     CHECK_EQ(fake_live.reservations, before + 4, "a span from that end on");
     /* a pool's allocations run on contiguously: on the H100 a second hinted span
-     * touching the first was refused (PyTorch on cudaMallocAsync) */
-    uint64_t run = gran_end + ((uint64_t)64 << 20);
-    const uint64_t touching[2][2] = {{run, (uint64_t)32 << 20}, {run + ((uint64_t)32 << 20), 4096}};
+     * right behind the first, off a 32 MiB boundary, was refused (PyTorch on
+     * cudaMallocAsync) */
+    uint64_t run = (async_ptr & ~(FAKE_HINT_ALIGN - 1)) + ((uint64_t)256 << 20);
+    const uint64_t touching[2][2] = {{run, (uint64_t)34 << 20}, {run + ((uint64_t)34 << 20), 4096}};
     CHECK_EQ(b->ops->async_spans(b, touching, 2), CUDA_SUCCESS, "allocations end to start");
     CHECK_EQ(fake_live.reservations, before + 5, "one span over both");
     session_end();
