@@ -504,11 +504,11 @@ CUresult hg_cap_set_deps(struct hg_cap *c, struct hg_node *const *deps, size_t n
 
 void hg_cap_drop(struct hg_cap *c)
 {
-    if (c->sess && --c->sess->refs == 0) {
-        if (!c->sess->ended && !c->sess->borrowed)
-            hg_graph_free(c->sess->graph); /* an ended capture gave its graph away */
+    /* its graph is not freed here: the backend's graph set holds it from the capture's
+     * begin (or the program's graph it captures into), also while it is open, and a
+     * backend closing with a capture open frees it once, from that set */
+    if (c->sess && --c->sess->refs == 0)
         free(c->sess);
-    }
     free(c->deps);
     memset(c, 0, sizeof *c);
 }

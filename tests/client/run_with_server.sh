@@ -47,4 +47,6 @@ wait_listening "$tmp/dies.sock" || exit 1
 FLYT_SERVER=unix:$tmp/dies.sock LD_LIBRARY_PATH=$libdir timeout 20 "$noserver" --server-dies || rc=1
 kill $dies 2>/dev/null; wait $dies 2>/dev/null
 grep -q "session" "$tmp/unix.log" || { echo "FAIL: server log has no session lines"; rc=1; }
+# a session ends however its client left (an open capture, a crash): never by a signal
+if grep "killed by signal" "$tmp/unix.log"; then echo "FAIL: a session crashed"; rc=1; fi
 exit $rc
