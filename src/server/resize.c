@@ -164,6 +164,32 @@ static void apply(flyt_session *s, uint64_t gen, int ngroups, unsigned gran)
     acknowledge(gen, (int32_t)r, s->sm_count, t1 - t0, t2 - t1);
 }
 
+#define CAPTURE_WAIT_MS 1000 /* within the node manager's 2 s wait for the acknowledgement */
+
+static uint64_t held_gen; /* a share held while a stream capture is open (0: none) */
+static long long held_until_ms;
+
+/* A stream capture is open: moving the streams would cut its graph off them, so the new
+ * share waits for its end (the first request boundary after it), or until
+ * CAPTURE_WAIT_MS passed, when apply refuses it as before. 1 while it waits. */
+static int capture_holds(flyt_session *s, uint64_t gen)
+{
+    long long now = (long long)(now_ns() / 1000000u);
+    if (!s->b || s->captures == 0 || (held_gen == gen && now >= held_until_ms)) {
+        held_gen = 0;
+        s->share_wake_ms = 0;
+        return 0;
+    }
+    if (held_gen != gen) {
+        held_gen = gen;
+        held_until_ms = now + CAPTURE_WAIT_MS;
+        s->share_wake_ms = held_until_ms + 1;
+        flyt_info("session for %s: the new share waits up to %d ms for its stream capture to end",
+                  s->peer, CAPTURE_WAIT_MS);
+    }
+    return 1;
+}
+
 void flyt_resize_poll(flyt_session *s)
 {
     struct flyt_server_status *p = flyt_status_page();
@@ -172,7 +198,7 @@ void flyt_resize_poll(flyt_session *s)
     int n = 0;
     unsigned gran = 0;
     uint64_t gen = read_share(&n, &gran);
-    if (gen != 0 && gen != s->share_gen)
+    if (gen != 0 && gen != s->share_gen && !capture_holds(s, gen))
         apply(s, gen, n, gran);
 }
 
@@ -189,10 +215,10 @@ int flyt_resize_wait(flyt_session *s)
         return 0;
     struct pollfd pf[2] = {{.fd = s->link.fd, .events = POLLIN}, {.fd = s->share_sigfd, .events = POLLIN}};
     int timeout = -1;
-    if (s->wake_at_ms) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        long long left = s->wake_at_ms - ((long long)t.tv_sec * 1000 + t.tv_nsec / 1000000);
+    long long wake = s->ckpt_wake_ms && (!s->share_wake_ms || s->ckpt_wake_ms < s->share_wake_ms)
+                         ? s->ckpt_wake_ms : s->share_wake_ms;
+    if (wake) {
+        long long left = wake - (long long)(now_ns() / 1000000u);
         timeout = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
     }
     int n = poll(pf, 2, timeout);

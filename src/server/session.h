@@ -125,7 +125,8 @@ typedef struct flyt_session {
     int                              sm_count;  /* SMs of the share, 0 = whole GPU */
     struct flyt_memtab               mem;       /* live allocations, when accounted (quota.h) */
     int                              share_sigfd; /* SIGURG: a live resize was posted (resize.h) */
-    long long                        wake_at_ms;  /* an idle session wakes then too (monotonic; 0: never) */
+    long long                        ckpt_wake_ms;  /* an idle session wakes then too: a held */
+    long long                        share_wake_ms; /* checkpoint, a held share (monotonic ms; 0: no) */
     uint64_t                         share_gen;   /* the page's share this session runs on */
     int                              share_frames; /* the client takes SHARE_CHANGED frames */
     flyt_hash                        stream_attrs; /* stream id + 1 -> attributes set (stream_attrs.h) */

@@ -1588,14 +1588,14 @@ static int capture_holds(flyt_session *s, uint64_t gen)
     uint64_t now = clock_ns(CLOCK_MONOTONIC);
     if (s->captures == 0 || (held_gen == gen && now >= held_until)) {
         held_gen = 0;
-        s->wake_at_ms = 0;
+        s->ckpt_wake_ms = 0;
         return 0;
     }
     if (held_gen != gen) {
         long ms = capture_wait_ms();
         held_gen = gen;
         held_until = now + (uint64_t)ms * 1000000u;
-        s->wake_at_ms = (long long)(held_until / 1000000u) + 1;
+        s->ckpt_wake_ms = (long long)(held_until / 1000000u) + 1;
         flyt_info("session for %s: the checkpoint waits up to %ld ms for its stream capture to "
                   "end", s->peer, ms);
     }
@@ -1617,7 +1617,7 @@ int flyt_state_poll(flyt_session *s)
         if (latest != ckpt_seen) { /* a new request (one held before is given up) */
             gen = ckpt_seen = latest;
             held_gen = 0;
-            s->wake_at_ms = 0;
+            s->ckpt_wake_ms = 0;
             if (LOAD(&p->ckpt_pid) != (int32_t)getpid())
                 return FLYT_CONT;
         }

@@ -9,7 +9,8 @@
  * NVIDIA's runtime in the same process: cudaDeviceGetAttribute asks the
  * driver each time and follows; cudaGetDeviceProperties is the copy the
  * runtime took as it started and keeps the old share (printed, not checked:
- * NVIDIA's behaviour, documented in docs/server.md).
+ * NVIDIA's behaviour, documented in docs/server.md). A resize posted while a
+ * stream capture is open waits for its end, or is refused after 1 s.
  * Run by run_share_push.sh against a host-backend server started with
  * --status-file, --memory-quota and --sm-groups of 8-SM groups.
  * usage: test_share_push STATUS-FILE
@@ -40,9 +41,9 @@ static struct flyt_server_status *map_page(const char *path)
     return m;
 }
 
-/* What the node manager does for one resize; returns once every session
- * acknowledged it (each one's result must be success). */
-static void resize(struct flyt_server_status *p, int ngroups, uint64_t quota)
+/* What the node manager does for one resize: posts the share and signals the
+ * sessions; its generation. */
+static uint64_t post(struct flyt_server_status *p, int ngroups, uint64_t quota)
 {
     __atomic_store_n(&p->memory_quota, quota, __ATOMIC_RELEASE);
     uint64_t gen = __atomic_load_n(&p->share_gen, __ATOMIC_ACQUIRE) + 2;
@@ -54,20 +55,42 @@ static void resize(struct flyt_server_status *p, int ngroups, uint64_t quota)
     __atomic_store_n(&p->share_gen, gen, __ATOMIC_RELEASE);
     for (int i = 0; i < FLYT_STATUS_SLOTS; i++) {
         int32_t pid = __atomic_load_n(&p->slots[i].pid, __ATOMIC_ACQUIRE);
-        if (pid <= 0)
+        if (pid > 0)
+            CHECK_EQ(kill(pid, SIGURG), 0, "SIGURG to session %d", (int)pid);
+    }
+    return gen;
+}
+
+/* Whether every session acknowledged share gen within ms milliseconds; the
+ * result of the last one (a CUresult). */
+static int acknowledged(struct flyt_server_status *p, uint64_t gen, int ms, int32_t *result)
+{
+    for (int i = 0; i < FLYT_STATUS_SLOTS; i++) {
+        if (__atomic_load_n(&p->slots[i].pid, __ATOMIC_ACQUIRE) <= 0)
             continue;
-        CHECK_EQ(kill(pid, SIGURG), 0, "SIGURG to session %d", (int)pid);
         int done = 0;
-        for (int k = 0; k < 1000 && !done; k++) {
+        for (int k = 0; k < ms / 5 && !done; k++) {
             done = __atomic_load_n(&p->slots[i].share_gen, __ATOMIC_ACQUIRE) >= gen;
             struct timespec ts = {0, 5 * 1000 * 1000};
             if (!done)
                 nanosleep(&ts, NULL);
         }
-        CHECK(done, "session %d applied the resize", (int)pid);
-        CHECK_EQ(p->slots[i].share_result, CUDA_SUCCESS, "its result");
-        CHECK_EQ(p->slots[i].share_sms, (uint32_t)(ngroups * GRANULARITY), "its SM count");
+        if (!done)
+            return 0;
+        *result = __atomic_load_n(&p->slots[i].share_result, __ATOMIC_ACQUIRE);
     }
+    return 1;
+}
+
+/* One resize, returning once every session applied it. */
+static void resize(struct flyt_server_status *p, int ngroups, uint64_t quota)
+{
+    int32_t result = -1;
+    CHECK(acknowledged(p, post(p, ngroups, quota), 5000, &result), "the sessions applied the resize");
+    CHECK_EQ(result, CUDA_SUCCESS, "its result");
+    for (int i = 0; i < FLYT_STATUS_SLOTS; i++)
+        if (__atomic_load_n(&p->slots[i].pid, __ATOMIC_ACQUIRE) > 0)
+            CHECK_EQ(p->slots[i].share_sms, (uint32_t)(ngroups * GRANULARITY), "its SM count");
 }
 
 static int sm_count(CUdevice dev)
@@ -111,6 +134,34 @@ static void check_streams(CUstream prio, CUstream nonblocking, const char *when)
              CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE, "the copied stream's memory sync domain %s", when);
     CHECK_EQ(get_attr(NULL, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY).syncPolicy,
              CU_SYNC_POLICY_BLOCKING_SYNC, "the NULL stream's synchronization policy %s", when);
+}
+
+/* A stream capture open in the session holds a resize until it ends (its graph is
+ * tied to the streams a resize moves), then the share applies; one still open after
+ * the server's 1 s wait refuses it, the share unchanged. */
+static void resize_during_capture(struct flyt_server_status *p, CUdevice dev, CUstream s)
+{
+    int sms = sm_count(dev), other = sms == 2 * GRANULARITY ? 3 : 2;
+    uint64_t quota = total_mem(dev);
+    CUgraph graph;
+    CHECK_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS, "a capture begins");
+    int32_t result = -1;
+    uint64_t gen = post(p, other, quota);
+    CHECK(!acknowledged(p, gen, 200, &result), "a resize posted during the capture waits");
+    CHECK_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS, "the capture ends");
+    CHECK(acknowledged(p, gen, 2000, &result), "the resize applies after it");
+    CHECK_EQ(result, CUDA_SUCCESS, "with success");
+    CHECK_EQ(sm_count(dev), other * GRANULARITY, "the new SM count");
+    CHECK_EQ(cuGraphDestroy(graph), CUDA_SUCCESS, "cuGraphDestroy");
+
+    CHECK_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS, "a capture begins");
+    gen = post(p, sms / GRANULARITY, quota);
+    CHECK(acknowledged(p, gen, 3000, &result), "a capture still open at the deadline: answered");
+    CHECK_EQ(result, CUDA_ERROR_NOT_PERMITTED, "refused");
+    CHECK_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS, "the capture ends");
+    CHECK_EQ(sm_count(dev), other * GRANULARITY, "the share is unchanged");
+    CHECK_EQ(cuGraphDestroy(graph), CUDA_SUCCESS, "cuGraphDestroy");
+    resize(p, sms / GRANULARITY, quota);
 }
 
 int main(int argc, char **argv)
@@ -184,6 +235,7 @@ int main(int argc, char **argv)
     printf("cudaGetDeviceProperties after the resize (the runtime's copy): %d SMs, %llu MiB\n",
            props.multiProcessorCount, (unsigned long long)(props.totalGlobalMem / MiB));
 
+    resize_during_capture(page, dev, nonblocking);
     CHECK_EQ(cuStreamDestroy(prio), CUDA_SUCCESS, "cuStreamDestroy");
     CHECK_EQ(cuStreamDestroy(nonblocking), CUDA_SUCCESS, "cuStreamDestroy");
     CHECK_EQ(cuDevicePrimaryCtxRelease(dev), CUDA_SUCCESS, "cuDevicePrimaryCtxRelease");
