@@ -440,7 +440,7 @@ static void confirm(uint64_t end_off)
         ;
 }
 
-static int resume_session(uint64_t moved_at);
+static int resume_session(uint64_t moved_at, uint32_t reason);
 
 /* FLYT_TRACE: where a move's downtime went, as this client saw it (receiver thread only) */
 static struct {
@@ -509,7 +509,7 @@ static void *receiver_thread(void *arg)
                 return NULL;
             }
             move_clock.moved = flyt_tracing() ? clock_ms() : 0;
-            if (resume_session(m.consumed) != 0)
+            if (resume_session(m.consumed, m.reason) != 0)
                 return NULL;
             continue;
         }
@@ -1191,14 +1191,30 @@ static void start_replay(uint64_t from)
     pthread_attr_destroy(&attr);
 }
 
-static int resume_session(uint64_t moved_at)
+/* Seconds a moved session is waited for: a suspended (preempted) one is restored
+ * whenever the operator does, so by default without a limit (10 years). */
+static int resume_timeout_s(uint32_t reason, const char **which)
+{
+    int suspended = reason == FLYT_MOVED_SUSPENDED;
+    *which = suspended ? "FLYT_SUSPEND_TIMEOUT_S" : "FLYT_RECONNECT_TIMEOUT_S";
+    int s = env_seconds(*which, suspended ? 0 : 300);
+    if (suspended && s == 0) {
+        fprintf(stderr, "flyt: the session is suspended (preempted); the program waits until it "
+                        "is restored (FLYT_SUSPEND_TIMEOUT_S sets a limit)\n");
+        return 10 * 365 * 86400;
+    }
+    return s;
+}
+
+static int resume_session(uint64_t moved_at, uint32_t reason)
 {
     /* a sender blocked on the old socket fails now, and waits for the verdict */
     shutdown(conn.link.fd, SHUT_RDWR);
     gate_close();
     link_close(&conn.link);
     flyt_reader_free(&rx);
-    int timeout_s = env_seconds("FLYT_RECONNECT_TIMEOUT_S", 300);
+    const char *which;
+    int timeout_s = resume_timeout_s(reason, &which);
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     deadline.tv_sec += timeout_s;
@@ -1222,8 +1238,8 @@ static int resume_session(uint64_t moved_at)
     if (l.fd < 0 || flyt_reader_init(&rx, l.fd, RX_BUF, 0) != 0) {
         char line[1024];
         snprintf(line, sizeof line, "the server moved the session at request byte %llu and it "
-                 "was not resumed within %d s (FLYT_RECONNECT_TIMEOUT_S); last try: %s",
-                 (unsigned long long)moved_at, timeout_s, l.fd < 0 ? why : "out of memory");
+                 "was not resumed within %d s (%s); last try: %s",
+                 (unsigned long long)moved_at, timeout_s, which, l.fd < 0 ? why : "out of memory");
         link_close(&l);
         conn.link = l;
         fail_all(line);

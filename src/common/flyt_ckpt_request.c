@@ -36,7 +36,7 @@ static int session_lives(struct flyt_server_status *p, pid_t pid)
 
 /* Posts the request and waits for its answer; the page is mapped. */
 static int ask(struct flyt_server_status *p, const char *status_path, const char *state_path,
-               const struct flyt_ckpt_dest *dest, int stop, long timeout_ms, struct flyt_ckpt_outcome *out, char *err, size_t errlen)
+               const struct flyt_ckpt_dest *dest, uint32_t flags, long timeout_ms, struct flyt_ckpt_outcome *out, char *err, size_t errlen)
 {
     if (LOAD(&p->magic) != FLYT_STATUS_MAGIC) {
         snprintf(err, errlen, "%s is not a listening server's status page", status_path);
@@ -64,7 +64,7 @@ static int ask(struct flyt_server_status *p, const char *status_path, const char
     STORE(&p->ckpt_estimate, 0);
     STORE(&p->ckpt_precopy_ms, 0);
     STORE(&p->ckpt_pid, (int32_t)pid);
-    STORE(&p->ckpt_flags, stop ? FLYT_CKPT_STOP : 0u);
+    STORE(&p->ckpt_flags, flags & (FLYT_CKPT_STOP | FLYT_CKPT_SUSPEND));
     uint64_t gen = LOAD(&p->ckpt_gen) + 1;
     STORE(&p->ckpt_gen, gen);
     if (kill(pid, SIGURG) != 0) {
@@ -113,14 +113,14 @@ static struct flyt_server_status *page_map(const char *status_path, char *err, s
 }
 
 int flyt_ckpt_request(const char *status_path, const char *state_path,
-                      const struct flyt_ckpt_dest *dest, int stop, long timeout_ms,
+                      const struct flyt_ckpt_dest *dest, uint32_t flags, long timeout_ms,
                       struct flyt_ckpt_outcome *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     struct flyt_server_status *p = page_map(status_path, err, errlen);
     if (p == NULL)
         return -1;
-    int rc = ask(p, status_path, state_path, dest, stop, timeout_ms, out, err, errlen);
+    int rc = ask(p, status_path, state_path, dest, flags, timeout_ms, out, err, errlen);
     munmap(p, sizeof *p);
     return rc;
 }

@@ -23,15 +23,16 @@ struct flyt_ckpt_dest {
     const char *secret;  /* the receiver's one-time secret, hex */
 };
 
-/* Writes the request for state_path into the page at status_path (stop: the session
- * ends after a successful checkpoint), wakes the connected session and waits up to
+/* Writes the request for state_path into the page at status_path (flags: FLYT_CKPT_STOP,
+ * the session ends after a successful checkpoint, with FLYT_CKPT_SUSPEND for a
+ * preemption), wakes the connected session and waits up to
  * timeout_ms for its answer. 0 with out when the session answered (out->result says
  * whether it wrote the file; err has its reason when not); FLYT_CKPT_NO_SESSION
  * when no client is connected (a session with nothing to capture); -1 with err
  * when the session could not be asked or did not answer. */
 #define FLYT_CKPT_NO_SESSION (-2)
 int flyt_ckpt_request(const char *status_path, const char *state_path,
-                      const struct flyt_ckpt_dest *dest, int stop, long timeout_ms,
+                      const struct flyt_ckpt_dest *dest, uint32_t flags, long timeout_ms,
                       struct flyt_ckpt_outcome *out, char *err, size_t errlen);
 /* While a request is served: the bytes written so far and about how many there will
  * be (0: not known yet). 0, or -1 when the page cannot be read. */

@@ -104,5 +104,8 @@ struct flyt_server_status {
 /* ckpt_flags: the session ends after a successful checkpoint (preemption,
  * or the source of a migration); otherwise it carries on. */
 #define FLYT_CKPT_STOP 1u
+/* With STOP: the session is suspended (preempted), restored at a time nobody knows:
+ * its client waits for it without a deadline (docs/protocol.md, "Session moves"). */
+#define FLYT_CKPT_SUSPEND 2u
 
 #endif

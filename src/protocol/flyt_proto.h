@@ -529,6 +529,8 @@ struct flyt_msg_callback { uint64_t callback_id; int32_t status; int32_t keep; }
  * frame: it was checkpointed and stopped after consuming `consumed` bytes of
  * the client's request stream (counted from the end of the handshake). */
 #define FLYT_MOVED_CHECKPOINT 1u /* FLYT_CKPT_STOP: a restore comes later */
+#define FLYT_MOVED_SUSPENDED  2u /* with FLYT_CKPT_SUSPEND: preempted, restored whenever the
+                                  * operator does: the client waits without a deadline */
 struct flyt_msg_moved { uint64_t consumed; uint32_t reason; uint32_t pad; };
 
 /* ---- the op table ---- */

@@ -601,13 +601,14 @@ static void say_moved(flyt_session *s)
 {
     if (s->client_minor < FLYT_MINOR_RESUME)
         return;
-    struct flyt_msg_moved m = {flyt_session_consumed(s), FLYT_MOVED_CHECKPOINT, 0};
+    struct flyt_msg_moved m = {flyt_session_consumed(s), s->moved_reason, 0};
     struct flyt_frame_hdr h = {sizeof m, FLYT_OP_SESSION_MOVED, 0, 0, 0};
     struct iovec iov[2] = {{&h, sizeof h}, {&m, sizeof m}};
     send_acquire(s);
     int rc = send_iov(s, iov, 2);
     send_release(s);
-    flyt_info("told %s its session moved at request byte %llu", s->peer,
+    flyt_info("told %s its session %s at request byte %llu", s->peer,
+              m.reason == FLYT_MOVED_SUSPENDED ? "is suspended (preempted)" : "moved",
               (unsigned long long)m.consumed);
     if (rc != 0 || shutdown(s->link.fd, SHUT_WR) != 0)
         return;

@@ -125,6 +125,7 @@ typedef struct flyt_session {
     int                              sm_count;  /* SMs of the share, 0 = whole GPU */
     struct flyt_memtab               mem;       /* live allocations, when accounted (quota.h) */
     int                              share_sigfd; /* SIGURG: a live resize was posted (resize.h) */
+    uint32_t                         moved_reason;  /* SESSION_MOVED's, once checkpointed with stop */
     long long                        ckpt_wake_ms;  /* an idle session wakes then too: a held */
     long long                        share_wake_ms; /* checkpoint, a held share (monotonic ms; 0: no) */
     uint64_t                         share_gen;   /* the page's share this session runs on */

@@ -1648,5 +1648,8 @@ int flyt_state_poll(flyt_session *s)
         flyt_error("session for %s: checkpoint to %s refused: %s; the session carries on", s->peer,
                    path, err);
     answer(p, gen, r, bytes, ns, err);
-    return r == CUDA_SUCCESS && (flags & FLYT_CKPT_STOP) ? FLYT_END_BYE : FLYT_CONT;
+    if (r != CUDA_SUCCESS || !(flags & FLYT_CKPT_STOP))
+        return FLYT_CONT;
+    s->moved_reason = (flags & FLYT_CKPT_SUSPEND) ? FLYT_MOVED_SUSPENDED : FLYT_MOVED_CHECKPOINT;
+    return FLYT_END_BYE;
 }

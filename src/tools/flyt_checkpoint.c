@@ -4,7 +4,9 @@
  * flyt_ckpt_request.h): the request goes into the server's status page
  * (--status-file), SIGURG wakes the session, and the answer is waited for.
  *
- * usage: flyt-checkpoint STATUS_FILE STATE_FILE [--stop] [--to ADDR --secret-file F]
+ * usage: flyt-checkpoint STATUS_FILE STATE_FILE [--stop [--suspend]] [--to ADDR --secret-file F]
+ * --stop: the session ends after it; --suspend: it is preempted, its client waits
+ * for a restore without a deadline.
  * --to: the session also streams the state to the receiving server at ADDR
  * (flyt-server --restore-listen), proving the secret in F.
  * Prints "checkpoint: BYTES bytes in MS ms"; exit 0, or 1 with the reason.
@@ -13,24 +15,27 @@
 #include <string.h>
 
 #include "flyt_ckpt_request.h"
+#include "flyt_server_status.h"
 #include "flyt_token.h"
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: flyt-checkpoint STATUS_FILE STATE_FILE [--stop] "
+    fprintf(stderr, "usage: flyt-checkpoint STATUS_FILE STATE_FILE [--stop [--suspend]] "
                     "[--to tcp://HOST:PORT --secret-file FILE]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    int stop = 0;
+    uint32_t flags = 0;
     const char *to = NULL, *secret_file = NULL;
     if (argc < 3)
         return usage();
     for (int i = 3; i < argc; i++) {
         if (strcmp(argv[i], "--stop") == 0)
-            stop = 1;
+            flags |= FLYT_CKPT_STOP;
+        else if (strcmp(argv[i], "--suspend") == 0)
+            flags |= FLYT_CKPT_SUSPEND;
         else if (strcmp(argv[i], "--to") == 0 && i + 1 < argc)
             to = argv[++i];
         else if (strcmp(argv[i], "--secret-file") == 0 && i + 1 < argc)
@@ -38,7 +43,7 @@ int main(int argc, char **argv)
         else
             return usage();
     }
-    if (!to != !secret_file)
+    if (!to != !secret_file || flags == FLYT_CKPT_SUSPEND)
         return usage();
     flyt_token_line secret[1] = {""};
     char err[512];
@@ -48,7 +53,7 @@ int main(int argc, char **argv)
     }
     struct flyt_ckpt_dest dest = {to, secret[0]};
     struct flyt_ckpt_outcome out;
-    if (flyt_ckpt_request(argv[1], argv[2], &dest, stop, 600000, &out, err, sizeof err) != 0 ||
+    if (flyt_ckpt_request(argv[1], argv[2], &dest, flags, 600000, &out, err, sizeof err) != 0 ||
         out.result != 0) {
         fprintf(stderr, "flyt-checkpoint: %s\n", err);
         return 1;

@@ -84,12 +84,12 @@ grep -q "is not shared with this server" "$tmp/u2t-2.log" ||
 kill "$srv"; wait "$srv" 2>/dev/null
 
 # lost NAME ENV LINE: the session moved and nobody resumed it: the program
-# (run with ENV, e.g. VAR=VALUE) gets an error, and LINE on stderr
+# (run with ENV, e.g. "VAR=VALUE VAR2=VALUE") gets an error, and LINE on stderr
 lost() {
   local name=$1 env=$2 line=$3
   rm -f "$tmp/s.sock"
   start_server "$tmp/$name.log" --status-file "$tmp/status" || exit 1
-  env "$env" FLYT_SERVER="unix:$tmp/s.sock" FLYT_TEST_STATUS=$tmp/status \
+  env $env FLYT_SERVER="unix:$tmp/s.sock" FLYT_TEST_STATUS=$tmp/status \
     FLYT_TEST_STATE=$tmp/$name.state LD_LIBRARY_PATH=$libdir timeout 60 "$test" deadline \
     > "$tmp/$name.out" 2> "$tmp/$name.err" || { cat "$tmp/$name.out" "$tmp/$name.err"; rc=1; }
   tail -1 "$tmp/$name.out"
@@ -97,8 +97,28 @@ lost() {
   kill "$srv"; wait "$srv" 2>/dev/null
 }
 
+echo "== a suspended (preempted) session waits past FLYT_RECONNECT_TIMEOUT_S for its restore"
+rm -f "$tmp/s.sock" "$tmp/susp.state"
+start_server "$tmp/susp-1.log" --status-file "$tmp/status" || exit 1
+FLYT_TEST_SUSPEND=1 FLYT_RECONNECT_TIMEOUT_S=1 FLYT_SERVER="unix:$tmp/s.sock" FLYT_TEST_STATUS=$tmp/status \
+  FLYT_TEST_STATE=$tmp/susp.state LD_LIBRARY_PATH=$libdir timeout 120 "$test" resume \
+  > "$tmp/susp.out" 2> "$tmp/susp.err" & prog=$!
+wait_for "$tmp/susp.state" || { cat "$tmp/susp.out" "$tmp/susp.err" "$tmp/susp-1.log"; exit 1; }
+sleep 0.5
+kill "$srv"; wait "$srv" 2>/dev/null
+sleep 3 # past FLYT_RECONNECT_TIMEOUT_S: a moved session would have failed by now
+start_server "$tmp/susp-2.log" --restore "$tmp/susp.state" || exit 1
+if wait $prog; then tail -1 "$tmp/susp.out"; else cat "$tmp/susp.out" "$tmp/susp.err"; rc=1; fi
+grep -q "is suspended (preempted) at request byte" "$tmp/susp-1.log" ||
+  { echo "FAIL: the server did not tell the client it is suspended"; cat "$tmp/susp-1.log"; rc=1; }
+grep -q "the session is suspended (preempted)" "$tmp/susp.err" ||
+  { echo "FAIL: the client did not say it waits for the restore"; cat "$tmp/susp.err"; rc=1; }
+kill "$srv"; wait "$srv" 2>/dev/null
+
 echo "== no server comes back: the deadline"
 lost deadline FLYT_RECONNECT_TIMEOUT_S=2 "not resumed within 2 s (FLYT_RECONNECT_TIMEOUT_S)"
+echo "== a suspended session with a limit (FLYT_SUSPEND_TIMEOUT_S) that nobody restores"
+lost suspend-limit "FLYT_TEST_SUSPEND=1 FLYT_SUSPEND_TIMEOUT_S=2" "not resumed within 2 s (FLYT_SUSPEND_TIMEOUT_S)"
 echo "== FLYT_RESUME=0: a move is a lost server, said at once"
 lost noresume FLYT_RESUME=0 "FLYT_RESUME=0 says not to follow it"
 exit $rc

@@ -305,7 +305,9 @@ int main(int argc, char **argv)
         graphs_setup(ctx, s);
     }
     pipeline(s, sets, piped, 0, ROUNDS);
-    ckpt_post(status, state, FLYT_CKPT_STOP); /* the server stops at its next request boundary */
+    /* the server stops at its next request boundary; FLYT_TEST_SUSPEND: as a preemption */
+    const char *suspend = getenv("FLYT_TEST_SUSPEND");
+    ckpt_post(status, state, FLYT_CKPT_STOP | (suspend && *suspend == '1' ? FLYT_CKPT_SUSPEND : 0));
     if (resume && !lost)
         pinned_pipeline(s);
     pipeline(s, sets, piped, ROUNDS, 2 * ROUNDS);

@@ -24,6 +24,8 @@ other=$([ "$from" = na ] && echo nb || echo na)
 ctl checkpoint "$sid1" --to "$tmp/s1.state" --stop > "$tmp/ckpt.out" 2> "$tmp/ckpt.err"
 check "flytctl checkpoint --stop writes the file ($(cat "$tmp/ckpt.out"))" test -s "$tmp/s1.state"
 check "the session is suspended" wait_until 5 sh -c "[ \"\$($bin/flytctl --json session show $sid1 | $tool flat | sed -n 's/^session.state=//p')\" = suspended ]"
+check "its server told the client it is suspended (the program waits for the restore)" \
+  grep -q "is suspended (preempted) at request byte" "$tmp"/*.log
 kill "$(eval echo \$holder_1001)" 2>/dev/null
 ctl restore "$tmp/s1.state" --node "$other" > "$tmp/restore.out" 2> "$tmp/restore.err"
 check "flytctl restore on $other: $(cat "$tmp/restore.out" "$tmp/restore.err" | tr '\n' ' ')" \

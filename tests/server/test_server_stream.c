@@ -25,6 +25,7 @@
 
 #include "check.h"
 #include "flyt_ckpt_request.h"
+#include "flyt_server_status.h"
 #include "flyt_transport.h"
 #include "harness.h"
 
@@ -126,7 +127,7 @@ static int migrate(int port, const char *key, char *err, size_t errlen)
     struct flyt_ckpt_dest dest = {to, key};
     struct flyt_ckpt_outcome out;
     snprintf(err, errlen, "(none)");
-    int rc = flyt_ckpt_request(status_path, state, &dest, 1, 60000, &out, err, errlen);
+    int rc = flyt_ckpt_request(status_path, state, &dest, FLYT_CKPT_STOP, 60000, &out, err, errlen);
     CHECK_EQ(rc, 0, "the session answered: %s", err);
     last_precopy_ms = out.precopy_ms;
     return out.result;

@@ -476,7 +476,8 @@ void h_session_checkpoint(void *ctx, const struct flyt_http_request *req,
     }
     char path[ID_MAX + 64], err[768];
     path_of(path, sizeof path, "/v1/servers/%s/checkpoint", s.id);
-    json_t *body = json_pack("{s:b}", "stop", stop), *ans = NULL;
+    /* a checkpoint that stops the session preempts it: its program waits for the restore */
+    json_t *body = json_pack("{s:b,s:b}", "stop", stop, "suspend", stop), *ans = NULL;
     int ok = node_call(&node, "POST", path, body, CKPT_CALL_MS, &ans, err, sizeof err) == 0;
     json_decref(body);
     long long bytes = ok ? json_integer_value(json_object_get(ans, "bytes")) : 0;

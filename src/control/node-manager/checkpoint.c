@@ -3,6 +3,7 @@
  * restore"; docs/api.md, "Cluster manager -> node manager"):
  *   POST   /v1/servers/{id}/checkpoint  the session writes STATE_DIR/ID.state;
  *          {"stop": true}: the session ends after it and its server is stopped;
+ *          with "suspend": true it is preempted (its client waits for a restore);
  *          {"to": {"address", "secret"}}: and streams it to a receiving server
  *   GET    /v1/servers/{id}/checkpoint  its progress: {sent, estimate}
  *   GET    /v1/checkpoints/{id}?offset=N&length=M  bytes of that file
@@ -17,6 +18,7 @@
 
 #include "flyt_ckpt_request.h"
 #include "flyt_log.h"
+#include "flyt_server_status.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -70,12 +72,15 @@ void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt
     if (state_path_of(nm, req, res, path, sizeof path) != 0)
         return;
     json_t *stop = json_object_get(req->body, "stop"), *to = json_object_get(req->body, "to");
+    json_t *suspend = json_object_get(req->body, "suspend");
     const char *to_addr = json_string_value(json_object_get(to, "address"));
     const char *to_secret = json_string_value(json_object_get(to, "secret"));
     if ((req->body && !json_is_object(req->body)) || (stop && !json_is_boolean(stop)) ||
+        (suspend && (!json_is_boolean(suspend) || (json_is_true(suspend) && !json_is_true(stop)))) ||
         (to && (!to_addr || !to_secret || strncmp(to_addr, "tcp://", 6) != 0))) {
         flyt_http_reply_error(res, 400, "bad_request", "body: expected {\"stop\": true|false, "
-                              "\"to\"?: {\"address\": \"tcp://HOST:PORT\", \"secret\": HEX}}");
+                              "\"suspend\"?: true|false (only with stop), \"to\"?: "
+                              "{\"address\": \"tcp://HOST:PORT\", \"secret\": HEX}}");
         return;
     }
     pthread_mutex_lock(&nm->lock);
@@ -92,7 +97,9 @@ void nm_h_checkpoint(void *ctx, const struct flyt_http_request *req, struct flyt
     struct flyt_ckpt_outcome out;
     char err[600];
     struct flyt_ckpt_dest dest = {to_addr, to_secret};
-    int rc = flyt_ckpt_request(status_path, path, &dest, json_is_true(stop), CKPT_TIMEOUT_MS, &out,
+    uint32_t flags = (json_is_true(stop) ? FLYT_CKPT_STOP : 0u) |
+                     (json_is_true(suspend) ? FLYT_CKPT_SUSPEND : 0u);
+    int rc = flyt_ckpt_request(status_path, path, &dest, flags, CKPT_TIMEOUT_MS, &out,
                                err, sizeof err);
     if (rc != 0 || out.result != 0) {
         flyt_warn("session %s: checkpoint failed: %s", req->params[0], err);
