@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flyt_clock.h"
 #include "flyt_parse.h"
 #include "flyt_log.h"
 #include "flyt_proto.h"
@@ -400,13 +401,6 @@ struct child {
  * cap, with all of them young, a newcomer is refused. */
 #define UNADMITTED_GRACE_MS 250
 
-static long long monotonic_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 static struct child *children;
 static size_t n_children, cap_children;
 static unsigned long accept_seq;
@@ -429,7 +423,7 @@ static struct child *add_child(pid_t pid, int admit_fd, const unsigned char peer
     c->admit_fd = admit_fd;
     c->dropped = 0;
     c->seq = ++accept_seq;
-    c->born_ms = monotonic_ms();
+    c->born_ms = flyt_mono_ms();
     memcpy(c->peer, peer, sizeof c->peer);
     return c;
 }
@@ -498,7 +492,7 @@ static int make_room(const unsigned char *peer, unsigned limit, const char *whic
 {
     unsigned count;
     struct child *c;
-    long long now = monotonic_ms();
+    long long now = flyt_mono_ms();
     while ((c = oldest_unadmitted(peer, &count)) != NULL && count >= limit) {
         if (now - c->born_ms < UNADMITTED_GRACE_MS)
             return peer ? 0 : -1;
@@ -850,7 +844,7 @@ static int open_restore(struct options *o, int *sender)
 static int warm_restore(struct options *o, int ctl, int sender)
 {
     char err[768] = "";
-    long long t0 = monotonic_ms();
+    long long t0 = flyt_mono_ms();
     if (flyt_quota_child_restoring() != 0) /* its allocations count against the quota */
         snprintf(err, sizeof err, "this server already has %d sessions, or its VM %d on this "
                  "node", FLYT_STATUS_SLOTS, FLYT_VMQ_SLOTS);
@@ -860,7 +854,7 @@ static int warm_restore(struct options *o, int ctl, int sender)
         flyt_stream_verdict(sender, err);
         return -1;
     }
-    long long t_restored = monotonic_ms();
+    long long t_restored = flyt_mono_ms();
     char ready = 'R', listening = 0;
     if (write(ctl, &ready, 1) != 1 || read(ctl, &listening, 1) != 1 || listening != 'L') {
         flyt_stream_keep_file(0, 0);
@@ -870,7 +864,7 @@ static int warm_restore(struct options *o, int ctl, int sender)
     flyt_stream_verdict(sender, NULL);
     flyt_stream_keep_file(1, 0); /* written while the session is served */
     flyt_info("state phases (receive): restored before its client %lld ms, listening %lld ms; "
-              "the source told to end its session", t_restored - t0, monotonic_ms() - t_restored);
+              "the source told to end its session", t_restored - t0, flyt_mono_ms() - t_restored);
     return 0;
 }
 
@@ -880,23 +874,23 @@ static int warm_main(struct options *o, int ctl, int admit)
 {
     signal(SIGPIPE, SIG_IGN); /* a vanished peer is a failed write, not a death */
     char err[768];
-    long long t0 = monotonic_ms();
+    long long t0 = flyt_mono_ms();
     if (flyt_session_preopen(&o->cfg, err, sizeof err) != 0) {
         flyt_error("%s", err);
         return FLYT_EXIT_BACKEND;
     }
-    flyt_info("device open in %lld ms, before the state", monotonic_ms() - t0);
+    flyt_info("device open in %lld ms, before the state", flyt_mono_ms() - t0);
     int sender = -1;
     if (open_restore(o, &sender) != 0 || warm_restore(o, ctl, sender) != 0)
         return 1;
-    long long t_told = monotonic_ms();
+    long long t_told = flyt_mono_ms();
     struct handoff h;
     int fd = -1;
     if (flyt_read_full_fd(ctl, &h, sizeof h, &fd) != 0 || fd < 0)
         return 0; /* the server ended before a client came */
     close(ctl);
     flyt_info("the session's client came %lld ms after its source was told to end it",
-              monotonic_ms() - t_told);
+              flyt_mono_ms() - t_told);
     h.peer[sizeof h.peer - 1] = '\0';
     struct flyt_server_config cfg = o->cfg;
     cfg.admitted_fd = admit;

@@ -2,6 +2,7 @@
 #include "resize.h"
 #include "stream_attrs.h"
 
+#include "flyt_clock.h"
 #include "flyt_log.h"
 
 #include <errno.h>
@@ -19,13 +20,6 @@
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
 static int share_groups[FLYT_STATUS_GROUPS]; /* the page's share, read once whole */
-
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 void flyt_resize_init(flyt_session *s)
 {
@@ -117,7 +111,7 @@ static void acknowledge(uint64_t gen, int32_t result, int sms, uint64_t drain_ns
     STORE(&sl->share_sms, (uint32_t)sms);
     STORE(&sl->share_drain_ns, drain_ns);
     STORE(&sl->share_apply_ns, apply_ns);
-    STORE(&sl->share_done_ns, now_ns());
+    STORE(&sl->share_done_ns, flyt_mono_ns());
     STORE(&sl->share_gen, gen); /* last: the node manager waits for it */
 }
 
@@ -138,16 +132,16 @@ static void apply(flyt_session *s, uint64_t gen, int ngroups, unsigned gran)
         acknowledge(gen, CUDA_SUCCESS, 0, 0, 0);
         return;
     }
-    uint64_t t0 = now_ns();
+    uint64_t t0 = flyt_mono_ns();
     /* the drain: nothing of the old share runs once the new one is in force */
     flyt_watch_enter(&s->watch, FLYT_WATCH_RESIZE, 0); /* a kernel that never ends blocks it */
     CUresult r = s->b->ops->device_sync ? s->b->ops->device_sync(s->b) : CUDA_SUCCESS;
-    uint64_t t1 = now_ns();
+    uint64_t t1 = flyt_mono_ns();
     int sms = s->sm_count;
     if (r == CUDA_SUCCESS)
         r = FLYT_BCALL(s, resize_sm_share, gran, share_groups, ngroups, &sms, remap_stream, s);
     flyt_watch_leave(&s->watch);
-    uint64_t t2 = now_ns();
+    uint64_t t2 = flyt_mono_ns();
     if (r == CUDA_SUCCESS) {
         s->sm_count = sms;
         flyt_stream_attrs_reapply(s);
@@ -174,7 +168,7 @@ static long long held_until_ms;
  * CAPTURE_WAIT_MS passed, when apply refuses it as before. 1 while it waits. */
 static int capture_holds(flyt_session *s, uint64_t gen)
 {
-    long long now = (long long)(now_ns() / 1000000u);
+    long long now = (long long)(flyt_mono_ns() / 1000000u);
     if (!s->b || s->captures == 0 || (held_gen == gen && now >= held_until_ms)) {
         held_gen = 0;
         s->share_wake_ms = 0;
@@ -218,7 +212,7 @@ int flyt_resize_wait(flyt_session *s)
     long long wake = s->ckpt_wake_ms && (!s->share_wake_ms || s->ckpt_wake_ms < s->share_wake_ms)
                          ? s->ckpt_wake_ms : s->share_wake_ms;
     if (wake) {
-        long long left = wake - (long long)(now_ns() / 1000000u);
+        long long left = wake - (long long)(flyt_mono_ns() / 1000000u);
         timeout = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
     }
     int n = poll(pf, 2, timeout);

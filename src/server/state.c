@@ -16,6 +16,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "flyt_clock.h"
 #include "flyt_log.h"
 #include "module_cache.h"
 #include "resize.h"
@@ -38,13 +39,6 @@ static void say(char *err, size_t errlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
-}
-
-static uint64_t clock_ns(clockid_t clk)
-{
-    struct timespec t;
-    clock_gettime(clk, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
 /* ---- writing: through the pipeline of state_pipe.c ---- */
@@ -238,9 +232,9 @@ static CUresult write_device_bytes(flyt_session *s, struct writer *w, uint64_t a
         if (dst == NULL)
             return CUDA_ERROR_OPERATING_SYSTEM;
         size_t take = size - off < room ? (size_t)(size - off) : room;
-        uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+        uint64_t t0 = flyt_mono_ns();
         CUresult r = b->ops->dtoh_2d(b, dst, addr + off, take, take, 1, FLYT_BSTREAM_DEFAULT);
-        w->t.d2h += clock_ns(CLOCK_MONOTONIC) - t0;
+        w->t.d2h += flyt_mono_ns() - t0;
         if (r != CUDA_SUCCESS)
             return r;
         if (flyt_sw_commit(w->sw, take) != 0)
@@ -465,7 +459,7 @@ static CUresult write_entry(flyt_session *s, struct writer *w, const struct flyt
 static CUresult write_all(flyt_session *s, struct writer *w, const struct scan *sc)
 {
     struct flyt_state_header h = {.magic = FLYT_STATE_MAGIC, .version = FLYT_STATE_VERSION,
-                                  .header_size = sizeof h, .created_ns = clock_ns(CLOCK_REALTIME)};
+                                  .header_size = sizeof h, .created_ns = flyt_clock_ns(CLOCK_REALTIME)};
     snprintf(h.backend, sizeof h.backend, "%s", s->b->ops->name);
     struct flyt_state_session sess;
     const int *groups;
@@ -531,7 +525,7 @@ static void log_capture_phases(const struct flyt_state_times *t, uint64_t bytes,
 static CUresult capture(flyt_session *s, int fd, int sock, int sync, uint64_t *bytes, char *err,
                         size_t errlen)
 {
-    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+    uint64_t t0 = flyt_mono_ns();
     *bytes = 0;
     if (s->b == NULL) {
         say(err, errlen, "the session has not opened its device yet");
@@ -540,13 +534,13 @@ static CUresult capture(flyt_session *s, int fd, int sock, int sync, uint64_t *b
     struct scan sc = {.s = s};
     CUresult r = check_capturable(s, &sc, err, errlen);
     /* the drain: every stream's work done, host functions included */
-    uint64_t t_drain = clock_ns(CLOCK_MONOTONIC);
+    uint64_t t_drain = flyt_mono_ns();
     if (r == CUDA_SUCCESS && (r = FLYT_BCALL0(s, device_sync)) != CUDA_SUCCESS)
         say(err, errlen, "draining the session's work failed: CUDA error %d", (int)r);
     struct flyt_server_status *page = flyt_status_page();
     if (page)
         STORE(&page->ckpt_estimate, sc.alloc_bytes);
-    struct writer w = {.t.drain = clock_ns(CLOCK_MONOTONIC) - t_drain};
+    struct writer w = {.t.drain = flyt_mono_ns() - t_drain};
     if (r == CUDA_SUCCESS &&
         (w.sw = flyt_sw_open(s->b, fd, sock, page ? &page->ckpt_sent : NULL)) == NULL) {
         say(err, errlen, "out of memory (or threads) for the state's writer");
@@ -563,14 +557,14 @@ static CUresult capture(flyt_session *s, int fd, int sock, int sync, uint64_t *b
     *bytes = w.sw ? flyt_sw_total(w.sw) : 0;
     flyt_sw_close(w.sw, &w.t);
     w.t.streamed = sock >= 0;
-    uint64_t t_sync = clock_ns(CLOCK_MONOTONIC);
+    uint64_t t_sync = flyt_mono_ns();
     if (r == CUDA_SUCCESS && sync && fsync(fd) != 0) {
         say(err, errlen, "cannot complete the state file: %s", strerror(errno));
         r = CUDA_ERROR_OPERATING_SYSTEM;
     }
-    w.t.fsync = clock_ns(CLOCK_MONOTONIC) - t_sync;
+    w.t.fsync = flyt_mono_ns() - t_sync;
     if (r == CUDA_SUCCESS)
-        log_capture_phases(&w.t, *bytes, clock_ns(CLOCK_MONOTONIC) - t0);
+        log_capture_phases(&w.t, *bytes, flyt_mono_ns() - t0);
     free(sc.list);
     flyt_vmm_snap_free(&sc.vmm);
     return r;
@@ -817,7 +811,7 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
     size_t body_end = st->size - FLYT_STATE_HASH;
     unsigned char sha[EVP_MAX_MD_SIZE];
     unsigned n = 0;
-    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+    uint64_t t0 = flyt_mono_ns();
     int bad;
     if (h.version >= FLYT_STATE_CHUNKED && st->prehashed) { /* the trailer matched already */
         bad = 0;
@@ -829,9 +823,9 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
     } else {
         bad = EVP_Digest(st->data, body_end, sha, &n, EVP_sha256(), NULL) != 1 ||
               n != FLYT_STATE_HASH;
-        st->hash_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+        st->hash_ns = flyt_mono_ns() - t0;
     }
-    st->verify_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    st->verify_ns = flyt_mono_ns() - t0;
     bad = bad || memcmp(sha, st->data + body_end, FLYT_STATE_HASH) != 0;
     if (bad) {
         say(err, errlen, "its SHA-256 does not match its contents: the file is corrupted or cut "
@@ -842,9 +836,9 @@ static int verify(struct flyt_state *st, char *err, size_t errlen)
         say(err, errlen, "malformed header (version %u, header size %u)", h.version, h.header_size);
         return -1;
     }
-    t0 = clock_ns(CLOCK_MONOTONIC);
+    t0 = flyt_mono_ns();
     int rc = sections_ok(st, body_end, err, errlen);
-    st->sections_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    st->sections_ns = flyt_mono_ns() - t0;
     return rc;
 }
 
@@ -871,7 +865,7 @@ static struct flyt_state *open_state(const char *path, int prehashed, uint64_t h
                                      char *err, size_t errlen)
 {
     char why[320] = "";
-    uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+    uint64_t t0 = flyt_mono_ns();
     struct flyt_state *st = calloc(1, sizeof *st);
     if (st) {
         st->prehashed = prehashed;
@@ -894,7 +888,7 @@ static struct flyt_state *open_state(const char *path, int prehashed, uint64_t h
     if (fd >= 0)
         close(fd);
     if (st)
-        st->map_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+        st->map_ns = flyt_mono_ns() - t0;
     return checked(st, path, why, sizeof why, err, errlen);
 }
 
@@ -1051,10 +1045,10 @@ static CUresult restore_device_bytes(flyt_session *s, uint64_t addr, uint64_t si
             say(err, errlen, "out of memory");
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+        uint64_t t0 = flyt_mono_ns();
         memcpy(buf, data + off, got);
         CUresult e = b->ops->htod_2d(b, addr + off, got, buf, got, 1, FLYT_BSTREAM_DEFAULT);
-        restore_h2d_ns += clock_ns(CLOCK_MONOTONIC) - t0;
+        restore_h2d_ns += flyt_mono_ns() - t0;
         if (e != CUDA_SUCCESS) {
             say(err, errlen, "writing the contents at 0x%llx failed: CUDA error %d",
                 (unsigned long long)(addr + off), (int)e);
@@ -1454,7 +1448,7 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
             h->backend, s->b->ops->name, s->b->ops->mem_alloc_at ? "" : " (it cannot restore yet)");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    uint64_t t0 = clock_ns(CLOCK_MONOTONIC), last = 0, allocs = 0, regions = 0;
+    uint64_t t0 = flyt_mono_ns(), last = 0, allocs = 0, regions = 0;
     size_t pos = sizeof *h;
     CUresult e = CUDA_SUCCESS;
     struct flyt_state_section sec;
@@ -1478,9 +1472,9 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
         return CUDA_ERROR_INVALID_VALUE;
     }
     s->handles.next_id = st->sess.next_id;
-    uint64_t t_sync = clock_ns(CLOCK_MONOTONIC);
+    uint64_t t_sync = flyt_mono_ns();
     e = FLYT_BCALL0(s, device_sync); /* the contents are in place before the first request */
-    uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    uint64_t now = flyt_mono_ns();
     flyt_info("state phases (restore): %zu bytes, host-to-device copies %.3f ms, device sync "
               "%.3f ms, total %.3f ms", st->size, restore_h2d_ns * 1e-6, (now - t_sync) * 1e-6,
               (now - t0) * 1e-6);
@@ -1491,7 +1485,7 @@ CUresult flyt_state_restore(flyt_session *s, const struct flyt_state *st, char *
     flyt_precopy_settle(s->b, now - t0);
     flyt_info("session for %s restored: %llu allocation(s), %zu object id(s), %zu bytes of state, "
               "in %.3f ms", s->peer, (unsigned long long)allocs, flyt_hash_count(&s->handles.map), st->size,
-              (double)(clock_ns(CLOCK_MONOTONIC) - t0) / 1e6);
+              (double)(flyt_mono_ns() - t0) / 1e6);
     if (regions)
         flyt_info("%llu host memory region(s) shared with the client wait for it to share them "
                   "again (HOST_REMAP)", (unsigned long long)regions);
@@ -1585,7 +1579,7 @@ static long capture_wait_ms(void)
  * refuses it. 1 while it waits. */
 static int capture_holds(flyt_session *s, uint64_t gen)
 {
-    uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    uint64_t now = flyt_mono_ns();
     if (s->captures == 0 || (held_gen == gen && now >= held_until)) {
         held_gen = 0;
         s->ckpt_wake_ms = 0;
@@ -1624,21 +1618,21 @@ int flyt_state_poll(flyt_session *s)
         gen = ckpt_seen;
         if (capture_holds(s, gen))
             return FLYT_CONT;
-        precopy_t0 = clock_ns(CLOCK_MONOTONIC);
+        precopy_t0 = flyt_mono_ns();
         if (precopy_begin(s, p)) {
             precopy_gen = gen;
             return FLYT_CONT;
         }
     }
-    uint64_t ahead_ms = precopied ? (clock_ns(CLOCK_MONOTONIC) - precopy_t0) / 1000000 : 0;
+    uint64_t ahead_ms = precopied ? (flyt_mono_ns() - precopy_t0) / 1000000 : 0;
     STORE(&p->ckpt_precopy_ms, (uint32_t)ahead_ms); /* read with the answer below */
     char path[sizeof p->ckpt_path], err[256] = "";
     memcpy(path, p->ckpt_path, sizeof path);
     path[sizeof path - 1] = '\0';
     uint32_t flags = LOAD(&p->ckpt_flags);
-    uint64_t t0 = clock_ns(CLOCK_MONOTONIC), bytes = 0;
+    uint64_t t0 = flyt_mono_ns(), bytes = 0;
     CUresult r = capture_to(s, p, path, precopied, &bytes, err, sizeof err);
-    uint64_t ns = clock_ns(CLOCK_MONOTONIC) - t0;
+    uint64_t ns = flyt_mono_ns() - t0;
     if (r == CUDA_SUCCESS)
         flyt_info("session for %s checkpointed to %s%s%s: %llu bytes in %.3f ms%s", s->peer, path,
                   p->ckpt_dest[0] ? " and streamed to " : "", p->ckpt_dest,

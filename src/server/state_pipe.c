@@ -12,6 +12,7 @@
 
 #include <openssl/evp.h>
 
+#include "flyt_clock.h"
 #include "session.h"
 #include "state_format.h"
 
@@ -22,13 +23,6 @@
 _Static_assert(BLOCK % FLYT_STATE_CHUNK == 0, "a block holds whole chunks");
 
 typedef unsigned char digest[32];
-
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 static int hashers(void)
 {
@@ -85,14 +79,14 @@ struct root_job {
 static void *root_worker(void *arg)
 {
     struct root_job *j = arg;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = flyt_mono_ns();
     for (uint64_t c; (c = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->nchunks;) {
         size_t off = c * FLYT_STATE_CHUNK, n = j->len - off < FLYT_STATE_CHUNK ? j->len - off
                                                                                : FLYT_STATE_CHUNK;
         if (sha256(j->body + off, n, j->d[c]) != 0)
             __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
     }
-    __atomic_fetch_add(&j->ns, now_ns() - t0, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&j->ns, flyt_mono_ns() - t0, __ATOMIC_RELAXED);
     return NULL;
 }
 
@@ -228,9 +222,9 @@ static void *hash_worker(void *arg)
         size_t n = bk->len - off < FLYT_STATE_CHUNK ? bk->len - off : FLYT_STATE_CHUNK;
         pthread_mutex_unlock(&w->mu);
         digest d;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = flyt_mono_ns();
         int rc = sha256(bk->mem + off, n, d);
-        uint64_t dt = now_ns() - t0;
+        uint64_t dt = flyt_mono_ns() - t0;
         pthread_mutex_lock(&w->mu);
         if (rc != 0)
             set_failed(w, ENOMEM, 0);
@@ -255,9 +249,9 @@ static void *sock_worker(void *arg)
             break;
         struct block *bk = &w->blk[w->next_out[which] % NBLOCKS];
         pthread_mutex_unlock(&w->mu);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = flyt_mono_ns();
         int err = send_block(fd, bk);
-        uint64_t dt = now_ns() - t0;
+        uint64_t dt = flyt_mono_ns() - t0;
         pthread_mutex_lock(&w->mu);
         w->send_ns += dt;
         if (err) {
@@ -320,9 +314,9 @@ static void *file_worker(void *arg)
         if (p == NULL)
             break;
         pthread_mutex_unlock(&w->mu);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = flyt_mono_ns();
         int err = write_full(w->fd, 0, p, len);
-        uint64_t dt = now_ns() - t0;
+        uint64_t dt = flyt_mono_ns() - t0;
         pthread_mutex_lock(&w->mu);
         w->write_ns += dt;
         if (copy) {
@@ -411,11 +405,11 @@ static int publish(struct flyt_swriter *w)
     w->chunks_avail += chunks;
     w->nfilled++;
     pthread_cond_broadcast(&w->cv);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = flyt_mono_ns();
     struct block *next = &w->blk[w->nfilled % NBLOCKS];
     while (next->pending > 0 && !failed(w) && copy_for_file(w, next, w->nfilled - NBLOCKS) != 0)
         pthread_cond_wait(&w->cv, &w->mu);
-    w->stall_ns += now_ns() - t0;
+    w->stall_ns += flyt_mono_ns() - t0;
     int rc = failed(w) ? -1 : 0;
     pthread_mutex_unlock(&w->mu);
     w->cur_len = 0;
@@ -508,11 +502,11 @@ int flyt_sw_finish(struct flyt_swriter *w)
     if (publish(w) != 0)
         return -1;
     pthread_mutex_lock(&w->mu);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = flyt_mono_ns();
     for (int i = 0; i < NBLOCKS && !failed(w); i++) /* hashed and sent; the file may lag */
         while (w->blk[i].pending > w->blk[i].file_left && !failed(w))
             pthread_cond_wait(&w->cv, &w->mu);
-    w->stall_ns += now_ns() - t0;
+    w->stall_ns += flyt_mono_ns() - t0;
     int bad = failed(w);
     if (!bad && root_of(w->d, w->chunks_avail, body, root) != 0)
         set_failed(w, ENOMEM, 0);
@@ -527,10 +521,10 @@ int flyt_sw_finish(struct flyt_swriter *w)
     else if (w->sock >= 0)
         shutdown(w->sock, SHUT_WR);
     pthread_mutex_lock(&w->mu);
-    t0 = now_ns();
+    t0 = flyt_mono_ns();
     while (w->next_out[OUT_FILE] < w->nfilled && !failed(w)) /* the file's every block */
         pthread_cond_wait(&w->cv, &w->mu);
-    w->file_tail_ns = now_ns() - t0;
+    w->file_tail_ns = flyt_mono_ns() - t0;
     pthread_mutex_unlock(&w->mu);
     if (!err && (err = failed(w)) == 0 && (err = write_full(w->fd, 0, root, sizeof root)) != 0)
         set_failed(w, err, 0);
@@ -664,9 +658,9 @@ static void *rhash_worker(void *arg)
         size_t n = h->finishing && c == h->avail - 1 ? h->last_len : FLYT_STATE_CHUNK;
         pthread_mutex_unlock(&h->mu);
         digest d;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = flyt_mono_ns();
         int rc = sha256(h->base + c * FLYT_STATE_CHUNK, n, d);
-        uint64_t dt = now_ns() - t0;
+        uint64_t dt = flyt_mono_ns() - t0;
         pthread_mutex_lock(&h->mu);
         h->failed |= rc != 0;
         memcpy(h->d[c], d, sizeof d);

@@ -13,6 +13,7 @@
 
 #include <openssl/crypto.h>
 
+#include "flyt_clock.h"
 #include "flyt_log.h"
 #include "flyt_transport.h"
 #include "module_cache.h"
@@ -48,13 +49,6 @@ struct pc_entry {
 /* The receiver's answer per entry: a version-2 pre-copy's state then leaves out the images
  * of PC_SEND and PC_HAS entries (the receiver holds them); version 1 knows only 0 and 1. */
 enum { PC_NO, PC_SEND, PC_HAS };
-
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 /* ---- the source ---- */
 
@@ -282,7 +276,7 @@ static int offer(void)
 static void *source_thread(void *arg)
 {
     (void)arg;
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = flyt_mono_ns();
     src.sock = flyt_stream_connect(src.dest, src.secret, src.why, sizeof src.why);
     OPENSSL_cleanse(src.secret, sizeof src.secret);
     if (src.sock >= 0 && offer() != 0) {
@@ -292,7 +286,7 @@ static void *source_thread(void *arg)
     }
     source_free_images();
     flyt_info("pre-copy ended after %.3f ms while the program ran on",
-              (double)(mono_ns() - t0) * 1e-6);
+              (double)(flyt_mono_ns() - t0) * 1e-6);
     __atomic_store_n(&src.done, 1, __ATOMIC_RELEASE);
     kill(getpid(), SIGURG); /* an idle session wakes to capture */
     return NULL;
@@ -613,7 +607,7 @@ int flyt_precopy_receive(int fd, const struct flyt_server_config *cfg, long long
     int version = precopy_follows(fd, deadline_ms);
     if (!version)
         return 0;
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = flyt_mono_ns();
     struct pc_header h;
     struct incoming in = {.version = version};
     int bad = flyt_stream_read_by(fd, &h, sizeof h, deadline_ms) != 0 || h.count > MAX_IMAGES ||
@@ -644,7 +638,7 @@ int flyt_precopy_receive(int fd, const struct flyt_server_config *cfg, long long
     }
     stats.came = 1;
     stats.listed = h.count;
-    stats.ns = mono_ns() - t0;
+    stats.ns = flyt_mono_ns() - t0;
     flyt_info("state phases (pre-copy): %zu of %u kernel image(s) preloaded before the stop "
               "(%llu bytes; %u from the module cache, %u received; %u function(s) looked up) "
               "in %.3f ms", npre, h.count, (unsigned long long)stats.bytes, stats.from_cache,

@@ -15,6 +15,7 @@
 
 #include <openssl/crypto.h>
 
+#include "flyt_clock.h"
 #include "flyt_io.h"
 #include "flyt_log.h"
 #include "state_format.h"
@@ -30,9 +31,7 @@
 
 long long flyt_stream_now_ms(void)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+    return flyt_mono_ms();
 }
 
 static long long now_ns(void)

@@ -13,6 +13,7 @@
  */
 #include "nm.h"
 
+#include "flyt_clock.h"
 #include "flyt_log.h"
 #include "flyt_server_status.h"
 
@@ -31,13 +32,6 @@
 
 /* one resize at a time on this node: the page's sequence lock has one writer */
 static pthread_mutex_t resize_lock = FLYT_MUTEX_INITIALIZER;
-
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 static struct flyt_server_status *map_page(const char *path, char *err, size_t errlen)
 {
@@ -76,7 +70,7 @@ static uint64_t post_share(struct flyt_server_status *p, const struct nm_start_r
         __atomic_store_n(&p->share_groups[i], (uint16_t)r->groups[i], __ATOMIC_RELAXED);
     STORE(&p->share_ngroups, (uint32_t)r->ngroups);
     STORE(&p->share_granularity, (uint32_t)granularity);
-    STORE(&p->share_posted_ns, mono_ns());
+    STORE(&p->share_posted_ns, flyt_mono_ns());
     STORE(&p->share_gen, gen);
     return gen;
 }
@@ -106,7 +100,7 @@ static json_t *wait_acks(struct flyt_server_status *p, const int *slots, int n, 
     for (int k = 0; k < n; k++) {
         struct flyt_status_slot *sl = &p->slots[slots[k]];
         struct timespec pause = {0, 50000};
-        while (LOAD(&sl->share_gen) < gen && LOAD(&sl->pid) > 0 && mono_ns() < deadline)
+        while (LOAD(&sl->share_gen) < gen && LOAD(&sl->pid) > 0 && flyt_mono_ns() < deadline)
             nanosleep(&pause, NULL);
         int32_t pid = LOAD(&sl->pid);
         if (LOAD(&sl->share_gen) < gen) {
