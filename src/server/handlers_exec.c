@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flyt_clock.h"
 #include "flyt_log.h"
 #include "module_cache.h"
 #include "session.h"
@@ -53,7 +54,9 @@ static CUresult load_image(flyt_session *s, const void *image, uint64_t size,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     flyt_bhandle mod = NULL;
+    uint64_t t0 = flyt_mono_ns();
     CUresult e = FLYT_BCALL(s, module_load, image, (size_t)size, &mod);
+    s->image_load_ns += flyt_mono_ns() - t0;
     if (e != CUDA_SUCCESS)
         return e;
     struct flyt_hentry *h = flyt_handles_add(&s->handles, FLYT_H_MODULE, mod);
@@ -76,7 +79,9 @@ static void load_known(flyt_session *s, flyt_call *c, const flyt_req_module_load
 {
     if (reuse_loaded(s, r->sha256, rep))
         return;
+    uint64_t t0 = flyt_mono_ns();
     void *image = flyt_cache_load(s->cfg->cache_dir, r->sha256, r->size);
+    s->image_verify_ns += flyt_mono_ns() - t0;
     if (image == NULL) {
         rep->need_data = 1;
         return;
@@ -109,7 +114,9 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
     s->images_received++;
     s->image_bytes_received += r->size;
     uint8_t sha[32];
+    uint64_t t0 = flyt_mono_ns();
     flyt_sha256(image, r->size, sha);
+    s->image_verify_ns += flyt_mono_ns() - t0;
     if (memcmp(sha, r->sha256, 32) != 0) {
         char want[65], got[65];
         flyt_sha256_format(r->sha256, want);
@@ -120,8 +127,10 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
     } else if (!reuse_loaded(s, sha, rep)) {
         /* only an image the driver took is kept: junk must not fill the disk */
         c->result = load_image(s, image, r->size, sha, rep);
+        t0 = flyt_mono_ns();
         if (c->result == CUDA_SUCCESS)
             flyt_cache_store(s->cfg->cache_dir, sha, image, r->size, s->cfg->cache_max_bytes);
+        s->image_store_ns += flyt_mono_ns() - t0;
     }
     free(image);
     return FLYT_CONT;

@@ -178,6 +178,8 @@ typedef struct flyt_session {
     /* kernel images of the session: shipped by the client (bytes) or found
      * in the cache dir, said when the session ends */
     uint64_t images_received, image_bytes_received, images_from_cache;
+    uint64_t image_verify_ns, image_load_ns, image_store_ns; /* hashing or reading, the
+                                                             * driver's load, the cache's write */
     uint64_t image_bytes_live; /* images of the loaded modules, which the server keeps */
 
     /* module globals the client looked up (GLOBAL_GET): a checkpoint writes
