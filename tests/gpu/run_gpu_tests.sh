@@ -522,6 +522,14 @@ skipped=0
         fi
     done
     echo
+    # a session ends however its program left: never by a signal
+    for kind in tcp unix; do
+        crashed=$(grep -c "killed by signal" "${SRV_LOG[$kind]}" 2>/dev/null)
+        if [ "${crashed:-0}" -gt 0 ]; then
+            echo "server ($kind): $crashed session(s) killed by a signal (see $(basename "${SRV_LOG[$kind]}"))"
+            failed=$((failed + 1))
+        fi
+    done
     if [ "$skipped" -gt 0 ]; then
         echo "$passed passed, $failed failed, $skipped skipped"
     else
