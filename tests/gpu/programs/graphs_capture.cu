@@ -190,5 +190,9 @@ int main(void)
     CHECK(cudaGraphDestroy(g2));
     CHECK(cudaGraphDestroy(g));
     printf("%s\n", failures ? "FAIL" : "PASS");
+    /* leaves inside a capture (its server session must end cleanly) */
+    cudaStream_t open_capture;
+    CHECK(cudaStreamCreateWithFlags(&open_capture, cudaStreamNonBlocking));
+    CHECK(cudaStreamBeginCapture(open_capture, cudaStreamCaptureModeRelaxed));
     return failures ? 1 : 0;
 }
