@@ -681,6 +681,15 @@ static CUresult cuda_pool_get_attr(flyt_backend *base, flyt_bhandle pool, int at
         if (r == CUDA_SUCCESS)
             *value = v;
     }
+    /* restored stream-ordered allocations are Flyt's memory, outside the driver's pool,
+     * yet the program's from that pool (PyTorch's cudaMallocAsync backend reports its
+     * memory_allocated from USED_MEM_CURRENT); the high marks get them too (as if they
+     * were all still live at the high point: exact until one is freed) */
+    if (r == CUDA_SUCCESS && (attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH))
+        *value += flyt_cuda_ordered_pool_bytes(b, pool, 0);
+    if (r == CUDA_SUCCESS &&
+        (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH))
+        *value += flyt_cuda_ordered_pool_bytes(b, pool, 1);
     return r;
 }
 

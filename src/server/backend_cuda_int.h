@@ -625,6 +625,9 @@ int      flyt_cuda_ordered_free(struct flyt_cuda_backend *b, uint64_t dptr, CUst
                                 int sync, CUresult *r);
 int      flyt_cuda_ordered_range(const struct flyt_cuda_backend *b, uint64_t ptr, uint64_t *base,
                                  uint64_t *size);
+/* The bytes of the live restored allocations taken from pool (the driver's pools do not
+ * count them), each rounded up to whole granules when granules. */
+uint64_t flyt_cuda_ordered_pool_bytes(struct flyt_cuda_backend *b, flyt_bhandle pool, int granules);
 void     flyt_cuda_ordered_drop(struct flyt_cuda_backend *b);
 void     flyt_cuda_ordered_reap(struct flyt_cuda_backend *b); /* frees the device passed */
 CUresult flyt_cuda_state_async(flyt_backend *base,

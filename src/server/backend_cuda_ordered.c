@@ -368,6 +368,24 @@ int flyt_cuda_ordered_range(const struct flyt_cuda_backend *b, uint64_t ptr, uin
     return 0;
 }
 
+uint64_t flyt_cuda_ordered_pool_bytes(struct flyt_cuda_backend *b, flyt_bhandle pool, int granules)
+{
+    CUmemoryPool current = NULL;
+    uint64_t gran = 0, bytes = 0;
+    if (flyt_hash_count(&b->ckpt.restored.map) == 0 || flyt_cuda_mem_gran(b, &gran) != CUDA_SUCCESS)
+        return 0;
+    b->cu.cuDeviceGetDefaultMemPool(&current, b->dev); /* the server never sets another */
+    flyt_hash_iter it;
+    flyt_hash_iter_init(&b->ckpt.restored.map, &it);
+    for (flyt_hash_slot *e; (e = flyt_hash_iter_next(&b->ckpt.restored.map, &it)) != NULL;) {
+        flyt_hash_slot *p = flyt_hash_find(&b->ckpt.async_pools, e->key);
+        flyt_bhandle from = p && p->value.ptr ? p->value.ptr : (flyt_bhandle)current;
+        if (from == pool)
+            bytes += granules ? (e->value.u64 + gran - 1) & ~(gran - 1) : e->value.u64;
+    }
+    return bytes;
+}
+
 void flyt_cuda_ordered_drop(struct flyt_cuda_backend *b)
 {
     reap(b, 1);

@@ -648,6 +648,34 @@ CUresult fake_cuMemPoolCreate(CUmemoryPool *p, const CUmemPoolProps *props)
     return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 static CUresult fake_cuMemPoolDestroy(CUmemoryPool p) { return obj_free(p, &token_pool, &fake_live.pools); }
+static char token_default_pool; /* the device's default pool: the stream-ordered region */
+static CUresult fake_cuDeviceGetDefaultMemPool(CUmemoryPool *p, CUdevice d)
+{
+    (void)d;
+    *p = (CUmemoryPool)&token_default_pool;
+    return CUDA_SUCCESS;
+}
+/* The default pool's usage: its allocations' bytes, its reservation's; 0 for another. */
+static CUresult fake_cuMemPoolGetAttribute(CUmemoryPool p, CUmemPool_attribute attr, void *value)
+{
+    uint64_t used = 0;
+    for (int i = 0; pool_base && i < nranges; i++)
+        if (ranges[i].kind == R_ALLOC && overlaps(&ranges[i], pool_base, FAKE_POOL_BYTES))
+            used += ranges[i].size;
+    int dflt = p == (CUmemoryPool)&token_default_pool;
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        *(cuuint64_t *)value = dflt ? used : 0;
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        *(cuuint64_t *)value = dflt && pool_base ? FAKE_POOL_BYTES : 0;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
 
 /* ---- run-time linking: the cubin is the inputs one after another; an
  * input starting with "undefined" fails the link with an error log ---- */
@@ -728,7 +756,8 @@ static CUresult fake_cuLinkDestroy(CUlinkState state)
     X(cuStreamCreateWithPriority) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) X(cuEventCreate)     \
     X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuModuleLoadData) \
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetParamInfo)          \
-    X(cuFuncGetAttribute) X(cuLaunchKernelEx) X(cuMemPoolCreate) X(cuMemPoolDestroy)          \
+    X(cuFuncGetAttribute) X(cuLaunchKernelEx) X(cuMemPoolCreate) X(cuMemPoolDestroy)           \
+    X(cuDeviceGetDefaultMemPool) X(cuMemPoolGetAttribute)          \
     X(cuArray3DCreate) X(cuArrayDestroy) X(cuMemcpy3DAsync) X(cuTexObjectCreate)                 \
     X(cuTexObjectDestroy) X(cuSurfObjectCreate) X(cuSurfObjectDestroy) \
     X(cuLinkCreate) X(cuLinkAddData) X(cuLinkComplete) X(cuLinkDestroy)

@@ -246,9 +246,21 @@ static void async_answers(void)
 
 /* The stream-ordered allocations at their addresses with their contents, in
  * two reserved spans, freed in stream order. */
+/* The default pool's USED_MEM_CURRENT, as PyTorch's cudaMallocAsync backend reads its
+ * memory_allocated. */
+static uint64_t pool_used(void)
+{
+    flyt_req_pool_attr q = {0, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, 0, 0};
+    flyt_rep_u64 v = {0};
+    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_POOL_GET_ATTR, &q, sizeof q, NULL, 0, &v, sizeof v),
+             T_SUCCESS, "POOL_GET_ATTR(USED_MEM_CURRENT) of the default pool");
+    return v.value;
+}
+
 static void async_restored(void)
 {
     async_answers();
+    CHECK_EQ(pool_used(), 2 * ASYNC_SIZE, "the pool counts the restored allocations as used");
     CHECK_EQ(fake_live.reservations, 3, "the arena and a span over each stream-ordered allocation");
     async_free(async_ptr);
     async_free(async_far);
