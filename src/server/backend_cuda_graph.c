@@ -132,6 +132,9 @@ CUresult flyt_cuda_graph_nodes(flyt_backend *base, flyt_bhandle graph, unsigned 
 {
     ENTER(b, base);
     CUgraph g = graph;
+    if (out != NULL && *n == 0)
+        return CUDA_SUCCESS; /* room for none: the driver refuses an array with a count of 0
+                              * (PyTorch's CUDA graph trees capture an empty graph first) */
     switch (which) {
     case FLYT_GNODES_ALL: return b->cu.cuGraphGetNodes(g, (CUgraphNode *)out, n);
     case FLYT_GNODES_ROOTS: return b->cu.cuGraphGetRootNodes(g, (CUgraphNode *)out, n);

@@ -648,6 +648,25 @@ CUresult fake_cuMemPoolCreate(CUmemoryPool *p, const CUmemPoolProps *props)
     return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 static CUresult fake_cuMemPoolDestroy(CUmemoryPool p) { return obj_free(p, &token_pool, &fake_live.pools); }
+/* ---- graphs: empty ones only, for what the driver says of them ---- */
+
+static char token_graph;
+static CUresult fake_cuGraphCreate(CUgraph *g, unsigned flags)
+{
+    *g = flags ? NULL : obj_new(&token_graph, &fake_live.graphs);
+    return flags ? CUDA_ERROR_INVALID_VALUE : *g ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+static CUresult fake_cuGraphDestroy(CUgraph g) { return obj_free(g, &token_graph, &fake_live.graphs); }
+/* As the H100's driver: an array with room for no node is refused even where there
+ * are none (measured, an empty graph's cuGraphGetNodes(g, nodes, &0)). */
+static CUresult fake_cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *n)
+{
+    if (!g || *(const char **)g != &token_graph || !n || (nodes && *n == 0))
+        return CUDA_ERROR_INVALID_VALUE;
+    *n = 0;
+    return CUDA_SUCCESS;
+}
+
 static char token_default_pool; /* the device's default pool: the stream-ordered region */
 static CUresult fake_cuDeviceGetDefaultMemPool(CUmemoryPool *p, CUdevice d)
 {
@@ -757,7 +776,8 @@ static CUresult fake_cuLinkDestroy(CUlinkState state)
     X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuModuleLoadData) \
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetParamInfo)          \
     X(cuFuncGetAttribute) X(cuLaunchKernelEx) X(cuMemPoolCreate) X(cuMemPoolDestroy)           \
-    X(cuDeviceGetDefaultMemPool) X(cuMemPoolGetAttribute)          \
+    X(cuDeviceGetDefaultMemPool) X(cuMemPoolGetAttribute) X(cuGraphCreate) X(cuGraphDestroy)   \
+    X(cuGraphGetNodes)          \
     X(cuArray3DCreate) X(cuArrayDestroy) X(cuMemcpy3DAsync) X(cuTexObjectCreate)                 \
     X(cuTexObjectDestroy) X(cuSurfObjectCreate) X(cuSurfObjectDestroy) \
     X(cuLinkCreate) X(cuLinkAddData) X(cuLinkComplete) X(cuLinkDestroy)

@@ -22,7 +22,7 @@
 #define FAKE_FREED   0xddu                /* the byte freed device memory holds */
 
 extern struct fake_live {
-    int ctx_refs, streams, events, modules, pools, registered;
+    int ctx_refs, streams, events, modules, pools, registered, graphs;
     int allocs;       /* cuMemAlloc / cuMemAllocPitch / cuMemAllocAsync ranges live */
     int reservations; /* cuMemAddressReserve ranges live */
     int handles;      /* cuMemCreate handles not released */
