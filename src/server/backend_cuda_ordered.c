@@ -226,12 +226,12 @@ static uint64_t span_end(const struct flyt_cuda_backend *b, uint64_t at)
 static uint64_t (*uncovered(const struct flyt_cuda_backend *b, const uint64_t (*ranges)[2], size_t n,
                             uint64_t gran, size_t *npieces))[2]
 {
-    size_t cap = n * ((size_t)b->ckpt.nspans + 1), k = 0;
+    size_t cap = n + 1, k = 0; /* one piece per range, more where a range crosses spans */
     uint64_t (*piece)[2] = malloc(cap * sizeof *piece);
     for (size_t i = 0; piece && i < n; i++) {
         uint64_t at = ranges[i][0] & ~(gran - 1);
         uint64_t end = (ranges[i][0] + ranges[i][1] + gran - 1) & ~(gran - 1);
-        while (at < end) {
+        while (piece && at < end) {
             uint64_t skip = span_end(b, at);
             if (skip) {
                 at = skip;
@@ -239,6 +239,15 @@ static uint64_t (*uncovered(const struct flyt_cuda_backend *b, const uint64_t (*
             }
             uint64_t stop = next_span(b, at);
             stop = stop < end ? stop : end;
+            if (k == cap) {
+                void *more = realloc(piece, (cap *= 2) * sizeof *piece);
+                if (more == NULL) {
+                    free(piece);
+                    piece = NULL;
+                    break;
+                }
+                piece = more;
+            }
             piece[k][0] = at;
             piece[k++][1] = stop;
             at = stop;

@@ -320,6 +320,12 @@ static void async_spans_kept_early(struct flyt_state *st)
     const uint64_t touching[2][2] = {{run, (uint64_t)34 << 20}, {run + ((uint64_t)34 << 20), 4096}};
     CHECK_EQ(b->ops->async_spans(b, touching, 2), CUDA_SUCCESS, "allocations end to start");
     CHECK_EQ(fake_live.reservations, before + 5, "one span over both");
+    /* one range around two kept spans: three pieces of it get spans */
+    const uint64_t lone[1][2] = {{run + ((uint64_t)128 << 20), 4096}};
+    CHECK_EQ(b->ops->async_spans(b, lone, 1), CUDA_SUCCESS, "a span further on");
+    const uint64_t across[1][2] = {{run - ((uint64_t)64 << 20), (uint64_t)288 << 20}};
+    CHECK_EQ(b->ops->async_spans(b, across, 1), CUDA_SUCCESS, "a range around both");
+    CHECK_EQ(fake_live.reservations, before + 9, "a span for each of its three free pieces");
     session_end();
     config.restore = NULL;
 }
