@@ -158,31 +158,10 @@ static void apply(flyt_session *s, uint64_t gen, int ngroups, unsigned gran)
     acknowledge(gen, (int32_t)r, s->sm_count, t1 - t0, t2 - t1);
 }
 
-#define CAPTURE_WAIT_MS 1000 /* within the node manager's 2 s wait for the acknowledgement */
-
-static uint64_t held_gen; /* a share held while a stream capture is open (0: none) */
-static long long held_until_ms;
-
-/* A stream capture is open: moving the streams would cut its graph off them, so the new
- * share waits for its end (the first request boundary after it), or until
- * CAPTURE_WAIT_MS passed, when apply refuses it as before. 1 while it waits. */
-static int capture_holds(flyt_session *s, uint64_t gen)
-{
-    long long now = (long long)(flyt_mono_ns() / 1000000u);
-    if (!s->b || s->captures == 0 || (held_gen == gen && now >= held_until_ms)) {
-        held_gen = 0;
-        s->share_wake_ms = 0;
-        return 0;
-    }
-    if (held_gen != gen) {
-        held_gen = gen;
-        held_until_ms = now + CAPTURE_WAIT_MS;
-        s->share_wake_ms = held_until_ms + 1;
-        flyt_info("session for %s: the new share waits up to %d ms for its stream capture to end",
-                  s->peer, CAPTURE_WAIT_MS);
-    }
-    return 1;
-}
+/* A share posted while a stream capture is open waits for its end (moving the streams
+ * would cut the capture's graph off them), at most this long, within the node
+ * manager's 2 s wait for the acknowledgement; then apply refuses it as before. */
+#define CAPTURE_WAIT_MS 1000
 
 void flyt_resize_poll(flyt_session *s)
 {
@@ -192,7 +171,8 @@ void flyt_resize_poll(flyt_session *s)
     int n = 0;
     unsigned gran = 0;
     uint64_t gen = read_share(&n, &gran);
-    if (gen != 0 && gen != s->share_gen && !capture_holds(s, gen))
+    if (gen != 0 && gen != s->share_gen &&
+        !flyt_capture_holds(s, &s->share_hold, gen, CAPTURE_WAIT_MS, "new share"))
         apply(s, gen, n, gran);
 }
 
@@ -208,11 +188,15 @@ int flyt_resize_wait(flyt_session *s)
     if (s->share_sigfd < 0)
         return 0;
     struct pollfd pf[2] = {{.fd = s->link.fd, .events = POLLIN}, {.fd = s->share_sigfd, .events = POLLIN}};
+    /* a request held for an open capture is looked at again at its deadline */
+    const struct flyt_capture_hold *held[2] = {&s->ckpt_hold, &s->share_hold};
+    long long wake = 0;
+    for (int i = 0; i < 2; i++)
+        if (held[i]->gen && (!wake || held[i]->until_ms < wake))
+            wake = held[i]->until_ms;
     int timeout = -1;
-    long long wake = s->ckpt_wake_ms && (!s->share_wake_ms || s->ckpt_wake_ms < s->share_wake_ms)
-                         ? s->ckpt_wake_ms : s->share_wake_ms;
     if (wake) {
-        long long left = wake - (long long)(flyt_mono_ns() / 1000000u);
+        long long left = wake + 1 - flyt_mono_ms();
         timeout = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
     }
     int n = poll(pf, 2, timeout);

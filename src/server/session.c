@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "flyt_assert.h"
+#include "flyt_clock.h"
 #include "flyt_log.h"
 #include "flyt_reader.h"
 #include "flyt_transport.h"
@@ -560,6 +561,23 @@ void flyt_session_stream_starts(flyt_session *s)
 uint64_t flyt_session_consumed(const flyt_session *s)
 {
     return flyt_reader_offset(&s->in) - s->stream_base;
+}
+
+int flyt_capture_holds(flyt_session *s, struct flyt_capture_hold *h, uint64_t gen, long wait_ms,
+                       const char *what)
+{
+    long long now = flyt_mono_ms();
+    if (!s->b || s->captures == 0 || (h->gen == gen && now >= h->until_ms)) {
+        h->gen = 0;
+        return 0;
+    }
+    if (h->gen != gen) {
+        h->gen = gen;
+        h->until_ms = now + wait_ms;
+        flyt_info("session for %s: the %s waits up to %ld ms for its stream capture to end",
+                  s->peer, what, wait_ms);
+    }
+    return 1;
 }
 
 uint64_t flyt_session_acks_ahead(const flyt_session *s)

@@ -102,6 +102,14 @@ struct flyt_cb_msg {
 enum { FLYT_RD_NONE, FLYT_RD_SESSION, FLYT_RD_AHEAD };
 #define FLYT_AHEAD_FDS 16 /* descriptors a read-ahead may hold for later frames */
 
+/* A request of the status page (a checkpoint's, a share's) held while a stream
+ * capture is open in the session: looked at again at each request boundary, and
+ * an idle session wakes at until_ms (flyt_resize_wait). */
+struct flyt_capture_hold {
+    uint64_t  gen;      /* the request held (0: none) */
+    long long until_ms; /* monotonic: when it stops waiting */
+};
+
 typedef struct flyt_session {
     flyt_link                        link;      /* the socket, and its TLS session (TCP, --tls-cert) */
     pid_t                            peer_pid;  /* SO_PEERCRED pid; 0 unknown yet, -1 none (TCP) */
@@ -126,8 +134,7 @@ typedef struct flyt_session {
     struct flyt_memtab               mem;       /* live allocations, when accounted (quota.h) */
     int                              share_sigfd; /* SIGURG: a live resize was posted (resize.h) */
     uint32_t                         moved_reason;  /* SESSION_MOVED's, once checkpointed with stop */
-    long long                        ckpt_wake_ms;  /* an idle session wakes then too: a held */
-    long long                        share_wake_ms; /* checkpoint, a held share (monotonic ms; 0: no) */
+    struct flyt_capture_hold         ckpt_hold, share_hold; /* requests an open capture holds */
     uint64_t                         share_gen;   /* the page's share this session runs on */
     int                              share_frames; /* the client takes SHARE_CHANGED frames */
     flyt_hash                        stream_attrs; /* stream id + 1 -> attributes set (stream_attrs.h) */
@@ -302,6 +309,13 @@ void flyt_session_stream_starts(flyt_session *s);
 /* Bytes of the client's request stream consumed so far (at a request
  * boundary: every request before the next one read). */
 uint64_t flyt_session_consumed(const flyt_session *s);
+/* Whether request gen (what: "checkpoint", "new share") is to wait for the session's
+ * open stream capture to end, at most wait_ms from the first time it is asked (said
+ * once in the log); 0 when it goes ahead (no capture, or the wait is over), h
+ * then holds nothing. */
+int flyt_capture_holds(flyt_session *s, struct flyt_capture_hold *h, uint64_t gen, long wait_ms,
+                       const char *what);
+
 /* HOST_FUNC_DONE frames among the bytes read ahead past the consumed ones
  * (counted already; a client replays them after a move). */
 uint64_t flyt_session_acks_ahead(const flyt_session *s);

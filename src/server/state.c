@@ -1560,11 +1560,11 @@ static int precopy_begin(flyt_session *s, struct flyt_server_status *p)
 
 static uint64_t precopy_gen; /* the request whose pre-copy runs (0: none) */
 static uint64_t precopy_t0;  /* when it started */
-static uint64_t held_gen;    /* the request held while a stream capture runs (0: none) */
-static uint64_t held_until;  /* until when, monotonic ns */
-
 #define CAPTURE_WAIT_MS 10000 /* FLYT_CKPT_CAPTURE_WAIT_MS: how long a request waits for one */
 
+/* How long a request waits for an open stream capture to end (a capture lasts as long
+ * as the program takes to record its work; PyTorch and Inductor's CUDA graphs record
+ * at warm-up); then the capture refuses it. */
 static long capture_wait_ms(void)
 {
     const char *env = getenv("FLYT_CKPT_CAPTURE_WAIT_MS");
@@ -1573,33 +1573,10 @@ static long capture_wait_ms(void)
     return env && *end == '\0' && ms >= 0 ? ms : CAPTURE_WAIT_MS;
 }
 
-/* A stream capture is open: request gen waits for its end (a capture lasts as long as
- * the program takes to record its work; PyTorch and Inductor's CUDA graphs record at
- * warm-up), checked at every request boundary and at the deadline, when the capture
- * refuses it. 1 while it waits. */
-static int capture_holds(flyt_session *s, uint64_t gen)
-{
-    uint64_t now = flyt_mono_ns();
-    if (s->captures == 0 || (held_gen == gen && now >= held_until)) {
-        held_gen = 0;
-        s->ckpt_wake_ms = 0;
-        return 0;
-    }
-    if (held_gen != gen) {
-        long ms = capture_wait_ms();
-        held_gen = gen;
-        held_until = now + (uint64_t)ms * 1000000u;
-        s->ckpt_wake_ms = (long long)(held_until / 1000000u) + 1;
-        flyt_info("session for %s: the checkpoint waits up to %ld ms for its stream capture to "
-                  "end", s->peer, ms);
-    }
-    return 1;
-}
-
 int flyt_state_poll(flyt_session *s)
 {
     struct flyt_server_status *p = flyt_status_page();
-    if (!p || (!precopy_gen && !held_gen && LOAD(&p->ckpt_gen) == ckpt_seen))
+    if (!p || (!precopy_gen && !s->ckpt_hold.gen && LOAD(&p->ckpt_gen) == ckpt_seen))
         return FLYT_CONT; /* the common case: one load */
     uint64_t gen = precopy_gen;
     int precopied = gen != 0; /* its images went ahead: the capture's turn */
@@ -1609,14 +1586,13 @@ int flyt_state_poll(flyt_session *s)
     if (!precopied) {
         uint64_t latest = LOAD(&p->ckpt_gen);
         if (latest != ckpt_seen) { /* a new request (one held before is given up) */
-            gen = ckpt_seen = latest;
-            held_gen = 0;
-            s->ckpt_wake_ms = 0;
+            ckpt_seen = latest;
+            s->ckpt_hold.gen = 0;
             if (LOAD(&p->ckpt_pid) != (int32_t)getpid())
                 return FLYT_CONT;
         }
         gen = ckpt_seen;
-        if (capture_holds(s, gen))
+        if (flyt_capture_holds(s, &s->ckpt_hold, gen, capture_wait_ms(), "checkpoint"))
             return FLYT_CONT;
         precopy_t0 = flyt_mono_ns();
         if (precopy_begin(s, p)) {
