@@ -54,7 +54,8 @@ static CUresult memfd_ok(int fd, uint64_t size)
 
 /* Records a registered mapping as a region (addr: HOST_MAP_AT's, device-
  * mapped; 0: HOST_MAP); undoes both when it cannot. */
-static CUresult region_add(flyt_session *s, void *base, uint64_t size, uint64_t addr, uint64_t *id)
+static CUresult region_add(flyt_session *s, void *base, uint64_t size, uint64_t addr,
+                           unsigned flags, uint64_t *id)
 {
     struct flyt_hentry *e = flyt_handles_add(&s->handles, FLYT_H_REGION, NULL);
     if (e == NULL) {
@@ -66,6 +67,7 @@ static CUresult region_add(flyt_session *s, void *base, uint64_t size, uint64_t 
     e->u.region.size = size;
     e->u.region.addr = addr;
     e->u.region.mapped = addr != 0;
+    e->u.region.read_only = (flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0;
     *id = e->id;
     return CUDA_SUCCESS;
 }
@@ -85,7 +87,7 @@ int handle_HOST_MAP(flyt_session *s, flyt_call *c)
         } else if ((c->result = s->b->ops->host_register(s->b, base, r->size)) != CUDA_SUCCESS) {
             munmap(base, (size_t)r->size);
         } else {
-            c->result = region_add(s, base, r->size, 0, &rep->value);
+            c->result = region_add(s, base, r->size, 0, 0, &rep->value);
         }
     }
     if (fd >= 0)
@@ -133,10 +135,9 @@ int handle_HOST_MAP_AT(flyt_session *s, flyt_call *c)
         } else if ((c->result = s->b->ops->host_register_mapped(s->b, base, r->size, r->flags, &dptr)) !=
                    CUDA_SUCCESS) {
             munmap(base, (size_t)r->size);
-        } else if ((c->result = region_add(s, base, r->size, r->addr, &rep->a)) == CUDA_SUCCESS) {
+        } else if ((c->result = region_add(s, base, r->size, r->addr, r->flags, &rep->a)) ==
+                   CUDA_SUCCESS) {
             rep->b = dptr;
-            flyt_handles_get(&s->handles, rep->a, FLYT_H_REGION)->u.region.read_only =
-                (r->flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0;
         }
     }
     if (fd >= 0)
