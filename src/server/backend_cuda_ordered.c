@@ -70,11 +70,12 @@ static void granule_put(struct flyt_cuda_backend *b, uint64_t g, uint64_t gran)
                   (unsigned long long)g, (int)r);
 }
 
-static int in_span(const struct flyt_cuda_backend *b, uint64_t g, uint64_t gran)
+/* The end of the span holding at, or 0. */
+static uint64_t span_end(const struct flyt_cuda_backend *b, uint64_t at)
 {
     for (int i = 0; i < b->ckpt.nspans; i++)
-        if (g >= b->ckpt.spans[i].base && g + gran <= b->ckpt.spans[i].base + b->ckpt.spans[i].size)
-            return 1;
+        if (at >= b->ckpt.spans[i].base && at - b->ckpt.spans[i].base < b->ckpt.spans[i].size)
+            return b->ckpt.spans[i].base + b->ckpt.spans[i].size;
     return 0;
 }
 
@@ -86,7 +87,7 @@ static CUresult granule_get(struct flyt_cuda_backend *b, uint64_t g, uint64_t gr
         s->value.u64++;
         return CUDA_SUCCESS;
     }
-    if (!in_span(b, g, gran)) {
+    if (span_end(b, g) < g + gran) { /* also 0: in no span */
         flyt_error("restore: the granule 0x%llx of a stream-ordered allocation was not reserved "
                    "before the restore", (unsigned long long)g);
         return CUDA_ERROR_INVALID_VALUE;
@@ -157,11 +158,6 @@ static void spans_free_from(struct flyt_cuda_backend *b, int first)
     }
 }
 
-static void spans_free(struct flyt_cuda_backend *b)
-{
-    spans_free_from(b, 0);
-}
-
 /* [base, end) at exactly base. Never placed elsewhere: the address is where the
  * receiving process's own pools lay out, whose allocations would then collide with an
  * alias (measured on the H100: wrong sums). The restore fails instead; a live
@@ -210,15 +206,6 @@ static uint64_t next_span(const struct flyt_cuda_backend *b, uint64_t at)
         if (b->ckpt.spans[i].base >= at && b->ckpt.spans[i].base < next)
             next = b->ckpt.spans[i].base;
     return next;
-}
-
-/* The end of the span holding at, or 0. */
-static uint64_t span_end(const struct flyt_cuda_backend *b, uint64_t at)
-{
-    for (int i = 0; i < b->ckpt.nspans; i++)
-        if (at >= b->ckpt.spans[i].base && at - b->ckpt.spans[i].base < b->ckpt.spans[i].size)
-            return b->ckpt.spans[i].base + b->ckpt.spans[i].size;
-    return 0;
 }
 
 /* The granules of ranges[] outside every span reserved so far (an earlier call's: a
@@ -404,7 +391,7 @@ void flyt_cuda_ordered_drop(struct flyt_cuda_backend *b)
         release_restored(b, e->key, e->value.u64);
     free(b->ckpt.pending);
     b->ckpt.pending = NULL;
-    spans_free(b); /* their granules unmapped above */
+    spans_free_from(b, 0); /* their granules unmapped above */
     flyt_memtab_free(&b->ckpt.restored);
     flyt_memtab_free(&b->ckpt.async);
     flyt_hash_free(&b->ckpt.async_pools);
