@@ -145,6 +145,13 @@ CUresult flyt_driver_unsupported(const char *name);
 /* Same, with a reason: "NAME (REASON)". */
 CUresult flyt_unsupported_why(const char *name, const char *why);
 
+/* ---- FLYT_PROFILE=1: per-op counts and waits, printed at exit (profile.c) ---- */
+int  flyt_profiling(void);
+/* One request of op that carried bytes; waited: it waited wait_ns for its reply. */
+void flyt_profile_call(uint16_t op, uint64_t bytes, uint64_t wait_ns, int waited);
+/* A kernel image of bytes hashed in ns. */
+void flyt_profile_hash(uint64_t bytes, uint64_t ns);
+
 /* ---- contexts (context.c) ---- */
 /* The calling thread's current context, NULL if none. */
 CUcontext flyt_ctx_current(void);

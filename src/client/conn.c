@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flyt_clock.h"
 #include "flyt_cmgr_proto.h"
 #include "flyt_reader.h"
 #include "flyt_tls.h"
@@ -1519,7 +1520,13 @@ static CUresult hooked_call(uint16_t op, const void *req, size_t req_size,
     CUresult r = before ? before(op, req) : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS)
         return r;
-    r = call(op, req, req_size, data, data_count, pass_fd, sink);
+    if (flyt_profiling()) {
+        uint64_t t0 = flyt_mono_ns();
+        r = call(op, req, req_size, data, data_count, pass_fd, sink);
+        flyt_profile_call(op, frame_bytes(req_size, data, data_count), flyt_mono_ns() - t0, 1);
+    } else {
+        r = call(op, req, req_size, data, data_count, pass_fd, sink);
+    }
     flyt_after_hook after = atomic_load_explicit(&hook_after, memory_order_acquire);
     if (after)
         after(op, r);
@@ -1550,6 +1557,8 @@ CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size,
     if (before && (err = before(op, req)) != CUDA_SUCCESS)
         return err;
     uint64_t n = frame_bytes(req_size, data, data_count);
+    if (flyt_profiling())
+        flyt_profile_call(op, n, 0, 0);
     if (send_lock_for(op, n) != 0)
         return lost();
     uint64_t epoch = conn.epoch;

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flyt_clock.h"
+
 #define MODULE_MAGIC   0x4d4c5946u /* "FYLM" */
 #define FUNCTION_MAGIC 0x464c5946u
 #define DEAD_MAGIC     0x44414544u
@@ -178,10 +180,13 @@ static CUresult module_load(struct flyt_module **out, const void *image, int lib
     *m = (struct flyt_module){.magic = MODULE_MAGIC, .library = library, .image = start,
                               .size = size};
     unsigned int len = 0;
+    uint64_t t0 = flyt_profiling() ? flyt_mono_ns() : 0;
     if (!EVP_Digest(start, size, m->sha256, &len, EVP_sha256(), NULL)) {
         free(m);
         return CUDA_ERROR_UNKNOWN;
     }
+    if (t0)
+        flyt_profile_hash(size, flyt_mono_ns() - t0);
     if (library && !preserved && (m->owned = malloc(size)) != NULL) {
         memcpy(m->owned, start, size);
         m->image = m->owned;

@@ -35,6 +35,14 @@ echo "== client test over the Unix socket without shared memory (FLYT_SHM=0)"
 FLYT_SHM=0 FLYT_SERVER="unix:$tmp/s.sock" LD_LIBRARY_PATH=$libdir timeout 120 "$test" > "$tmp/noshm.out" 2>&1 \
   && tail -1 "$tmp/noshm.out" || { cat "$tmp/noshm.out"; rc=1; }
 
+echo "== FLYT_PROFILE=1: a table of the requests sent, at exit"
+FLYT_PROFILE=1 FLYT_SERVER="unix:$tmp/s.sock" LD_LIBRARY_PATH=$libdir timeout 120 "$test" > "$tmp/profile.out" 2>&1 || {
+  cat "$tmp/profile.out"; rc=1; }
+# every program allocates: MEM_ALLOC went out and waited for its reply
+grep -q "^flyt: profile of pid [0-9]*: [1-9][0-9]* requests" "$tmp/profile.out" &&
+  grep -Eq "^flyt: MEM_ALLOC +[1-9][0-9]* +[1-9][0-9]* " "$tmp/profile.out" ||
+  { echo "FAIL: FLYT_PROFILE=1 printed no profile naming MEM_ALLOC"; tail -20 "$tmp/profile.out"; rc=1; }
+
 echo "== no server configured"
 env -u FLYT_SERVER LD_LIBRARY_PATH=$libdir timeout 20 "$noserver" || rc=1
 echo "== server address with nobody listening"

@@ -45,8 +45,13 @@ int flyt_regions_each(int (*fn)(const flyt_req_host_remap *req, int fd, void *ar
     return 0;
 }
 
-/* Tracing (errors.c, with the generated error names) is off here. */
+/* Tracing (errors.c, with the generated error names) and profiling are off here. */
 int flyt_tracing(void) { return 0; }
+int flyt_profiling(void) { return 0; }
+void flyt_profile_call(uint16_t op, uint64_t bytes, uint64_t wait_ns, int waited)
+{
+    (void)op, (void)bytes, (void)wait_ns, (void)waited;
+}
 CUresult flyt_trace(const char *where, CUresult r)
 {
     (void)where;
