@@ -1,7 +1,7 @@
 /*
  * Modules, functions, globals, launches and occupancy. Fatbinaries are known
  * by their SHA-256: shipped once per session (or never, if the cache dir
- * has them), verified against their hash before the driver sees them.
+ * has them); a shipped one is kept only when it matches its claimed hash.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +41,8 @@ static int reuse_loaded(flyt_session *s, const uint8_t sha[32], flyt_rep_module_
     return 1;
 }
 
-static CUresult load_image(flyt_session *s, const void *image, uint64_t size,
-                           const uint8_t sha[32], flyt_rep_module_load *rep)
+/* The driver's load, within the session's bound on kept image bytes. */
+static CUresult driver_load(flyt_session *s, const void *image, uint64_t size, flyt_bhandle *mod)
 {
     /* the server keeps each loaded image (a checkpoint writes it): memory outside the
      * device quota, so bounded per session */
@@ -53,12 +53,16 @@ static CUresult load_image(flyt_session *s, const void *image, uint64_t size,
                   (unsigned long long)(s->image_bytes_live + size), (unsigned long long)max);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    flyt_bhandle mod = NULL;
     uint64_t t0 = flyt_mono_ns();
-    CUresult e = FLYT_BCALL(s, module_load, image, (size_t)size, &mod);
+    CUresult e = FLYT_BCALL(s, module_load, image, (size_t)size, mod);
     s->image_load_ns += flyt_mono_ns() - t0;
-    if (e != CUDA_SUCCESS)
-        return e;
+    return e;
+}
+
+/* A loaded module becomes the session's, known by its image's hash. */
+static CUresult keep_loaded(flyt_session *s, flyt_bhandle mod, uint64_t size, const uint8_t sha[32],
+                            flyt_rep_module_load *rep)
+{
     struct flyt_hentry *h = flyt_handles_add(&s->handles, FLYT_H_MODULE, mod);
     if (h == NULL) {
         FLYT_BCALL(s, module_unload, mod);
@@ -86,7 +90,10 @@ static void load_known(flyt_session *s, flyt_call *c, const flyt_req_module_load
         rep->need_data = 1;
         return;
     }
-    c->result = load_image(s, image, r->size, r->sha256, rep);
+    flyt_bhandle mod = NULL;
+    c->result = driver_load(s, image, r->size, &mod);
+    if (c->result == CUDA_SUCCESS)
+        c->result = keep_loaded(s, mod, r->size, r->sha256, rep);
     s->images_from_cache++;
     if (c->result == CUDA_ERROR_INVALID_IMAGE || c->result == CUDA_ERROR_NO_BINARY_FOR_GPU ||
         c->result == CUDA_ERROR_INVALID_PTX || c->result == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
@@ -94,7 +101,23 @@ static void load_known(flyt_session *s, flyt_call *c, const flyt_req_module_load
     free(image);
 }
 
-/* has_data = 1: the image follows; it must hash to what the request says. */
+/* A sent image's hash against the request's (has_data = 1; has_data = 2 names
+ * none: the server's own is the image's). 0 when they agree. */
+static int claim_differs(flyt_session *s, const flyt_req_module_load *r, const uint8_t sha[32])
+{
+    if (r->has_data != 1 || memcmp(sha, r->sha256, 32) == 0)
+        return 0;
+    char want[65], got[65];
+    flyt_sha256_format(r->sha256, want);
+    flyt_sha256_format(sha, got);
+    flyt_error("MODULE_LOAD from %s: image of %llu bytes hashes to %s, request says %s; refused",
+               s->peer, (unsigned long long)r->size, got, want);
+    return 1;
+}
+
+/* has_data = 1 or 2: the image follows. The driver loads it while another
+ * thread hashes it; only an image that matches its claim, and that the driver
+ * took, is kept and goes to the cache dir (junk must not fill the disk). */
 static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *r,
                      flyt_rep_module_load *rep)
 {
@@ -113,25 +136,34 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
     }
     s->images_received++;
     s->image_bytes_received += r->size;
+    struct flyt_sha256_job job;
     uint8_t sha[32];
     uint64_t t0 = flyt_mono_ns();
-    flyt_sha256(image, r->size, sha);
+    flyt_sha256_begin(&job, image, r->size);
+    s->image_verify_ns += flyt_mono_ns() - t0; /* what hashing adds to the critical path */
+    flyt_bhandle mod = NULL;
+    CUresult loaded = driver_load(s, image, r->size, &mod);
+    if (loaded != CUDA_SUCCESS)
+        mod = NULL;
+    t0 = flyt_mono_ns();
+    flyt_sha256_end(&job, sha);
     s->image_verify_ns += flyt_mono_ns() - t0;
-    if (memcmp(sha, r->sha256, 32) != 0) {
-        char want[65], got[65];
-        flyt_sha256_format(r->sha256, want);
-        flyt_sha256_format(sha, got);
-        flyt_error("MODULE_LOAD from %s: image of %llu bytes hashes to %s, request says %s; refused",
-                   s->peer, (unsigned long long)r->size, got, want);
+    if (claim_differs(s, r, sha)) {
         c->result = CUDA_ERROR_INVALID_VALUE;
-    } else if (!reuse_loaded(s, sha, rep)) {
-        /* only an image the driver took is kept: junk must not fill the disk */
-        c->result = load_image(s, image, r->size, sha, rep);
+    } else if (loaded != CUDA_SUCCESS) {
+        c->result = loaded;
+    } else if (reuse_loaded(s, sha, rep)) { /* a race of two threads, or has_data = 2 */
+        c->result = CUDA_SUCCESS;
+    } else {
+        c->result = keep_loaded(s, mod, r->size, sha, rep);
+        mod = NULL;
         t0 = flyt_mono_ns();
         if (c->result == CUDA_SUCCESS)
             flyt_cache_store(s->cfg->cache_dir, sha, image, r->size, s->cfg->cache_max_bytes);
         s->image_store_ns += flyt_mono_ns() - t0;
     }
+    if (mod != NULL)
+        FLYT_BCALL(s, module_unload, mod);
     free(image);
     return FLYT_CONT;
 }
@@ -139,7 +171,7 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
 int handle_MODULE_LOAD(flyt_session *s, flyt_call *c)
 {
     const flyt_req_module_load *r = c->req;
-    if (r->has_data > 1)
+    if (r->has_data > 2)
         return flyt_violation(s, c, "has_data is %u", r->has_data);
     if (r->size > FLYT_MAX_FATBIN)
         return flyt_violation(s, c, "fatbinary of %llu bytes is over the %u-byte limit",

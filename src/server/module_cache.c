@@ -23,6 +23,34 @@ void flyt_sha256(const void *data, size_t len, uint8_t out[32])
         memset(out, 0, 32); /* cannot match a real client hash of real data */
 }
 
+/* Below this an image is hashed at once: a thread costs more than it saves. */
+#define SHA_THREAD_MIN_BYTES (256u << 10)
+
+static void *sha256_thread(void *arg)
+{
+    struct flyt_sha256_job *job = arg;
+    flyt_sha256(job->data, job->len, job->sha);
+    return NULL;
+}
+
+void flyt_sha256_begin(struct flyt_sha256_job *job, const void *data, size_t len)
+{
+    job->data = data;
+    job->len = len;
+    job->threaded = len >= SHA_THREAD_MIN_BYTES &&
+                    pthread_create(&job->thread, NULL, sha256_thread, job) == 0;
+    if (!job->threaded)
+        flyt_sha256(data, len, job->sha);
+}
+
+void flyt_sha256_end(struct flyt_sha256_job *job, uint8_t out[32])
+{
+    if (job->threaded)
+        pthread_join(job->thread, NULL);
+    job->threaded = 0;
+    memcpy(out, job->sha, 32);
+}
+
 void flyt_sha256_format(const uint8_t sha[32], char out[65])
 {
     static const char digits[] = "0123456789abcdef";

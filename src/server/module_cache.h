@@ -7,11 +7,27 @@
 #ifndef FLYT_MODULE_CACHE_H
 #define FLYT_MODULE_CACHE_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 void flyt_sha256(const void *data, size_t len, uint8_t out[32]);
 void flyt_sha256_format(const uint8_t sha[32], char out[65]);
+
+/* The SHA-256 of an image computed on a thread of its own while the caller
+ * goes on (with the driver's load of the same image): a cuBLAS start ships
+ * ~100 MB, whose hash would otherwise add ~100 ms to the loads. Small images,
+ * or no thread to be had, are hashed at begin. data must stay until end. */
+struct flyt_sha256_job {
+    pthread_t   thread;
+    int         threaded;
+    const void *data;
+    size_t      len;
+    uint8_t     sha[32];
+};
+void flyt_sha256_begin(struct flyt_sha256_job *job, const void *data, size_t len);
+/* Waits for the hash and writes it to out. */
+void flyt_sha256_end(struct flyt_sha256_job *job, uint8_t out[32]);
 
 /* The cached image of this hash and size, malloc'd; NULL when dir is NULL,
  * the file is absent, or it does not match (a mismatching file is logged). */

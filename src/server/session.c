@@ -1025,7 +1025,8 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     }
     if (s->images_received || s->images_from_cache)
         flyt_info("session for %s: %llu kernel images received (%llu bytes), %llu from the cache dir; "
-                  "hashing or reading them %.1f ms, the driver's loads %.1f ms, cache writes %.1f ms",
+                  "hashing (what the loads did not hide) or reading them %.1f ms, the driver's "
+                  "loads %.1f ms, cache writes %.1f ms",
                   peer, (unsigned long long)s->images_received,
                   (unsigned long long)s->image_bytes_received, (unsigned long long)s->images_from_cache,
                   (double)s->image_verify_ns / 1e6, (double)s->image_load_ns / 1e6,

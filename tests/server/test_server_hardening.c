@@ -405,6 +405,56 @@ static void image_memory_is_bounded(void)
     close(fd);
 }
 
+/* MODULE_LOAD has_data 2 (one machine): the image comes unhashed; the server
+ * hashes it while the driver loads it (on a thread, at 300 KiB) and knows it
+ * by that hash after. An image whose claimed hash is false is refused and
+ * kept nowhere, although the driver had loaded it meanwhile. */
+static void unhashed_and_misclaimed_images(void)
+{
+    th_say("images sent unhashed are known by their hash; a false hash is refused");
+    int fd = th_connect();
+    CHECK_GE(fd, 0, "connect and HELLO");
+    CHECK_EQ(th_hello(fd), 0, "connect and HELLO");
+    size_t size;
+    unsigned char *img = fatbin_variant(20, 300 << 10, &size);
+    flyt_req_module_load req = {.size = size, .has_data = 2};
+    flyt_rep_module_load rep;
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_MODULE_LOAD, &req, sizeof req, img, size, &rep, sizeof rep),
+             T_SUCCESS, "MODULE_LOAD of 300 KiB, unhashed");
+    CHECK(rep.module != 0 && rep.need_data == 0, "a module, no request for data");
+    uint64_t again = 0;
+    CHECK_EQ(th_module_load(fd, img, size, &again), T_SUCCESS, "the same image by its hash");
+    CHECK_EQ(again, rep.module, "the session's module of that hash: the server hashed it right");
+    char path[512];
+    struct stat st;
+    cache_file_of(img, size, path, sizeof path);
+    CHECK_EQ(stat(path, &st), 0, "the cache dir holds it under its hash");
+
+    unsigned char *other = fatbin_variant(21, 300 << 10, &size);
+    flyt_req_module_load lie = {.size = size, .has_data = 1};
+    unsigned int n = 0;
+    EVP_Digest(img, size, lie.sha256, &n, EVP_sha256(), NULL); /* the first image's hash */
+    flyt_rep_module_load rep2;
+    int r = th_call_rep(fd, FLYT_OP_MODULE_LOAD, &lie, sizeof lie, other, size, &rep2, sizeof rep2);
+    CHECK_EQ(r, T_INVALID_VALUE, "an image sent under another's hash: %d (want %d)", r, T_INVALID_VALUE);
+    CHECK(th_server_log_has("request says"), "the mismatch is logged");
+    cache_file_of(other, size, path, sizeof path);
+    CHECK_NE(stat(path, &st), 0, "it is not cached");
+    uint64_t third = 0;
+    CHECK_EQ(th_module_load(fd, other, size, &third), T_SUCCESS, "sent under its own hash, it loads");
+    CHECK(third != 0 && third != rep.module, "as a module of its own");
+    flyt_req_handle u = {rep.module};
+    CHECK_EQ(th_call(fd, FLYT_OP_MODULE_UNLOAD, &u, sizeof u, NULL, 0, NULL), T_SUCCESS,
+             "the first image's module unloads (loaded twice: one of two)");
+    CHECK_EQ(th_call(fd, FLYT_OP_MODULE_UNLOAD, &u, sizeof u, NULL, 0, NULL), T_SUCCESS,
+             "and again (the second)");
+    CHECK_EQ(th_call(fd, FLYT_OP_MODULE_UNLOAD, &u, sizeof u, NULL, 0, NULL), T_INVALID_HANDLE,
+             "a third unload finds none: the refused image took no reference");
+    free(img), free(other);
+    close(fd);
+    CHECK(th_wait_no_session(5.0) >= 0, "the session ended");
+}
+
 /* Removes what the cache test left, so the temporary dir can go. */
 static void remove_cache_dir(void)
 {
@@ -570,6 +620,15 @@ int main(int argc, char **argv)
     th_server_start_args(bin, "FLYT_HOST_BACKEND_MEM=268435456", small_images);
     image_memory_is_bounded();
     th_server_stop();
+    th_prepare_dir(); /* the temporary dir went with the last server */
+    snprintf(cache_dir, sizeof cache_dir, "%s/cache", th_temp_dir());
+    CHECK_EQ(mkdir(cache_dir, 0700), 0, "a cache dir again");
+    static const char *const cache_only[] = {"--cache-dir", cache_dir, NULL};
+    th_server_start_args(bin, "FLYT_HOST_BACKEND_MEM=268435456", cache_only);
+    unhashed_and_misclaimed_images();
+    CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
+    th_server_stop();
+    remove_cache_dir();
     blocked_calls(bin);
     th_passed();
     printf("all hardening checks passed\n");
