@@ -65,6 +65,9 @@ CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size, const st
 /* Whether host memory can be shared with the server: a Unix-socket session
  * and FLYT_SHM not set to 0. */
 int flyt_conn_shares_memory(void);
+/* Whether kernel images go to the server unhashed (MODULE_LOAD has_data 2):
+ * on one machine a cuBLAS start's ~100 MB cost less to send than to hash. */
+int flyt_conn_ships_images_unhashed(void);
 /* Hooks around every flyt_call, flyt_call_fd and flyt_send_async: before
  * sees the request first (an error fails the call unsent); after sees a
  * waited-for call's result. Set once, for the rest of the process. */

@@ -70,6 +70,7 @@ static struct {
     pthread_t receiver;
     int device_count;
     int shares_memory;
+    int same_machine; /* a Unix socket: bytes cost less to send than to hash */
     int server_minor;
     pid_t server_pid; /* the session's process, from HELLO */
     pid_t pid; /* the process that connected: a forked child has no receiver */
@@ -887,6 +888,7 @@ static void take_server(const flyt_addr *addr, const flyt_rep_hello *rep)
 {
     const char *shm = getenv("FLYT_SHM");
     conn.shares_memory = addr->kind == FLYT_ADDR_UNIX && !(shm && strcmp(shm, "0") == 0);
+    conn.same_machine = addr->kind == FLYT_ADDR_UNIX;
     conn.server_minor = rep->minor;
     conn.server_pid = (pid_t)rep->server_pid;
     /* The server copies pageable memory of this process as this process's
@@ -1299,6 +1301,12 @@ flyt_rep_device_snapshot *flyt_conn_snapshot_mut(void) { return &conn.snapshot; 
 int flyt_conn_shares_memory(void)
 {
     return flyt_connect_once() == CUDA_SUCCESS && conn.shares_memory;
+}
+
+int flyt_conn_ships_images_unhashed(void)
+{
+    return flyt_connect_once() == CUDA_SUCCESS && conn.same_machine &&
+           conn.server_minor >= FLYT_MINOR_IMAGE_UNHASHED;
 }
 
 /* A frame sent with a descriptor, for a replay. Under send_lock. More such

@@ -4,16 +4,18 @@
  * A CUmodule and a CUlibrary are both a struct flyt_module here (the server
  * loads either as a module); a CUfunction and a CUkernel are both a struct
  * flyt_function, so a CUkernel is accepted wherever a function is, as NVIDIA's
- * runtime expects. Images are shipped once, by SHA-256: the server answers
- * from its cache when it holds them. A function's parameter layout and
- * attributes come with its lookup, so launches and attribute queries need
- * no further round trip.
+ * runtime expects. Between machines images are shipped once, by SHA-256:
+ * the server answers from its cache when it holds them; on one machine they
+ * go at once, unhashed (cheaper than hashing them). A function's parameter
+ * layout and attributes come with its lookup, so launches and attribute
+ * queries need no further round trip.
  *
  * Records are never freed while the process runs: handles to an unloaded
  * module read as invalid (magic cleared) rather than as freed memory.
  */
 #include "client.h"
 
+#include <dlfcn.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -42,6 +44,7 @@ struct flyt_module {
     void *owned;         /* our copy of the image, when the program's may go */
     size_t size;
     uint8_t sha256[32];
+    int hashed;          /* sha256 holds the image's hash (not needed on one machine) */
     uint64_t server_id;
     unsigned gen;        /* reset generation server_id belongs to */
     struct flyt_function *funcs;
@@ -133,6 +136,20 @@ static int image_extent(const void *image, const void **start, size_t *size)
 
 /* ---- loading ---- */
 
+static int hash_image(struct flyt_module *m)
+{
+    unsigned int len = 0;
+    uint64_t t0 = flyt_profiling() ? flyt_mono_ns() : 0;
+    if (!EVP_Digest(m->image, m->size, m->sha256, &len, EVP_sha256(), NULL))
+        return -1;
+    if (t0)
+        flyt_profile_hash(m->size, flyt_mono_ns() - t0);
+    m->hashed = 1;
+    return 0;
+}
+
+/* On one machine the image goes at once, unhashed; else its hash goes first
+ * and the bytes only when the server holds no image of that hash. */
 static CUresult ship_locked(struct flyt_module *m)
 {
     FLYT_ASSERT_HELD(&lock);
@@ -141,22 +158,39 @@ static CUresult ship_locked(struct flyt_module *m)
     if (m->image == NULL)
         return CUDA_ERROR_INVALID_HANDLE; /* a module does not survive a reset */
     flyt_req_module_load req = {.size = m->size};
-    memcpy(req.sha256, m->sha256, sizeof req.sha256);
     flyt_rep_module_load rep = {0};
     struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
-    CUresult r = flyt_call(FLYT_OP_MODULE_LOAD, &req, sizeof req, NULL, 0, &sink);
-    if (r == CUDA_SUCCESS && rep.need_data) {
-        req.has_data = 1;
-        struct iovec data = {(void *)m->image, m->size};
+    struct iovec data = {(void *)m->image, m->size};
+    CUresult r;
+    if (!m->hashed && flyt_conn_ships_images_unhashed()) {
+        req.has_data = 2;
         r = flyt_call(FLYT_OP_MODULE_LOAD, &req, sizeof req, &data, 1, &sink);
-        if (r == CUDA_SUCCESS && rep.need_data)
-            r = CUDA_ERROR_INVALID_IMAGE;
+    } else {
+        if (!m->hashed && hash_image(m) != 0)
+            return CUDA_ERROR_UNKNOWN;
+        memcpy(req.sha256, m->sha256, sizeof req.sha256);
+        r = flyt_call(FLYT_OP_MODULE_LOAD, &req, sizeof req, NULL, 0, &sink);
+        if (r == CUDA_SUCCESS && rep.need_data) {
+            req.has_data = 1;
+            r = flyt_call(FLYT_OP_MODULE_LOAD, &req, sizeof req, &data, 1, &sink);
+        }
     }
+    if (r == CUDA_SUCCESS && rep.need_data)
+        r = CUDA_ERROR_INVALID_IMAGE;
     if (r == CUDA_SUCCESS) {
         m->server_id = rep.module;
         m->gen = reset_gen;
     }
     return r;
+}
+
+/* An image inside a loaded shared object (the fatbinaries NVIDIA's runtime
+ * registers for its libraries: ~100 MB for cuBLAS) lives as long as the
+ * object, whose runtime unloads its libraries before it goes: no copy. */
+static int in_loaded_object(const void *p)
+{
+    Dl_info info;
+    return dladdr(p, &info) != 0 && info.dli_fbase != NULL;
 }
 
 /* keep: the image must outlive the call (libraries, shipped again after a
@@ -179,15 +213,12 @@ static CUresult module_load(struct flyt_module **out, const void *image, int lib
         return CUDA_ERROR_OUT_OF_MEMORY;
     *m = (struct flyt_module){.magic = MODULE_MAGIC, .library = library, .image = start,
                               .size = size};
-    unsigned int len = 0;
-    uint64_t t0 = flyt_profiling() ? flyt_mono_ns() : 0;
-    if (!EVP_Digest(start, size, m->sha256, &len, EVP_sha256(), NULL)) {
+    /* hashed outside the lock: threads may load at once */
+    if (!flyt_conn_ships_images_unhashed() && hash_image(m) != 0) {
         free(m);
         return CUDA_ERROR_UNKNOWN;
     }
-    if (t0)
-        flyt_profile_hash(size, flyt_mono_ns() - t0);
-    if (library && !preserved && (m->owned = malloc(size)) != NULL) {
+    if (library && !preserved && !in_loaded_object(start) && (m->owned = malloc(size)) != NULL) {
         memcpy(m->owned, start, size);
         m->image = m->owned;
     }

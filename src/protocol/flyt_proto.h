@@ -16,7 +16,7 @@
 
 #define FLYT_PROTO_MAGIC 0x54594c46u /* "FLYT" little-endian */
 #define FLYT_PROTO_MAJOR 2           /* incompatible changes bump this */
-#define FLYT_PROTO_MINOR 3           /* compatible additions bump this */
+#define FLYT_PROTO_MINOR 4           /* compatible additions bump this */
 
 /* The minor version from which a server forwards the driver's output
  * (OUTPUT frames, OUTPUT_DRAIN): only to a client that speaks it. */
@@ -31,6 +31,9 @@
 #define FLYT_MINOR_RESUME 3
 /* From 3 too (one minor for both) the server says when the session's share changed (SHARE_CHANGED). */
 #define FLYT_MINOR_SHARE_CHANGED 3
+/* From 4 the server takes MODULE_LOAD with has_data = 2: the image without
+ * its hash, which the server computes (on one machine shipping is cheaper). */
+#define FLYT_MINOR_IMAGE_UNHASHED 4
 
 /* Limits. A frame over a limit ends the session. */
 #define FLYT_MAX_PAYLOAD    (1u << 30)      /* bulk data streams through in chunks */
@@ -211,7 +214,8 @@ typedef struct { uint64_t event, stream; uint32_t flags; uint32_t pad; } flyt_re
 
 /* MODULE_LOAD: first with has_data = 0; if the server does not hold the
  * fatbinary under this hash it answers need_data = 1 and the client sends it
- * again with has_data = 1 and `size` bytes following. */
+ * again with has_data = 1 and `size` bytes following. has_data = 2 (minor 4):
+ * the bytes follow at once and sha256 is not read. */
 typedef struct { uint8_t sha256[32]; uint64_t size; uint32_t has_data; uint32_t pad; } flyt_req_module_load;
 typedef struct { uint64_t module; uint32_t need_data; uint32_t pad; } flyt_rep_module_load;
 

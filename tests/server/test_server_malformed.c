@@ -248,9 +248,15 @@ static void data_cases(void)
     must_end(fd, "HTOD size below the frame's data");
 
     fd = session();
-    uint64_t module = 0;
     size_t fsize;
     unsigned char *fat = th_fake_fatbin(&fsize);
+    flyt_req_module_load mreq = {.size = fsize, .has_data = 3};
+    sent(th_send(fd, FLYT_OP_MODULE_LOAD, 0, 16, &mreq, sizeof mreq, fat, fsize),
+         "MODULE_LOAD with has_data 3 (0, 1 and 2 exist)");
+    must_end(fd, "an unknown has_data");
+
+    fd = session();
+    uint64_t module = 0;
     CHECK_EQ(th_module_load(fd, fat, fsize, &module), 0, "MODULE_LOAD of a fake fatbinary");
     free(fat);
     flyt_req_named nreq = {module, 6, 0};
