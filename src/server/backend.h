@@ -208,8 +208,12 @@ struct flyt_backend_ops {
     CUresult (*event_sync)(flyt_backend *b, flyt_bhandle event);
     CUresult (*event_elapsed)(flyt_backend *b, flyt_bhandle start, flyt_bhandle end, float *ms);
 
-    /* modules and kernels. image is a fatbinary (or cubin/PTX) the client sent. */
-    CUresult (*module_load)(flyt_backend *b, const void *image, size_t size, flyt_bhandle *module);
+    /* modules and kernels. image is a fatbinary (or cubin/PTX) the client sent.
+     * owned: NULL, or image itself when it is malloc'd memory that the backend
+     * then keeps, on success, until the module is unloaded (no copy of a
+     * cuBLAS start's ~100 MB); on failure it stays the caller's. */
+    CUresult (*module_load)(flyt_backend *b, const void *image, size_t size, void *owned,
+                            flyt_bhandle *module);
     CUresult (*module_unload)(flyt_backend *b, flyt_bhandle module);
     CUresult (*func_get)(flyt_backend *b, flyt_bhandle module, const char *name, flyt_bhandle *func);
     /* CUDA_ERROR_INVALID_VALUE once index is past the last parameter */

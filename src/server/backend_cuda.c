@@ -898,11 +898,11 @@ static int image_check(const void *image, size_t size)
     return memchr(p, 0, size) ? 0 : 1;
 }
 
-static CUresult cuda_module_load(flyt_backend *base, const void *image, size_t size,
+static CUresult cuda_module_load(flyt_backend *base, const void *image, size_t size, void *owned,
                                  flyt_bhandle *module)
 {
     ENTER(b, base);
-    if (!image || size == 0 || !module)
+    if (!image || size == 0 || !module || (owned != NULL && owned != image))
         return CUDA_ERROR_INVALID_VALUE;
     int chk = image_check(image, size);
     if (chk < 0)
@@ -924,7 +924,7 @@ static CUresult cuda_module_load(flyt_backend *base, const void *image, size_t s
     }
     CUresult r = b->cu.cuModuleLoadData(&m->mod, image);
     free(text);
-    if (r == CUDA_SUCCESS && flyt_cuda_state_keep_image(m, image_sent, size) != 0) {
+    if (r == CUDA_SUCCESS && flyt_cuda_state_keep_image(m, image_sent, size, owned) != 0) {
         b->cu.cuModuleUnload(m->mod);
         r = CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -646,7 +646,9 @@ void     flyt_cuda_mem_drop(struct flyt_cuda_backend *b);
 /* backend_cuda_state.c: checkpoint and restore (backend.h's state_allocs,
  * mem_alloc_at, module_image). */
 /* Keeps a copy of a module's image (0, or -1 out of memory). */
-int      flyt_cuda_state_keep_image(struct flyt_cuda_module *m, const void *image, size_t size);
+/* owned: image itself, malloc'd, kept without a copy (module_load's contract) */
+int      flyt_cuda_state_keep_image(struct flyt_cuda_module *m, const void *image, size_t size,
+                                    void *owned);
 CUresult flyt_cuda_state_vmm(flyt_backend *base, const struct flyt_vmm_visit *fn, void *arg,
                              const char **what);
 CUresult flyt_cuda_state_allocs(flyt_backend *base,

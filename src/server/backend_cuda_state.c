@@ -10,12 +10,14 @@
 #include "backend_cuda_int.h"
 #include "flyt_log.h"
 
-int flyt_cuda_state_keep_image(struct flyt_cuda_module *m, const void *image, size_t size)
+int flyt_cuda_state_keep_image(struct flyt_cuda_module *m, const void *image, size_t size,
+                               void *owned)
 {
-    m->image = malloc(size);
+    m->image = owned ? owned : malloc(size);
     if (m->image == NULL)
         return -1;
-    memcpy(m->image, image, size);
+    if (owned == NULL)
+        memcpy(m->image, image, size);
     m->image_size = size;
     return 0;
 }

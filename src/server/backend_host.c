@@ -1747,21 +1747,24 @@ static int image_plausible(const unsigned char *img, size_t size)
     return img[size - 1] == '\0' && strstr((const char *)img, ".version") != NULL;
 }
 
-static CUresult host_module_load(flyt_backend *b, const void *image, size_t size, flyt_bhandle *module)
+static CUresult host_module_load(flyt_backend *b, const void *image, size_t size, void *owned,
+                                 flyt_bhandle *module)
 {
     struct host_backend *h = HB(b);
-    if (image == NULL || size == 0)
+    if (image == NULL || size == 0 || (owned != NULL && owned != image))
         return CUDA_ERROR_INVALID_VALUE;
     if (!image_plausible(image, size))
         return CUDA_ERROR_INVALID_IMAGE;
     struct hmodule *m = malloc(sizeof *m);
-    void *copy = malloc(size);
+    void *copy = owned ? owned : malloc(size);
     if (m == NULL || copy == NULL || set_add(&h->modules, m) != 0) {
         free(m);
-        free(copy);
+        if (copy != owned)
+            free(copy);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    memcpy(copy, image, size);
+    if (copy != owned)
+        memcpy(copy, image, size);
     m->image = copy;
     m->size = size;
     m->globals = NULL;

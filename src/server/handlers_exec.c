@@ -41,8 +41,9 @@ static int reuse_loaded(flyt_session *s, const uint8_t sha[32], flyt_rep_module_
     return 1;
 }
 
-/* The driver's load, within the session's bound on kept image bytes. */
-static CUresult driver_load(flyt_session *s, const void *image, uint64_t size, flyt_bhandle *mod)
+/* The driver's load, within the session's bound on kept image bytes. image is
+ * malloc'd: on success the backend keeps it (module_load's owned). */
+static CUresult driver_load(flyt_session *s, void *image, uint64_t size, flyt_bhandle *mod)
 {
     /* the server keeps each loaded image (a checkpoint writes it): memory outside the
      * device quota, so bounded per session */
@@ -54,7 +55,7 @@ static CUresult driver_load(flyt_session *s, const void *image, uint64_t size, f
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t t0 = flyt_mono_ns();
-    CUresult e = FLYT_BCALL(s, module_load, image, (size_t)size, mod);
+    CUresult e = FLYT_BCALL(s, module_load, image, (size_t)size, image, mod);
     s->image_load_ns += flyt_mono_ns() - t0;
     return e;
 }
@@ -92,8 +93,10 @@ static void load_known(flyt_session *s, flyt_call *c, const flyt_req_module_load
     }
     flyt_bhandle mod = NULL;
     c->result = driver_load(s, image, r->size, &mod);
-    if (c->result == CUDA_SUCCESS)
+    if (c->result == CUDA_SUCCESS) {
+        image = NULL; /* the module's now */
         c->result = keep_loaded(s, mod, r->size, r->sha256, rep);
+    }
     s->images_from_cache++;
     if (c->result == CUDA_ERROR_INVALID_IMAGE || c->result == CUDA_ERROR_NO_BINARY_FOR_GPU ||
         c->result == CUDA_ERROR_INVALID_PTX || c->result == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
@@ -143,7 +146,8 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
     s->image_verify_ns += flyt_mono_ns() - t0; /* what hashing adds to the critical path */
     flyt_bhandle mod = NULL;
     CUresult loaded = driver_load(s, image, r->size, &mod);
-    if (loaded != CUDA_SUCCESS)
+    int taken = loaded == CUDA_SUCCESS; /* image is mod's until mod is unloaded */
+    if (!taken)
         mod = NULL;
     t0 = flyt_mono_ns();
     flyt_sha256_end(&job, sha);
@@ -155,7 +159,7 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
     } else if (reuse_loaded(s, sha, rep)) { /* a race of two threads, or has_data = 2 */
         c->result = CUDA_SUCCESS;
     } else {
-        c->result = keep_loaded(s, mod, r->size, sha, rep);
+        c->result = keep_loaded(s, mod, r->size, sha, rep); /* failing, it unloaded mod */
         mod = NULL;
         t0 = flyt_mono_ns();
         if (c->result == CUDA_SUCCESS)
@@ -164,7 +168,8 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
     }
     if (mod != NULL)
         FLYT_BCALL(s, module_unload, mod);
-    free(image);
+    if (!taken)
+        free(image);
     return FLYT_CONT;
 }
 

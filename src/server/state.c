@@ -1133,7 +1133,7 @@ static CUresult module_again(flyt_session *s, const struct flyt_state_module *r,
     uint8_t sha[32];
     flyt_sha256(image, r->image_size, sha);
     return memcmp(sha, r->sha256, 32) ? CUDA_ERROR_INVALID_IMAGE
-                                      : FLYT_BCALL(s, module_load, image, r->image_size, mod);
+                                      : FLYT_BCALL(s, module_load, image, r->image_size, NULL, mod);
 }
 
 static CUresult restore_module(flyt_session *s, const struct flyt_state_module *r,

@@ -435,7 +435,7 @@ static void preload(flyt_backend *b, const struct incoming *in, uint32_t i, cons
 {
     const struct pc_entry *e = &in->list[i];
     flyt_bhandle module = NULL;
-    CUresult r = b->ops->module_load(b, image, (size_t)e->size, &module);
+    CUresult r = b->ops->module_load(b, image, (size_t)e->size, NULL, &module);
     struct preloaded *more = r == CUDA_SUCCESS ? realloc(pre, (npre + 1) * sizeof *pre) : NULL;
     if (more == NULL) {
         if (module)

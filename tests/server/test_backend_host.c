@@ -504,20 +504,30 @@ static void test_modules(void)
     memcpy(fat + 6, &hs, 2);
     memcpy(fat + 8, &fs, 8);
     flyt_bhandle m = NULL, m2, f;
-    CHECK_EQ(OPS->module_load(b, fat, sizeof fat, &m), CUDA_SUCCESS, "fatbinary accepted");
+    CHECK_EQ(OPS->module_load(b, fat, sizeof fat, NULL, &m), CUDA_SUCCESS, "fatbinary accepted");
     CHECK_NE(m, NULL, "fatbinary accepted");
-    CHECK_EQ(OPS->module_load(b, fat, 95, &m2), CUDA_ERROR_INVALID_IMAGE,
+    CHECK_EQ(OPS->module_load(b, fat, 95, NULL, &m2), CUDA_ERROR_INVALID_IMAGE,
              "fatbinary one byte short: INVALID_IMAGE");
-    CHECK_EQ(OPS->module_load(b, fat, 12, &m2), CUDA_ERROR_INVALID_IMAGE, "truncated header: INVALID_IMAGE");
+    CHECK_EQ(OPS->module_load(b, fat, 12, NULL, &m2), CUDA_ERROR_INVALID_IMAGE, "truncated header: INVALID_IMAGE");
     fs = UINT64_MAX - 8;
     memcpy(fat + 8, &fs, 8);
-    CHECK_EQ(OPS->module_load(b, fat, sizeof fat, &m2), CUDA_ERROR_INVALID_IMAGE,
+    CHECK_EQ(OPS->module_load(b, fat, sizeof fat, NULL, &m2), CUDA_ERROR_INVALID_IMAGE,
              "fat size near 2^64: INVALID_IMAGE");
     unsigned char elf[64] = {0x7f, 'E', 'L', 'F', 2, 1, 1};
-    CHECK_EQ(OPS->module_load(b, elf, sizeof elf, &m2), CUDA_SUCCESS, "ELF image accepted");
-    CHECK_EQ(OPS->module_load(b, "hello world, not a module", 25, &f), CUDA_ERROR_INVALID_IMAGE,
+    CHECK_EQ(OPS->module_load(b, elf, sizeof elf, NULL, &m2), CUDA_SUCCESS, "ELF image accepted");
+    CHECK_EQ(OPS->module_load(b, "hello world, not a module", 25, NULL, &f), CUDA_ERROR_INVALID_IMAGE,
              "text: INVALID_IMAGE");
-    CHECK_NE(OPS->module_load(b, fat, 0, &f), CUDA_SUCCESS, "empty image refused");
+    CHECK_NE(OPS->module_load(b, fat, 0, NULL, &f), CUDA_SUCCESS, "empty image refused");
+    /* a malloc'd image handed over is the module's (freed at unload: the
+     * sanitizer build sees a leak or a double free); owned must be image */
+    unsigned char *mine = malloc(64);
+    CHECK(mine != NULL, "memory");
+    memcpy(mine, elf, 64);
+    flyt_bhandle m3 = NULL;
+    CHECK_EQ(OPS->module_load(b, mine, 64, mine + 1, &m3), CUDA_ERROR_INVALID_VALUE,
+             "owned other than the image: INVALID_VALUE");
+    CHECK_EQ(OPS->module_load(b, mine, 64, mine, &m3), CUDA_SUCCESS, "a malloc'd image handed over");
+    CHECK_EQ(OPS->module_unload(b, m3), CUDA_SUCCESS, "its module unloads, freeing it");
     /* names resolve (libraries look kernels up at start-up), launches do not run */
     CHECK_EQ(OPS->func_get(b, m, "kernel", &f), CUDA_SUCCESS, "func_get resolves any name");
     CHECK_NE(f, NULL, "func_get resolves any name");
