@@ -66,7 +66,8 @@ CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size, const st
  * and FLYT_SHM not set to 0. */
 int flyt_conn_shares_memory(void);
 /* Whether kernel images go to the server unhashed (MODULE_LOAD has_data 2):
- * on one machine a cuBLAS start's ~100 MB cost less to send than to hash. */
+ * on one machine a cuBLAS start's ~100 MB cost less to send than to hash, and
+ * a server without an image cache would want every image shipped anyway. */
 int flyt_conn_ships_images_unhashed(void);
 /* Hooks around every flyt_call, flyt_call_fd and flyt_send_async: before
  * sees the request first (an error fails the call unsent); after sees a

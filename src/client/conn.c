@@ -71,6 +71,7 @@ static struct {
     int device_count;
     int shares_memory;
     int same_machine; /* a Unix socket: bytes cost less to send than to hash */
+    int image_cache;  /* the server keeps images across sessions (FLYT_HELLO_IMAGE_CACHE) */
     int server_minor;
     pid_t server_pid; /* the session's process, from HELLO */
     pid_t pid; /* the process that connected: a forked child has no receiver */
@@ -889,6 +890,7 @@ static void take_server(const flyt_addr *addr, const flyt_rep_hello *rep)
     const char *shm = getenv("FLYT_SHM");
     conn.shares_memory = addr->kind == FLYT_ADDR_UNIX && !(shm && strcmp(shm, "0") == 0);
     conn.same_machine = addr->kind == FLYT_ADDR_UNIX;
+    conn.image_cache = (rep->flags & FLYT_HELLO_IMAGE_CACHE) != 0;
     conn.server_minor = rep->minor;
     conn.server_pid = (pid_t)rep->server_pid;
     /* The server copies pageable memory of this process as this process's
@@ -1305,7 +1307,7 @@ int flyt_conn_shares_memory(void)
 
 int flyt_conn_ships_images_unhashed(void)
 {
-    return flyt_connect_once() == CUDA_SUCCESS && conn.same_machine &&
+    return flyt_connect_once() == CUDA_SUCCESS && (conn.same_machine || !conn.image_cache) &&
            conn.server_minor >= FLYT_MINOR_IMAGE_UNHASHED;
 }
 

@@ -122,6 +122,9 @@ typedef struct {
 /* ... it serves a restored session (instance, resume_offset) to the first
  * client admitted. */
 #define FLYT_HELLO_RESTORED 0x2u
+/* ... it keeps kernel images across sessions (--cache-dir; from 2.4): only
+ * then can a hash sent first spare shipping an image. */
+#define FLYT_HELLO_IMAGE_CACHE 0x4u
 /* HELLO flags in the request: the client reconnects to resume its session. */
 #define FLYT_HELLO_RESUME 0x1u
 

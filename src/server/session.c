@@ -733,6 +733,8 @@ static int hello(flyt_session *s)
     c.rep = &rep;
     c.rep_size = sizeof rep;
     choose_instance(s, &rep);
+    if (s->cfg->cache_dir)
+        rep.flags |= FLYT_HELLO_IMAGE_CACHE;
     if (!s->cfg->session_id && flyt_session_admit(s) != 0) {
         refuse(s, &h, &rep, sizeof rep);
         return FLYT_END_AUTH;

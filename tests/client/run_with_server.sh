@@ -43,6 +43,29 @@ grep -q "^flyt: profile of pid [0-9]*: [1-9][0-9]* requests" "$tmp/profile.out" 
   grep -Eq "^flyt: MEM_ALLOC +[1-9][0-9]* +[1-9][0-9]* " "$tmp/profile.out" ||
   { echo "FAIL: FLYT_PROFILE=1 printed no profile naming MEM_ALLOC"; tail -20 "$tmp/profile.out"; rc=1; }
 
+# a program that loads kernel images: over the Unix socket they go unhashed
+# (protocol 2.4); over TCP to a server with an image cache the hash goes
+# first, and a second session gets them from the cache
+if grep -Eq "^flyt: MODULE_LOAD +[1-9]" "$tmp/profile.out"; then
+  echo "== kernel images: unhashed on one machine, by hash to a server with a cache"
+  grep -q "requests, .* waiting for replies; 0 kernel images hashed" "$tmp/profile.out" ||
+    { echo "FAIL: the client hashed images over the Unix socket"; rc=1; }
+  mkdir -p "$tmp/cache"
+  "$server" --backend host --listen "tcp://127.0.0.1:0" --cache-dir "$tmp/cache" > "$tmp/cache.log" 2>&1 &
+  cache_pid=$!; pids+=($cache_pid)
+  cport=$(tcp_port_of "$tmp/cache.log") && wait_listening "$cport" || { echo "FAIL: cache server"; exit 1; }
+  for run in 1 2; do
+    FLYT_PROFILE=1 FLYT_SERVER="tcp://127.0.0.1:$cport" LD_LIBRARY_PATH=$libdir timeout 120 "$test" \
+      > "$tmp/cache$run.out" 2>&1 || { tail -20 "$tmp/cache$run.out"; rc=1; }
+  done
+  grep -q "waiting for replies; [1-9][0-9]* kernel images hashed" "$tmp/cache1.out" ||
+    { echo "FAIL: over TCP to a server with a cache the client sent no hashes"; rc=1; }
+  kill "$cache_pid"; wait "$cache_pid" 2>/dev/null
+  # (what the driver refused, a test's junk image, is never cached: shipped again)
+  grep "kernel images received" "$tmp/cache.log" | tail -1 | grep -q ", [1-9][0-9]* from the cache dir" ||
+    { echo "FAIL: the second session got no image from the cache:"; grep "kernel images" "$tmp/cache.log"; rc=1; }
+fi
+
 echo "== no server configured"
 env -u FLYT_SERVER LD_LIBRARY_PATH=$libdir timeout 20 "$noserver" || rc=1
 echo "== server address with nobody listening"
