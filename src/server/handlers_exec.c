@@ -77,31 +77,64 @@ static CUresult keep_loaded(flyt_session *s, flyt_bhandle mod, uint64_t size, co
     return CUDA_SUCCESS;
 }
 
+/* The driver loads image while another thread hashes it into sha: a cuBLAS
+ * start's ~100 MB would otherwise add ~100 ms of hashing to the loads. On
+ * success the module (*mod) holds image; else *mod is NULL. */
+static CUresult load_hashing(flyt_session *s, void *image, uint64_t size, uint8_t sha[32],
+                             flyt_bhandle *mod)
+{
+    struct flyt_sha256_job job;
+    uint64_t t0 = flyt_mono_ns();
+    flyt_sha256_begin(&job, image, size);
+    s->image_verify_ns += flyt_mono_ns() - t0; /* what hashing adds to the critical path */
+    *mod = NULL;
+    CUresult loaded = driver_load(s, image, size, mod);
+    if (loaded != CUDA_SUCCESS)
+        *mod = NULL;
+    t0 = flyt_mono_ns();
+    flyt_sha256_end(&job, sha);
+    s->image_verify_ns += flyt_mono_ns() - t0;
+    return loaded;
+}
+
+static int refused_image(CUresult r)
+{
+    return r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_NO_BINARY_FOR_GPU ||
+           r == CUDA_ERROR_INVALID_PTX || r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+}
+
 /* has_data = 0: load from what the session or the cache dir holds, or ask
- * the client for the image. */
+ * the client for the image. A cache file is checked against its name while
+ * the driver loads it; one that does not match is undone and dropped. */
 static void load_known(flyt_session *s, flyt_call *c, const flyt_req_module_load *r,
                        flyt_rep_module_load *rep)
 {
     if (reuse_loaded(s, r->sha256, rep))
         return;
+    const char *dir = s->cfg->cache_dir;
     uint64_t t0 = flyt_mono_ns();
-    void *image = flyt_cache_load(s->cfg->cache_dir, r->sha256, r->size);
+    void *image = flyt_cache_read(dir, r->sha256, r->size);
     s->image_verify_ns += flyt_mono_ns() - t0;
     if (image == NULL) {
         rep->need_data = 1;
         return;
     }
-    flyt_bhandle mod = NULL;
-    c->result = driver_load(s, image, r->size, &mod);
-    if (c->result == CUDA_SUCCESS) {
-        image = NULL; /* the module's now */
-        c->result = keep_loaded(s, mod, r->size, r->sha256, rep);
+    uint8_t sha[32];
+    flyt_bhandle mod;
+    CUresult loaded = load_hashing(s, image, r->size, sha, &mod);
+    if (mod == NULL)
+        free(image); /* else the module's */
+    if (flyt_cache_check(dir, r->sha256, sha) != 0) {
+        if (mod != NULL)
+            FLYT_BCALL(s, module_unload, mod);
+        flyt_cache_drop(dir, r->sha256);
+        rep->need_data = 1;
+        return;
     }
     s->images_from_cache++;
-    if (c->result == CUDA_ERROR_INVALID_IMAGE || c->result == CUDA_ERROR_NO_BINARY_FOR_GPU ||
-        c->result == CUDA_ERROR_INVALID_PTX || c->result == CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
-        flyt_cache_drop(s->cfg->cache_dir, r->sha256);
-    free(image);
+    c->result = mod != NULL ? keep_loaded(s, mod, r->size, r->sha256, rep) : loaded;
+    if (refused_image(c->result))
+        flyt_cache_drop(dir, r->sha256);
 }
 
 /* A sent image's hash against the request's (has_data = 1; has_data = 2 names
@@ -139,19 +172,10 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
     }
     s->images_received++;
     s->image_bytes_received += r->size;
-    struct flyt_sha256_job job;
     uint8_t sha[32];
-    uint64_t t0 = flyt_mono_ns();
-    flyt_sha256_begin(&job, image, r->size);
-    s->image_verify_ns += flyt_mono_ns() - t0; /* what hashing adds to the critical path */
-    flyt_bhandle mod = NULL;
-    CUresult loaded = driver_load(s, image, r->size, &mod);
-    int taken = loaded == CUDA_SUCCESS; /* image is mod's until mod is unloaded */
-    if (!taken)
-        mod = NULL;
-    t0 = flyt_mono_ns();
-    flyt_sha256_end(&job, sha);
-    s->image_verify_ns += flyt_mono_ns() - t0;
+    flyt_bhandle mod;
+    CUresult loaded = load_hashing(s, image, r->size, sha, &mod);
+    int taken = mod != NULL; /* image is mod's until mod is unloaded */
     if (claim_differs(s, r, sha)) {
         c->result = CUDA_ERROR_INVALID_VALUE;
     } else if (loaded != CUDA_SUCCESS) {
@@ -161,7 +185,7 @@ static int load_sent(flyt_session *s, flyt_call *c, const flyt_req_module_load *
     } else {
         c->result = keep_loaded(s, mod, r->size, sha, rep); /* failing, it unloaded mod */
         mod = NULL;
-        t0 = flyt_mono_ns();
+        uint64_t t0 = flyt_mono_ns();
         if (c->result == CUDA_SUCCESS)
             flyt_cache_store(s->cfg->cache_dir, sha, image, r->size, s->cfg->cache_max_bytes);
         s->image_store_ns += flyt_mono_ns() - t0;

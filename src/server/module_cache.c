@@ -69,7 +69,7 @@ static int cache_path(const char *dir, const uint8_t sha[32], char *buf, size_t 
     return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
-void *flyt_cache_load(const char *dir, const uint8_t sha[32], uint64_t size)
+void *flyt_cache_read(const char *dir, const uint8_t sha[32], uint64_t size)
 {
     char path[4096];
     if (dir == NULL || size == 0 || cache_path(dir, sha, path, sizeof path) != 0)
@@ -82,26 +82,39 @@ void *flyt_cache_load(const char *dir, const uint8_t sha[32], uint64_t size)
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
         flyt_warn("cache file %s is not a regular file of %llu bytes; ignoring it", path,
                   (unsigned long long)size);
-        goto out;
-    }
-    data = malloc(size);
-    if (data == NULL || flyt_read_all(fd, data, size) != 0) {
+    } else if ((data = malloc(size)) == NULL || flyt_read_all(fd, data, size) != 0) {
         flyt_warn("cannot read cache file %s", path);
-        goto fail;
+        free(data);
+        data = NULL;
     }
-    uint8_t got[32];
-    flyt_sha256(data, size, got);
+    close(fd);
+    return data;
+}
+
+int flyt_cache_check(const char *dir, const uint8_t sha[32], const uint8_t got[32])
+{
+    char path[4096];
+    if (cache_path(dir, sha, path, sizeof path) != 0)
+        return -1;
     if (memcmp(got, sha, 32) != 0) {
         flyt_warn("cache file %s does not match its hash; ignoring it", path);
-        goto fail;
+        return -1;
     }
-    futimens(fd, NULL); /* a use: the least recently used images are evicted first */
-    goto out;
-fail:
-    free(data);
-    data = NULL;
-out:
-    close(fd);
+    utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW); /* a use: the least recently used go first */
+    return 0;
+}
+
+void *flyt_cache_load(const char *dir, const uint8_t sha[32], uint64_t size)
+{
+    void *data = flyt_cache_read(dir, sha, size);
+    if (data == NULL)
+        return NULL;
+    uint8_t got[32];
+    flyt_sha256(data, size, got);
+    if (flyt_cache_check(dir, sha, got) != 0) {
+        free(data);
+        return NULL;
+    }
     return data;
 }
 

@@ -32,6 +32,11 @@ void flyt_sha256_end(struct flyt_sha256_job *job, uint8_t out[32]);
 /* The cached image of this hash and size, malloc'd; NULL when dir is NULL,
  * the file is absent, or it does not match (a mismatching file is logged). */
 void *flyt_cache_load(const char *dir, const uint8_t sha[32], uint64_t size);
+/* flyt_cache_load in two halves, so that the hash can be checked beside the
+ * driver's load: the file's bytes, not checked yet; then, with their hash
+ * got, 0 when they match (the file counts as used), else -1 (logged). */
+void *flyt_cache_read(const char *dir, const uint8_t sha[32], uint64_t size);
+int   flyt_cache_check(const char *dir, const uint8_t sha[32], const uint8_t got[32]);
 /* Stores an image atomically (temporary file, then rename). Failures are
  * logged and otherwise ignored: the cache only saves transfers. With
  * max_bytes (0: no limit) the folder's images stay within it: the least

@@ -346,6 +346,33 @@ static void load_in_new_session(const unsigned char *image, size_t size, const c
     usleep(30000); /* file times have the kernel's tick as granularity */
 }
 
+/* A cache file whose bytes are not those its name promises (another image of
+ * the same size) is checked while the driver loads it: the load is undone,
+ * the file dropped, the client asked for the image, which is cached anew. */
+static void cache_file_not_matching_its_name(void)
+{
+    th_say("a cache file that does not match its name is not used, and replaced");
+    size_t size;
+    unsigned char *a = fatbin_variant(30, 64, &size), *b = fatbin_variant(31, 64, &size);
+    char pa[512], pb[512];
+    cache_file_of(a, size, pa, sizeof pa);
+    cache_file_of(b, size, pb, sizeof pb);
+    FILE *f = fopen(pa, "w");
+    CHECK(f, "plant B's bytes under A's name");
+    CHECK_EQ(fwrite(b, 1, size, f), size, "plant B's bytes under A's name");
+    CHECK_EQ(fclose(f), 0, "plant B's bytes under A's name");
+    load_in_new_session(a, size, "image A (its cache file holds B)");
+    CHECK(th_server_log_has("does not match its hash"), "the mismatch is logged");
+    unsigned char back[128];
+    f = fopen(pa, "r");
+    CHECK(f, "A's cache file is there again");
+    CHECK_EQ(fread(back, 1, sizeof back, f), size, "A's cache file is there again");
+    fclose(f);
+    CHECK(memcmp(back, a, size) == 0, "holding A's bytes now");
+    unlink(pa), unlink(pb);
+    free(a), free(b);
+}
+
 /* Images cost disk outside any quota: --cache-max (200 bytes here, two of
  * these 80-byte images) keeps the folder within it, least recently used first. */
 static void cache_stays_within_its_limit(void)
@@ -611,6 +638,7 @@ int main(int argc, char **argv)
     client_text_cannot_forge_log_lines();
     unsealed_shared_memory_is_refused();
     cache_keeps_only_loadable_images();
+    cache_file_not_matching_its_name();
     cache_stays_within_its_limit();
     CHECK(th_server_works(), "the server still serves new sessions");
     CHECK(th_server_log_clean(), "no session died of a signal, no sanitizer report (server log)");
