@@ -45,6 +45,7 @@ struct flyt_module {
     size_t size;
     uint8_t sha256[32];
     int hashed;          /* sha256 holds the image's hash (not needed on one machine) */
+    int in_object;       /* image lies in a loaded shared object, not copied */
     uint64_t server_id;
     unsigned gen;        /* reset generation server_id belongs to */
     struct flyt_function *funcs;
@@ -136,6 +137,15 @@ static int image_extent(const void *image, const void **start, size_t *size)
 
 /* ---- loading ---- */
 
+/* An image inside a loaded shared object (the fatbinaries NVIDIA's runtime
+ * registers for its libraries: ~100 MB for cuBLAS) lives as long as the
+ * object, whose runtime unloads its libraries before it goes: no copy. */
+static int in_loaded_object(const void *p)
+{
+    Dl_info info;
+    return dladdr(p, &info) != 0 && info.dli_fbase != NULL;
+}
+
 static int hash_image(struct flyt_module *m)
 {
     unsigned int len = 0;
@@ -157,6 +167,8 @@ static CUresult ship_locked(struct flyt_module *m)
         return CUDA_SUCCESS;
     if (m->image == NULL)
         return CUDA_ERROR_INVALID_HANDLE; /* a module does not survive a reset */
+    if (m->server_id != 0 && m->in_object && !in_loaded_object(m->image))
+        return CUDA_ERROR_INVALID_HANDLE; /* its object was unloaded, the library not */
     flyt_req_module_load req = {.size = m->size};
     flyt_rep_module_load rep = {0};
     struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
@@ -184,15 +196,6 @@ static CUresult ship_locked(struct flyt_module *m)
     return r;
 }
 
-/* An image inside a loaded shared object (the fatbinaries NVIDIA's runtime
- * registers for its libraries: ~100 MB for cuBLAS) lives as long as the
- * object, whose runtime unloads its libraries before it goes: no copy. */
-static int in_loaded_object(const void *p)
-{
-    Dl_info info;
-    return dladdr(p, &info) != 0 && info.dli_fbase != NULL;
-}
-
 /* keep: the image must outlive the call (libraries, shipped again after a
  * reset); it is copied unless the program promised to keep it. */
 static CUresult module_load(struct flyt_module **out, const void *image, int library, int preserved)
@@ -218,7 +221,8 @@ static CUresult module_load(struct flyt_module **out, const void *image, int lib
         free(m);
         return CUDA_ERROR_UNKNOWN;
     }
-    if (library && !preserved && !in_loaded_object(start) && (m->owned = malloc(size)) != NULL) {
+    m->in_object = library && !preserved && in_loaded_object(start);
+    if (library && !preserved && !m->in_object && (m->owned = malloc(size)) != NULL) {
         memcpy(m->owned, start, size);
         m->image = m->owned;
     }
