@@ -610,16 +610,16 @@ static void choose_instance(flyt_session *s, flyt_rep_hello *rep)
     memcpy(rep->instance, s->instance, sizeof rep->instance);
 }
 
-/* After a checkpoint that stops the session: the client learns that the end
- * is a move (where its request stream was consumed to), then the socket is
- * half-closed and the requests it sent meanwhile are read and dropped until
- * it closes (closing with unread bytes would reset the connection, and the
- * reset could destroy the frame before the client read it). */
-static void say_moved(flyt_session *s)
+int flyt_session_tell_moved(flyt_session *s, uint32_t reason)
 {
-    if (s->client_minor < FLYT_MINOR_RESUME)
-        return;
-    struct flyt_msg_moved m = {flyt_session_consumed(s), s->moved_reason, 0};
+    if (s->moved_told)
+        return s->moved_told > 0 ? 0 : -1;
+    s->moved_reason = reason;
+    if (s->client_minor < FLYT_MINOR_RESUME) {
+        s->moved_told = -1;
+        return -1;
+    }
+    struct flyt_msg_moved m = {flyt_session_consumed(s), reason, 0};
     struct flyt_frame_hdr h = {sizeof m, FLYT_OP_SESSION_MOVED, 0, 0, 0};
     struct iovec iov[2] = {{&h, sizeof h}, {&m, sizeof m}};
     send_acquire(s);
@@ -628,7 +628,18 @@ static void say_moved(flyt_session *s)
     flyt_info("told %s its session %s at request byte %llu", s->peer,
               m.reason == FLYT_MOVED_SUSPENDED ? "is suspended (preempted)" : "moved",
               (unsigned long long)m.consumed);
-    if (rc != 0 || shutdown(s->link.fd, SHUT_WR) != 0)
+    s->moved_told = rc == 0 ? 1 : -1;
+    return rc == 0 ? 0 : -1;
+}
+
+/* After a checkpoint that stopped the session (its client told already, see
+ * flyt_session_tell_moved): the socket is half-closed and the requests the
+ * client sent meanwhile are read and dropped until it closes (closing with
+ * unread bytes would reset the connection, and the reset could destroy the
+ * frame before the client read it). */
+static void say_moved(flyt_session *s)
+{
+    if (flyt_session_tell_moved(s, s->moved_reason) != 0 || shutdown(s->link.fd, SHUT_WR) != 0)
         return;
     char scrap[4096];
     struct timespec t0, t;

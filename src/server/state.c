@@ -1617,9 +1617,11 @@ int flyt_state_poll(flyt_session *s)
     else
         flyt_error("session for %s: checkpoint to %s refused: %s; the session carries on", s->peer,
                    path, err);
+    if (r == CUDA_SUCCESS && (flags & FLYT_CKPT_STOP)) /* told before the answer stops us */
+        flyt_session_tell_moved(s, (flags & FLYT_CKPT_SUSPEND) ? FLYT_MOVED_SUSPENDED
+                                                               : FLYT_MOVED_CHECKPOINT);
     answer(p, gen, r, bytes, ns, err);
     if (r != CUDA_SUCCESS || !(flags & FLYT_CKPT_STOP))
         return FLYT_CONT;
-    s->moved_reason = (flags & FLYT_CKPT_SUSPEND) ? FLYT_MOVED_SUSPENDED : FLYT_MOVED_CHECKPOINT;
     return FLYT_END_BYE;
 }

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -556,6 +557,14 @@ int main(int argc, char **argv)
     char src_state[160], sock[160];
     snprintf(src_state, sizeof src_state, "%s/source.state", dir);
     CHECK(access(src_state, F_OK) == 0, "the source's file stays as the fallback");
+    /* whoever asked stops the source's server as the answer comes: by then the
+     * client must hold its SESSION_MOVED, else it sees only a closed socket */
+    struct pollfd ready = {.fd = fd, .events = POLLIN};
+    CHECK_EQ(poll(&ready, 1, 0), 1, "SESSION_MOVED is at the client before the checkpoint is answered");
+    struct th_reply moved;
+    CHECK_EQ(th_read_frame(fd, &moved), 0, "the frame reads");
+    CHECK_EQ(moved.hdr.op, FLYT_OP_SESSION_MOVED, "it is SESSION_MOVED (op %u)", moved.hdr.op);
+    th_reply_free(&moved);
     close(fd);
     snprintf(sock, sizeof sock, "%s/target.sock", dir);
     int tfd = th_connect_to(sock); /* the source was told only once the receiver listened */
