@@ -10,6 +10,7 @@
  */
 #include "client.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,14 @@ static int enabled = -1; /* -1: FLYT_PROFILE not read yet */
 
 static void print_profile(void);
 
+static void forget_counts(void)
+{
+    memset(counts, 0, sizeof counts);
+    atomic_store(&hash_ns, 0);
+    atomic_store(&hash_bytes, 0);
+    atomic_store(&hash_images, 0);
+}
+
 int flyt_profiling(void)
 {
     int on = __atomic_load_n(&enabled, __ATOMIC_RELAXED);
@@ -38,8 +47,10 @@ int flyt_profiling(void)
     const char *v = getenv("FLYT_PROFILE");
     on = v != NULL && *v != '\0' && strcmp(v, "0") != 0;
     int unset = -1;
-    if (__atomic_compare_exchange_n(&enabled, &unset, on, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED) && on)
+    if (__atomic_compare_exchange_n(&enabled, &unset, on, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED) && on) {
         atexit(print_profile);
+        pthread_atfork(NULL, NULL, forget_counts); /* a child's table is its own */
+    }
     return __atomic_load_n(&enabled, __ATOMIC_RELAXED);
 }
 
@@ -79,6 +90,8 @@ static void print_profile(void)
             total_ns += counts[op].wait_ns;
             total_sent += counts[op].sent;
         }
+    if (total_sent == 0 && hash_images == 0)
+        return; /* e.g. a forked child that made no call */
     qsort(order, (size_t)n, sizeof order[0], by_wait_desc);
     fprintf(stderr, "flyt: profile of pid %ld: %llu requests, %.1f ms waiting for replies; "
             "%llu kernel images hashed (%.1f MB) in %.1f ms\n", (long)getpid(),
