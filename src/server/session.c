@@ -612,13 +612,8 @@ static void choose_instance(flyt_session *s, flyt_rep_hello *rep)
 
 int flyt_session_tell_moved(flyt_session *s, uint32_t reason)
 {
-    if (s->moved_told)
-        return s->moved_told > 0 ? 0 : -1;
-    s->moved_reason = reason;
-    if (s->client_minor < FLYT_MINOR_RESUME) {
-        s->moved_told = -1;
+    if (s->client_minor < FLYT_MINOR_RESUME)
         return -1;
-    }
     struct flyt_msg_moved m = {flyt_session_consumed(s), reason, 0};
     struct flyt_frame_hdr h = {sizeof m, FLYT_OP_SESSION_MOVED, 0, 0, 0};
     struct iovec iov[2] = {{&h, sizeof h}, {&m, sizeof m}};
@@ -628,7 +623,7 @@ int flyt_session_tell_moved(flyt_session *s, uint32_t reason)
     flyt_info("told %s its session %s at request byte %llu", s->peer,
               m.reason == FLYT_MOVED_SUSPENDED ? "is suspended (preempted)" : "moved",
               (unsigned long long)m.consumed);
-    s->moved_told = rc == 0 ? 1 : -1;
+    s->moved_told = rc == 0;
     return rc == 0 ? 0 : -1;
 }
 
@@ -637,9 +632,9 @@ int flyt_session_tell_moved(flyt_session *s, uint32_t reason)
  * client sent meanwhile are read and dropped until it closes (closing with
  * unread bytes would reset the connection, and the reset could destroy the
  * frame before the client read it). */
-static void say_moved(flyt_session *s)
+static void close_after_move(flyt_session *s)
 {
-    if (flyt_session_tell_moved(s, s->moved_reason) != 0 || shutdown(s->link.fd, SHUT_WR) != 0)
+    if (!s->moved_told || shutdown(s->link.fd, SHUT_WR) != 0)
         return;
     char scrap[4096];
     struct timespec t0, t;
@@ -946,7 +941,7 @@ static int serve(flyt_session *s)
         flyt_resize_poll(s); /* a live resize posted since the last request applies here */
         if (flyt_state_poll(s) != FLYT_CONT) { /* and a checkpoint */
             flyt_watch_stop(&s->watch); /* its client now leaves on purpose */
-            say_moved(s);
+            close_after_move(s);
             return FLYT_END_BYE;
         }
         int got = read_header(s, &h, "");

@@ -133,8 +133,7 @@ typedef struct flyt_session {
     int                              sm_count;  /* SMs of the share, 0 = whole GPU */
     struct flyt_memtab               mem;       /* live allocations, when accounted (quota.h) */
     int                              share_sigfd; /* SIGURG: a live resize was posted (resize.h) */
-    uint32_t                         moved_reason;  /* SESSION_MOVED's, once checkpointed with stop */
-    int                              moved_told;    /* SESSION_MOVED sent: 1; could not be: -1 */
+    int                              moved_told;    /* the client holds its SESSION_MOVED */
     struct flyt_capture_hold         ckpt_hold, share_hold; /* requests an open capture holds */
     uint64_t                         share_gen;   /* the page's share this session runs on */
     int                              share_frames; /* the client takes SHARE_CHANGED frames */
@@ -310,11 +309,11 @@ void flyt_session_stream_starts(flyt_session *s);
 /* Bytes of the client's request stream consumed so far (at a request
  * boundary: every request before the next one read). */
 uint64_t flyt_session_consumed(const flyt_session *s);
-/* Sends the client SESSION_MOVED (reason: FLYT_MOVED_*) once, before the
- * checkpoint that stops the session is answered: whoever asked for it stops
- * this server next, and the client must have the frame by then, or it would
- * see only a closed connection. 0 when sent (now or before), -1 when the
- * client cannot be told (an older client, a broken socket). */
+/* Sends the client SESSION_MOVED (reason: FLYT_MOVED_*) before the checkpoint
+ * that stops the session is answered: whoever asked for it stops this server
+ * next, and the client must have the frame by then, or it would see only a
+ * closed connection. 0 when sent, -1 when the client cannot be told (an older
+ * client, a broken socket). */
 int flyt_session_tell_moved(flyt_session *s, uint32_t reason);
 /* Whether request gen (what: "checkpoint", "new share") is to wait for the session's
  * open stream capture to end, at most wait_ms from the first time it is asked (said
