@@ -1530,13 +1530,10 @@ static CUresult hooked_call(uint16_t op, const void *req, size_t req_size,
     CUresult r = before ? before(op, req) : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS)
         return r;
-    if (flyt_profiling()) {
-        uint64_t t0 = flyt_mono_ns();
-        r = call(op, req, req_size, data, data_count, pass_fd, sink);
+    uint64_t t0 = flyt_profiling() ? flyt_mono_ns() : 0;
+    r = call(op, req, req_size, data, data_count, pass_fd, sink);
+    if (t0)
         flyt_profile_call(op, frame_bytes(req_size, data, data_count), flyt_mono_ns() - t0, 1);
-    } else {
-        r = call(op, req, req_size, data, data_count, pass_fd, sink);
-    }
     flyt_after_hook after = atomic_load_explicit(&hook_after, memory_order_acquire);
     if (after)
         after(op, r);

@@ -221,8 +221,9 @@ static CUresult module_load(struct flyt_module **out, const void *image, int lib
         free(m);
         return CUDA_ERROR_UNKNOWN;
     }
-    m->in_object = library && !preserved && in_loaded_object(start);
-    if (library && !preserved && !m->in_object && (m->owned = malloc(size)) != NULL) {
+    int must_outlive = library && !preserved; /* shipped again after a reset */
+    m->in_object = must_outlive && in_loaded_object(start);
+    if (must_outlive && !m->in_object && (m->owned = malloc(size)) != NULL) {
         memcpy(m->owned, start, size);
         m->image = m->owned;
     }
