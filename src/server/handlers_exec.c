@@ -87,7 +87,6 @@ static CUresult load_hashing(flyt_session *s, void *image, uint64_t size, uint8_
     uint64_t t0 = flyt_mono_ns();
     flyt_sha256_begin(&job, image, size);
     s->image_verify_ns += flyt_mono_ns() - t0; /* what hashing adds to the critical path */
-    *mod = NULL;
     CUresult loaded = driver_load(s, image, size, mod);
     if (loaded != CUDA_SUCCESS)
         *mod = NULL;
