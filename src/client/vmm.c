@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flyt_array.h"
 #include "client.h"
 
 struct vmm_map {
@@ -32,19 +33,6 @@ static struct vmm_alloc *allocs;
 static size_t nallocs, cap_allocs;
 
 /* Grows an array of records by one; 0 or -1. */
-static int grow(void **items, size_t *cap, size_t n, size_t item_size)
-{
-    if (n < *cap)
-        return 0;
-    size_t want = *cap ? *cap * 2 : 16;
-    void *p = realloc(*items, want * item_size);
-    if (p == NULL)
-        return -1;
-    *items = p;
-    *cap = want;
-    return 0;
-}
-
 static CUresult wire_prop(const CUmemAllocationProp *prop, flyt_vmm_prop *out)
 {
     if (prop == NULL)
@@ -135,7 +123,7 @@ FLYT_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
     CUmemAllocationProp granted = *prop;
     granted.allocFlags.compressionType = (unsigned char)rep.b;
     pthread_mutex_lock(&vmm_lock);
-    if (grow((void **)&allocs, &cap_allocs, nallocs, sizeof *allocs) == 0)
+    if (flyt_array_room((void **)&allocs, &cap_allocs, nallocs, sizeof *allocs) == 0)
         allocs[nallocs++] = (struct vmm_alloc){.handle = rep.a, .prop = granted, .refs = 1};
     pthread_mutex_unlock(&vmm_lock);
     *handle = rep.a;
@@ -180,7 +168,7 @@ FLYT_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     if (r != CUDA_SUCCESS)
         return r;
     pthread_mutex_lock(&vmm_lock);
-    if (grow((void **)&maps, &cap_maps, nmaps, sizeof *maps) == 0)
+    if (flyt_array_room((void **)&maps, &cap_maps, nmaps, sizeof *maps) == 0)
         maps[nmaps++] = (struct vmm_map){.ptr = ptr, .size = size, .handle = handle};
     pthread_mutex_unlock(&vmm_lock);
     flyt_range_add(FLYT_RANGE_DEVICE, ptr, size, 0);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flyt_array.h"
 #include "flyt_log.h"
 #include "quota.h"
 #include "session.h"
@@ -190,19 +191,6 @@ int handle_VMM_RETAIN(flyt_session *s, flyt_call *c)
 
 /* ---- checkpoint and restore (vmm_state.h) ---- */
 
-static int grow(void **items, size_t *cap, size_t n, size_t each)
-{
-    if (n < *cap)
-        return 0;
-    size_t more = *cap ? *cap * 2 : 8;
-    void *p = realloc(*items, more * each);
-    if (p == NULL)
-        return -1;
-    *items = p;
-    *cap = more;
-    return 0;
-}
-
 static struct flyt_vmm_smem *snap_mem(struct flyt_vmm_snap *snap, flyt_bhandle bh)
 {
     for (size_t i = 0; i < snap->nmems; i++)
@@ -214,7 +202,7 @@ static struct flyt_vmm_smem *snap_mem(struct flyt_vmm_snap *snap, flyt_bhandle b
 static CUresult seen_range(void *arg, uint64_t addr, uint64_t size)
 {
     struct flyt_vmm_snap *snap = arg;
-    if (grow((void **)&snap->ranges, &snap->cap_ranges, snap->nranges, sizeof *snap->ranges))
+    if (flyt_array_room((void **)&snap->ranges, &snap->cap_ranges, snap->nranges, sizeof *snap->ranges))
         return CUDA_ERROR_OUT_OF_MEMORY;
     snap->ranges[snap->nranges++] = (struct flyt_state_vrange){addr, size};
     return CUDA_SUCCESS;
@@ -223,7 +211,7 @@ static CUresult seen_range(void *arg, uint64_t addr, uint64_t size)
 static CUresult seen_mem(void *arg, flyt_bhandle mem, uint64_t size, const flyt_vmm_prop *prop)
 {
     struct flyt_vmm_snap *snap = arg;
-    if (grow((void **)&snap->mems, &snap->cap_mems, snap->nmems, sizeof *snap->mems))
+    if (flyt_array_room((void **)&snap->mems, &snap->cap_mems, snap->nmems, sizeof *snap->mems))
         return CUDA_ERROR_OUT_OF_MEMORY;
     snap->mems[snap->nmems++] = (struct flyt_vmm_smem){
         .bh = mem, .rec = {.size = size, .prop = *prop}};
@@ -236,7 +224,7 @@ static CUresult seen_map(void *arg, uint64_t addr, uint64_t size, uint64_t offse
     struct flyt_vmm_smem *m = snap_mem(arg, mem);
     if (m == NULL)
         return CUDA_ERROR_INVALID_VALUE; /* the backend names its allocations first */
-    if (grow((void **)&m->maps, &m->cap_maps, m->rec.nmaps, sizeof *m->maps))
+    if (flyt_array_room((void **)&m->maps, &m->cap_maps, m->rec.nmaps, sizeof *m->maps))
         return CUDA_ERROR_OUT_OF_MEMORY;
     m->maps[m->rec.nmaps++] = (struct flyt_state_vmap){addr, size, offset, access, 0};
     return CUDA_SUCCESS;
