@@ -1305,6 +1305,11 @@ int flyt_conn_shares_memory(void)
     return flyt_connect_once() == CUDA_SUCCESS && conn.shares_memory;
 }
 
+int flyt_conn_server_minor(void)
+{
+    return flyt_connect_once() == CUDA_SUCCESS ? conn.server_minor : -1;
+}
+
 int flyt_conn_ships_images_unhashed(void)
 {
     return flyt_connect_once() == CUDA_SUCCESS && (conn.same_machine || !conn.image_cache) &&

@@ -81,14 +81,7 @@ CUresult flyt_unsupported_why(const char *name, const char *why)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-CUresult flyt_driver_unsupported(const char *name)
-{
-    /* IPC handles name another process's memory or events on the GPU node;
-     * a VM's program has no such peer there */
-    if (strncmp(name, "cuIpc", 5) == 0)
-        return flyt_unsupported_why(name, "IPC handles: no IPC across VMs");
-    return flyt_unsupported_why(name, NULL);
-}
+CUresult flyt_driver_unsupported(const char *name) { return flyt_unsupported_why(name, NULL); }
 
 int flyt_tracing(void)
 {

@@ -270,10 +270,9 @@ FLYT_EXPORT CUresult cuEventCreate(CUevent *event, unsigned int flags)
         return r;
     if (event == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    if (flags & CU_EVENT_INTERPROCESS)
-        return flyt_unsupported_why("cuEventCreate", "CU_EVENT_INTERPROCESS: no IPC across VMs");
-    if (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))
-        return CUDA_ERROR_INVALID_VALUE;
+    if (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS) ||
+        ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING)))
+        return CUDA_ERROR_INVALID_VALUE; /* as the driver: an interprocess event is not timed */
     flyt_req_event_create req = {.flags = flags, .id = new_id()};
     r = flyt_send_async(FLYT_OP_EVENT_CREATE, &req, sizeof req, NULL, 0);
     if (r == CUDA_SUCCESS)

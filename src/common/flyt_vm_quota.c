@@ -150,6 +150,16 @@ uint64_t flyt_vmq_used(const struct flyt_vm_quota *q)
 
 uint64_t flyt_vmq_quota(const struct flyt_vm_quota *q) { return LOAD(&q->quota); }
 
+int flyt_vmq_has_session(const struct flyt_vm_quota *q, pid_t session)
+{
+    for (int i = 0; i < FLYT_VMQ_SLOTS; i++) {
+        uint64_t owner = LOAD(&q->slots[i].owner);
+        if (owner && (pid_t)(owner & 0xffffffffu) == session)
+            return 1;
+    }
+    return 0;
+}
+
 int flyt_vmq_charge(struct flyt_vm_quota *q, int slot, uint64_t size)
 {
     uint64_t quota = flyt_vmq_quota(q);

@@ -69,6 +69,8 @@ void flyt_vmq_release(struct flyt_vm_quota *q, pid_t server, pid_t session);
 /* ---- both ---- */
 
 uint64_t flyt_vmq_quota(const struct flyt_vm_quota *q);
+/* Whether session (a server's child) holds a slot: it serves a process of this VM. */
+int flyt_vmq_has_session(const struct flyt_vm_quota *q, pid_t session);
 /* Bytes the VM's sessions hold now. */
 uint64_t flyt_vmq_used(const struct flyt_vm_quota *q);
 void flyt_vmq_unmap(struct flyt_vm_quota *q);

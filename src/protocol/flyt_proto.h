@@ -16,7 +16,7 @@
 
 #define FLYT_PROTO_MAGIC 0x54594c46u /* "FLYT" little-endian */
 #define FLYT_PROTO_MAJOR 2           /* incompatible changes bump this */
-#define FLYT_PROTO_MINOR 4           /* compatible additions bump this */
+#define FLYT_PROTO_MINOR 5           /* compatible additions bump this */
 
 /* The minor version from which a server forwards the driver's output
  * (OUTPUT frames, OUTPUT_DRAIN): only to a client that speaks it. */
@@ -34,6 +34,9 @@
 /* From 4 the server takes MODULE_LOAD with has_data = 2: the image without
  * its hash, which the server computes (on one machine shipping is cheaper). */
 #define FLYT_MINOR_IMAGE_UNHASHED 4
+/* From 5 the server shares memory and events between the sessions of one
+ * tenant (IPC_*: CUDA IPC, docs/protocol.md, "IPC"). */
+#define FLYT_MINOR_IPC 5
 
 /* Limits. A frame over a limit ends the session. */
 #define FLYT_MAX_PAYLOAD    (1u << 30)      /* bulk data streams through in chunks */
@@ -211,6 +214,19 @@ typedef struct {
 #define FLYT_CLIENT_IDS (1ull << 62)
 typedef struct { uint32_t flags; int32_t priority; uint64_t id; } flyt_req_stream_create;
 typedef struct { uint32_t flags; uint32_t pad; uint64_t id; } flyt_req_event_create;
+
+/* IPC (docs/protocol.md, "IPC"): a handle is FLYT_IPC_HANDLE_BYTES opaque to
+ * the program (CUipcMemHandle / CUipcEventHandle); the server that made it
+ * reads it. IPC_MEM_OPEN: id 0; IPC_EVENT_OPEN: the event id the client
+ * chose (as EVENT_CREATE's). */
+#define FLYT_IPC_HANDLE_BYTES 64u
+typedef struct { uint8_t handle[FLYT_IPC_HANDLE_BYTES]; } flyt_rep_ipc_handle;
+typedef struct {
+    uint8_t  handle[FLYT_IPC_HANDLE_BYTES];
+    uint64_t id;
+    uint32_t flags; /* IPC_MEM_OPEN: CU_IPC_MEM_* */
+    uint32_t pad;
+} flyt_req_ipc_open;
 typedef struct { uint64_t stream, event; uint32_t flags; uint32_t pad; } flyt_req_stream_wait;
 typedef struct { uint64_t stream; uint64_t callback_id; } flyt_req_host_func;
 typedef struct { uint64_t event, stream; uint32_t flags; uint32_t pad; } flyt_req_event_record;

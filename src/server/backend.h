@@ -208,6 +208,24 @@ struct flyt_backend_ops {
     CUresult (*event_sync)(flyt_backend *b, flyt_bhandle event);
     CUresult (*event_elapsed)(flyt_backend *b, flyt_bhandle start, flyt_bhandle end, float *ms);
 
+    /* CUDA IPC between sessions of one tenant (ipc.h). mem_export: the
+     * allocation that starts at ptr (*size bytes) lies in the shareable
+     * memory [unit_base, unit_base + unit_size), given as a new descriptor
+     * the caller closes; mem_import maps unit_size bytes of such a
+     * descriptor's memory (it stays the caller's) at a fresh address, for
+     * the device to read and write; mem_unimport undoes that.
+     * event_export: the bytes naming an interprocess event (created with
+     * CU_EVENT_INTERPROCESS) to another process; event_import opens them as
+     * a new event. NULL: the backend has no IPC. */
+    CUresult (*ipc_mem_export)(flyt_backend *b, uint64_t ptr, int *fd, uint64_t *unit_base,
+                               uint64_t *unit_size, uint64_t *size);
+    CUresult (*ipc_mem_import)(flyt_backend *b, int fd, uint64_t unit_size, uint64_t *addr);
+    CUresult (*ipc_mem_unimport)(flyt_backend *b, uint64_t addr, uint64_t unit_size);
+    CUresult (*ipc_event_export)(flyt_backend *b, flyt_bhandle event,
+                                 uint8_t handle[FLYT_IPC_HANDLE_BYTES]);
+    CUresult (*ipc_event_import)(flyt_backend *b, const uint8_t handle[FLYT_IPC_HANDLE_BYTES],
+                                 flyt_bhandle *event);
+
     /* modules and kernels. image is a fatbinary (or cubin/PTX) the client sent.
      * owned: NULL, or image itself when it is malloc'd memory that the backend
      * then keeps, on success, until the module is unloaded (no copy of a

@@ -156,6 +156,11 @@ static int driver_load(struct flyt_cu_api *cu, char *err, size_t errlen)
 
 static uint64_t pkey(const void *p) { return (uint64_t)(uintptr_t)p; }
 
+int flyt_pset_has(const flyt_hash *s, const void *p)
+{
+    return p != NULL && flyt_hash_find(s, pkey(p)) != NULL;
+}
+
 int flyt_pset_add(flyt_hash *s, void *p)
 {
     if (!p)
@@ -807,8 +812,11 @@ static CUresult cuda_event_create(flyt_backend *base, unsigned flags, flyt_bhand
         return CUDA_ERROR_INVALID_VALUE;
     CUevent e = NULL;
     CUresult r = b->cu.cuEventCreate(&e, flags);
-    if (r != CUDA_SUCCESS)
-        return r;
+    return r == CUDA_SUCCESS ? flyt_cuda_event_adopt(b, e, event) : r;
+}
+
+CUresult flyt_cuda_event_adopt(struct flyt_cuda_backend *b, CUevent e, flyt_bhandle *event)
+{
     if (flyt_pset_add(&b->events, e) != 0) {
         b->cu.cuEventDestroy(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1431,6 +1439,11 @@ static const struct flyt_backend_ops cuda_ops = {
     .stream_get_flags = cuda_stream_get_flags,
     .stream_get_priority = cuda_stream_get_priority,
     .stream_host_func = cuda_stream_host_func,
+    .ipc_mem_export = flyt_cuda_ipc_mem_export,
+    .ipc_mem_import = flyt_cuda_ipc_mem_import,
+    .ipc_mem_unimport = flyt_cuda_ipc_mem_unimport,
+    .ipc_event_export = flyt_cuda_ipc_event_export,
+    .ipc_event_import = flyt_cuda_ipc_event_import,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,

@@ -67,6 +67,10 @@
     X(cuMemUnmap)                                         \
     X(cuMemSetAccess)                                     \
     X(cuMemRetainAllocationHandle)                        \
+    X(cuMemExportToShareableHandle)                       \
+    X(cuMemImportFromShareableHandle)                     \
+    X(cuIpcGetEventHandle)                                \
+    X(cuIpcOpenEventHandle)                               \
     X(cuMemGetAllocationPropertiesFromHandle)             \
     X(cuMemAlloc)                                         \
     X(cuMemFree)                                          \
@@ -241,6 +245,7 @@ int  flyt_cuda_table_override(flyt_backend *b, const char *name, void *fn, void 
 /* ---- sets of pointers (the backend's live streams, events, pools): flyt_hash keys ---- */
 int   flyt_pset_add(flyt_hash *s, void *p); /* 0, or -1 on ENOMEM (or NULL) */
 int   flyt_pset_del(flyt_hash *s, void *p); /* 1 when it was there */
+int   flyt_pset_has(const flyt_hash *s, const void *p);
 void *flyt_pset_pop(flyt_hash *s);          /* takes out any one member, NULL when empty */
 
 /* ---- modules and functions ---- */
@@ -305,6 +310,7 @@ struct flyt_cuda_mem {
     struct flyt_cuda_arena arenas[FLYT_CUDA_ARENAS];
     int                    narenas;
     int                    disabled;     /* FLYT_CUDA_ARENA=0: cuMemAlloc, no checkpoint */
+    int                    no_share;     /* the driver makes no memory exportable (no IPC) */
     uint64_t               gran;         /* VMM granularity, 0 until asked */
     uint64_t               arena_bytes;  /* the size of a new arena, 0 until decided */
     flyt_hash              chunks;       /* granule address -> struct flyt_cuda_chunk * */
@@ -596,6 +602,19 @@ CUresult flyt_cuda_tex_destroy(flyt_backend *base, uint64_t obj);
 CUresult flyt_cuda_surf_create(flyt_backend *base, const CUDA_RESOURCE_DESC *res, uint64_t *obj);
 CUresult flyt_cuda_surf_destroy(flyt_backend *base, uint64_t obj);
 
+/* A driver event the backend now owns (destroyed when it cannot keep it). */
+CUresult flyt_cuda_event_adopt(struct flyt_cuda_backend *b, CUevent e, flyt_bhandle *event);
+
+/* backend_cuda_ipc.c: backend.h's ipc_* */
+CUresult flyt_cuda_ipc_mem_export(flyt_backend *base, uint64_t ptr, int *fd, uint64_t *unit_base,
+                                  uint64_t *unit_size, uint64_t *size);
+CUresult flyt_cuda_ipc_mem_import(flyt_backend *base, int fd, uint64_t unit_size, uint64_t *addr);
+CUresult flyt_cuda_ipc_mem_unimport(flyt_backend *base, uint64_t addr, uint64_t unit_size);
+CUresult flyt_cuda_ipc_event_export(flyt_backend *base, flyt_bhandle event,
+                                    uint8_t handle[FLYT_IPC_HANDLE_BYTES]);
+CUresult flyt_cuda_ipc_event_import(flyt_backend *base, const uint8_t handle[FLYT_IPC_HANDLE_BYTES],
+                                    flyt_bhandle *event);
+
 /* backend_cuda_mem.c: tenant memory in Flyt's arenas (above). place: a new
  * allocation (*dptr); place_at: one at exactly addr, inside an arena
  * (a restore); release: frees dptr, 1 with *r its result, 0 when it is not
@@ -607,6 +626,10 @@ int      flyt_cuda_mem_release(struct flyt_cuda_backend *b, uint64_t dptr, CUres
 int      flyt_cuda_mem_range(const struct flyt_cuda_backend *b, uint64_t ptr, uint64_t *base,
                              uint64_t *size);
 CUresult flyt_cuda_mem_pitch(struct flyt_cuda_backend *b, uint64_t width, uint64_t *pitch);
+/* unit: the allocation that starts at ptr (*size) and the mapping holding it
+ * (a small one's chunk, else its own granules); 1, or 0 when ptr starts none. */
+int      flyt_cuda_mem_unit(const struct flyt_cuda_backend *b, uint64_t ptr, uint64_t *unit_base,
+                            uint64_t *unit_size, uint64_t *size);
 /* map: device memory at [addr, addr + len), a reserved range, read-write
  * (its handle released once mapped); gran: the allocation granularity. */
 CUresult flyt_cuda_mem_map(struct flyt_cuda_backend *b, uint64_t addr, uint64_t len);

@@ -190,7 +190,18 @@ static CUresult map_range(struct flyt_cuda_backend *b, uint64_t addr, uint64_t l
 {
     CUmemAllocationProp p = device_prop(b);
     CUmemGenericAllocationHandle h = 0;
-    CUresult r = b->cu.cuMemCreate(&h, (size_t)len, &p, 0);
+    CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+    /* exportable as a descriptor, for CUDA IPC (backend_cuda_ipc.c); a
+     * driver that cannot is asked once, then plain memory is made */
+    if (!b->mem.no_share) {
+        p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        r = b->cu.cuMemCreate(&h, (size_t)len, &p, 0);
+        p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)
+            b->mem.no_share = 1;
+    }
+    if (b->mem.no_share)
+        r = b->cu.cuMemCreate(&h, (size_t)len, &p, 0);
     if (r != CUDA_SUCCESS)
         return r;
     r = b->cu.cuMemMap(addr, (size_t)len, 0, h, 0);
@@ -463,6 +474,22 @@ int flyt_cuda_mem_range(const struct flyt_cuda_backend *b, uint64_t ptr, uint64_
             return 1;
         }
     return 0;
+}
+
+int flyt_cuda_mem_unit(const struct flyt_cuda_backend *b, uint64_t ptr, uint64_t *unit_base,
+                       uint64_t *unit_size, uint64_t *size)
+{
+    uint64_t base = 0;
+    if (!flyt_cuda_mem_range(b, ptr, &base, size) || base != ptr)
+        return 0;
+    if (is_small(b, *size)) {
+        *unit_base = ptr & ~(b->mem.gran - 1);
+        *unit_size = b->mem.gran;
+    } else {
+        *unit_base = ptr;
+        *unit_size = footprint(b, *size);
+    }
+    return 1;
 }
 
 CUresult flyt_cuda_mem_pitch(struct flyt_cuda_backend *b, uint64_t width, uint64_t *pitch)

@@ -23,10 +23,12 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,6 +102,9 @@ struct halloc {
     struct hvmem *vmem;  /* a cuMemMap of this VMM allocation, else NULL */
     uint64_t offset;     /* VMM mappings: where in the allocation they start */
     unsigned access;     /* VMM mappings: CU_MEM_ACCESS_FLAGS_PROT_* granted */
+    int exported;        /* shared for CUDA IPC: the mapping is of memfd ipc_fd */
+    int ipc_fd;
+    int imported;        /* another session's exported memory (not this one's to free) */
 };
 
 /* VMM: a reserved address range, and a physical allocation (a memfd) that
@@ -721,8 +726,11 @@ static void alloc_remove(struct host_backend *h, size_t i)
         vmem_put(h, a.vmem);
     } else {
         munmap((void *)(uintptr_t)a.addr, (size_t)a.size);
-        h->used -= a.size;
+        if (!a.imported)
+            h->used -= a.size;
     }
+    if (a.exported)
+        close(a.ipc_fd);
     if (a.pool)
         a.pool->used -= a.size;
     memmove(&h->allocs[i], &h->allocs[i + 1], (h->nallocs - i - 1) * sizeof *h->allocs);
@@ -732,7 +740,83 @@ static void alloc_remove(struct host_backend *h, size_t i)
 static CUresult alloc_free(struct host_backend *h, uint64_t dptr)
 {
     long i = find_alloc(h, dptr);
-    if (i < 0 || h->allocs[i].addr != dptr || h->allocs[i].vmem)
+    if (i < 0 || h->allocs[i].addr != dptr || h->allocs[i].vmem || h->allocs[i].imported)
+        return CUDA_ERROR_INVALID_VALUE;
+    alloc_remove(h, (size_t)i);
+    return CUDA_SUCCESS;
+}
+
+/* ---- CUDA IPC (backend.h's ipc_*) ----
+ * An allocation is private anonymous memory until it is first exported;
+ * then its bytes move into a memfd mapped over the same addresses, which
+ * another session's process maps too. */
+
+static CUresult host_ipc_mem_export(flyt_backend *b, uint64_t ptr, int *fd, uint64_t *unit_base,
+                                    uint64_t *unit_size, uint64_t *size)
+{
+    struct host_backend *h = HB(b);
+    long i = find_alloc(h, ptr);
+    if (i < 0 || h->allocs[i].addr != ptr || h->allocs[i].vmem || h->allocs[i].imported ||
+        h->allocs[i].pool || h->allocs[i].home)
+        return CUDA_ERROR_INVALID_VALUE; /* as the driver: cuMemAlloc's memory only */
+    struct halloc *a = &h->allocs[i];
+    uint64_t span = page_span(a->size);
+    if (!a->exported) {
+        int mfd = memfd_create("flyt-host-ipc", MFD_CLOEXEC);
+        if (mfd < 0 || ftruncate(mfd, (off_t)span) != 0 ||
+            pwrite(mfd, (void *)(uintptr_t)a->addr, (size_t)a->size, 0) != (ssize_t)a->size ||
+            mmap((void *)(uintptr_t)a->addr, (size_t)span, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_FIXED, mfd, 0) == MAP_FAILED) {
+            if (mfd >= 0)
+                close(mfd);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        a->exported = 1;
+        a->ipc_fd = mfd;
+    }
+    int out = fcntl(a->ipc_fd, F_DUPFD_CLOEXEC, 0);
+    if (out < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *fd = out;
+    *unit_base = a->addr;
+    *unit_size = span;
+    *size = a->size;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_ipc_mem_import(flyt_backend *b, int fd, uint64_t unit_size, uint64_t *addr)
+{
+    struct host_backend *h = HB(b);
+    struct stat st;
+    if (unit_size == 0 || unit_size != page_span(unit_size) || fstat(fd, &st) != 0 ||
+        (uint64_t)st.st_size < unit_size)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (table_reserve(h) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t at = __atomic_fetch_add(&arena_next, unit_size, __ATOMIC_RELAXED);
+    void *want = at <= ARENA_END - unit_size ? (void *)(uintptr_t)at : NULL;
+    void *mem = want ? mmap(want, (size_t)unit_size, PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0)
+                     : MAP_FAILED;
+    if (mem == MAP_FAILED || mem != want) { /* taken (or an old kernel's hint): anywhere */
+        if (mem != MAP_FAILED)
+            munmap(mem, (size_t)unit_size);
+        mem = mmap(NULL, (size_t)unit_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    if (mem == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    table_insert(h, (struct halloc){.addr = (uint64_t)(uintptr_t)mem, .size = unit_size,
+                                    .imported = 1});
+    *addr = (uint64_t)(uintptr_t)mem;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_ipc_mem_unimport(flyt_backend *b, uint64_t addr, uint64_t unit_size)
+{
+    struct host_backend *h = HB(b);
+    long i = find_alloc(h, addr);
+    if (i < 0 || h->allocs[i].addr != addr || !h->allocs[i].imported ||
+        h->allocs[i].size != unit_size)
         return CUDA_ERROR_INVALID_VALUE;
     alloc_remove(h, (size_t)i);
     return CUDA_SUCCESS;
@@ -1707,6 +1791,34 @@ static CUresult host_event_query(flyt_backend *b, flyt_bhandle event)
 static CUresult host_event_sync(flyt_backend *b, flyt_bhandle event)
 {
     return event_ok(HB(b), event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* This backend runs every stream's work when it is enqueued: whatever the
+ * exporting session recorded has happened, so an opened interprocess event
+ * is one already reached. The handle only has to be recognised. */
+static const char host_ipc_event_tag[] = "flyt host backend ipc event";
+
+static CUresult host_ipc_event_export(flyt_backend *b, flyt_bhandle event,
+                                      uint8_t handle[FLYT_IPC_HANDLE_BYTES])
+{
+    if (!event_ok(HB(b), event))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!(((struct hevent *)event)->flags & CU_EVENT_INTERPROCESS))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(handle, 0, FLYT_IPC_HANDLE_BYTES);
+    memcpy(handle, host_ipc_event_tag, sizeof host_ipc_event_tag);
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_ipc_event_import(flyt_backend *b, const uint8_t handle[FLYT_IPC_HANDLE_BYTES],
+                                      flyt_bhandle *event)
+{
+    if (memcmp(handle, host_ipc_event_tag, sizeof host_ipc_event_tag) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = host_event_create(b, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING, event);
+    if (r == CUDA_SUCCESS)
+        ((struct hevent *)*event)->recorded = 1;
+    return r;
 }
 
 static CUresult host_event_elapsed(flyt_backend *b, flyt_bhandle start, flyt_bhandle end, float *ms)
@@ -3113,6 +3225,11 @@ static const struct flyt_backend_ops host_ops = {
     .stream_get_flags = host_stream_get_flags,
     .stream_get_priority = host_stream_get_priority,
     .stream_host_func = host_stream_host_func,
+    .ipc_mem_export = host_ipc_mem_export,
+    .ipc_mem_import = host_ipc_mem_import,
+    .ipc_mem_unimport = host_ipc_mem_unimport,
+    .ipc_event_export = host_ipc_event_export,
+    .ipc_event_import = host_ipc_event_import,
     .event_create = host_event_create,
     .event_destroy = host_event_destroy,
     .event_record = host_event_record,

@@ -6,6 +6,7 @@
 #include <assert.h>
 #include <string.h>
 
+#include "ipc.h"
 #include "session.h"
 #include "state.h"
 #include "stream_attrs.h"
@@ -75,6 +76,7 @@ int handle_DEVICE_RESET(flyt_session *s, flyt_call *c)
     flyt_state_globals_drop(s, 0);
     flyt_stream_attrs_clear(s);
     flyt_memtab_clear(&s->mem); /* the reset freed every allocation */
+    flyt_ipc_reset(s);
     s->default_pool_id = 0;
     return FLYT_CONT;
 }

@@ -4,6 +4,7 @@
  * against the memory quota before the backend makes it and recorded by
  * pointer; frees give the recorded size back. A refused allocation answers
  * CUDA_ERROR_OUT_OF_MEMORY (cudaErrorMemoryAllocation for the application). */
+#include "ipc.h"
 #include "session.h"
 
 /* The bytes a pitched allocation takes at most before the backend chooses
@@ -68,8 +69,10 @@ int handle_MEM_FREE(flyt_session *s, flyt_call *c)
 {
     const flyt_req_handle *r = c->req;
     c->result = FLYT_BCALL(s, mem_free, r->handle);
-    if (c->result == CUDA_SUCCESS)
+    if (c->result == CUDA_SUCCESS) {
         flyt_memtab_remove(&s->mem, r->handle);
+        flyt_ipc_mem_freed(s, r->handle);
+    }
     return FLYT_CONT;
 }
 

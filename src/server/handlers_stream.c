@@ -1,6 +1,7 @@
 /* STREAM_* and EVENT_*: backend streams and events behind session ids. */
 #include <stdlib.h>
 
+#include "ipc.h"
 #include "session.h"
 #include "stream_attrs.h"
 
@@ -162,8 +163,10 @@ int handle_EVENT_DESTROY(flyt_session *s, flyt_call *c)
     c->result = flyt_lookup(s, r->handle, FLYT_H_EVENT, &ev);
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, event_destroy, ev);
-    if (c->result == CUDA_SUCCESS)
+    if (c->result == CUDA_SUCCESS) {
         flyt_handles_remove(&s->handles, r->handle);
+        flyt_ipc_event_gone(s, r->handle);
+    }
     return FLYT_CONT;
 }
 

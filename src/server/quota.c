@@ -133,6 +133,8 @@ int flyt_quota_child_admitted(void)
 
 int flyt_quota_active(void) { return page != NULL; }
 
+int flyt_quota_same_vm(pid_t session) { return vm_page && flyt_vmq_has_session(vm_page, session); }
+
 uint64_t flyt_quota_limit(void)
 {
     uint64_t own = page ? LOAD(&page->memory_quota) : 0;

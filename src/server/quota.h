@@ -61,6 +61,9 @@ struct flyt_memtab {
 
 /* Whether allocations are tracked at all (a page exists). */
 int flyt_quota_active(void);
+/* Whether session (another server's child, on this node) serves a process of
+ * this session's VM (both hold slots of the --vm-quota page). */
+int flyt_quota_same_vm(pid_t session);
 /* The quota in bytes (0: none): the smaller of the server's and the VM's. */
 uint64_t flyt_quota_limit(void);
 /* Bytes allocated by every session of this server, or of the VM with --vm-quota. */

@@ -3,6 +3,7 @@
  * validate it, dispatch it through the table generated from flyt_ops.def,
  * answer it. Also the one path every outgoing frame takes.
  */
+#include "ipc.h"
 #include "session.h"
 #include "resize.h"
 #include "state.h"
@@ -1052,6 +1053,7 @@ int flyt_session_run(int fd, const char *peer, const struct flyt_server_config *
     flyt_watch_stop(&s->watch);
     flyt_output_to_log(&s->output);
     flyt_memtab_free(&s->mem); /* closing the backend freed it all */
+    flyt_ipc_end(s);
     flyt_regions_forget(s); /* the client's shared memory: unmapped, not leaked */
     while (s->kept) {
         struct flyt_cb_msg *next = s->kept->next;

@@ -140,6 +140,7 @@ typedef struct flyt_session {
     flyt_hash                        stream_attrs; /* stream id + 1 -> attributes set (stream_attrs.h) */
     struct flyt_output               output;    /* the driver's stdout/stderr, for the client */
     struct flyt_watch                watch;     /* ends the session when a blocked call's client left */
+    struct flyt_ipc                 *ipc;       /* CUDA IPC with other sessions (ipc.h), NULL until used */
 
     /* Sending: one frame at a time. Driver threads (host functions) never
      * wait for the session thread: when a send is in progress they queue

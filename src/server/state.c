@@ -18,6 +18,7 @@
 
 #include "flyt_clock.h"
 #include "flyt_log.h"
+#include "ipc.h"
 #include "module_cache.h"
 #include "resize.h"
 #include "state_array.h"
@@ -147,6 +148,11 @@ static CUresult check_capturable(flyt_session *s, struct scan *sc, char *err, si
     }
     if (s->captures > 0) {
         say(err, errlen, "a stream capture is in progress and did not end in time (FLYT_CKPT_CAPTURE_WAIT_MS), which a checkpoint cannot capture yet");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    const char *shared = flyt_ipc_busy(s);
+    if (shared) {
+        say(err, errlen, "the session holds %s, which a checkpoint cannot capture", shared);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     if (flyt_handles_foreach(&s->handles, scan_one, sc)) {

@@ -471,14 +471,16 @@ static void test_errors(void)
     CHECK_EQ(cudaLaunchKernel((const void *)test_errors, (dim3){1, 1, 1}, (dim3){1, 1, 1}, NULL, 0, 0), cudaErrorInvalidResourceHandle,
              "launch of an unregistered function is cudaErrorInvalidResourceHandle");
     cudaGetLastError();
-    /* a refused API says so instead of crashing (IPC: no other process of
-     * the VM can open the handle on the GPU node) */
-    void *dev = NULL;
-    cudaIpcMemHandle_t ipc;
-    CHECK_EQ(cudaMalloc(&dev, 16), cudaSuccess, "unsupported API -> cudaErrorNotSupported");
-    CHECK_EQ(cudaIpcGetMemHandle(&ipc, dev), cudaErrorNotSupported,
+    /* a refused API says so instead of crashing (external memory: another
+     * API's object, which the GPU node has no way to reach) */
+    cudaExternalMemory_t ext = NULL;
+    struct cudaExternalMemoryHandleDesc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.type = cudaExternalMemoryHandleTypeOpaqueFd;
+    desc.handle.fd = STDERR_FILENO;
+    desc.size = 4096;
+    CHECK_EQ(cudaImportExternalMemory(&ext, &desc), cudaErrorNotSupported,
              "unsupported API -> cudaErrorNotSupported");
-    cudaFree(dev);
     cudaGetLastError();
     cudaGraph_t g = NULL;
     CHECK_EQ(cudaGraphCreate(&g, 0), cudaSuccess, "graphs go through NVIDIA's runtime");

@@ -91,5 +91,18 @@ int main(int argc, char **argv)
     flyt_req_handle gd = {.handle = FLYT_CLIENT_IDS + 2};
     frame(FLYT_OP_GRAPH_DESTROY, FLYT_F_NOREPLY, &gd, sizeof gd);
     write_seed(dir, "seq-graph-conditional");
+
+    /* an interprocess event exported, and a handle of a session that is not
+     * there opened (IPC: the broker is asked and cannot be reached) */
+    flyt_req_event_create ec = {.flags = 0x6 /* INTERPROCESS | DISABLE_TIMING */,
+                                .id = FLYT_CLIENT_IDS + 7};
+    frame(FLYT_OP_EVENT_CREATE, FLYT_F_NOREPLY, &ec, sizeof ec);
+    flyt_req_handle ex = {.handle = FLYT_CLIENT_IDS + 7};
+    frame(FLYT_OP_IPC_EVENT_EXPORT, 0, &ex, sizeof ex);
+    flyt_req_ipc_open op = {.id = FLYT_CLIENT_IDS + 8};
+    static const uint64_t foreign[4] = {0x3143504954594c46ull, 2ull | 1ull << 32, 1, 1};
+    memcpy(op.handle, foreign, sizeof foreign);
+    frame(FLYT_OP_IPC_EVENT_OPEN, 0, &op, sizeof op);
+    write_seed(dir, "seq-ipc-event");
     return 0;
 }

@@ -281,6 +281,56 @@ static unsigned char *read_file(const char *path, size_t *size)
     return p;
 }
 
+/* CUDA IPC: a session that shares memory with another process is not
+ * checkpointed (the other process would keep the old memory); once the
+ * allocation is freed it is again. Handles this server did not make, or its
+ * own, open nothing; the session carries on through every refusal. */
+static void ipc_refuses_checkpoint(int fd)
+{
+    th_say("IPC: a shared allocation refuses a checkpoint; bad handles refused");
+    uint64_t shared;
+    CHECK_EQ(th_alloc(fd, 4096, &shared), T_SUCCESS, "an allocation to share");
+    flyt_req_handle ex = {shared};
+    flyt_rep_ipc_handle h;
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_IPC_MEM_EXPORT, &ex, sizeof ex, NULL, 0, &h, sizeof h),
+             T_SUCCESS, "IPC_MEM_EXPORT");
+    flyt_req_handle inner = {shared + 512};
+    CHECK_EQ(th_call(fd, FLYT_OP_IPC_MEM_EXPORT, &inner, sizeof inner, NULL, 0, NULL),
+             T_INVALID_VALUE, "not the start of an allocation: refused");
+    char error[256], bad[160];
+    snprintf(bad, sizeof bad, "%s/shared.state", dir);
+    CHECK_EQ(checkpoint(bad, error, sizeof error), T_NOT_SUPPORTED, "checkpoint refused");
+    CHECK(strstr(error, "shared with another process") != NULL, "the error says why: %s", error);
+
+    flyt_req_ipc_open op;
+    memset(&op, 0, sizeof op);
+    memcpy(op.handle, h.handle, sizeof op.handle);
+    CHECK_EQ(th_call(fd, FLYT_OP_IPC_MEM_OPEN, &op, sizeof op, NULL, 0, NULL), 201,
+             "its own handle: CUDA_ERROR_INVALID_CONTEXT");
+    op.flags = 2;
+    CHECK_EQ(th_call(fd, FLYT_OP_IPC_MEM_OPEN, &op, sizeof op, NULL, 0, NULL), T_INVALID_VALUE,
+             "an unknown flag");
+    op.flags = 0;
+    op.handle[FLYT_IPC_HANDLE_BYTES - 1] = 1;
+    CHECK_EQ(th_call(fd, FLYT_OP_IPC_MEM_OPEN, &op, sizeof op, NULL, 0, NULL), T_INVALID_VALUE,
+             "a handle with bytes past its fields");
+    memset(op.handle, 0, sizeof op.handle);
+    CHECK_EQ(th_call(fd, FLYT_OP_IPC_MEM_OPEN, &op, sizeof op, NULL, 0, NULL), T_INVALID_VALUE,
+             "a handle Flyt did not make");
+    memcpy(op.handle, h.handle, sizeof op.handle);
+    op.handle[12] ^= 1; /* another pid: no such session's broker */
+    CHECK_EQ(th_call(fd, FLYT_OP_IPC_MEM_OPEN, &op, sizeof op, NULL, 0, NULL), T_INVALID_HANDLE,
+             "a handle of a session that is not there");
+    op.id = 5;
+    CHECK_EQ(th_call(fd, FLYT_OP_IPC_EVENT_OPEN, &op, sizeof op, NULL, 0, NULL), T_INVALID_VALUE,
+             "IPC_EVENT_OPEN of an id outside the client's range");
+    CHECK_EQ(handle_op(fd, FLYT_OP_IPC_MEM_CLOSE, shared), T_INVALID_VALUE,
+             "IPC_MEM_CLOSE of memory that was not opened");
+    CHECK_EQ(th_free(fd, shared), T_SUCCESS, "the shared allocation freed");
+    CHECK_EQ(checkpoint(bad, error, sizeof error), T_SUCCESS, "then a checkpoint runs: %s", error);
+    unlink(bad);
+}
+
 /* The request-stream bytes a checkpoint of the session says it consumed. */
 static uint64_t consumed_now(void)
 {
@@ -578,6 +628,7 @@ int main(int argc, char **argv)
     build_session(fd);
     share_regions(fd);
     capture_holds_checkpoint(fd);
+    ipc_refuses_checkpoint(fd);
 
     th_say("checkpoint through the status page");
     char error[256];

@@ -1,0 +1,118 @@
+/*
+ * CUDA IPC: memory and events shared with another process of this VM
+ * (docs/protocol.md, "IPC"). The handles are made and read by the server
+ * sessions, which are processes on the GPU node; here they are opaque bytes
+ * the program passes around as it would NVIDIA's. A server older than
+ * protocol 2.5 has no IPC: the calls say so.
+ */
+#include "client.h"
+
+#include <string.h>
+
+_Static_assert(sizeof(CUipcMemHandle) == FLYT_IPC_HANDLE_BYTES, "CUipcMemHandle is 64 bytes");
+_Static_assert(sizeof(CUipcEventHandle) == FLYT_IPC_HANDLE_BYTES, "CUipcEventHandle is 64 bytes");
+
+static CUresult ipc_ready(const char *name)
+{
+    CUresult r = flyt_ctx_require_at(name);
+    if (r == CUDA_SUCCESS && flyt_conn_server_minor() < FLYT_MINOR_IPC)
+        r = flyt_unsupported_why(name, "the server predates IPC (protocol 2.5)");
+    return r;
+}
+
+static CUresult export_handle(uint16_t op, uint64_t what, uint8_t out[FLYT_IPC_HANDLE_BYTES])
+{
+    flyt_req_handle req = {.handle = what};
+    flyt_rep_ipc_handle rep;
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    CUresult r = flyt_call(op, &req, sizeof req, NULL, 0, &sink);
+    if (r == CUDA_SUCCESS)
+        memcpy(out, rep.handle, FLYT_IPC_HANDLE_BYTES);
+    return r;
+}
+
+FLYT_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
+{
+    CUresult r = ipc_ready(__func__);
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t base = 0;
+    if (handle == NULL || flyt_range_find((uint64_t)dptr, &base, NULL, NULL) != FLYT_RANGE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* the handle names the whole allocation, as the driver's does */
+    return export_handle(FLYT_OP_IPC_MEM_EXPORT, base, (uint8_t *)handle->reserved);
+}
+
+static CUresult open_mem(CUdeviceptr *dptr, const CUipcMemHandle *handle, unsigned flags,
+                         const char *name)
+{
+    CUresult r = ipc_ready(name);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (dptr == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_req_ipc_open req = {.flags = flags};
+    memcpy(req.handle, handle->reserved, FLYT_IPC_HANDLE_BYTES);
+    flyt_rep_u64_pair rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    r = flyt_call(FLYT_OP_IPC_MEM_OPEN, &req, sizeof req, NULL, 0, &sink);
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t base = 0;
+    if (flyt_range_find(rep.a, &base, NULL, NULL) != FLYT_RANGE_DEVICE || base != rep.a)
+        flyt_range_add(FLYT_RANGE_DEVICE, rep.a, rep.b, 0); /* a second open has it already */
+    *dptr = (CUdeviceptr)rep.a;
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
+{
+    return open_mem(dptr, &handle, flags, __func__);
+}
+
+FLYT_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
+{
+    return open_mem(dptr, &handle, flags, __func__);
+}
+
+FLYT_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    CUresult r = ipc_ready(__func__);
+    if (r != CUDA_SUCCESS)
+        return r;
+    flyt_req_handle req = {.handle = (uint64_t)dptr};
+    flyt_rep_u64 rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    r = flyt_call(FLYT_OP_IPC_MEM_CLOSE, &req, sizeof req, NULL, 0, &sink);
+    if (r == CUDA_SUCCESS && rep.value == 0) /* the last open: the mapping is gone */
+        flyt_range_remove(FLYT_RANGE_DEVICE, (uint64_t)dptr);
+    return r;
+}
+
+FLYT_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *handle, CUevent event)
+{
+    CUresult r = ipc_ready(__func__);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (handle == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (event == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return export_handle(FLYT_OP_IPC_EVENT_EXPORT, (uint64_t)(uintptr_t)event,
+                         (uint8_t *)handle->reserved);
+}
+
+FLYT_EXPORT CUresult cuIpcOpenEventHandle(CUevent *event, CUipcEventHandle handle)
+{
+    CUresult r = ipc_ready(__func__);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (event == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    flyt_req_ipc_open req = {.id = flyt_new_id()};
+    memcpy(req.handle, handle.reserved, FLYT_IPC_HANDLE_BYTES);
+    r = flyt_call(FLYT_OP_IPC_EVENT_OPEN, &req, sizeof req, NULL, 0, NULL);
+    if (r == CUDA_SUCCESS)
+        *event = (CUevent)(uintptr_t)req.id;
+    return r;
+}

@@ -1,0 +1,220 @@
+/*
+ * CUDA IPC through Flyt (docs/protocol.md, "IPC"), with NVIDIA's runtime as
+ * programs such as simpleIPC and torch.multiprocessing use it. Two processes
+ * of one server: the parent exports a 1 MiB and a 4 KiB allocation and an
+ * interprocess event; the child opens them, reads the parent's bytes, writes
+ * its own, which the parent then reads; double opens share one pointer and
+ * need two closes; the importer cannot free what it opened; one's own handle
+ * does not open; a handle whose allocation was freed opens nothing; and a
+ * process of another server (another tenant: FLYT_OTHER_SERVER) is refused.
+ * Fork comes before any CUDA call: each process has its own connection.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define BIG   (1u << 20)
+#define SMALL 4096u
+
+struct handles {
+    cudaIpcMemHandle_t   big, small;
+    cudaIpcEventHandle_t event;
+};
+
+static void put(int fd, const void *p, size_t n) { CHECK_EQ(write(fd, p, n), (ssize_t)n, "pipe write"); }
+static void get(int fd, void *p, size_t n) { CHECK_EQ(read(fd, p, n), (ssize_t)n, "pipe read"); }
+
+static void fill(unsigned char *buf, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (unsigned char)(i * 31u + seed);
+}
+
+static int matches(const unsigned char *buf, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] != (unsigned char)(i * 31u + seed))
+            return 0;
+    return 1;
+}
+
+/* The importer: everything a second process does with the handles. */
+static void child(int in, int out)
+{
+    struct handles h;
+    get(in, &h, sizeof h);
+    unsigned char *host = malloc(BIG);
+    CHECK(host != NULL, "malloc");
+
+    void *big = NULL, *again = NULL, *small = NULL;
+    CHECK_EQ(cudaIpcOpenMemHandle(&big, h.big, cudaIpcMemLazyEnablePeerAccess), cudaSuccess,
+             "open the 1 MiB allocation's handle");
+    CHECK_EQ(cudaMemcpy(host, big, BIG, cudaMemcpyDeviceToHost), cudaSuccess, "read it");
+    CHECK(matches(host, BIG, 7), "the importer reads the exporter's bytes");
+    CHECK_EQ(cudaIpcOpenMemHandle(&again, h.big, cudaIpcMemLazyEnablePeerAccess), cudaSuccess,
+             "open it again");
+    CHECK(again == big, "a second open gives the same pointer");
+    struct cudaPointerAttributes attr;
+    CHECK_EQ(cudaPointerGetAttributes(&attr, (char *)big + 100), cudaSuccess, "its attributes");
+    CHECK_EQ(attr.type, cudaMemoryTypeDevice, "opened memory is device memory");
+    CHECK(cudaFree(big) != cudaSuccess, "the importer cannot free what it opened");
+    cudaGetLastError();
+
+    CHECK_EQ(cudaIpcOpenMemHandle(&small, h.small, cudaIpcMemLazyEnablePeerAccess), cudaSuccess,
+             "open the 4 KiB allocation's handle");
+    CHECK_EQ(cudaMemcpy(host, small, SMALL, cudaMemcpyDeviceToHost), cudaSuccess, "read it");
+    CHECK(matches(host, SMALL, 3), "the small allocation's bytes, not its neighbours'");
+
+    fill(host, BIG, 11);
+    CHECK_EQ(cudaMemcpy(big, host, BIG, cudaMemcpyHostToDevice), cudaSuccess, "write the big one");
+    CHECK_EQ(cudaMemset(small, 0x5a, SMALL), cudaSuccess, "set the small one");
+
+    cudaEvent_t ev;
+    CHECK_EQ(cudaIpcOpenEventHandle(&ev, h.event), cudaSuccess, "open the event's handle");
+    CHECK_EQ(cudaStreamWaitEvent(0, ev, 0), cudaSuccess, "wait for the exporter's event");
+    CHECK_EQ(cudaEventSynchronize(ev), cudaSuccess, "synchronise with it");
+    CHECK_EQ(cudaEventDestroy(ev), cudaSuccess, "destroy the opened event");
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess, "the writes are done");
+
+    cudaIpcMemHandle_t junk;
+    memset(&junk, 0, sizeof junk);
+    void *none = NULL;
+    CHECK(cudaIpcOpenMemHandle(&none, junk, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess,
+          "a handle Flyt did not make opens nothing");
+    cudaGetLastError();
+
+    CHECK_EQ(cudaIpcCloseMemHandle(big), cudaSuccess, "close the second open");
+    CHECK_EQ(cudaIpcCloseMemHandle(big), cudaSuccess, "close the first open");
+    CHECK(cudaIpcCloseMemHandle(big) != cudaSuccess, "a third close has nothing to close");
+    cudaGetLastError();
+    CHECK_EQ(cudaIpcCloseMemHandle(small), cudaSuccess, "close the small one");
+
+    char done = 'w';
+    put(out, &done, 1);
+    get(in, &done, 1); /* the parent freed the 1 MiB allocation */
+    CHECK(cudaIpcOpenMemHandle(&none, h.big, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess,
+          "the handle of a freed allocation opens nothing");
+    free(host);
+    exit(0);
+}
+
+/* A process of another server: the same handle is another tenant's. */
+static void stranger(int in, const char *other)
+{
+    struct handles h;
+    get(in, &h, sizeof h);
+    setenv("FLYT_SERVER", other, 1);
+    void *p = NULL;
+    cudaError_t e = cudaIpcOpenMemHandle(&p, h.big, cudaIpcMemLazyEnablePeerAccess);
+    CHECK(e != cudaSuccess, "a session of another server does not open the handle");
+    printf("other tenant's open: %s\n", cudaGetErrorName(e));
+    exit(0);
+}
+
+static pid_t start(int *to, int *from, const char *other)
+{
+    int down[2], up[2];
+    CHECK_EQ(pipe(down), 0, "pipe");
+    CHECK_EQ(pipe(up), 0, "pipe");
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        close(down[1]);
+        close(up[0]);
+        if (other)
+            stranger(down[0], other);
+        child(down[0], up[1]);
+    }
+    close(down[0]);
+    close(up[1]);
+    *to = down[1];
+    *from = up[0];
+    return pid;
+}
+
+static int reaped_ok(pid_t pid)
+{
+    int st = 0;
+    return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+int main(void)
+{
+    const char *other = getenv("FLYT_OTHER_SERVER");
+    int to, from, to2 = -1, from2 = -1;
+    pid_t kid = start(&to, &from, NULL);
+    pid_t stray = other ? start(&to2, &from2, other) : -1;
+
+    unsigned char *host = malloc(BIG);
+    CHECK(host != NULL, "malloc");
+    void *big = NULL, *small = NULL, *neighbour = NULL;
+    CHECK_EQ(cudaMalloc(&neighbour, SMALL), cudaSuccess, "cudaMalloc beside the small one");
+    CHECK_EQ(cudaMalloc(&small, SMALL), cudaSuccess, "cudaMalloc 4 KiB");
+    CHECK_EQ(cudaMalloc(&big, BIG), cudaSuccess, "cudaMalloc 1 MiB");
+    fill(host, BIG, 7);
+    CHECK_EQ(cudaMemcpy(big, host, BIG, cudaMemcpyHostToDevice), cudaSuccess, "fill the big one");
+    fill(host, SMALL, 3);
+    CHECK_EQ(cudaMemcpy(small, host, SMALL, cudaMemcpyHostToDevice), cudaSuccess, "fill the small one");
+    CHECK_EQ(cudaMemset(neighbour, 0, SMALL), cudaSuccess, "clear the neighbour");
+
+    struct handles h;
+    CHECK_EQ(cudaIpcGetMemHandle(&h.big, big), cudaSuccess, "cudaIpcGetMemHandle 1 MiB");
+    cudaIpcMemHandle_t twice;
+    CHECK_EQ(cudaIpcGetMemHandle(&twice, big), cudaSuccess, "export it again");
+    CHECK(memcmp(&twice, &h.big, sizeof twice) == 0, "one allocation, one handle");
+    CHECK_EQ(cudaIpcGetMemHandle(&h.small, small), cudaSuccess, "cudaIpcGetMemHandle 4 KiB");
+    void *own = NULL;
+    CHECK(cudaIpcOpenMemHandle(&own, h.big, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess,
+          "the exporter does not open its own handle");
+    cudaGetLastError();
+
+    cudaEvent_t timed, ev;
+    CHECK_EQ(cudaEventCreate(&timed), cudaSuccess, "a timed event");
+    cudaIpcEventHandle_t eh;
+    CHECK(cudaIpcGetEventHandle(&eh, timed) != cudaSuccess, "a plain event has no IPC handle");
+    cudaGetLastError();
+    CHECK(cudaEventCreateWithFlags(&ev, cudaEventInterprocess) != cudaSuccess,
+          "an interprocess event must be untimed");
+    cudaGetLastError();
+    CHECK_EQ(cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming),
+             cudaSuccess, "an interprocess event");
+    CHECK_EQ(cudaEventRecord(ev, 0), cudaSuccess, "record it");
+    CHECK_EQ(cudaIpcGetEventHandle(&h.event, ev), cudaSuccess, "cudaIpcGetEventHandle");
+
+    put(to, &h, sizeof h);
+    if (stray > 0) {
+        put(to2, &h, sizeof h);
+        CHECK(reaped_ok(stray), "the other tenant's process");
+    }
+    char msg;
+    get(from, &msg, 1);
+    CHECK_EQ(cudaMemcpy(host, big, BIG, cudaMemcpyDeviceToHost), cudaSuccess, "read back the big one");
+    CHECK(matches(host, BIG, 11), "the exporter reads the importer's bytes");
+    CHECK_EQ(cudaMemcpy(host, small, SMALL, cudaMemcpyDeviceToHost), cudaSuccess, "read back the small one");
+    int set = 1;
+    for (unsigned i = 0; i < SMALL; i++)
+        set &= host[i] == 0x5a;
+    CHECK(set, "the importer's memset reached the small one");
+    CHECK_EQ(cudaMemcpy(host, neighbour, SMALL, cudaMemcpyDeviceToHost), cudaSuccess, "read the neighbour");
+    int untouched = 1;
+    for (unsigned i = 0; i < SMALL; i++)
+        untouched &= host[i] == 0;
+    CHECK(untouched, "the neighbour of the small one is untouched");
+
+    CHECK_EQ(cudaFree(big), cudaSuccess, "free the exported allocation");
+    put(to, &msg, 1);
+    CHECK(reaped_ok(kid), "the importing process");
+    CHECK_EQ(cudaEventDestroy(ev), cudaSuccess, "destroy the event");
+    CHECK_EQ(cudaEventDestroy(timed), cudaSuccess, "destroy the timed event");
+    CHECK_EQ(cudaFree(small), cudaSuccess, "free the small one");
+    CHECK_EQ(cudaFree(neighbour), cudaSuccess, "free the neighbour");
+    free(host);
+    printf("ipc: memory and events shared between two processes\n");
+    return 0;
+}
