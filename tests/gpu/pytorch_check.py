@@ -79,7 +79,8 @@ T_IMPORTED = time.perf_counter()
 
 STAGES = ["import", "init", "tensor_ops", "matmul", "conv", "mlp_train", "cnn_train",
           "compile", "compile_modes", "memory", "cuda_graphs", "sdpa", "amp", "fft_linalg", "rnn", "streams",
-          "random_sparse", "save_load", "allocator_async", "profiler", "distributed", "kernels_jit"]
+          "random_sparse", "save_load", "allocator_async", "profiler", "distributed", "kernels_jit",
+          "multiprocessing"]
 
 
 def g(x, digits=6):
@@ -1296,6 +1297,60 @@ def stage_allocator_async(st, dev):
                  and res["peak"] >= res["allocated_end"] and res["reserved"] > 0,
                  f"{conf}: memory statistics consistent")
         st.check(all(v == v for v in losses) and losses[-1] < losses[0], f"{conf}: training losses fall")
+
+
+# A CUDA tensor sent to a spawned process and one sent back, through
+# torch.multiprocessing queues: CUDA IPC (memory handles and interprocess
+# events) both ways. Each process keeps what it sent alive until the other
+# has read it, as PyTorch requires.
+MP_CHILD = r"""
+import json, torch, torch.multiprocessing as mp
+
+def worker(q_in, q_out):
+    t = q_in.get(timeout=120)
+    t.add_(1)
+    r = t * 2
+    torch.cuda.synchronize()
+    q_out.put(r)
+    q_in.get(timeout=120)
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=worker, args=(q_in, q_out))
+    p.start()
+    t = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+    q_in.put(t)
+    r = q_out.get(timeout=120)
+    r_sum = float(r.double().sum())
+    del r
+    q_in.put(None)
+    p.join(120)
+    print(json.dumps({"t_sum": float(t.double().sum()), "r_sum": r_sum, "exit": p.exitcode}))
+"""
+
+
+def stage_multiprocessing(st, dev):
+    if not cuda_only(st, dev, "CUDA tensors between processes"):
+        return
+    import subprocess
+    try:
+        proc = subprocess.run([sys.executable, "-c", MP_CHILD], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        st.check(False, "torch.multiprocessing child finished in 300 s")
+        return
+    if proc.returncode != 0:
+        st.info["stderr"] = proc.stderr[-2000:]
+        st.check(False, f"torch.multiprocessing program exited with {proc.returncode}")
+        return
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    n = 1 << 20
+    want = n * (n + 1) / 2  # arange + 1, the child's in-place add seen by the parent
+    st.out(f"tensor after the child's add_: sum {g(res['t_sum'], 12)}; the child's tensor: sum "
+           f"{g(res['r_sum'], 12)}; child exit {res['exit']}")
+    st.check(res["t_sum"] == want and res["r_sum"] == 2 * want and res["exit"] == 0,
+             "a CUDA tensor shared with a spawned process both ways")
 
 
 FUNCS = {name: globals()[f"stage_{name}"] for name in STAGES}
