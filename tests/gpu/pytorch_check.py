@@ -1334,12 +1334,18 @@ def stage_multiprocessing(st, dev):
     if not cuda_only(st, dev, "CUDA tensors between processes"):
         return
     import subprocess
+    # a file, not -c: spawned processes import the worker from it
+    fd, path = tempfile.mkstemp(prefix="flyt-mp.", suffix=".py")
+    with os.fdopen(fd, "w") as f:
+        f.write(MP_CHILD)
     try:
-        proc = subprocess.run([sys.executable, "-c", MP_CHILD], stdin=subprocess.DEVNULL,
+        proc = subprocess.run([sys.executable, path], stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
         st.check(False, "torch.multiprocessing child finished in 300 s")
         return
+    finally:
+        os.unlink(path)
     if proc.returncode != 0:
         st.info["stderr"] = proc.stderr[-2000:]
         st.check(False, f"torch.multiprocessing program exited with {proc.returncode}")
