@@ -2,7 +2,7 @@
 // stream memory operations. Prints values that are fixed on one GPU model:
 //   - events: blocking-sync and timing-disabled events record and
 //     synchronise; elapsed time of a timing-disabled event fails as CUDA
-//     says; interprocess events (no IPC across VMs under Flyt) to stderr only,
+//     says; interprocess events (created and destroyed; tests ipc_memory use them),
 //   - streams: the priority range, a stream's priority and flags, distinct
 //     stream ids, the access policy window, synchronisation policy and
 //     priority attributes read back after a set,
