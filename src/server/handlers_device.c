@@ -68,6 +68,7 @@ int handle_DEVICE_SYNC(flyt_session *s, flyt_call *c)
 
 int handle_DEVICE_RESET(flyt_session *s, flyt_call *c)
 {
+    flyt_ipc_reset(s);
     c->result = FLYT_BCALL0(s, device_reset);
     /* Even a failed reset may have dropped objects: forget every id rather
      * than risk handing the backend a dangling handle. */
@@ -76,7 +77,6 @@ int handle_DEVICE_RESET(flyt_session *s, flyt_call *c)
     flyt_state_globals_drop(s, 0);
     flyt_stream_attrs_clear(s);
     flyt_memtab_clear(&s->mem); /* the reset freed every allocation */
-    flyt_ipc_reset(s);
     s->default_pool_id = 0;
     return FLYT_CONT;
 }

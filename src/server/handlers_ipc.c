@@ -542,8 +542,13 @@ static void drop_all(struct flyt_ipc *x)
 
 void flyt_ipc_reset(flyt_session *s)
 {
-    if (s->ipc)
-        drop_all(s->ipc); /* the reset unmapped and destroyed what they named */
+    struct flyt_ipc *x = s->ipc;
+    if (x == NULL)
+        return;
+    /* the mappings first, while the context that made them is there */
+    for (size_t i = 0; i < x->nimports; i++)
+        FLYT_BCALL(s, ipc_mem_unimport, x->imports[i].unit_addr, x->imports[i].unit_size);
+    drop_all(x);
 }
 
 const char *flyt_ipc_busy(const flyt_session *s)

@@ -28,7 +28,8 @@ struct flyt_ipc;
 void flyt_ipc_mem_freed(struct flyt_session *s, uint64_t ptr);
 /* Event id was destroyed: its export ends, or it was an opened one. */
 void flyt_ipc_event_gone(struct flyt_session *s, uint64_t id);
-/* A device reset dropped every allocation, event and mapping. */
+/* A device reset is about to drop every allocation and event: opened
+ * mappings are undone now, exports end. */
 void flyt_ipc_reset(struct flyt_session *s);
 /* NULL, or what the session shares with another process (a checkpoint is refused). */
 const char *flyt_ipc_busy(const struct flyt_session *s);

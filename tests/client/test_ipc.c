@@ -6,7 +6,8 @@
  * its own, which the parent then reads; double opens share one pointer and
  * need two closes; the importer cannot free what it opened; one's own handle
  * does not open; a handle whose allocation was freed opens nothing; and a
- * process of another server (another tenant: FLYT_OTHER_SERVER) is refused.
+ * process of another server (another tenant: FLYT_OTHER_SERVER) is refused;
+ * a device reset with a mapping open undoes it.
  * Fork comes before any CUDA call: each process has its own connection.
  */
 #include <cuda_runtime.h>
@@ -93,6 +94,11 @@ static void child(int in, int out)
     CHECK(cudaIpcCloseMemHandle(big) != cudaSuccess, "a third close has nothing to close");
     cudaGetLastError();
     CHECK_EQ(cudaIpcCloseMemHandle(small), cudaSuccess, "close the small one");
+    CHECK_EQ(cudaIpcOpenMemHandle(&small, h.small, cudaIpcMemLazyEnablePeerAccess), cudaSuccess,
+             "open the small one again");
+    CHECK_EQ(cudaDeviceReset(), cudaSuccess, "a device reset with a mapping open");
+    CHECK_EQ(cudaMalloc(&none, SMALL), cudaSuccess, "the device serves after the reset");
+    CHECK_EQ(cudaFree(none), cudaSuccess, "and frees");
 
     char done = 'w';
     put(out, &done, 1);
