@@ -71,6 +71,8 @@ static int hidden_feature(CUdevice_attribute attr)
 {
     if (needs_shared_memory(attr))
         return !flyt_conn_shares_memory();
+    if (attr == CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED) /* between the VM's own processes (ipc.c) */
+        return flyt_conn_server_minor() < FLYT_MINOR_IPC;
     switch (attr) {
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
@@ -81,7 +83,6 @@ static int hidden_feature(CUdevice_attribute attr)
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED:
-    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES:
         return 1;

@@ -336,7 +336,7 @@ static void fill_props(struct host_backend *h)
     p->gpuDirectRDMAWritesOrdering = 0;
     p->memoryPoolSupportedHandleTypes = 0;
     p->deferredMappingCudaArraySupported = 0;
-    p->ipcEventSupported = 0;
+    p->ipcEventSupported = 1; /* interprocess events between sessions (ipc.h) */
     p->clusterLaunch = 1;
     p->unifiedFunctionPointers = 1;
     p->deviceNumaConfig = 0;

@@ -169,6 +169,10 @@ int main(void)
     CHECK_EQ(cudaMemcpy(small, host, SMALL, cudaMemcpyHostToDevice), cudaSuccess, "fill the small one");
     CHECK_EQ(cudaMemset(neighbour, 0, SMALL), cudaSuccess, "clear the neighbour");
 
+    int ipc_events = 0;
+    CHECK_EQ(cudaDeviceGetAttribute(&ipc_events, cudaDevAttrIpcEventSupport, 0), cudaSuccess,
+             "cudaDevAttrIpcEventSupport");
+    CHECK_EQ(ipc_events, 1, "the device says it has interprocess events");
     struct handles h;
     CHECK_EQ(cudaIpcGetMemHandle(&h.big, big), cudaSuccess, "cudaIpcGetMemHandle 1 MiB");
     cudaIpcMemHandle_t twice;
