@@ -12,6 +12,10 @@
  * client falls back to the socket), and its addresses are never probed.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -101,6 +105,105 @@ static CUresult peer_io(const flyt_session *s, void *local, uint64_t remote, siz
     return res;
 }
 
+/* ---- large moves split over helper threads ----
+ * One thread's process_vm_readv/writev moves 6-8 GB/s (it pins and copies
+ * page by page), below what the DMA behind it does; a move of at least
+ * SPLIT_MIN is cut into equal parts, the calling thread doing the first and
+ * helpers the others. The helpers live for the process (a session's), one
+ * move at a time. */
+#define WAYS_MAX  4
+#define SPLIT_MIN ((size_t)1 << 20)
+
+static struct {
+    pthread_once_t   once;
+    int              ways;    /* parts of a split move, 1: no helpers */
+    pthread_mutex_t  busy;    /* one move at a time */
+    pthread_mutex_t  mu;
+    pthread_cond_t   go, done;
+    uint64_t         gen;     /* bumped per move */
+    int              pending; /* helpers still moving */
+    const flyt_session *s;
+    int              write;
+    struct { void *local; uint64_t remote; size_t len; CUresult res; } part[WAYS_MAX];
+} helpers = {.once = PTHREAD_ONCE_INIT, .busy = PTHREAD_MUTEX_INITIALIZER,
+             .mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER,
+             .done = PTHREAD_COND_INITIALIZER};
+
+static void *helper_main(void *arg)
+{
+    int me = (int)(intptr_t)arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&helpers.mu);
+    for (;;) {
+        while (helpers.gen == seen)
+            pthread_cond_wait(&helpers.go, &helpers.mu);
+        seen = helpers.gen;
+        pthread_mutex_unlock(&helpers.mu);
+        helpers.part[me].res = peer_io(helpers.s, helpers.part[me].local, helpers.part[me].remote,
+                                       helpers.part[me].len, helpers.write);
+        pthread_mutex_lock(&helpers.mu);
+        if (--helpers.pending == 0)
+            pthread_cond_signal(&helpers.done);
+    }
+    return NULL;
+}
+
+/* As many helpers as half the CPUs allow, up to WAYS_MAX - 1; FLYT_PEER_THREADS
+ * (1 to WAYS_MAX) sets the parts instead. Helpers block every signal. */
+static void helpers_start(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int ways = cpus >= 8 ? WAYS_MAX : cpus >= 4 ? 2 : 1;
+    const char *env = getenv("FLYT_PEER_THREADS");
+    if (env && *env >= '1' && *env <= '0' + WAYS_MAX && env[1] == '\0')
+        ways = *env - '0';
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    helpers.ways = 1;
+    for (int i = 1; i < ways; i++) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, helper_main, (void *)(intptr_t)i) != 0)
+            break;
+        pthread_detach(t);
+        helpers.ways = i + 1;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static CUresult peer_move(const flyt_session *s, void *local, uint64_t remote, size_t len, int write)
+{
+    pthread_once(&helpers.once, helpers_start);
+    if (len < SPLIT_MIN || helpers.ways < 2 || pthread_mutex_trylock(&helpers.busy) != 0)
+        return peer_io(s, local, remote, len, write); /* small, no helpers, or another move runs */
+    int ways = helpers.ways;
+    size_t each = (len / (size_t)ways + 4095) & ~(size_t)4095, at = 0;
+    pthread_mutex_lock(&helpers.mu);
+    helpers.s = s;
+    helpers.write = write;
+    for (int i = 0; i < ways; i++) {
+        size_t n = len - at < each ? len - at : each;
+        helpers.part[i].local = (char *)local + at;
+        helpers.part[i].remote = remote + at;
+        helpers.part[i].len = n;
+        helpers.part[i].res = CUDA_SUCCESS;
+        at += n;
+    }
+    helpers.pending = ways - 1;
+    helpers.gen++;
+    pthread_cond_broadcast(&helpers.go);
+    pthread_mutex_unlock(&helpers.mu);
+    CUresult res = peer_io(s, helpers.part[0].local, helpers.part[0].remote, helpers.part[0].len, write);
+    pthread_mutex_lock(&helpers.mu);
+    while (helpers.pending > 0)
+        pthread_cond_wait(&helpers.done, &helpers.mu);
+    pthread_mutex_unlock(&helpers.mu);
+    for (int i = 1; i < ways && res == CUDA_SUCCESS; i++)
+        res = helpers.part[i].res;
+    pthread_mutex_unlock(&helpers.busy);
+    return res;
+}
+
 static CUresult peer_ready(flyt_session *s, const flyt_req_memcpy_peer *r, flyt_bhandle *stream)
 {
     if (peer_pid(s) <= 0)
@@ -125,7 +228,7 @@ int handle_MEMCPY_HTOD_PEER(flyt_session *s, flyt_call *c)
             c->result = CUDA_ERROR_OUT_OF_MEMORY;
             break;
         }
-        c->result = peer_io(s, buf, r->src + off, got, 0);
+        c->result = peer_move(s, buf, r->src + off, got, 0);
         if (c->result != CUDA_SUCCESS) {
             s->b->ops->staging_put(s->b, buf);
             break;
@@ -204,7 +307,7 @@ int handle_MEMCPY_DTOH_PEER(flyt_session *s, flyt_call *c)
         if (c->result == CUDA_SUCCESS)
             c->result = FLYT_BCALL(s, event_sync, p.done[cur]);
         if (c->result == CUDA_SUCCESS)
-            c->result = peer_io(s, p.buf[cur], r->dst + off, n, 1);
+            c->result = peer_move(s, p.buf[cur], r->dst + off, n, 1);
         off += n;
         cur = !cur;
     }

@@ -16,8 +16,10 @@ wait_listening() { # $1 = unix path or tcp port
 }
 
 # one server on both: a Unix socket for this machine and a TCP port the
-# kernel picks as the server binds (runs side by side cannot collide)
-"$server" --backend host --listen "unix:$tmp/s.sock" --listen "tcp://127.0.0.1:0" \
+# kernel picks as the server binds (runs side by side cannot collide); its
+# pageable copies on this machine split over helper threads whatever the
+# CPU count (FLYT_PEER_THREADS), so the 20 MiB copies check the split
+FLYT_PEER_THREADS=3 "$server" --backend host --listen "unix:$tmp/s.sock" --listen "tcp://127.0.0.1:0" \
   > "$tmp/unix.log" 2>&1 & pids+=($!)
 wait_listening "$tmp/s.sock" || exit 1
 port=$(tcp_port_of "$tmp/unix.log") || { echo "FAIL: the server reported no TCP port"; cat "$tmp/unix.log"; exit 1; }
