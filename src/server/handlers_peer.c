@@ -177,12 +177,13 @@ static CUresult peer_move(const flyt_session *s, void *local, uint64_t remote, s
     if (len < SPLIT_MIN || helpers.ways < 2 || pthread_mutex_trylock(&helpers.busy) != 0)
         return peer_io(s, local, remote, len, write); /* small, no helpers, or another move runs */
     int ways = helpers.ways;
+    /* page-aligned parts of about len / ways; the last takes what is left */
     size_t each = (len / (size_t)ways + 4095) & ~(size_t)4095, at = 0;
     pthread_mutex_lock(&helpers.mu);
     helpers.s = s;
     helpers.write = write;
     for (int i = 0; i < ways; i++) {
-        size_t n = len - at < each ? len - at : each;
+        size_t n = i == ways - 1 || len - at < each ? len - at : each;
         helpers.part[i].local = (char *)local + at;
         helpers.part[i].remote = remote + at;
         helpers.part[i].len = n;
