@@ -69,6 +69,9 @@ int flyt_conn_shares_memory(void);
  * on one machine a cuBLAS start's ~100 MB cost less to send than to hash, and
  * a server without an image cache would want every image shipped anyway. */
 int flyt_conn_ships_images_unhashed(void);
+/* vmm.c: a VMM allocation the session holds now (created, or imported from
+ * another process), with the properties cuMemGetAllocationPropertiesFromHandle says. */
+void flyt_vmm_adopt(uint64_t handle, const CUmemAllocationProp *prop);
 /* The protocol minor the server speaks (FLYT_MINOR_*), -1 when not connected. */
 int flyt_conn_server_minor(void);
 /* Hooks around every flyt_call, flyt_call_fd and flyt_send_async: before

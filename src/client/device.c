@@ -71,14 +71,16 @@ static int hidden_feature(CUdevice_attribute attr)
 {
     if (needs_shared_memory(attr))
         return !flyt_conn_shares_memory();
-    if (attr == CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED) /* between the VM's own processes (ipc.c) */
+    /* IPC between the VM's own processes (ipc.c) */
+    if (attr == CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED)
         return flyt_conn_server_minor() < FLYT_MINOR_IPC;
+    if (attr == CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)
+        return flyt_conn_server_minor() < FLYT_MINOR_IPC_VMM;
     switch (attr) {
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
     case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
     case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:
-    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED:

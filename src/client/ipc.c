@@ -2,23 +2,32 @@
  * CUDA IPC: memory and events shared with another process of this VM
  * (docs/protocol.md, "IPC"). The handles are made and read by the server
  * sessions, which are processes on the GPU node; here they are opaque bytes
- * the program passes around as it would NVIDIA's. A server older than
- * protocol 2.5 has no IPC: the calls say so.
+ * the program passes around as it would NVIDIA's. A VMM allocation is
+ * exported as a file descriptor, as the driver does: a memfd holding its
+ * handle, which the program sends to the other process (SCM_RIGHTS,
+ * pidfd_getfd) and whose client reads it back. A server older than protocol
+ * 2.5 (2.6 for VMM allocations) has no IPC: the calls say so.
  */
 #include "client.h"
 
+#include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 _Static_assert(sizeof(CUipcMemHandle) == FLYT_IPC_HANDLE_BYTES, "CUipcMemHandle is 64 bytes");
 _Static_assert(sizeof(CUipcEventHandle) == FLYT_IPC_HANDLE_BYTES, "CUipcEventHandle is 64 bytes");
 
-static CUresult ipc_ready(const char *name)
+static CUresult ipc_ready_for(const char *name, int minor)
 {
     CUresult r = flyt_ctx_require_at(name);
-    if (r == CUDA_SUCCESS && flyt_conn_server_minor() < FLYT_MINOR_IPC)
-        r = flyt_unsupported_why(name, "the server predates IPC (protocol 2.5)");
+    if (r == CUDA_SUCCESS && flyt_conn_server_minor() < minor)
+        r = flyt_unsupported_why(name, "the server predates it (protocol 2.5, 2.6 for VMM)");
     return r;
 }
+
+static CUresult ipc_ready(const char *name) { return ipc_ready_for(name, FLYT_MINOR_IPC); }
 
 static CUresult export_handle(uint16_t op, uint64_t what, uint8_t out[FLYT_IPC_HANDLE_BYTES])
 {
@@ -115,4 +124,66 @@ FLYT_EXPORT CUresult cuIpcOpenEventHandle(CUevent *event, CUipcEventHandle handl
     if (r == CUDA_SUCCESS)
         *event = (CUevent)(uintptr_t)req.id;
     return r;
+}
+
+/* ---- VMM allocations as file descriptors ---- */
+
+FLYT_EXPORT CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+                                                  CUmemAllocationHandleType type,
+                                                  unsigned long long flags)
+{
+    CUresult r = ipc_ready_for(__func__, FLYT_MINOR_IPC_VMM);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (shareable == NULL || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return flyt_unsupported_why(__func__, "only POSIX file descriptors");
+    uint8_t h[FLYT_IPC_HANDLE_BYTES];
+    r = export_handle(FLYT_OP_IPC_VMM_EXPORT, handle, h);
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* sealed: what the importer reads is what the server wrote */
+    int fd = memfd_create("flyt-ipc-handle", MFD_ALLOW_SEALING);
+    if (fd < 0 || write(fd, h, sizeof h) != (ssize_t)sizeof h ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *(int *)shareable = fd;
+    return CUDA_SUCCESS;
+}
+
+FLYT_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
+                                                    CUmemAllocationHandleType type)
+{
+    CUresult r = ipc_ready_for(__func__, FLYT_MINOR_IPC_VMM);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (handle == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return flyt_unsupported_why(__func__, "only POSIX file descriptors");
+    int fd = (int)(intptr_t)os_handle;
+    struct stat st;
+    flyt_req_ipc_open req = {0};
+    if (fstat(fd, &st) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!S_ISREG(st.st_mode) || st.st_size != FLYT_IPC_HANDLE_BYTES ||
+        pread(fd, req.handle, sizeof req.handle, 0) != (ssize_t)sizeof req.handle)
+        return flyt_unsupported_why(__func__, "a descriptor another Flyt process did not export");
+    flyt_rep_u64_pair rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    r = flyt_call(FLYT_OP_IPC_VMM_IMPORT, &req, sizeof req, NULL, 0, &sink);
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    flyt_vmm_adopt(rep.a, &prop);
+    *handle = rep.a;
+    return CUDA_SUCCESS;
 }

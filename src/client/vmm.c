@@ -5,8 +5,7 @@
  * needs to answer locally: each mapping (so pointer attributes, address
  * ranges and copies see device memory there, and cuMemGetAccess answers)
  * and each allocation's properties. The session's one device is location 0.
- * Exporting an allocation to another process stays refused: no process of
- * the VM can import it on the GPU node.
+ * Exporting an allocation to another process of the VM is ipc.c's.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -32,7 +31,6 @@ static size_t nmaps, cap_maps;
 static struct vmm_alloc *allocs;
 static size_t nallocs, cap_allocs;
 
-/* Grows an array of records by one; 0 or -1. */
 static CUresult wire_prop(const CUmemAllocationProp *prop, flyt_vmm_prop *out)
 {
     if (prop == NULL)
@@ -122,12 +120,17 @@ FLYT_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
         return r;
     CUmemAllocationProp granted = *prop;
     granted.allocFlags.compressionType = (unsigned char)rep.b;
-    pthread_mutex_lock(&vmm_lock);
-    if (flyt_array_room((void **)&allocs, &cap_allocs, nallocs, sizeof *allocs) == 0)
-        allocs[nallocs++] = (struct vmm_alloc){.handle = rep.a, .prop = granted, .refs = 1};
-    pthread_mutex_unlock(&vmm_lock);
+    flyt_vmm_adopt(rep.a, &granted);
     *handle = rep.a;
     return CUDA_SUCCESS;
+}
+
+void flyt_vmm_adopt(uint64_t handle, const CUmemAllocationProp *prop)
+{
+    pthread_mutex_lock(&vmm_lock);
+    if (flyt_array_room((void **)&allocs, &cap_allocs, nallocs, sizeof *allocs) == 0)
+        allocs[nallocs++] = (struct vmm_alloc){.handle = handle, .prop = *prop, .refs = 1};
+    pthread_mutex_unlock(&vmm_lock);
 }
 
 /* One reference more (+1) or less (-1) to handle's record; at none left the

@@ -16,7 +16,7 @@
 
 #define FLYT_PROTO_MAGIC 0x54594c46u /* "FLYT" little-endian */
 #define FLYT_PROTO_MAJOR 2           /* incompatible changes bump this */
-#define FLYT_PROTO_MINOR 5           /* compatible additions bump this */
+#define FLYT_PROTO_MINOR 6           /* compatible additions bump this */
 
 /* The minor version from which a server forwards the driver's output
  * (OUTPUT frames, OUTPUT_DRAIN): only to a client that speaks it. */
@@ -37,6 +37,9 @@
 /* From 5 the server shares memory and events between the sessions of one
  * tenant (IPC_*: CUDA IPC, docs/protocol.md, "IPC"). */
 #define FLYT_MINOR_IPC 5
+/* From 6 also VMM allocations (IPC_VMM_*: cuMemExportToShareableHandle with
+ * POSIX file descriptors and its import). */
+#define FLYT_MINOR_IPC_VMM 6
 
 /* Limits. A frame over a limit ends the session. */
 #define FLYT_MAX_PAYLOAD    (1u << 30)      /* bulk data streams through in chunks */

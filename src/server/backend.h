@@ -225,6 +225,12 @@ struct flyt_backend_ops {
                                  uint8_t handle[FLYT_IPC_HANDLE_BYTES]);
     CUresult (*ipc_event_import)(flyt_backend *b, const uint8_t handle[FLYT_IPC_HANDLE_BYTES],
                                  flyt_bhandle *event);
+    /* vmm_export: a new descriptor of a VMM allocation (vmm_create's; the
+     * caller closes it) made exportable as one, and its size; vmm_import: a
+     * new VMM allocation handle for such a descriptor's memory of size bytes
+     * (the descriptor stays the caller's), released with vmm_release. */
+    CUresult (*ipc_vmm_export)(flyt_backend *b, flyt_bhandle mem, int *fd, uint64_t *size);
+    CUresult (*ipc_vmm_import)(flyt_backend *b, int fd, uint64_t size, flyt_bhandle *mem);
 
     /* modules and kernels. image is a fatbinary (or cubin/PTX) the client sent.
      * owned: NULL, or image itself when it is malloc'd memory that the backend

@@ -605,6 +605,10 @@ CUresult flyt_cuda_surf_destroy(flyt_backend *base, uint64_t obj);
 /* A driver event the backend now owns (destroyed when it cannot keep it). */
 CUresult flyt_cuda_event_adopt(struct flyt_cuda_backend *b, CUevent e, flyt_bhandle *event);
 
+/* backend_cuda_vmm.c: backend.h's ipc_vmm_* */
+CUresult flyt_cuda_ipc_vmm_export(flyt_backend *base, flyt_bhandle mem, int *fd, uint64_t *size);
+CUresult flyt_cuda_ipc_vmm_import(flyt_backend *base, int fd, uint64_t size, flyt_bhandle *mem);
+
 /* backend_cuda_ipc.c: backend.h's ipc_* */
 CUresult flyt_cuda_ipc_mem_export(flyt_backend *base, uint64_t ptr, int *fd, uint64_t *unit_base,
                                   uint64_t *unit_size, uint64_t *size);

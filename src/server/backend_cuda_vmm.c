@@ -128,15 +128,13 @@ static uint8_t granted_compression(struct flyt_cuda_backend *b, CUmemGenericAllo
     return got.allocFlags.compressionType;
 }
 
-CUresult flyt_cuda_vmm_create(flyt_backend *base, uint64_t size, const flyt_vmm_prop *prop,
-                              flyt_bhandle *mem, uint8_t *compression)
+/* Records handle h, which r says the driver made (one reference), as the
+ * backend's; on any failure nothing is kept (h released). */
+static CUresult vmem_adopt(struct flyt_cuda_backend *b, CUresult r, CUmemGenericAllocationHandle h,
+                           uint64_t size, const flyt_vmm_prop *prop, flyt_bhandle *mem)
 {
-    ENTER(b, base);
-    CUmemAllocationProp p = driver_prop(b, prop);
-    CUmemGenericAllocationHandle h = 0;
-    struct flyt_cuda_vmem *v = malloc(sizeof *v);
-    CUresult r = v ? b->cu.cuMemCreate(&h, (size_t)size, &p, 0) : CUDA_ERROR_OUT_OF_MEMORY;
-    flyt_hash_slot *s = r == CUDA_SUCCESS ? flyt_hash_insert(&b->ckpt.vmems, h) : NULL;
+    struct flyt_cuda_vmem *v = r == CUDA_SUCCESS ? malloc(sizeof *v) : NULL;
+    flyt_hash_slot *s = v ? flyt_hash_insert(&b->ckpt.vmems, h) : NULL;
     if (s == NULL) {
         if (r == CUDA_SUCCESS) {
             b->cu.cuMemRelease(h);
@@ -148,7 +146,17 @@ CUresult flyt_cuda_vmm_create(flyt_backend *base, uint64_t size, const flyt_vmm_
     *v = (struct flyt_cuda_vmem){.size = size, .prop = *prop, .refs = 1};
     s->value.ptr = v;
     *mem = (flyt_bhandle)(uintptr_t)h;
-    if (compression) /* the driver may decline compression (cudaCompressibleMemory checks) */
+    return CUDA_SUCCESS;
+}
+
+CUresult flyt_cuda_vmm_create(flyt_backend *base, uint64_t size, const flyt_vmm_prop *prop,
+                              flyt_bhandle *mem, uint8_t *compression)
+{
+    ENTER(b, base);
+    CUmemAllocationProp p = driver_prop(b, prop);
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = vmem_adopt(b, b->cu.cuMemCreate(&h, (size_t)size, &p, 0), h, size, prop, mem);
+    if (r == CUDA_SUCCESS && compression) /* the driver may decline compression (cudaCompressibleMemory checks) */
         *compression = granted_compression(b, h, prop->compression);
     return r;
 }
@@ -299,4 +307,36 @@ void flyt_cuda_vmm_drop(struct flyt_cuda_backend *b, int live)
     flyt_hash_free(&b->ckpt.vmaps);
     flyt_hash_free(&b->ckpt.vmems);
     flyt_memtab_free(&b->ckpt.vranges); /* their space goes with the arenas */
+}
+
+/* ---- CUDA IPC of the program's own allocations (backend.h's ipc_vmm_*) ---- */
+
+CUresult flyt_cuda_ipc_vmm_export(flyt_backend *base, flyt_bhandle mem, int *fd, uint64_t *size)
+{
+    ENTER(b, base);
+    uint64_t h = (uint64_t)(uintptr_t)mem;
+    struct flyt_cuda_vmem *v = vmem_of(b, h);
+    if (v == NULL || v->refs == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    int out = -1;
+    /* the driver refuses an allocation not created exportable, as it would natively */
+    CUresult r = b->cu.cuMemExportToShareableHandle(&out, (CUmemGenericAllocationHandle)h,
+                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r == CUDA_SUCCESS) {
+        *fd = out;
+        *size = v->size;
+    }
+    return r;
+}
+
+CUresult flyt_cuda_ipc_vmm_import(flyt_backend *base, int fd, uint64_t size, flyt_bhandle *mem)
+{
+    ENTER(b, base);
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = b->cu.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
+                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    flyt_vmm_prop prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                          .handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                          .location_type = CU_MEM_LOCATION_TYPE_DEVICE};
+    return vmem_adopt(b, r, h, size, &prop, mem);
 }

@@ -465,7 +465,7 @@ static void fill_attrs(struct host_backend *h)
     A(PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, p->pageableMemoryAccessUsesHostPageTables);
     A(DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, p->directManagedMemAccessFromHost);
     A(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1); /* reserve/create/map: host_vmm_* */
-    A(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0);
+    A(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 1); /* memfds, for IPC (ipc.h) */
     A(HANDLE_TYPE_WIN32_HANDLE_SUPPORTED, 0);
     A(HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED, 0);
     A(MAX_BLOCKS_PER_MULTIPROCESSOR, p->maxBlocksPerMultiProcessor);
@@ -2670,6 +2670,43 @@ static CUresult host_vmm_create(flyt_backend *b, uint64_t size, const flyt_vmm_p
     return CUDA_SUCCESS;
 }
 
+static CUresult host_ipc_vmm_export(flyt_backend *b, flyt_bhandle mem, int *fd, uint64_t *size)
+{
+    struct hvmem *m = mem;
+    if (!set_has(&HB(b)->vmems, m) ||
+        !(m->prop.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        return CUDA_ERROR_INVALID_VALUE; /* not created exportable */
+    int out = fcntl(m->fd, F_DUPFD_CLOEXEC, 0);
+    if (out < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *fd = out;
+    *size = m->size;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_ipc_vmm_import(flyt_backend *b, int fd, uint64_t size, flyt_bhandle *mem)
+{
+    struct host_backend *h = HB(b);
+    struct stat st;
+    if (size == 0 || !vmm_aligned(size) || fstat(fd, &st) != 0 || (uint64_t)st.st_size < size)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct hvmem *m = malloc(sizeof *m);
+    int own = m ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (own < 0 || set_add(&h->vmems, m) != 0) {
+        if (own >= 0)
+            close(own);
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    flyt_vmm_prop prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                          .handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                          .location_type = CU_MEM_LOCATION_TYPE_DEVICE};
+    *m = (struct hvmem){.fd = own, .size = size, .refs = 1, .prop = prop};
+    h->used += size; /* given back with the allocation (vmem_put) */
+    *mem = m;
+    return CUDA_SUCCESS;
+}
+
 static CUresult host_vmm_release(flyt_backend *b, flyt_bhandle mem)
 {
     struct host_backend *h = HB(b);
@@ -3230,6 +3267,8 @@ static const struct flyt_backend_ops host_ops = {
     .ipc_mem_unimport = host_ipc_mem_unimport,
     .ipc_event_export = host_ipc_event_export,
     .ipc_event_import = host_ipc_event_import,
+    .ipc_vmm_export = host_ipc_vmm_export,
+    .ipc_vmm_import = host_ipc_vmm_import,
     .event_create = host_event_create,
     .event_destroy = host_event_destroy,
     .event_record = host_event_record,

@@ -29,6 +29,7 @@
 #define IPC_MAGIC      0x3143504954594c46ull /* "FLYTIPC1" little-endian */
 #define IPC_MEM        1u
 #define IPC_EVENT      2u
+#define IPC_VMM        3u
 #define IPC_WAIT_S     5 /* an exporter's broker must answer within this */
 #define IPC_MAX_IMPORT 4096
 
@@ -84,6 +85,7 @@ struct flyt_ipc {
     size_t             nimports, cap_imports;
     uint64_t          *events_opened; /* ids of events opened from handles */
     size_t             nevents, cap_events;
+    size_t             vmm_imports; /* VMM allocations imported, not released yet */
 };
 
 static struct flyt_ipc *ipc_of(flyt_session *s)
@@ -286,7 +288,7 @@ static CUresult broker_ask(const struct ipc_handle *h, struct ipc_answer *ans, i
         if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS && *fd < 0)
             memcpy(fd, CMSG_DATA(cm), sizeof(int));
     r = (CUresult)ans->result;
-    if (r == CUDA_SUCCESS && (ans->kind != h->kind || (h->kind == IPC_MEM) != (*fd >= 0)))
+    if (r == CUDA_SUCCESS && (ans->kind != h->kind || (h->kind != IPC_EVENT) != (*fd >= 0)))
         r = CUDA_ERROR_INVALID_HANDLE;
 out:
     if (r != CUDA_SUCCESS && *fd >= 0) {
@@ -378,6 +380,23 @@ static CUresult fill_event(flyt_session *s, struct ipc_export *e)
     flyt_bhandle ev;
     CUresult r = flyt_lookup(s, e->key, FLYT_H_EVENT, &ev);
     return r == CUDA_SUCCESS ? FLYT_BCALL(s, ipc_event_export, ev, e->event) : r;
+}
+
+static CUresult fill_vmm(flyt_session *s, struct ipc_export *e)
+{
+    flyt_bhandle mem;
+    CUresult r = flyt_lookup(s, e->key, FLYT_H_VMEM, &mem);
+    if (r == CUDA_SUCCESS)
+        r = FLYT_BCALL(s, ipc_vmm_export, mem, &e->fd, &e->size);
+    e->unit_size = e->size;
+    return r == CUDA_ERROR_INVALID_HANDLE ? CUDA_ERROR_INVALID_VALUE : r; /* as the driver */
+}
+
+int handle_IPC_VMM_EXPORT(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    c->result = export_get(s, IPC_VMM, r->handle, c->rep, fill_vmm);
+    return FLYT_CONT;
 }
 
 int handle_IPC_EVENT_EXPORT(flyt_session *s, flyt_call *c)
@@ -515,9 +534,50 @@ int handle_IPC_EVENT_OPEN(flyt_session *s, flyt_call *c)
     return FLYT_CONT;
 }
 
+int handle_IPC_VMM_IMPORT(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_ipc_open *r = c->req;
+    flyt_rep_u64_pair *rep = c->rep;
+    struct flyt_ipc *x = ipc_of(s);
+    struct ipc_handle h;
+    c->result = x == NULL ? CUDA_ERROR_OUT_OF_MEMORY
+                : r->flags || r->id ? CUDA_ERROR_INVALID_VALUE
+                                    : handle_in(r, IPC_VMM, &h);
+    struct ipc_answer ans;
+    int fd = -1;
+    if (c->result == CUDA_SUCCESS)
+        c->result = broker_ask(&h, &ans, &fd);
+    flyt_bhandle mem = NULL;
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, ipc_vmm_import, fd, ans.size, &mem);
+    if (fd >= 0)
+        close(fd);
+    if (c->result != CUDA_SUCCESS)
+        return FLYT_CONT;
+    struct flyt_hentry *e = flyt_handles_add(&s->handles, FLYT_H_VMEM, mem);
+    if (e == NULL) {
+        FLYT_BCALL(s, vmm_release, mem);
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        return FLYT_CONT;
+    }
+    /* the exporter's memory: charged to it, not here */
+    e->u.vmem = (struct flyt_vmem_info){.size = ans.size, .refs = 1, .imported = 1};
+    x->vmm_imports++;
+    rep->a = e->id;
+    rep->b = ans.size;
+    return FLYT_CONT;
+}
+
 /* ---- the session's hooks ---- */
 
 void flyt_ipc_mem_freed(flyt_session *s, uint64_t ptr) { export_drop(s, IPC_MEM, ptr); }
+
+void flyt_ipc_vmem_gone(flyt_session *s, uint64_t id, int imported)
+{
+    export_drop(s, IPC_VMM, id);
+    if (imported && s->ipc && s->ipc->vmm_imports > 0)
+        s->ipc->vmm_imports--;
+}
 
 void flyt_ipc_event_gone(flyt_session *s, uint64_t id)
 {
@@ -538,6 +598,7 @@ static void drop_all(struct flyt_ipc *x)
     pthread_mutex_unlock(&x->mu);
     x->nimports = 0;
     x->nevents = 0;
+    x->vmm_imports = 0;
 }
 
 void flyt_ipc_reset(flyt_session *s)
@@ -558,9 +619,10 @@ const char *flyt_ipc_busy(const flyt_session *s)
         return NULL;
     if (x->nexports)
         return "memory or an event shared with another process (cuIpcGetMemHandle, "
-               "cuIpcGetEventHandle)";
-    if (x->nimports || x->nevents)
-        return "memory or an event of another process (cuIpcOpenMemHandle, cuIpcOpenEventHandle)";
+               "cuIpcGetEventHandle, cuMemExportToShareableHandle)";
+    if (x->nimports || x->nevents || x->vmm_imports)
+        return "memory or an event of another process (cuIpcOpenMemHandle, cuIpcOpenEventHandle, "
+               "cuMemImportFromShareableHandle)";
     return NULL;
 }
 

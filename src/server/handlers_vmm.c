@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "flyt_array.h"
+#include "ipc.h"
 #include "flyt_log.h"
 #include "quota.h"
 #include "session.h"
@@ -105,7 +106,9 @@ int handle_VMM_RELEASE(flyt_session *s, flyt_call *c)
     }
     c->result = s->b->ops->vmm_release(s->b, e->bh);
     if (c->result == CUDA_SUCCESS && --e->u.vmem.refs == 0) {
-        flyt_quota_uncharge(&s->mem, e->u.vmem.size);
+        if (!e->u.vmem.imported)
+            flyt_quota_uncharge(&s->mem, e->u.vmem.size);
+        flyt_ipc_vmem_gone(s, r->handle, (int)e->u.vmem.imported);
         flyt_handles_remove(&s->handles, r->handle);
     }
     return FLYT_CONT;

@@ -62,8 +62,9 @@ struct flyt_region_info {
 };
 
 struct flyt_vmem_info {
-    uint64_t size; /* charged against the quota until the last release */
-    uint32_t refs; /* cuMemCreate and each cuMemRetainAllocationHandle */
+    uint64_t size;     /* charged against the quota until the last release */
+    uint32_t refs;     /* cuMemCreate and each cuMemRetainAllocationHandle */
+    uint32_t imported; /* another session's (IPC_VMM_IMPORT): not charged here */
 };
 
 /* An array or a mipmapped array as created, kept for checkpoints. */

@@ -26,6 +26,9 @@ struct flyt_ipc;
 
 /* The allocation at ptr was freed: handles to it stop opening. */
 void flyt_ipc_mem_freed(struct flyt_session *s, uint64_t ptr);
+/* VMM allocation id had its last release: its export ends; imported: it was one
+ * of another session's. */
+void flyt_ipc_vmem_gone(struct flyt_session *s, uint64_t id, int imported);
 /* Event id was destroyed: its export ends, or it was an opened one. */
 void flyt_ipc_event_gone(struct flyt_session *s, uint64_t id);
 /* A device reset is about to drop every allocation and event: opened

@@ -275,8 +275,10 @@ static void test_vmm(void)
     CHECK_EQ(got.allocFlags.compressionType, CU_MEM_ALLOCATION_COMP_NONE,
              "the compression granted, not the one asked for");
     CU_OK(cuMemRelease(h[0]));
-    CHECK_EQ(cuMemExportToShareableHandle(&again, h[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_ERROR_NOT_SUPPORTED,
-             "exporting to another process stays refused");
+    CHECK_EQ(cuMemExportToShareableHandle(&again, h[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_ERROR_INVALID_VALUE,
+             "a released allocation does not export (test_ipc exports live ones)");
+    CHECK_EQ(cuMemExportToShareableHandle(&again, h[0], CU_MEM_HANDLE_TYPE_FABRIC, 0), CUDA_ERROR_NOT_SUPPORTED,
+             "fabric handles stay refused");
 }
 
 static void *thread_stream_id(void *arg)

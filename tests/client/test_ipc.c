@@ -7,13 +7,20 @@
  * need two closes; the importer cannot free what it opened; one's own handle
  * does not open; a handle whose allocation was freed opens nothing; and a
  * process of another server (another tenant: FLYT_OTHER_SERVER) is refused;
- * a device reset with a mapping open undoes it.
+ * a device reset with a mapping open undoes it. A VMM allocation
+ * (cuMemCreate) goes over as a file descriptor sent with SCM_RIGHTS, as
+ * NVIDIA's memMapIPCDrv sample and PyTorch's expandable segments share.
  * Fork comes before any CUDA call: each process has its own connection.
  */
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,13 +29,160 @@
 #define BIG   (1u << 20)
 #define SMALL 4096u
 
+static void put(int fd, const void *p, size_t n) { CHECK_EQ(write(fd, p, n), (ssize_t)n, "pipe write"); }
+static void get(int fd, void *p, size_t n) { CHECK_EQ(read(fd, p, n), (ssize_t)n, "pipe read"); }
+
+static int fdsock[2]; /* the parent's end [0], the importer's [1]: descriptors */
+
+/* The driver API of NVIDIA's runtime's own driver (Flyt's libcuda.so.1). */
+static void *drv(const char *name)
+{
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    CHECK_EQ(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q), cudaSuccess,
+             "driver entry point %s", name);
+    CHECK(fn != NULL, "%s found", name);
+    return fn;
+}
+#define DRV(fn) ((PFN_##fn##_v10020)drv(#fn)) /* the VMM calls came in CUDA 10.2 */
+
+static void send_fd(int sock, int fd)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))], byte = 'f';
+    memset(cbuf, 0, sizeof cbuf);
+    struct iovec iov = {&byte, 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                         .msg_controllen = sizeof cbuf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    CHECK_EQ(sendmsg(sock, &msg, 0), 1, "the descriptor sent (SCM_RIGHTS)");
+}
+
+static int recv_fd(int sock)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))], byte;
+    struct iovec iov = {&byte, 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                         .msg_controllen = sizeof cbuf};
+    CHECK_EQ(recvmsg(sock, &msg, 0), 1, "a descriptor received");
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    CHECK(cm != NULL && cm->cmsg_type == SCM_RIGHTS, "it came as SCM_RIGHTS");
+    int fd = -1;
+    memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+    return fd;
+}
+
+/* A VMM allocation of size bytes mapped read-write at a fresh address. */
+static CUdeviceptr vmm_map(CUmemGenericAllocationHandle mem, size_t size)
+{
+    CUdeviceptr va = 0;
+    CHECK_EQ(DRV(cuMemAddressReserve)(&va, size, 0, 0, 0), CUDA_SUCCESS, "cuMemAddressReserve");
+    CHECK_EQ(DRV(cuMemMap)(va, size, 0, mem, 0), CUDA_SUCCESS, "cuMemMap");
+    CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CHECK_EQ(DRV(cuMemSetAccess)(va, size, &acc, 1), CUDA_SUCCESS, "cuMemSetAccess");
+    return va;
+}
+
+static void vmm_unmap(CUdeviceptr va, size_t size)
+{
+    CHECK_EQ(DRV(cuMemUnmap)(va, size), CUDA_SUCCESS, "cuMemUnmap");
+    CHECK_EQ(DRV(cuMemAddressFree)(va, size), CUDA_SUCCESS, "cuMemAddressFree");
+}
+
+/* The importer's side of the VMM allocation: it reads the exporter's 0x33s
+ * and leaves 0x44s. */
+static void child_vmm(void)
+{
+    int fd = recv_fd(fdsock[1]);
+    size_t size = 0;
+    get(fdsock[1], &size, sizeof size);
+    CUmemGenericAllocationHandle mem = 0;
+    CHECK_EQ(DRV(cuMemImportFromShareableHandle)(&mem, (void *)(intptr_t)fd,
+                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+             CUDA_SUCCESS, "cuMemImportFromShareableHandle");
+    close(fd);
+    CUmemAllocationProp prop;
+    CHECK_EQ(DRV(cuMemGetAllocationPropertiesFromHandle)(&prop, mem), CUDA_SUCCESS,
+             "the imported allocation's properties");
+    CHECK_EQ(prop.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+             "it is exportable as a descriptor");
+    CUdeviceptr va = vmm_map(mem, size);
+    unsigned char *host = malloc(size);
+    CHECK_EQ(cudaMemcpy(host, (void *)va, size, cudaMemcpyDeviceToHost), cudaSuccess, "read it");
+    int all = 1;
+    for (size_t i = 0; i < size; i++)
+        all &= host[i] == 0x33;
+    CHECK(all, "the importer reads the exporter's VMM allocation");
+    CHECK_EQ(cudaMemset((void *)va, 0x44, size), cudaSuccess, "and writes it");
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess, "the write is done");
+    vmm_unmap(va, size);
+    CHECK_EQ(DRV(cuMemRelease)(mem), CUDA_SUCCESS, "the imported handle released");
+    int null_fd = open("/dev/null", O_RDONLY);
+    CHECK(DRV(cuMemImportFromShareableHandle)(&mem, (void *)(intptr_t)null_fd,
+                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS,
+          "a descriptor Flyt did not export imports nothing");
+    close(null_fd);
+    free(host);
+    char done = 'v';
+    put(fdsock[1], &done, 1);
+}
+
+/* The exporter's side: an exportable allocation filled with 0x33, its
+ * descriptor sent; afterwards it holds the importer's 0x44s. */
+static void parent_vmm(void)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    int posix = 0;
+    CHECK_EQ(((PFN_cuDeviceGetAttribute_v2000)drv("cuDeviceGetAttribute"))(
+                 &posix, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0),
+             CUDA_SUCCESS, "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED");
+    CHECK_EQ(posix, 1, "the device says it exports POSIX descriptors");
+    size_t size = 0;
+    CHECK_EQ(DRV(cuMemGetAllocationGranularity)(&size, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+             CUDA_SUCCESS, "the granularity");
+    CUmemGenericAllocationHandle mem = 0, plain = 0;
+    CHECK_EQ(DRV(cuMemCreate)(&mem, size, &prop, 0), CUDA_SUCCESS, "an exportable cuMemCreate");
+    CUdeviceptr va = vmm_map(mem, size);
+    CHECK_EQ(cudaMemset((void *)va, 0x33, size), cudaSuccess, "fill it");
+    CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess, "filled");
+    int fd = -1;
+    CHECK_EQ(DRV(cuMemExportToShareableHandle)(&fd, mem, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+             CUDA_SUCCESS, "cuMemExportToShareableHandle");
+    CHECK(fd >= 0, "a descriptor");
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    CHECK_EQ(DRV(cuMemCreate)(&plain, size, &prop, 0), CUDA_SUCCESS, "a cuMemCreate not exportable");
+    int no = -1;
+    CHECK(DRV(cuMemExportToShareableHandle)(&no, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) !=
+              CUDA_SUCCESS, "which does not export");
+    CHECK_EQ(DRV(cuMemRelease)(plain), CUDA_SUCCESS, "released");
+    send_fd(fdsock[0], fd);
+    close(fd);
+    put(fdsock[0], &size, sizeof size);
+    char done;
+    get(fdsock[0], &done, 1);
+    unsigned char *host = malloc(size);
+    CHECK_EQ(cudaMemcpy(host, (void *)va, size, cudaMemcpyDeviceToHost), cudaSuccess, "read it back");
+    int all = 1;
+    for (size_t i = 0; i < size; i++)
+        all &= host[i] == 0x44;
+    CHECK(all, "the exporter reads the importer's writes");
+    vmm_unmap(va, size);
+    CHECK_EQ(DRV(cuMemRelease)(mem), CUDA_SUCCESS, "the exported handle released");
+    free(host);
+}
+
 struct handles {
     cudaIpcMemHandle_t   big, small;
     cudaIpcEventHandle_t event;
 };
 
-static void put(int fd, const void *p, size_t n) { CHECK_EQ(write(fd, p, n), (ssize_t)n, "pipe write"); }
-static void get(int fd, void *p, size_t n) { CHECK_EQ(read(fd, p, n), (ssize_t)n, "pipe read"); }
 
 static void fill(unsigned char *buf, size_t n, unsigned seed)
 {
@@ -94,6 +248,7 @@ static void child(int in, int out)
     CHECK(cudaIpcCloseMemHandle(big) != cudaSuccess, "a third close has nothing to close");
     cudaGetLastError();
     CHECK_EQ(cudaIpcCloseMemHandle(small), cudaSuccess, "close the small one");
+    child_vmm();
     CHECK_EQ(cudaIpcOpenMemHandle(&small, h.small, cudaIpcMemLazyEnablePeerAccess), cudaSuccess,
              "open the small one again");
     CHECK_EQ(cudaDeviceReset(), cudaSuccess, "a device reset with a mapping open");
@@ -153,6 +308,7 @@ static int reaped_ok(pid_t pid)
 int main(void)
 {
     const char *other = getenv("FLYT_OTHER_SERVER");
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fdsock), 0, "socketpair for descriptors");
     int to, from, to2 = -1, from2 = -1;
     pid_t kid = start(&to, &from, NULL);
     pid_t stray = other ? start(&to2, &from2, other) : -1;
@@ -198,6 +354,7 @@ int main(void)
     CHECK_EQ(cudaIpcGetEventHandle(&h.event, ev), cudaSuccess, "cudaIpcGetEventHandle");
 
     put(to, &h, sizeof h);
+    parent_vmm();
     if (stray > 0) {
         put(to2, &h, sizeof h);
         CHECK(reaped_ok(stray), "the other tenant's process");

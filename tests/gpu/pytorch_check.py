@@ -1338,25 +1338,34 @@ def stage_multiprocessing(st, dev):
     fd, path = tempfile.mkstemp(prefix="flyt-mp.", suffix=".py")
     with os.fdopen(fd, "w") as f:
         f.write(MP_CHILD)
-    try:
-        proc = subprocess.run([sys.executable, path], stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        st.check(False, "torch.multiprocessing child finished in 300 s")
-        return
-    finally:
-        os.unlink(path)
-    if proc.returncode != 0:
-        st.info["stderr"] = proc.stderr[-2000:]
-        st.check(False, f"torch.multiprocessing program exited with {proc.returncode}")
-        return
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
     n = 1 << 20
     want = n * (n + 1) / 2  # arange + 1, the child's in-place add seen by the parent
-    st.out(f"tensor after the child's add_: sum {g(res['t_sum'], 12)}; the child's tensor: sum "
-           f"{g(res['r_sum'], 12)}; child exit {res['exit']}")
-    st.check(res["t_sum"] == want and res["r_sum"] == 2 * want and res["exit"] == 0,
-             "a CUDA tensor shared with a spawned process both ways")
+    # the caching allocator's blocks go as cudaIpcGetMemHandle handles; with
+    # expandable segments, as VMM allocations exported as file descriptors
+    try:
+        for conf in ("default", "expandable_segments:True"):
+            env = dict(os.environ)
+            env.pop("PYTORCH_ALLOC_CONF", None)
+            env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+            if conf != "default":
+                env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+            try:
+                proc = subprocess.run([sys.executable, path], env=env, stdin=subprocess.DEVNULL,
+                                      capture_output=True, text=True, timeout=300)
+            except subprocess.TimeoutExpired:
+                st.check(False, f"{conf}: torch.multiprocessing child finished in 300 s")
+                continue
+            if proc.returncode != 0:
+                st.info[f"{conf} stderr"] = proc.stderr[-2000:]
+                st.check(False, f"{conf}: torch.multiprocessing program exited with {proc.returncode}")
+                continue
+            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            st.out(f"{conf}: tensor after the child's add_: sum {g(res['t_sum'], 12)}; the child's tensor: "
+                   f"sum {g(res['r_sum'], 12)}; child exit {res['exit']}")
+            st.check(res["t_sum"] == want and res["r_sum"] == 2 * want and res["exit"] == 0,
+                     f"{conf}: a CUDA tensor shared with a spawned process both ways")
+    finally:
+        os.unlink(path)
 
 
 FUNCS = {name: globals()[f"stage_{name}"] for name in STAGES}

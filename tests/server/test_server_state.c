@@ -326,6 +326,11 @@ static void ipc_refuses_checkpoint(int fd)
              "IPC_EVENT_OPEN of an id outside the client's range");
     CHECK_EQ(handle_op(fd, FLYT_OP_IPC_MEM_CLOSE, shared), T_INVALID_VALUE,
              "IPC_MEM_CLOSE of memory that was not opened");
+    CHECK_EQ(handle_op(fd, FLYT_OP_IPC_VMM_EXPORT, FLYT_CLIENT_IDS + 999), T_INVALID_VALUE,
+             "IPC_VMM_EXPORT of no VMM allocation");
+    op.id = 0;
+    CHECK_EQ(th_call(fd, FLYT_OP_IPC_VMM_IMPORT, &op, sizeof op, NULL, 0, NULL), T_INVALID_VALUE,
+             "IPC_VMM_IMPORT of a memory handle: the kinds differ");
     CHECK_EQ(th_free(fd, shared), T_SUCCESS, "the shared allocation freed");
     CHECK_EQ(checkpoint(bad, error, sizeof error), T_SUCCESS, "then a checkpoint runs: %s", error);
     unlink(bad);
