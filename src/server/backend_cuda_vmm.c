@@ -155,7 +155,8 @@ CUresult flyt_cuda_vmm_create(flyt_backend *base, uint64_t size, const flyt_vmm_
     ENTER(b, base);
     CUmemAllocationProp p = driver_prop(b, prop);
     CUmemGenericAllocationHandle h = 0;
-    CUresult r = vmem_adopt(b, b->cu.cuMemCreate(&h, (size_t)size, &p, 0), h, size, prop, mem);
+    CUresult r = b->cu.cuMemCreate(&h, (size_t)size, &p, 0);
+    r = vmem_adopt(b, r, h, size, prop, mem); /* h is set by then: two statements */
     if (r == CUDA_SUCCESS && compression) /* the driver may decline compression (cudaCompressibleMemory checks) */
         *compression = granted_compression(b, h, prop->compression);
     return r;

@@ -330,6 +330,39 @@ static void async_spans_kept_early(struct flyt_state *st)
     config.restore = NULL;
 }
 
+/* The program's own VMM allocation (cuMemCreate as expandable segments and
+ * vmm.cu use it, exportable as a descriptor): created, mapped, unmapped and
+ * released through the backend's records of it. */
+static void vmm_roundtrip(void)
+{
+    th_say("a VMM allocation of the program: create, map, unmap, release");
+    CHECK_EQ(session_begin(), T_SUCCESS, "HELLO");
+    flyt_req_vmm_reserve rs = {.size = 2 * FAKE_GRANULE};
+    flyt_rep_u64 va = {0};
+    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_VMM_RESERVE, &rs, sizeof rs, NULL, 0, &va, sizeof va),
+             T_SUCCESS, "VMM_RESERVE");
+    flyt_req_vmm_create cr = {.size = FAKE_GRANULE,
+                              .prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                       .handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                       .location_type = CU_MEM_LOCATION_TYPE_DEVICE}};
+    flyt_rep_u64_pair mem = {0, 0};
+    CHECK_EQ(th_call_rep(sess.fd, FLYT_OP_VMM_CREATE, &cr, sizeof cr, NULL, 0, &mem, sizeof mem),
+             T_SUCCESS, "VMM_CREATE");
+    flyt_req_vmm_map mp = {.ptr = va.value, .size = FAKE_GRANULE, .handle = mem.a};
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_VMM_MAP, &mp, sizeof mp, NULL, 0, NULL), T_SUCCESS,
+             "VMM_MAP of the new allocation");
+    flyt_req_vmm_range um = {va.value, FAKE_GRANULE};
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_VMM_UNMAP, &um, sizeof um, NULL, 0, NULL), T_SUCCESS,
+             "VMM_UNMAP");
+    flyt_req_handle rel = {mem.a};
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_VMM_RELEASE, &rel, sizeof rel, NULL, 0, NULL), T_SUCCESS,
+             "VMM_RELEASE");
+    flyt_req_vmm_range fr = {va.value, 2 * FAKE_GRANULE};
+    CHECK_EQ(th_call(sess.fd, FLYT_OP_VMM_FREE, &fr, sizeof fr, NULL, 0, NULL), T_SUCCESS,
+             "VMM_FREE");
+    session_end();
+}
+
 /* An empty graph (PyTorch's CUDA graph trees capture one first) has no nodes to
  * list: the second call of the listing has room for none, which the driver refuses. */
 static void empty_graph(void)
@@ -658,6 +691,7 @@ int main(void)
     packing();
     arena_disabled();
     empty_graph();
+    vmm_roundtrip();
 
     flyt_cuda_driver_use(NULL);
     unlink(state_path);
