@@ -21,7 +21,11 @@ _Static_assert(sizeof(CUipcEventHandle) == FLYT_IPC_HANDLE_BYTES, "CUipcEventHan
 
 static CUresult ipc_ready_for(const char *name, int minor)
 {
-    CUresult r = flyt_ctx_require_at(name);
+    /* VMM handles name their device themselves: the driver exports and
+     * imports them from any thread (PyTorch does it on a queue's feeder
+     * thread, which never made a context current) */
+    CUresult r = minor == FLYT_MINOR_IPC_VMM ? flyt_ctx_require_object_at(name)
+                                              : flyt_ctx_require_at(name);
     if (r == CUDA_SUCCESS && flyt_conn_server_minor() < minor)
         r = flyt_unsupported_why(name, "the server predates it (protocol 2.5, 2.6 for VMM)");
     return r;

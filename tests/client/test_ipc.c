@@ -16,6 +16,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,20 @@ static void child_vmm(void)
     put(fdsock[1], &done, 1);
 }
 
+struct exporter {
+    CUmemGenericAllocationHandle mem;
+    int fd;
+    CUresult result;
+};
+
+static void *export_on_thread(void *arg)
+{
+    struct exporter *ex = arg;
+    ex->result = DRV(cuMemExportToShareableHandle)(&ex->fd, ex->mem,
+                                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    return NULL;
+}
+
 /* The exporter's side: an exportable allocation filled with 0x33, its
  * descriptor sent; afterwards it holds the importer's 0x44s. */
 static void parent_vmm(void)
@@ -152,9 +167,14 @@ static void parent_vmm(void)
     CUdeviceptr va = vmm_map(mem, size);
     CHECK_EQ(cudaMemset((void *)va, 0x33, size), cudaSuccess, "fill it");
     CHECK_EQ(cudaDeviceSynchronize(), cudaSuccess, "filled");
-    int fd = -1;
-    CHECK_EQ(DRV(cuMemExportToShareableHandle)(&fd, mem, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-             CUDA_SUCCESS, "cuMemExportToShareableHandle");
+    struct exporter ex = {.mem = mem, .fd = -1};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, export_on_thread, &ex), 0, "a thread without a context");
+    CHECK_EQ(pthread_join(t, NULL), 0, "joined");
+    CHECK_EQ(ex.result, CUDA_SUCCESS,
+             "cuMemExportToShareableHandle from a thread with no current context (as PyTorch's "
+             "queue feeder thread)");
+    int fd = ex.fd;
     CHECK(fd >= 0, "a descriptor");
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
     CHECK_EQ(DRV(cuMemCreate)(&plain, size, &prop, 0), CUDA_SUCCESS, "a cuMemCreate not exportable");
