@@ -6,6 +6,10 @@
  * ranges and copies see device memory there, and cuMemGetAccess answers)
  * and each allocation's properties. The session's one device is location 0.
  * Exporting an allocation to another process of the VM is ipc.c's.
+ * As the driver's, these calls name their device or address themselves and
+ * need no current context on the calling thread (PyTorch's expandable
+ * segments grow from worker threads that never made one current): some
+ * context must exist.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -56,7 +60,7 @@ FLYT_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity,
                                                    const CUmemAllocationProp *prop,
                                                    CUmemAllocationGranularity_flags option)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     flyt_vmm_prop req;
     if (r == CUDA_SUCCESS && granularity == NULL)
         r = CUDA_ERROR_INVALID_VALUE;
@@ -75,7 +79,7 @@ FLYT_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity,
 FLYT_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
                                          CUdeviceptr addr, unsigned long long flags)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     if (r != CUDA_SUCCESS)
         return r;
     if (ptr == NULL || size == 0)
@@ -90,7 +94,7 @@ FLYT_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t a
 /* A VMM op on an address range, answered by the server. */
 static CUresult range_call(uint16_t op, CUdeviceptr ptr, size_t size)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     if (r != CUDA_SUCCESS)
         return r;
     flyt_req_vmm_range req = {.ptr = ptr, .size = size};
@@ -105,7 +109,7 @@ FLYT_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 FLYT_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                                  const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     flyt_req_vmm_create req = {.size = size, .flags = flags};
     if (r == CUDA_SUCCESS && (handle == NULL || size == 0))
         r = CUDA_ERROR_INVALID_VALUE;
@@ -150,7 +154,7 @@ static void alloc_count(uint64_t handle, int delta)
 
 FLYT_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     if (r != CUDA_SUCCESS)
         return r;
     r = flyt_call_handle(FLYT_OP_VMM_RELEASE, handle);
@@ -162,7 +166,7 @@ FLYT_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 FLYT_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                               CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     if (r != CUDA_SUCCESS)
         return r;
     flyt_req_vmm_map req = {.ptr = ptr, .size = size, .offset = offset, .handle = handle,
@@ -199,7 +203,7 @@ FLYT_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 FLYT_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                                     size_t count)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     if (r != CUDA_SUCCESS)
         return r;
     if (desc == NULL || count == 0 || count > FLYT_VMM_MAX_ACCESS)
@@ -229,7 +233,7 @@ FLYT_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcc
 FLYT_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
                                     CUdeviceptr ptr)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     if (r != CUDA_SUCCESS)
         return r;
     if (flags == NULL || location == NULL || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
@@ -249,7 +253,7 @@ FLYT_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocati
 
 FLYT_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     if (r != CUDA_SUCCESS)
         return r;
     if (handle == NULL)
@@ -267,7 +271,7 @@ FLYT_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h
 FLYT_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
                                                             CUmemGenericAllocationHandle handle)
 {
-    CUresult r = flyt_ctx_require();
+    CUresult r = flyt_ctx_require_object();
     if (r != CUDA_SUCCESS)
         return r;
     if (prop == NULL)

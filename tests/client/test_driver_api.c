@@ -371,6 +371,22 @@ static void *thread_without_context(void *arg)
     CU_OK(cuEventElapsedTime(&ms, o->a, o->b));
     CHECK_EQ(cuStreamSynchronize(NULL), CUDA_ERROR_INVALID_CONTEXT, "the NULL stream needs a context");
     CHECK_EQ(cuEventRecord(o->a, NULL), CUDA_ERROR_INVALID_CONTEXT, "so does recording on it");
+    /* VMM calls name their device or addresses: PyTorch's expandable segments
+     * grow from such threads (worker threads loading weights) */
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    size_t gran = 0;
+    CU_OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CUdeviceptr va = 0;
+    CUmemGenericAllocationHandle mem = 0;
+    CU_OK(cuMemAddressReserve(&va, gran, 0, 0, 0));
+    CU_OK(cuMemCreate(&mem, gran, &prop, 0));
+    CU_OK(cuMemMap(va, gran, 0, mem, 0));
+    CUmemAccessDesc rw = {prop.location, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CU_OK(cuMemSetAccess(va, gran, &rw, 1));
+    CU_OK(cuMemUnmap(va, gran));
+    CU_OK(cuMemRelease(mem));
+    CU_OK(cuMemAddressFree(va, gran));
     return NULL;
 }
 

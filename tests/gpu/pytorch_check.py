@@ -1256,6 +1256,13 @@ torch.cuda.synchronize()
 res["reserved"] = torch.cuda.memory_reserved()
 res["peak"] = torch.cuda.max_memory_allocated()
 res["allocated_end"] = torch.cuda.memory_allocated()
+# tensors made on worker threads, as loaders of model weights do: a fresh
+# thread has no current context, and the allocator grows its segments there
+from concurrent.futures import ThreadPoolExecutor
+with ThreadPoolExecutor(4) as pool:
+    parts = list(pool.map(lambda i: torch.full((8 << 20,), float(i), device=dev), range(8)))
+res["threads_sum"] = float(sum(float(t.double().sum()) for t in parts))
+del parts
 torch.cuda.empty_cache()
 print(json.dumps(res))
 '''
@@ -1297,6 +1304,8 @@ def stage_allocator_async(st, dev):
                  and res["peak"] >= res["allocated_end"] and res["reserved"] > 0,
                  f"{conf}: memory statistics consistent")
         st.check(all(v == v for v in losses) and losses[-1] < losses[0], f"{conf}: training losses fall")
+        st.out(f"{conf}: tensors made on 4 worker threads: sum {g(res['threads_sum'], 12)}")
+        st.check(res["threads_sum"] == float(sum(range(8)) * (8 << 20)), f"{conf}: worker-thread tensors right")
 
 
 # A CUDA tensor sent to a spawned process and one sent back, through
