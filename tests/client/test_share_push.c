@@ -151,6 +151,9 @@ static void resize_during_capture(struct flyt_server_status *p, CUdevice dev, CU
     CHECK_EQ(cuStreamEndCapture(s, &graph), CUDA_SUCCESS, "the capture ends");
     CHECK(acknowledged(p, gen, 2000, &result), "the resize applies after it");
     CHECK_EQ(result, CUDA_SUCCESS, "with success");
+    /* the acknowledgement can come before the client read the server's frame:
+     * a call that waits for the server has seen it (as after the first resize) */
+    CHECK_EQ(cuCtxSynchronize(), CUDA_SUCCESS, "cuCtxSynchronize");
     CHECK_EQ(sm_count(dev), other * GRANULARITY, "the new SM count");
     CHECK_EQ(cuGraphDestroy(graph), CUDA_SUCCESS, "cuGraphDestroy");
 
