@@ -22,6 +22,7 @@
 
 #include "flyt_array.h"
 #include "flyt_log.h"
+#include "flyt_transport.h"
 #include "ipc.h"
 #include "quota.h"
 #include "session.h"
@@ -160,19 +161,16 @@ static void broker_answer(struct flyt_ipc *x, int conn)
     struct ipc_answer ans;
     memset(&ans, 0, sizeof ans);
     if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &plen) != 0 ||
-        recv(conn, &ask, sizeof ask, 0) != (ssize_t)sizeof ask || ask.magic != IPC_MAGIC)
+        flyt_read_full(conn, &ask, sizeof ask) != 0 || ask.magic != IPC_MAGIC)
         return;
     if (!same_tenant(&peer)) {
         flyt_warn("ipc: process %d asked for a handle of this session: not a session of the "
                   "same tenant, refused", (int)peer.pid);
         ans.result = CUDA_ERROR_NOT_PERMITTED;
-        send(conn, &ans, sizeof ans, MSG_NOSIGNAL);
+        flyt_write_full(conn, &ans, sizeof ans);
         return;
     }
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    memset(cbuf, 0, sizeof cbuf);
     struct iovec iov = {&ans, sizeof ans};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
     pthread_mutex_lock(&x->mu);
     const struct ipc_export *e = export_by_token(x, ask.token, ask.kind);
     if (e == NULL) {
@@ -183,17 +181,12 @@ static void broker_answer(struct flyt_ipc *x, int conn)
         ans.offset = e->offset;
         ans.size = e->size;
         memcpy(ans.event, e->event, sizeof ans.event);
-        if (e->fd >= 0) {
-            msg.msg_control = cbuf;
-            msg.msg_controllen = sizeof cbuf;
-            struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-            cm->cmsg_level = SOL_SOCKET;
-            cm->cmsg_type = SCM_RIGHTS;
-            cm->cmsg_len = CMSG_LEN(sizeof(int));
-            memcpy(CMSG_DATA(cm), &e->fd, sizeof(int));
-        }
     }
-    sendmsg(conn, &msg, MSG_NOSIGNAL); /* the asker sees a failure as no answer */
+    /* the asker sees a failure as no answer */
+    if (e != NULL && e->fd >= 0)
+        flyt_writev_full_fd(conn, &iov, 1, e->fd);
+    else
+        flyt_write_full(conn, &ans, sizeof ans);
     pthread_mutex_unlock(&x->mu);
 }
 
@@ -271,22 +264,14 @@ static CUresult broker_ask(const struct ipc_handle *h, struct ipc_answer *ans, i
     socklen_t plen = sizeof peer;
     CUresult r = CUDA_ERROR_INVALID_HANDLE; /* no such session (ended, or on another node) */
     struct ipc_ask ask = {.magic = IPC_MAGIC, .token = h->token, .kind = h->kind};
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec iov = {ans, sizeof *ans};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                         .msg_controllen = sizeof cbuf};
     if (connect(sock, (struct sockaddr *)&a, len) != 0)
         goto out;
     /* the name is only a name: the answer must come from that session, as this server's user */
     if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &peer, &plen) != 0 ||
         peer.pid != (pid_t)h->pid || peer.uid != geteuid())
         goto out;
-    if (send(sock, &ask, sizeof ask, MSG_NOSIGNAL) != (ssize_t)sizeof ask ||
-        recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != (ssize_t)sizeof *ans)
+    if (flyt_write_full(sock, &ask, sizeof ask) != 0 || flyt_read_full_fd(sock, ans, sizeof *ans, fd) != 0)
         goto out;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
-        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS && *fd < 0)
-            memcpy(fd, CMSG_DATA(cm), sizeof(int));
     r = (CUresult)ans->result;
     if (r == CUDA_SUCCESS && (ans->kind != h->kind || (h->kind != IPC_EVENT) != (*fd >= 0)))
         r = CUDA_ERROR_INVALID_HANDLE;
