@@ -86,7 +86,6 @@ struct flyt_ipc {
     size_t             nimports, cap_imports;
     uint64_t          *events_opened; /* ids of events opened from handles */
     size_t             nevents, cap_events;
-    size_t             vmm_imports; /* VMM allocations imported, not released yet */
 };
 
 static struct flyt_ipc *ipc_of(flyt_session *s)
@@ -547,7 +546,6 @@ int handle_IPC_VMM_IMPORT(flyt_session *s, flyt_call *c)
     }
     /* the exporter's memory: charged to it, not here */
     e->u.vmem = (struct flyt_vmem_info){.size = ans.size, .refs = 1, .imported = 1};
-    x->vmm_imports++;
     rep->a = e->id;
     rep->b = ans.size;
     return FLYT_CONT;
@@ -557,12 +555,7 @@ int handle_IPC_VMM_IMPORT(flyt_session *s, flyt_call *c)
 
 void flyt_ipc_mem_freed(flyt_session *s, uint64_t ptr) { export_drop(s, IPC_MEM, ptr); }
 
-void flyt_ipc_vmem_gone(flyt_session *s, uint64_t id, int imported)
-{
-    export_drop(s, IPC_VMM, id);
-    if (imported && s->ipc && s->ipc->vmm_imports > 0)
-        s->ipc->vmm_imports--;
-}
+void flyt_ipc_vmem_gone(flyt_session *s, uint64_t id) { export_drop(s, IPC_VMM, id); }
 
 void flyt_ipc_event_gone(flyt_session *s, uint64_t id)
 {
@@ -583,7 +576,6 @@ static void drop_all(struct flyt_ipc *x)
     pthread_mutex_unlock(&x->mu);
     x->nimports = 0;
     x->nevents = 0;
-    x->vmm_imports = 0;
 }
 
 void flyt_ipc_reset(flyt_session *s)
@@ -597,7 +589,13 @@ void flyt_ipc_reset(flyt_session *s)
     drop_all(x);
 }
 
-const char *flyt_ipc_busy(const flyt_session *s)
+static int imported_vmem(struct flyt_hentry *e, void *arg)
+{
+    (void)arg;
+    return e->type == FLYT_H_VMEM && e->u.vmem.imported;
+}
+
+const char *flyt_ipc_busy(flyt_session *s)
 {
     const struct flyt_ipc *x = s->ipc;
     if (x == NULL)
@@ -605,7 +603,8 @@ const char *flyt_ipc_busy(const flyt_session *s)
     if (x->nexports)
         return "memory or an event shared with another process (cuIpcGetMemHandle, "
                "cuIpcGetEventHandle, cuMemExportToShareableHandle)";
-    if (x->nimports || x->nevents || x->vmm_imports)
+    /* VMM imports are the handle table's entries marked imported */
+    if (x->nimports || x->nevents || flyt_handles_foreach(&s->handles, imported_vmem, NULL))
         return "memory or an event of another process (cuIpcOpenMemHandle, cuIpcOpenEventHandle, "
                "cuMemImportFromShareableHandle)";
     return NULL;

@@ -108,7 +108,7 @@ int handle_VMM_RELEASE(flyt_session *s, flyt_call *c)
     if (c->result == CUDA_SUCCESS && --e->u.vmem.refs == 0) {
         if (!e->u.vmem.imported)
             flyt_quota_uncharge(&s->mem, e->u.vmem.size);
-        flyt_ipc_vmem_gone(s, r->handle, (int)e->u.vmem.imported);
+        flyt_ipc_vmem_gone(s, r->handle);
         flyt_handles_remove(&s->handles, r->handle);
     }
     return FLYT_CONT;

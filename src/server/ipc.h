@@ -26,16 +26,15 @@ struct flyt_ipc;
 
 /* The allocation at ptr was freed: handles to it stop opening. */
 void flyt_ipc_mem_freed(struct flyt_session *s, uint64_t ptr);
-/* VMM allocation id had its last release: its export ends; imported: it was one
- * of another session's. */
-void flyt_ipc_vmem_gone(struct flyt_session *s, uint64_t id, int imported);
+/* VMM allocation id had its last release: its export ends. */
+void flyt_ipc_vmem_gone(struct flyt_session *s, uint64_t id);
 /* Event id was destroyed: its export ends, or it was an opened one. */
 void flyt_ipc_event_gone(struct flyt_session *s, uint64_t id);
 /* A device reset is about to drop every allocation and event: opened
  * mappings are undone now, exports end. */
 void flyt_ipc_reset(struct flyt_session *s);
 /* NULL, or what the session shares with another process (a checkpoint is refused). */
-const char *flyt_ipc_busy(const struct flyt_session *s);
+const char *flyt_ipc_busy(struct flyt_session *s);
 /* The session ends: the broker stops, the tables go. */
 void flyt_ipc_end(struct flyt_session *s);
 
