@@ -502,18 +502,13 @@ int handle_IPC_EVENT_OPEN(flyt_session *s, flyt_call *c)
     flyt_bhandle ev = NULL;
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, ipc_event_import, ans.event, &ev);
+    uint64_t id = 0;
+    if (c->result == CUDA_SUCCESS)
+        flyt_publish_stream_event(s, c, FLYT_H_EVENT, ev, r->id, &id);
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
-    struct flyt_hentry *e = flyt_handles_get(&s->handles, r->id, FLYT_H_EVENT) ||
-                                    flyt_handles_get(&s->handles, r->id, FLYT_H_STREAM)
-                                ? NULL
-                                : flyt_handles_add_id(&s->handles, r->id, FLYT_H_EVENT, ev);
-    if (e == NULL) {
-        FLYT_BCALL(s, event_destroy, ev);
-        c->result = CUDA_ERROR_INVALID_VALUE;
-        return FLYT_CONT;
-    }
-    e->u.event_flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+    flyt_handles_get(&s->handles, id, FLYT_H_EVENT)->u.event_flags =
+        CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
     x->events_opened[x->nevents++] = r->id;
     return FLYT_CONT;
 }

@@ -5,10 +5,8 @@
 #include "session.h"
 #include "stream_attrs.h"
 
-/* Publishes a new backend object; if the table cannot take it the object
- * is destroyed again so nothing leaks. */
-static void publish(flyt_session *s, flyt_call *c, enum flyt_htype type, flyt_bhandle bh,
-                    uint64_t wanted, uint64_t *id)
+void flyt_publish_stream_event(flyt_session *s, flyt_call *c, enum flyt_htype type, flyt_bhandle bh,
+                               uint64_t wanted, uint64_t *id)
 {
     struct flyt_hentry *e = wanted ? flyt_handles_add_id(&s->handles, wanted, type, bh)
                                    : flyt_handles_add(&s->handles, type, bh);
@@ -37,7 +35,7 @@ int handle_STREAM_CREATE(flyt_session *s, flyt_call *c)
     flyt_bhandle st = NULL;
     c->result = FLYT_BCALL(s, stream_create, r->flags, r->priority, &st);
     if (c->result == CUDA_SUCCESS)
-        publish(s, c, FLYT_H_STREAM, st, r->id, &rep->value);
+        flyt_publish_stream_event(s, c, FLYT_H_STREAM, st, r->id, &rep->value);
     return FLYT_CONT;
 }
 
@@ -148,7 +146,7 @@ int handle_EVENT_CREATE(flyt_session *s, flyt_call *c)
     flyt_bhandle ev = NULL;
     c->result = FLYT_BCALL(s, event_create, r->flags, &ev);
     if (c->result == CUDA_SUCCESS)
-        publish(s, c, FLYT_H_EVENT, ev, r->id, &rep->value);
+        flyt_publish_stream_event(s, c, FLYT_H_EVENT, ev, r->id, &rep->value);
     struct flyt_hentry *e = c->result == CUDA_SUCCESS
                                 ? flyt_handles_get(&s->handles, rep->value, FLYT_H_EVENT) : NULL;
     if (e)

@@ -284,6 +284,11 @@ CUresult flyt_capture_refuse(flyt_session *s, flyt_bhandle st, const char *what)
 CUresult flyt_lookup_stream(flyt_session *s, uint64_t id, flyt_bhandle *out);
 /* Any other typed id. */
 CUresult flyt_lookup(flyt_session *s, uint64_t id, enum flyt_htype type, flyt_bhandle *out);
+/* A new backend stream or event under the client's id wanted (0: one the
+ * server picks, *id); if the table cannot take it the object is destroyed
+ * again so nothing leaks, and c->result says why (handlers_stream.c). */
+void flyt_publish_stream_event(flyt_session *s, flyt_call *c, enum flyt_htype type, flyt_bhandle bh,
+                               uint64_t wanted, uint64_t *id);
 
 /* Checks the frame's payload length is exactly the request struct plus
  * extra trailing bytes; logs and returns FLYT_END_PROTO if not, else FLYT_CONT. */
