@@ -190,18 +190,16 @@ static CUresult map_range(struct flyt_cuda_backend *b, uint64_t addr, uint64_t l
 {
     CUmemAllocationProp p = device_prop(b);
     CUmemGenericAllocationHandle h = 0;
-    CUresult r = CUDA_ERROR_NOT_SUPPORTED;
     /* exportable as a descriptor, for CUDA IPC (backend_cuda_ipc.c); a
      * driver that cannot is asked once, then plain memory is made */
-    if (!b->mem.no_share) {
-        p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-        r = b->cu.cuMemCreate(&h, (size_t)len, &p, 0);
+    p.requestedHandleTypes = b->mem.no_share ? CU_MEM_HANDLE_TYPE_NONE
+                                             : CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUresult r = b->cu.cuMemCreate(&h, (size_t)len, &p, 0);
+    if (!b->mem.no_share && (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)) {
+        b->mem.no_share = 1;
         p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-        if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)
-            b->mem.no_share = 1;
-    }
-    if (b->mem.no_share)
         r = b->cu.cuMemCreate(&h, (size_t)len, &p, 0);
+    }
     if (r != CUDA_SUCCESS)
         return r;
     r = b->cu.cuMemMap(addr, (size_t)len, 0, h, 0);
