@@ -13,16 +13,6 @@
 
 #include "backend_cuda_int.h"
 
-static CUmemAccessDesc device_access(const struct flyt_cuda_backend *b)
-{
-    CUmemAccessDesc a;
-    memset(&a, 0, sizeof a);
-    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    a.location.id = b->dev;
-    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    return a;
-}
-
 CUresult flyt_cuda_ipc_mem_export(flyt_backend *base, uint64_t ptr, int *fd, uint64_t *unit_base,
                                   uint64_t *unit_size, uint64_t *size)
 {
@@ -69,7 +59,8 @@ CUresult flyt_cuda_ipc_mem_import(flyt_backend *base, int fd, uint64_t unit_size
     b->cu.cuMemRelease(h); /* the mapping keeps the memory */
     if (r != CUDA_SUCCESS)
         return r;
-    CUmemAccessDesc access = device_access(b);
+    CUmemAccessDesc access = {.location = {CU_MEM_LOCATION_TYPE_DEVICE, b->dev},
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     r = b->cu.cuMemSetAccess(va, (size_t)unit_size, &access, 1);
     if (r != CUDA_SUCCESS) {
         b->cu.cuMemUnmap(va, (size_t)unit_size);
