@@ -76,13 +76,14 @@ static int hidden_feature(CUdevice_attribute attr)
         return flyt_conn_server_minor() < FLYT_MINOR_IPC;
     if (attr == CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)
         return flyt_conn_server_minor() < FLYT_MINOR_IPC_VMM;
+    if (attr == CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES)
+        return flyt_conn_server_minor() < FLYT_MINOR_IPC_POOL;
     switch (attr) {
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
     case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
     case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED:
-    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED:
@@ -138,6 +139,8 @@ int flyt_device_attr(CUdevice_attribute attr)
         flyt_device_share(&sms, &total);
         return sms;
     }
+    if (attr == CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES) /* fabric handles are not */
+        return s->attrs[attr] & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     return s->attrs[attr];
 }
 

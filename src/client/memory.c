@@ -286,9 +286,16 @@ FLYT_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *p
     if (pool == NULL || props == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->handleTypes != 0)
-        return flyt_unsupported_why("cuMemPoolCreate", "pools other than device memory without sharing");
-    flyt_req_pool_create req = {.max_size = props->maxSize, .device = props->location.id};
+        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return flyt_unsupported_why("cuMemPoolCreate", "pools other than device memory");
+    /* shareable pools: with POSIX descriptors, of a server that shares them (ipc.c) */
+    if (props->handleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return flyt_unsupported_why("cuMemPoolCreate", "handle types other than POSIX descriptors");
+    if (props->handleTypes && flyt_conn_server_minor() < FLYT_MINOR_IPC_POOL)
+        return flyt_unsupported_why("cuMemPoolCreate",
+                                    "shareable pools (the server predates protocol 2.7)");
+    flyt_req_pool_create req = {.max_size = props->maxSize, .device = props->location.id,
+                                .handle_types = (uint32_t)props->handleTypes};
     uint64_t id = 0;
     r = flyt_call_u64(FLYT_OP_POOL_CREATE, &req, sizeof req, &id);
     if (r == CUDA_SUCCESS)

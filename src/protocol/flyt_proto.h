@@ -16,7 +16,7 @@
 
 #define FLYT_PROTO_MAGIC 0x54594c46u /* "FLYT" little-endian */
 #define FLYT_PROTO_MAJOR 2           /* incompatible changes bump this */
-#define FLYT_PROTO_MINOR 6           /* compatible additions bump this */
+#define FLYT_PROTO_MINOR 7           /* compatible additions bump this */
 
 /* The minor version from which a server forwards the driver's output
  * (OUTPUT frames, OUTPUT_DRAIN): only to a client that speaks it. */
@@ -40,6 +40,9 @@
 /* From 6 also VMM allocations (IPC_VMM_*: cuMemExportToShareableHandle with
  * POSIX file descriptors and its import). */
 #define FLYT_MINOR_IPC_VMM 6
+/* From 7 also memory pools (IPC_POOL_*: cuMemPoolExportToShareableHandle,
+ * cuMemPoolExportPointer and their imports; POOL_CREATE's handle_types). */
+#define FLYT_MINOR_IPC_POOL 7
 
 /* Limits. A frame over a limit ends the session. */
 #define FLYT_MAX_PAYLOAD    (1u << 30)      /* bulk data streams through in chunks */
@@ -183,7 +186,8 @@ typedef struct {
     uint64_t base;    /* allocation base and size, 0 when unknown */
     uint64_t size;
 } flyt_rep_pointer_attrs;
-typedef struct { uint64_t max_size; int32_t device; int32_t pad; } flyt_req_pool_create;
+/* handle_types: 0, or CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (2.7) */
+typedef struct { uint64_t max_size; int32_t device; uint32_t handle_types; } flyt_req_pool_create;
 typedef struct { uint64_t pool; int32_t attr; int32_t pad; uint64_t value; } flyt_req_pool_attr;
 
 /* HTOD: `size` data bytes follow. DTOH: reply carries `size` bytes. DTOD: no data. */
@@ -221,7 +225,7 @@ typedef struct { uint32_t flags; uint32_t pad; uint64_t id; } flyt_req_event_cre
 /* IPC (docs/protocol.md, "IPC"): a handle is FLYT_IPC_HANDLE_BYTES opaque to
  * the program (CUipcMemHandle / CUipcEventHandle); the server that made it
  * reads it. IPC_MEM_OPEN: id 0; IPC_EVENT_OPEN: the event id the client
- * chose (as EVENT_CREATE's). */
+ * chose (as EVENT_CREATE's); IPC_POOL_PTR_IMPORT: the imported pool's id. */
 #define FLYT_IPC_HANDLE_BYTES 64u
 typedef struct { uint8_t handle[FLYT_IPC_HANDLE_BYTES]; } flyt_rep_ipc_handle;
 typedef struct {

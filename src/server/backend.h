@@ -109,7 +109,9 @@ struct flyt_backend_ops {
     CUresult (*mem_free_async)(flyt_backend *b, uint64_t dptr, flyt_bhandle stream);
     CUresult (*pointer_attrs)(flyt_backend *b, uint64_t ptr, flyt_rep_pointer_attrs *out);
     CUresult (*pool_default)(flyt_backend *b, flyt_bhandle *pool);
-    CUresult (*pool_create)(flyt_backend *b, uint64_t max_size, flyt_bhandle *pool);
+    /* handle_types: 0, or CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (ipc_pool_export) */
+    CUresult (*pool_create)(flyt_backend *b, uint64_t max_size, unsigned handle_types,
+                            flyt_bhandle *pool);
     CUresult (*pool_destroy)(flyt_backend *b, flyt_bhandle pool);
     CUresult (*pool_trim)(flyt_backend *b, flyt_bhandle pool, uint64_t keep_bytes);
     CUresult (*pool_set_attr)(flyt_backend *b, flyt_bhandle pool, int attr /* CUmemPool_attribute */,
@@ -231,6 +233,21 @@ struct flyt_backend_ops {
      * (the descriptor stays the caller's), released with vmm_release. */
     CUresult (*ipc_vmm_export)(flyt_backend *b, flyt_bhandle mem, int *fd, uint64_t *size);
     CUresult (*ipc_vmm_import)(flyt_backend *b, int fd, uint64_t size, flyt_bhandle *mem);
+    /* pool_export: a new descriptor of a pool created with POSIX handles (the
+     * caller closes it; -1 where the backend needs none); pool_import: a pool
+     * for such a descriptor (it stays the caller's), destroyed with
+     * pool_destroy. ptr_export: what another process needs to import the
+     * stream-ordered allocation starting at ptr, from such a pool: the
+     * driver's bytes, and/or its memory as mem_export gives it (*fd -1 when
+     * the bytes say all); and its size. ptr_import: that allocation in an
+     * imported pool, at *addr, freed by mem_free or mem_free_async. */
+    CUresult (*ipc_pool_export)(flyt_backend *b, flyt_bhandle pool, int *fd);
+    CUresult (*ipc_pool_import)(flyt_backend *b, int fd, flyt_bhandle *pool);
+    CUresult (*ipc_ptr_export)(flyt_backend *b, uint64_t ptr, uint8_t data[FLYT_IPC_HANDLE_BYTES],
+                               int *fd, uint64_t *unit_base, uint64_t *unit_size, uint64_t *size);
+    CUresult (*ipc_ptr_import)(flyt_backend *b, flyt_bhandle pool,
+                               const uint8_t data[FLYT_IPC_HANDLE_BYTES], int fd,
+                               uint64_t unit_size, uint64_t offset, uint64_t *addr);
 
     /* modules and kernels. image is a fatbinary (or cubin/PTX) the client sent.
      * owned: NULL, or image itself when it is malloc'd memory that the backend

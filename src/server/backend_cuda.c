@@ -604,15 +604,16 @@ static CUresult cuda_pool_default(flyt_backend *base, flyt_bhandle *pool)
     return r;
 }
 
-static CUresult cuda_pool_create(flyt_backend *base, uint64_t max_size, flyt_bhandle *pool)
+static CUresult cuda_pool_create(flyt_backend *base, uint64_t max_size, unsigned handle_types,
+                                 flyt_bhandle *pool)
 {
     ENTER(b, base);
-    if (!pool)
+    if (!pool || (handle_types & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
         return CUDA_ERROR_INVALID_VALUE;
     CUmemPoolProps props;
     memset(&props, 0, sizeof props);
     props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    props.handleTypes = (CUmemAllocationHandleType)handle_types;
     props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     props.location.id = b->dev;
     props.maxSize = (size_t)max_size;
@@ -1446,6 +1447,10 @@ static const struct flyt_backend_ops cuda_ops = {
     .ipc_event_import = flyt_cuda_ipc_event_import,
     .ipc_vmm_export = flyt_cuda_ipc_vmm_export,
     .ipc_vmm_import = flyt_cuda_ipc_vmm_import,
+    .ipc_pool_export = flyt_cuda_ipc_pool_export,
+    .ipc_pool_import = flyt_cuda_ipc_pool_import,
+    .ipc_ptr_export = flyt_cuda_ipc_ptr_export,
+    .ipc_ptr_import = flyt_cuda_ipc_ptr_import,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,

@@ -83,6 +83,10 @@
     X(cuMemPoolTrimTo)                                    \
     X(cuMemPoolSetAttribute)                              \
     X(cuMemPoolGetAttribute)                              \
+    X(cuMemPoolExportToShareableHandle)                   \
+    X(cuMemPoolImportFromShareableHandle)                 \
+    X(cuMemPoolExportPointer)                             \
+    X(cuMemPoolImportPointer)                             \
     X(cuPointerGetAttributes)                             \
     X(cuMemHostRegister)                                  \
     X(cuMemHostUnregister)                                \
@@ -618,6 +622,13 @@ CUresult flyt_cuda_ipc_event_export(flyt_backend *base, flyt_bhandle event,
                                     uint8_t handle[FLYT_IPC_HANDLE_BYTES]);
 CUresult flyt_cuda_ipc_event_import(flyt_backend *base, const uint8_t handle[FLYT_IPC_HANDLE_BYTES],
                                     flyt_bhandle *event);
+CUresult flyt_cuda_ipc_pool_export(flyt_backend *base, flyt_bhandle pool, int *fd);
+CUresult flyt_cuda_ipc_pool_import(flyt_backend *base, int fd, flyt_bhandle *pool);
+CUresult flyt_cuda_ipc_ptr_export(flyt_backend *base, uint64_t ptr, uint8_t data[FLYT_IPC_HANDLE_BYTES],
+                                  int *fd, uint64_t *unit_base, uint64_t *unit_size, uint64_t *size);
+CUresult flyt_cuda_ipc_ptr_import(flyt_backend *base, flyt_bhandle pool,
+                                  const uint8_t data[FLYT_IPC_HANDLE_BYTES], int fd,
+                                  uint64_t unit_size, uint64_t offset, uint64_t *addr);
 
 /* backend_cuda_mem.c: tenant memory in Flyt's arenas (above). place: a new
  * allocation (*dptr); place_at: one at exactly addr, inside an arena

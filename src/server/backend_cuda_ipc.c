@@ -7,7 +7,9 @@
  * exportable) and the importing session, another process, maps it at an
  * address of its own. A small allocation shares its chunk's granule: the
  * importer sees the neighbours of the same tenant, never another's.
- * Events are the driver's own interprocess events.
+ * Events are the driver's own interprocess events, and memory pools the
+ * driver's shareable pools: their descriptors and pointer export data pass
+ * between the sessions as they would between the programs.
  */
 #include <string.h>
 
@@ -106,4 +108,71 @@ CUresult flyt_cuda_ipc_event_import(flyt_backend *base, const uint8_t handle[FLY
     CUevent e = NULL;
     CUresult r = b->cu.cuIpcOpenEventHandle(&e, h);
     return r == CUDA_SUCCESS ? flyt_cuda_event_adopt(b, e, event) : r;
+}
+
+CUresult flyt_cuda_ipc_pool_export(flyt_backend *base, flyt_bhandle pool, int *fd)
+{
+    ENTER(b, base);
+    if (!flyt_pset_has(&b->pools, pool))
+        return CUDA_ERROR_INVALID_VALUE; /* the default pool is not shareable */
+    int out = -1;
+    CUresult r = b->cu.cuMemPoolExportToShareableHandle(&out, (CUmemoryPool)pool,
+                                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r == CUDA_SUCCESS)
+        *fd = out;
+    return r;
+}
+
+CUresult flyt_cuda_ipc_pool_import(flyt_backend *base, int fd, flyt_bhandle *pool)
+{
+    ENTER(b, base);
+    if (fd < 0)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUmemoryPool p = NULL;
+    CUresult r = b->cu.cuMemPoolImportFromShareableHandle(&p, (void *)(uintptr_t)fd,
+                                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!flyt_pset_has(&b->pools, p) && flyt_pset_add(&b->pools, p) != 0) {
+        b->cu.cuMemPoolDestroy(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pool = (flyt_bhandle)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult flyt_cuda_ipc_ptr_export(flyt_backend *base, uint64_t ptr, uint8_t data[FLYT_IPC_HANDLE_BYTES],
+                                  int *fd, uint64_t *unit_base, uint64_t *unit_size, uint64_t *size)
+{
+    ENTER(b, base);
+    CUmemPoolPtrExportData d;
+    _Static_assert(sizeof d == FLYT_IPC_HANDLE_BYTES, "CUmemPoolPtrExportData is 64 bytes");
+    *size = flyt_memtab_size(&b->ckpt.async, ptr);
+    if (*size == 0)
+        return CUDA_ERROR_INVALID_VALUE; /* not where a stream-ordered allocation starts */
+    CUresult r = b->cu.cuMemPoolExportPointer(&d, (CUdeviceptr)ptr);
+    if (r != CUDA_SUCCESS)
+        return r;
+    memcpy(data, &d, sizeof d);
+    *fd = -1; /* the importing driver finds the memory through the pool */
+    *unit_base = ptr;
+    *unit_size = *size;
+    return CUDA_SUCCESS;
+}
+
+CUresult flyt_cuda_ipc_ptr_import(flyt_backend *base, flyt_bhandle pool,
+                                  const uint8_t data[FLYT_IPC_HANDLE_BYTES], int fd,
+                                  uint64_t unit_size, uint64_t offset, uint64_t *addr)
+{
+    ENTER(b, base);
+    (void)fd, (void)unit_size, (void)offset;
+    if (!flyt_pset_has(&b->pools, pool))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUmemPoolPtrExportData d;
+    memcpy(&d, data, sizeof d);
+    CUdeviceptr p = 0;
+    CUresult r = b->cu.cuMemPoolImportPointer(&p, (CUmemoryPool)pool, &d);
+    if (r == CUDA_SUCCESS)
+        *addr = p;
+    return r;
 }

@@ -92,7 +92,19 @@ struct hpool {
     uint64_t reuse[3]; /* CU_MEMPOOL_ATTR_REUSE_* (attrs 1..3) */
     uint64_t release_threshold;
     uint64_t used, used_high;
+    unsigned handle_types; /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: shareable */
+    int      imported;     /* another session's, opened here (ipc_pool_import) */
 };
+
+static struct hpool *new_pool(uint64_t max_size)
+{
+    struct hpool *p = calloc(1, sizeof *p);
+    if (p) {
+        p->max_size = max_size;
+        p->reuse[0] = p->reuse[1] = p->reuse[2] = 1;
+    }
+    return p;
+}
 
 struct halloc {
     uint64_t addr, size; /* an anonymous mapping; [addr, addr + size) is the client's */
@@ -104,8 +116,11 @@ struct halloc {
     unsigned access;     /* VMM mappings: CU_MEM_ACCESS_FLAGS_PROT_* granted */
     int exported;        /* shared for CUDA IPC: the mapping is of memfd ipc_fd */
     int ipc_fd;
-    int imported;        /* another session's exported memory (not this one's to free) */
+    int imported;        /* another session's exported memory: IMPORT_MAPPED is not this
+                          * one's to free (cuIpcCloseMemHandle), IMPORT_POOLED is (a pool's) */
 };
+
+enum { IMPORT_MAPPED = 1, IMPORT_POOLED = 2 };
 
 /* VMM: a reserved address range, and a physical allocation (a memfd) that
  * lives while a handle or a mapping refers to it. */
@@ -334,7 +349,7 @@ static void fill_props(struct host_backend *h)
     p->gpuDirectRDMASupported = 0;
     p->gpuDirectRDMAFlushWritesOptions = 0;
     p->gpuDirectRDMAWritesOrdering = 0;
-    p->memoryPoolSupportedHandleTypes = 0;
+    p->memoryPoolSupportedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR; /* ipc_pool_* */
     p->deferredMappingCudaArraySupported = 0;
     p->ipcEventSupported = 1; /* interprocess events between sessions (ipc.h) */
     p->clusterLaunch = 1;
@@ -740,7 +755,8 @@ static void alloc_remove(struct host_backend *h, size_t i)
 static CUresult alloc_free(struct host_backend *h, uint64_t dptr)
 {
     long i = find_alloc(h, dptr);
-    if (i < 0 || h->allocs[i].addr != dptr || h->allocs[i].vmem || h->allocs[i].imported)
+    if (i < 0 || h->allocs[i].addr != dptr || h->allocs[i].vmem ||
+        h->allocs[i].imported == IMPORT_MAPPED)
         return CUDA_ERROR_INVALID_VALUE;
     alloc_remove(h, (size_t)i);
     return CUDA_SUCCESS;
@@ -751,15 +767,10 @@ static CUresult alloc_free(struct host_backend *h, uint64_t dptr)
  * then its bytes move into a memfd mapped over the same addresses, which
  * another session's process maps too. */
 
-static CUresult host_ipc_mem_export(flyt_backend *b, uint64_t ptr, int *fd, uint64_t *unit_base,
-                                    uint64_t *unit_size, uint64_t *size)
+/* a's bytes in a memfd mapped over its addresses (once), and a new descriptor of it */
+static CUresult share_alloc(struct halloc *a, int *fd, uint64_t *unit_base, uint64_t *unit_size,
+                            uint64_t *size)
 {
-    struct host_backend *h = HB(b);
-    long i = find_alloc(h, ptr);
-    if (i < 0 || h->allocs[i].addr != ptr || h->allocs[i].vmem || h->allocs[i].imported ||
-        h->allocs[i].pool || h->allocs[i].home)
-        return CUDA_ERROR_INVALID_VALUE; /* as the driver: cuMemAlloc's memory only */
-    struct halloc *a = &h->allocs[i];
     uint64_t span = page_span(a->size);
     if (!a->exported) {
         int mfd = memfd_create("flyt-host-ipc", MFD_CLOEXEC);
@@ -784,15 +795,24 @@ static CUresult host_ipc_mem_export(flyt_backend *b, uint64_t ptr, int *fd, uint
     return CUDA_SUCCESS;
 }
 
-static CUresult host_ipc_mem_import(flyt_backend *b, int fd, uint64_t unit_size, uint64_t *addr)
+static CUresult host_ipc_mem_export(flyt_backend *b, uint64_t ptr, int *fd, uint64_t *unit_base,
+                                    uint64_t *unit_size, uint64_t *size)
 {
     struct host_backend *h = HB(b);
+    long i = find_alloc(h, ptr);
+    if (i < 0 || h->allocs[i].addr != ptr || h->allocs[i].vmem || h->allocs[i].imported ||
+        h->allocs[i].pool || h->allocs[i].home)
+        return CUDA_ERROR_INVALID_VALUE; /* as the driver: cuMemAlloc's memory only */
+    return share_alloc(&h->allocs[i], fd, unit_base, unit_size, size);
+}
+
+/* fd's first unit_size bytes mapped at a fresh address (the table has room) */
+static CUresult map_shared(int fd, uint64_t unit_size, uint64_t *addr)
+{
     struct stat st;
     if (unit_size == 0 || unit_size != page_span(unit_size) || fstat(fd, &st) != 0 ||
         (uint64_t)st.st_size < unit_size)
         return CUDA_ERROR_INVALID_VALUE;
-    if (table_reserve(h) != 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t at = __atomic_fetch_add(&arena_next, unit_size, __ATOMIC_RELAXED);
     void *want = at <= ARENA_END - unit_size ? (void *)(uintptr_t)at : NULL;
     void *mem = want ? mmap(want, (size_t)unit_size, PROT_READ | PROT_WRITE,
@@ -805,20 +825,96 @@ static CUresult host_ipc_mem_import(flyt_backend *b, int fd, uint64_t unit_size,
     }
     if (mem == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    table_insert(h, (struct halloc){.addr = (uint64_t)(uintptr_t)mem, .size = unit_size,
-                                    .imported = 1});
     *addr = (uint64_t)(uintptr_t)mem;
     return CUDA_SUCCESS;
+}
+
+static CUresult host_ipc_mem_import(flyt_backend *b, int fd, uint64_t unit_size, uint64_t *addr)
+{
+    struct host_backend *h = HB(b);
+    if (table_reserve(h) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = map_shared(fd, unit_size, addr);
+    if (r == CUDA_SUCCESS)
+        table_insert(h, (struct halloc){.addr = *addr, .size = unit_size, .imported = IMPORT_MAPPED});
+    return r;
 }
 
 static CUresult host_ipc_mem_unimport(flyt_backend *b, uint64_t addr, uint64_t unit_size)
 {
     struct host_backend *h = HB(b);
     long i = find_alloc(h, addr);
-    if (i < 0 || h->allocs[i].addr != addr || !h->allocs[i].imported ||
+    if (i < 0 || h->allocs[i].addr != addr || h->allocs[i].imported != IMPORT_MAPPED ||
         h->allocs[i].size != unit_size)
         return CUDA_ERROR_INVALID_VALUE;
     alloc_remove(h, (size_t)i);
+    return CUDA_SUCCESS;
+}
+
+/* Shareable pools: nothing to hand over for the pool itself (this backend's
+ * pools are bookkeeping); an allocation's bytes move into a memfd as
+ * mem_export's, and the importer maps it as an allocation of its pool. */
+
+static struct hpool *pool_known(struct host_backend *h, flyt_bhandle pool)
+{
+    return pool && set_has(&h->pools, pool) ? pool : NULL;
+}
+
+static CUresult host_ipc_pool_export(flyt_backend *b, flyt_bhandle pool, int *fd)
+{
+    struct hpool *p = pool_known(HB(b), pool);
+    if (p == NULL || p->imported || !(p->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        return CUDA_ERROR_INVALID_VALUE; /* as the driver: a pool created shareable */
+    *fd = -1;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_ipc_pool_import(flyt_backend *b, int fd, flyt_bhandle *pool)
+{
+    struct host_backend *h = HB(b);
+    (void)fd;
+    struct hpool *p = new_pool(0);
+    if (p == NULL || set_add(&h->pools, p) != 0) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    p->handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    p->imported = 1;
+    *pool = p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_ipc_ptr_export(flyt_backend *b, uint64_t ptr, uint8_t data[FLYT_IPC_HANDLE_BYTES],
+                                    int *fd, uint64_t *unit_base, uint64_t *unit_size, uint64_t *size)
+{
+    struct host_backend *h = HB(b);
+    long i = find_alloc(h, ptr);
+    if (i < 0 || h->allocs[i].addr != ptr || h->allocs[i].imported || h->allocs[i].pool == NULL ||
+        !(h->allocs[i].pool->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        return CUDA_ERROR_INVALID_VALUE; /* from a shareable pool only, as the driver */
+    memset(data, 0, FLYT_IPC_HANDLE_BYTES);
+    return share_alloc(&h->allocs[i], fd, unit_base, unit_size, size);
+}
+
+static CUresult host_ipc_ptr_import(flyt_backend *b, flyt_bhandle pool,
+                                    const uint8_t data[FLYT_IPC_HANDLE_BYTES], int fd,
+                                    uint64_t unit_size, uint64_t offset, uint64_t *addr)
+{
+    struct host_backend *h = HB(b);
+    (void)data;
+    struct hpool *p = pool_known(h, pool);
+    if (p == NULL || !p->imported || fd < 0 || offset >= unit_size)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (table_reserve(h) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t at = 0;
+    CUresult r = map_shared(fd, unit_size, &at);
+    if (r != CUDA_SUCCESS)
+        return r;
+    table_insert(h, (struct halloc){.addr = at, .size = unit_size, .pool = p,
+                                    .imported = IMPORT_POOLED});
+    p->used += unit_size;
+    *addr = at + offset;
     return CUDA_SUCCESS;
 }
 
@@ -879,16 +975,6 @@ static CUresult capture_refused(struct hg_cap *c)
 {
     c->sess->invalid = 1;
     return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-static struct hpool *new_pool(uint64_t max_size)
-{
-    struct hpool *p = calloc(1, sizeof *p);
-    if (p) {
-        p->max_size = max_size;
-        p->reuse[0] = p->reuse[1] = p->reuse[2] = 1;
-    }
-    return p;
 }
 
 /* A user object: the backend forgets it before its destructor runs. */
@@ -1222,6 +1308,8 @@ static CUresult host_mem_alloc_async(flyt_backend *b, uint64_t size, flyt_bhandl
         pool = h->default_pool;
     else if (!set_has(&h->pools, pool))
         return CUDA_ERROR_INVALID_HANDLE;
+    if (((struct hpool *)pool)->imported)
+        return CUDA_ERROR_INVALID_VALUE; /* as the driver: imported pools make no allocations */
     return alloc_insert(h, size, pool, 0, dptr);
 }
 
@@ -1262,14 +1350,18 @@ static CUresult host_pool_default(flyt_backend *b, flyt_bhandle *pool)
     return CUDA_SUCCESS;
 }
 
-static CUresult host_pool_create(flyt_backend *b, uint64_t max_size, flyt_bhandle *pool)
+static CUresult host_pool_create(flyt_backend *b, uint64_t max_size, unsigned handle_types,
+                                 flyt_bhandle *pool)
 {
     struct host_backend *h = HB(b);
+    if (handle_types & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
     struct hpool *p = new_pool(max_size);
     if (p == NULL || set_add(&h->pools, p) != 0) {
         free(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    p->handle_types = handle_types;
     *pool = p;
     return CUDA_SUCCESS;
 }
@@ -3269,6 +3361,10 @@ static const struct flyt_backend_ops host_ops = {
     .ipc_event_import = host_ipc_event_import,
     .ipc_vmm_export = host_ipc_vmm_export,
     .ipc_vmm_import = host_ipc_vmm_import,
+    .ipc_pool_export = host_ipc_pool_export,
+    .ipc_pool_import = host_ipc_pool_import,
+    .ipc_ptr_export = host_ipc_ptr_export,
+    .ipc_ptr_import = host_ipc_ptr_import,
     .event_create = host_event_create,
     .event_destroy = host_event_destroy,
     .event_record = host_event_record,

@@ -31,6 +31,8 @@
 #define IPC_MEM        1u
 #define IPC_EVENT      2u
 #define IPC_VMM        3u
+#define IPC_POOL       4u
+#define IPC_PTR        5u /* an allocation of an exported pool */
 #define IPC_WAIT_S     5 /* an exporter's broker must answer within this */
 #define IPC_MAX_IMPORT 4096
 
@@ -55,16 +57,16 @@ struct ipc_answer {
     int32_t  result;
     uint32_t kind;
     uint64_t unit_size, offset, size; /* memory: its mapping, the allocation in it */
-    uint8_t  event[FLYT_IPC_HANDLE_BYTES];
+    uint8_t  bytes[FLYT_IPC_HANDLE_BYTES]; /* the driver's, of an event or pool allocation */
 };
 
 struct ipc_export {
     uint64_t token;
     uint32_t kind;
-    int      fd;  /* memory: the shareable memory; -1 for an event */
-    uint64_t key; /* memory: the allocation's address; event: its session id */
+    int      fd;  /* memory, a pool: its descriptor; -1 for an event (or where none is needed) */
+    uint64_t key; /* memory: the allocation's address; event, VMM allocation, pool: its session id */
     uint64_t unit_size, offset, size;
-    uint8_t  event[FLYT_IPC_HANDLE_BYTES];
+    uint8_t  bytes[FLYT_IPC_HANDLE_BYTES];
 };
 
 struct ipc_import {
@@ -86,6 +88,8 @@ struct flyt_ipc {
     size_t             nimports, cap_imports;
     uint64_t          *events_opened; /* ids of events opened from handles */
     size_t             nevents, cap_events;
+    uint64_t          *ptrs_imported; /* pool allocations imported, until freed */
+    size_t             nptrs, cap_ptrs;
 };
 
 static struct flyt_ipc *ipc_of(flyt_session *s)
@@ -179,7 +183,7 @@ static void broker_answer(struct flyt_ipc *x, int conn)
         ans.unit_size = e->unit_size;
         ans.offset = e->offset;
         ans.size = e->size;
-        memcpy(ans.event, e->event, sizeof ans.event);
+        memcpy(ans.bytes, e->bytes, sizeof ans.bytes);
     }
     /* the asker sees a failure as no answer */
     if (e != NULL && e->fd >= 0)
@@ -246,6 +250,15 @@ static CUresult broker_start(struct flyt_ipc *x)
     return CUDA_ERROR_OPERATING_SYSTEM;
 }
 
+/* Whether an answer of kind comes with a descriptor as it must: memory
+ * always, an event never, a pool and its allocations as the backend needs. */
+static int fd_fits(uint32_t kind, int fd)
+{
+    if (kind == IPC_MEM || kind == IPC_VMM)
+        return fd >= 0;
+    return kind != IPC_EVENT || fd < 0;
+}
+
 /* Asks the broker named in h. CUDA_SUCCESS with *ans (and *fd for memory, the caller's). */
 static CUresult broker_ask(const struct ipc_handle *h, struct ipc_answer *ans, int *fd)
 {
@@ -272,7 +285,7 @@ static CUresult broker_ask(const struct ipc_handle *h, struct ipc_answer *ans, i
     if (flyt_write_full(sock, &ask, sizeof ask) != 0 || flyt_read_full_fd(sock, ans, sizeof *ans, fd) != 0)
         goto out;
     r = (CUresult)ans->result;
-    if (r == CUDA_SUCCESS && (ans->kind != h->kind || (h->kind != IPC_EVENT) != (*fd >= 0)))
+    if (r == CUDA_SUCCESS && (ans->kind != h->kind || !fd_fits(h->kind, *fd)))
         r = CUDA_ERROR_INVALID_HANDLE;
 out:
     if (r != CUDA_SUCCESS && *fd >= 0) {
@@ -363,7 +376,7 @@ static CUresult fill_event(flyt_session *s, struct ipc_export *e)
 {
     flyt_bhandle ev;
     CUresult r = flyt_lookup(s, e->key, FLYT_H_EVENT, &ev);
-    return r == CUDA_SUCCESS ? FLYT_BCALL(s, ipc_event_export, ev, e->event) : r;
+    return r == CUDA_SUCCESS ? FLYT_BCALL(s, ipc_event_export, ev, e->bytes) : r;
 }
 
 static CUresult fill_vmm(flyt_session *s, struct ipc_export *e)
@@ -501,7 +514,7 @@ int handle_IPC_EVENT_OPEN(flyt_session *s, flyt_call *c)
         c->result = broker_ask(&h, &ans, &fd);
     flyt_bhandle ev = NULL;
     if (c->result == CUDA_SUCCESS)
-        c->result = FLYT_BCALL(s, ipc_event_import, ans.event, &ev);
+        c->result = FLYT_BCALL(s, ipc_event_import, ans.bytes, &ev);
     uint64_t id = 0;
     if (c->result == CUDA_SUCCESS)
         flyt_publish_stream_event(s, c, FLYT_H_EVENT, ev, r->id, &id);
@@ -546,9 +559,153 @@ int handle_IPC_VMM_IMPORT(flyt_session *s, flyt_call *c)
     return FLYT_CONT;
 }
 
+/* ---- memory pools and their allocations ---- */
+
+static CUresult fill_pool(flyt_session *s, struct ipc_export *e)
+{
+    flyt_bhandle pool;
+    CUresult r = flyt_lookup(s, e->key, FLYT_H_POOL, &pool);
+    if (r != CUDA_SUCCESS)
+        return r;
+    const struct flyt_pool_info *p = &flyt_handles_get(&s->handles, e->key, FLYT_H_POOL)->u.pool;
+    if (p->imported || !(p->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        return CUDA_ERROR_INVALID_VALUE; /* as the driver: a pool created shareable, here */
+    return FLYT_BCALL(s, ipc_pool_export, pool, &e->fd);
+}
+
+int handle_IPC_POOL_EXPORT(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    c->result = export_get(s, IPC_POOL, r->handle, c->rep, fill_pool);
+    return FLYT_CONT;
+}
+
+static CUresult fill_ptr(flyt_session *s, struct ipc_export *e)
+{
+    uint64_t unit_base = 0;
+    CUresult r = FLYT_BCALL(s, ipc_ptr_export, e->key, e->bytes, &e->fd, &unit_base,
+                            &e->unit_size, &e->size);
+    if (r == CUDA_SUCCESS)
+        e->offset = e->key - unit_base;
+    return r;
+}
+
+int handle_IPC_PTR_EXPORT(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_handle *r = c->req;
+    c->result = export_get(s, IPC_PTR, r->handle, c->rep, fill_ptr);
+    return FLYT_CONT;
+}
+
+struct pool_search {
+    const struct ipc_handle *h;
+    uint64_t                 id;
+};
+
+static int same_pool(struct flyt_hentry *e, void *arg)
+{
+    struct pool_search *q = arg;
+    if (e->type != FLYT_H_POOL || !e->u.pool.imported || e->u.pool.origin != q->h->nonce ||
+        e->u.pool.token != q->h->token)
+        return 0;
+    q->id = e->id;
+    return 1;
+}
+
+int handle_IPC_POOL_IMPORT(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_ipc_open *r = c->req;
+    flyt_rep_u64 *rep = c->rep;
+    struct ipc_handle h;
+    c->result = r->flags || r->id ? CUDA_ERROR_INVALID_VALUE : handle_in(r, IPC_POOL, &h);
+    /* as the driver: a pool imported again is the same pool */
+    struct pool_search q = {&h, 0};
+    if (c->result == CUDA_SUCCESS && flyt_handles_foreach(&s->handles, same_pool, &q)) {
+        rep->value = q.id;
+        return FLYT_CONT;
+    }
+    struct ipc_answer ans;
+    int fd = -1;
+    if (c->result == CUDA_SUCCESS)
+        c->result = broker_ask(&h, &ans, &fd);
+    flyt_bhandle pool = NULL;
+    if (c->result == CUDA_SUCCESS)
+        c->result = FLYT_BCALL(s, ipc_pool_import, fd, &pool);
+    if (fd >= 0)
+        close(fd);
+    if (c->result != CUDA_SUCCESS)
+        return FLYT_CONT;
+    struct flyt_hentry *e = flyt_handles_add(&s->handles, FLYT_H_POOL, pool);
+    if (e == NULL) {
+        FLYT_BCALL(s, pool_destroy, pool);
+        c->result = CUDA_ERROR_OUT_OF_MEMORY;
+        return FLYT_CONT;
+    }
+    e->u.pool = (struct flyt_pool_info){.handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                        .imported = 1, .origin = h.nonce, .token = h.token};
+    rep->value = e->id;
+    return FLYT_CONT;
+}
+
+/* The allocation of h in the imported pool bh: its pointer here. */
+static CUresult ptr_import(flyt_session *s, flyt_bhandle bh, const struct ipc_handle *h,
+                           flyt_rep_u64_pair *rep)
+{
+    struct flyt_ipc *x = ipc_of(s);
+    if (x == NULL || x->nptrs >= IPC_MAX_IMPORT ||
+        flyt_array_room((void **)&x->ptrs_imported, &x->cap_ptrs, x->nptrs, sizeof(uint64_t)) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct ipc_answer ans;
+    int fd = -1;
+    CUresult r = broker_ask(h, &ans, &fd);
+    if (r == CUDA_SUCCESS && fd >= 0 &&
+        (ans.offset >= ans.unit_size || ans.size > ans.unit_size - ans.offset))
+        r = CUDA_ERROR_INVALID_HANDLE;
+    uint64_t addr = 0;
+    if (r == CUDA_SUCCESS)
+        r = FLYT_BCALL(s, ipc_ptr_import, bh, ans.bytes, fd, ans.unit_size, ans.offset, &addr);
+    if (fd >= 0)
+        close(fd);
+    if (r != CUDA_SUCCESS)
+        return r;
+    x->ptrs_imported[x->nptrs++] = addr;
+    rep->a = addr;
+    rep->b = ans.size;
+    return CUDA_SUCCESS;
+}
+
+int handle_IPC_PTR_IMPORT(flyt_session *s, flyt_call *c)
+{
+    const flyt_req_ipc_open *r = c->req;
+    struct ipc_handle h;
+    c->result = r->flags ? CUDA_ERROR_INVALID_VALUE : handle_in(r, IPC_PTR, &h);
+    flyt_bhandle bh = NULL;
+    if (c->result == CUDA_SUCCESS)
+        c->result = flyt_lookup(s, r->id, FLYT_H_POOL, &bh);
+    /* the pool it was allocated from must be one opened from the same session */
+    if (c->result == CUDA_SUCCESS) {
+        const struct flyt_pool_info *p = &flyt_handles_get(&s->handles, r->id, FLYT_H_POOL)->u.pool;
+        if (!p->imported || p->origin != h.nonce)
+            c->result = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (c->result == CUDA_SUCCESS)
+        c->result = ptr_import(s, bh, &h, c->rep);
+    return FLYT_CONT;
+}
+
 /* ---- the session's hooks ---- */
 
-void flyt_ipc_mem_freed(flyt_session *s, uint64_t ptr) { export_drop(s, IPC_MEM, ptr); }
+void flyt_ipc_mem_freed(flyt_session *s, uint64_t ptr)
+{
+    export_drop(s, IPC_MEM, ptr);
+    export_drop(s, IPC_PTR, ptr);
+    struct flyt_ipc *x = s->ipc;
+    for (size_t i = 0; x && i < x->nptrs; i++)
+        if (x->ptrs_imported[i] == ptr)
+            x->ptrs_imported[i--] = x->ptrs_imported[--x->nptrs];
+}
+
+void flyt_ipc_pool_gone(flyt_session *s, uint64_t id) { export_drop(s, IPC_POOL, id); }
 
 void flyt_ipc_vmem_gone(flyt_session *s, uint64_t id) { export_drop(s, IPC_VMM, id); }
 
@@ -571,6 +728,7 @@ static void drop_all(struct flyt_ipc *x)
     pthread_mutex_unlock(&x->mu);
     x->nimports = 0;
     x->nevents = 0;
+    x->nptrs = 0;
 }
 
 void flyt_ipc_reset(flyt_session *s)
@@ -581,13 +739,16 @@ void flyt_ipc_reset(flyt_session *s)
     /* the mappings first, while the context that made them is there */
     for (size_t i = 0; i < x->nimports; i++)
         FLYT_BCALL(s, ipc_mem_unimport, x->imports[i].unit_addr, x->imports[i].unit_size);
+    for (size_t i = 0; i < x->nptrs; i++)
+        FLYT_BCALL(s, mem_free, x->ptrs_imported[i]);
     drop_all(x);
 }
 
-static int imported_vmem(struct flyt_hentry *e, void *arg)
+static int imported_object(struct flyt_hentry *e, void *arg)
 {
     (void)arg;
-    return e->type == FLYT_H_VMEM && e->u.vmem.imported;
+    return (e->type == FLYT_H_VMEM && e->u.vmem.imported) ||
+           (e->type == FLYT_H_POOL && e->u.pool.imported);
 }
 
 const char *flyt_ipc_busy(flyt_session *s)
@@ -597,11 +758,12 @@ const char *flyt_ipc_busy(flyt_session *s)
         return NULL;
     if (x->nexports)
         return "memory or an event shared with another process (cuIpcGetMemHandle, "
-               "cuIpcGetEventHandle, cuMemExportToShareableHandle)";
-    /* VMM imports are the handle table's entries marked imported */
-    if (x->nimports || x->nevents || flyt_handles_foreach(&s->handles, imported_vmem, NULL))
+               "cuIpcGetEventHandle, cuMemExportToShareableHandle, cuMemPoolExport*)";
+    /* VMM and pool imports are the handle table's entries marked imported */
+    if (x->nimports || x->nevents || x->nptrs ||
+        flyt_handles_foreach(&s->handles, imported_object, NULL))
         return "memory or an event of another process (cuIpcOpenMemHandle, cuIpcOpenEventHandle, "
-               "cuMemImportFromShareableHandle)";
+               "cuMemImportFromShareableHandle, cuMemPoolImport*)";
     return NULL;
 }
 
@@ -623,6 +785,7 @@ void flyt_ipc_end(flyt_session *s)
     free(x->exports);
     free(x->imports);
     free(x->events_opened);
+    free(x->ptrs_imported);
     free(x);
     s->ipc = NULL;
 }

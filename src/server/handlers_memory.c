@@ -150,8 +150,10 @@ int handle_MEM_FREE_ASYNC(flyt_session *s, flyt_call *c)
     if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, mem_free_async, r->dptr, stream);
     /* given back when the free is queued: the application cannot use it again */
-    if (c->result == CUDA_SUCCESS)
+    if (c->result == CUDA_SUCCESS) {
         flyt_memtab_remove(&s->mem, r->dptr);
+        flyt_ipc_mem_freed(s, r->dptr);
+    }
     return FLYT_CONT;
 }
 
@@ -193,14 +195,15 @@ int handle_POOL_CREATE(flyt_session *s, flyt_call *c)
         return FLYT_CONT;
     }
     flyt_bhandle pool = NULL;
-    c->result = FLYT_BCALL(s, pool_create, r->max_size, &pool);
+    c->result = FLYT_BCALL(s, pool_create, r->max_size, r->handle_types, &pool);
     if (c->result != CUDA_SUCCESS)
         return FLYT_CONT;
     rep->value = publish(s, c, FLYT_H_POOL, pool);
     if (rep->value == 0)
         FLYT_BCALL(s, pool_destroy, pool);
     else
-        flyt_handles_get(&s->handles, rep->value, FLYT_H_POOL)->u.pool_max_size = r->max_size;
+        flyt_handles_get(&s->handles, rep->value, FLYT_H_POOL)->u.pool =
+            (struct flyt_pool_info){.max_size = r->max_size, .handle_types = r->handle_types};
     return FLYT_CONT;
 }
 
@@ -213,6 +216,7 @@ int handle_POOL_DESTROY(flyt_session *s, flyt_call *c)
         c->result = FLYT_BCALL(s, pool_destroy, pool);
     if (c->result == CUDA_SUCCESS) {
         flyt_handles_remove(&s->handles, r->handle);
+        flyt_ipc_pool_gone(s, r->handle);
         if (r->handle == s->default_pool_id)
             s->default_pool_id = 0;
     }

@@ -67,6 +67,15 @@ struct flyt_vmem_info {
     uint32_t imported; /* another session's (IPC_VMM_IMPORT): not charged here */
 };
 
+/* A pool as created (cuMemPoolCreate) or opened (IPC_POOL_IMPORT). */
+struct flyt_pool_info {
+    uint64_t max_size;     /* cuMemPoolCreate's maxSize */
+    uint32_t handle_types; /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: shareable */
+    uint32_t imported;     /* another session's pool */
+    uint64_t origin;       /* imported: the nonce of its session's IPC broker (ipc.h) */
+    uint64_t token;        /* imported: its export's token there */
+};
+
 /* An array or a mipmapped array as created, kept for checkpoints. */
 struct flyt_array_info {
     uint64_t mipmap;         /* a level: id of its mipmapped array, else 0 */
@@ -106,7 +115,7 @@ struct flyt_hentry {
         uint64_t                graph; /* a node: its graph id; a graph: the stream capturing it, or 0
                                         * (and the FLYT_GRAPH_OWNED bit) */
         struct flyt_exec_info   exec;
-        uint64_t                pool_max_size; /* a created pool: cuMemPoolCreate's maxSize */
+        struct flyt_pool_info   pool;
         uint32_t                event_flags; /* an event: its CU_EVENT_* flags (for a checkpoint) */
     } u;
 };

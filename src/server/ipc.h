@@ -10,8 +10,8 @@
  * this node by the --vm-quota page) and answers with a descriptor of the
  * memory (SCM_RIGHTS) or the driver's bytes of an interprocess event.
  *
- * Invariants: an export lives exactly as long as its allocation or event
- * (flyt_ipc_mem_freed, flyt_ipc_event_gone); an import's mapping lives until
+ * Invariants: an export lives exactly as long as its allocation, event or
+ * pool (flyt_ipc_mem_freed, flyt_ipc_event_gone, flyt_ipc_pool_gone); an import's mapping lives until
  * its opens are all closed, whatever the exporter does since (the memory
  * stays while mapped, as the driver's own IPC). A session holding any export
  * or import cannot be checkpointed (flyt_ipc_busy).
@@ -24,8 +24,11 @@
 struct flyt_session;
 struct flyt_ipc;
 
-/* The allocation at ptr was freed: handles to it stop opening. */
+/* The allocation at ptr was freed: handles to it stop opening (an imported
+ * pool allocation: it is no longer held). */
 void flyt_ipc_mem_freed(struct flyt_session *s, uint64_t ptr);
+/* Pool id was destroyed: its export ends. */
+void flyt_ipc_pool_gone(struct flyt_session *s, uint64_t id);
 /* VMM allocation id had its last release: its export ends. */
 void flyt_ipc_vmem_gone(struct flyt_session *s, uint64_t id);
 /* Event id was destroyed: its export ends, or it was an opened one. */

@@ -80,6 +80,8 @@ static const char *refused_kind(flyt_session *s, const struct flyt_hentry *e)
     case FLYT_H_MODULE: return NULL;
     case FLYT_H_FUNC: return e->u.func.name ? NULL : "function without a recorded name";
     case FLYT_H_POOL:
+        if (e->u.pool.handle_types || e->u.pool.imported) /* its other processes would keep the old */
+            return "memory pool shared with other processes (cuMemPoolCreate with handle types)";
         return e->id == s->default_pool_id || s->b->ops->state_async ? NULL
                                                                       : "memory pool (cuMemPoolCreate)";
     case FLYT_H_REGION: return NULL;
@@ -391,7 +393,7 @@ static CUresult write_pool(flyt_session *s, struct writer *w, const struct flyt_
 {
     struct flyt_state_mempool rec = {.id = e->id, .is_default = e->id == s->default_pool_id};
     if (!rec.is_default)
-        rec.max_size = e->u.pool_max_size;
+        rec.max_size = e->u.pool.max_size;
     for (int i = 0; i < FLYT_STATE_POOL_ATTRS; i++)
         if (FLYT_BCALL(s, pool_get_attr, e->bh, i + 1, &rec.attrs[i]) == CUDA_SUCCESS)
             rec.attr_valid |= 1u << i;
@@ -1327,7 +1329,7 @@ static CUresult restore_pool(flyt_session *s, const struct flyt_state_mempool *r
 {
     flyt_bhandle bh = NULL;
     CUresult e = r->is_default ? FLYT_BCALL(s, pool_default, &bh)
-                               : FLYT_BCALL(s, pool_create, r->max_size, &bh);
+                               : FLYT_BCALL(s, pool_create, r->max_size, 0, &bh);
     struct flyt_hentry *h = e == CUDA_SUCCESS ? add_exact(s, r->id, FLYT_H_POOL, bh, last) : NULL;
     if (h == NULL) {
         if (bh && !r->is_default)
@@ -1339,7 +1341,7 @@ static CUresult restore_pool(flyt_session *s, const struct flyt_state_mempool *r
     if (r->is_default)
         s->default_pool_id = r->id;
     else
-        h->u.pool_max_size = r->max_size;
+        h->u.pool.max_size = r->max_size;
     for (int i = 0; i < FLYT_STATE_POOL_ATTRS; i++) {
         uint64_t now;
         if ((r->attr_valid & (1u << i)) &&

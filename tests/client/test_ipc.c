@@ -10,6 +10,9 @@
  * a device reset with a mapping open undoes it. A VMM allocation
  * (cuMemCreate) goes over as a file descriptor sent with SCM_RIGHTS, as
  * NVIDIA's memMapIPCDrv sample and PyTorch's expandable segments share.
+ * A shareable memory pool goes over as a descriptor too, and an allocation
+ * of it as 64 bytes of export data, as NVIDIA's streamOrderedAllocationIPC
+ * sample shares them.
  * Fork comes before any CUDA call: each process has its own connection.
  */
 #include <cuda.h>
@@ -198,6 +201,128 @@ static void parent_vmm(void)
     free(host);
 }
 
+#define POOLED (3u << 20)
+
+/* The importer's side of the pool: it reads the exporter's 0x55s, leaves
+ * 0x66s and frees its import; afterwards a freed allocation's data imports
+ * nothing. */
+static void child_pool(void)
+{
+    int fd = recv_fd(fdsock[1]);
+    struct cudaMemPoolPtrExportData data, freed_data;
+    get(fdsock[1], &data, sizeof data);
+    cudaMemPool_t pool = NULL, again = NULL, own = NULL;
+    CHECK_EQ(cudaMemPoolImportFromShareableHandle(&pool, (void *)(intptr_t)fd,
+                                                  cudaMemHandleTypePosixFileDescriptor, 0),
+             cudaSuccess, "cudaMemPoolImportFromShareableHandle");
+    CHECK_EQ(cudaMemPoolImportFromShareableHandle(&again, (void *)(intptr_t)fd,
+                                                  cudaMemHandleTypePosixFileDescriptor, 0),
+             cudaSuccess, "import it again");
+    CHECK(again == pool, "the same pool, as the driver's");
+    close(fd);
+    struct cudaMemAccessDesc access = {.location = {cudaMemLocationTypeDevice, 0},
+                                .flags = cudaMemAccessFlagsProtReadWrite};
+    CHECK_EQ(cudaMemPoolSetAccess(pool, &access, 1), cudaSuccess, "access for this device");
+    void *p = NULL, *none = NULL;
+    CHECK(cudaMallocFromPoolAsync(&none, 4096, pool, 0) != cudaSuccess,
+          "an imported pool makes no allocations");
+    cudaGetLastError();
+    struct cudaMemPoolProps props = {.allocType = cudaMemAllocationTypePinned,
+                              .handleTypes = cudaMemHandleTypePosixFileDescriptor,
+                              .location = {cudaMemLocationTypeDevice, 0}};
+    CHECK_EQ(cudaMemPoolCreate(&own, &props), cudaSuccess, "a pool of the importer's own");
+    CHECK(cudaMemPoolImportPointer(&none, own, &data) != cudaSuccess,
+          "the allocation does not import into a pool it is not of");
+    cudaGetLastError();
+    CHECK_EQ(cudaMemPoolDestroy(own), cudaSuccess, "destroyed");
+    CHECK_EQ(cudaMemPoolImportPointer(&p, pool, &data), cudaSuccess, "cudaMemPoolImportPointer");
+    struct cudaPointerAttributes attr;
+    CHECK_EQ(cudaPointerGetAttributes(&attr, (char *)p + 10), cudaSuccess, "its attributes");
+    CHECK_EQ(attr.type, cudaMemoryTypeDevice, "imported pool memory is device memory");
+    unsigned char *host = malloc(POOLED);
+    CHECK_EQ(cudaMemcpy(host, p, POOLED, cudaMemcpyDeviceToHost), cudaSuccess, "read it");
+    int all = 1;
+    for (size_t i = 0; i < POOLED; i++)
+        all &= host[i] == 0x55;
+    CHECK(all, "the importer reads the exporter's pool allocation");
+    CHECK_EQ(cudaMemsetAsync(p, 0x66, POOLED, 0), cudaSuccess, "and writes it");
+    CHECK_EQ(cudaFreeAsync(p, 0), cudaSuccess, "the import freed (cudaFreeAsync)");
+    CHECK_EQ(cudaStreamSynchronize(0), cudaSuccess, "before the exporter frees it");
+    char done = 'p';
+    put(fdsock[1], &done, 1);
+    get(fdsock[1], &freed_data, sizeof freed_data);
+    CHECK(cudaMemPoolImportPointer(&none, pool, &freed_data) != cudaSuccess,
+          "a freed allocation's export data imports nothing");
+    cudaGetLastError();
+    CHECK_EQ(cudaMemPoolDestroy(pool), cudaSuccess, "the imported pool destroyed");
+    put(fdsock[1], &done, 1);
+    free(host);
+}
+
+/* The exporter's side: a shareable pool and an allocation of it filled with
+ * 0x55, both sent; afterwards the allocation holds the importer's 0x66s. */
+static void parent_pool(void)
+{
+    int types = 0;
+    CHECK_EQ(cudaDeviceGetAttribute(&types, cudaDevAttrMemoryPoolSupportedHandleTypes, 0), cudaSuccess,
+             "cudaDevAttrMemoryPoolSupportedHandleTypes");
+    CHECK(types & cudaMemHandleTypePosixFileDescriptor, "the device shares pools as POSIX descriptors");
+    struct cudaMemPoolProps props = {.allocType = cudaMemAllocationTypePinned,
+                              .handleTypes = cudaMemHandleTypePosixFileDescriptor,
+                              .location = {cudaMemLocationTypeDevice, 0}};
+    cudaMemPool_t pool = NULL, plain = NULL, dflt = NULL;
+    CHECK_EQ(cudaMemPoolCreate(&pool, &props), cudaSuccess, "a shareable pool");
+    int fd = -1;
+    CHECK_EQ(cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0),
+             cudaSuccess, "cudaMemPoolExportToShareableHandle");
+    CHECK(fd >= 0, "a descriptor");
+    void *p = NULL, *q = NULL, *r = NULL;
+    CHECK_EQ(cudaMallocFromPoolAsync(&p, POOLED, pool, 0), cudaSuccess, "an allocation from it");
+    CHECK_EQ(cudaMallocFromPoolAsync(&q, 4096, pool, 0), cudaSuccess, "a second one");
+    struct cudaMemPoolPtrExportData data, twice, qdata;
+    CHECK_EQ(cudaMemPoolExportPointer(&data, p), cudaSuccess, "cudaMemPoolExportPointer");
+    CHECK_EQ(cudaMemPoolExportPointer(&twice, p), cudaSuccess, "export it again");
+    CHECK(memcmp(&data, &twice, sizeof data) == 0, "one allocation, one export");
+    CHECK_EQ(cudaMemPoolExportPointer(&qdata, q), cudaSuccess, "export the second one");
+    CHECK_EQ(cudaMemsetAsync(p, 0x55, POOLED, 0), cudaSuccess, "fill it");
+    CHECK_EQ(cudaStreamSynchronize(0), cudaSuccess, "filled");
+
+    props.handleTypes = cudaMemHandleTypeNone;
+    CHECK_EQ(cudaMemPoolCreate(&plain, &props), cudaSuccess, "a pool not shareable");
+    int no = -1;
+    CHECK(cudaMemPoolExportToShareableHandle(&no, plain, cudaMemHandleTypePosixFileDescriptor, 0) !=
+              cudaSuccess, "does not export");
+    cudaGetLastError();
+    CHECK_EQ(cudaMallocFromPoolAsync(&r, 4096, plain, 0), cudaSuccess, "an allocation from it");
+    CHECK(cudaMemPoolExportPointer(&twice, r) != cudaSuccess, "which does not export either");
+    cudaGetLastError();
+    CHECK_EQ(cudaFreeAsync(r, 0), cudaSuccess, "freed");
+    CHECK_EQ(cudaMemPoolDestroy(plain), cudaSuccess, "destroyed");
+    CHECK_EQ(cudaDeviceGetDefaultMemPool(&dflt, 0), cudaSuccess, "the default pool");
+    CHECK(cudaMemPoolExportToShareableHandle(&no, dflt, cudaMemHandleTypePosixFileDescriptor, 0) !=
+              cudaSuccess, "is not shareable");
+    cudaGetLastError();
+
+    send_fd(fdsock[0], fd);
+    close(fd);
+    put(fdsock[0], &data, sizeof data);
+    char done;
+    get(fdsock[0], &done, 1);
+    unsigned char *host = malloc(POOLED);
+    CHECK_EQ(cudaMemcpy(host, p, POOLED, cudaMemcpyDeviceToHost), cudaSuccess, "read it back");
+    int all = 1;
+    for (size_t i = 0; i < POOLED; i++)
+        all &= host[i] == 0x66;
+    CHECK(all, "the exporter reads the importer's writes to the pool allocation");
+    CHECK_EQ(cudaFreeAsync(q, 0), cudaSuccess, "the second allocation freed");
+    CHECK_EQ(cudaStreamSynchronize(0), cudaSuccess, "free done");
+    put(fdsock[0], &qdata, sizeof qdata);
+    get(fdsock[0], &done, 1);
+    CHECK_EQ(cudaFreeAsync(p, 0), cudaSuccess, "the exported allocation freed");
+    CHECK_EQ(cudaMemPoolDestroy(pool), cudaSuccess, "the shareable pool destroyed");
+    free(host);
+}
+
 struct handles {
     cudaIpcMemHandle_t   big, small;
     cudaIpcEventHandle_t event;
@@ -269,6 +394,7 @@ static void child(int in, int out)
     cudaGetLastError();
     CHECK_EQ(cudaIpcCloseMemHandle(small), cudaSuccess, "close the small one");
     child_vmm();
+    child_pool();
     CHECK_EQ(cudaIpcOpenMemHandle(&small, h.small, cudaIpcMemLazyEnablePeerAccess), cudaSuccess,
              "open the small one again");
     CHECK_EQ(cudaDeviceReset(), cudaSuccess, "a device reset with a mapping open");
@@ -375,6 +501,7 @@ int main(void)
 
     put(to, &h, sizeof h);
     parent_vmm();
+    parent_pool();
     if (stray > 0) {
         put(to2, &h, sizeof h);
         CHECK(reaped_ok(stray), "the other tenant's process");

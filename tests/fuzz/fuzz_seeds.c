@@ -104,5 +104,24 @@ int main(int argc, char **argv)
     memcpy(op.handle, foreign, sizeof foreign);
     frame(FLYT_OP_IPC_EVENT_OPEN, 0, &op, sizeof op);
     write_seed(dir, "seq-ipc-event");
+
+    /* a shareable pool exported, an allocation of it exported, and a pool
+     * handle of a session that is not there imported */
+    flyt_req_pool_create pc = {.handle_types = 1 /* POSIX descriptors */};
+    frame(FLYT_OP_POOL_CREATE, 0, &pc, sizeof pc);
+    flyt_req_handle pe = {.handle = 1}; /* the server's first id */
+    frame(FLYT_OP_IPC_POOL_EXPORT, 0, &pe, sizeof pe);
+    flyt_req_mem_alloc ma = {.size = 4096, .pool = 1};
+    frame(FLYT_OP_MEM_ALLOC_ASYNC, 0, &ma, sizeof ma);
+    flyt_req_handle xe = {.handle = 0x7f0000000000ull};
+    frame(FLYT_OP_IPC_PTR_EXPORT, 0, &xe, sizeof xe);
+    flyt_req_ipc_open pi = {0};
+    static const uint64_t foreign_pool[4] = {0x3143504954594c46ull, 4ull | 1ull << 32, 1, 1};
+    memcpy(pi.handle, foreign_pool, sizeof foreign_pool);
+    frame(FLYT_OP_IPC_POOL_IMPORT, 0, &pi, sizeof pi);
+    pi.id = 1;
+    pi.handle[8] = 5; /* an allocation's handle, into pool 1 */
+    frame(FLYT_OP_IPC_PTR_IMPORT, 0, &pi, sizeof pi);
+    write_seed(dir, "seq-ipc-pool");
     return 0;
 }

@@ -354,7 +354,7 @@ static void test_pools(void)
     CHECK_EQ(OPS->pool_get_attr(b, def, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &v), CUDA_SUCCESS,
              "used 0, high water 4096");
     CHECK_EQ(v, 4096, "used 0, high water 4096");
-    CHECK_EQ(OPS->pool_create(b, 10000, &pool), CUDA_SUCCESS, "pool with max size 10000");
+    CHECK_EQ(OPS->pool_create(b, 10000, 0, &pool), CUDA_SUCCESS, "pool with max size 10000");
     CHECK_EQ(OPS->mem_alloc_async(b, 8000, pool, FLYT_BSTREAM_DEFAULT, &p), CUDA_SUCCESS, "8000 from it");
     CHECK_EQ(OPS->mem_alloc_async(b, 8000, pool, FLYT_BSTREAM_DEFAULT, &q), CUDA_ERROR_OUT_OF_MEMORY,
              "8000 more: OUT_OF_MEMORY");
@@ -567,7 +567,7 @@ static void test_reset(void)
     CHECK_EQ(OPS->mem_alloc(b, 1 * MiB, &a), CUDA_SUCCESS, "some objects");
     CHECK_EQ(OPS->stream_create(b, 0, 0, &s), CUDA_SUCCESS, "some objects");
     CHECK_EQ(OPS->event_create(b, 0, &e), CUDA_SUCCESS, "some objects");
-    CHECK_EQ(OPS->pool_create(b, 0, &pool), CUDA_SUCCESS, "some objects");
+    CHECK_EQ(OPS->pool_create(b, 0, 0, &pool), CUDA_SUCCESS, "some objects");
     CHECK_EQ(OPS->pool_default(b, &def0), CUDA_SUCCESS, "some objects");
     OPS->set_limit(b, CU_LIMIT_STACK_SIZE, 4096);
     CHECK_EQ(OPS->device_reset(b), CUDA_SUCCESS, "reset");

@@ -336,6 +336,55 @@ static void ipc_refuses_checkpoint(int fd)
     unlink(bad);
 }
 
+/* Shareable memory pools (2.7): such a pool refuses a checkpoint while it
+ * lives; exports of what is not shareable and imports into what was not
+ * imported are refused. */
+static void ipc_pools(int fd)
+{
+    th_say("IPC: a shareable pool refuses a checkpoint; bad pool exports and imports refused");
+    flyt_req_pool_create pc = {.max_size = 0, .device = 0, .handle_types = 8 /* fabric */};
+    uint64_t shareable = 0, plain = 0, from_plain = 0;
+    CHECK_EQ(th_call(fd, FLYT_OP_POOL_CREATE, &pc, sizeof pc, NULL, 0, NULL), T_INVALID_VALUE,
+             "a pool of fabric handles: refused");
+    pc.handle_types = 1; /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_POOL_CREATE, &pc, sizeof pc, NULL, 0, &shareable, sizeof shareable),
+             T_SUCCESS, "a shareable pool");
+    pc.handle_types = 0;
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_POOL_CREATE, &pc, sizeof pc, NULL, 0, &plain, sizeof plain),
+             T_SUCCESS, "a plain pool");
+    char error[256], path[160];
+    snprintf(path, sizeof path, "%s/pool.state", dir);
+    CHECK_EQ(checkpoint(path, error, sizeof error), T_NOT_SUPPORTED, "checkpoint refused");
+    CHECK(strstr(error, "shared with other processes") != NULL, "the error says why: %s", error);
+    flyt_rep_ipc_handle h;
+    flyt_req_handle ex = {shareable};
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_IPC_POOL_EXPORT, &ex, sizeof ex, NULL, 0, &h, sizeof h), T_SUCCESS,
+             "IPC_POOL_EXPORT of the shareable pool");
+    CHECK_EQ(handle_op(fd, FLYT_OP_IPC_POOL_EXPORT, plain), T_INVALID_VALUE,
+             "IPC_POOL_EXPORT of a pool not shareable");
+    flyt_req_mem_alloc ma = {.size = 4096, .pool = plain};
+    CHECK_EQ(th_call_rep(fd, FLYT_OP_MEM_ALLOC_ASYNC, &ma, sizeof ma, NULL, 0, &from_plain,
+                         sizeof from_plain),
+             T_SUCCESS, "an allocation of the plain pool");
+    CHECK_EQ(handle_op(fd, FLYT_OP_IPC_PTR_EXPORT, from_plain), T_INVALID_VALUE,
+             "IPC_PTR_EXPORT of it");
+    flyt_req_ipc_open op;
+    memset(&op, 0, sizeof op);
+    memcpy(op.handle, h.handle, sizeof op.handle);
+    CHECK_EQ(th_call(fd, FLYT_OP_IPC_POOL_IMPORT, &op, sizeof op, NULL, 0, NULL), 201,
+             "its own pool's handle: CUDA_ERROR_INVALID_CONTEXT");
+    op.id = shareable;
+    CHECK_EQ(th_call(fd, FLYT_OP_IPC_POOL_IMPORT, &op, sizeof op, NULL, 0, NULL), T_INVALID_VALUE,
+             "IPC_POOL_IMPORT with an id");
+    CHECK_EQ(th_call(fd, FLYT_OP_IPC_PTR_IMPORT, &op, sizeof op, NULL, 0, NULL), T_INVALID_VALUE,
+             "IPC_PTR_IMPORT of a pool handle: the kinds differ");
+    CHECK_EQ(th_free(fd, from_plain), T_SUCCESS, "the allocation freed");
+    CHECK_EQ(handle_op(fd, FLYT_OP_POOL_DESTROY, shareable), T_SUCCESS, "the shareable pool destroyed");
+    CHECK_EQ(handle_op(fd, FLYT_OP_POOL_DESTROY, plain), T_SUCCESS, "the plain one too");
+    CHECK_EQ(checkpoint(path, error, sizeof error), T_SUCCESS, "then a checkpoint runs: %s", error);
+    unlink(path);
+}
+
 /* The request-stream bytes a checkpoint of the session says it consumed. */
 static uint64_t consumed_now(void)
 {
@@ -634,6 +683,7 @@ int main(int argc, char **argv)
     share_regions(fd);
     capture_holds_checkpoint(fd);
     ipc_refuses_checkpoint(fd);
+    ipc_pools(fd);
 
     th_say("checkpoint through the status page");
     char error[256];
