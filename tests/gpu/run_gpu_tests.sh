@@ -63,7 +63,8 @@ DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   driver_runtime_mix nvjitlink_lto graph_mem_nodes graph_mem_nodes_static
                   host_alloc_flags host_alloc_flags_static host_alloc_mapped host_alloc_mapped_static
                   cublas_ext cusparse_cusolver_ext compressible_memory managed_patterns
-                  no_current_context no_current_context_static ipc_memory ipc_memory_static)
+                  no_current_context no_current_context_static ipc_memory ipc_memory_static
+                  pool_ipc pool_ipc_static)
 
 die() {
     echo "run_gpu_tests: $*" >&2

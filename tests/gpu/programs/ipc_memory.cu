@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "test_util.h"
+#include "ipc_util.h"
 
 #define BIG_N   (1 << 20) // ints: 4 MiB
 #define SMALL_N 512       // ints: 2 KiB, packed beside other small allocations
@@ -25,42 +26,6 @@ struct to_child {
     cudaIpcMemHandle_t   big, small;
     cudaIpcEventHandle_t filled;
 };
-
-__global__ void fill(int *p, int n, int base)
-{
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        p[i] = base + i % 1000;
-}
-
-__global__ void add(int *p, int n, int v)
-{
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        p[i] += v;
-}
-
-static void put(int fd, const void *p, size_t n)
-{
-    if (write(fd, p, n) != (ssize_t)n) {
-        printf("FAIL: pipe write\n");
-        exit(1);
-    }
-}
-
-static void get(int fd, void *p, size_t n)
-{
-    if (read(fd, p, n) != (ssize_t)n) {
-        printf("FAIL: pipe read\n");
-        exit(1);
-    }
-}
-
-static long long sum(const int *p, int n)
-{
-    long long s = 0;
-    for (int i = 0; i < n; i++)
-        s += p[i];
-    return s;
-}
 
 static int child(int in, int out)
 {
