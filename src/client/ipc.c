@@ -23,11 +23,17 @@ _Static_assert(sizeof(CUipcEventHandle) == FLYT_IPC_HANDLE_BYTES, "CUipcEventHan
 
 static CUresult ipc_ready_for(const char *name, int minor)
 {
+    CUresult r;
+    switch (minor) {
+    case FLYT_MINOR_IPC: r = flyt_ctx_require_at(name); break;
     /* VMM handles name their device themselves: the driver exports and
      * imports them from any thread (PyTorch does it on a queue's feeder
      * thread, which never made a context current) */
-    CUresult r = minor == FLYT_MINOR_IPC ? flyt_ctx_require_at(name)
-                                          : flyt_ctx_require_object_at(name);
+    case FLYT_MINOR_IPC_VMM: r = flyt_ctx_require_object_at(name); break;
+    /* so do pools, also before any context exists (NVIDIA's runtime makes
+     * none for cudaMemPoolCreate and its exports and imports) */
+    default: r = flyt_init_state(); break;
+    }
     if (r == CUDA_SUCCESS && flyt_conn_server_minor() < minor)
         r = flyt_unsupported_why(name, "the server predates it (protocol 2.5, 2.6 for VMM, "
                                        "2.7 for pools)");

@@ -12,7 +12,8 @@
  * NVIDIA's memMapIPCDrv sample and PyTorch's expandable segments share.
  * A shareable memory pool goes over as a descriptor too, and an allocation
  * of it as 64 bytes of export data, as NVIDIA's streamOrderedAllocationIPC
- * sample shares them.
+ * sample shares them, exported and imported before either process has a
+ * context (the runtime makes none for pool calls).
  * Fork comes before any CUDA call: each process has its own connection.
  */
 #include <cuda.h>
@@ -346,6 +347,7 @@ static int matches(const unsigned char *buf, size_t n, unsigned seed)
 /* The importer: everything a second process does with the handles. */
 static void child(int in, int out)
 {
+    child_pool(); /* first: the pool is imported before this process has a context */
     struct handles h;
     get(in, &h, sizeof h);
     unsigned char *host = malloc(BIG);
@@ -394,7 +396,6 @@ static void child(int in, int out)
     cudaGetLastError();
     CHECK_EQ(cudaIpcCloseMemHandle(small), cudaSuccess, "close the small one");
     child_vmm();
-    child_pool();
     CHECK_EQ(cudaIpcOpenMemHandle(&small, h.small, cudaIpcMemLazyEnablePeerAccess), cudaSuccess,
              "open the small one again");
     CHECK_EQ(cudaDeviceReset(), cudaSuccess, "a device reset with a mapping open");
@@ -458,6 +459,7 @@ int main(void)
     int to, from, to2 = -1, from2 = -1;
     pid_t kid = start(&to, &from, NULL);
     pid_t stray = other ? start(&to2, &from2, other) : -1;
+    parent_pool(); /* first: the pool is exported before this process has a context */
 
     unsigned char *host = malloc(BIG);
     CHECK(host != NULL, "malloc");
@@ -501,7 +503,6 @@ int main(void)
 
     put(to, &h, sizeof h);
     parent_vmm();
-    parent_pool();
     if (stray > 0) {
         put(to2, &h, sizeof h);
         CHECK(reaped_ok(stray), "the other tenant's process");
