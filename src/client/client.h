@@ -149,6 +149,9 @@ void flyt_device_share_changed(const struct flyt_msg_share *m);
 int flyt_tracing(void);
 /* Says r (when an error and tracing) with where it arose; returns r. */
 CUresult flyt_trace(const char *where, CUresult r);
+/* 1 in a child forked after this process connected: its calls are refused
+ * (CUDA_ERROR_NOT_INITIALIZED, as the driver's after a fork). */
+int flyt_conn_forked(void);
 /* Says once per name that a driver function is not carried out. */
 CUresult flyt_driver_unsupported(const char *name);
 /* Same, with a reason: "NAME (REASON)". */

@@ -930,6 +930,18 @@ static int prepare_moves(const struct target *t, const flyt_rep_hello *rep)
     return 0;
 }
 
+/* A child forked after this process connected: the connection is the
+ * parent's (its receiver thread did not come along, its locks may be held),
+ * so the child's calls fail as NVIDIA's driver fails them after a fork,
+ * CUDA_ERROR_NOT_INITIALIZED, and never write to the parent's socket. */
+static atomic_int forked_child;
+
+static void after_fork_in_child(void) { atomic_store(&forked_child, 1); }
+
+static void watch_forks(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
+
+int flyt_conn_forked(void) { return atomic_load_explicit(&forked_child, memory_order_relaxed); }
+
 static int connect_server(void)
 {
     struct target t;
@@ -980,6 +992,8 @@ static int connect_server(void)
     ok = prepare_moves(&t, &rep) == 0;
     explicit_bzero(t.token, sizeof t.token);
     conn.pid = getpid();
+    static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
+    pthread_once(&fork_watch, watch_forks);
     if (!ok || start_threads() != 0) {
         report_once("cannot start the client threads");
         return -1;
@@ -1476,6 +1490,8 @@ static void wait_reply(struct waiter *w)
 static CUresult call(uint16_t op, const void *req, size_t req_size, const struct iovec *data,
                         int data_count, int pass_fd, struct flyt_reply_sink *sink)
 {
+    if (flyt_conn_forked())
+        return CUDA_ERROR_NOT_INITIALIZED;
     if (op != FLYT_OP_HELLO && op != FLYT_OP_DEVICE_SNAPSHOT && flyt_connect_once() != CUDA_SUCCESS)
         return CUDA_ERROR_NO_DEVICE;
     if (atomic_load(&conn.broken))
@@ -1560,6 +1576,8 @@ CUresult flyt_call_fd(uint16_t op, const void *req, size_t req_size, int fd,
 CUresult flyt_send_async(uint16_t op, const void *req, size_t req_size,
                             const struct iovec *data, int data_count)
 {
+    if (flyt_conn_forked())
+        return CUDA_ERROR_NOT_INITIALIZED;
     CUresult err = flyt_connect_once();
     if (err != CUDA_SUCCESS)
         return err;

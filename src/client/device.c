@@ -25,6 +25,8 @@ FLYT_EXPORT CUresult cuInit(unsigned int flags)
 {
     if (flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if (flyt_conn_forked())
+        return CUDA_ERROR_NOT_INITIALIZED;
     int state = atomic_load(&init_state);
     if (state != 0)
         return (CUresult)(state - 1);
@@ -38,6 +40,8 @@ FLYT_EXPORT CUresult cuInit(unsigned int flags)
 
 CUresult flyt_init_state(void)
 {
+    if (flyt_conn_forked())
+        return CUDA_ERROR_NOT_INITIALIZED;
     int state = atomic_load(&init_state);
     return state == 0 ? CUDA_ERROR_NOT_INITIALIZED : (CUresult)(state - 1);
 }

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/utsname.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -941,6 +942,43 @@ static void test_pools_by_location(CUdevice dev)
     CU_OK(cuMemPoolDestroy(pool));
 }
 
+/* A child forked after the parent connected: as the driver's after a fork,
+ * its calls fail with CUDA_ERROR_NOT_INITIALIZED (they must not write to the
+ * parent's connection); it exits normally (atexit handlers run) and the
+ * parent carries on. The child's failures come back as its exit status. */
+static void test_fork_after_init(void)
+{
+    CUdeviceptr d = 0;
+    CU_OK(cuMemAlloc(&d, 4096));
+    CU_OK(cuMemsetD8(d, 0x11, 4096));
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        int bad = 0, n = -1;
+        CUdeviceptr mine = 0;
+        CUcontext ctx = NULL;
+        bad += cuInit(0) != CUDA_ERROR_NOT_INITIALIZED;
+        bad += cuDeviceGetCount(&n) != CUDA_ERROR_NOT_INITIALIZED;
+        bad += cuCtxGetCurrent(&ctx) != CUDA_ERROR_NOT_INITIALIZED;
+        bad += cuMemAlloc(&mine, 4096) != CUDA_ERROR_NOT_INITIALIZED;
+        bad += cuMemsetD8(d, 0x22, 4096) != CUDA_ERROR_NOT_INITIALIZED;
+        bad += cuMemsetD8Async(d, 0x22, 4096, NULL) != CUDA_ERROR_NOT_INITIALIZED;
+        bad += cuCtxSynchronize() != CUDA_ERROR_NOT_INITIALIZED;
+        exit(bad);
+    }
+    int st = -1;
+    CHECK_EQ(waitpid(pid, &st, 0), pid, "the child is reaped");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+          "every driver call of a child forked after init: CUDA_ERROR_NOT_INITIALIZED (%d failed)",
+          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    unsigned char host[4096];
+    CU_OK(cuMemsetD8(d, 0x33, 4096));
+    CU_OK(cuMemcpyDtoH(host, d, sizeof host));
+    CHECK(host[0] == 0x33 && host[4095] == 0x33, "the parent's session carries on after the child");
+    CU_OK(cuMemFree(d));
+}
+
 int main(void)
 {
     CUdevice dev = -1;
@@ -957,6 +995,7 @@ int main(void)
     test_pools_by_location(dev);
     test_registered_file_mappings();
     test_managed_memory();
+    test_fork_after_init();
     if (shares_memory())
         test_mapped_host_memory();
     else
