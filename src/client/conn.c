@@ -933,10 +933,17 @@ static int prepare_moves(const struct target *t, const flyt_rep_hello *rep)
 /* A child forked after this process connected: the connection is the
  * parent's (its receiver thread did not come along, its locks may be held),
  * so the child's calls fail as NVIDIA's driver fails them after a fork,
- * CUDA_ERROR_NOT_INITIALIZED, and never write to the parent's socket. */
+ * CUDA_ERROR_NOT_INITIALIZED, and never write to the parent's socket. Its
+ * copy of the socket is closed: the session ends when the parent does, as
+ * the parent's context would, however long the child lives. */
 static atomic_int forked_child;
 
-static void after_fork_in_child(void) { atomic_store(&forked_child, 1); }
+static void after_fork_in_child(void)
+{
+    atomic_store(&forked_child, 1);
+    if (conn.link.fd >= 0)
+        close(conn.link.fd);
+}
 
 static void watch_forks(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
 

@@ -4,6 +4,7 @@
  * test backend (no kernels run there). Run by run_with_server.sh.
  */
 #include <cuda.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <linux/magic.h>
 #include <pthread.h>
@@ -942,9 +943,26 @@ static void test_pools_by_location(CUdevice dev)
     CU_OK(cuMemPoolDestroy(pool));
 }
 
+/* How many sockets this process holds open. */
+static int sockets_open(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        char path[300], target[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        n += len > 7 && strncmp(target, "socket:", 7) == 0;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 /* A child forked after the parent connected: as the driver's after a fork,
  * its calls fail with CUDA_ERROR_NOT_INITIALIZED (they must not write to the
- * parent's connection); it exits normally (atexit handlers run) and the
+ * parent's connection) and it holds no copy of the parent's socket (which
+ * would keep the session after the parent ended); it exits normally (atexit handlers run) and the
  * parent carries on. The child's failures come back as its exit status. */
 static void test_fork_after_init(void)
 {
@@ -965,12 +983,13 @@ static void test_fork_after_init(void)
         bad += cuMemsetD8(d, 0x22, 4096) != CUDA_ERROR_NOT_INITIALIZED;
         bad += cuMemsetD8Async(d, 0x22, 4096, NULL) != CUDA_ERROR_NOT_INITIALIZED;
         bad += cuCtxSynchronize() != CUDA_ERROR_NOT_INITIALIZED;
+        bad += sockets_open() != 0; /* the parent's session ends with the parent */
         exit(bad);
     }
     int st = -1;
     CHECK_EQ(waitpid(pid, &st, 0), pid, "the child is reaped");
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-          "every driver call of a child forked after init: CUDA_ERROR_NOT_INITIALIZED (%d failed)",
+          "a child forked after init: every call CUDA_ERROR_NOT_INITIALIZED, no copy of the socket (%d failed)",
           WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     unsigned char host[4096];
     CU_OK(cuMemsetD8(d, 0x33, 4096));
