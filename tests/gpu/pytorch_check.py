@@ -36,6 +36,10 @@ Stages (--stage all, or a comma-separated subset, always in this order):
   distributed torch.distributed on NCCL with one rank: collectives, DDP
   kernels_jit jiterator kernels (NVRTC), a hand-written Triton kernel, an
               fp8 matmul (cuBLASLt)
+  multiprocessing  CUDA tensors through torch.multiprocessing both ways
+  oom         out of memory recovered from: a tensor larger than the GPU,
+              then 1 GiB tensors until the memory runs out; all freed, the
+              program carries on
 
 Each stage prints canonical text (compared between runs: values rounded,
 losses to 6 significant digits) and its time; values that legitimately differ
@@ -80,7 +84,7 @@ T_IMPORTED = time.perf_counter()
 STAGES = ["import", "init", "tensor_ops", "matmul", "conv", "mlp_train", "cnn_train",
           "compile", "compile_modes", "memory", "cuda_graphs", "sdpa", "amp", "fft_linalg", "rnn", "streams",
           "random_sparse", "save_load", "allocator_async", "profiler", "distributed", "kernels_jit",
-          "multiprocessing"]
+          "multiprocessing", "oom"]
 
 
 def g(x, digits=6):
@@ -1375,6 +1379,39 @@ def stage_multiprocessing(st, dev):
                      f"{conf}: a CUDA tensor shared with a spawned process both ways")
     finally:
         os.unlink(path)
+
+
+def stage_oom(st, dev):
+    if not cuda_only(st, dev, "out-of-memory recovery"):
+        return
+    import gc
+    GiB = 1 << 30
+    free, total = torch.cuda.mem_get_info()
+    base = torch.cuda.memory_allocated()
+    try:
+        torch.empty(2 * total, dtype=torch.uint8, device=dev)
+        st.out("a tensor twice the GPU's memory: allocated (no error)")
+        st.check(False, "a tensor larger than the GPU fails")
+    except torch.cuda.OutOfMemoryError:
+        st.out("a tensor twice the GPU's memory: torch.cuda.OutOfMemoryError")
+    keep, ran_out = [], False
+    try:
+        while len(keep) < 2 * total // GiB:
+            keep.append(torch.ones(GiB, dtype=torch.uint8, device=dev))
+    except torch.cuda.OutOfMemoryError:
+        ran_out = True
+    st.info.update(free=free, total=total, gib_tensors=len(keep))
+    filled = sum(int(t[::1 << 20].sum().item()) for t in keep[:4])
+    st.out(f"1 GiB tensors until the memory ran out: ran out {ran_out}; the first ones read back "
+           f"{filled == min(len(keep), 4) * 1024}")
+    st.check(ran_out and len(keep) >= free // GiB // 2, "1 GiB tensors fill the GPU, then OOM")
+    del keep
+    gc.collect()
+    torch.cuda.empty_cache()
+    after = torch.cuda.memory_allocated()
+    x = torch.arange(1 << 20, device=dev, dtype=torch.float64)
+    st.out(f"after: allocated back to the start {after == base}; a new tensor sums to {g(x.sum().item(), 12)}")
+    st.check(after == base and torch.cuda.mem_get_info()[0] >= free // 2, "all freed, the GPU serves on")
 
 
 FUNCS = {name: globals()[f"stage_{name}"] for name in STAGES}
