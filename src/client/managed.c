@@ -223,6 +223,93 @@ FLYT_EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t count, CUdevi
     return prefetch(p, count, device_location(dev), 0);
 }
 
+/* ---- the batch forms (CUDA 13) ----
+ * Each range is prefetched as above; a discard keeps the bytes (the
+ * indeterminate value a discarded range reads may be its old one). As the
+ * driver's, they need concurrent managed access (the virtual GPU has it on
+ * one machine) and a stream other than the legacy one. */
+static CUresult batch_ready(const CUdeviceptr *dptrs, const size_t *sizes, size_t count,
+                            unsigned long long flags, CUstream stream, int per_thread)
+{
+    CUresult r = flyt_ctx_require();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (dptrs == NULL || sizes == NULL || count == 0 || flags != 0 ||
+        (stream == NULL && !per_thread) || stream == CU_STREAM_LEGACY)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!flyt_device_attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    uint64_t base = 0;
+    for (size_t i = 0; i < count && r == CUDA_SUCCESS; i++)
+        r = managed_range((uint64_t)dptrs[i], sizes[i], &base);
+    return r;
+}
+
+/* locs[k] applies from operation first[k] on: first[0] is 0, then increasing, below count. */
+static CUresult batch_locations(size_t count, const CUmemLocation *locs, const size_t *first, size_t n)
+{
+    if (locs == NULL || first == NULL || n == 0 || n > count || first[0] != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t k = 1; k < n; k++)
+        if (first[k] <= first[k - 1] || first[k] >= count)
+            return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = CUDA_SUCCESS;
+    for (size_t k = 0; k < n && r == CUDA_SUCCESS; k++)
+        r = location_ok(locs[k]);
+    return r;
+}
+
+static CUresult prefetch_batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *locs,
+                               size_t *first, size_t n, unsigned long long flags, CUstream stream,
+                               int per_thread)
+{
+    CUresult r = batch_ready(dptrs, sizes, count, flags, stream, per_thread);
+    if (r == CUDA_SUCCESS)
+        r = batch_locations(count, locs, first, n);
+    for (size_t i = 0, k = 0; i < count && r == CUDA_SUCCESS; i++) {
+        while (k + 1 < n && first[k + 1] <= i)
+            k++;
+        r = prefetch(dptrs[i], sizes[i], locs[k], 0);
+    }
+    return r;
+}
+
+FLYT_EXPORT CUresult cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                             CUmemLocation *locs, size_t *first, size_t n,
+                                             unsigned long long flags, CUstream stream)
+{
+    return prefetch_batch(dptrs, sizes, count, locs, first, n, flags, stream, 0);
+}
+FLYT_EXPORT CUresult cuMemPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                                  CUmemLocation *locs, size_t *first, size_t n,
+                                                  unsigned long long flags, CUstream stream)
+{
+    return prefetch_batch(dptrs, sizes, count, locs, first, n, flags, stream, 1);
+}
+FLYT_EXPORT CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                            unsigned long long flags, CUstream stream)
+{
+    return batch_ready(dptrs, sizes, count, flags, stream, 0);
+}
+FLYT_EXPORT CUresult cuMemDiscardBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                                 unsigned long long flags, CUstream stream)
+{
+    return batch_ready(dptrs, sizes, count, flags, stream, 1);
+}
+FLYT_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                                       CUmemLocation *locs, size_t *first, size_t n,
+                                                       unsigned long long flags, CUstream stream)
+{
+    return prefetch_batch(dptrs, sizes, count, locs, first, n, flags, stream, 0);
+}
+FLYT_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr *dptrs, size_t *sizes,
+                                                            size_t count, CUmemLocation *locs,
+                                                            size_t *first, size_t n,
+                                                            unsigned long long flags, CUstream stream)
+{
+    return prefetch_batch(dptrs, sizes, count, locs, first, n, flags, stream, 1);
+}
+
 /* Attaching to a stream limits which work may touch the memory; with the
  * GPU reaching it in place there is nothing to change. */
 static CUresult attach(CUdeviceptr p, size_t length, unsigned flags)

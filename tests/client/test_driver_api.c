@@ -327,6 +327,43 @@ static void test_streams(void)
              "cuStreamWriteValue32/64 wrote %#llx %#llx", (unsigned long long)words[0], (unsigned long long)words[1]);
     CHECK_EQ(words[1], 0x1122334455667788ull,
              "cuStreamWriteValue32/64 wrote %#llx %#llx", (unsigned long long)words[0], (unsigned long long)words[1]);
+    /* a batch of them (cuStreamBatchMemOp): in order, a barrier among them */
+    CUstreamBatchMemOpParams ops[4];
+    memset(ops, 0, sizeof ops);
+    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[0].writeValue.address = flag;
+    ops[0].writeValue.value = 0x5678u;
+    ops[0].writeValue.flags = CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
+    ops[1].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+    ops[1].memoryBarrier.flags = CU_STREAM_MEMORY_BARRIER_TYPE_GPU;
+    ops[2].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    ops[2].waitValue.address = flag;
+    ops[2].waitValue.value = 0x5678u;
+    ops[2].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    ops[3].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    ops[3].writeValue.address = flag + 8;
+    ops[3].writeValue.value64 = 0x99aabbccddeeff00ull;
+    CU_OK(cuStreamBatchMemOp_v2(s, 4, ops, 0));
+    CU_OK(cuStreamSynchronize(s));
+    CU_OK(cuMemcpyDtoH(words, flag, sizeof words));
+    CHECK(words[0] == 0x5678u && words[1] == 0x99aabbccddeeff00ull,
+          "cuStreamBatchMemOp wrote %#llx %#llx", (unsigned long long)words[0],
+          (unsigned long long)words[1]);
+    CHECK_EQ(cuStreamBatchMemOp_v2(s, 0, ops, 0), CUDA_ERROR_INVALID_VALUE, "an empty batch");
+    CHECK_EQ(cuStreamBatchMemOp_v2(s, 4, ops, 1), CUDA_ERROR_INVALID_VALUE, "flags other than 0");
+    /* the CUDA 8 ABI, under its own name (cuda.h maps the name to _v2) */
+    CUresult (*batch_v1)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int) =
+        (CUresult(*)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int))dlsym(
+            RTLD_DEFAULT, "cuStreamBatchMemOp");
+    CHECK(batch_v1 != NULL, "cuStreamBatchMemOp exported");
+    CHECK_EQ(batch_v1(s, 4, ops, 0), CUDA_ERROR_INVALID_VALUE, "barriers only in the _v2 API");
+    CU_OK(batch_v1(s, 1, ops + 3, 0));
+    ops[1].memoryBarrier.flags = 7;
+    CHECK_EQ(cuStreamBatchMemOp_v2(s, 4, ops, 0), CUDA_ERROR_INVALID_VALUE, "an unknown barrier scope");
+    ops[0].flushRemoteWrites.operation = CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES;
+    ops[0].flushRemoteWrites.flags = 0;
+    CHECK_EQ(cuStreamBatchMemOp_v2(s, 1, ops, 0), CUDA_ERROR_NOT_SUPPORTED,
+             "remote-write flushes: the virtual GPU has no RDMA peers");
     CU_OK(cuMemFree(flag));
     CU_OK(cuEventDestroy(a));
     CU_OK(cuEventDestroy(b));
@@ -748,6 +785,45 @@ static void test_managed_exchanges(CUdeviceptr m, CUdeviceptr d, size_t n)
     CHECK_EQ(back[0], 0x62, "an explicit host-to-device copy out of it");
 }
 
+/* CUDA 13's batched prefetches and discards of managed ranges m (n bytes). */
+static void test_managed_batches(CUdeviceptr m, CUdeviceptr d, size_t n)
+{
+    CUstream s;
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr ptrs[3] = {m, m + 4096, m + 8192};
+    size_t sizes[3] = {4096, 4096, n - 8192}, first[2] = {0, 2}, bad_first[2] = {1, 2};
+    CUmemLocation locs[2] = {{.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                             {.type = CU_MEM_LOCATION_TYPE_HOST}};
+    if (!shares_memory()) { /* no concurrent managed access between machines */
+        CHECK_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, first, 2, 0, s), CUDA_ERROR_NOT_SUPPORTED,
+                 "batched prefetches need concurrent managed access");
+        CU_OK(cuStreamDestroy(s));
+        return;
+    }
+    int v = -5;
+    CU_OK(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, first, 2, 0, s));
+    CU_OK(cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, m, n));
+    CHECK_EQ(v, CU_DEVICE_CPU, "the last range went to the host, after the first two to the device");
+    CHECK_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, bad_first, 2, 0, s), CUDA_ERROR_INVALID_VALUE,
+             "the first location must apply from operation 0");
+    CHECK_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, first, 2, 0, CU_STREAM_LEGACY),
+             CUDA_ERROR_INVALID_VALUE, "not on the legacy stream");
+    CHECK_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locs, first, 4, 0, s), CUDA_ERROR_INVALID_VALUE,
+             "more locations than operations");
+    ptrs[1] = d;
+    CHECK_EQ(cuMemDiscardBatchAsync(ptrs, sizes, 3, 0, s), CUDA_ERROR_INVALID_VALUE,
+             "device memory is no managed range");
+    ptrs[1] = m + 4096;
+    unsigned char *host = (unsigned char *)(uintptr_t)m;
+    host[0] = 0x42;
+    CU_OK(cuMemDiscardBatchAsync(ptrs, sizes, 3, 0, s));
+    CU_OK(cuMemDiscardAndPrefetchBatchAsync(ptrs, sizes, 3, locs, first, 1, 0, s));
+    CU_OK(cuStreamSynchronize(s));
+    host[0] = 0x43;
+    CHECK_EQ(host[0], 0x43, "a discarded range is written again");
+    CU_OK(cuStreamDestroy(s));
+}
+
 static void test_managed_memory(void)
 {
     CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY), 1, "managed memory reported");
@@ -824,6 +900,7 @@ static void test_managed_memory(void)
     CU_OK(cuStreamAttachMemAsync(NULL, m, 0, CU_MEM_ATTACH_HOST));
     CHECK_EQ(cuStreamAttachMemAsync(NULL, m, 10, CU_MEM_ATTACH_HOST), CUDA_ERROR_INVALID_VALUE,
              "attach is of whole allocations");
+    test_managed_batches(m, d, N);
 
     CU_OK(cuMemFree(m));
     CHECK_EQ(cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_IS_MANAGED, m), CUDA_ERROR_INVALID_VALUE,
