@@ -11,6 +11,7 @@
  * thread's default stream; both go through one function taking per_thread.
  */
 #include "client.h"
+#include "flyt_mipmap.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -634,6 +635,121 @@ FLYT_EXPORT CUresult cuMemcpyBatchAsync_ptsz(CUdeviceptr *dsts, CUdeviceptr *src
                                              size_t num, size_t *fail_idx, CUstream s)
 {
     return copy_batch(dsts, srcs, sizes, count, attrs, idxs, num, fail_idx, s, 1);
+}
+
+/* ---- batches of 3D copies ----
+ * An operand is a pointer (rows of rowLength elements, layers of
+ * layerHeight rows; 0 packs them to the extent) or a CUDA array at an
+ * element offset. An element is a byte between pointers, else the array's
+ * (two arrays' must match). Each copy goes as the 3D copy it describes, in
+ * the batch's order, as copy_batch's do. */
+
+static CUresult operand_side(struct side *s, const CUmemcpy3DOperand *o, const CUextent3D *e,
+                             size_t elem)
+{
+    switch (o->type) {
+    case CU_MEMCPY_OPERAND_TYPE_POINTER: {
+        size_t row = o->op.ptr.rowLength, layer = o->op.ptr.layerHeight;
+        if ((row != 0 && row < e->width) || (layer != 0 && layer < e->height))
+            return CUDA_ERROR_INVALID_VALUE;
+        return make_side(s, CU_MEMORYTYPE_UNIFIED, NULL, o->op.ptr.ptr, NULL,
+                         (row ? row : e->width) * elem, layer ? layer : e->height, 0, 0, 0);
+    }
+    case CU_MEMCPY_OPERAND_TYPE_ARRAY:
+        return make_side(s, CU_MEMORYTYPE_ARRAY, NULL, 0, o->op.array.array, 0, 0,
+                         o->op.array.offset.x * elem, o->op.array.offset.y, o->op.array.offset.z);
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+/* The bytes of one element of op's copy. */
+static CUresult operand_elem(const CUDA_MEMCPY3D_BATCH_OP *op, size_t *elem)
+{
+    const CUmemcpy3DOperand *sides[2] = {&op->src, &op->dst};
+    size_t got[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        if (sides[i]->type != CU_MEMCPY_OPERAND_TYPE_ARRAY)
+            continue;
+        CUDA_ARRAY3D_DESCRIPTOR d;
+        CUresult r = cuArray3DGetDescriptor_v2(&d, sides[i]->op.array.array);
+        if (r != CUDA_SUCCESS)
+            return r;
+        got[i] = flyt_array_elem_bytes(d.Format, d.NumChannels);
+        if (got[i] == 0) /* block-compressed and planar formats */
+            return flyt_unsupported_why("cuMemcpy3DBatchAsync", "arrays of compressed or planar formats");
+    }
+    if (got[0] && got[1] && got[0] != got[1])
+        return CUDA_ERROR_INVALID_VALUE;
+    *elem = got[0] ? got[0] : got[1] ? got[1] : 1;
+    return CUDA_SUCCESS;
+}
+
+static CUresult batch_op_check(const CUDA_MEMCPY3D_BATCH_OP *op, int *during_call)
+{
+    const CUextent3D *e = &op->extent;
+    if (e->width == 0 || e->height == 0 || e->depth == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (op->srcAccessOrder) {
+    case CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL: *during_call = 1; /* fall through */
+    case CU_MEMCPY_SRC_ACCESS_ORDER_STREAM:
+    case CU_MEMCPY_SRC_ACCESS_ORDER_ANY: return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static CUresult copy_3d_batch(size_t count, const CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail_idx,
+                              unsigned long long flags, CUstream stream, int per_thread)
+{
+    if (fail_idx != NULL)
+        *fail_idx = SIZE_MAX;
+    if (count == 0 || ops == NULL || flags != 0 || stream == CU_STREAM_LEGACY ||
+        (stream == NULL && !per_thread))
+        return CUDA_ERROR_INVALID_VALUE; /* never the legacy stream */
+    int during_call = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (size_t i = 0; i < count && r == CUDA_SUCCESS; i++)
+        r = batch_op_check(&ops[i], &during_call);
+    for (size_t i = 0; i < count && r == CUDA_SUCCESS; i++) {
+        const CUDA_MEMCPY3D_BATCH_OP *op = &ops[i];
+        size_t elem = 1;
+        struct side d, s;
+        r = operand_elem(op, &elem);
+        if (r == CUDA_SUCCESS)
+            r = operand_side(&d, &op->dst, &op->extent, elem);
+        if (r == CUDA_SUCCESS)
+            r = operand_side(&s, &op->src, &op->extent, elem);
+        if (r == CUDA_SUCCESS)
+            r = copy_3d(d, s, op->extent.width * elem, op->extent.height, op->extent.depth, stream,
+                        per_thread, 1);
+        if (r != CUDA_SUCCESS && fail_idx != NULL)
+            *fail_idx = i;
+    }
+    if (r == CUDA_SUCCESS && during_call)
+        r = per_thread ? cuStreamSynchronize_ptsz(stream) : cuStreamSynchronize(stream);
+    return r;
+}
+
+FLYT_EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t count, CUDA_MEMCPY3D_BATCH_OP *ops,
+                                             unsigned long long flags, CUstream s)
+{
+    return copy_3d_batch(count, ops, NULL, flags, s, 0);
+}
+FLYT_EXPORT CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t count, CUDA_MEMCPY3D_BATCH_OP *ops,
+                                                  unsigned long long flags, CUstream s)
+{
+    return copy_3d_batch(count, ops, NULL, flags, s, 1);
+}
+/* CUDA 12.8's ABI, which also names the copy that failed */
+FLYT_EXPORT CUresult cuMemcpy3DBatchAsync(size_t count, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail_idx,
+                                          unsigned long long flags, CUstream s)
+{
+    return copy_3d_batch(count, ops, fail_idx, flags, s, 0);
+}
+FLYT_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(size_t count, CUDA_MEMCPY3D_BATCH_OP *ops,
+                                               size_t *fail_idx, unsigned long long flags, CUstream s)
+{
+    return copy_3d_batch(count, ops, fail_idx, flags, s, 1);
 }
 
 /* ---- 1D copies to and from arrays (byte offsets into the array) ---- */

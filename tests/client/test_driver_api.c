@@ -106,6 +106,86 @@ static void test_contexts(CUdevice dev)
     CHECK_EQ((int)aff.param.smCount.val, sms, "exec affinity: the virtual GPU's %d SMs", sms);
 }
 
+static CUmemcpy3DOperand pointer_operand(CUdeviceptr p, size_t row, size_t layer)
+{
+    CUmemcpy3DOperand o;
+    memset(&o, 0, sizeof o);
+    o.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+    o.op.ptr.ptr = p;
+    o.op.ptr.rowLength = row;
+    o.op.ptr.layerHeight = layer;
+    return o;
+}
+
+static CUmemcpy3DOperand array_operand(CUarray a, size_t x, size_t y)
+{
+    CUmemcpy3DOperand o;
+    memset(&o, 0, sizeof o);
+    o.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
+    o.op.array.array = a;
+    o.op.array.offset.x = x;
+    o.op.array.offset.y = y;
+    return o;
+}
+
+/* cuMemcpy3DBatchAsync: a 4x3 block of floats from a host buffer with rows of
+ * 8 into an array at (2, 1), out of it packed into device memory, and back
+ * to the host within the call; elements are the array's, bytes between
+ * pointers. */
+static void test_copy_3d_batch(void)
+{
+    CUDA_ARRAY3D_DESCRIPTOR ad = {.Width = 16, .Height = 8, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+    CUDA_ARRAY3D_DESCRIPTOR hd = {.Width = 16, .Height = 8, .Format = CU_AD_FORMAT_HALF, .NumChannels = 1};
+    CUarray a, half;
+    CU_OK(cuArray3DCreate(&a, &ad));
+    CU_OK(cuArray3DCreate(&half, &hd));
+    CUdeviceptr d = 0;
+    CU_OK(cuMemAlloc(&d, 12 * sizeof(float)));
+    float src[3][8], back[12];
+    for (int y = 0; y < 3; y++)
+        for (int x = 0; x < 8; x++)
+            src[y][x] = (float)(y * 10 + x);
+    CUstream s;
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUDA_MEMCPY3D_BATCH_OP ops[3];
+    memset(ops, 0, sizeof ops);
+    ops[0].src = pointer_operand((CUdeviceptr)(uintptr_t)src, 8, 0);
+    ops[0].dst = array_operand(a, 2, 1);
+    ops[0].extent = (CUextent3D){4, 3, 1};
+    ops[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    ops[1].src = array_operand(a, 2, 1);
+    ops[1].dst = pointer_operand(d, 0, 0);
+    ops[1].extent = (CUextent3D){4, 3, 1};
+    ops[1].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    ops[2].src = pointer_operand(d, 0, 0);
+    ops[2].dst = pointer_operand((CUdeviceptr)(uintptr_t)back, 0, 0);
+    ops[2].extent = (CUextent3D){12 * sizeof(float), 1, 1};
+    ops[2].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
+    CU_OK(cuMemcpy3DBatchAsync(3, ops, 0, s));
+    int same = 1;
+    for (int y = 0; y < 3; y++)
+        for (int x = 0; x < 4; x++)
+            same &= back[y * 4 + x] == src[y][x];
+    CHECK(same, "a block through an array and device memory, back within the call");
+    ops[0].extent.depth = 0;
+    CHECK_EQ(cuMemcpy3DBatchAsync(3, ops, 0, s), CUDA_ERROR_INVALID_VALUE, "an empty extent");
+    ops[0].extent.depth = 1;
+    ops[0].srcAccessOrder = (CUmemcpySrcAccessOrder)9;
+    CHECK_EQ(cuMemcpy3DBatchAsync(3, ops, 0, s), CUDA_ERROR_INVALID_VALUE, "an unknown access order");
+    ops[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    CHECK_EQ(cuMemcpy3DBatchAsync(3, ops, 0, CU_STREAM_LEGACY), CUDA_ERROR_INVALID_VALUE,
+             "not on the legacy stream");
+    ops[0].src = pointer_operand((CUdeviceptr)(uintptr_t)src, 3, 0);
+    CHECK_EQ(cuMemcpy3DBatchAsync(1, ops, 0, s), CUDA_ERROR_INVALID_VALUE, "rows shorter than the copy");
+    ops[0].src = array_operand(half, 0, 0);
+    CHECK_EQ(cuMemcpy3DBatchAsync(1, ops, 0, s), CUDA_ERROR_INVALID_VALUE,
+             "arrays of different element sizes");
+    CU_OK(cuStreamDestroy(s));
+    CU_OK(cuMemFree(d));
+    CU_OK(cuArrayDestroy(a));
+    CU_OK(cuArrayDestroy(half));
+}
+
 static void test_memory(void)
 {
     CUdeviceptr d = 0, base = 0;
@@ -1091,6 +1171,7 @@ int main(void)
     test_pools_by_location(dev);
     test_registered_file_mappings();
     test_managed_memory();
+    test_copy_3d_batch();
     test_fork_after_init();
     if (shares_memory())
         test_mapped_host_memory();
