@@ -163,6 +163,8 @@ int  flyt_profiling(void);
 void flyt_profile_call(uint16_t op, uint64_t bytes, uint64_t wait_ns, int waited);
 /* A kernel image of bytes hashed in ns. */
 void flyt_profile_hash(uint64_t bytes, uint64_t ns);
+/* A kernel image cut from before to after bytes (fatbin.c). */
+void flyt_profile_trim(uint64_t before, uint64_t after);
 
 /* ---- contexts (context.c) ---- */
 /* The calling thread's current context, NULL if none. */

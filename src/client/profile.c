@@ -27,6 +27,7 @@ struct op_counts {
 
 static struct op_counts counts[PROFILE_OPS];
 static _Atomic uint64_t hash_ns, hash_bytes, hash_images;
+static _Atomic uint64_t trim_images, trim_before, trim_after;
 static int enabled = -1; /* -1: FLYT_PROFILE not read yet */
 
 static void print_profile(void);
@@ -37,6 +38,9 @@ static void forget_counts(void)
     atomic_store(&hash_ns, 0);
     atomic_store(&hash_bytes, 0);
     atomic_store(&hash_images, 0);
+    atomic_store(&trim_images, 0);
+    atomic_store(&trim_before, 0);
+    atomic_store(&trim_after, 0);
 }
 
 int flyt_profiling(void)
@@ -74,6 +78,15 @@ void flyt_profile_hash(uint64_t bytes, uint64_t ns)
     atomic_fetch_add_explicit(&hash_ns, ns, memory_order_relaxed);
 }
 
+void flyt_profile_trim(uint64_t before, uint64_t after)
+{
+    if (!flyt_profiling())
+        return;
+    atomic_fetch_add_explicit(&trim_images, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&trim_before, before, memory_order_relaxed);
+    atomic_fetch_add_explicit(&trim_after, after, memory_order_relaxed);
+}
+
 static int by_wait_desc(const void *a, const void *b)
 {
     uint64_t x = counts[*(const int *)a].wait_ns, y = counts[*(const int *)b].wait_ns;
@@ -97,6 +110,9 @@ static void print_profile(void)
             "%llu kernel images hashed (%.1f MB) in %.1f ms\n", (long)getpid(),
             (unsigned long long)total_sent, total_ns / 1e6, (unsigned long long)hash_images,
             hash_bytes / 1e6, hash_ns / 1e6);
+    if (trim_images)
+        fprintf(stderr, "flyt: %llu kernel images cut to this GPU's architecture: %.1f MB of %.1f MB shipped\n",
+                (unsigned long long)trim_images, trim_after / 1e6, trim_before / 1e6);
     fprintf(stderr, "flyt: %-26s %9s %9s %11s %9s %12s\n", "op", "sent", "waited", "wait ms",
             "mean us", "bytes");
     for (int i = 0; i < n; i++) {
