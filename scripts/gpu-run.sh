@@ -220,7 +220,7 @@ if has_part bench; then
             echo "socket round trip, 64-byte messages, no CUDA (bench/src/socket_rtt.c):"
             "$build/bench/socket_rtt" "${bench_args[@]}" 2>&1
         fi
-    } >> "$summary""
+    } >> "$summary"
     # the report itself stays unpacked: it is what bench/results keeps
     for f in "$OUT"/bench/*.md; do [ -f "$f" ] && cp "$f" "$OUT/"; done
     pack bench bench bench.txt
