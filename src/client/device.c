@@ -335,5 +335,23 @@ FLYT_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType 
 }
 
 /* Profiling belongs to the GPU's host: from the VM these change nothing. */
+/* The virtual GPU's link to the host has no native atomics
+ * (HOST_NATIVE_ATOMIC_SUPPORTED is hidden as 0, as a PCIe GPU reports it):
+ * no capability for any operation. */
+FLYT_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *caps, const CUatomicOperation *ops,
+                                                       unsigned int count, CUdevice dev)
+{
+    CUresult r = flyt_check_device(dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (caps == NULL || ops == NULL || count == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < count; i++)
+        if ((int)ops[i] < 0 || ops[i] >= CU_ATOMIC_OPERATION_MAX)
+            return CUDA_ERROR_INVALID_VALUE;
+    memset(caps, 0, count * sizeof *caps);
+    return CUDA_SUCCESS;
+}
+
 FLYT_EXPORT CUresult cuProfilerStart(void) { return CUDA_SUCCESS; }
 FLYT_EXPORT CUresult cuProfilerStop(void) { return CUDA_SUCCESS; }

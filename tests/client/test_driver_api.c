@@ -37,6 +37,14 @@ static void test_init_and_device(CUdevice *dev)
     CHECK_EQ(n, 1, "one device per session (%d)", n);
     CU_OK(cuDeviceGet(dev, 0));
     CHECK_EQ(cuDeviceGet(dev, 1), CUDA_ERROR_INVALID_DEVICE, "ordinal 1 is no device");
+    CUatomicOperation ops[2] = {CU_ATOMIC_OPERATION_INTEGER_ADD, CU_ATOMIC_OPERATION_FLOAT_MAX};
+    unsigned caps[2] = {7, 7};
+    CU_OK(cuDeviceGetHostAtomicCapabilities(caps, ops, 2, *dev));
+    CHECK(caps[0] == 0 && caps[1] == 0, "no native host atomics, as HOST_NATIVE_ATOMIC_SUPPORTED says");
+    ops[1] = CU_ATOMIC_OPERATION_MAX;
+    CHECK_EQ(cuDeviceGetHostAtomicCapabilities(caps, ops, 2, *dev), CUDA_ERROR_INVALID_VALUE,
+             "an unknown atomic operation");
+    CHECK_EQ(cuDeviceGetHostAtomicCapabilities(caps, ops, 1, 1), CUDA_ERROR_INVALID_DEVICE, "device 1");
     char name[256];
     CU_OK(cuDeviceGetName(name, sizeof name, 0));
     int sms = 0, major = 0;
