@@ -487,7 +487,7 @@ static void *receiver_thread(void *arg)
         struct flyt_frame_hdr h;
         if (flyt_reader_buffered(&rx) == 0 && __atomic_load_n(&conn.waiters, __ATOMIC_RELAXED) != NULL &&
             !flyt_link_pending(&conn.link))
-            flyt_reader_spin(&rx, RECEIVER_SPIN_US);
+            flyt_spin_readable(conn.link.fd, RECEIVER_SPIN_US);
         if (rx_read(&h, sizeof h) != 0) {
             fail_all(errno ? strerror(errno) : "server closed the connection");
             return NULL;

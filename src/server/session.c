@@ -656,7 +656,7 @@ static int read_header(flyt_session *s, struct flyt_frame_hdr *h, const char *wh
 {
     int taken = role_take(s);
     if (s->cfg->poll_us && flyt_reader_buffered(&s->in) == 0 && !flyt_link_pending(&s->link))
-        flyt_reader_spin(&s->in, s->cfg->poll_us);
+        flyt_spin_readable(s->link.fd, s->cfg->poll_us);
     /* idle: a live resize wakes us too, and is applied by serve() without the role
      * (it drains the device, which may wait for a host function's acknowledgement) */
     if (flyt_reader_buffered(&s->in) == 0 && !flyt_link_pending(&s->link) && flyt_resize_wait(s)) {

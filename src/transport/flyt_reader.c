@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "flyt_assert.h"
 #include "flyt_tls.h"
@@ -51,33 +50,6 @@ long flyt_reader_fill(flyt_reader *r)
         counted(r, (size_t)n, before);
     }
     return n;
-}
-
-int flyt_reader_spin(flyt_reader *r, unsigned spin_us)
-{
-    if (r->tls != NULL) /* its bytes must go through the session */
-        return flyt_spin_readable(r->fd, spin_us);
-    if (r->pos == r->len)
-        r->pos = r->len = 0;
-    if (r->len == r->cap)
-        return 1;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        int before = r->passed_fd;
-        long n = flyt_recv_now(r->fd, r->buf + r->len, r->cap - r->len,
-                               r->takes_fds ? &r->passed_fd : NULL);
-        if (n > 0) {
-            r->len += (size_t)n;
-            counted(r, (size_t)n, before);
-            return 1;
-        }
-        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
-            return 1; /* the end, or an error: the next read sees it again */
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 >= (long)spin_us)
-            return 0;
-    }
 }
 
 /* Straight into dst, past the (empty) buffer. */

@@ -58,11 +58,5 @@ int  flyt_reader_make_room(flyt_reader *r, size_t want, size_t max);
 /* One recv appended to the buffer: the byte count, 0 at end of stream, -1
  * on error. */
 long flyt_reader_fill(flyt_reader *r);
-/* Waits up to spin_us microseconds without sleeping for bytes to come,
- * taking them into the buffer as they do (a TLS reader only watches the
- * socket): 1 when something came (or the stream ended, for the next read to
- * see), 0 otherwise (the caller then blocks as usual). One recv per try:
- * the bytes of a reply that comes within the spin are already read. */
-int flyt_reader_spin(flyt_reader *r, unsigned spin_us);
 
 #endif

@@ -346,11 +346,6 @@ long flyt_recv_some(int fd, void *buf, size_t cap, int *passed_fd)
     return (long)recv_with_fd(fd, buf, cap, 0, passed_fd);
 }
 
-long flyt_recv_now(int fd, void *buf, size_t cap, int *passed_fd)
-{
-    return (long)recv_with_fd(fd, buf, cap, MSG_DONTWAIT, passed_fd);
-}
-
 int flyt_read_full_fd(int fd, void *buf, size_t len, int *passed_fd)
 {
     char *p = buf;

@@ -76,8 +76,6 @@ int flyt_read_full_fd(int fd, void *buf, size_t len, int *passed_fd);
  * count, 0 at end of stream, -1 on error. A passed descriptor goes to
  * *passed_fd as with flyt_read_full_fd. */
 long flyt_recv_some(int fd, void *buf, size_t cap, int *passed_fd);
-/* The same without waiting: -1 with errno EAGAIN when nothing has come. */
-long flyt_recv_now(int fd, void *buf, size_t cap, int *passed_fd);
 /* Like flyt_writev_full, passing pass_fd along with the first byte. */
 int flyt_writev_full_fd(int fd, struct iovec *iov, int iovcnt, int pass_fd);
 /* Polls fd for up to spin_us microseconds without sleeping; 1 when it became
