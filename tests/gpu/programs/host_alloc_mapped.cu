@@ -2,12 +2,11 @@
  * with Mapped and WriteCombined (a kernel reads what the host wrote) and with
  * Mapped | Portable (a kernel writes, the host reads), cudaHostGetDevicePointer
  * and cudaHostGetFlags (printed), cudaHostRegister with Mapped on aligned
- * malloc'd memory, a plain (unaligned) large malloc and anonymous mmap'd
- * memory (kernels update it in place), with ReadOnly where
+ * malloc'd memory and anonymous mmap'd memory (kernels update it in
+ * place), with ReadOnly where
  * the device supports it, mapped memory as an async copy source and
  * destination, cudaHostUnregister. Needs the GPU to map the program's
  * memory: prints one "skipped" line where the device cannot (Flyt over TCP). */
-#include <malloc.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,12 +105,6 @@ static void registered_mapped(void)
     int *anonymous = map_anonymous(BYTES);
     registered_in_place(anonymous, cudaHostRegisterMapped | cudaHostRegisterPortable,
                         "registered Mapped|Portable anonymous mmap");
-    /* a plain large malloc: not page-aligned (its header comes first), in a
-     * mapping of its own (the threshold fixed, so the heap never serves it) */
-    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-    int *plain = (int *)malloc(BYTES);
-    registered_in_place(plain, cudaHostRegisterMapped, "registered Mapped plain malloc");
-    free(plain);
 
 
     int read_only = 0;
