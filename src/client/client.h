@@ -203,9 +203,6 @@ int flyt_range_find(uint64_t addr, uint64_t *base, uint64_t *size, unsigned *fla
 /* host_maps.c: [lo, hi) lies in private anonymous read-write memory (not a
  * stack); some page of it is one NVIDIA's driver cannot pin for writing */
 int flyt_maps_plain_anonymous(uint64_t lo, uint64_t hi);
-/* 1 when [lo, hi) is exactly one such mapping, outside the heap: its edge
- * pages hold nothing of another object (host_maps.c). */
-int flyt_maps_own_mapping(uint64_t lo, uint64_t hi);
 int flyt_maps_unpinnable_for_write(uint64_t lo, uint64_t hi);
 uint64_t flyt_range_buffer_id(uint64_t addr);
 void flyt_range_clear_device(void);

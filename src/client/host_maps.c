@@ -66,30 +66,6 @@ int flyt_maps_plain_anonymous(uint64_t lo, uint64_t hi)
     return maps_walk(lo, hi, not_plain_anonymous, NULL, &covered) == 0 && covered >= hi;
 }
 
-/* [lo, hi) is one mapping, all of it, that Flyt may swap (above), and no
- * heap: the bytes its edge pages hold beside a registered range are its
- * allocator's header and padding (a large malloc's own mmap), never another
- * object's that a thread could write meanwhile. */
-struct own_mapping {
-    uint64_t lo, hi;
-    int      seen;
-};
-
-static int not_own_mapping(const struct maps_line *m, void *arg)
-{
-    struct own_mapping *o = arg;
-    o->seen++;
-    return m->lo != o->lo || m->hi != o->hi || strcmp(m->path, "[heap]") == 0 ||
-           not_plain_anonymous(m, NULL);
-}
-
-int flyt_maps_own_mapping(uint64_t lo, uint64_t hi)
-{
-    struct own_mapping o = {lo, hi, 0};
-    uint64_t covered;
-    return maps_walk(lo, hi, not_own_mapping, &o, &covered) == 0 && o.seen == 1 && covered >= hi;
-}
-
 /* Linux 6.5 and later refuse a long-term pin for writing of a shared file
  * mapping whose file system writes pages back (mm/gup.c,
  * writable_file_mapping_allowed): NVIDIA's driver pins that way on x86. */

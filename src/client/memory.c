@@ -31,12 +31,7 @@
 #define TAIL_PIECE 0x80000000u
 /* Marks host memory the GPU reaches at its host address (HOST_MAP_AT). */
 #define DEVICE_MAPPED 0x40000000u
-/* Marks a registration shared with its edge pages (the whole mapping it is
- * in, share_in_place); bits HEAD_SHIFT on hold where in the first page it starts. */
-#define WHOLE_MAPPING 0x20000000u
-#define HEAD_SHIFT    16
-#define HEAD_MASK     (0xfffu << HEAD_SHIFT)
-#define INTERNAL_FLAGS (TAIL_PIECE | DEVICE_MAPPED | WHOLE_MAPPING | HEAD_MASK)
+#define INTERNAL_FLAGS (TAIL_PIECE | DEVICE_MAPPED)
 /* Tries at finding an address free in both processes. */
 #define SAME_ADDRESS_TRIES 8
 
@@ -540,22 +535,15 @@ FLYT_EXPORT CUresult cuMemFreeHost(void *p)
 /* Replaces the whole pages of [p, p + size) by a memfd mapping with the same
  * contents and shares it with the server, at the same address there where it
  * is free (*mapped then 1: the GPU reaches the pages at their address). The
- * edge pages come too (*whole 1) when the range is in a mapping of its own,
- * as a large malloc's is (its header and padding share them, nothing else).
- * The region id, or 0 (then the range stays as it was and copies take the
+ * region id, or 0 (then the range stays as it was and copies take the
  * pageable path). */
 static uint64_t share_in_place(void *p, size_t size, unsigned flags, uint64_t *lo_out,
-                               uint64_t *len_out, int *mapped, int *whole)
+                               uint64_t *len_out, int *mapped)
 {
-    uint64_t start = (uint64_t)(uintptr_t)p, end = start + size;
-    uint64_t lo = page_up(start), hi = end & ~(PAGE - 1);
-    *whole = (lo != start || hi != end) && flyt_maps_own_mapping(start & ~(PAGE - 1), page_up(end));
-    if (*whole) {
-        lo = start & ~(PAGE - 1);
-        hi = page_up(end);
-    } else if (hi <= lo || !flyt_maps_plain_anonymous(lo, hi)) {
+    uint64_t lo = page_up((uint64_t)(uintptr_t)p);
+    uint64_t hi = ((uint64_t)(uintptr_t)p + size) & ~(PAGE - 1);
+    if (hi <= lo || !flyt_maps_plain_anonymous(lo, hi))
         return 0;
-    }
     uint64_t len = hi - lo;
     int fd;
     void *view = memfd_mapping("flyt-registered", len, &fd);
@@ -601,17 +589,11 @@ FLYT_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int fla
         flyt_maps_unpinnable_for_write(start & ~(PAGE - 1), page_up(end)))
         return CUDA_ERROR_INVALID_VALUE; /* the driver's answer when the kernel will not pin */
     uint64_t lo = 0, len = 0, region = 0;
-    int mapped = 0, whole = 0;
+    int mapped = 0;
     if (flyt_conn_shares_memory())
-        region = share_in_place(p, size, flags, &lo, &len, &mapped, &whole);
+        region = share_in_place(p, size, flags, &lo, &len, &mapped);
     if (region == 0) {
         flyt_range_add(FLYT_RANGE_REGISTERED, (uint64_t)(uintptr_t)p, size, flags);
-        return CUDA_SUCCESS;
-    }
-    if (whole) { /* one record, of the shared pages: all of the range is in them */
-        flags |= WHOLE_MAPPING | (unsigned)((start - lo) << HEAD_SHIFT) | (mapped ? DEVICE_MAPPED : 0);
-        flyt_range_add(FLYT_RANGE_REGISTERED, lo, len, flags);
-        flyt_range_set_region(lo, region);
         return CUDA_SUCCESS;
     }
     /* three records, as ranges of one kind never overlap: the shared whole
@@ -640,17 +622,7 @@ FLYT_EXPORT CUresult cuMemHostUnregister(void *p)
     if (r != CUDA_SUCCESS)
         return r;
     uint64_t addr = (uint64_t)(uintptr_t)p, base = 0, lo = page_up(addr), len = 0, offset = 0;
-    unsigned f = 0;
-    int kind = flyt_range_find(addr, &base, NULL, &f);
-    if (kind == FLYT_RANGE_REGISTERED && (f & WHOLE_MAPPING) &&
-        base + ((f & HEAD_MASK) >> HEAD_SHIFT) == addr) { /* shared with its edge pages */
-        uint64_t region = flyt_range_region(base, 1, &offset);
-        flyt_range_remove(FLYT_RANGE_REGISTERED, base);
-        if (region)
-            flyt_region_release(region);
-        return CUDA_SUCCESS;
-    }
-    if (kind != FLYT_RANGE_REGISTERED || base != addr)
+    if (flyt_range_find(addr, &base, NULL, NULL) != FLYT_RANGE_REGISTERED || base != addr)
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     /* shared in place: the record of the whole pages holds the region */
     uint64_t region = flyt_range_find(lo, &base, &len, NULL) == FLYT_RANGE_REGISTERED && base == lo

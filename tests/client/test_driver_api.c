@@ -1073,28 +1073,6 @@ static void test_mapped_host_memory(void)
     CHECK_EQ(cuMemHostRegister(reg, 4096, CU_MEMHOSTREGISTER_IOMEMORY), CUDA_ERROR_NOT_SUPPORTED,
              "I/O memory is refused");
     munmap(reg, 3 * 4096);
-
-    /* a large malloc's shape: a mapping of its own with the range 16 bytes in,
-     * ending inside its last page; its edge pages are shared too, so kernels
-     * reach all of it at its address */
-    size_t n = 2 * 4096 + 500;
-    unsigned char *own = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    CHECK_NE(own, MAP_FAILED, "a mapping of its own");
-    memset(own, 0x11, 3 * 4096);
-    CU_OK(cuMemHostRegister(own + 16, n, CU_MEMHOSTREGISTER_DEVICEMAP));
-    dp = 0;
-    CU_OK(cuMemHostGetDevicePointer(&dp, own + 16, 0));
-    CHECK_EQ(dp, (CUdeviceptr)(uintptr_t)(own + 16), "an unaligned registration at its own address");
-    CHECK(server_writes_here(dp, 0x5e, n), "written by the server in place, edges included");
-    CHECK_EQ(own[15], 0x11, "the bytes before it untouched");
-    CU_OK(cuMemHostGetFlags(&flags, own + 16 + n - 1));
-    CHECK_EQ(flags, CU_MEMHOSTREGISTER_DEVICEMAP, "its flags as given (0x%x)", flags);
-    CHECK_EQ(cuMemHostUnregister(own + 24), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
-             "unregistered only at its start");
-    CU_OK(cuMemHostUnregister(own + 16));
-    CHECK_EQ(own[100], 0x5e, "the bytes stay after unregistering");
-    CHECK_EQ(cuMemHostGetFlags(&flags, own + 16), CUDA_ERROR_INVALID_VALUE, "unregistered");
-    munmap(own, 3 * 4096);
 }
 
 /* CUDA 13's pools by location: the device's default and current pools. */
