@@ -930,7 +930,7 @@ static int prepare_moves(const struct target *t, const flyt_rep_hello *rep)
     return 0;
 }
 
-/* A child forked after this process connected: the connection is the
+/* A child forked after this process began to connect: the connection is the
  * parent's (its receiver thread did not come along, its locks may be held),
  * so the child's calls fail as NVIDIA's driver fails them after a fork,
  * CUDA_ERROR_NOT_INITIALIZED, and never write to the parent's socket. Its
@@ -951,6 +951,10 @@ int flyt_conn_forked(void) { return atomic_load_explicit(&forked_child, memory_o
 
 static int connect_server(void)
 {
+    /* before any socket: a child forked while this thread connects (another
+     * holding init_lock meanwhile) must not wait for it nor keep the socket */
+    static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
+    pthread_once(&fork_watch, watch_forks);
     struct target t;
     memset(&t, 0, sizeof t);
     const char *env = getenv("FLYT_SERVER");
@@ -999,8 +1003,6 @@ static int connect_server(void)
     ok = prepare_moves(&t, &rep) == 0;
     explicit_bzero(t.token, sizeof t.token);
     conn.pid = getpid();
-    static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
-    pthread_once(&fork_watch, watch_forks);
     if (!ok || start_threads() != 0) {
         report_once("cannot start the client threads");
         return -1;

@@ -688,7 +688,8 @@ static CUresult operand_elem(const CUDA_MEMCPY3D_BATCH_OP *op, size_t *elem)
 static CUresult batch_op_check(const CUDA_MEMCPY3D_BATCH_OP *op, int *during_call)
 {
     const CUextent3D *e = &op->extent;
-    if (e->width == 0 || e->height == 0 || e->depth == 0)
+    if (e->width == 0 || e->height == 0 || e->depth == 0 ||
+        (op->flags & ~(unsigned)CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE))
         return CUDA_ERROR_INVALID_VALUE;
     switch (op->srcAccessOrder) {
     case CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL: *during_call = 1; /* fall through */
@@ -709,7 +710,8 @@ static CUresult copy_3d_batch(size_t count, const CUDA_MEMCPY3D_BATCH_OP *ops, s
     int during_call = 0;
     CUresult r = CUDA_SUCCESS;
     for (size_t i = 0; i < count && r == CUDA_SUCCESS; i++)
-        r = batch_op_check(&ops[i], &during_call);
+        if ((r = batch_op_check(&ops[i], &during_call)) != CUDA_SUCCESS && fail_idx != NULL)
+            *fail_idx = i;
     for (size_t i = 0; i < count && r == CUDA_SUCCESS; i++) {
         const CUDA_MEMCPY3D_BATCH_OP *op = &ops[i];
         size_t elem = 1;

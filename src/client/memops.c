@@ -55,7 +55,7 @@ static CUresult batch(CUstream stream, unsigned int count, const CUstreamBatchMe
         return r;
     if (count == 0 || count >= MEMOP_MAX || ops == NULL || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    for (unsigned int i = 0; i < count; i++) /* nothing is enqueued for a batch refused */
+    for (unsigned int i = 0; i < count; i++) /* nothing is enqueued for a batch these refuse */
         if ((r = memop_check(&ops[i], barriers)) != CUDA_SUCCESS)
             return r;
     int fenced = 0; /* a barrier came: later writes keep their own */

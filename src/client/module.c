@@ -74,17 +74,41 @@ static int in_loaded_object(const void *p)
     return dladdr(p, &info) != 0 && info.dli_fbase != NULL;
 }
 
-static int hash_image(struct flyt_module *m)
+/* The session's GPU as an sm number (90 for compute capability 9.0). */
+static unsigned device_sm(void)
+{
+    return (unsigned)(flyt_device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
+                      flyt_device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
+}
+
+/* The bytes that go to the server for m: only what this GPU loads (a
+ * library's cubins for every other architecture stay here: fatbin.c), cut
+ * into *cut, which the caller frees; or the image itself (*cut NULL). Cut
+ * again for every shipment rather than kept: an image inside a loaded
+ * object costs no memory of its own. */
+static struct iovec shipped(const struct flyt_module *m, void **cut)
+{
+    size_t n = 0;
+    *cut = NULL;
+    if (flyt_fatbin_trim(m->image, m->size, device_sm(), cut, &n) == 1)
+        return (struct iovec){*cut, n};
+    return (struct iovec){(void *)m->image, m->size};
+}
+
+/* m's sha256: of the bytes shipped (the same for every shipment). */
+static int hash_image(struct flyt_module *m, struct iovec data)
 {
     unsigned int len = 0;
     uint64_t t0 = flyt_profiling() ? flyt_mono_ns() : 0;
-    if (!EVP_Digest(m->image, m->size, m->sha256, &len, EVP_sha256(), NULL))
+    if (!EVP_Digest(data.iov_base, data.iov_len, m->sha256, &len, EVP_sha256(), NULL))
         return -1;
     if (t0)
-        flyt_profile_hash(m->size, flyt_mono_ns() - t0);
+        flyt_profile_hash(data.iov_len, flyt_mono_ns() - t0);
     m->hashed = 1;
     return 0;
 }
+
+static CUresult ship_bytes_locked(struct flyt_module *m, struct iovec data);
 
 /* On one machine the image goes at once, unhashed; else its hash goes first
  * and the bytes only when the server holds no image of that hash. */
@@ -97,16 +121,25 @@ static CUresult ship_locked(struct flyt_module *m)
         return CUDA_ERROR_INVALID_HANDLE; /* a module does not survive a reset */
     if (m->server_id != 0 && m->in_object && !in_loaded_object(m->image))
         return CUDA_ERROR_INVALID_HANDLE; /* its object was unloaded, the library not */
-    flyt_req_module_load req = {.size = m->size};
+    void *cut;
+    struct iovec data = shipped(m, &cut);
+    CUresult r = ship_bytes_locked(m, data);
+    free(cut);
+    return r;
+}
+
+static CUresult ship_bytes_locked(struct flyt_module *m, struct iovec data)
+{
+    FLYT_ASSERT_HELD(&lock);
+    flyt_req_module_load req = {.size = data.iov_len};
     flyt_rep_module_load rep = {0};
     struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
-    struct iovec data = {(void *)m->image, m->size};
     CUresult r;
     if (!m->hashed && flyt_conn_ships_images_unhashed()) {
         req.has_data = 2;
         r = flyt_call(FLYT_OP_MODULE_LOAD, &req, sizeof req, &data, 1, &sink);
     } else {
-        if (!m->hashed && hash_image(m) != 0)
+        if (!m->hashed && hash_image(m, data) != 0)
             return CUDA_ERROR_UNKNOWN;
         memcpy(req.sha256, m->sha256, sizeof req.sha256);
         r = flyt_call(FLYT_OP_MODULE_LOAD, &req, sizeof req, NULL, 0, &sink);
@@ -122,13 +155,6 @@ static CUresult ship_locked(struct flyt_module *m)
         m->gen = reset_gen;
     }
     return r;
-}
-
-/* The session's GPU as an sm number (90 for compute capability 9.0). */
-static unsigned device_sm(void)
-{
-    return (unsigned)(flyt_device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
-                      flyt_device_attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
 }
 
 /* keep: the image must outlive the call (libraries, shipped again after a
@@ -151,39 +177,39 @@ static CUresult module_load(struct flyt_module **out, const void *image, int lib
         return CUDA_ERROR_OUT_OF_MEMORY;
     *m = (struct flyt_module){.magic = MODULE_MAGIC, .library = library, .image = start,
                               .size = size};
-    /* only what this GPU loads goes to the server: a library's cubins for
-     * every other architecture stay here (5x fewer bytes for cuBLAS) */
-    void *trimmed = NULL;
-    size_t trimmed_size = 0;
-    if (flyt_fatbin_trim(start, size, device_sm(), &trimmed, &trimmed_size) == 1) {
-        flyt_profile_trim(size, trimmed_size);
-        m->image = m->owned = trimmed;
-        m->size = trimmed_size;
-    }
+    void *cut;
+    struct iovec data = shipped(m, &cut);
+    if (cut != NULL)
+        flyt_profile_trim(size, data.iov_len);
     /* hashed outside the lock: threads may load at once */
-    if (!flyt_conn_ships_images_unhashed() && hash_image(m) != 0) {
+    if (!flyt_conn_ships_images_unhashed() && hash_image(m, data) != 0) {
+        free(cut);
         free(m);
         return CUDA_ERROR_UNKNOWN;
     }
     int must_outlive = library && !preserved; /* shipped again after a reset */
-    m->in_object = must_outlive && m->owned == NULL && in_loaded_object(start);
-    if (must_outlive && !m->in_object && m->owned == NULL && (m->owned = malloc(size)) != NULL) {
-        memcpy(m->owned, start, size);
-        m->image = m->owned;
+    m->in_object = must_outlive && in_loaded_object(start);
+    if (must_outlive && !m->in_object) { /* our copy: the cut one where there is one */
+        if (cut != NULL) {
+            m->image = m->owned = cut;
+            m->size = data.iov_len;
+            cut = NULL;
+        } else if ((m->owned = malloc(size)) != NULL) {
+            memcpy(m->owned, start, size);
+            m->image = m->owned;
+        }
     }
     pthread_mutex_lock(&lock);
-    r = ship_locked(m);
+    r = ship_bytes_locked(m, data);
     pthread_mutex_unlock(&lock);
+    free(cut);
     if (r != CUDA_SUCCESS) {
         free(m->owned);
         free(m);
         return r;
     }
-    if (!library) { /* the program may free it now */
-        m->image = NULL;
-        free(m->owned);
-        m->owned = NULL;
-    }
+    if (!library)
+        m->image = NULL; /* the program may free it now */
     pthread_mutex_lock(&lock);
     m->next = modules;
     modules = m;

@@ -139,7 +139,18 @@ static CUmemcpy3DOperand array_operand(CUarray a, size_t x, size_t y)
 /* cuMemcpy3DBatchAsync: a 4x3 block of floats from a host buffer with rows of
  * 8 into an array at (2, 1), out of it packed into device memory, and back
  * to the host within the call; elements are the array's, bytes between
- * pointers. */
+ * pointers. Copies within one batch have no order (CUDA's rule): each
+ * dependent step is a batch of its own. */
+/* CUDA 12.8's ABI, which names the copy that failed (cuda.h maps the name to _v2) */
+static CUresult cuMemcpy3DBatchAsync_v1(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *failed,
+                                        unsigned long long flags, CUstream s)
+{
+    CUresult (*fn)(size_t, CUDA_MEMCPY3D_BATCH_OP *, size_t *, unsigned long long, CUstream) =
+        (CUresult(*)(size_t, CUDA_MEMCPY3D_BATCH_OP *, size_t *, unsigned long long, CUstream))dlsym(
+            RTLD_DEFAULT, "cuMemcpy3DBatchAsync");
+    return fn ? fn(n, ops, failed, flags, s) : CUDA_ERROR_NOT_FOUND;
+}
+
 static void test_copy_3d_batch(void)
 {
     CUDA_ARRAY3D_DESCRIPTOR ad = {.Width = 16, .Height = 8, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
@@ -169,7 +180,8 @@ static void test_copy_3d_batch(void)
     ops[2].dst = pointer_operand((CUdeviceptr)(uintptr_t)back, 0, 0);
     ops[2].extent = (CUextent3D){12 * sizeof(float), 1, 1};
     ops[2].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
-    CU_OK(cuMemcpy3DBatchAsync(3, ops, 0, s));
+    for (int i = 0; i < 3; i++)
+        CU_OK(cuMemcpy3DBatchAsync(1, ops + i, 0, s));
     int same = 1;
     for (int y = 0; y < 3; y++)
         for (int x = 0; x < 4; x++)
@@ -178,9 +190,15 @@ static void test_copy_3d_batch(void)
     ops[0].extent.depth = 0;
     CHECK_EQ(cuMemcpy3DBatchAsync(3, ops, 0, s), CUDA_ERROR_INVALID_VALUE, "an empty extent");
     ops[0].extent.depth = 1;
-    ops[0].srcAccessOrder = (CUmemcpySrcAccessOrder)9;
-    CHECK_EQ(cuMemcpy3DBatchAsync(3, ops, 0, s), CUDA_ERROR_INVALID_VALUE, "an unknown access order");
-    ops[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    ops[1].srcAccessOrder = (CUmemcpySrcAccessOrder)9;
+    size_t failed = 0;
+    CHECK_EQ(cuMemcpy3DBatchAsync_v1(3, ops, &failed, 0, s), CUDA_ERROR_INVALID_VALUE,
+             "an unknown access order");
+    CHECK_EQ(failed, 1, "the copy that failed is named (%zu)", failed);
+    ops[1].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    ops[2].flags = 2;
+    CHECK_EQ(cuMemcpy3DBatchAsync(3, ops, 0, s), CUDA_ERROR_INVALID_VALUE, "an unknown copy flag");
+    ops[2].flags = 0;
     CHECK_EQ(cuMemcpy3DBatchAsync(3, ops, 0, CU_STREAM_LEGACY), CUDA_ERROR_INVALID_VALUE,
              "not on the legacy stream");
     ops[0].src = pointer_operand((CUdeviceptr)(uintptr_t)src, 3, 0);
@@ -902,13 +920,15 @@ static void test_managed_batches(CUdeviceptr m, CUdeviceptr d, size_t n)
     CHECK_EQ(cuMemDiscardBatchAsync(ptrs, sizes, 3, 0, s), CUDA_ERROR_INVALID_VALUE,
              "device memory is no managed range");
     ptrs[1] = m + 4096;
-    unsigned char *host = (unsigned char *)(uintptr_t)m;
-    host[0] = 0x42;
+    unsigned char *host = (unsigned char *)(uintptr_t)m, back = 0;
     CU_OK(cuMemDiscardBatchAsync(ptrs, sizes, 3, 0, s));
     CU_OK(cuMemDiscardAndPrefetchBatchAsync(ptrs, sizes, 3, locs, first, 1, 0, s));
     CU_OK(cuStreamSynchronize(s));
-    host[0] = 0x43;
-    CHECK_EQ(host[0], 0x43, "a discarded range is written again");
+    host[4096 + 7] = 0x43; /* a discarded range is the program's to write again */
+    CU_OK(cuMemsetD8(m + 8192, 0x44, 1));
+    CU_OK(cuMemcpyDtoH(&back, m + 4096 + 7, 1));
+    CHECK_EQ(back, 0x43, "after discards the host's write reaches the device");
+    CHECK_EQ(host[8192], 0x44, "and the device's the host");
     CU_OK(cuStreamDestroy(s));
 }
 

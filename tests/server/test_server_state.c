@@ -337,8 +337,8 @@ static void ipc_refuses_checkpoint(int fd)
 }
 
 /* Shareable memory pools (2.7): such a pool refuses a checkpoint while it
- * lives; exports of what is not shareable and imports into what was not
- * imported are refused. */
+ * lives; exports of what is not shareable, imports of the session's own
+ * handles and of a handle of another kind are refused. */
 static void ipc_pools(int fd)
 {
     th_say("IPC: a shareable pool refuses a checkpoint; bad pool exports and imports refused");
