@@ -185,6 +185,16 @@ static CUresult check_capturable(flyt_session *s, struct scan *sc, char *err, si
 
 /* ---- capture: the records ---- */
 
+/* The GPU's architecture as major * 10 + minor (90 for 9.0); 0 when the backend does not say. */
+static uint32_t device_arch(flyt_session *s)
+{
+    int major = 0, minor = 0;
+    if (FLYT_BCALL(s, device_attr, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &major) != CUDA_SUCCESS ||
+        FLYT_BCALL(s, device_attr, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &minor) != CUDA_SUCCESS)
+        return 0;
+    return (uint32_t)(major * 10 + minor);
+}
+
 static void session_record(flyt_session *s, struct flyt_state_session *r, const int **groups)
 {
     memset(r, 0, sizeof *r);
@@ -192,6 +202,7 @@ static void session_record(flyt_session *s, struct flyt_state_session *r, const 
         snprintf(r->session_id, sizeof r->session_id, "%s", s->cfg->session_id);
     r->next_id = s->handles.next_id;
     r->deferred = s->deferred;
+    r->arch = device_arch(s);
     r->sm_count = (uint32_t)s->sm_count;
     r->memory_quota = flyt_quota_limit();
     r->memory_used = s->mem.used;
@@ -994,6 +1005,15 @@ struct flyt_hentry *flyt_state_add_exact(flyt_session *s, uint64_t id, enum flyt
 static CUresult restore_context(flyt_session *s, const struct flyt_state_session *r,
                                 const unsigned char *tail, char *err, size_t errlen)
 {
+    /* the client shipped kernel images cut to the GPU it started on: another
+     * architecture would fail its launches later, after the move */
+    uint32_t here = device_arch(s);
+    if (r->arch != 0 && here != 0 && r->arch != here) {
+        say(err, errlen, "the session's kernels were shipped for a GPU of compute capability %u.%u; "
+            "this one is %u.%u: a session moves to a GPU of its own architecture",
+            r->arch / 10, r->arch % 10, here / 10, here % 10);
+        return CUDA_ERROR_INVALID_DEVICE;
+    }
     if (s->sm_count == 0 && r->sm_ngroups > 0) { /* the server was given no share of its own */
         int groups[FLYT_STATUS_GROUPS], sms = 0;
         for (uint32_t i = 0; i < r->sm_ngroups; i++) {

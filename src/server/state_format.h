@@ -91,7 +91,8 @@ struct flyt_state_session {
     int32_t  cache_config;
     uint32_t ctx_flags;
     uint32_t valid;
-    uint32_t pad;
+    uint32_t arch; /* the GPU's compute capability, major * 10 + minor (0 in older files:
+                    * not recorded): kernel images were cut to it (docs/api.md) */
 };
 static_assert(sizeof(struct flyt_state_session) == 248, "state session");
 

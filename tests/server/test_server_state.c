@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -551,6 +552,41 @@ static void refused_as_corrupt(const char *bin, const char *path, const unsigned
     CHECK(strstr(err, "SHA-256 does not match") != NULL, "%s: says why: %s", what, err);
 }
 
+/* The state records the GPU's architecture (the host backend's 9.0), and a
+ * restore on a GPU of another one is refused, saying why: the client shipped
+ * kernel images cut to the first. */
+static void other_architecture_refused(const char *bin)
+{
+    th_say("a state of another GPU architecture is refused at restore, saying why");
+    size_t size;
+    unsigned char *p = read_file(state_path, &size);
+    size_t at = sizeof(struct flyt_state_header) + sizeof(struct flyt_state_section) +
+                offsetof(struct flyt_state_session, arch);
+    uint32_t arch = 0;
+    memcpy(&arch, p + at, sizeof arch);
+    CHECK_EQ(arch, 90, "the state records compute capability 9.0 (%u)", arch);
+    arch = 80;
+    memcpy(p + at, &arch, sizeof arch);
+    chunked_root(p, size - FLYT_STATE_HASH, p + size - FLYT_STATE_HASH);
+    char path[160], err[2048];
+    snprintf(path, sizeof path, "%s/arch.state", dir);
+    write_file(path, p, size);
+    /* the file is sound: the server takes it; the session, on the device, refuses it */
+    const char *args[] = {"--restore", path, NULL};
+    th_server_start_args(bin, NULL, args);
+    int fd = th_connect();
+    CHECK(fd < 0 || th_hello(fd) != 0, "another architecture: the session is not restored");
+    if (fd >= 0)
+        close(fd);
+    usleep(200 * 1000);
+    CHECK_EQ(th_server_log_count("compute capability 8.0; this one is 9.0: a session moves to a GPU "
+                                 "of its own architecture"), 1, "another architecture: the log says why");
+    th_server_stop();
+    (void)err;
+    unlink(path);
+    free(p);
+}
+
 /* Integrity of the chunked form: every chunk counts, and in its place. */
 static void chunked_integrity(const char *bin)
 {
@@ -709,6 +745,7 @@ int main(int argc, char **argv)
     th_server_stop();
 
     bad_files_refused(bin);
+    other_architecture_refused(bin);
     chunked_integrity(bin);
     unlink(big_path);
 
