@@ -34,12 +34,14 @@ chmod 600 srv.key
   fail "a tls:// listener started without a certificate"
 grep -q "needs --tls-cert" no_cert.log || fail "tls:// without --tls-cert: $(cat no_cert.log)"
 
-start() { # $1: log name, then flyt-server options; prints the TCP port
+start() { # $1: log name, then flyt-server options (in this shell: cleanup stops it)
   "$server" --backend host --listen tcp://127.0.0.1:0 "${@:2}" > "$1.log" 2>&1 & pids+=($!)
-  tcp_port_of "$1.log" || { cat "$1.log" >&2; return 1; }
 }
-plain=$(start plain) || { echo "FAIL: plain server did not start"; exit 1; }
-tls=$(start tls --tls-cert srv.pem --tls-key srv.key) || { echo "FAIL: TLS server did not start"; exit 1; }
+port() { tcp_port_of "$1.log" || { cat "$1.log" >&2; return 1; }; }
+start plain
+start tls --tls-cert srv.pem --tls-key srv.key
+plain=$(port plain) || { echo "FAIL: plain server did not start"; exit 1; }
+tls=$(port tls) || { echo "FAIL: TLS server did not start"; exit 1; }
 run() { LD_LIBRARY_PATH=$libdir timeout 120 "$@"; }
 
 echo "== the same program over plain TCP and over TLS"
