@@ -152,6 +152,9 @@ CUresult flyt_trace(const char *where, CUresult r);
 /* 1 in a child forked after this process connected: its calls are refused
  * (CUDA_ERROR_NOT_INITIALIZED, as the driver's after a fork). */
 int flyt_conn_forked(void);
+/* CUDA's batches name per-range settings by first index (copy.c): 1 when
+ * first[0..n) starts at 0, increases and stays below count, n <= count. */
+int flyt_batch_firsts_ok(const size_t *first, size_t n, size_t count);
 /* Says once per name that a driver function is not carried out. */
 CUresult flyt_driver_unsupported(const char *name);
 /* Same, with a reason: "NAME (REASON)". */

@@ -566,24 +566,37 @@ FLYT_EXPORT CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *p, CUstr
  * the first index 0, increasing, below count; a valid source access order
  * each). *during_call: whether some copy must have read its source before
  * the call returns. */
+int flyt_batch_firsts_ok(const size_t *first, size_t n, size_t count)
+{
+    if (first == NULL || n == 0 || n > count || first[0] != 0)
+        return 0;
+    for (size_t k = 1; k < n; k++)
+        if (first[k] <= first[k - 1] || first[k] >= count)
+            return 0;
+    return 1;
+}
+
+/* A valid source access order; *during_call set when it is DURING_API_CALL. */
+static CUresult access_order_check(CUmemcpySrcAccessOrder order, int *during_call)
+{
+    switch (order) {
+    case CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL: *during_call = 1; /* fall through */
+    case CU_MEMCPY_SRC_ACCESS_ORDER_STREAM:
+    case CU_MEMCPY_SRC_ACCESS_ORDER_ANY: return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
 static CUresult batch_attrs_check(const CUmemcpyAttributes *attrs, const size_t *idxs, size_t num,
                                   size_t count, int *during_call)
 {
-    if (attrs == NULL || idxs == NULL || num == 0 || num > count || idxs[0] != 0)
+    if (attrs == NULL || !flyt_batch_firsts_ok(idxs, num, count))
         return CUDA_ERROR_INVALID_VALUE;
     *during_call = 0;
-    for (size_t k = 0; k < num; k++) {
-        if (idxs[k] >= count || (k > 0 && idxs[k] <= idxs[k - 1]))
-            return CUDA_ERROR_INVALID_VALUE;
-        CUmemcpySrcAccessOrder order = attrs[k].srcAccessOrder;
-        if (order != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM &&
-            order != CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
-            order != CU_MEMCPY_SRC_ACCESS_ORDER_ANY)
-            return CUDA_ERROR_INVALID_VALUE;
-        if (order == CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL)
-            *during_call = 1;
-    }
-    return CUDA_SUCCESS;
+    CUresult r = CUDA_SUCCESS;
+    for (size_t k = 0; k < num && r == CUDA_SUCCESS; k++)
+        r = access_order_check(attrs[k].srcAccessOrder, during_call);
+    return r;
 }
 
 /* The batch as one stream-ordered copy after another (CUDA promises no order
@@ -691,12 +704,7 @@ static CUresult batch_op_check(const CUDA_MEMCPY3D_BATCH_OP *op, int *during_cal
     if (e->width == 0 || e->height == 0 || e->depth == 0 ||
         (op->flags & ~(unsigned)CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE))
         return CUDA_ERROR_INVALID_VALUE;
-    switch (op->srcAccessOrder) {
-    case CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL: *during_call = 1; /* fall through */
-    case CU_MEMCPY_SRC_ACCESS_ORDER_STREAM:
-    case CU_MEMCPY_SRC_ACCESS_ORDER_ANY: return CUDA_SUCCESS;
-    default: return CUDA_ERROR_INVALID_VALUE;
-    }
+    return access_order_check(op->srcAccessOrder, during_call);
 }
 
 static CUresult copy_3d_batch(size_t count, const CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail_idx,

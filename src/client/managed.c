@@ -248,11 +248,8 @@ static CUresult batch_ready(const CUdeviceptr *dptrs, const size_t *sizes, size_
 /* locs[k] applies from operation first[k] on: first[0] is 0, then increasing, below count. */
 static CUresult batch_locations(size_t count, const CUmemLocation *locs, const size_t *first, size_t n)
 {
-    if (locs == NULL || first == NULL || n == 0 || n > count || first[0] != 0)
+    if (locs == NULL || !flyt_batch_firsts_ok(first, n, count))
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t k = 1; k < n; k++)
-        if (first[k] <= first[k - 1] || first[k] >= count)
-            return CUDA_ERROR_INVALID_VALUE;
     CUresult r = CUDA_SUCCESS;
     for (size_t k = 0; k < n && r == CUDA_SUCCESS; k++)
         r = location_ok(locs[k]);
