@@ -296,6 +296,13 @@ out:
     return r;
 }
 
+/* Whether the memory an answer describes lies inside the unit it came in
+ * (another session's word: checked before anything is mapped). */
+static int unit_holds(const struct ipc_answer *a)
+{
+    return a->offset < a->unit_size && a->size <= a->unit_size - a->offset;
+}
+
 /* ---- exports ---- */
 
 static void handle_out(const struct flyt_ipc *x, uint32_t kind, uint64_t token,
@@ -445,7 +452,7 @@ static CUresult mem_open(flyt_session *s, const struct ipc_handle *h, flyt_rep_u
     struct ipc_answer ans;
     int fd = -1;
     CUresult r = broker_ask(h, &ans, &fd);
-    if (r == CUDA_SUCCESS && (ans.offset >= ans.unit_size || ans.size > ans.unit_size - ans.offset))
+    if (r == CUDA_SUCCESS && !unit_holds(&ans))
         r = CUDA_ERROR_INVALID_HANDLE;
     uint64_t unit_addr = 0;
     if (r == CUDA_SUCCESS)
@@ -658,8 +665,7 @@ static CUresult ptr_import(flyt_session *s, flyt_bhandle bh, const struct ipc_ha
     struct ipc_answer ans;
     int fd = -1;
     CUresult r = broker_ask(h, &ans, &fd);
-    if (r == CUDA_SUCCESS && fd >= 0 &&
-        (ans.offset >= ans.unit_size || ans.size > ans.unit_size - ans.offset))
+    if (r == CUDA_SUCCESS && fd >= 0 && !unit_holds(&ans))
         r = CUDA_ERROR_INVALID_HANDLE;
     uint64_t addr = 0;
     if (r == CUDA_SUCCESS)
