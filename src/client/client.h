@@ -133,6 +133,13 @@ CUresult flyt_call_func_arg(struct flyt_generic_call *call, int i, const void *h
 /* CUDA_SUCCESS once cuInit succeeded; else what cuInit said, or
  * CUDA_ERROR_NOT_INITIALIZED before it was called. */
 CUresult flyt_init_state(void);
+/* Inside Flyt's NVML's calls on this thread (flyt_client_table.h): they
+ * start the driver without counting as the program's cuInit. */
+int flyt_in_tool_scope(void);
+/* 1 once the program called cuInit itself */
+int flyt_program_started(void);
+/* In a forked child: cuInit not called yet. */
+void flyt_init_forget(void);
 /* Device ordinal check for an initialized library. */
 CUresult flyt_check_device(CUdevice dev);
 int flyt_device_attr(CUdevice_attribute attr);
@@ -149,8 +156,9 @@ void flyt_device_share_changed(const struct flyt_msg_share *m);
 int flyt_tracing(void);
 /* Says r (when an error and tracing) with where it arose; returns r. */
 CUresult flyt_trace(const char *where, CUresult r);
-/* 1 in a child forked after this process connected: its calls are refused
- * (CUDA_ERROR_NOT_INITIALIZED, as the driver's after a fork). */
+/* 1 in a child forked after the program's cuInit, outside a tool's scope:
+ * its calls are refused (CUDA_ERROR_NOT_INITIALIZED, as the driver's after
+ * a fork). */
 int flyt_conn_forked(void);
 /* CUDA's batches name per-range settings by first index (copy.c): 1 when
  * first[0..n) starts at 0, increases and stays below count, n <= count. */

@@ -58,7 +58,7 @@ struct callback {
 
 #define FD_FRAMES 16
 
-static struct {
+struct client_conn {
     pthread_mutex_t init_lock;
     int initialized; /* 1 connected, -1 failed */
     flyt_link link; /* the socket, and its TLS session (tls://, FLYT_TLS_CA) */
@@ -108,18 +108,15 @@ static struct {
      * the reply, still hold it open). */
     struct { uint64_t at, end; int fd; } fd_frames[FD_FRAMES];
     int n_fd_frames;
-} conn = {
-    .init_lock = FLYT_MUTEX_INITIALIZER,
-    .send_lock = FLYT_MUTEX_INITIALIZER,
-    .wait_lock = FLYT_MUTEX_INITIALIZER,
-    .cb_lock = FLYT_MUTEX_INITIALIZER,
-    .cb_cond = PTHREAD_COND_INITIALIZER,
-    .gate_cv = PTHREAD_COND_INITIALIZER,
-    .move_cv = PTHREAD_COND_INITIALIZER,
-    .link = {.fd = -1},
-    .next_seq = 1,
-    .cb_next_id = 1,
 };
+#define CONN_INITIAL                                                                            \
+    {                                                                                           \
+        .init_lock = FLYT_MUTEX_INITIALIZER, .send_lock = FLYT_MUTEX_INITIALIZER,               \
+        .wait_lock = FLYT_MUTEX_INITIALIZER, .cb_lock = FLYT_MUTEX_INITIALIZER,                 \
+        .cb_cond = PTHREAD_COND_INITIALIZER, .gate_cv = PTHREAD_COND_INITIALIZER,               \
+        .move_cv = PTHREAD_COND_INITIALIZER, .link = {.fd = -1}, .next_seq = 1, .cb_next_id = 1 \
+    }
+static struct client_conn conn = CONN_INITIAL;
 
 /* How long a waiting caller spins before sleeping: replies on a local
  * server usually arrive within this, and a futex sleep/wake costs more. */
@@ -932,22 +929,39 @@ static int prepare_moves(const struct target *t, const flyt_rep_hello *rep)
 
 /* A child forked after this process began to connect: the connection is the
  * parent's (its receiver thread did not come along, its locks may be held),
- * so the child's calls fail as NVIDIA's driver fails them after a fork,
- * CUDA_ERROR_NOT_INITIALIZED, and never write to the parent's socket. Its
- * copy of the socket is closed: the session ends when the parent does, as
- * the parent's context would, however long the child lives. */
+ * so the child forgets it, as if never made, and closes its copy of the
+ * socket: the parent's session ends with the parent, however long the child
+ * lives. When the program itself had called cuInit, the child's calls then
+ * fail as NVIDIA's driver fails them after a fork, CUDA_ERROR_NOT_INITIALIZED;
+ * when only a tool (Flyt's NVML) had, the child starts afresh, as natively
+ * NVML leaves CUDA uninitialised. A tool may ask in either child
+ * (flyt_client_table.h): it connects anew. */
 static atomic_int forked_child;
+
+static void forget_connection(void)
+{
+    if (conn.link.fd >= 0)
+        close(conn.link.fd);
+    flyt_reader_free(&rx);
+    flyt_replay_free(&conn.replay);
+    free(conn.target);
+    conn = (struct client_conn)CONN_INITIAL;
+}
 
 static void after_fork_in_child(void)
 {
-    atomic_store(&forked_child, 1);
-    if (conn.link.fd >= 0)
-        close(conn.link.fd);
+    if (flyt_program_started())
+        atomic_store(&forked_child, 1);
+    forget_connection();
+    flyt_init_forget();
 }
 
 static void watch_forks(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
 
-int flyt_conn_forked(void) { return atomic_load_explicit(&forked_child, memory_order_relaxed); }
+int flyt_conn_forked(void)
+{
+    return atomic_load_explicit(&forked_child, memory_order_relaxed) && !flyt_in_tool_scope();
+}
 
 static int connect_server(void)
 {
@@ -1292,6 +1306,8 @@ static int resume_session(uint64_t moved_at, uint32_t reason)
 
 CUresult flyt_connect_once(void)
 {
+    if (flyt_conn_forked())
+        return CUDA_ERROR_NOT_INITIALIZED;
     int state = __atomic_load_n(&conn.initialized, __ATOMIC_ACQUIRE);
     if (state == 0) {
         pthread_mutex_lock(&conn.init_lock);

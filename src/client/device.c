@@ -4,6 +4,7 @@
  * the tenant's virtual GPU: no device query is a round trip.
  */
 #include "client.h"
+#include "export_tables.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -12,6 +13,26 @@
 
 /* 0: cuInit not called yet; else 1 + the CUresult it returned */
 static atomic_int init_state;
+/* The program called cuInit itself, not inside a tool's scope: until then
+ * its calls say CUDA_ERROR_NOT_INITIALIZED, and a child forked after it is
+ * refused (conn.c), as NVIDIA's driver after a fork. */
+static atomic_int program_started;
+/* Flyt's NVML is calling on this thread (flyt_client_table.h). */
+static _Thread_local int tool_depth;
+
+void flyt_tool_scope(int entering)
+{
+    if (entering)
+        tool_depth++;
+    else if (tool_depth > 0)
+        tool_depth--;
+}
+
+int flyt_in_tool_scope(void) { return tool_depth > 0; }
+int flyt_program_started(void) { return atomic_load(&program_started); }
+
+/* A forked child: what its parent's cuInit said is not the child's. */
+void flyt_init_forget(void) { atomic_store(&init_state, 0); }
 
 FLYT_EXPORT CUresult cuDriverGetVersion(int *version)
 {
@@ -27,6 +48,8 @@ FLYT_EXPORT CUresult cuInit(unsigned int flags)
         return CUDA_ERROR_INVALID_VALUE;
     if (flyt_conn_forked())
         return CUDA_ERROR_NOT_INITIALIZED;
+    if (!flyt_in_tool_scope())
+        atomic_store(&program_started, 1);
     int state = atomic_load(&init_state);
     if (state != 0)
         return (CUresult)(state - 1);
@@ -40,7 +63,7 @@ FLYT_EXPORT CUresult cuInit(unsigned int flags)
 
 CUresult flyt_init_state(void)
 {
-    if (flyt_conn_forked())
+    if (flyt_conn_forked() || (!flyt_in_tool_scope() && !atomic_load(&program_started)))
         return CUDA_ERROR_NOT_INITIALIZED;
     int state = atomic_load(&init_state);
     return state == 0 ? CUDA_ERROR_NOT_INITIALIZED : (CUresult)(state - 1);

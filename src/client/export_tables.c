@@ -10,6 +10,7 @@
  */
 #include "export_tables.h"
 #include "flyt_assert.h"
+#include "flyt_client_table.h"
 
 #include "ctx_storage.h"
 #include "flyt_proto.h"
@@ -862,9 +863,15 @@ static const void *const cluster_prototype[CLUSTER_SLOTS] = {
     R(CLUSTER_PROTOTYPE, 15),     FN(cluster_not_offered_dev),
 };
 
-/* ---- Flyt's own: says to a server that this is not NVIDIA's driver ---- */
+/* ---- Flyt's own (flyt_client_table.h): says to a server that this is not
+ * NVIDIA's driver, and lets Flyt's NVML ask without being the program ---- */
 
-static const void *const flyt_marker[2] = {SIZE_SLOT(2), "flyt"};
+static const void *const flyt_marker[FLYT_CLIENT_TABLE_SLOTS] = {
+    [FLYT_CLIENT_TABLE_SIZE] = SIZE_SLOT(FLYT_CLIENT_TABLE_SLOTS),
+    [FLYT_CLIENT_TABLE_NAME] = "flyt",
+    [FLYT_CLIENT_TABLE_SCOPE] = FN(flyt_tool_scope),
+    [FLYT_CLIENT_TABLE_MEM_INFO] = FN(flyt_tool_mem_info),
+};
 
 /* ---- the UUIDs ---- */
 

@@ -17,6 +17,11 @@
  * *table_out NULL and returns CUDA_ERROR_INVALID_VALUE (named on stderr once). */
 CUresult flyt_export_table(const void **table_out, const CUuuid *id);
 
+/* Flyt's own table's entry points (flyt_client_table.h), in device.c and
+ * memory.c: a tool's scope, and cuMemGetInfo without a context. */
+void flyt_tool_scope(int entering);
+CUresult flyt_tool_mem_info(CUdevice dev, size_t *free_bytes, size_t *total_bytes);
+
 /* ---- the integrity check (INTEGRITY_CHECK slot 1), exposed for tests ---- */
 
 /* MD2 (RFC 1319). The checksum advances byte by byte, so a context can be

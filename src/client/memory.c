@@ -16,6 +16,7 @@
  * pinned memory and managed memory (docs/host-memory.md).
  */
 #include "client.h"
+#include "export_tables.h"
 
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -93,22 +94,33 @@ FLYT_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t
     return r;
 }
 
-FLYT_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
+/* The virtual GPU's free and total memory: the server answers within the
+ * session's quota, with no context of the client's. */
+static CUresult device_mem_info(size_t *free_bytes, size_t *total_bytes)
 {
-    CUresult r = flyt_ctx_require();
-    if (r != CUDA_SUCCESS)
-        return r;
     if (free_bytes == NULL || total_bytes == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     flyt_rep_mem_info rep = {0};
     struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
-    r = flyt_call(FLYT_OP_DEVICE_MEM_INFO, &(flyt_req_none){0}, sizeof(flyt_req_none), NULL, 0,
-                  &sink);
+    CUresult r = flyt_call(FLYT_OP_DEVICE_MEM_INFO, &(flyt_req_none){0}, sizeof(flyt_req_none),
+                           NULL, 0, &sink);
     if (r == CUDA_SUCCESS) {
         *free_bytes = (size_t)rep.free_bytes;
         *total_bytes = (size_t)rep.total_bytes;
     }
     return r;
+}
+
+FLYT_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
+{
+    CUresult r = flyt_ctx_require();
+    return r != CUDA_SUCCESS ? r : device_mem_info(free_bytes, total_bytes);
+}
+
+CUresult flyt_tool_mem_info(CUdevice dev, size_t *free_bytes, size_t *total_bytes)
+{
+    CUresult r = flyt_check_device(dev);
+    return r != CUDA_SUCCESS ? r : device_mem_info(free_bytes, total_bytes);
 }
 
 FLYT_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr)

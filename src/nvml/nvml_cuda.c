@@ -40,6 +40,7 @@ static const struct flyt_nvml_symbol flyt_nvml_symbols[] = {
     {"cuCtxPushCurrent_v2", "cuCtxPushCurrent", &flyt_nvml_cu.ctx_push_current, 0},
     {"cuCtxPopCurrent_v2", "cuCtxPopCurrent", &flyt_nvml_cu.ctx_pop_current, 0},
     {"cuMemGetInfo_v2", NULL, &flyt_nvml_cu.mem_get_info, 0},
+    {"cuGetExportTable", NULL, &flyt_nvml_cu.get_export_table, 0},
 };
 
 static void *flyt_nvml_lookup(void *lib, const struct flyt_nvml_symbol *s)
@@ -61,6 +62,44 @@ static const char *flyt_nvml_resolve(void *lib)
         memcpy(s->slot, &fn, sizeof fn); /* POSIX: object and function pointers convert */
     }
     return NULL;
+}
+
+/* Flyt's libcuda answers its own table: NVML's calls then go in a tool's
+ * scope and memory needs no context. */
+static void flyt_nvml_find_client_table(void)
+{
+    static const CUuuid id = {FLYT_CLIENT_MARKER_UUID};
+    const void *const *table = NULL;
+    if (flyt_nvml_cu.get_export_table == NULL ||
+        flyt_nvml_cu.get_export_table((const void **)&table, &id) != CUDA_SUCCESS ||
+        table == NULL ||
+        (size_t)table[FLYT_CLIENT_TABLE_SIZE] < FLYT_CLIENT_TABLE_SLOTS * sizeof(void *))
+        return;
+    memcpy(&flyt_nvml_cu.tool_scope, &table[FLYT_CLIENT_TABLE_SCOPE], sizeof(void *));
+    memcpy(&flyt_nvml_cu.tool_mem_info, &table[FLYT_CLIENT_TABLE_MEM_INFO], sizeof(void *));
+}
+
+CUresult flyt_nvml_cuda_enter(void)
+{
+    if (flyt_nvml_cu.tool_scope == NULL)
+        return CUDA_SUCCESS; /* another driver: started once by nvmlInit */
+    flyt_nvml_cu.tool_scope(1);
+    return flyt_nvml_cu.init(0); /* connected already, or a forked child's first */
+}
+
+void flyt_nvml_cuda_leave(void)
+{
+    if (flyt_nvml_cu.tool_scope != NULL)
+        flyt_nvml_cu.tool_scope(0);
+}
+
+CUresult flyt_nvml_can_access_peer(int *can, CUdevice dev, CUdevice peer)
+{
+    CUresult r = flyt_nvml_cuda_enter();
+    if (r == CUDA_SUCCESS)
+        r = flyt_nvml_cu.device_can_access_peer(can, dev, peer);
+    flyt_nvml_cuda_leave();
+    return r;
 }
 
 /* Called with the NVML lock held. Once loaded, libcuda stays: the
@@ -87,6 +126,7 @@ nvmlReturn_t flyt_nvml_cuda_load(void)
         return NVML_ERROR_LIBRARY_NOT_FOUND;
     }
     flyt_nvml_libcuda = lib;
+    flyt_nvml_find_client_table();
     return NVML_SUCCESS;
 }
 
@@ -132,9 +172,11 @@ nvmlReturn_t flyt_nvml_from_cuda(CUresult r)
 static int flyt_nvml_attr(CUdevice dev, CUdevice_attribute attr)
 {
     int v = -1;
-    if (flyt_nvml_cu.device_get_attribute(&v, attr, dev) != CUDA_SUCCESS)
-        return -1;
-    return v;
+    CUresult r = flyt_nvml_cuda_enter();
+    if (r == CUDA_SUCCESS)
+        r = flyt_nvml_cu.device_get_attribute(&v, attr, dev);
+    flyt_nvml_cuda_leave();
+    return r == CUDA_SUCCESS ? v : -1;
 }
 
 int flyt_nvml_sm_count(const struct nvmlDevice_st *d)
@@ -146,7 +188,11 @@ int flyt_nvml_sm_count(const struct nvmlDevice_st *d)
 unsigned long long flyt_nvml_total_mem(const struct nvmlDevice_st *d)
 {
     size_t total = 0;
-    if (flyt_nvml_cu.device_total_mem(&total, d->cu) != CUDA_SUCCESS || total == 0)
+    CUresult r = flyt_nvml_cuda_enter();
+    if (r == CUDA_SUCCESS)
+        r = flyt_nvml_cu.device_total_mem(&total, d->cu);
+    flyt_nvml_cuda_leave();
+    if (r != CUDA_SUCCESS || total == 0)
         return d->total_mem;
     return total;
 }
@@ -252,11 +298,29 @@ nvmlReturn_t flyt_nvml_snapshot(struct nvmlDevice_st *d, unsigned int index)
     return NVML_SUCCESS;
 }
 
-/* cuMemGetInfo answers for the current context, so the device's primary
- * context is retained once (shared with the application, never created
- * twice) and pushed around the call. */
+/* Flyt's libcuda answers without a context: NVML makes none, so a program
+ * that only asked NVML holds nothing of CUDA's. */
+static nvmlReturn_t flyt_nvml_tool_free_memory(struct nvmlDevice_st *d,
+                                               unsigned long long *free_bytes)
+{
+    size_t free_now = 0, total = 0;
+    CUresult r = flyt_nvml_cuda_enter();
+    if (r == CUDA_SUCCESS)
+        r = flyt_nvml_cu.tool_mem_info(d->cu, &free_now, &total);
+    flyt_nvml_cuda_leave();
+    if (r != CUDA_SUCCESS)
+        return flyt_nvml_from_cuda(r);
+    *free_bytes = free_now;
+    return NVML_SUCCESS;
+}
+
+/* Another driver: cuMemGetInfo answers for the current context, so the
+ * device's primary context is retained once (shared with the application,
+ * never created twice) and pushed around the call. */
 nvmlReturn_t flyt_nvml_free_memory(struct nvmlDevice_st *d, unsigned long long *free_bytes)
 {
+    if (flyt_nvml_cu.tool_mem_info != NULL)
+        return flyt_nvml_tool_free_memory(d, free_bytes);
     if (!flyt_nvml_cu.primary_ctx_retain || !flyt_nvml_cu.ctx_push_current ||
         !flyt_nvml_cu.ctx_pop_current || !flyt_nvml_cu.mem_get_info)
         return NVML_ERROR_NOT_SUPPORTED;

@@ -55,10 +55,13 @@ static nvmlReturn_t flyt_nvml_start(unsigned int flags)
 {
     unsigned int count = 0;
     nvmlReturn_t r = flyt_nvml_cuda_load();
-    if (r == NVML_SUCCESS)
-        r = flyt_nvml_cuda_start(flags, &count);
+    if (r != NVML_SUCCESS)
+        return r;
+    (void)flyt_nvml_cuda_enter(); /* the start below says what failed */
+    r = flyt_nvml_cuda_start(flags, &count);
     for (unsigned int i = 0; r == NVML_SUCCESS && i < count; i++)
         r = flyt_nvml_snapshot(&flyt_nvml_devices[i], i);
+    flyt_nvml_cuda_leave();
     flyt_nvml_device_count = r == NVML_SUCCESS ? count : 0;
     return r;
 }

@@ -10,6 +10,8 @@
 
 #include <cuda.h>
 
+#include "flyt_client_table.h"
+
 #include "flyt_nvml.h"
 
 #define FLYT_NVML_EXPORT __attribute__((visibility("default")))
@@ -37,6 +39,10 @@ struct flyt_nvml_cuda {
     CUresult (*ctx_push_current)(CUcontext ctx);
     CUresult (*ctx_pop_current)(CUcontext *ctx);
     CUresult (*mem_get_info)(size_t *free_bytes, size_t *total_bytes);
+    CUresult (*get_export_table)(const void **table, const CUuuid *id);
+    /* Flyt's libcuda only (flyt_client_table.h): NULL for another driver */
+    flyt_tool_scope_fn tool_scope;
+    flyt_tool_mem_info_fn tool_mem_info;
 };
 
 /* What the virtual GPU is; taken once per nvmlInit. -1: the driver would not say. */
@@ -62,6 +68,13 @@ nvmlReturn_t flyt_nvml_snapshot(struct nvmlDevice_st *d, unsigned int index);
  * driver answers both without a round trip); the snapshot's if it won't say. */
 int flyt_nvml_sm_count(const struct nvmlDevice_st *d);
 unsigned long long flyt_nvml_total_mem(const struct nvmlDevice_st *d);
+/* Around every call into the driver after nvmlInit's: Flyt's libcuda then
+ * takes it as a tool's, not the program's (and a forked child connects
+ * anew). A failed start says why; flyt_nvml_cuda_leave is called either way. */
+CUresult flyt_nvml_cuda_enter(void);
+void flyt_nvml_cuda_leave(void);
+/* cuDeviceCanAccessPeer, inside the scope */
+CUresult flyt_nvml_can_access_peer(int *can, CUdevice dev, CUdevice peer);
 nvmlReturn_t flyt_nvml_free_memory(struct nvmlDevice_st *d, unsigned long long *free_bytes);
 void flyt_nvml_release_context(struct nvmlDevice_st *d);
 nvmlReturn_t flyt_nvml_from_cuda(CUresult r);

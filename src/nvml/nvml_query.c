@@ -166,7 +166,7 @@ FLYT_NVML_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlD
         flyt_nvml_cu.device_can_access_peer == NULL)
         return NVML_ERROR_NOT_SUPPORTED;
     int can = 0;
-    r = flyt_nvml_from_cuda(flyt_nvml_cu.device_can_access_peer(&can, a->cu, b->cu));
+    r = flyt_nvml_from_cuda(flyt_nvml_can_access_peer(&can, a->cu, b->cu));
     if (r == NVML_SUCCESS)
         *p2pStatus = can ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
     return r;

@@ -73,12 +73,6 @@
 #define FLYT_STREAM_LEGACY     1u
 #define FLYT_STREAM_PER_THREAD 2u
 
-/* The export table by which Flyt's client library (libcuda.so.1) says what
- * it is, to a server that loaded it by mistake instead of NVIDIA's driver
- * (NVIDIA's refuses this UUID). Slot 1 points to "flyt". */
-#define FLYT_CLIENT_MARKER_UUID                                                                 \
-    {0x66, 0x6c, 0x79, 0x74, 0x2d, 0x63, 0x6c, 0x69, 0x65, 0x6e, 0x74, 0x2d, 0x6c, 0x69, 0x62, 0x31}
-
 /* Error codes of the wire are CUDA driver API codes (CUresult). */
 #define FLYT_ERR_PROTOCOL 999 /* CUDA_ERROR_UNKNOWN */
 

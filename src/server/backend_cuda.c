@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "backend_cuda_int.h"
+#include "flyt_client_table.h"
 #include "flyt_log.h"
 
 /* ---- the driver's function table ---- */

@@ -7,6 +7,7 @@
 #include "ctx_storage.h"
 #include "export_tables.h"
 #include "check.h"
+#include "flyt_client_table.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -175,6 +176,15 @@ CUresult cuOccupancyMaxActiveClusters(int *count, CUfunction f, const CUlaunchCo
     return CUDA_SUCCESS;
 }
 
+/* Flyt's own table's entry points (the client's, in the library) */
+void flyt_tool_scope(int entering) { (void)entering; }
+
+CUresult flyt_tool_mem_info(CUdevice dev, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)dev, (void)free_bytes, (void)total_bytes;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 /* ---- helpers ---- */
 
 static CUuuid uuid_of(const char *hex)
@@ -263,6 +273,15 @@ static void test_shapes(void)
     CHECK_EQ(cls[1], (void *)flyt_ctx_storage_delete, "cls[1] == (void *)flyt_ctx_storage_delete");
     CHECK_EQ(cls[2], (void *)flyt_ctx_storage_get, "cls[2] == (void *)flyt_ctx_storage_get");
     CHECK_EQ(cls[3], NULL, "cls[3] == NULL");
+    /* Flyt's own: its size, "flyt", then what Flyt's NVML calls */
+    const CUuuid flyt_id = {FLYT_CLIENT_MARKER_UUID};
+    const void *const *own = NULL;
+    CHECK_EQ(flyt_export_table((const void **)&own, &flyt_id), CUDA_SUCCESS, "Flyt's own table");
+    CHECK(own && (uintptr_t)own[FLYT_CLIENT_TABLE_SIZE] == FLYT_CLIENT_TABLE_SLOTS * sizeof(void *) &&
+              strcmp(own[FLYT_CLIENT_TABLE_NAME], "flyt") == 0 &&
+              own[FLYT_CLIENT_TABLE_SCOPE] == (const void *)flyt_tool_scope &&
+              own[FLYT_CLIENT_TABLE_MEM_INFO] == (const void *)flyt_tool_mem_info,
+          "Flyt's own table: size, name, tool scope, memory without a context");
 }
 
 /* ---- unknown UUIDs ---- */

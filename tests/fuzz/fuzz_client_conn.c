@@ -45,6 +45,11 @@ int flyt_regions_each(int (*fn)(const flyt_req_host_remap *req, int fd, void *ar
     return 0;
 }
 
+/* The program's cuInit (device.c): the fuzzed connection is the program's. */
+int flyt_in_tool_scope(void) { return 0; }
+int flyt_program_started(void) { return 1; }
+void flyt_init_forget(void) {}
+
 /* Tracing (errors.c, with the generated error names) and profiling are off here. */
 int flyt_tracing(void) { return 0; }
 int flyt_profiling(void) { return 0; }
