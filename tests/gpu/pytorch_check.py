@@ -84,7 +84,7 @@ T_IMPORTED = time.perf_counter()
 STAGES = ["import", "init", "tensor_ops", "matmul", "conv", "mlp_train", "cnn_train",
           "compile", "compile_modes", "memory", "cuda_graphs", "sdpa", "amp", "fft_linalg", "rnn", "streams",
           "random_sparse", "save_load", "allocator_async", "profiler", "distributed", "kernels_jit",
-          "multiprocessing", "oom"]
+          "multiprocessing", "oom", "fork_nvml"]
 
 
 def g(x, digits=6):
@@ -1412,6 +1412,63 @@ def stage_oom(st, dev):
     x = torch.arange(1 << 20, device=dev, dtype=torch.float64)
     st.out(f"after: allocated back to the start {after == base}; a new tensor sums to {g(x.sum().item(), 12)}")
     st.check(after == base and torch.cuda.mem_get_info()[0] >= free // 2, "all freed, the GPU serves on")
+
+
+# A program that asks only NVML (PyTorch's NVML-based device count, as vLLM
+# does before it forks its workers), then forks: natively NVML does not
+# initialise CUDA, so the child uses CUDA. Then the parent itself.
+FORK_CHILD = r"""
+import json, os, torch
+count = torch.cuda.device_count()  # NVML with PYTORCH_NVML_BASED_CUDA_CHECK=1
+before = torch.cuda.is_initialized()
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    try:
+        x = torch.arange(1 << 20, dtype=torch.float64, device="cuda")
+        out = {"sum": float(x.sum().item())}
+    except Exception as e:  # what a broken fork looks like, for the table
+        out = {"error": f"{type(e).__name__}: {e}"[:300]}
+    os.write(w, json.dumps(out).encode())
+    os._exit(0)
+os.close(w)
+data = b""
+while True:
+    chunk = os.read(r, 65536)
+    if not chunk:
+        break
+    data += chunk
+_, status = os.waitpid(pid, 0)
+parent = float(torch.ones(1000, device="cuda").sum().item())
+print(json.dumps({"count": count, "before": before, "child": json.loads(data), "status": status,
+                  "parent": parent}))
+"""
+
+
+def stage_fork_nvml(st, dev):
+    if not cuda_only(st, dev, "CUDA in a process forked after NVML"):
+        return
+    import subprocess
+    env = dict(os.environ, PYTORCH_NVML_BASED_CUDA_CHECK="1")
+    try:
+        proc = subprocess.run([sys.executable, "-c", FORK_CHILD], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        st.check(False, "the forking program finished in 300 s")
+        return
+    if proc.returncode != 0:
+        st.info["stderr"] = proc.stderr[-2000:]
+        st.check(False, f"the forking program exited with {proc.returncode}")
+        return
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    n = 1 << 20
+    st.out(f"devices by NVML: {res['count']}; CUDA initialised before the fork: {res['before']}")
+    st.out(f"the forked child: {res['child']}; its status {res['status']}; the parent after: {g(res['parent'])}")
+    st.check(res["count"] >= 1 and not res["before"], "NVML counted the devices without initialising CUDA")
+    st.check(res["child"].get("sum") == n * (n - 1) / 2 and res["status"] == 0,
+             "the child forked after NVML uses CUDA")
+    st.check(res["parent"] == 1000.0, "the parent uses CUDA after its child")
 
 
 FUNCS = {name: globals()[f"stage_{name}"] for name in STAGES}

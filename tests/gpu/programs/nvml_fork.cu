@@ -1,0 +1,123 @@
+// nvml_fork: a program asks NVML only (as vLLM does before it forks its
+// workers), forks, and its child uses CUDA; then the parent uses CUDA and a
+// child forked after that is refused CUDA (initialization error) yet still
+// asks NVML. NVML is opened with dlopen (libnvidia-ml.so.1: NVIDIA's natively,
+// Flyt's through flyt-run), declared here by hand (nvml.h is not in the
+// toolkit). Prints only what native and Flyt share (no sizes or names).
+//
+// stdout: deterministic results only.  stderr: timings.
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "test_util.h"
+
+typedef struct nvml_device *nvml_device_t;
+struct nvml_memory {
+    unsigned long long total, free, used;
+};
+
+static struct {
+    int (*init)(void);
+    int (*count)(unsigned int *);
+    int (*handle)(unsigned int, nvml_device_t *);
+    int (*memory)(nvml_device_t, struct nvml_memory *);
+} nvml;
+
+static void load_nvml(void)
+{
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (lib == NULL) {
+        printf("FAIL: no libnvidia-ml.so.1 (%s)\n", dlerror());
+        exit(1);
+    }
+    *(void **)&nvml.init = dlsym(lib, "nvmlInit_v2");
+    *(void **)&nvml.count = dlsym(lib, "nvmlDeviceGetCount_v2");
+    *(void **)&nvml.handle = dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+    *(void **)&nvml.memory = dlsym(lib, "nvmlDeviceGetMemoryInfo");
+    if (!nvml.init || !nvml.count || !nvml.handle || !nvml.memory) {
+        printf("FAIL: libnvidia-ml.so.1 lacks an entry point\n");
+        exit(1);
+    }
+}
+
+// NVML's device count and whether its memory answer is consistent
+static void ask_nvml(const char *who)
+{
+    unsigned int n = 0;
+    nvml_device_t dev;
+    struct nvml_memory mem = {0, 0, 0};
+    int init = nvml.init();
+    int count = nvml.count(&n);
+    int memory = nvml.handle(0, &dev) == 0 ? nvml.memory(dev, &mem) : -1;
+    printf("%s: nvmlInit %d, count %d (%s), memory %d (%s)\n", who, init, count,
+           n >= 1 ? "some" : "none", memory,
+           mem.total > 0 && mem.free <= mem.total ? "consistent" : "inconsistent");
+}
+
+__global__ void iota(double *x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = i;
+}
+
+// the sum of 0..n-1 made on the GPU, or the error of the first failed call
+static void use_cuda(const char *who)
+{
+    const int n = 1 << 20;
+    double *d = NULL;
+    cudaError_t e = cudaMalloc(&d, n * sizeof(double));
+    if (e != cudaSuccess) {
+        printf("%s: cudaMalloc -> %d (%s)\n", who, (int)e, cudaGetErrorName(e));
+        return;
+    }
+    iota<<<(n + 255) / 256, 256>>>(d, n);
+    double *h = (double *)malloc(n * sizeof(double));
+    e = cudaMemcpy(h, d, n * sizeof(double), cudaMemcpyDeviceToHost);
+    double sum = 0;
+    for (int i = 0; e == cudaSuccess && i < n; i++)
+        sum += h[i];
+    printf("%s: kernel and copy -> %d, sum %.0f\n", who, (int)e, sum);
+    free(h);
+    cudaFree(d);
+}
+
+static void in_child(void (*body)(void))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        body();
+        fflush(NULL);
+        _exit(0);
+    }
+    int st = -1;
+    waitpid(pid, &st, 0);
+    printf("child exit %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+static void child_after_nvml(void) { use_cuda("child after NVML only"); }
+
+static void child_after_cuda(void)
+{
+    use_cuda("child after the parent's CUDA");
+    ask_nvml("child after the parent's CUDA");
+}
+
+int main(void)
+{
+    double t0 = now_s();
+    load_nvml();
+    ask_nvml("parent, NVML only");
+    in_child(child_after_nvml);
+    use_cuda("parent");
+    in_child(child_after_cuda);
+    use_cuda("parent again");
+    fprintf(stderr, "nvml_fork: %.3f s\n", now_s() - t0);
+    printf("PASS nvml_fork\n");
+    return 0;
+}
