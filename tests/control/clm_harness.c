@@ -256,22 +256,25 @@ json_t *clm_register_node(struct clm_proc *clm, struct fake_nm *nm, const char *
 }
 
 
-const char *jstr(json_t *j, const char *path)
+/* The value at "a.b.0.c" (object keys, array indexes); NULL when absent. strtok_r, not
+ * strtok: test_parallel's 8 threads read their answers at once, and strtok's one hidden
+ * position is shared by all threads, so one thread's walk went on in another's path (a
+ * 201 with its session read as no session: CI saw "7 of 8" processes get one). */
+static json_t *jpath(json_t *j, const char *path)
 {
-    char buf[256];
+    char buf[256], *save = NULL;
     snprintf(buf, sizeof buf, "%s", path);
-    for (char *tok = strtok(buf, "."); tok && j; tok = strtok(NULL, "."))
+    for (char *tok = strtok_r(buf, ".", &save); tok && j; tok = strtok_r(NULL, ".", &save))
         j = json_is_array(j) ? json_array_get(j, (size_t)atoi(tok)) : json_object_get(j, tok);
-    return json_string_value(j);
+    return j;
 }
+
+const char *jstr(json_t *j, const char *path) { return json_string_value(jpath(j, path)); }
 
 long long jint(json_t *j, const char *path)
 {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *tok = strtok(buf, "."); tok && j; tok = strtok(NULL, "."))
-        j = json_is_array(j) ? json_array_get(j, (size_t)atoi(tok)) : json_object_get(j, tok);
-    return json_is_integer(j) ? json_integer_value(j) : -1;
+    json_t *v = jpath(j, path);
+    return json_is_integer(v) ? json_integer_value(v) : -1;
 }
 
 /* ---- fake node manager ---- */
