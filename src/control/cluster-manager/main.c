@@ -129,8 +129,13 @@ static int open_store(void)
 /* The API and the timer thread; the store is open. */
 static int start_serving(void)
 {
-    char err[1024];
+    char err[1024], schema[128];
     int https = clm.set.tls.cert_pem != NULL;
+    /* read while nothing else uses the store: once the API and the timer run, every use is
+     * theirs, under clm.lock (db.h). A PostgreSQL connection used by two threads at once
+     * loses its place in the protocol ("insufficient data in \"T\" message"): a restart
+     * while nodes heartbeat failed a request, and the next call got no answer. */
+    snprintf(schema, sizeof schema, "%d", store_schema_version(clm.store, err, sizeof err));
     pthread_mutex_lock(&clm.lock);   /* no request runs before clm.http is set */
     clm.http = flyt_http_start_tls(clm.set.listen, clm_routes, &clm, &clm.set.api, &clm.set.tls,
                                    err, sizeof err);
@@ -145,8 +150,6 @@ static int start_serving(void)
         flyt_http_stop(clm.http);
         return -1;
     }
-    char schema[128];
-    snprintf(schema, sizeof schema, "%d", store_schema_version(clm.store, err, sizeof err));
     flyt_info("listening on %s (port %d, %s), store %s (schema %s), policy %s%s", clm.set.listen,
               flyt_http_port(clm.http), https ? "HTTPS" : "plain HTTP", store_kind(clm.store), schema,
               clm.set.policy == PLACE_PACK ? "pack" : "spread",
