@@ -69,7 +69,8 @@ int fake_nm_has(struct fake_nm *nm, const char *session_id);
 void fake_nm_set_connected(struct fake_nm *nm, const char *session_id, int connected);
 
 /* Heartbeats every nm with heartbeat set, every period_ms, to clm (whose port may change
- * across restarts), applying "stop" answers. */
+ * across restarts), applying "stop" answers. nms is read until heartbeats_stop: it must
+ * outlive the call (not a returning function's local). */
 void heartbeats_start(struct clm_proc *clm, struct fake_nm **nms, int n, int period_ms);
 void heartbeats_stop(void);
 /* One heartbeat now; returns the status and the answer. */

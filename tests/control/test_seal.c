@@ -21,6 +21,10 @@
 
 static struct clm_proc clm;
 static struct fake_nm nm;
+/* the heartbeat thread reads this array for as long as it runs: not a function's local
+ * (test_legacy_plain_row's was, and the thread then read a dead stack slot, which
+ * expect_refused's buffers overwrite: a segfault in the PostgreSQL run, now and then) */
+static struct fake_nm *heartbeating[] = {&nm};
 static char vm_token[65], key_file[700];
 
 /* The node's two stored secret columns, as the store holds them. */
@@ -136,8 +140,7 @@ static void test_legacy_plain_row(void)
     CHECK_STR_EQ(sk, nm.session_key, "the row is plain before the start");
     clm_restart(&clm);
     expect_sealed("after a start on a plain row");
-    struct fake_nm *nms[] = {&nm};
-    heartbeats_start(&clm, nms, 1, 250);
+    heartbeats_start(&clm, heartbeating, 1, 250);
     expect_session_works("after sealing a plain row");
 }
 
@@ -197,8 +200,7 @@ int main(int argc, char **argv)
                         "\"compute_units\": 16, \"memory\": \"1GiB\"}", vm_token);
     clm_create_node(&clm, &nm, "10.0.5.1");
     json_decref(clm_register_node(&clm, &nm, "10.0.5.1", 64, 8LL << 30, NULL));
-    struct fake_nm *nms[] = {&nm};
-    heartbeats_start(&clm, nms, 1, 250);
+    heartbeats_start(&clm, heartbeating, 1, 250);
 
     test_sealed_at_registration();
     test_legacy_plain_row();
