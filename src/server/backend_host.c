@@ -213,6 +213,7 @@ struct host_backend {
     unsigned char attr_known[HOST_ATTR_MAX];
     uint64_t total, used;
     int sm_total; /* SMs of the fake device (FLYT_HOST_BACKEND_SMS, default 132) */
+    int cc_major, cc_minor; /* its compute capability (FLYT_HOST_BACKEND_CC, default 9.0) */
     unsigned print_points; /* opening, device syncs and memsets so far (flyt_host_fake_print) */
     long sync_ms; /* FLYT_HOST_BACKEND_SYNC_MS: a device sync's fake kernel time, -1: forever */
 
@@ -269,8 +270,8 @@ static void fill_props(struct host_backend *h)
     p->maxGridSize[1] = 65535;
     p->maxGridSize[2] = 65535;
     p->totalConstMem = 64 << 10;
-    p->major = 9;
-    p->minor = 0;
+    p->major = h->cc_major;
+    p->minor = h->cc_minor;
     p->textureAlignment = 512;
     p->texturePitchAlignment = 32;
     p->multiProcessorCount = h->sm_total;
@@ -3433,6 +3434,27 @@ static int parse_sms(int *sms, char *err, size_t errlen)
     return 0;
 }
 
+/* FLYT_HOST_BACKEND_CC: the fake device's compute capability, MAJOR.MINOR
+ * (default 9.0), so that a test can have GPUs of two architectures. */
+static int parse_cc(int *major, int *minor, char *err, size_t errlen)
+{
+    const char *s = getenv("FLYT_HOST_BACKEND_CC");
+    *major = 9;
+    *minor = 0;
+    if (s == NULL || *s == '\0')
+        return 0;
+    unsigned a = 0, b = 0;
+    int used = -1;
+    if (sscanf(s, "%2u.%1u%n", &a, &b, &used) != 2 || used != (int)strlen(s) || a < 1 ||
+        *s < '0' || *s > '9') {
+        snprintf(err, errlen, "FLYT_HOST_BACKEND_CC must be a compute capability such as 9.0: %s", s);
+        return -1;
+    }
+    *major = (int)a;
+    *minor = (int)b;
+    return 0;
+}
+
 /* FLYT_HOST_BACKEND_SYNC_MS (a test hook, docs/server.md): each device
  * synchronise waits this many milliseconds first, or for ever ("forever"). */
 static int parse_sync_ms(long *ms, char *err, size_t errlen)
@@ -3482,10 +3504,10 @@ flyt_backend *flyt_backend_host_open(int gpu, char *err, size_t errlen)
         return NULL;
     }
     uint64_t total;
-    int sms;
+    int sms, cc_major, cc_minor;
     long sync_ms;
     if (parse_total(&total, err, errlen) != 0 || parse_sms(&sms, err, errlen) != 0 ||
-        parse_sync_ms(&sync_ms, err, errlen) != 0)
+        parse_sync_ms(&sync_ms, err, errlen) != 0 || parse_cc(&cc_major, &cc_minor, err, errlen) != 0)
         return NULL;
     struct host_backend *h = calloc(1, sizeof *h);
     if (h == NULL) {
@@ -3495,6 +3517,8 @@ flyt_backend *flyt_backend_host_open(int gpu, char *err, size_t errlen)
     h->base.ops = &host_ops;
     h->total = total;
     h->sm_total = sms;
+    h->cc_major = cc_major;
+    h->cc_minor = cc_minor;
     h->sync_ms = sync_ms;
     fill_props(h);
     fill_attrs(h);
