@@ -71,6 +71,10 @@ refused "bad.conf:9: test.gpu_memory" "$base
 backend = host
 [test]
 gpu_memory = lots"
+refused "test.gpu_compute_capability: expected MAJOR.MINOR such as 9.0" "$base
+backend = host
+[test]
+gpu_compute_capability = sm_80"
 refused "server_tls_cert_file $dir/server.pem is set without server_tls_key_file" "$base
 server_tls_cert_file = $dir/server.pem"
 if command -v openssl > /dev/null; then

@@ -85,6 +85,8 @@ const struct flyt_cfg_key nm_config_keys[] = {
     {"test.gpus", FLYT_CFG_INT, "1", "backend = host: how many fake GPUs", false, 1, NM_MAX_GPUS},
     {"test.gpu_name", FLYT_CFG_STRING, "Flyt fake GPU", "backend = host: their name", false, 0,
      0},
+    {"test.gpu_compute_capability", FLYT_CFG_STRING, "9.0",
+     "backend = host: their compute capability, MAJOR.MINOR", false, 0, 0},
     {"test.gpu_sm_count", FLYT_CFG_INT, "132", "backend = host: SMs of each", false, 1, 100000},
     {"test.gpu_sm_granularity", FLYT_CFG_INT, "8", "backend = host: SMs per SM group", false, 1,
      1024},
@@ -178,7 +180,10 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
         copy(c->mps_control, sizeof c->mps_control, flyt_config_str(cfg, "mps_control"), path, cfg,
              "mps_control", err, errlen) < 0 ||
         copy(c->test_gpu_name, sizeof c->test_gpu_name, flyt_config_str(cfg, "test.gpu_name"), path,
-             cfg, "test.gpu_name", err, errlen) < 0)
+             cfg, "test.gpu_name", err, errlen) < 0 ||
+        copy(c->test_gpu_cc, sizeof c->test_gpu_cc,
+             flyt_config_str(cfg, "test.gpu_compute_capability"), path, cfg,
+             "test.gpu_compute_capability", err, errlen) < 0)
         goto out;
 
     if (!nm_valid_sid(c->node_id))
@@ -232,7 +237,8 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
         c->host_backend = 1;
     else if (strcmp(backend, "cuda") != 0)
         FAIL("backend", "expected cuda or host, got \"%s\"", backend);
-    static const char *const test_keys[] = {"test.gpus", "test.gpu_name", "test.gpu_sm_count",
+    static const char *const test_keys[] = {"test.gpus", "test.gpu_name",
+                                            "test.gpu_compute_capability", "test.gpu_sm_count",
                                             "test.gpu_sm_granularity", "test.gpu_memory"};
     for (size_t i = 0; !c->host_backend && i < sizeof test_keys / sizeof test_keys[0]; i++)
         if (flyt_config_is_set(cfg, test_keys[i]))
@@ -245,6 +251,12 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
         FAIL("test.gpu_sm_granularity", "more than test.gpu_sm_count (%d)", c->test_gpu_sm_count);
     if (c->host_backend && !c->test_gpu_name[0])
         FAIL("test.gpu_name", "must not be empty");
+    unsigned cc_major = 0, cc_minor = 0;
+    int cc_used = -1;
+    if (sscanf(c->test_gpu_cc, "%2u.%1u%n", &cc_major, &cc_minor, &cc_used) != 2 ||
+        cc_used != (int)strlen(c->test_gpu_cc) || cc_major < 1 || c->test_gpu_cc[0] == '+')
+        FAIL("test.gpu_compute_capability", "expected MAJOR.MINOR such as 9.0, got \"%s\"",
+             c->test_gpu_cc);
 
     int lvl = flyt_log_level_parse(flyt_config_str(cfg, "log_level"));
     if (lvl < 0)

@@ -54,6 +54,7 @@ struct nm_config {
     /* test mode: the declared fake GPUs */
     int  test_gpus;
     char test_gpu_name[NM_STR];
+    char test_gpu_cc[16];           /* "MAJOR.MINOR": the servers' FLYT_HOST_BACKEND_CC */
     int  test_gpu_sm_count, test_gpu_sm_granularity;
     long long test_gpu_memory;
     struct flyt_http_tls tls;       /* the API's certificate and key; none: plain HTTP */

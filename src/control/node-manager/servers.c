@@ -52,7 +52,8 @@ extern char **environ;
 
 static const char *const flyt_env_names[] = {
     "CUDA_VISIBLE_DEVICES=", "CUDA_MPS_PIPE_DIRECTORY=", "CUDA_MPS_LOG_DIRECTORY=",
-    "FLYT_HOST_BACKEND_MEM=", "FLYT_HOST_BACKEND_SMS=", "FLYT_SERVER=", "FLYT_SESSION_TOKEN=",
+    "FLYT_HOST_BACKEND_MEM=", "FLYT_HOST_BACKEND_SMS=", "FLYT_HOST_BACKEND_CC=", "FLYT_SERVER=",
+    "FLYT_SESSION_TOKEN=",
     NULL};
 
 char **nm_env_build(const char *const *extra)
@@ -486,14 +487,16 @@ static int spawn_server(struct nm *nm, struct nm_server *s, char *err, size_t er
     FLYT_ASSERT(argc < (int)(sizeof argv / sizeof argv[0]));
     argv[argc] = NULL;
     /* the environment: this GPU only, or the fake GPU; its MPS daemon */
-    const char *fin[6];
+    const char *fin[7];
     int nf = 0;
-    char f_mem[64], f_sms[64], f_vis[128], f_pipe[PATH_MAX + 32], f_log[PATH_MAX + 32];
+    char f_mem[64], f_sms[64], f_cc[64], f_vis[128], f_pipe[PATH_MAX + 32], f_log[PATH_MAX + 32];
     if (c->host_backend) {
         snprintf(f_mem, sizeof f_mem, "FLYT_HOST_BACKEND_MEM=%lld", gpu->memory_total);
         snprintf(f_sms, sizeof f_sms, "FLYT_HOST_BACKEND_SMS=%d", gpu->sm_count);
+        snprintf(f_cc, sizeof f_cc, "FLYT_HOST_BACKEND_CC=%s", c->test_gpu_cc);
         fin[nf++] = f_mem;
         fin[nf++] = f_sms;
+        fin[nf++] = f_cc;
     } else {
         snprintf(f_vis, sizeof f_vis, "CUDA_VISIBLE_DEVICES=%s", gpu->uuid);
         fin[nf++] = f_vis;
