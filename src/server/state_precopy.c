@@ -412,6 +412,7 @@ struct incoming {
     char            *names;
     uint64_t        *names_at;
     void           **cached;
+    uint8_t         *asked;      /* what the NEED answer said of each entry (PC_*) */
     uint64_t       (*ranges)[2]; /* the source's stream-ordered allocations */
     uint32_t         nranges;
 };
@@ -491,7 +492,9 @@ static int wanted(const struct incoming *in, uint32_t i, const flyt_backend *b)
 }
 
 /* The images this node's module cache has are loaded first (the source sends the others
- * meanwhile), then each sent one as it arrives. 0, or -1 when the connection failed. */
+ * meanwhile), then each sent one as it arrives: exactly those the NEED answer asked for
+ * (cached[] is emptied as its images are handed over, so it cannot say afterwards). 0, or
+ * -1 when the connection failed. */
 static int load_all(int fd, flyt_backend *b, const struct flyt_server_config *cfg,
                     const struct incoming *in, long long deadline)
 {
@@ -505,27 +508,30 @@ static int load_all(int fd, flyt_backend *b, const struct flyt_server_config *cf
             }
         }
     for (uint32_t i = 0; i < in->n; i++)
-        if (wanted(in, i, b) && take_sent(fd, b, cfg, in, i, deadline) != 0)
+        if (in->asked[i] == PC_SEND && take_sent(fd, b, cfg, in, i, deadline) != 0)
             return -1;
     return 0;
 }
 
-/* Also notes, for a version-2 source, which images the state will leave out. */
-static int answer_needs(int fd, const struct incoming *in, flyt_backend *b)
+/* Also notes, for a version-2 source, which images the state will leave out; and, in
+ * in->asked, which images it asked for. */
+static int answer_needs(int fd, struct incoming *in, flyt_backend *b)
 {
     uint8_t *msg = malloc(4 + (size_t)in->n);
+    in->asked = malloc((size_t)in->n + 1);
     outs = in->version >= 2 ? calloc((size_t)in->n + 1, sizeof *outs) : NULL;
-    if (msg == NULL || (in->version >= 2 && outs == NULL)) {
+    if (msg == NULL || in->asked == NULL || (in->version >= 2 && outs == NULL)) {
         free(msg);
         return -1;
     }
     memcpy(msg, "NEED", 4);
     for (uint32_t i = 0; i < in->n; i++) {
-        msg[4 + i] = wanted(in, i, b) ? PC_SEND
-                     : in->cached[i] && in->version >= 2 ? PC_HAS : PC_NO;
+        in->asked[i] = wanted(in, i, b) ? PC_SEND
+                       : in->cached[i] && in->version >= 2 ? PC_HAS : PC_NO;
+        msg[4 + i] = in->asked[i];
         if (outs) { /* by entry */
             outs[i] = (struct left_out){.id = in->list[i].id, .size = in->list[i].size,
-                                        .left = msg[4 + i] != PC_NO};
+                                        .left = in->asked[i] != PC_NO};
             memcpy(outs[i].sha256, in->list[i].sha256, 32);
         }
     }
@@ -592,6 +598,7 @@ static void keep_async_free(flyt_backend *b, const struct incoming *in)
 
 static void incoming_free(struct incoming *in)
 {
+    free(in->asked);
     for (uint32_t i = 0; in->cached && i < in->n; i++)
         free(in->cached[i]);
     free(in->cached);

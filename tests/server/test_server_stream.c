@@ -7,6 +7,7 @@
  * receiver that never gets its state exits after its deadline.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -66,8 +67,9 @@ static int free_port(void)
 
 /* A receiving server on port, its Unix socket and log under dir/NAME.*. */
 /* A receiving server; quota (NULL: none) its --memory-quota. */
-static pid_t receiver_quota(const char *bin, const char *name, int port, int timeout_s,
-                            const char *quota)
+/* A receiving server; opt and val (or NULL): one more option. */
+static pid_t receiver_with(const char *bin, const char *name, int port, int timeout_s,
+                           const char *opt, const char *val)
 {
     char listen[160], state[160], rl[64], log[160], to[16];
     snprintf(listen, sizeof listen, "unix:%s/%s.sock", dir, name);
@@ -83,7 +85,7 @@ static pid_t receiver_quota(const char *bin, const char *name, int port, int tim
         dup2(fd, 2);
         execl(bin, bin, "--backend", "host", "--listen", listen, "--restore", state,
               "--restore-listen", rl, "--restore-secret-file", secret_path, "--restore-timeout",
-              to, quota ? "--memory-quota" : (char *)NULL, quota, (char *)NULL);
+              to, opt, val, (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -91,7 +93,7 @@ static pid_t receiver_quota(const char *bin, const char *name, int port, int tim
 
 static pid_t receiver(const char *bin, const char *name, int port, int timeout_s)
 {
-    return receiver_quota(bin, name, port, timeout_s, NULL);
+    return receiver_with(bin, name, port, timeout_s, NULL, NULL);
 }
 
 static int log_has(const char *name, const char *needle)
@@ -487,6 +489,72 @@ static void partial_precopy(const char *bin)
     th_server_stop();
 }
 
+/* A version-2 pre-copy to a receiver whose module cache holds module 0's image: it says
+ * it holds that one (2), asks for module 1's (1), reads only that image and answers at
+ * once. (It once took module 0's image from its cache and then also waited for it on the
+ * connection: the source, told it was held, sent the state after its wait, whose first
+ * bytes were read as the image; the state then had no magic.) */
+static void cached_precopy(const char *bin)
+{
+    th_say("a pre-copy to a receiver whose module cache holds an image: only the other is read");
+    char cache[160], path[240], hex[65];
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    CHECK_EQ(mkdir(cache, 0700), 0, "a module cache dir");
+    struct pc_entry e[2] = {{module[0], image_size, {0}, 1, sizeof FUNC_NAME},
+                            {module[1], image_size, {0}, 0, 0}};
+    unsigned md = 0;
+    EVP_Digest(image[0], image_size, e[0].sha256, &md, EVP_sha256(), NULL);
+    EVP_Digest(image[1], image_size, e[1].sha256, &md, EVP_sha256(), NULL);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", e[0].sha256[i]);
+    snprintf(path, sizeof path, "%s/%s.fatbin", cache, hex);
+    FILE *cf = fopen(path, "wb");
+    CHECK(cf && fwrite(image[0], 1, image_size, cf) == image_size, "module 0's image cached");
+    if (cf)
+        fclose(cf);
+    int port = free_port();
+    pid_t to = receiver_with(bin, "cached", port, 20, "--cache-dir", cache);
+    int s = connect_port(port);
+    CHECK(s >= 0, "connected to the receiver");
+    struct timeval patience = {5, 0}; /* far below the receiver's 20 s: a wait shows */
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
+    send_all(s, "FLYTSTM1", 8, "the magic");
+    send_all(s, secret, sizeof secret - 1, "the secret");
+    struct {
+        char     magic[8];
+        uint32_t count, nranges;
+    } h = {"FLYTPRE", 2, 0};
+    memcpy(h.magic, "FLYTPRE2", 8);
+    send_all(s, &h, sizeof h, "the pre-copy's header");
+    send_all(s, e, sizeof e, "its list");
+    send_all(s, FUNC_NAME, sizeof FUNC_NAME, "module 0's function");
+    char need[6];
+    read_exactly(s, need, sizeof need, "the receiver's needs");
+    CHECK(memcmp(need, "NEED\2\1", 6) == 0, "it holds module 0's image and asks for module 1's");
+    send_all(s, image[1], image_size, "image 1");
+    char line[32] = "";
+    for (size_t i = 0; i < sizeof line - 1 && read(s, line + i, 1) == 1 && line[i] != '\n'; i++)
+        ;
+    CHECK(strncmp(line, "PRELOADED 2\n", 12) == 0,
+          "both preloaded, answered without waiting for the held image: '%s'", line);
+    close(s);
+    kill(to, SIGTERM);
+    exit_status(to, 10);
+    CHECK(log_has("cached", "1 from the module cache, 1 received"), "one from the cache, one sent");
+    unlink(path);
+    char file[240];
+    DIR *d = opendir(cache); /* module 1's image, stored as it came */
+    for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(file, sizeof file, "%s/%s", cache, de->d_name);
+        unlink(file);
+    }
+    if (d)
+        closedir(d);
+    CHECK_EQ(rmdir(cache), 0, "the cache dir removed");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -542,7 +610,7 @@ int main(int argc, char **argv)
     th_say("a state the receiver cannot restore (past its memory quota): the source hears "
            "why before it ends the session, and carries on");
     port = free_port();
-    pid_t small = receiver_quota(bin, "small", port, 20, "65536");
+    pid_t small = receiver_with(bin, "small", port, 20, "--memory-quota", "65536");
     CHECK_NE(migrate(port, secret, err, sizeof err), T_SUCCESS, "refused");
     CHECK(strstr(err, "memory quota") != NULL, "the source hears why: %s", err);
     CHECK_EQ(exit_status(small, 10), 1, "the receiver exits 1");
@@ -600,7 +668,9 @@ int main(int argc, char **argv)
     th_server_stop();
     warm_process_gone(bin);
     partial_precopy(bin);
+    cached_precopy(bin);
     static const char *const left[] = {"partial-source.state", "partial.log", "partial.state",
+                                       "cached.log", "cached.state", "cached.sock",
                                        "partial.sock", "secret", "server.status", "source.state", "idle.log",
                                        "wrong.log", "target.log", "target.state", "target.sock",
                                        "wrong.sock", "idle.sock", "late.log", "late.state",
