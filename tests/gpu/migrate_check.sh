@@ -16,7 +16,10 @@
 #   while the program still runs (docs/state-format.md, "Pre-copy of kernel
 #   images"); "downtime" (asked -> listening) leaves out that pre-copy (the
 #   session says how long it took) and the summary names it. FLYT_PRECOPY=0 in
-#   the environment turns the pre-copy off (the comparison).
+#   the environment turns the pre-copy off (the comparison). MIGRATE_CACHE=1:
+#   both servers keep kernel images in one module cache (--cache-dir), as nodes
+#   that ran the program before: the receiver loads what the cache holds and is
+#   sent only the rest.
 #   Prints one summary line: NAME, identical, state bytes, checkpoint ms,
 #   downtime ms (checkpoint asked -> restored server listening), the stall
 #   the program saw (its FLYT_TRACE line), the native and Flyt wall times; before it, the servers' phase lines and the
@@ -41,6 +44,10 @@ D="${OUT:-/tmp}/migrate-$NAME"
 rm -rf "$D" && mkdir -p "$D" || die "cannot create $D"
 SOCK="$D/s.sock" STATUS="$D/status" STATE="$D/session.state"
 PIDS=()
+CACHE=()
+if [ "${MIGRATE_CACHE:-0}" = 1 ]; then
+    mkdir -p "$D/cache" && CACHE=(--cache-dir "$D/cache") || die "cannot create $D/cache"
+fi
 cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait 2>/dev/null; }
 trap cleanup EXIT
 ms() { date +%s%3N; }
@@ -49,7 +56,7 @@ start_server() { # LOG ARGS... -> SRV
     local log=$1; shift
     rm -f "$SOCK"
     env -u FLYT_SERVER LD_LIBRARY_PATH="$CUDA_LIB" "$SERVER" --backend cuda \
-        --listen "unix:$SOCK" --status-file "$STATUS" "$@" >"$log" 2>&1 &
+        --listen "unix:$SOCK" --status-file "$STATUS" "${CACHE[@]}" "$@" >"$log" 2>&1 &
     SRV=$!; PIDS+=("$SRV")
     for _ in $(seq 1 400); do
         [ -S "$SOCK" ] && return 0
@@ -81,7 +88,7 @@ if [ "$VIA" = stream ]; then
     port=$(( 20000 + $$ % 20000 ))
     env -u FLYT_SERVER LD_LIBRARY_PATH="$CUDA_LIB" "$SERVER" --backend cuda --listen "unix:$SOCK" \
         --restore "$D/received.state" --restore-listen "tcp://127.0.0.1:$port" \
-        --restore-secret-file "$D/secret" --restore-timeout 120 >"$D/server-2.log" 2>&1 &
+        --restore-secret-file "$D/secret" --restore-timeout 120 "${CACHE[@]}" >"$D/server-2.log" 2>&1 &
     RCV=$!; PIDS+=("$RCV")
     for _ in $(seq 1 800); do
         grep -q "waiting up to" "$D/server-2.log" && break
