@@ -42,14 +42,48 @@ FLYT_EXPORT CUresult cuDriverGetVersion(int *version)
     return CUDA_SUCCESS;
 }
 
-FLYT_EXPORT CUresult cuInit(unsigned int flags)
+/* ---- CUDA_VISIBLE_DEVICES ----
+ * As the driver reads it at cuInit: GPU indices or UUIDs ("GPU-" and enough of the
+ * UUID to name one), comma-separated, enumerated up to the first entry that names no
+ * GPU. A session has one GPU: it is visible exactly when the first entry names it, and
+ * with none visible the program's cuInit says CUDA_ERROR_NO_DEVICE (as the driver's).
+ * Tools ask whatever it says: NVIDIA's NVML does not read it. */
+enum { SEES_UNKNOWN, SEES_GPU, SEES_NONE };
+static atomic_int program_sees;
+
+/* SEES_GPU or SEES_NONE from the variable alone; SEES_UNKNOWN when its first entry is a
+ * UUID, which only the device snapshot can match. */
+static int visibility_by_name(const char **uuid_entry)
 {
-    if (flags != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (flyt_conn_forked())
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!flyt_in_tool_scope())
-        atomic_store(&program_started, 1);
+    const char *list = getenv("CUDA_VISIBLE_DEVICES");
+    if (list == NULL)
+        return SEES_GPU;
+    size_t len = strcspn(list, ",");
+    if (len > 0 && strspn(list, "0123456789") == len) /* an index: only 0 exists */
+        return strtoul(list, NULL, 10) == 0 && len < 12 ? SEES_GPU : SEES_NONE;
+    if (len > 4 && strncmp(list, "GPU-", 4) == 0) {
+        *uuid_entry = list;
+        return SEES_UNKNOWN;
+    }
+    return SEES_NONE; /* empty, -1, MIG-..., anything else: no GPU named */
+}
+
+/* Whether entry (up to its comma) begins the GPU's UUID as nvidia-smi writes it. */
+static int names_our_gpu(const char *entry)
+{
+    const uint8_t *b = flyt_conn_snapshot()->uuid;
+    char text[48];
+    snprintf(text, sizeof text,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+    size_t len = strcspn(entry, ",");
+    return len <= strlen(text) && strncasecmp(entry, text, len) == 0;
+}
+
+/* The connection and the device count, once for every caller. */
+static CUresult start_driver(void)
+{
     int state = atomic_load(&init_state);
     if (state != 0)
         return (CUresult)(state - 1);
@@ -61,10 +95,38 @@ FLYT_EXPORT CUresult cuInit(unsigned int flags)
     return (CUresult)(atomic_load(&init_state) - 1);
 }
 
+FLYT_EXPORT CUresult cuInit(unsigned int flags)
+{
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (flyt_conn_forked())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (flyt_in_tool_scope())
+        return start_driver();
+    atomic_store(&program_started, 1);
+    const char *uuid_entry = NULL;
+    int sees = atomic_load(&program_sees);
+    if (sees == SEES_UNKNOWN)
+        sees = visibility_by_name(&uuid_entry);
+    if (sees == SEES_NONE) { /* no session is opened for a program that sees no GPU */
+        atomic_store(&program_sees, SEES_NONE);
+        return CUDA_ERROR_NO_DEVICE;
+    }
+    CUresult r = start_driver();
+    if (r == CUDA_SUCCESS && uuid_entry != NULL)
+        atomic_store(&program_sees, names_our_gpu(uuid_entry) ? SEES_GPU : SEES_NONE);
+    else if (r == CUDA_SUCCESS)
+        atomic_store(&program_sees, SEES_GPU);
+    return r == CUDA_SUCCESS && atomic_load(&program_sees) == SEES_NONE ? CUDA_ERROR_NO_DEVICE : r;
+}
+
 CUresult flyt_init_state(void)
 {
-    if (flyt_conn_forked() || (!flyt_in_tool_scope() && !atomic_load(&program_started)))
+    int tool = flyt_in_tool_scope();
+    if (flyt_conn_forked() || (!tool && !atomic_load(&program_started)))
         return CUDA_ERROR_NOT_INITIALIZED;
+    if (!tool && atomic_load(&program_sees) == SEES_NONE)
+        return CUDA_ERROR_NO_DEVICE; /* CUDA_VISIBLE_DEVICES hides the GPU */
     int state = atomic_load(&init_state);
     return state == 0 ? CUDA_ERROR_NOT_INITIALIZED : (CUresult)(state - 1);
 }

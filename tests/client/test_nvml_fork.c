@@ -4,7 +4,8 @@
  * does not initialise CUDA: a program may ask NVML, fork workers, and use
  * CUDA in them (vLLM does), while a child forked after the program's own
  * cuInit gets CUDA_ERROR_NOT_INITIALIZED and may still ask NVML. Each child
- * reports its failed checks as its exit status.
+ * reports its failed checks as its exit status. Also CUDA_VISIBLE_DEVICES, in fresh
+ * processes (this program again).
  */
 #include <cuda.h>
 #include <stdio.h>
@@ -82,6 +83,65 @@ static int child_after_cuinit(void)
     return bad;
 }
 
+/* A fresh process (this program again, argv[1] "visible") with CUDA_VISIBLE_DEVICES set
+ * to value: its exit status is 10 * (cuInit's result == want_init) + the device count it
+ * got, NVML's count adding 100 when NVML sees the GPU anyway. */
+static int visible_child(const char *self, const char *value)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (value)
+            setenv("CUDA_VISIBLE_DEVICES", value, 1);
+        else
+            unsetenv("CUDA_VISIBLE_DEVICES");
+        execl(self, self, "visible", (char *)NULL);
+        _exit(99);
+    }
+    return child_status(pid);
+}
+
+static int visible_main(void)
+{
+    int n = -1;
+    unsigned int nvml_count = 0;
+    CUresult init = cuInit(0);
+    CUresult count = cuDeviceGetCount(&n);
+    int code = init == CUDA_SUCCESS ? 1 : init == CUDA_ERROR_NO_DEVICE ? 2 : 3;
+    code = code * 10 + (count == CUDA_SUCCESS ? n : count == CUDA_ERROR_NO_DEVICE ? 7 : 8);
+    if (nvmlInit_v2() == NVML_SUCCESS && nvmlDeviceGetCount_v2(&nvml_count) == NVML_SUCCESS &&
+        nvml_count == 1)
+        code += 100;
+    return code;
+}
+
+/* CUDA_VISIBLE_DEVICES against the session's one GPU (index 0, its UUID): the program
+ * sees it only when the first entry names it; NVML sees it whatever the variable says. */
+static void test_visible_devices(const char *self, CUdevice dev)
+{
+    CUuuid u;
+    CU_OK(cuDeviceGetUuid(&u, dev));
+    const unsigned char *b = (const unsigned char *)u.bytes;
+    char ours[32], other[32], upper[32];
+    snprintf(ours, sizeof ours, "GPU-%02x%02x%02x%02x-%02x", b[0], b[1], b[2], b[3], b[4]);
+    snprintf(other, sizeof other, "GPU-%02x%02x", b[0] ^ 0xff, b[1]);
+    snprintf(upper, sizeof upper, "GPU-%02X%02X%02X", b[0], b[1], b[2]);
+    const struct {
+        const char *value;
+        int want;
+    } cases[] = {
+        {NULL, 111}, {"0", 111}, {"0,1", 111}, {ours, 111}, {upper, 111},
+        {"", 127}, {"1", 127}, {"-1", 127}, {"1,0", 127}, {other, 127}, {"MIG-0", 127},
+        {"GPU-", 127},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int got = visible_child(self, cases[i].value);
+        CHECK_EQ(got, cases[i].want, "CUDA_VISIBLE_DEVICES=%s%s%s: cuInit, device count and "
+                 "NVML's count as the driver's (%d)", cases[i].value ? "'" : "(unset)",
+                 cases[i].value ? cases[i].value : "", cases[i].value ? "'" : "", got);
+    }
+}
+
 static pid_t fork_child(int (*body)(void))
 {
     fflush(NULL);
@@ -91,8 +151,10 @@ static pid_t fork_child(int (*body)(void))
     return pid;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "visible") == 0)
+        return visible_main();
     unsigned int count = 0;
     CHECK_EQ(nvmlInit_v2(), NVML_SUCCESS, "nvmlInit");
     CHECK(nvmlDeviceGetCount_v2(&count) == NVML_SUCCESS && count == 1, "NVML sees one device");
@@ -120,6 +182,7 @@ int main(void)
              "a child forked after cuInit: CUDA_ERROR_NOT_INITIALIZED, yet NVML answers");
     CHECK_EQ(device_round_trip(0x33), 0, "the parent's session carries on after the children");
     CHECK(nvml_memory_ok(), "and its NVML");
+    test_visible_devices(argv[0], dev);
     CU_OK(cuCtxDestroy(ctx));
     CHECK_EQ(nvmlShutdown(), NVML_SUCCESS, "nvmlShutdown");
     return check_done();

@@ -1,7 +1,8 @@
 // nvml_fork: a program asks NVML only (as vLLM does before it forks its
 // workers), forks, and its child uses CUDA; then the parent uses CUDA and a
 // child forked after that is refused CUDA (initialization error) yet still
-// asks NVML. NVML is opened with dlopen (libnvidia-ml.so.1: NVIDIA's natively,
+// asks NVML. Then CUDA_VISIBLE_DEVICES in fresh processes (this program
+// again): what the runtime and NVML count. NVML is opened with dlopen (libnvidia-ml.so.1: NVIDIA's natively,
 // Flyt's through flyt-run), declared here by hand (nvml.h is not in the
 // toolkit). Prints only what native and Flyt share (no sizes or names).
 //
@@ -86,6 +87,52 @@ static void use_cuda(const char *who)
     cudaFree(d);
 }
 
+// CUDA_VISIBLE_DEVICES: this program again in a fresh process with the variable set,
+// printing what the runtime and NVML count there
+static int visible_main(void)
+{
+    int n = -1;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    unsigned int nv = 0;
+    int ok = nvml.init() == 0 && nvml.count(&nv) == 0;
+    printf("cudaGetDeviceCount -> %d (%s), count %d; NVML %s %u\n", (int)e, cudaGetErrorName(e),
+           e == cudaSuccess ? n : 0, ok ? "count" : "failed", nv);
+    return 0;
+}
+
+static void visible_cases(const char *self)
+{
+    cudaDeviceProp p;
+    CHECK(cudaGetDeviceProperties(&p, 0));
+    const unsigned char *b = (const unsigned char *)p.uuid.bytes;
+    char ours[32], upper[32], other[32];
+    snprintf(ours, sizeof ours, "GPU-%02x%02x%02x%02x-%02x", b[0], b[1], b[2], b[3], b[4]);
+    snprintf(upper, sizeof upper, "GPU-%02X%02X%02X", b[0], b[1], b[2]);
+    snprintf(other, sizeof other, "GPU-%02x%02x", b[0] ^ 0xff, b[1]);
+    const char *names[] = {"unset", "0", "0,1", "GPU-(its UUID's start)", "GPU-(upper case)",
+                           "empty", "1", "-1", "1,0", "GPU-(another UUID)", "MIG-0", "GPU-",
+                           "' 0'", "'0 '"};
+    const char *values[] = {NULL, "0", "0,1", ours, upper, "", "1", "-1", "1,0", other,
+                            "MIG-0", "GPU-", " 0", "0 "};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        printf("CUDA_VISIBLE_DEVICES=%s: ", names[i]);
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (values[i])
+                setenv("CUDA_VISIBLE_DEVICES", values[i], 1);
+            else
+                unsetenv("CUDA_VISIBLE_DEVICES");
+            execl(self, self, "visible", (char *)NULL);
+            _exit(99);
+        }
+        int st = -1;
+        waitpid(pid, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            printf("child status %d\n", st);
+    }
+}
+
 static void in_child(void (*body)(void))
 {
     fflush(NULL);
@@ -108,15 +155,18 @@ static void child_after_cuda(void)
     ask_nvml("child after the parent's CUDA");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     double t0 = now_s();
     load_nvml();
+    if (argc == 2 && strcmp(argv[1], "visible") == 0)
+        return visible_main();
     ask_nvml("parent, NVML only");
     in_child(child_after_nvml);
     use_cuda("parent");
     in_child(child_after_cuda);
     use_cuda("parent again");
+    visible_cases(argv[0]);
     fprintf(stderr, "nvml_fork: %.3f s\n", now_s() - t0);
     printf("PASS nvml_fork\n");
     return 0;
