@@ -792,9 +792,11 @@ static int start_threads(void)
 /* TLS for a TCP address written tls://, or for every TCP address when
  * FLYT_TLS_CA names the CA to verify servers with (docs/tls.md). The
  * context is made once, on the first such connection. 0, or -1 with err. */
+static flyt_tls_ctx *tls_ctx; /* under init_lock, or on the receiver thread once connected */
+
 static int start_tls(flyt_link *l, const flyt_addr *addr, int timeout_s, char *err, size_t errlen)
 {
-    static flyt_tls_ctx *ctx; /* under init_lock, or on the receiver thread once connected */
+    flyt_tls_ctx *ctx = tls_ctx;
     const char *ca = getenv("FLYT_TLS_CA");
     if (ca && *ca == '\0')
         ca = NULL;
@@ -802,7 +804,7 @@ static int start_tls(flyt_link *l, const flyt_addr *addr, int timeout_s, char *e
     if (addr->kind != FLYT_ADDR_TCP || (!addr->tls && ca == NULL))
         return 0;
     char why[512];
-    if (ctx == NULL && (ctx = flyt_tls_client_ctx(ca, why, sizeof why)) == NULL) {
+    if (ctx == NULL && (ctx = tls_ctx = flyt_tls_client_ctx(ca, why, sizeof why)) == NULL) {
         snprintf(err, errlen, "%s", why);
         return -1;
     }
@@ -810,7 +812,7 @@ static int start_tls(flyt_link *l, const flyt_addr *addr, int timeout_s, char *e
         /* Dropped so a retry reads the CA again, and so nothing is left
          * when the runtime unloads this library after a failed cuInit. */
         flyt_tls_ctx_free(ctx);
-        ctx = NULL;
+        tls_ctx = NULL;
         snprintf(err, errlen, "%s", why);
         return -1;
     }
@@ -938,14 +940,17 @@ static int prepare_moves(const struct target *t, const flyt_rep_hello *rep)
  * (flyt_client_table.h): it connects anew. */
 static atomic_int forked_child;
 
+/* Nothing is freed: another thread of the parent may have been inside a realloc or free
+ * of these buffers at the fork. The child never touches their copy-on-write pages. The
+ * TLS context, whose locks such a thread may have held, is left too: a child that
+ * connects makes its own. */
 static void forget_connection(void)
 {
     if (conn.link.fd >= 0)
         close(conn.link.fd);
-    flyt_reader_free(&rx);
-    flyt_replay_free(&conn.replay);
-    free(conn.target);
     conn = (struct client_conn)CONN_INITIAL;
+    rx = (flyt_reader){0};
+    tls_ctx = NULL;
 }
 
 static void after_fork_in_child(void)
@@ -1313,9 +1318,12 @@ CUresult flyt_connect_once(void)
         pthread_mutex_lock(&conn.init_lock);
         if (conn.initialized == 0) {
             int ok = connect_server() == 0;
-            if (!ok)
+            /* a tool's failed start is not the program's: its cuInit tries again */
+            int remembered = ok || !flyt_in_tool_scope();
+            if (!ok && remembered)
                 atomic_store(&conn.broken, 1);
-            __atomic_store_n(&conn.initialized, ok ? 1 : -1, __ATOMIC_RELEASE);
+            if (remembered)
+                __atomic_store_n(&conn.initialized, ok ? 1 : -1, __ATOMIC_RELEASE);
         }
         state = conn.initialized;
         pthread_mutex_unlock(&conn.init_lock);

@@ -31,8 +31,15 @@ void flyt_tool_scope(int entering)
 int flyt_in_tool_scope(void) { return tool_depth > 0; }
 int flyt_program_started(void) { return atomic_load(&program_started); }
 
-/* A forked child: what its parent's cuInit said is not the child's. */
-void flyt_init_forget(void) { atomic_store(&init_state, 0); }
+static uint64_t share_seq;
+
+/* A forked child: what its parent's cuInit said is not the child's, nor a share change
+ * the parent's receiver was in the middle of writing (an odd share_seq would stay odd). */
+void flyt_init_forget(void)
+{
+    atomic_store(&init_state, 0);
+    __atomic_store_n(&share_seq, 0, __ATOMIC_RELAXED);
+}
 
 FLYT_EXPORT CUresult cuDriverGetVersion(int *version)
 {
@@ -90,6 +97,8 @@ static CUresult start_driver(void)
     CUresult r = flyt_connect_once();
     if (r == CUDA_SUCCESS && flyt_conn_device_count() < 1)
         r = CUDA_ERROR_NO_DEVICE;
+    if (r != CUDA_SUCCESS && flyt_in_tool_scope())
+        return r; /* a tool's failed start: the program's cuInit tries again */
     int expected = 0;
     atomic_compare_exchange_strong(&init_state, &expected, 1 + (int)r);
     return (CUresult)(atomic_load(&init_state) - 1);
@@ -122,11 +131,15 @@ FLYT_EXPORT CUresult cuInit(unsigned int flags)
 
 CUresult flyt_init_state(void)
 {
-    int tool = flyt_in_tool_scope();
-    if (flyt_conn_forked() || (!tool && !atomic_load(&program_started)))
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!tool && atomic_load(&program_sees) == SEES_NONE)
-        return CUDA_ERROR_NO_DEVICE; /* CUDA_VISIBLE_DEVICES hides the GPU */
+    /* the common case first: the program started, no tool's thread-local scope asked */
+    int program = atomic_load_explicit(&program_started, memory_order_relaxed);
+    if (!program || flyt_conn_forked() || atomic_load(&program_sees) == SEES_NONE) {
+        int tool = flyt_in_tool_scope();
+        if (flyt_conn_forked() || (!tool && !program))
+            return CUDA_ERROR_NOT_INITIALIZED;
+        if (!tool && atomic_load(&program_sees) == SEES_NONE)
+            return CUDA_ERROR_NO_DEVICE; /* CUDA_VISIBLE_DEVICES hides the GPU */
+    }
     int state = atomic_load(&init_state);
     return state == 0 ? CUDA_ERROR_NOT_INITIALIZED : (CUresult)(state - 1);
 }
@@ -186,7 +199,6 @@ static int hidden_feature(CUdevice_attribute attr)
 /* The snapshot's SM count and total memory under a sequence lock: one
  * writer (the receiver thread, at a SHARE_CHANGED frame), readers on any
  * thread that retry while it writes. Odd: being written. */
-static uint64_t share_seq;
 
 uint64_t flyt_device_share(int *sm_count, uint64_t *total_mem)
 {
