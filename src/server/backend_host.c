@@ -2067,17 +2067,17 @@ static CUresult host_func_param_info(flyt_backend *b, flyt_bhandle func, uint32_
                                   : CUDA_ERROR_INVALID_HANDLE;
 }
 
-/* What a small kernel of a Hopper GPU reports. */
+/* What a small kernel of a Hopper GPU reports, built for the fake device's capability. */
 static CUresult host_func_get_attr(flyt_backend *b, flyt_bhandle func, int attr, int *value)
 {
-    (void)b;
+    const struct host_backend *h = HB(b);
     if (func != &host_function)
         return CUDA_ERROR_INVALID_HANDLE;
     switch (attr) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 16; break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = 90; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = h->cc_major * 10 + h->cc_minor; break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = 48 << 10; break;
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *value = -1; break;
     default: *value = 0; break;

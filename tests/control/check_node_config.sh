@@ -75,6 +75,10 @@ refused "test.gpu_compute_capability: expected MAJOR.MINOR such as 9.0" "$base
 backend = host
 [test]
 gpu_compute_capability = sm_80"
+refused "test.gpu_compute_capability: expected MAJOR.MINOR such as 9.0" "$base
+backend = host
+[test]
+gpu_compute_capability = -1.0"
 refused "server_tls_cert_file $dir/server.pem is set without server_tls_key_file" "$base
 server_tls_cert_file = $dir/server.pem"
 if command -v openssl > /dev/null; then

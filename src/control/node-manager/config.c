@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -254,7 +255,8 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
     unsigned cc_major = 0, cc_minor = 0;
     int cc_used = -1;
     if (sscanf(c->test_gpu_cc, "%2u.%1u%n", &cc_major, &cc_minor, &cc_used) != 2 ||
-        cc_used != (int)strlen(c->test_gpu_cc) || cc_major < 1 || c->test_gpu_cc[0] == '+')
+        cc_used != (int)strlen(c->test_gpu_cc) || cc_major < 1 ||
+        !isdigit((unsigned char)c->test_gpu_cc[0]))
         FAIL("test.gpu_compute_capability", "expected MAJOR.MINOR such as 9.0, got \"%s\"",
              c->test_gpu_cc);
 
