@@ -153,9 +153,9 @@ check "after the failed stream its client finds its pointer and contents on the 
 rmdir "$tmp/$dst8-state/$sid8.received.tmp"
 
 # 9. a node whose GPU is of another architecture (nc: compute capability 8.0, its own model
-# name): placement leaves it out of a move it chooses, refuses one named only by node, and a
-# move to its GPU named explicitly is refused by the target's server (the state was saved on
-# 9.0, where the client cut its kernel images): the session stays on its source, running
+# name): placement prefers the session's model over it, and a move there is refused by the
+# target's server (the state was saved on 9.0, where the client cut its kernel images): the
+# session stays on its source, running
 start_node nc 2 '[test]
 gpu_name = "Flyt fake GPU (sm_80)"
 gpu_compute_capability = "8.0"'
@@ -165,19 +165,15 @@ hold 1009 live
 sid9=$sid
 src9=$(node_of "$sid9")
 on_source9() { [ "$(state_of "$sid9")" = active ] && [ "$(node_of "$sid9")" = "$src9" ]; }
-ctl migrate "$sid9" --node nc > "$tmp/arch1.out" 2> "$tmp/arch1.err"
+ctl migrate "$sid9" --node nc > "$tmp/arch.out" 2> "$tmp/arch.err"
 rc=$?
-check "a move to node nc of another GPU model is refused by placement (exit $rc): $(tail -1 "$tmp/arch1.err")" \
-  sh -c "[ $rc != 0 ] && grep -q 'no GPU of its model' '$tmp/arch1.err'"
-ctl migrate "$sid9" --node nc --gpu 0 > "$tmp/arch2.out" 2> "$tmp/arch2.err"
-rc=$?
-check "a move to nc's GPU named explicitly fails (exit $rc): $(tail -1 "$tmp/arch2.err")" [ $rc != 0 ]
-check "nc's server said why: the state's compute capability" grep -q "compute capability 9.0" "$tmp"/nc.log "$tmp"/nc-state/*.log
+check "a move to nc's GPU of another architecture fails (exit $rc): $(tail -1 "$tmp/arch.err")" [ $rc != 0 ]
+check "the target said why: the state's compute capability" grep -q "compute capability 9.0" "$tmp/arch.err"
 check "the session is active on its source $src9" wait_until 10 on_source9
 check "its client is still connected to the source" kill -0 "$(eval echo \$holder_1009)"
-ctl migrate "$sid9" > "$tmp/arch3.out" 2> "$tmp/arch3.err"
+ctl migrate "$sid9" > "$tmp/arch2.out" 2> "$tmp/arch2.err"
 rc=$?
-check "a move placement chooses goes to a GPU of the same model (exit $rc, now on $(node_of "$sid9")): $(tail -1 "$tmp/arch3.err")" \
+check "a move placement chooses goes to a GPU of the same model, not the emptier nc (exit $rc, now on $(node_of "$sid9")): $(tail -1 "$tmp/arch2.err")" \
   sh -c "[ $rc = 0 ] && [ \"\$($bin/flytctl --json session show $sid9 | $tool flat | sed -n 's/^session.node_id=//p')\" != nc ]"
 kill "$(eval echo \$holder_1009)" 2>/dev/null
 check "moved within its model: pointer and contents hold (fresh connection)" verify 1009 "$sid9" "$ptr"

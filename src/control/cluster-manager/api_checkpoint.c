@@ -268,9 +268,7 @@ static int join_vm_elsewhere(struct clm *clm, const struct session_rec *s, const
     return found ? 1 : join_vm_reserved(clm, s, node, gpu, t, e);
 }
 
-/* The model of the GPU s runs on, "" when its node no longer says. A state moves to a
- * GPU of the same model unless the operator names the GPU: the client cut its kernel
- * images to that GPU's architecture, and a server of another refuses the state. */
+/* The model of the GPU s runs on, "" when its node no longer says. */
 static void source_model(struct clm *clm, const struct session_rec *s, char *out, size_t cap)
 {
     char err[512];
@@ -278,15 +276,32 @@ static void source_model(struct clm *clm, const struct session_rec *s, char *out
     int n = 0;
     out[0] = '\0';
     if (store_gpus_get(clm->store, s->node_id, &gpus, &n, err, sizeof err) < 0)
-        n = 0; /* unknown: no filter, the target's own check still holds */
+        n = 0; /* unknown: no preference */
     for (int i = 0; i < n; i++)
         if (gpus[i].index == s->gpu_index)
             snprintf(out, cap, "%s", gpus[i].name);
     free(gpus);
 }
 
-/* Placement of s's share (lock held): on node/gpu when given (gpu < 0: any GPU of its
- * model), else on any ready node but `avoid` (NULL: none). */
+/* caps[0..n) reordered with the GPUs of `model` first; their count. The client cut the
+ * session's kernel images to its GPU's architecture and a server of another refuses the
+ * state (the session stays on its source): GPUs of the same model are surely of the same
+ * one. Others come after: another model may share the architecture (H100 PCIe and SXM),
+ * which the inventory does not record yet. */
+static int same_model_first(struct gpu_cap *caps, int n, const char *model)
+{
+    int same = 0;
+    for (int i = 0; model[0] && i < n; i++)
+        if (strcmp(caps[i].name, model) == 0) {
+            struct gpu_cap keep = caps[i];
+            memmove(&caps[same + 1], &caps[same], sizeof *caps * (size_t)(i - same));
+            caps[same++] = keep;
+        }
+    return same;
+}
+
+/* Placement of s's share (lock held): on node/gpu when given (gpu < 0: any, its model's
+ * first), else on any ready node but `avoid` (NULL: none). */
 static int place(struct clm *clm, const struct session_rec *s, const char *node, int gpu,
                  const char *avoid, struct target *t, struct api_error *e)
 {
@@ -310,28 +325,21 @@ static int place(struct clm *clm, const struct session_rec *s, const char *node,
                       "draining)" : "no other ready node for session %s", node ? node : s->id);
     else if (capacity_build(clm, nodes, keep, &caps, &ncaps, err, sizeof err) < 0)
         rc = api_store_fail(e, "reading capacity", err);
+    int n = 0;
+    for (int i = 0; rc == 0 && i < ncaps; i++)
+        if (gpu < 0 || caps[i].index == gpu)
+            caps[n++] = caps[i];
     char model[sizeof caps->name];
     source_model(clm, s, model, sizeof model);
-    int n = 0, other_model = 0;
-    for (int i = 0; rc == 0 && i < ncaps; i++) {
-        if (gpu >= 0 && caps[i].index != gpu)
-            continue;
-        if (gpu < 0 && model[0] && strcmp(caps[i].name, model) != 0)
-            other_model++;
-        else
-            caps[n++] = caps[i];
-    }
+    int same = gpu < 0 ? same_model_first(caps, n, model) : 0;
     struct vm_rec vm = {0};
     if (rc == 0 && store_vm_get(clm->store, s->vm_id, &vm, err, sizeof err) < 0)
         rc = api_store_fail(e, "reading a VM", err);
     struct placement_request pr = {s->sm_count, s->memory_quota, vm.host_ip, clm->set.policy,
                                    clm->set.overcommit};
     struct placement_result out;
-    if (rc == 0 && n == 0 && other_model > 0)
-        rc = api_fail(e, 409, "no_capacity", "session %s: no GPU of its model (%s) on the chosen "
-                      "node(s), only others: its kernels were cut to its GPU's architecture "
-                      "(name the GPU to try another)", s->id, model);
-    else if (rc == 0 && (n == 0 || placement_choose(caps, n, &pr, &out) < 0))
+    if (rc == 0 && (n == 0 || ((same == 0 || placement_choose(caps, same, &pr, &out) < 0) &&
+                               placement_choose(caps, n, &pr, &out) < 0)))
         rc = api_fail(e, 409, "no_capacity", "session %s: %s", s->id,
                       n == 0 ? "no such GPU on the chosen node(s)" : out.reason);
     for (int i = 0; rc == 0 && i < keep; i++)
