@@ -60,23 +60,27 @@ static atomic_int program_sees;
 
 /* SEES_GPU or SEES_NONE from the variable alone; SEES_UNKNOWN when its first entry is a
  * UUID, which only the device snapshot can match. */
-static int visibility_by_name(const char **uuid_entry)
+static int visibility_by_name(const char **uuid_entry, size_t *uuid_len)
 {
     const char *list = getenv("CUDA_VISIBLE_DEVICES");
     if (list == NULL)
         return SEES_GPU;
+    list += strspn(list, " \t"); /* blanks around an entry are ignored (measured) */
     size_t len = strcspn(list, ",");
+    while (len > 0 && (list[len - 1] == ' ' || list[len - 1] == '\t'))
+        len--;
     if (len > 0 && strspn(list, "0123456789") == len) /* an index: only 0 exists */
         return strtoul(list, NULL, 10) == 0 && len < 12 ? SEES_GPU : SEES_NONE;
     if (len > 4 && strncmp(list, "GPU-", 4) == 0) {
         *uuid_entry = list;
+        *uuid_len = len;
         return SEES_UNKNOWN;
     }
     return SEES_NONE; /* empty, -1, MIG-..., anything else: no GPU named */
 }
 
-/* Whether entry (up to its comma) begins the GPU's UUID as nvidia-smi writes it. */
-static int names_our_gpu(const char *entry)
+/* Whether entry's len bytes begin the GPU's UUID as nvidia-smi writes it. */
+static int names_our_gpu(const char *entry, size_t len)
 {
     const uint8_t *b = flyt_conn_snapshot()->uuid;
     char text[48];
@@ -84,7 +88,6 @@ static int names_our_gpu(const char *entry)
              "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
              b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
              b[14], b[15]);
-    size_t len = strcspn(entry, ",");
     return len <= strlen(text) && strncasecmp(entry, text, len) == 0;
 }
 
@@ -114,16 +117,17 @@ FLYT_EXPORT CUresult cuInit(unsigned int flags)
         return start_driver();
     atomic_store(&program_started, 1);
     const char *uuid_entry = NULL;
+    size_t uuid_len = 0;
     int sees = atomic_load(&program_sees);
     if (sees == SEES_UNKNOWN)
-        sees = visibility_by_name(&uuid_entry);
+        sees = visibility_by_name(&uuid_entry, &uuid_len);
     if (sees == SEES_NONE) { /* no session is opened for a program that sees no GPU */
         atomic_store(&program_sees, SEES_NONE);
         return CUDA_ERROR_NO_DEVICE;
     }
     CUresult r = start_driver();
     if (r == CUDA_SUCCESS && uuid_entry != NULL)
-        atomic_store(&program_sees, names_our_gpu(uuid_entry) ? SEES_GPU : SEES_NONE);
+        atomic_store(&program_sees, names_our_gpu(uuid_entry, uuid_len) ? SEES_GPU : SEES_NONE);
     else if (r == CUDA_SUCCESS)
         atomic_store(&program_sees, SEES_GPU);
     return r == CUDA_SUCCESS && atomic_load(&program_sees) == SEES_NONE ? CUDA_ERROR_NO_DEVICE : r;

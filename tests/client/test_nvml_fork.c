@@ -132,7 +132,7 @@ static void test_visible_devices(const char *self, CUdevice dev)
     } cases[] = {
         {NULL, 111}, {"0", 111}, {"0,1", 111}, {ours, 111}, {upper, 111},
         {"", 127}, {"1", 127}, {"-1", 127}, {"1,0", 127}, {other, 127}, {"MIG-0", 127},
-        {"GPU-", 127},
+        {"GPU-", 127}, {" 0", 111}, {"0 ,1", 111}, {" 1", 127},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int got = visible_child(self, cases[i].value);
