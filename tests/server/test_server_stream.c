@@ -670,7 +670,7 @@ int main(int argc, char **argv)
     partial_precopy(bin);
     cached_precopy(bin);
     static const char *const left[] = {"partial-source.state", "partial.log", "partial.state",
-                                       "cached.log", "cached.state", "cached.sock",
+                                       "cached.log", "cached.state", "cached.state.tmp", "cached.sock",
                                        "partial.sock", "secret", "server.status", "source.state", "idle.log",
                                        "wrong.log", "target.log", "target.state", "target.sock",
                                        "wrong.sock", "idle.sock", "late.log", "late.state",
