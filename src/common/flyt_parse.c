@@ -41,6 +41,21 @@ int flyt_parse_int(const char *s, long long *out, char *err, size_t errlen)
     return 0;
 }
 
+int flyt_parse_compute_capability(const char *s, int *out, char *err, size_t errlen)
+{
+    size_t major_len = strspn(s, "0123456789");
+    int ok = (major_len == 1 || major_len == 2) && s[major_len] == '.' &&
+             isdigit((unsigned char)s[major_len + 1]) && s[major_len + 2] == '\0' &&
+             atoi(s) >= 1;
+    if (!ok) {
+        flyt_set_reason(err, errlen, "expected a compute capability MAJOR.MINOR such as 9.0, "
+                        "got \"%s\"", s);
+        return -1;
+    }
+    *out = atoi(s) * 10 + (s[major_len + 1] - '0');
+    return 0;
+}
+
 int flyt_parse_bool(const char *s, bool *out, char *err, size_t errlen)
 {
     static const char *const yes[] = {"true", "yes", "on", "1"};

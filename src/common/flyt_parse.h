@@ -15,6 +15,9 @@ int flyt_parse_size(const char *s, uint64_t *out, char *err, size_t errlen);
 /* ms, s, m, h; a bare number is seconds. */
 int flyt_parse_duration_ms(const char *s, uint64_t *out, char *err, size_t errlen);
 
+/* A compute capability, MAJOR.MINOR ("9.0", "10.3"): *out = MAJOR * 10 + MINOR. */
+int flyt_parse_compute_capability(const char *s, int *out, char *err, size_t errlen);
+
 /* Writes a printf-style reason into err, when there is room for one. */
 void flyt_set_reason(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -20,6 +20,7 @@
 #include "backend_host_hf.h"
 #include "flyt_calls.h"
 #include "flyt_mipmap.h"
+#include "flyt_parse.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -3439,19 +3440,14 @@ static int parse_sms(int *sms, char *err, size_t errlen)
 static int parse_cc(int *major, int *minor, char *err, size_t errlen)
 {
     const char *s = getenv("FLYT_HOST_BACKEND_CC");
-    *major = 9;
-    *minor = 0;
-    if (s == NULL || *s == '\0')
-        return 0;
-    unsigned a = 0, b = 0;
-    int used = -1;
-    if (sscanf(s, "%2u.%1u%n", &a, &b, &used) != 2 || used != (int)strlen(s) || a < 1 ||
-        *s < '0' || *s > '9') {
-        snprintf(err, errlen, "FLYT_HOST_BACKEND_CC must be a compute capability such as 9.0: %s", s);
+    int cc = 90;
+    char why[160];
+    if (s != NULL && *s != '\0' && flyt_parse_compute_capability(s, &cc, why, sizeof why) != 0) {
+        snprintf(err, errlen, "FLYT_HOST_BACKEND_CC: %s", why);
         return -1;
     }
-    *major = (int)a;
-    *minor = (int)b;
+    *major = cc / 10;
+    *minor = cc % 10;
     return 0;
 }
 

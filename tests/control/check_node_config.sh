@@ -71,11 +71,11 @@ refused "bad.conf:9: test.gpu_memory" "$base
 backend = host
 [test]
 gpu_memory = lots"
-refused "test.gpu_compute_capability: expected MAJOR.MINOR such as 9.0" "$base
+refused "test.gpu_compute_capability: expected a compute capability MAJOR.MINOR" "$base
 backend = host
 [test]
 gpu_compute_capability = sm_80"
-refused "test.gpu_compute_capability: expected MAJOR.MINOR such as 9.0" "$base
+refused "test.gpu_compute_capability: expected a compute capability MAJOR.MINOR" "$base
 backend = host
 [test]
 gpu_compute_capability = -1.0"

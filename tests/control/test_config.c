@@ -140,6 +140,13 @@ int main(void)
     CHECK_EQ(u, 45000, "bare seconds");
     CHECK_EQ(flyt_parse_duration_ms("1h", &u, err, sizeof err), 0, "1h");
     CHECK_EQ(u, 3600000, "1h");
+    int cc = 0;
+    CHECK(flyt_parse_compute_capability("9.0", &cc, err, sizeof err) == 0 && cc == 90, "9.0");
+    CHECK(flyt_parse_compute_capability("10.3", &cc, err, sizeof err) == 0 && cc == 103, "10.3");
+    const char *bad_cc[] = {"", "9", "9.", "9.00", "-1.0", " 9.0", "9. 0", "0.5", "sm_90", "100.0"};
+    for (size_t i = 0; i < sizeof bad_cc / sizeof bad_cc[0]; i++)
+        CHECK_EQ(flyt_parse_compute_capability(bad_cc[i], &cc, err, sizeof err), -1,
+                 "compute capability \"%s\" refused", bad_cc[i]);
 
     printf("test_config: all passed\n");
     return 0;

@@ -161,8 +161,8 @@ int main(int argc, char **argv)
     CHECK_EQ(ng.state, NODE_READY, "node by token, updated");
     CHECK_STR_EQ(ng.address, "http://10.0.1.1:8601", "node by token, updated");
     CHECK_EQ(strlen(ng.session_key), 64, "node by token, updated");
-    struct gpu_rec gpus[2] = {{0, "GPU-aaa", "NVIDIA H100", 132, 8, 80 * GiB},
-                              {1, "GPU-bbb", "NVIDIA H100", 132, 8, 80 * GiB}};
+    struct gpu_rec gpus[2] = {{0, "GPU-aaa", "NVIDIA H100", 132, 8, 80 * GiB, 90},
+                              {1, "GPU-bbb", "NVIDIA H100", 132, 8, 80 * GiB, 0}};
     CHECK_EQ(store_gpus_set(st, "node-a", gpus, 2, err, sizeof err), 0, "set GPUs (%s)", err);
     CHECK_EQ(store_gpus_set(st, "node-a", gpus, 2, err, sizeof err), 0, "set GPUs again replaces");
     struct gpu_rec *gg;
@@ -170,6 +170,8 @@ int main(int argc, char **argv)
     CHECK_EQ(n, 2, "get GPUs");
     CHECK_EQ(gg[1].memory_total, 80 * GiB, "get GPUs");
     CHECK_STR_EQ(gg[1].uuid, "GPU-bbb", "get GPUs");
+    CHECK(gg[0].compute_capability == 90 && gg[1].compute_capability == 0,
+          "get GPUs: their compute capability, 0 where not reported");
     free(gg);
 
     /* sessions and the derived capacity */

@@ -194,8 +194,8 @@ static void store_seed(void)
     token_hash(NODE_TOKEN, hash);
     must(store_node_insert(clm.store, &node, hash, err, sizeof err) >= 0, "node", err);
     const struct gpu_rec gpus[2] = {
-        {0, "GPU-00000000-0000-0000-0000-000000000000", "Fuzz H100", 132, 2, 80LL << 30},
-        {1, "GPU-11111111-1111-1111-1111-111111111111", "Fuzz H100", 132, 4, 80LL << 30},
+        {0, "GPU-00000000-0000-0000-0000-000000000000", "Fuzz H100", 132, 2, 80LL << 30, 90},
+        {1, "GPU-11111111-1111-1111-1111-111111111111", "Fuzz H100", 132, 4, 80LL << 30, 90},
     };
     must(store_gpus_set(clm.store, node.id, gpus, 2, err, sizeof err) >= 0, "gpus", err);
 }

@@ -268,26 +268,35 @@ static int join_vm_elsewhere(struct clm *clm, const struct session_rec *s, const
     return found ? 1 : join_vm_reserved(clm, s, node, gpu, t, e);
 }
 
-/* The model of the GPU s runs on, "" when its node no longer says. */
-static void source_model(struct clm *clm, const struct session_rec *s, char *out, size_t cap)
+/* The GPU s runs on as its node reported it (name and capability ""/0 when the node no
+ * longer says). */
+static void source_gpu(struct clm *clm, const struct session_rec *s, struct gpu_rec *out)
 {
     char err[512];
     struct gpu_rec *gpus = NULL;
     int n = 0;
-    out[0] = '\0';
+    memset(out, 0, sizeof *out);
     if (store_gpus_get(clm->store, s->node_id, &gpus, &n, err, sizeof err) < 0)
-        n = 0; /* unknown: no preference */
+        n = 0; /* unknown: no preference, the target's own check still holds */
     for (int i = 0; i < n; i++)
         if (gpus[i].index == s->gpu_index)
-            snprintf(out, cap, "%s", gpus[i].name);
+            *out = gpus[i];
     free(gpus);
 }
 
-/* caps[0..n) reordered with the GPUs of `model` first; their count. The client cut the
- * session's kernel images to its GPU's architecture and a server of another refuses the
- * state (the session stays on its source): GPUs of the same model are surely of the same
- * one. Others come after: another model may share the architecture (H100 PCIe and SXM),
- * which the inventory does not record yet. */
+/* The client cut the session's kernel images to its GPU's architecture, and a server of
+ * another refuses the state (the session staying on its source): GPUs whose capability is
+ * known to differ are left out. Returns how many remain in caps[0..n). */
+static int same_architecture(struct gpu_cap *caps, int n, int cc)
+{
+    int keep = 0;
+    for (int i = 0; i < n; i++)
+        if (!cc || !caps[i].compute_capability || caps[i].compute_capability == cc)
+            caps[keep++] = caps[i];
+    return keep;
+}
+
+/* caps[0..n) reordered with the GPUs of `model` first; their count. */
 static int same_model_first(struct gpu_cap *caps, int n, const char *model)
 {
     int same = 0;
@@ -300,8 +309,8 @@ static int same_model_first(struct gpu_cap *caps, int n, const char *model)
     return same;
 }
 
-/* Placement of s's share (lock held): on node/gpu when given (gpu < 0: any, its model's
- * first), else on any ready node but `avoid` (NULL: none). */
+/* Placement of s's share (lock held): on node/gpu when given (gpu < 0: any), else on any
+ * ready node but `avoid` (NULL: none); only GPUs of its architecture, its model's first. */
 static int place(struct clm *clm, const struct session_rec *s, const char *node, int gpu,
                  const char *avoid, struct target *t, struct api_error *e)
 {
@@ -329,17 +338,24 @@ static int place(struct clm *clm, const struct session_rec *s, const char *node,
     for (int i = 0; rc == 0 && i < ncaps; i++)
         if (gpu < 0 || caps[i].index == gpu)
             caps[n++] = caps[i];
-    char model[sizeof caps->name];
-    source_model(clm, s, model, sizeof model);
-    int same = gpu < 0 ? same_model_first(caps, n, model) : 0;
+    struct gpu_rec src;
+    source_gpu(clm, s, &src);
+    int candidates = n;
+    n = same_architecture(caps, n, src.compute_capability);
+    int same = gpu < 0 ? same_model_first(caps, n, src.name) : 0;
     struct vm_rec vm = {0};
     if (rc == 0 && store_vm_get(clm->store, s->vm_id, &vm, err, sizeof err) < 0)
         rc = api_store_fail(e, "reading a VM", err);
     struct placement_request pr = {s->sm_count, s->memory_quota, vm.host_ip, clm->set.policy,
                                    clm->set.overcommit};
     struct placement_result out;
-    if (rc == 0 && (n == 0 || ((same == 0 || placement_choose(caps, same, &pr, &out) < 0) &&
-                               placement_choose(caps, n, &pr, &out) < 0)))
+    if (rc == 0 && n == 0 && candidates > 0)
+        rc = api_fail(e, 409, "no_capacity", "session %s: no GPU of compute capability %d.%d on "
+                      "the chosen node(s), only others: its kernels were cut to its GPU's "
+                      "architecture", s->id, src.compute_capability / 10,
+                      src.compute_capability % 10);
+    else if (rc == 0 && (n == 0 || ((same == 0 || placement_choose(caps, same, &pr, &out) < 0) &&
+                                    placement_choose(caps, n, &pr, &out) < 0)))
         rc = api_fail(e, 409, "no_capacity", "session %s: %s", s->id,
                       n == 0 ? "no such GPU on the chosen node(s)" : out.reason);
     for (int i = 0; rc == 0 && i < keep; i++)

@@ -1,6 +1,7 @@
 /* The node managers' calls (node tokens): register, heartbeat and ended reports, with
  * reconciliation of what the node runs against the store's live sessions. */
 #include "clm.h"
+#include "flyt_parse.h"
 
 #include "flyt_log.h"
 #include "flyt_token.h"
@@ -42,12 +43,18 @@ static int parse_gpus(json_t *arr, struct gpu_rec **out, int *n, struct api_erro
                *gr = json_object_get(o, "sm_granularity"), *mem = json_object_get(o, "memory_total");
         const char *uuid = json_string_value(json_object_get(o, "uuid"));
         const char *name = json_string_value(json_object_get(o, "name"));
+        /* optional (older node managers): "MAJOR.MINOR" */
+        json_t *ccj = json_object_get(o, "compute_capability");
+        int cc = 0;
         const char *bad = !json_is_object(o) ? "" : !json_is_integer(idx) || json_integer_value(idx) < 0 ? "index"
                           : !uuid || !*uuid || strlen(uuid) >= sizeof g->uuid ? "uuid"
                           : !name || strlen(name) >= sizeof g->name ? "name"
                           : !json_is_integer(sm) || json_integer_value(sm) < 1 || json_integer_value(sm) > 100000 ? "sm_count"
                           : !json_is_integer(gr) || json_integer_value(gr) < 1 || json_integer_value(gr) > json_integer_value(sm) ? "sm_granularity"
-                          : !json_is_integer(mem) || json_integer_value(mem) < 1 ? "memory_total" : NULL;
+                          : !json_is_integer(mem) || json_integer_value(mem) < 1 ? "memory_total"
+                          : ccj && (!json_is_string(ccj) ||
+                                    flyt_parse_compute_capability(json_string_value(ccj), &cc, NULL, 0) != 0)
+                              ? "compute_capability" : NULL;
         if (!bad && json_integer_value(sm) / json_integer_value(gr) > MAX_SM_GROUPS)
             bad = "sm_granularity";
         for (size_t k = 0; !bad && k < i; k++)
@@ -64,6 +71,7 @@ static int parse_gpus(json_t *arr, struct gpu_rec **out, int *n, struct api_erro
         g[i].sm_count = (int)json_integer_value(sm);
         g[i].sm_granularity = (int)json_integer_value(gr);
         g[i].memory_total = json_integer_value(mem);
+        g[i].compute_capability = cc;
     }
     *out = g;
     *n = (int)cnt;
@@ -188,7 +196,9 @@ void h_node_register(void *ctx, const struct flyt_http_request *req, struct flyt
         json_t *r = find_report(reports, ss[i].id);
         const char *why = NULL;
         if (!now || !was || strcmp(now->uuid, was->uuid) != 0 || now->sm_count != was->sm_count
-            || now->sm_granularity != was->sm_granularity)
+            || now->sm_granularity != was->sm_granularity
+            || (now->compute_capability && was->compute_capability /* 0: not reported */
+                && now->compute_capability != was->compute_capability))
             why = "its GPU changed when the node registered again";
         else if (ss[i].state == SESSION_STARTING || ss[i].state == SESSION_MIGRATING)
             why = NULL;   /* its start or migration is in flight; that request settles it */

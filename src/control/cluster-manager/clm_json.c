@@ -79,7 +79,7 @@ json_t *gpu_json(const struct gpu_rec *g, const struct gpu_cap *cap)
     for (int i = 0; i < n; i++)
         json_array_append_new(arr, json_integer(groups[i]));
     long long sm_alloc = (long long)n * cap->granularity;
-    return json_pack("{s:i,s:s,s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:i,s:o}", "index", g->index,
+    json_t *o = json_pack("{s:i,s:s,s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:i,s:o}", "index", g->index,
                      "uuid", g->uuid, "name", g->name, "sm_count", g->sm_count, "sm_granularity",
                      g->sm_granularity, "memory_total", (json_int_t)g->memory_total,
                      "sm_allocated", (json_int_t)sm_alloc, "memory_allocated",
@@ -87,6 +87,12 @@ json_t *gpu_json(const struct gpu_rec *g, const struct gpu_cap *cap)
                      (json_int_t)(g->sm_count - sm_alloc), "memory_free",
                      (json_int_t)(g->memory_total - cap->memory_allocated), "sm_groups",
                      cap->ngroups, "sm_groups_allocated", arr);
+    if (o && g->compute_capability) {
+        char cc[16];
+        snprintf(cc, sizeof cc, "%d.%d", g->compute_capability / 10, g->compute_capability % 10);
+        json_object_set_new(o, "compute_capability", json_string(cc));
+    }
+    return o;
 }
 
 json_t *event_json(const struct event_rec *e)

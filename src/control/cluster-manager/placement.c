@@ -13,6 +13,7 @@ void gpu_cap_init(struct gpu_cap *c, const char *node_id, const char *host_ip,
     snprintf(c->node_id, sizeof c->node_id, "%s", node_id);
     snprintf(c->host_ip, sizeof c->host_ip, "%s", host_ip);
     snprintf(c->name, sizeof c->name, "%s", gpu->name);
+    c->compute_capability = gpu->compute_capability;
     c->index = gpu->index;
     c->sm_count = gpu->sm_count;
     c->granularity = gpu->sm_granularity > 0 ? gpu->sm_granularity : 1;

@@ -21,6 +21,7 @@ enum placement_policy { PLACE_SPREAD, PLACE_PACK };
 struct gpu_cap {
     char node_id[ID_MAX], host_ip[IP_MAX];
     char name[128];                         /* the GPU's model */
+    int compute_capability;                 /* MAJOR * 10 + MINOR; 0: not reported */
     int index;
     int sm_count, granularity, ngroups;    /* ngroups = sm_count / granularity */
     long long memory_total, memory_allocated;

@@ -160,11 +160,18 @@ static const char *const m4[] = {
     "CREATE INDEX reservations_by_node ON reservations (node_id)",
     NULL};
 
+/* GPUs' compute capability (MAJOR * 10 + MINOR; 0: not reported, by an older node
+ * manager): a session's state moves only to a GPU of its own. */
+static const char *const m5[] = {
+    "ALTER TABLE gpus ADD COLUMN compute_capability INTEGER NOT NULL DEFAULT 0",
+    NULL};
+
 static const struct migration migrations[] = {
     {1, "VMs, nodes, GPUs, sessions, events", m1},
     {2, "VM share bounds, share requests", m2},
     {3, "token rotation and revocation", m3},
     {4, "capacity reservations of migrations and restores", m4},
+    {5, "GPUs' compute capability", m5},
 };
 #define NMIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
 

@@ -56,6 +56,7 @@ struct gpu_rec {
     char uuid[128], name[128];
     int sm_count, sm_granularity;
     long long memory_total;
+    int compute_capability;          /* MAJOR * 10 + MINOR; 0: not reported */
 };
 
 struct node_rec {

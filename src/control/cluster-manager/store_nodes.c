@@ -255,10 +255,12 @@ int store_gpus_set(struct store *st, const char *node_id, const struct gpu_rec *
     for (int i = 0; rc >= 0 && i < n; i++) {
         struct db_arg a[] = {DB_S(node_id), DB_I(gpus[i].index), DB_S(gpus[i].uuid),
                              DB_S(gpus[i].name), DB_I(gpus[i].sm_count),
-                             DB_I(gpus[i].sm_granularity), DB_I(gpus[i].memory_total)};
+                             DB_I(gpus[i].sm_granularity), DB_I(gpus[i].memory_total),
+                             DB_I(gpus[i].compute_capability)};
         rc = db_exec(store_db_(st),
                      "INSERT INTO gpus (node_id, idx, uuid, name, sm_count, sm_granularity,"
-                     " memory_total) VALUES (?, ?, ?, ?, ?, ?, ?)", a, 7, NULL, err, errlen);
+                     " memory_total, compute_capability) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", a, 8,
+                     NULL, err, errlen);
     }
     return rc < 0 ? rc : 0;
 }
@@ -271,7 +273,8 @@ int store_gpus_get(struct store *st, const char *node_id, struct gpu_rec **out, 
     *out = NULL;
     *n = 0;
     int rc = db_exec(store_db_(st),
-                     "SELECT idx, uuid, name, sm_count, sm_granularity, memory_total FROM gpus"
+                     "SELECT idx, uuid, name, sm_count, sm_granularity, memory_total,"
+                     " compute_capability FROM gpus"
                      " WHERE node_id = ? ORDER BY idx", a, 1, &r, err, errlen);
     if (rc < 0)
         return rc;
@@ -288,6 +291,7 @@ int store_gpus_get(struct store *st, const char *node_id, struct gpu_rec **out, 
         g->sm_count = (int)db_cell_int(&r, i, 3);
         g->sm_granularity = (int)db_cell_int(&r, i, 4);
         g->memory_total = db_cell_int(&r, i, 5);
+        g->compute_capability = (int)db_cell_int(&r, i, 6);
     }
     *n = r.nrows;
     db_rows_free(&r);

@@ -65,10 +65,13 @@ int nm_register(struct nm *nm)
     json_t *gpus = json_array();
     for (int i = 0; i < nm->ngpus; i++) {
         const struct nm_gpu *u = &nm->gpus[i];
-        json_array_append_new(gpus, json_pack("{s:i,s:s,s:s,s:i,s:i,s:I}", "index", u->index,
+        char cc[16];
+        snprintf(cc, sizeof cc, "%d.%d", u->compute_capability / 10, u->compute_capability % 10);
+        json_array_append_new(gpus, json_pack("{s:i,s:s,s:s,s:i,s:i,s:I,s:s}", "index", u->index,
                                               "uuid", u->uuid, "name", u->name, "sm_count",
                                               u->sm_count, "sm_granularity", u->sm_granularity,
-                                              "memory_total", (json_int_t)u->memory_total));
+                                              "memory_total", (json_int_t)u->memory_total,
+                                              "compute_capability", cc));
     }
     pthread_mutex_lock(&nm->lock);
     json_t *sessions = session_reports(nm, 0);

@@ -3,11 +3,11 @@
 #include "nm.h"
 
 #include "flyt_log.h"
+#include "flyt_parse.h"
 #include "flyt_token.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -252,13 +252,10 @@ int nm_config_load(const char *path, struct nm_config *c, char *err, size_t errl
         FAIL("test.gpu_sm_granularity", "more than test.gpu_sm_count (%d)", c->test_gpu_sm_count);
     if (c->host_backend && !c->test_gpu_name[0])
         FAIL("test.gpu_name", "must not be empty");
-    unsigned cc_major = 0, cc_minor = 0;
-    int cc_used = -1;
-    if (sscanf(c->test_gpu_cc, "%2u.%1u%n", &cc_major, &cc_minor, &cc_used) != 2 ||
-        cc_used != (int)strlen(c->test_gpu_cc) || cc_major < 1 ||
-        !isdigit((unsigned char)c->test_gpu_cc[0]))
-        FAIL("test.gpu_compute_capability", "expected MAJOR.MINOR such as 9.0, got \"%s\"",
-             c->test_gpu_cc);
+    char cc_why[160];
+    if (flyt_parse_compute_capability(c->test_gpu_cc, &c->test_gpu_cc_value, cc_why,
+                                      sizeof cc_why) != 0)
+        FAIL("test.gpu_compute_capability", "%s", cc_why);
 
     int lvl = flyt_log_level_parse(flyt_config_str(cfg, "log_level"));
     if (lvl < 0)

@@ -96,7 +96,7 @@ static void probe(int granularity, struct probe_result *r)
         CUdevice dev;
         CUuuid uuid;
         size_t mem = 0;
-        int sms = 0;
+        int sms = 0, cc_major = 0, cc_minor = 0;
         CUdevResource res;
         memset(&res, 0, sizeof res);
         memset(g, 0, sizeof *g);
@@ -106,6 +106,10 @@ static void probe(int granularity, struct probe_result *r)
             (e = cu.cuDeviceTotalMem(&mem, dev)) != CUDA_SUCCESS ||
             (e = cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) !=
                 CUDA_SUCCESS ||
+            (e = cu.cuDeviceGetAttribute(&cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                         dev)) != CUDA_SUCCESS ||
+            (e = cu.cuDeviceGetAttribute(&cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                         dev)) != CUDA_SUCCESS ||
             (e = cu.cuDeviceGetDevResource(dev, &res, CU_DEV_RESOURCE_TYPE_SM)) != CUDA_SUCCESS) {
             snprintf(r->msg, sizeof r->msg, "GPU %d: the driver answers error %d", i, (int)e);
             return;
@@ -113,6 +117,7 @@ static void probe(int granularity, struct probe_result *r)
         g->index = i;
         uuid_text(&uuid, g->uuid, sizeof g->uuid);
         g->memory_total = (long long)mem;
+        g->compute_capability = cc_major * 10 + cc_minor;
         int gran = granularity;
         if (gran <= 0) {
             unsigned a = res.sm.smCoscheduledAlignment ? res.sm.smCoscheduledAlignment : 1;
@@ -155,6 +160,7 @@ int nm_gpus_discover(const struct nm_config *c, struct nm_gpu *out, int *n, char
             g->sm_granularity = c->test_gpu_sm_granularity;
             g->sm_count = c->test_gpu_sm_count / g->sm_granularity * g->sm_granularity;
             g->memory_total = c->test_gpu_memory;
+            g->compute_capability = c->test_gpu_cc_value;
         }
         *n = c->test_gpus;
         return 0;

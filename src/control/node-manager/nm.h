@@ -55,6 +55,7 @@ struct nm_config {
     int  test_gpus;
     char test_gpu_name[NM_STR];
     char test_gpu_cc[16];           /* "MAJOR.MINOR": the servers' FLYT_HOST_BACKEND_CC */
+    int  test_gpu_cc_value;         /* the same as MAJOR * 10 + MINOR */
     int  test_gpu_sm_count, test_gpu_sm_granularity;
     long long test_gpu_memory;
     struct flyt_http_tls tls;       /* the API's certificate and key; none: plain HTTP */
@@ -73,6 +74,7 @@ struct nm_gpu {
     int  sm_count;      /* SMs usable in whole groups */
     int  sm_granularity;
     long long memory_total;
+    int  compute_capability;        /* MAJOR * 10 + MINOR */
 };
 /* The GPUs: through the CUDA driver (in a child process, so the node manager
  * itself never holds driver state), or the declared fake ones. */
