@@ -940,14 +940,24 @@ static int prepare_moves(const struct target *t, const flyt_rep_hello *rep)
  * (flyt_client_table.h): it connects anew. */
 static atomic_int forked_child;
 
-/* Nothing is freed: another thread of the parent may have been inside a realloc or free
- * of these buffers at the fork. The child never touches their copy-on-write pages. The
- * TLS context, whose locks such a thread may have held, is left too: a child that
- * connects makes its own. */
+/* The parent's connection as the child found it: nothing of it is freed (another thread
+ * of the parent may have been inside a realloc or free of its buffers at the fork), and
+ * kept here it stays reachable, not a leak. The child never touches its copy-on-write
+ * pages. The TLS context, whose locks such a thread may have held, is left too: a child
+ * that connects makes its own. */
+static struct {
+    struct client_conn conn;
+    flyt_reader rx;
+    flyt_tls_ctx *tls_ctx;
+} parents;
+
 static void forget_connection(void)
 {
     if (conn.link.fd >= 0)
         close(conn.link.fd);
+    parents.conn = conn;
+    parents.rx = rx;
+    parents.tls_ctx = tls_ctx;
     conn = (struct client_conn)CONN_INITIAL;
     rx = (flyt_reader){0};
     tls_ctx = NULL;
