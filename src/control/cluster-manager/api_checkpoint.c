@@ -208,6 +208,32 @@ static void reservation_release(struct clm *clm, const char *sid)
         flyt_error("session %s: cannot release its reservation: %s", sid, e.message);
 }
 
+/* A node's GPU as its node manager reported it (zeroed when the node no longer says). */
+static void gpu_of(struct clm *clm, const char *node_id, int index, struct gpu_rec *out)
+{
+    char err[512];
+    struct gpu_rec *gpus = NULL;
+    int n = 0;
+    memset(out, 0, sizeof *out);
+    if (store_gpus_get(clm->store, node_id, &gpus, &n, err, sizeof err) < 0)
+        n = 0; /* unknown: no preference, the target's own check still holds */
+    for (int i = 0; i < n; i++)
+        if (gpus[i].index == index)
+            *out = gpus[i];
+    free(gpus);
+}
+
+/* Whether that GPU can take s's state: of s's GPU's architecture, or either unknown. */
+static int takes_state_of(struct clm *clm, const struct session_rec *s, const char *node_id,
+                          int index)
+{
+    struct gpu_rec mine, theirs;
+    gpu_of(clm, s->node_id, s->gpu_index, &mine);
+    gpu_of(clm, node_id, index, &theirs);
+    return !mine.compute_capability || !theirs.compute_capability ||
+           mine.compute_capability == theirs.compute_capability;
+}
+
 /* As join_vm_elsewhere, for a share reserved for another session of s's VM that is
  * moving there (a drain moves a VM's sessions one after the other). */
 static int join_vm_reserved(struct clm *clm, const struct session_rec *s, const char *node,
@@ -222,7 +248,8 @@ static int join_vm_reserved(struct clm *clm, const struct session_rec *s, const 
         struct node_rec n;
         if (strcmp(rs[i].vm_id, s->vm_id) != 0 || strcmp(rs[i].session_id, s->id) == 0
             || strcmp(rs[i].node_id, s->node_id) == 0 || (node && strcmp(rs[i].node_id, node) != 0)
-            || (gpu >= 0 && rs[i].gpu_index != gpu))
+            || (gpu >= 0 && rs[i].gpu_index != gpu)
+            || !takes_state_of(clm, s, rs[i].node_id, rs[i].gpu_index))
             continue;
         if (store_node_get(clm->store, rs[i].node_id, &n, err, sizeof err) > 0
             && n.state == NODE_READY) {
@@ -241,8 +268,8 @@ static int join_vm_reserved(struct clm *clm, const struct session_rec *s, const 
 
 /* A VM's processes share one share (api_sessions.c): when another live session of s's
  * VM already runs on a ready node other than s's (one moved before it: a drain moves
- * them one by one), s joins that share, as a further process of the VM would. 1 with t,
- * 0 when there is none to join, -1 with e. */
+ * them one by one) on a GPU that can take s's state, s joins that share, as a further
+ * process of the VM would. 1 with t, 0 when there is none to join, -1 with e. */
 static int join_vm_elsewhere(struct clm *clm, const struct session_rec *s, const char *node,
                              int gpu, struct target *t, struct api_error *e)
 {
@@ -256,7 +283,8 @@ static int join_vm_elsewhere(struct clm *clm, const struct session_rec *s, const
     for (int i = 0; i < ns && !found; i++) {
         struct node_rec n;
         if (strcmp(ss[i].id, s->id) == 0 || strcmp(ss[i].node_id, s->node_id) == 0 ||
-            (node && strcmp(ss[i].node_id, node) != 0) || (gpu >= 0 && ss[i].gpu_index != gpu))
+            (node && strcmp(ss[i].node_id, node) != 0) || (gpu >= 0 && ss[i].gpu_index != gpu) ||
+            !takes_state_of(clm, s, ss[i].node_id, ss[i].gpu_index))
             continue;
         if (store_node_get(clm->store, ss[i].node_id, &n, err, sizeof err) > 0 &&
             n.state == NODE_READY) {
@@ -266,22 +294,6 @@ static int join_vm_elsewhere(struct clm *clm, const struct session_rec *s, const
     }
     free(ss);
     return found ? 1 : join_vm_reserved(clm, s, node, gpu, t, e);
-}
-
-/* The GPU s runs on as its node reported it (name and capability ""/0 when the node no
- * longer says). */
-static void source_gpu(struct clm *clm, const struct session_rec *s, struct gpu_rec *out)
-{
-    char err[512];
-    struct gpu_rec *gpus = NULL;
-    int n = 0;
-    memset(out, 0, sizeof *out);
-    if (store_gpus_get(clm->store, s->node_id, &gpus, &n, err, sizeof err) < 0)
-        n = 0; /* unknown: no preference, the target's own check still holds */
-    for (int i = 0; i < n; i++)
-        if (gpus[i].index == s->gpu_index)
-            *out = gpus[i];
-    free(gpus);
 }
 
 /* The client cut the session's kernel images to its GPU's architecture, and a server of
@@ -339,7 +351,7 @@ static int place(struct clm *clm, const struct session_rec *s, const char *node,
         if (gpu < 0 || caps[i].index == gpu)
             caps[n++] = caps[i];
     struct gpu_rec src;
-    source_gpu(clm, s, &src);
+    gpu_of(clm, s->node_id, s->gpu_index, &src);
     int candidates = n;
     n = same_architecture(caps, n, src.compute_capability);
     int same = gpu < 0 ? same_model_first(caps, n, src.name) : 0;
