@@ -5,6 +5,7 @@
  */
 #include "client.h"
 #include "export_tables.h"
+#include "flyt_gpu_uuid.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -82,12 +83,8 @@ static int visibility_by_name(const char **uuid_entry, size_t *uuid_len)
 /* Whether entry's len bytes begin the GPU's UUID as nvidia-smi writes it. */
 static int names_our_gpu(const char *entry, size_t len)
 {
-    const uint8_t *b = flyt_conn_snapshot()->uuid;
-    char text[48];
-    snprintf(text, sizeof text,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-             b[14], b[15]);
+    char text[FLYT_GPU_UUID_TEXT];
+    flyt_gpu_uuid_text(flyt_conn_snapshot()->uuid, text, sizeof text);
     return len <= strlen(text) && strncasecmp(entry, text, len) == 0;
 }
 

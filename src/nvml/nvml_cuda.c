@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flyt_gpu_uuid.h"
 #include "nvml_internal.h"
 
 struct flyt_nvml_cuda flyt_nvml_cu;
@@ -239,15 +240,6 @@ static nvmlReturn_t flyt_nvml_snapshot_pci(struct nvmlDevice_st *d)
     return NVML_SUCCESS;
 }
 
-static void flyt_nvml_format_uuid(char *out, size_t size, const CUuuid *u)
-{
-    const unsigned char *b = (const unsigned char *)u->bytes;
-    snprintf(out, size,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
-}
-
 /* What every tool asks: without it the device is of no use to NVML. */
 static CUresult flyt_nvml_snapshot_identity(struct nvmlDevice_st *d)
 {
@@ -268,7 +260,7 @@ static CUresult flyt_nvml_snapshot_identity(struct nvmlDevice_st *d)
         return r;
     d->name[sizeof d->name - 1] = '\0';
     d->total_mem = total;
-    flyt_nvml_format_uuid(d->uuid, sizeof d->uuid, &uuid);
+    flyt_gpu_uuid_text(uuid.bytes, d->uuid, sizeof d->uuid);
     return CUDA_SUCCESS;
 }
 

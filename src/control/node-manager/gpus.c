@@ -14,6 +14,7 @@
  */
 #include "nm.h"
 
+#include "flyt_gpu_uuid.h"
 #include "flyt_log.h"
 
 #include <cuda.h>
@@ -51,14 +52,6 @@ struct probe_result {
     struct nm_gpu gpus[NM_MAX_GPUS];
 };
 
-static void uuid_text(const CUuuid *u, char *out, size_t len)
-{
-    const unsigned char *b = (const unsigned char *)u->bytes;
-    snprintf(out, len,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-             b[15]);
-}
 
 /* In the child: fills r. */
 static void probe(int granularity, struct probe_result *r)
@@ -115,7 +108,7 @@ static void probe(int granularity, struct probe_result *r)
             return;
         }
         g->index = i;
-        uuid_text(&uuid, g->uuid, sizeof g->uuid);
+        flyt_gpu_uuid_text(uuid.bytes, g->uuid, sizeof g->uuid);
         g->memory_total = (long long)mem;
         g->compute_capability = cc_major * 10 + cc_minor;
         int gran = granularity;
