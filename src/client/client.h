@@ -256,8 +256,17 @@ CUresult flyt_managed_free(uint64_t base);
 CUresult flyt_mremote_alloc(size_t size, uint64_t *base);
 /* 1 when base is such an allocation (freed, with *r), else 0. */
 int flyt_mremote_free(uint64_t base, CUresult *r);
-/* Whether all of [p, p + n) lies in one such allocation. */
+/* Whether all of [p, p + n) lies in one such allocation or variable. */
 int flyt_mremote_holds(uint64_t p, uint64_t n);
+/* A module's managed variable at base (the device's address): a private
+ * copy here at that address, kept equal the same way (its bytes only; a
+ * page it shares with another variable is mapped once). Attached twice is
+ * attached once. */
+CUresult flyt_mremote_attach(uint64_t base, uint64_t len);
+/* The variable at base is gone with its module: its copy here too. */
+void flyt_mremote_detach(uint64_t base);
+/* A device reset freed every allocation and variable: their copies here go. */
+void flyt_mremote_forget_all(void);
 /* A synchronous copy on the legacy stream between device memory at dev and
  * host memory (copy.c): to the device when to_device, else from it. */
 CUresult flyt_copy_plain(int to_device, uint64_t dev, void *host, size_t n);

@@ -37,9 +37,13 @@
 #define PAGE ((uint64_t)4096)
 #define SOFT_DIRTY_BIT ((uint64_t)1 << 55)
 
+/* An allocation's region is whole pages inside its device allocation; a
+ * module's managed variable (attached) is its exact bytes, which may share a
+ * page with another variable or with bytes of the module's that only the
+ * device holds: only the variable's own bytes are ever exchanged. */
 struct mregion {
-    uint64_t base, len; /* the host mapping, page-aligned, inside the device allocation */
-    uint64_t device;    /* the device allocation's own address (freed by it) */
+    uint64_t base, len; /* the bytes kept equal; page-aligned for an allocation */
+    uint64_t device;    /* the device allocation's own address (freed by it); 0 attached */
     int device_turn;    /* device work that may write it ran since the last exchange:
                          * the device's bytes are the truth, the host's stale */
 };
@@ -102,37 +106,44 @@ static void tracking_open(void)
 
 /* ---- the exchanges ---- */
 
-static CUresult send_pages(uint64_t at, uint64_t n)
+/* [at, at + n) of the pages written, cut to the region's own bytes */
+static CUresult send_pages(const struct mregion *r, uint64_t at, uint64_t n)
 {
-    return flyt_copy_plain(1, at, (void *)(uintptr_t)at, n);
+    uint64_t from = at > r->base ? at : r->base;
+    uint64_t to = at + n < r->base + r->len ? at + n : r->base + r->len;
+    return from < to ? flyt_copy_plain(1, from, (void *)(uintptr_t)from, to - from) : CUDA_SUCCESS;
 }
+
+static uint64_t page_down(uint64_t p) { return p & ~(PAGE - 1); }
+static uint64_t page_up(uint64_t p) { return (p + PAGE - 1) & ~(PAGE - 1); }
 
 /* The written pages of r to the device, in runs. Under mu. */
 static CUresult push_region(const struct mregion *r)
 {
     if (pagemap_fd < 0)
-        return send_pages(r->base, r->len);
+        return send_pages(r, r->base, r->len);
     enum { BATCH = 512 };
     uint64_t entries[BATCH], run = 0, run_len = 0;
+    uint64_t first = page_down(r->base), span = page_up(r->base + r->len) - first;
     CUresult e = CUDA_SUCCESS;
-    for (uint64_t off = 0; off < r->len && e == CUDA_SUCCESS; off += BATCH * PAGE) {
-        uint64_t pages = (r->len - off) / PAGE < BATCH ? (r->len - off) / PAGE : BATCH;
-        off_t at = (off_t)((r->base + off) / PAGE * 8);
+    for (uint64_t off = 0; off < span && e == CUDA_SUCCESS; off += BATCH * PAGE) {
+        uint64_t pages = (span - off) / PAGE < BATCH ? (span - off) / PAGE : BATCH;
+        off_t at = (off_t)((first + off) / PAGE * 8);
         if (pread(pagemap_fd, entries, pages * 8, at) != (ssize_t)(pages * 8))
-            return send_pages(r->base, r->len); /* unreadable: all of it, to be safe */
+            return send_pages(r, r->base, r->len); /* unreadable: all of it, to be safe */
         for (uint64_t i = 0; i < pages && e == CUDA_SUCCESS; i++) {
-            uint64_t page = r->base + off + i * PAGE;
+            uint64_t page = first + off + i * PAGE;
             if (entries[i] & SOFT_DIRTY_BIT) {
                 if (run_len == 0)
                     run = page;
                 run_len += PAGE;
             } else if (run_len) {
-                e = send_pages(run, run_len);
+                e = send_pages(r, run, run_len);
                 run_len = 0;
             }
         }
     }
-    return e == CUDA_SUCCESS && run_len ? send_pages(run, run_len) : e;
+    return e == CUDA_SUCCESS && run_len ? send_pages(r, run, run_len) : e;
 }
 
 /* Host writes to the device, from the regions whose turn is the host's (a
@@ -320,4 +331,107 @@ int flyt_mremote_holds(uint64_t p, uint64_t n)
         found = p >= regions[i].base && n <= regions[i].len && p - regions[i].base <= regions[i].len - n;
     pthread_mutex_unlock(&mu);
     return found;
+}
+
+/* ---- a module's managed variables ---- */
+
+/* Whether the page at p holds an attached variable's bytes. Under mu. */
+static int page_attached(uint64_t p)
+{
+    for (int i = 0; i < nregions; i++)
+        if (regions[i].device == 0 && p >= page_down(regions[i].base) &&
+            p < page_up(regions[i].base + regions[i].len))
+            return 1;
+    return 0;
+}
+
+/* Unmaps the pages of [from, to) no attached variable holds. Under mu. */
+static void unmap_unattached(uint64_t from, uint64_t to)
+{
+    for (uint64_t p = from; p < to; p += PAGE)
+        if (!page_attached(p))
+            munmap((void *)(uintptr_t)p, PAGE);
+}
+
+CUresult flyt_mremote_attach(uint64_t base, uint64_t len)
+{
+    if (len == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nregions; i++)
+        if (regions[i].device == 0 && regions[i].base == base) {
+            pthread_mutex_unlock(&mu);
+            return CUDA_SUCCESS;
+        }
+    struct mregion *more = realloc(regions, (size_t)(nregions + 1) * sizeof *more);
+    if (more == NULL) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    regions = more;
+    uint64_t first = page_down(base), end = page_up(base + len), p = first;
+    for (; p < end; p += PAGE) { /* pages another variable holds are mapped already */
+        if (page_attached(p))
+            continue;
+        void *m = mmap((void *)(uintptr_t)p, PAGE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (m == (void *)(uintptr_t)p)
+            continue;
+        if (m != MAP_FAILED)
+            munmap(m, PAGE);
+        unmap_unattached(first, p);
+        pthread_mutex_unlock(&mu);
+        return flyt_trace("cuLibraryGetManaged (the variable's address is taken in this process)",
+                          CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    tracking_open();
+    in_exchange = 1;
+    /* what host code wrote to the others goes first (the bits are cleared
+     * next); then the variable's bytes as the device holds them */
+    CUresult r = push(0);
+    if (r == CUDA_SUCCESS)
+        r = flyt_copy_plain(0, base, (void *)(uintptr_t)base, len);
+    clear_soft_dirty();
+    in_exchange = 0;
+    if (r != CUDA_SUCCESS) {
+        unmap_unattached(first, end);
+        pthread_mutex_unlock(&mu);
+        return r;
+    }
+    regions[nregions++] = (struct mregion){base, len, 0, 0};
+    atomic_store(&live, nregions);
+    pthread_mutex_unlock(&mu);
+    flyt_conn_set_hooks(before, after);
+    return CUDA_SUCCESS;
+}
+
+void flyt_mremote_detach(uint64_t base)
+{
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nregions; i++)
+        if (regions[i].device == 0 && regions[i].base == base) {
+            struct mregion gone = regions[i];
+            regions[i] = regions[--nregions];
+            atomic_store(&live, nregions);
+            unmap_unattached(page_down(gone.base), page_up(gone.base + gone.len));
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+}
+
+void flyt_mremote_forget_all(void)
+{
+    pthread_mutex_lock(&mu);
+    int n = nregions;
+    nregions = 0; /* first, so that no page counts as attached below */
+    atomic_store(&live, 0);
+    atomic_store(&device_turns, 0);
+    for (int i = 0; i < n; i++) {
+        if (regions[i].device)
+            munmap((void *)(uintptr_t)regions[i].base, regions[i].len);
+        else
+            unmap_unattached(page_down(regions[i].base), page_up(regions[i].base + regions[i].len));
+        flyt_range_remove(FLYT_RANGE_MANAGED, regions[i].base);
+    }
+    pthread_mutex_unlock(&mu);
 }

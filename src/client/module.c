@@ -33,6 +33,7 @@ struct global {
     char *name;
     uint64_t dptr, size;
     unsigned gen;
+    int managed;         /* a managed variable, attached here (managed_remote.c) */
     struct global *next;
 };
 
@@ -317,6 +318,12 @@ static CUresult module_unload(const void *handle)
     m->magic = DEAD_MAGIC;
     for (struct flyt_function *f = m->funcs; f; f = f->next)
         f->magic = DEAD_MAGIC;
+    for (struct global *g = m->globals; g; g = g->next)
+        if (g->managed && g->gen == reset_gen) { /* freed with the module */
+            flyt_mremote_detach(g->dptr);
+            flyt_range_remove(FLYT_RANGE_MANAGED, g->dptr);
+            g->gen = 0;
+        }
     uint64_t id = m->gen == reset_gen ? m->server_id : 0;
     free(m->owned);
     m->owned = NULL;
@@ -636,13 +643,51 @@ FLYT_EXPORT CUresult cuFuncLoad(CUfunction func)
 
 /* ---- globals ---- */
 
-static CUresult global_get(CUdeviceptr *dptr, size_t *bytes, const void *module, const char *name)
+/* A variable's address and size, asked of the server once (GLOBAL_GET, or
+ * MANAGED_GET for a managed one, whose bytes are then also kept here at
+ * that address: host code reads and writes it as CUDA's does). Under lock. */
+static CUresult global_fetch(struct flyt_module *m, const char *name, int managed,
+                             struct global **out)
+{
+    size_t name_len = strlen(name) + 1;
+    flyt_req_named req = {.module = m->server_id, .name_len = (uint32_t)name_len};
+    struct iovec data = {(void *)name, name_len};
+    flyt_rep_u64_pair rep = {0};
+    struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
+    CUresult r = flyt_call(managed ? FLYT_OP_MANAGED_GET : FLYT_OP_GLOBAL_GET, &req, sizeof req,
+                           &data, 1, &sink);
+    if (r == CUDA_SUCCESS && managed)
+        r = flyt_mremote_attach(rep.a, rep.b);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct global *g = calloc(1, sizeof *g);
+    if (g == NULL || (g->name = strdup(name)) == NULL) {
+        free(g);
+        if (managed)
+            flyt_mremote_detach(rep.a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g->dptr = rep.a;
+    g->size = rep.b;
+    g->gen = reset_gen;
+    g->managed = managed;
+    g->next = m->globals;
+    m->globals = g;
+    flyt_range_add(managed ? FLYT_RANGE_MANAGED : FLYT_RANGE_DEVICE, rep.a, rep.b, 0);
+    *out = g;
+    return CUDA_SUCCESS;
+}
+
+static CUresult global_get(CUdeviceptr *dptr, size_t *bytes, const void *module, const char *name,
+                           int managed)
 {
     CUresult r = flyt_trace(__func__, flyt_init_state());
     if (r != CUDA_SUCCESS)
         return r;
     if (name == NULL || strlen(name) + 1 > FLYT_MAX_NAME)
         return CUDA_ERROR_INVALID_VALUE;
+    if (managed && flyt_conn_server_minor() < FLYT_MINOR_MANAGED_VAR)
+        return flyt_unsupported_why("cuLibraryGetManaged", "managed variables on this server");
     pthread_mutex_lock(&lock);
     struct flyt_module *m = module_from(module);
     struct global *g = NULL;
@@ -650,29 +695,15 @@ static CUresult global_get(CUdeviceptr *dptr, size_t *bytes, const void *module,
         r = CUDA_ERROR_INVALID_HANDLE;
     for (g = m ? m->globals : NULL; g && (g->gen != reset_gen || strcmp(g->name, name) != 0);)
         g = g->next;
+    if (g && managed && !g->managed) { /* known as a plain one so far: it is managed */
+        flyt_range_remove(FLYT_RANGE_DEVICE, g->dptr);
+        g->gen = 0;
+        g = NULL;
+    }
     if (r == CUDA_SUCCESS && g == NULL)
         r = ship_locked(m);
-    if (r == CUDA_SUCCESS && g == NULL) {
-        size_t name_len = strlen(name) + 1;
-        flyt_req_named req = {.module = m->server_id, .name_len = (uint32_t)name_len};
-        struct iovec data = {(void *)name, name_len};
-        flyt_rep_u64_pair rep = {0};
-        struct flyt_reply_sink sink = {.rep = &rep, .rep_size = sizeof rep};
-        r = flyt_call(FLYT_OP_GLOBAL_GET, &req, sizeof req, &data, 1, &sink);
-        if (r == CUDA_SUCCESS && (g = calloc(1, sizeof *g)) != NULL &&
-            (g->name = strdup(name)) != NULL) {
-            g->dptr = rep.a;
-            g->size = rep.b;
-            g->gen = reset_gen;
-            g->next = m->globals;
-            m->globals = g;
-            flyt_range_add(FLYT_RANGE_DEVICE, rep.a, rep.b, 0);
-        } else if (r == CUDA_SUCCESS) {
-            free(g);
-            g = NULL;
-            r = CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
+    if (r == CUDA_SUCCESS && g == NULL)
+        r = global_fetch(m, name, managed, &g);
     if (r == CUDA_SUCCESS) {
         if (dptr)
             *dptr = flyt_dptr(g->dptr);
@@ -686,18 +717,18 @@ static CUresult global_get(CUdeviceptr *dptr, size_t *bytes, const void *module,
 FLYT_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule module,
                                           const char *name)
 {
-    return global_get(dptr, bytes, module, name);
+    return global_get(dptr, bytes, module, name, 0);
 }
 
 FLYT_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
                                         const char *name)
 {
-    return global_get(dptr, bytes, library, name);
+    return global_get(dptr, bytes, library, name, 0);
 }
 
+/* What NVIDIA's runtime asks for each __managed__ variable it registered. */
 FLYT_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
                                          const char *name)
 {
-    (void)dptr, (void)bytes, (void)library, (void)name;
-    return flyt_unsupported_why("cuLibraryGetManaged", "managed memory");
+    return global_get(dptr, bytes, library, name, 1);
 }

@@ -16,7 +16,7 @@
 
 #define FLYT_PROTO_MAGIC 0x54594c46u /* "FLYT" little-endian */
 #define FLYT_PROTO_MAJOR 2           /* incompatible changes bump this */
-#define FLYT_PROTO_MINOR 7           /* compatible additions bump this */
+#define FLYT_PROTO_MINOR 8           /* compatible additions bump this */
 
 /* The minor version from which a server forwards the driver's output
  * (OUTPUT frames, OUTPUT_DRAIN): only to a client that speaks it. */
@@ -43,6 +43,8 @@
 /* From 7 also memory pools (IPC_POOL_*: cuMemPoolExportToShareableHandle,
  * cuMemPoolExportPointer and their imports; POOL_CREATE's handle_types). */
 #define FLYT_MINOR_IPC_POOL 7
+/* From 8 a module's __managed__ variables (MANAGED_GET). */
+#define FLYT_MINOR_MANAGED_VAR 8
 
 /* Limits. A frame over a limit ends the session. */
 #define FLYT_MAX_PAYLOAD    (1u << 30)      /* bulk data streams through in chunks */

@@ -279,6 +279,9 @@ struct flyt_backend_ops {
                                   size_t *len, uint32_t *count);
     CUresult (*global_get)(flyt_backend *b, flyt_bhandle module, const char *name, uint64_t *dptr,
                            uint64_t *size);
+    /* a __managed__ variable's address and size; CUDA_ERROR_NOT_FOUND for a plain one */
+    CUresult (*managed_get)(flyt_backend *b, flyt_bhandle module, const char *name, uint64_t *dptr,
+                            uint64_t *size);
     CUresult (*func_get_attr)(flyt_backend *b, flyt_bhandle func, int attr /* CUfunction_attribute */,
                               int *value);
     CUresult (*func_set_attr)(flyt_backend *b, flyt_bhandle func, int attr, int value);

@@ -1179,6 +1179,19 @@ static CUresult cuda_global_get(flyt_backend *base, flyt_bhandle module, const c
     return r;
 }
 
+static CUresult cuda_managed_get(flyt_backend *base, flyt_bhandle module, const char *name,
+                                 uint64_t *dptr, uint64_t *size)
+{
+    CUresult r = cuda_global_get(base, module, name, dptr, size);
+    ENTER(b, base);
+    unsigned managed = 0;
+    CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_IS_MANAGED;
+    void *data = &managed;
+    if (r == CUDA_SUCCESS)
+        r = b->cu.cuPointerGetAttributes(1, &attr, &data, (CUdeviceptr)*dptr);
+    return r == CUDA_SUCCESS && !managed ? CUDA_ERROR_NOT_FOUND : r;
+}
+
 static CUresult cuda_func_get_attr(flyt_backend *base, flyt_bhandle func, int attr, int *value)
 {
     ENTER(b, base);
@@ -1467,6 +1480,7 @@ static const struct flyt_backend_ops cuda_ops = {
     .tensor_map = cuda_tensor_map,
     .call = flyt_cuda_call,
     .global_get = cuda_global_get,
+    .managed_get = cuda_managed_get,
     .func_get_attr = cuda_func_get_attr,
     .func_set_attr = cuda_func_set_attr,
     .func_set_cache = cuda_func_set_cache,

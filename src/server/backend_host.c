@@ -3379,6 +3379,7 @@ static const struct flyt_backend_ops host_ops = {
     .module_func_names = host_module_func_names,
     .func_param_info = host_func_param_info,
     .global_get = host_global_get,
+    .managed_get = host_global_get, /* no module contents here: every name is one */
     .func_get_attr = host_func_get_attr,
     .func_set_attr = host_func_set_attr,
     .func_set_cache = host_func_set_cache,

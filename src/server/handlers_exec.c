@@ -476,7 +476,8 @@ int handle_MODULE_FUNCS(flyt_session *s, flyt_call *c)
     return rc;
 }
 
-int handle_GLOBAL_GET(flyt_session *s, flyt_call *c)
+/* GLOBAL_GET and MANAGED_GET */
+static int variable_get(flyt_session *s, flyt_call *c, int managed)
 {
     const flyt_req_named *r = c->req;
     flyt_rep_u64_pair *rep = c->rep;
@@ -487,7 +488,9 @@ int handle_GLOBAL_GET(flyt_session *s, flyt_call *c)
     flyt_bhandle mod;
     uint64_t dptr = 0, size = 0;
     c->result = flyt_lookup(s, r->module, FLYT_H_MODULE, &mod);
-    if (c->result == CUDA_SUCCESS)
+    if (c->result == CUDA_SUCCESS && managed)
+        c->result = FLYT_BCALL(s, managed_get, mod, name, &dptr, &size);
+    else if (c->result == CUDA_SUCCESS)
         c->result = FLYT_BCALL(s, global_get, mod, name, &dptr, &size);
     /* a checkpoint writes its contents and a restore checks its address */
     if (c->result == CUDA_SUCCESS && flyt_state_global_seen(s, r->module, name, dptr, size) != 0)
@@ -496,6 +499,9 @@ int handle_GLOBAL_GET(flyt_session *s, flyt_call *c)
     rep->b = size;
     return FLYT_CONT;
 }
+
+int handle_GLOBAL_GET(flyt_session *s, flyt_call *c) { return variable_get(s, c, 0); }
+int handle_MANAGED_GET(flyt_session *s, flyt_call *c) { return variable_get(s, c, 1); }
 
 int handle_FUNC_GET_ATTR(flyt_session *s, flyt_call *c)
 {

@@ -86,7 +86,7 @@ static inline int check_report(int ok, const char *fmt, ...)
 
 static inline size_t check_first_difference(const void *a, const void *b, size_t n)
 {
-    const unsigned char *pa = a, *pb = b;
+    const unsigned char *pa = (const unsigned char *)a, *pb = (const unsigned char *)b; /* C++ too */
     size_t i = 0;
     while (i < n && pa[i] == pb[i])
         i++;
