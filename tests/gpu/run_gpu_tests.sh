@@ -64,7 +64,8 @@ DEFAULT_PROGRAMS=(vector_add matmul_tiled kernel_params streams_events
                   host_alloc_flags host_alloc_flags_static host_alloc_mapped host_alloc_mapped_static
                   cublas_ext cusparse_cusolver_ext compressible_memory managed_patterns
                   no_current_context no_current_context_static ipc_memory ipc_memory_static
-                  pool_ipc pool_ipc_static batch_ops batch_ops_static nvml_fork nvml_fork_static)
+                  pool_ipc pool_ipc_static batch_ops batch_ops_static nvml_fork nvml_fork_static
+                  launch_pdl launch_pdl_static managed_vars managed_vars_static)
 
 die() {
     echo "run_gpu_tests: $*" >&2
