@@ -127,6 +127,53 @@ CUresult flyt_cuda_graph_node_type(flyt_backend *base, flyt_bhandle node, unsign
     return r;
 }
 
+/* One edge query with room for `have` edges and their data: the driver
+ * answers CUDA_ERROR_LOSSY_QUERY to one without room for edge data when an
+ * edge has some (a programmatic dependency, as PDL launches capture), even
+ * when only counting, so the room is always given. */
+static CUresult edges_once(struct flyt_cuda_backend *b, unsigned which, flyt_bhandle graph,
+                           CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *data, size_t *n)
+{
+    switch (which) {
+    case FLYT_GNODES_DEPS:
+        return b->cu.cuGraphNodeGetDependencies((CUgraphNode)graph, to, data, n);
+    case FLYT_GNODES_DEPENDENTS:
+        return b->cu.cuGraphNodeGetDependentNodes((CUgraphNode)graph, to, data, n);
+    default: return b->cu.cuGraphGetEdges((CUgraph)graph, from, to, data, n);
+    }
+}
+
+/* Edges (pairs in out) or one node's neighbours; out NULL: how many. The
+ * edge data is not carried: the client reports default edges. */
+static CUresult edges(struct flyt_cuda_backend *b, unsigned which, flyt_bhandle graph,
+                      flyt_bhandle *out, size_t *n)
+{
+    size_t room = out ? *n : 64;
+    for (;;) {
+        CUgraphNode *from = calloc(room + 1, sizeof *from), *to = calloc(room + 1, sizeof *to);
+        CUgraphEdgeData *data = calloc(room + 1, sizeof *data);
+        size_t got = room;
+        CUresult r = from && to && data ? edges_once(b, which, graph, from, to, data, &got)
+                                        : CUDA_ERROR_OUT_OF_MEMORY;
+        int pairs = which == FLYT_GNODES_EDGES;
+        for (size_t i = 0; r == CUDA_SUCCESS && out && i < got && i < room; i++) {
+            if (pairs)
+                out[2 * i] = from[i];
+            out[pairs ? 2 * i + 1 : i] = to[i];
+        }
+        free(from);
+        free(to);
+        free(data);
+        /* counting: a full answer may have had more to say */
+        if (r != CUDA_SUCCESS || out || got < room || room >= FLYT_MAX_GRAPH_NODES) {
+            if (r == CUDA_SUCCESS)
+                *n = got;
+            return r;
+        }
+        room *= 8;
+    }
+}
+
 CUresult flyt_cuda_graph_nodes(flyt_backend *base, flyt_bhandle graph, unsigned which,
                                flyt_bhandle *out, size_t *n)
 {
@@ -138,24 +185,7 @@ CUresult flyt_cuda_graph_nodes(flyt_backend *base, flyt_bhandle graph, unsigned 
     switch (which) {
     case FLYT_GNODES_ALL: return b->cu.cuGraphGetNodes(g, (CUgraphNode *)out, n);
     case FLYT_GNODES_ROOTS: return b->cu.cuGraphGetRootNodes(g, (CUgraphNode *)out, n);
-    case FLYT_GNODES_DEPS:
-        return b->cu.cuGraphNodeGetDependencies((CUgraphNode)graph, (CUgraphNode *)out, NULL, n);
-    case FLYT_GNODES_DEPENDENTS:
-        return b->cu.cuGraphNodeGetDependentNodes((CUgraphNode)graph, (CUgraphNode *)out, NULL, n);
-    default:
-        if (out == NULL)
-            return b->cu.cuGraphGetEdges(g, NULL, NULL, NULL, n);
-        /* from[] then to[] in one array: the caller wants pairs, so interleave */
-        size_t have = *n;
-        CUgraphNode *from = calloc(have + 1, sizeof *from), *to = calloc(have + 1, sizeof *to);
-        CUresult r = from && to ? b->cu.cuGraphGetEdges(g, from, to, NULL, n) : CUDA_ERROR_OUT_OF_MEMORY;
-        for (size_t i = 0; r == CUDA_SUCCESS && i < have && i < *n; i++) {
-            out[2 * i] = from[i];
-            out[2 * i + 1] = to[i];
-        }
-        free(from);
-        free(to);
-        return r;
+    default: return edges(b, which, graph, out, n);
     }
 }
 
