@@ -343,4 +343,9 @@ static inline CUdeviceptr flyt_dptr(uint64_t v) { return (CUdeviceptr)v; }
  * is refused before its magic is read. */
 static inline int flyt_aligned(const void *p) { return p != NULL && ((uintptr_t)p & 7) == 0; }
 
+/* Host pages, as the client maps and registers them (4 KiB on x86-64 Linux). */
+#define FLYT_PAGE ((uint64_t)4096)
+static inline uint64_t flyt_page_down(uint64_t p) { return p & ~(FLYT_PAGE - 1); }
+static inline uint64_t flyt_page_up(uint64_t p) { return (p + FLYT_PAGE - 1) & ~(FLYT_PAGE - 1); }
+
 #endif

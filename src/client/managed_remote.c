@@ -34,7 +34,6 @@
 
 #include "flyt_calls.h"
 
-#define PAGE ((uint64_t)4096)
 #define SOFT_DIRTY_BIT ((uint64_t)1 << 55)
 
 /* An allocation's region is whole pages inside its device allocation; a
@@ -78,7 +77,7 @@ static void tracking_open(void)
     tried = 1;
     pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     clear_fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
-    volatile unsigned char *probe = mmap(NULL, PAGE, PROT_READ | PROT_WRITE,
+    volatile unsigned char *probe = mmap(NULL, FLYT_PAGE, PROT_READ | PROT_WRITE,
                                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     uint64_t entry = 0;
     int ok = pagemap_fd >= 0 && clear_fd >= 0 && probe != MAP_FAILED;
@@ -87,12 +86,12 @@ static void tracking_open(void)
         clear_soft_dirty();
         probe[0] = 2;
         ok = clear_fd >= 0 &&
-             pread(pagemap_fd, &entry, sizeof entry, (off_t)((uintptr_t)probe / PAGE * 8)) ==
+             pread(pagemap_fd, &entry, sizeof entry, (off_t)((uintptr_t)probe / FLYT_PAGE * 8)) ==
                  (ssize_t)sizeof entry &&
              (entry & SOFT_DIRTY_BIT);
     }
     if (probe != MAP_FAILED)
-        munmap((void *)probe, PAGE);
+        munmap((void *)probe, FLYT_PAGE);
     if (!ok) {
         fprintf(stderr, "flyt: managed memory: this kernel shows no soft-dirty pages; every "
                         "managed page is sent to the GPU before each launch, copy or memset\n");
@@ -114,8 +113,6 @@ static CUresult send_pages(const struct mregion *r, uint64_t at, uint64_t n)
     return from < to ? flyt_copy_plain(1, from, (void *)(uintptr_t)from, to - from) : CUDA_SUCCESS;
 }
 
-static uint64_t page_down(uint64_t p) { return p & ~(PAGE - 1); }
-static uint64_t page_up(uint64_t p) { return (p + PAGE - 1) & ~(PAGE - 1); }
 
 /* The written pages of r to the device, in runs. Under mu. */
 static CUresult push_region(const struct mregion *r)
@@ -124,19 +121,19 @@ static CUresult push_region(const struct mregion *r)
         return send_pages(r, r->base, r->len);
     enum { BATCH = 512 };
     uint64_t entries[BATCH], run = 0, run_len = 0;
-    uint64_t first = page_down(r->base), span = page_up(r->base + r->len) - first;
+    uint64_t first = flyt_page_down(r->base), span = flyt_page_up(r->base + r->len) - first;
     CUresult e = CUDA_SUCCESS;
-    for (uint64_t off = 0; off < span && e == CUDA_SUCCESS; off += BATCH * PAGE) {
-        uint64_t pages = (span - off) / PAGE < BATCH ? (span - off) / PAGE : BATCH;
-        off_t at = (off_t)((first + off) / PAGE * 8);
+    for (uint64_t off = 0; off < span && e == CUDA_SUCCESS; off += BATCH * FLYT_PAGE) {
+        uint64_t pages = (span - off) / FLYT_PAGE < BATCH ? (span - off) / FLYT_PAGE : BATCH;
+        off_t at = (off_t)((first + off) / FLYT_PAGE * 8);
         if (pread(pagemap_fd, entries, pages * 8, at) != (ssize_t)(pages * 8))
             return send_pages(r, r->base, r->len); /* unreadable: all of it, to be safe */
         for (uint64_t i = 0; i < pages && e == CUDA_SUCCESS; i++) {
-            uint64_t page = first + off + i * PAGE;
+            uint64_t page = first + off + i * FLYT_PAGE;
             if (entries[i] & SOFT_DIRTY_BIT) {
                 if (run_len == 0)
                     run = page;
-                run_len += PAGE;
+                run_len += FLYT_PAGE;
             } else if (run_len) {
                 e = send_pages(r, run, run_len);
                 run_len = 0;
@@ -267,13 +264,13 @@ static void after(uint16_t op, CUresult r)
 
 CUresult flyt_mremote_alloc(size_t size, uint64_t *base)
 {
-    uint64_t len = (size + PAGE - 1) & ~(PAGE - 1), device = 0;
+    uint64_t len = flyt_page_up(size), device = 0;
     /* a page more: the server aligns small allocations to 512 bytes only */
-    flyt_req_mem_alloc req = {.size = len + PAGE};
+    flyt_req_mem_alloc req = {.size = len + FLYT_PAGE};
     CUresult r = flyt_call_u64(FLYT_OP_MEM_ALLOC, &req, sizeof req, &device);
     if (r != CUDA_SUCCESS)
         return r;
-    uint64_t at = (device + PAGE - 1) & ~(PAGE - 1);
+    uint64_t at = flyt_page_up(device);
     void *p = mmap((void *)(uintptr_t)at, len, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     pthread_mutex_lock(&mu);
@@ -339,8 +336,8 @@ int flyt_mremote_holds(uint64_t p, uint64_t n)
 static int page_attached(uint64_t p)
 {
     for (int i = 0; i < nregions; i++)
-        if (regions[i].device == 0 && p >= page_down(regions[i].base) &&
-            p < page_up(regions[i].base + regions[i].len))
+        if (regions[i].device == 0 && p >= flyt_page_down(regions[i].base) &&
+            p < flyt_page_up(regions[i].base + regions[i].len))
             return 1;
     return 0;
 }
@@ -348,9 +345,9 @@ static int page_attached(uint64_t p)
 /* Unmaps the pages of [from, to) no attached variable holds. Under mu. */
 static void unmap_unattached(uint64_t from, uint64_t to)
 {
-    for (uint64_t p = from; p < to; p += PAGE)
+    for (uint64_t p = from; p < to; p += FLYT_PAGE)
         if (!page_attached(p))
-            munmap((void *)(uintptr_t)p, PAGE);
+            munmap((void *)(uintptr_t)p, FLYT_PAGE);
 }
 
 CUresult flyt_mremote_attach(uint64_t base, uint64_t len)
@@ -369,16 +366,16 @@ CUresult flyt_mremote_attach(uint64_t base, uint64_t len)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     regions = more;
-    uint64_t first = page_down(base), end = page_up(base + len), p = first;
-    for (; p < end; p += PAGE) { /* pages another variable holds are mapped already */
+    uint64_t first = flyt_page_down(base), end = flyt_page_up(base + len), p = first;
+    for (; p < end; p += FLYT_PAGE) { /* pages another variable holds are mapped already */
         if (page_attached(p))
             continue;
-        void *m = mmap((void *)(uintptr_t)p, PAGE, PROT_READ | PROT_WRITE,
+        void *m = mmap((void *)(uintptr_t)p, FLYT_PAGE, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
         if (m == (void *)(uintptr_t)p)
             continue;
         if (m != MAP_FAILED)
-            munmap(m, PAGE);
+            munmap(m, FLYT_PAGE);
         unmap_unattached(first, p);
         pthread_mutex_unlock(&mu);
         return flyt_trace("cuLibraryGetManaged (the variable's address is taken in this process)",
@@ -413,7 +410,7 @@ void flyt_mremote_detach(uint64_t base)
             struct mregion gone = regions[i];
             regions[i] = regions[--nregions];
             atomic_store(&live, nregions);
-            unmap_unattached(page_down(gone.base), page_up(gone.base + gone.len));
+            unmap_unattached(flyt_page_down(gone.base), flyt_page_up(gone.base + gone.len));
             break;
         }
     pthread_mutex_unlock(&mu);
@@ -430,7 +427,7 @@ void flyt_mremote_forget_all(void)
         if (regions[i].device)
             munmap((void *)(uintptr_t)regions[i].base, regions[i].len);
         else
-            unmap_unattached(page_down(regions[i].base), page_up(regions[i].base + regions[i].len));
+            unmap_unattached(flyt_page_down(regions[i].base), flyt_page_up(regions[i].base + regions[i].len));
         flyt_range_remove(FLYT_RANGE_MANAGED, regions[i].base);
     }
     pthread_mutex_unlock(&mu);

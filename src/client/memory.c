@@ -26,7 +26,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define PAGE ((uint64_t)4096)
 /* Marks the record of a registration's last partial page, which is not a
  * registration of its own (no CU_MEMHOSTREGISTER_* flag uses this bit). */
 #define TAIL_PIECE 0x80000000u
@@ -35,8 +34,6 @@
 #define INTERNAL_FLAGS (TAIL_PIECE | DEVICE_MAPPED)
 /* Tries at finding an address free in both processes. */
 #define SAME_ADDRESS_TRIES 8
-
-static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
 
 /* ---- device allocations ---- */
 
@@ -479,7 +476,7 @@ void *flyt_same_address_mapping(const char *name, uint64_t len, uint64_t *region
  * unmapped (copies by DMA still, but no device pointer). */
 static void *shared_alloc(size_t size, unsigned flags)
 {
-    uint64_t len = page_up(size), region = 0;
+    uint64_t len = flyt_page_up(size), region = 0;
     void *p = flyt_same_address_mapping("flyt-pinned", len, &region);
     if (p != MAP_FAILED) {
         flags |= DEVICE_MAPPED;
@@ -514,7 +511,7 @@ FLYT_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
     *pp = NULL;
     if (flyt_conn_shares_memory() && (*pp = shared_alloc(size, flags)) != NULL)
         return CUDA_SUCCESS;
-    if (posix_memalign(pp, PAGE, size) != 0) {
+    if (posix_memalign(pp, FLYT_PAGE, size) != 0) {
         *pp = NULL;
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -540,7 +537,7 @@ FLYT_EXPORT CUresult cuMemFreeHost(void *p)
         return CUDA_SUCCESS;
     }
     flyt_region_release(region);
-    munmap(p, page_up(size));
+    munmap(p, flyt_page_up(size));
     return CUDA_SUCCESS;
 }
 
@@ -552,8 +549,8 @@ FLYT_EXPORT CUresult cuMemFreeHost(void *p)
 static uint64_t share_in_place(void *p, size_t size, unsigned flags, uint64_t *lo_out,
                                uint64_t *len_out, int *mapped)
 {
-    uint64_t lo = page_up((uint64_t)(uintptr_t)p);
-    uint64_t hi = ((uint64_t)(uintptr_t)p + size) & ~(PAGE - 1);
+    uint64_t lo = flyt_page_up((uint64_t)(uintptr_t)p);
+    uint64_t hi = flyt_page_down((uint64_t)(uintptr_t)p + size);
     if (hi <= lo || !flyt_maps_plain_anonymous(lo, hi))
         return 0;
     uint64_t len = hi - lo;
@@ -598,7 +595,7 @@ FLYT_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int fla
         return CUDA_ERROR_NOT_SUPPORTED;
     uint64_t start = (uint64_t)(uintptr_t)p, end = start + size;
     if (!(flags & CU_MEMHOSTREGISTER_READ_ONLY) &&
-        flyt_maps_unpinnable_for_write(start & ~(PAGE - 1), page_up(end)))
+        flyt_maps_unpinnable_for_write(flyt_page_down(start), flyt_page_up(end)))
         return CUDA_ERROR_INVALID_VALUE; /* the driver's answer when the kernel will not pin */
     uint64_t lo = 0, len = 0, region = 0;
     int mapped = 0;
@@ -633,7 +630,7 @@ FLYT_EXPORT CUresult cuMemHostUnregister(void *p)
     CUresult r = flyt_init_state();
     if (r != CUDA_SUCCESS)
         return r;
-    uint64_t addr = (uint64_t)(uintptr_t)p, base = 0, lo = page_up(addr), len = 0, offset = 0;
+    uint64_t addr = (uint64_t)(uintptr_t)p, base = 0, lo = flyt_page_up(addr), len = 0, offset = 0;
     if (flyt_range_find(addr, &base, NULL, NULL) != FLYT_RANGE_REGISTERED || base != addr)
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     /* shared in place: the record of the whole pages holds the region */
