@@ -167,7 +167,7 @@ static CUresult edges(struct flyt_cuda_backend *b, unsigned which, flyt_bhandle 
         /* counting: a full answer may have had more to say */
         if (r != CUDA_SUCCESS || out || got < room || room >= FLYT_MAX_GRAPH_NODES) {
             if (r == CUDA_SUCCESS)
-                *n = got;
+                *n = out && got > room ? room : got; /* never more than out holds */
             return r;
         }
         room *= 8;
