@@ -1995,6 +1995,22 @@ static CUresult host_module_unload(flyt_backend *b, flyt_bhandle module)
  * lookups and attribute queries libraries make at start-up succeed, and
  * only a launch is refused. */
 static char host_function;
+/* The same for an entry whose PTX text declares one .u64 parameter first
+ * (a pointer), so that the client's handling of parameter blocks is tested. */
+static char host_function_ptr;
+
+static int is_host_function(flyt_bhandle func)
+{
+    return func == &host_function || func == &host_function_ptr;
+}
+
+/* Whether module m's PTX text has ".entry NAME(.param .u64". */
+static int entry_takes_u64(const struct hmodule *m, const char *name)
+{
+    char want[160];
+    int n = snprintf(want, sizeof want, ".entry %s(.param .u64", name);
+    return n > 0 && (size_t)n < sizeof want && memmem(m->image, m->size, want, (size_t)n) != NULL;
+}
 
 static CUresult host_func_get(flyt_backend *b, flyt_bhandle module, const char *name, flyt_bhandle *func)
 {
@@ -2002,7 +2018,7 @@ static CUresult host_func_get(flyt_backend *b, flyt_bhandle module, const char *
         return CUDA_ERROR_INVALID_HANDLE;
     if (name == NULL || func == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    *func = &host_function;
+    *func = entry_takes_u64(module, name) ? &host_function_ptr : &host_function;
     return CUDA_SUCCESS;
 }
 
@@ -2063,8 +2079,13 @@ static void globals_free(struct host_backend *h, struct hmodule *m)
 static CUresult host_func_param_info(flyt_backend *b, flyt_bhandle func, uint32_t index,
                                      uint32_t *offset, uint32_t *size)
 {
-    (void)b, (void)index, (void)offset, (void)size;
-    return func == &host_function ? CUDA_ERROR_INVALID_VALUE /* no parameters */
+    (void)b;
+    if (func == &host_function_ptr && index == 0) {
+        *offset = 0;
+        *size = 8;
+        return CUDA_SUCCESS;
+    }
+    return is_host_function(func) ? CUDA_ERROR_INVALID_VALUE /* no (more) parameters */
                                   : CUDA_ERROR_INVALID_HANDLE;
 }
 
@@ -2072,7 +2093,7 @@ static CUresult host_func_param_info(flyt_backend *b, flyt_bhandle func, uint32_
 static CUresult host_func_get_attr(flyt_backend *b, flyt_bhandle func, int attr, int *value)
 {
     const struct host_backend *h = HB(b);
-    if (func != &host_function)
+    if (!is_host_function(func))
         return CUDA_ERROR_INVALID_HANDLE;
     switch (attr) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
@@ -2089,13 +2110,13 @@ static CUresult host_func_get_attr(flyt_backend *b, flyt_bhandle func, int attr,
 static CUresult host_func_set_attr(flyt_backend *b, flyt_bhandle func, int attr, int value)
 {
     (void)b, (void)attr, (void)value;
-    return func == &host_function ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    return is_host_function(func) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 static CUresult host_func_set_cache(flyt_backend *b, flyt_bhandle func, int config)
 {
     (void)b, (void)config;
-    return func == &host_function ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    return is_host_function(func) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 static CUresult host_launch(flyt_backend *b, flyt_bhandle func, const uint32_t grid[3],
@@ -2120,7 +2141,7 @@ static CUresult host_occupancy(flyt_backend *b, flyt_bhandle func, int block_siz
                                unsigned flags, int *num_blocks)
 {
     (void)b, (void)flags;
-    if (func != &host_function)
+    if (!is_host_function(func))
         return CUDA_ERROR_INVALID_HANDLE;
     if (block_size <= 0 || block_size > 1024 || dyn_smem > HOST_BLOCK_SMEM)
         return CUDA_ERROR_INVALID_VALUE;
@@ -2136,7 +2157,7 @@ static CUresult host_occupancy_smem(flyt_backend *b, flyt_bhandle func, int num_
                                     uint64_t *smem)
 {
     (void)b;
-    if (func != &host_function)
+    if (!is_host_function(func))
         return CUDA_ERROR_INVALID_HANDLE;
     if (num_blocks <= 0 || block_size <= 0 || block_size > 1024 ||
         num_blocks * block_size > HOST_SM_THREADS || num_blocks > HOST_SM_BLOCKS)
@@ -2154,7 +2175,7 @@ static CUresult host_occupancy_cluster(flyt_backend *b, flyt_bhandle func, unsig
                                        uint32_t attr_count, int *count)
 {
     (void)grid, (void)block, (void)shared_mem;
-    if (func != &host_function)
+    if (!is_host_function(func))
         return CUDA_ERROR_INVALID_HANDLE;
     if (what == FLYT_CLUSTER_MAX_SIZE) {
         *count = 8;
