@@ -256,8 +256,9 @@ CUresult flyt_managed_free(uint64_t base);
 CUresult flyt_mremote_alloc(size_t size, uint64_t *base);
 /* 1 when base is such an allocation (freed, with *r), else 0. */
 int flyt_mremote_free(uint64_t base, CUresult *r);
-/* Whether all of [p, p + n) lies in one such allocation or variable. */
-int flyt_mremote_holds(uint64_t p, uint64_t n);
+/* 1 when all of [p, p + n) lies in one such allocation, variable or
+ * tracked host memory, with p's device address in *dev; else 0. */
+int flyt_mremote_device(uint64_t p, uint64_t n, uint64_t *dev);
 /* A module's managed variable at base (the device's address): a private
  * copy here at that address, kept equal the same way (its bytes only; a
  * page it shares with another variable is mapped once). Attached twice is
@@ -267,6 +268,28 @@ CUresult flyt_mremote_attach(uint64_t base, uint64_t len);
 void flyt_mremote_detach(uint64_t base);
 /* A device reset freed every allocation and variable: their copies here go. */
 void flyt_mremote_forget_all(void);
+/* Host memory [base, base + len) that the GPU reaches at dev (device
+ * memory there now exists): kept equal from now on, host bytes first (all
+ * of them are sent now). */
+CUresult flyt_mremote_track(uint64_t base, uint64_t len, uint64_t dev);
+/* ... no longer (it is being freed). */
+void flyt_mremote_untrack(uint64_t base);
+
+/* ---- pinned memory between machines (pinned_remote.c) ---- */
+/* size bytes of zeroed pages at an address the server reserved for them;
+ * NULL when the server has no VMM or no address was free here too. */
+void *flyt_pinned_remote_alloc(size_t size);
+/* Backs such an allocation at base with device memory (once) and keeps it
+ * equal: the GPU then reaches it at base. */
+CUresult flyt_pinned_remote_map(uint64_t base);
+/* 1 when base is such an allocation (freed, with *r), else 0. */
+int flyt_pinned_remote_free(uint64_t base, CUresult *r);
+/* Backs each such allocation that a pointer-sized word of a kernel's
+ * parameter block points into (unified addressing lets kernels take
+ * pinned pointers without asking for a device pointer). */
+CUresult flyt_pinned_remote_scan(const void *params, size_t bytes);
+/* A device reset freed the device memory behind them (the reservations too). */
+void flyt_pinned_remote_forget_backing(void);
 /* A synchronous copy on the legacy stream between device memory at dev and
  * host memory (copy.c): to the device when to_device, else from it. */
 CUresult flyt_copy_plain(int to_device, uint64_t dev, void *host, size_t n);

@@ -175,6 +175,7 @@ FLYT_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     r = flyt_call(FLYT_OP_DEVICE_RESET, &(flyt_req_none){0}, sizeof(flyt_req_none), NULL, 0, NULL);
     flyt_range_clear_device();
     flyt_mremote_forget_all();
+    flyt_pinned_remote_forget_backing();
     flyt_range_forget_regions();
     flyt_regions_forget_all();
     flyt_modules_reset();

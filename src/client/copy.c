@@ -146,8 +146,10 @@ static CUresult copy_1d(enum dir dir, uint64_t dst, uint64_t src, size_t n, CUst
     if (dst == 0 || src == 0)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t wire = flyt_stream_wire(stream, per_thread);
-    /* managed memory between machines: its device copy, in stream order */
-    if ((dir == HTOD && flyt_mremote_holds(src, n)) || (dir == DTOH && flyt_mremote_holds(dst, n)))
+    /* host memory kept equal with device memory between machines (managed,
+     * mapped): its device copy, in stream order */
+    if ((dir == HTOD && flyt_mremote_device(src, n, &src)) ||
+        (dir == DTOH && flyt_mremote_device(dst, n, &dst)))
         dir = DTOD;
     switch (dir) {
     case HTOH:

@@ -159,7 +159,6 @@ static int needs_shared_memory(CUdevice_attribute attr)
 {
     switch (attr) {
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: /* managed memory itself is always there */
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
     case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
     case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
         return 1;
@@ -174,6 +173,11 @@ static int hidden_feature(CUdevice_attribute attr)
 {
     if (needs_shared_memory(attr))
         return !flyt_conn_shares_memory();
+    /* between machines pinned memory is mapped through a VMM reservation
+     * (pinned_remote.c) */
+    if (attr == CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)
+        return !flyt_conn_shares_memory() &&
+               !flyt_device_attr(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED);
     /* IPC between the VM's own processes (ipc.c) */
     if (attr == CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED)
         return flyt_conn_server_minor() < FLYT_MINOR_IPC;

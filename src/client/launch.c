@@ -79,6 +79,8 @@ CUresult flyt_launch_pack(const void *handle, const unsigned grid[3], const unsi
     if (f->param_bytes > sizeof out->small && (out->params = malloc(f->param_bytes)) == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     r = pack_params(f, args, extra, out->params);
+    if (r == CUDA_SUCCESS)
+        r = flyt_pinned_remote_scan(out->params, out->bytes);
     if (r != CUDA_SUCCESS)
         flyt_packed_free(out);
     return r;

@@ -12,7 +12,8 @@
  *   since device work last ran: others hold stale bytes here);
  *   they are found by the kernel's soft-dirty bits (/proc/self/pagemap),
  *   which also see writes made by system calls (a read() into the buffer),
- *   unlike write protection; without them every page goes;
+ *   unlike write protection; without them every page goes; in host memory
+ *   mapped for the GPU (pinned, registered) by comparison with a copy;
  * - after a call that waited for the device (a synchronisation, a query
  *   that found the work done, a synchronous copy or memset), if device work
  *   that may write memory ran since, every managed allocation comes back
@@ -39,10 +40,22 @@
 /* An allocation's region is whole pages inside its device allocation; a
  * module's managed variable (attached) is its exact bytes, which may share a
  * page with another variable or with bytes of the module's that only the
- * device holds: only the variable's own bytes are ever exchanged. */
+ * device holds: only the variable's own bytes are ever exchanged. Host
+ * memory mapped for the GPU (tracked: pinned_remote.c's pinned pages, at
+ * their own address there; registered memory's exact bytes, elsewhere there)
+ * belongs to its owner, here and on the device. */
+enum mregion_kind { MR_ALLOCATION, MR_VARIABLE, MR_TRACKED };
+
 struct mregion {
-    uint64_t base, len; /* the bytes kept equal; page-aligned for an allocation */
-    uint64_t device;    /* the device allocation's own address (freed by it); 0 attached */
+    uint64_t base, len; /* the bytes kept equal here; page-aligned for an allocation */
+    uint64_t dev;       /* where base is on the device: base but for registered memory */
+    uint64_t device;    /* an allocation's own device address (freed by it) */
+    /* tracked memory: its bytes as last exchanged. Written pages are found
+     * by comparing with it, not by soft-dirty bits: clearing those write-
+     * protects every page of the process, a cost a large program (PyTorch,
+     * whose cuDNN maps a pinned page at start) must not pay at every turn. */
+    unsigned char *shadow;
+    enum mregion_kind kind;
     int device_turn;    /* device work that may write it ran since the last exchange:
                          * the device's bytes are the truth, the host's stale */
 };
@@ -50,7 +63,7 @@ struct mregion {
 static pthread_mutex_t mu = FLYT_MUTEX_INITIALIZER;
 static struct mregion *regions;
 static int nregions;
-static atomic_int live; /* nregions, read without mu: every copy asks flyt_mremote_holds */
+static atomic_int live; /* nregions, read without mu: every copy asks flyt_mremote_device */
 static atomic_int device_turns; /* some region's device_turn is set (read without mu) */
 static int pagemap_fd = -1, clear_fd = -1; /* soft-dirty tracking; -1: every page is sent */
 static _Thread_local int in_exchange;
@@ -110,7 +123,8 @@ static CUresult send_pages(const struct mregion *r, uint64_t at, uint64_t n)
 {
     uint64_t from = at > r->base ? at : r->base;
     uint64_t to = at + n < r->base + r->len ? at + n : r->base + r->len;
-    return from < to ? flyt_copy_plain(1, from, (void *)(uintptr_t)from, to - from) : CUDA_SUCCESS;
+    return from < to ? flyt_copy_plain(1, r->dev + (from - r->base), (void *)(uintptr_t)from, to - from)
+                     : CUDA_SUCCESS;
 }
 
 
@@ -143,6 +157,28 @@ static CUresult push_region(const struct mregion *r)
     return e == CUDA_SUCCESS && run_len ? send_pages(r, run, run_len) : e;
 }
 
+/* The pages of a tracked region that differ from its shadow, in runs; the
+ * shadow then holds what was sent. Under mu. */
+static CUresult push_changed(const struct mregion *r)
+{
+    uint64_t run = 0, run_len = 0;
+    CUresult e = CUDA_SUCCESS;
+    for (uint64_t off = 0; off < r->len && e == CUDA_SUCCESS; off += FLYT_PAGE) {
+        uint64_t n = r->len - off < FLYT_PAGE ? r->len - off : FLYT_PAGE;
+        const unsigned char *now = (const unsigned char *)(uintptr_t)(r->base + off);
+        if (memcmp(now, r->shadow + off, n) != 0) {
+            memcpy(r->shadow + off, now, n);
+            if (run_len == 0)
+                run = r->base + off;
+            run_len += n;
+        } else if (run_len) {
+            e = send_pages(r, run, run_len);
+            run_len = 0;
+        }
+    }
+    return e == CUDA_SUCCESS && run_len ? send_pages(r, run, run_len) : e;
+}
+
 /* Host writes to the device, from the regions whose turn is the host's (a
  * region in the device's turn holds stale bytes here: sending them would
  * undo the device's writes). Which pages were written is read for every
@@ -150,10 +186,13 @@ static CUresult push_region(const struct mregion *r)
 static CUresult push(int device_writes)
 {
     CUresult e = CUDA_SUCCESS;
+    int read_bits = 0;
     for (int i = 0; i < nregions && e == CUDA_SUCCESS; i++)
-        if (!regions[i].device_turn)
-            e = push_region(&regions[i]);
-    if (pagemap_fd >= 0)
+        if (!regions[i].device_turn) {
+            e = regions[i].shadow ? push_changed(&regions[i]) : push_region(&regions[i]);
+            read_bits |= regions[i].shadow == NULL;
+        }
+    if (pagemap_fd >= 0 && read_bits)
         clear_soft_dirty();
     for (int i = 0; i < nregions && device_writes; i++)
         regions[i].device_turn = 1; /* a kernel may write any of them */
@@ -166,12 +205,18 @@ static CUresult push(int device_writes)
 static CUresult pull(void)
 {
     CUresult e = CUDA_SUCCESS;
+    int wrote_tracked = 0; /* regions whose written pages soft-dirty bits tell */
     for (int i = 0; i < nregions && e == CUDA_SUCCESS; i++)
         if (regions[i].device_turn) {
-            e = flyt_copy_plain(0, regions[i].base, (void *)(uintptr_t)regions[i].base, regions[i].len);
-            regions[i].device_turn = e != CUDA_SUCCESS;
+            struct mregion *r = &regions[i];
+            e = flyt_copy_plain(0, r->dev, (void *)(uintptr_t)r->base, r->len);
+            r->device_turn = e != CUDA_SUCCESS;
+            if (e == CUDA_SUCCESS && r->shadow)
+                memcpy(r->shadow, (void *)(uintptr_t)r->base, r->len);
+            wrote_tracked |= r->shadow == NULL;
         }
-    clear_soft_dirty(); /* what was received is what the device holds */
+    if (wrote_tracked)
+        clear_soft_dirty(); /* what was received is what the device holds */
     if (e != CUDA_SUCCESS)
         atomic_store(&device_turns, 1); /* the next synchronisation tries again */
     return e;
@@ -289,7 +334,7 @@ CUresult flyt_mremote_alloc(size_t size, uint64_t *base)
     in_exchange = 1;
     r = cuMemsetD8_v2(at, 0, len); /* both copies start as zeros */
     in_exchange = 0;
-    regions[nregions++] = (struct mregion){at, len, device, 0};
+    regions[nregions++] = (struct mregion){at, len, at, device, NULL, MR_ALLOCATION, 0};
     atomic_store(&live, nregions);
     pthread_mutex_unlock(&mu);
     flyt_conn_set_hooks(before, after);
@@ -302,7 +347,7 @@ int flyt_mremote_free(uint64_t base, CUresult *r)
 {
     pthread_mutex_lock(&mu);
     int i = 0;
-    while (i < nregions && regions[i].base != base)
+    while (i < nregions && !(regions[i].kind == MR_ALLOCATION && regions[i].base == base))
         i++;
     if (i == nregions) {
         pthread_mutex_unlock(&mu);
@@ -317,15 +362,17 @@ int flyt_mremote_free(uint64_t base, CUresult *r)
     return 1;
 }
 
-/* Whether all of [p, p + n) lies in one such allocation. */
-int flyt_mremote_holds(uint64_t p, uint64_t n)
+int flyt_mremote_device(uint64_t p, uint64_t n, uint64_t *dev)
 {
     if (atomic_load_explicit(&live, memory_order_relaxed) == 0)
         return 0; /* no lock on the copy path of programs without any */
     pthread_mutex_lock(&mu);
     int found = 0;
     for (int i = 0; i < nregions && !found; i++)
-        found = p >= regions[i].base && n <= regions[i].len && p - regions[i].base <= regions[i].len - n;
+        if (p >= regions[i].base && n <= regions[i].len && p - regions[i].base <= regions[i].len - n) {
+            *dev = regions[i].dev + (p - regions[i].base);
+            found = 1;
+        }
     pthread_mutex_unlock(&mu);
     return found;
 }
@@ -336,7 +383,7 @@ int flyt_mremote_holds(uint64_t p, uint64_t n)
 static int page_attached(uint64_t p)
 {
     for (int i = 0; i < nregions; i++)
-        if (regions[i].device == 0 && p >= flyt_page_down(regions[i].base) &&
+        if (regions[i].kind == MR_VARIABLE && p >= flyt_page_down(regions[i].base) &&
             p < flyt_page_up(regions[i].base + regions[i].len))
             return 1;
     return 0;
@@ -356,7 +403,7 @@ CUresult flyt_mremote_attach(uint64_t base, uint64_t len)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < nregions; i++)
-        if (regions[i].device == 0 && regions[i].base == base) {
+        if (regions[i].kind == MR_VARIABLE && regions[i].base == base) {
             pthread_mutex_unlock(&mu);
             return CUDA_SUCCESS;
         }
@@ -395,7 +442,7 @@ CUresult flyt_mremote_attach(uint64_t base, uint64_t len)
         pthread_mutex_unlock(&mu);
         return r;
     }
-    regions[nregions++] = (struct mregion){base, len, 0, 0};
+    regions[nregions++] = (struct mregion){base, len, base, 0, NULL, MR_VARIABLE, 0};
     atomic_store(&live, nregions);
     pthread_mutex_unlock(&mu);
     flyt_conn_set_hooks(before, after);
@@ -406,7 +453,7 @@ void flyt_mremote_detach(uint64_t base)
 {
     pthread_mutex_lock(&mu);
     for (int i = 0; i < nregions; i++)
-        if (regions[i].device == 0 && regions[i].base == base) {
+        if (regions[i].kind == MR_VARIABLE && regions[i].base == base) {
             struct mregion gone = regions[i];
             regions[i] = regions[--nregions];
             atomic_store(&live, nregions);
@@ -424,11 +471,63 @@ void flyt_mremote_forget_all(void)
     atomic_store(&live, 0);
     atomic_store(&device_turns, 0);
     for (int i = 0; i < n; i++) {
-        if (regions[i].device)
+        if (regions[i].kind == MR_TRACKED) {
+            free(regions[i].shadow); /* the program's host memory stays, now unmapped */
+            continue;
+        }
+        if (regions[i].kind == MR_ALLOCATION)
             munmap((void *)(uintptr_t)regions[i].base, regions[i].len);
         else
             unmap_unattached(flyt_page_down(regions[i].base), flyt_page_up(regions[i].base + regions[i].len));
         flyt_range_remove(FLYT_RANGE_MANAGED, regions[i].base);
     }
+    pthread_mutex_unlock(&mu);
+}
+
+/* ---- host memory mapped for the GPU ---- */
+
+CUresult flyt_mremote_track(uint64_t base, uint64_t len, uint64_t dev)
+{
+    pthread_mutex_lock(&mu);
+    struct mregion *more = realloc(regions, (size_t)(nregions + 1) * sizeof *more);
+    if (more == NULL) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    regions = more;
+    struct mregion r = {base, len, dev, 0, malloc(len), MR_TRACKED, 0};
+    if (r.shadow == NULL) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* host code wrote it before anyone kept track: all of it goes */
+    memcpy(r.shadow, (void *)(uintptr_t)base, len);
+    in_exchange = 1;
+    CUresult e = send_pages(&r, base, len);
+    in_exchange = 0;
+    if (e == CUDA_SUCCESS) {
+        regions[nregions++] = r;
+        atomic_store(&live, nregions);
+    } else {
+        free(r.shadow);
+    }
+    pthread_mutex_unlock(&mu);
+    if (e == CUDA_SUCCESS)
+        flyt_conn_set_hooks(before, after);
+    return e;
+}
+
+void flyt_mremote_untrack(uint64_t base)
+{
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nregions; i++)
+        if (regions[i].kind == MR_TRACKED && regions[i].base == base) {
+            /* the device's last writes are what the program's memory holds
+             * after cuMemFreeHost's wait: none are read after it */
+            free(regions[i].shadow);
+            regions[i] = regions[--nregions];
+            atomic_store(&live, nregions);
+            break;
+        }
     pthread_mutex_unlock(&mu);
 }

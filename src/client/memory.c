@@ -31,7 +31,10 @@
 #define TAIL_PIECE 0x80000000u
 /* Marks host memory the GPU reaches at its host address (HOST_MAP_AT). */
 #define DEVICE_MAPPED 0x40000000u
-#define INTERNAL_FLAGS (TAIL_PIECE | DEVICE_MAPPED)
+/* Marks pinned memory at an address the server reserved (pinned_remote.c):
+ * the GPU reaches it at that address once its device pointer is asked. */
+#define REMOTE_PINNED 0x20000000u
+#define INTERNAL_FLAGS (TAIL_PIECE | DEVICE_MAPPED | REMOTE_PINNED)
 /* Tries at finding an address free in both processes. */
 #define SAME_ADDRESS_TRIES 8
 
@@ -511,6 +514,10 @@ FLYT_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
     *pp = NULL;
     if (flyt_conn_shares_memory() && (*pp = shared_alloc(size, flags)) != NULL)
         return CUDA_SUCCESS;
+    if (!flyt_conn_shares_memory() && (*pp = flyt_pinned_remote_alloc(size)) != NULL) {
+        flyt_range_add(FLYT_RANGE_PINNED, (uint64_t)(uintptr_t)*pp, size, flags | REMOTE_PINNED);
+        return CUDA_SUCCESS;
+    }
     if (posix_memalign(pp, FLYT_PAGE, size) != 0) {
         *pp = NULL;
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -528,10 +535,13 @@ FLYT_EXPORT CUresult cuMemFreeHost(void *p)
     if (r != CUDA_SUCCESS)
         return r;
     uint64_t addr = (uint64_t)(uintptr_t)p, base = 0, size = 0, offset = 0;
-    if (flyt_range_find(addr, &base, &size, NULL) != FLYT_RANGE_PINNED || base != addr)
+    unsigned flags = 0;
+    if (flyt_range_find(addr, &base, &size, &flags) != FLYT_RANGE_PINNED || base != addr)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t region = flyt_range_region(addr, 1, &offset);
     flyt_range_remove(FLYT_RANGE_PINNED, addr);
+    if (flags & REMOTE_PINNED)
+        return flyt_pinned_remote_free(addr, &r) ? r : CUDA_ERROR_INVALID_VALUE;
     if (region == 0) {
         free(p);
         return CUDA_SUCCESS;
@@ -625,21 +635,59 @@ FLYT_EXPORT CUresult cuMemHostRegister(void *p, size_t size, unsigned int flags)
     return cuMemHostRegister_v2(p, size, flags);
 }
 
+/* Between machines registered memory is kept equal with device memory of
+ * the server's choosing (CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM is 0 there,
+ * so programs take the device pointer cuMemHostGetDevicePointer answers):
+ * made at the first such call for [base, base + size). */
+static pthread_mutex_t registered_mu = FLYT_MUTEX_INITIALIZER;
+
+static CUresult registered_remote_map(uint64_t base, uint64_t size, uint64_t *dev)
+{
+    pthread_mutex_lock(&registered_mu);
+    CUresult r = CUDA_SUCCESS;
+    if (!flyt_mremote_device(base, size, dev)) {
+        flyt_req_mem_alloc req = {.size = size};
+        r = flyt_call_u64(FLYT_OP_MEM_ALLOC, &req, sizeof req, dev);
+        if (r == CUDA_SUCCESS && (r = flyt_mremote_track(base, size, *dev)) != CUDA_SUCCESS)
+            flyt_call_handle(FLYT_OP_MEM_FREE, *dev);
+        if (r == CUDA_SUCCESS) /* copies naming it go to the device */
+            flyt_range_add(FLYT_RANGE_DEVICE, *dev, size, 0);
+    }
+    pthread_mutex_unlock(&registered_mu);
+    return r;
+}
+
+/* Its device memory, if it has any, goes with the registration. */
+static CUresult registered_remote_unmap(uint64_t base, uint64_t size)
+{
+    uint64_t dev = 0;
+    pthread_mutex_lock(&registered_mu);
+    int mapped = flyt_mremote_device(base, size, &dev);
+    if (mapped) {
+        flyt_mremote_untrack(base);
+        flyt_range_remove(FLYT_RANGE_DEVICE, dev);
+    }
+    pthread_mutex_unlock(&registered_mu);
+    return mapped ? flyt_call_handle(FLYT_OP_MEM_FREE, dev) : CUDA_SUCCESS;
+}
+
 FLYT_EXPORT CUresult cuMemHostUnregister(void *p)
 {
     CUresult r = flyt_init_state();
     if (r != CUDA_SUCCESS)
         return r;
     uint64_t addr = (uint64_t)(uintptr_t)p, base = 0, lo = flyt_page_up(addr), len = 0, offset = 0;
-    if (flyt_range_find(addr, &base, NULL, NULL) != FLYT_RANGE_REGISTERED || base != addr)
+    uint64_t size = 0;
+    if (flyt_range_find(addr, &base, &size, NULL) != FLYT_RANGE_REGISTERED || base != addr)
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     /* shared in place: the record of the whole pages holds the region */
     uint64_t region = flyt_range_find(lo, &base, &len, NULL) == FLYT_RANGE_REGISTERED && base == lo
                           ? flyt_range_region(lo, 1, &offset)
                           : 0;
     if (region == 0) {
+        r = flyt_conn_shares_memory() ? CUDA_SUCCESS : registered_remote_unmap(addr, size);
         flyt_range_remove(FLYT_RANGE_REGISTERED, addr);
-        return CUDA_SUCCESS;
+        return r;
     }
     uint64_t tail = 0;
     unsigned tail_flags = 0;
@@ -669,7 +717,7 @@ FLYT_EXPORT CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
     *flags = f & ~(INTERNAL_FLAGS | CU_MEMHOSTREGISTER_READ_ONLY);
     /* under unified addressing the driver maps every page-locked allocation
      * and says so; Flyt's is mapped where the server maps it at its address */
-    if (kind == FLYT_RANGE_PINNED && (f & DEVICE_MAPPED))
+    if (kind == FLYT_RANGE_PINNED && (f & (DEVICE_MAPPED | REMOTE_PINNED)))
         *flags |= CU_MEMHOSTALLOC_DEVICEMAP;
     return CUDA_SUCCESS;
 }
@@ -681,14 +729,26 @@ FLYT_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dptr, void *p, un
     if (r != CUDA_SUCCESS)
         return r;
     unsigned f = 0;
-    int kind = flyt_range_find((uint64_t)(uintptr_t)p, NULL, NULL, &f);
+    uint64_t base = 0;
+    int kind = flyt_range_find((uint64_t)(uintptr_t)p, &base, NULL, &f);
     if (dptr == NULL || flags != 0 || (kind != FLYT_RANGE_PINNED && kind != FLYT_RANGE_REGISTERED))
         return CUDA_ERROR_INVALID_VALUE;
-    if (!(f & DEVICE_MAPPED))
+    /* between machines: the device memory behind it comes now (once) */
+    if ((f & REMOTE_PINNED) && (r = flyt_pinned_remote_map(base)) != CUDA_SUCCESS)
+        return r;
+    uint64_t size = 0, dev = 0;
+    if (kind == FLYT_RANGE_REGISTERED && !flyt_conn_shares_memory() &&
+        flyt_range_find(base, NULL, &size, NULL) == FLYT_RANGE_REGISTERED) {
+        r = registered_remote_map(base, size, &dev);
+        if (r == CUDA_SUCCESS)
+            *dptr = flyt_dptr(dev + ((uint64_t)(uintptr_t)p - base));
+        return r;
+    }
+    if (!(f & (DEVICE_MAPPED | REMOTE_PINNED)))
         return flyt_unsupported_why("cuMemHostGetDevicePointer",
                                     flyt_conn_shares_memory()
                                         ? "this host range is not mapped at its address in the server"
-                                        : "the GPU is on another machine and cannot map this memory");
+                                        : "the server reserved no address for this pinned memory (no VMM there)");
     *dptr = flyt_dptr((uint64_t)(uintptr_t)p);
     return CUDA_SUCCESS;
 }
@@ -708,7 +768,8 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uint64_t ptr)
         return CUDA_ERROR_INVALID_VALUE;
     int managed = kind == FLYT_RANGE_MANAGED;
     int device = kind == FLYT_RANGE_DEVICE || managed;
-    int device_reaches = device || (flags & DEVICE_MAPPED);
+    /* remote pinned memory: at that address once its device pointer is asked */
+    int device_reaches = device || (flags & (DEVICE_MAPPED | REMOTE_PINNED));
     int host_reaches = !device || managed;
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:

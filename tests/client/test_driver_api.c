@@ -768,32 +768,6 @@ static int device_attr(CUdevice_attribute attr)
     return v;
 }
 
-/* Between machines: managed memory without concurrent access, no
- * device-mapped host memory, said by the attributes and by the calls. */
-static void test_unshared_host_memory(void)
-{
-    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS), 0, "no concurrent access");
-    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY), 0, "no mapped host memory");
-    void *h = NULL;
-    CU_OK(cuMemHostAlloc(&h, 4096, CU_MEMHOSTALLOC_DEVICEMAP)); /* refused only at the pointer */
-    CUdeviceptr dp = 0;
-    CHECK_EQ(cuMemHostGetDevicePointer(&dp, h, 0), CUDA_ERROR_NOT_SUPPORTED, "no device pointer");
-    unsigned flags = 0;
-    CU_OK(cuMemFreeHost(h));
-    CU_OK(cuMemAllocHost(&h, 4096));
-    CU_OK(cuMemHostGetFlags(&flags, h));
-    CHECK_EQ(flags, 0, "unmapped pinned memory does not say mapped (0x%x)", flags);
-    /* the GPU cannot map this memory: reported and answered as a device
-     * without read-only registration */
-    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED), 0,
-             "no read-only registration reported");
-    CU_OK(cuMemFreeHost(h));
-    void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    CHECK_EQ(cuMemHostRegister(page, 4096, CU_MEMHOSTREGISTER_READ_ONLY), CUDA_ERROR_NOT_SUPPORTED,
-             "read-only registration refused");
-    munmap(page, 4096);
-}
-
 /* Shared file mappings: NVIDIA's driver pins registered pages long-term for
  * writing, which Linux 6.5 and later refuse for a file system that writes
  * pages back; shared memory files (tmpfs, memfd) are fine. */
@@ -843,6 +817,117 @@ static int server_writes_here(CUdeviceptr p, unsigned char value, size_t n)
         if (((unsigned char *)(uintptr_t)p)[i] != value)
             return 0;
     return 1;
+}
+
+/* Between machines: managed memory without concurrent access; pinned
+ * memory is mapped through a reservation at its address once its device
+ * pointer is asked (host writes reach the device before its next work,
+ * its writes come back at the next synchronisation); registered memory
+ * cannot be mapped. Said by the attributes and by the calls. */
+static void test_unshared_host_memory(void)
+{
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS), 0, "no concurrent access");
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY), 1, "mapped pinned memory");
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM), 0,
+             "registered memory is not reached at its address");
+    enum { N = 3 * 4096 };
+    unsigned char *h = NULL, back[N];
+    CU_OK(cuMemHostAlloc((void **)&h, N, CU_MEMHOSTALLOC_DEVICEMAP));
+    memset(h, 0x21, N); /* written before the device pointer is asked */
+    CUdeviceptr dp = 0, d = 0;
+    CU_OK(cuMemHostGetDevicePointer(&dp, h, 0));
+    CHECK_EQ(dp, (CUdeviceptr)(uintptr_t)h, "device pointer of pinned memory is its host pointer");
+    CU_OK(cuMemAlloc(&d, N));
+    CU_OK(cuMemcpyDtoD(d, dp, N));
+    CU_OK(cuMemcpyDtoH(back, d, N));
+    CHECK(back[0] == 0x21 && back[N - 1] == 0x21, "the device reads what was written before");
+    h[4097] = 0x43; /* a host write after the mapping */
+    CU_OK(cuMemcpyDtoD(d, dp, N));
+    CU_OK(cuMemcpyDtoH(back, d, N));
+    CHECK(back[4097] == 0x43 && back[4096] == 0x21, "a host write reaches the device");
+    CHECK(server_writes_here(dp + 100, 0x3d, 5000), "device writes come back at a synchronisation");
+    CHECK_EQ(h[99], 0x21, "bytes the device did not write stay");
+    /* a copy naming it as host memory runs in stream order on the device's copy */
+    CU_OK(cuMemsetD8Async(dp, 0x11, 4096, NULL));
+    CU_OK(cuMemcpyHtoD(d, h, 4096));
+    CU_OK(cuMemcpyDtoH(back, d, 4096));
+    CHECK(back[0] == 0x11 && back[4095] == 0x11, "HtoD from it after device work in stream order");
+    memset(back, 0x66, 64);
+    CU_OK(cuMemcpyHtoD(d, back, 64));
+    CU_OK(cuMemcpyDtoH(h + 8192, d, 64));
+    CHECK(h[8192] == 0x66 && h[8255] == 0x66, "DtoH into it");
+    unsigned flags = 0;
+    CU_OK(cuMemHostGetFlags(&flags, h));
+    CHECK_EQ(flags, CU_MEMHOSTALLOC_DEVICEMAP, "its flags as given (0x%x)", flags);
+    CHECK_EQ(pointer_int(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dp), CU_MEMORYTYPE_HOST, "host memory type");
+    CUdeviceptr attr_dp = 0;
+    CU_OK(cuPointerGetAttribute(&attr_dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, dp + 4));
+    CHECK_EQ(attr_dp, dp + 4, "DEVICE_POINTER of mapped pinned memory");
+    CU_OK(cuMemFreeHost(h));
+    CHECK_EQ(cuMemHostGetDevicePointer(&dp, h, 0), CUDA_ERROR_INVALID_VALUE, "freed is unknown");
+
+    /* pinned memory whose device pointer is never asked: plain copies */
+    unsigned char *plain = NULL;
+    CU_OK(cuMemAllocHost((void **)&plain, 4096));
+    CU_OK(cuMemHostGetFlags(&flags, plain));
+    CHECK_EQ(flags, CU_MEMHOSTALLOC_DEVICEMAP, "mapped as the driver's under unified addressing (0x%x)",
+             flags);
+    memset(plain, 0x5a, 4096);
+    CU_OK(cuMemcpyHtoD(d, plain, 4096));
+    memset(plain, 0, 4096);
+    CU_OK(cuMemcpyDtoH(plain, d, 4096));
+    CHECK(plain[0] == 0x5a && plain[4095] == 0x5a, "copies through unasked pinned memory");
+    CU_OK(cuMemFreeHost(plain));
+    CU_OK(cuMemFree(d));
+
+    /* unified addressing: a kernel may take a pinned pointer without its
+     * device pointer being asked; the launch maps it (the host backend then
+     * refuses to run the kernel) */
+    unsigned char *direct = NULL;
+    CU_OK(cuMemAllocHost((void **)&direct, 2 * 4096));
+    memset(direct, 0x31, 2 * 4096);
+    CUmodule m;
+    CUfunction f;
+    CU_OK(cuModuleLoadData(&m, ptx));
+    CU_OK(cuModuleGetFunction(&f, m, "k"));
+    CUdeviceptr inside = (CUdeviceptr)(uintptr_t)(direct + 4100);
+    void *args[] = {&inside};
+    CU_OK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+    CHECK_EQ(cuCtxSynchronize(), CUDA_ERROR_NOT_SUPPORTED, "the host backend runs no kernel");
+    CU_OK(cuModuleUnload(m));
+    CHECK(server_writes_here(inside, 0x4e, 100), "a launch naming pinned memory maps it");
+    CHECK_EQ(direct[4099], 0x31, "with the bytes host code wrote before");
+    CU_OK(cuMemFreeHost(direct));
+
+    /* registered memory: reached at another device address, kept equal the
+     * same way; no read-only registration (as a device without it answers) */
+    CHECK_EQ(device_attr(CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED), 0,
+             "no read-only registration reported");
+    unsigned char *page = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK_EQ(cuMemHostRegister(page, 4096, CU_MEMHOSTREGISTER_READ_ONLY), CUDA_ERROR_NOT_SUPPORTED,
+             "read-only registration refused");
+    unsigned char *reg = page + 100; /* not page-aligned: only its own bytes are exchanged */
+    memset(page, 0x12, 2 * 4096);
+    CU_OK(cuMemHostRegister(reg, 5000, CU_MEMHOSTREGISTER_DEVICEMAP));
+    CU_OK(cuMemHostGetDevicePointer(&dp, reg + 8, 0));
+    CHECK_NE(dp, (CUdeviceptr)(uintptr_t)(reg + 8), "registered memory elsewhere on the device");
+    CUdeviceptr dp0 = 0;
+    CU_OK(cuMemHostGetDevicePointer(&dp0, reg, 0));
+    CHECK_EQ(dp0 + 8, dp, "one device address per registration");
+    CU_OK(cuMemAlloc(&d, 5000));
+    CU_OK(cuMemcpyDtoD(d, dp0, 5000));
+    CU_OK(cuMemcpyDtoH(back, d, 5000));
+    CHECK(back[0] == 0x12 && back[4999] == 0x12, "the device reads its bytes");
+    CU_OK(cuMemsetD8(dp0 + 10, 0x6b, 4000));
+    CU_OK(cuCtxSynchronize());
+    CHECK(reg[10] == 0x6b && reg[4009] == 0x6b && reg[9] == 0x12 && reg[4010] == 0x12,
+          "device writes come back at a synchronisation");
+    CHECK(page[99] == 0x12 && page[5100] == 0x12, "bytes around the registration are untouched");
+    CU_OK(cuMemFree(d));
+    CU_OK(cuMemHostUnregister(reg));
+    CHECK_EQ(cuPointerGetAttribute(&attr_dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, dp0),
+             CUDA_ERROR_INVALID_VALUE, "its device memory goes with the registration");
+    munmap(page, 2 * 4096);
 }
 
 /* Between machines host writes reach the device before its next work, also
