@@ -293,6 +293,9 @@ void flyt_pinned_remote_forget_backing(void);
 /* A synchronous copy on the legacy stream between device memory at dev and
  * host memory (copy.c): to the device when to_device, else from it. */
 CUresult flyt_copy_plain(int to_device, uint64_t dev, void *host, size_t n);
+/* The same to the device, without waiting: the bytes are taken now, and a
+ * later synchronous copy on the legacy stream finishes after it. */
+CUresult flyt_copy_plain_queued(uint64_t dev, const void *host, size_t n);
 /* ---- arrays (array.c) ---- */
 /* The server's id of a CUarray, or CUDA_ERROR_INVALID_HANDLE. */
 CUresult flyt_array_wire(CUarray a, uint64_t *id);

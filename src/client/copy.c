@@ -135,6 +135,11 @@ CUresult flyt_copy_plain(int to_device, uint64_t dev, void *host, size_t n)
     return to_device ? copy_htod(dev, host, n, legacy, 0) : copy_dtoh(host, dev, n, legacy, 0);
 }
 
+CUresult flyt_copy_plain_queued(uint64_t dev, const void *host, size_t n)
+{
+    return copy_htod(dev, host, n, flyt_stream_wire(NULL, 0), 1);
+}
+
 enum dir { HTOH, HTOD, DTOH, DTOD };
 
 static CUresult copy_1d(enum dir dir, uint64_t dst, uint64_t src, size_t n, CUstream stream,

@@ -157,41 +157,103 @@ static CUresult push_region(const struct mregion *r)
     return e == CUDA_SUCCESS && run_len ? send_pages(r, run, run_len) : e;
 }
 
-/* The pages of a tracked region that differ from its shadow, in runs; the
- * shadow then holds what was sent. Under mu. */
-static CUresult push_changed(const struct mregion *r)
+/* Host memory mapped for the GPU has no turns: natively host code may write
+ * it while kernels run (a pointer array for the next launch), and both
+ * sides' writes land. So a tracked region's exchanges are byte-exact: before
+ * device work the bytes host code changed since the last exchange (host !=
+ * shadow) go, whatever ran; after a wait the device's bytes come back only
+ * where host code changed nothing since (a byte both wrote is a race
+ * natively too: the host's stays and goes next). */
+
+/* The runs of changed bytes of a push: each goes without waiting for the
+ * one before, the last with a wait (the device work that follows may be on
+ * a stream the legacy stream does not order). */
+struct runs {
+    uint64_t dev, host, n; /* the run held back; n 0: none */
+};
+
+static CUresult runs_add(struct runs *q, uint64_t dev, uint64_t host, uint64_t n)
 {
-    uint64_t run = 0, run_len = 0;
+    CUresult e = q->n ? flyt_copy_plain_queued(q->dev, (const void *)(uintptr_t)q->host, q->n)
+                      : CUDA_SUCCESS;
+    *q = (struct runs){dev, host, n};
+    return e;
+}
+
+static CUresult runs_end(struct runs *q)
+{
+    return q->n ? flyt_copy_plain(1, q->dev, (void *)(uintptr_t)q->host, q->n) : CUDA_SUCCESS;
+}
+
+/* Runs of bytes in [from, to) of r where host and shadow differ; the shadow
+ * then holds them. Under mu. */
+static CUresult push_bytes(const struct mregion *r, uint64_t from, uint64_t to, struct runs *q)
+{
+    const unsigned char *host = (const unsigned char *)(uintptr_t)r->base;
+    CUresult e = CUDA_SUCCESS;
+    uint64_t i = from;
+    while (i < to && e == CUDA_SUCCESS) {
+        while (i < to && host[i] == r->shadow[i])
+            i++;
+        uint64_t run = i;
+        while (i < to && host[i] != r->shadow[i])
+            i++;
+        if (i > run) {
+            memcpy(r->shadow + run, host + run, i - run);
+            e = runs_add(q, r->dev + run, r->base + run, i - run);
+        }
+    }
+    return e;
+}
+
+static CUresult push_tracked(const struct mregion *r, struct runs *q)
+{
     CUresult e = CUDA_SUCCESS;
     for (uint64_t off = 0; off < r->len && e == CUDA_SUCCESS; off += FLYT_PAGE) {
         uint64_t n = r->len - off < FLYT_PAGE ? r->len - off : FLYT_PAGE;
-        const unsigned char *now = (const unsigned char *)(uintptr_t)(r->base + off);
-        if (memcmp(now, r->shadow + off, n) != 0) {
-            memcpy(r->shadow + off, now, n);
-            if (run_len == 0)
-                run = r->base + off;
-            run_len += n;
-        } else if (run_len) {
-            e = send_pages(r, run, run_len);
-            run_len = 0;
-        }
+        if (memcmp((const unsigned char *)(uintptr_t)r->base + off, r->shadow + off, n) != 0)
+            e = push_bytes(r, off, off + n, q);
     }
-    return e == CUDA_SUCCESS && run_len ? send_pages(r, run, run_len) : e;
+    return e;
 }
 
-/* Host writes to the device, from the regions whose turn is the host's (a
- * region in the device's turn holds stale bytes here: sending them would
- * undo the device's writes). Which pages were written is read for every
- * region before the bits are cleared, and the bytes are sent after. Under mu. */
+/* The device's bytes into r where host code changed nothing. Under mu. */
+static CUresult pull_tracked(struct mregion *r)
+{
+    unsigned char *got = malloc(r->len), *host = (unsigned char *)(uintptr_t)r->base;
+    if (got == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult e = flyt_copy_plain(0, r->dev, got, r->len);
+    for (uint64_t i = 0; i < r->len && e == CUDA_SUCCESS; i++) {
+        if (host[i] == r->shadow[i])
+            host[i] = got[i];
+        r->shadow[i] = got[i];
+    }
+    free(got);
+    return e;
+}
+
+/* Host writes to the device: every tracked region's changed bytes, and the
+ * written pages of the other regions whose turn is the host's (one in the
+ * device's turn holds stale bytes here: sending them would undo the
+ * device's writes). Which pages were written is read for every region
+ * before the bits are cleared, and the bytes are sent after. Under mu. */
 static CUresult push(int device_writes)
 {
     CUresult e = CUDA_SUCCESS;
     int read_bits = 0;
-    for (int i = 0; i < nregions && e == CUDA_SUCCESS; i++)
-        if (!regions[i].device_turn) {
-            e = regions[i].shadow ? push_changed(&regions[i]) : push_region(&regions[i]);
-            read_bits |= regions[i].shadow == NULL;
+    struct runs q = {0};
+    for (int i = 0; i < nregions && e == CUDA_SUCCESS; i++) {
+        if (regions[i].shadow) {
+            e = push_tracked(&regions[i], &q);
+        } else if (!regions[i].device_turn) {
+            e = push_region(&regions[i]);
+            read_bits = 1;
         }
+    }
+    CUresult last = runs_end(&q);
+    if (e == CUDA_SUCCESS)
+        e = last;
     if (pagemap_fd >= 0 && read_bits)
         clear_soft_dirty();
     for (int i = 0; i < nregions && device_writes; i++)
@@ -205,17 +267,19 @@ static CUresult push(int device_writes)
 static CUresult pull(void)
 {
     CUresult e = CUDA_SUCCESS;
-    int wrote_tracked = 0; /* regions whose written pages soft-dirty bits tell */
+    int read_bits = 0; /* regions whose written pages soft-dirty bits tell */
     for (int i = 0; i < nregions && e == CUDA_SUCCESS; i++)
         if (regions[i].device_turn) {
             struct mregion *r = &regions[i];
-            e = flyt_copy_plain(0, r->dev, (void *)(uintptr_t)r->base, r->len);
+            if (r->shadow) {
+                e = pull_tracked(r);
+            } else {
+                e = flyt_copy_plain(0, r->dev, (void *)(uintptr_t)r->base, r->len);
+                read_bits = 1;
+            }
             r->device_turn = e != CUDA_SUCCESS;
-            if (e == CUDA_SUCCESS && r->shadow)
-                memcpy(r->shadow, (void *)(uintptr_t)r->base, r->len);
-            wrote_tracked |= r->shadow == NULL;
         }
-    if (wrote_tracked)
+    if (read_bits)
         clear_soft_dirty(); /* what was received is what the device holds */
     if (e != CUDA_SUCCESS)
         atomic_store(&device_turns, 1); /* the next synchronisation tries again */

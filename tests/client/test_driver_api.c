@@ -856,6 +856,16 @@ static void test_unshared_host_memory(void)
     CU_OK(cuMemcpyHtoD(d, back, 64));
     CU_OK(cuMemcpyDtoH(h + 8192, d, 64));
     CHECK(h[8192] == 0x66 && h[8255] == 0x66, "DtoH into it");
+    /* no turns, as natively: host code writes while device work is queued,
+     * and both writes land */
+    CU_OK(cuMemsetD8Async(dp, 0x71, 1000, NULL));
+    h[2000] = 0x72;
+    CU_OK(cuCtxSynchronize());
+    CHECK(h[0] == 0x71 && h[999] == 0x71 && h[1000] != 0x71, "the device's write comes back");
+    CHECK_EQ(h[2000], 0x72, "the host's write made meanwhile stays");
+    CU_OK(cuMemcpyDtoD(d, dp, N));
+    CU_OK(cuMemcpyDtoH(back, d, N));
+    CHECK(back[2000] == 0x72 && back[0] == 0x71, "and reaches the device");
     unsigned flags = 0;
     CU_OK(cuMemHostGetFlags(&flags, h));
     CHECK_EQ(flags, CU_MEMHOSTALLOC_DEVICEMAP, "its flags as given (0x%x)", flags);
