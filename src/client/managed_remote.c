@@ -33,6 +33,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "flyt_array.h"
 #include "flyt_calls.h"
 
 #define SOFT_DIRTY_BIT ((uint64_t)1 << 55)
@@ -63,6 +64,7 @@ struct mregion {
 static pthread_mutex_t mu = FLYT_MUTEX_INITIALIZER;
 static struct mregion *regions;
 static int nregions;
+static size_t cap_regions;
 static atomic_int live; /* nregions, read without mu: every copy asks flyt_mremote_device */
 static atomic_int device_turns; /* some region's device_turn is set (read without mu) */
 static int pagemap_fd = -1, clear_fd = -1; /* soft-dirty tracking; -1: every page is sent */
@@ -224,10 +226,16 @@ static CUresult pull_tracked(struct mregion *r)
     if (got == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult e = flyt_copy_plain(0, r->dev, got, r->len);
-    for (uint64_t i = 0; i < r->len && e == CUDA_SUCCESS; i++) {
-        if (host[i] == r->shadow[i])
-            host[i] = got[i];
-        r->shadow[i] = got[i];
+    for (uint64_t off = 0; off < r->len && e == CUDA_SUCCESS; off += FLYT_PAGE) {
+        uint64_t n = r->len - off < FLYT_PAGE ? r->len - off : FLYT_PAGE;
+        if (memcmp(host + off, r->shadow + off, n) == 0) { /* host code wrote nothing here */
+            memcpy(host + off, got + off, n);
+        } else {
+            for (uint64_t i = off; i < off + n; i++)
+                if (host[i] == r->shadow[i])
+                    host[i] = got[i];
+        }
+        memcpy(r->shadow + off, got + off, n);
     }
     free(got);
     return e;
@@ -369,6 +377,28 @@ static void after(uint16_t op, CUresult r)
                         "error %d\n", (int)e);
 }
 
+/* ---- the list ---- */
+
+/* Room for one more region. Under mu. */
+static int room(void)
+{
+    return flyt_array_room((void **)&regions, &cap_regions, (size_t)nregions, sizeof *regions) == 0;
+}
+
+/* Takes the region of kind at base out of the list into *gone: 1, or 0 if
+ * there is none. Under mu. */
+static int take(enum mregion_kind kind, uint64_t base, struct mregion *gone)
+{
+    for (int i = 0; i < nregions; i++)
+        if (regions[i].kind == kind && regions[i].base == base) {
+            *gone = regions[i];
+            regions[i] = regions[--nregions];
+            atomic_store(&live, nregions);
+            return 1;
+        }
+    return 0;
+}
+
 /* ---- allocations ---- */
 
 CUresult flyt_mremote_alloc(size_t size, uint64_t *base)
@@ -383,9 +413,7 @@ CUresult flyt_mremote_alloc(size_t size, uint64_t *base)
     void *p = mmap((void *)(uintptr_t)at, len, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     pthread_mutex_lock(&mu);
-    struct mregion *more = p == (void *)(uintptr_t)at
-                               ? realloc(regions, (size_t)(nregions + 1) * sizeof *more) : NULL;
-    if (more == NULL) {
+    if (p != (void *)(uintptr_t)at || !room()) {
         pthread_mutex_unlock(&mu);
         if (p != MAP_FAILED)
             munmap(p, len);
@@ -393,7 +421,6 @@ CUresult flyt_mremote_alloc(size_t size, uint64_t *base)
         return flyt_trace("cuMemAllocManaged (the device's address is taken in this process)",
                           CUDA_ERROR_OUT_OF_MEMORY);
     }
-    regions = more;
     tracking_open();
     in_exchange = 1;
     r = cuMemsetD8_v2(at, 0, len); /* both copies start as zeros */
@@ -409,18 +436,12 @@ CUresult flyt_mremote_alloc(size_t size, uint64_t *base)
 /* 1 when base is such an allocation (freed with *r), 0 when it is not. */
 int flyt_mremote_free(uint64_t base, CUresult *r)
 {
+    struct mregion gone;
     pthread_mutex_lock(&mu);
-    int i = 0;
-    while (i < nregions && !(regions[i].kind == MR_ALLOCATION && regions[i].base == base))
-        i++;
-    if (i == nregions) {
-        pthread_mutex_unlock(&mu);
-        return 0;
-    }
-    struct mregion gone = regions[i];
-    regions[i] = regions[--nregions];
-    atomic_store(&live, nregions);
+    int found = take(MR_ALLOCATION, base, &gone);
     pthread_mutex_unlock(&mu);
+    if (!found)
+        return 0;
     munmap((void *)(uintptr_t)gone.base, gone.len);
     *r = flyt_call_handle(FLYT_OP_MEM_FREE, gone.device); /* waits for the device first */
     return 1;
@@ -471,12 +492,10 @@ CUresult flyt_mremote_attach(uint64_t base, uint64_t len)
             pthread_mutex_unlock(&mu);
             return CUDA_SUCCESS;
         }
-    struct mregion *more = realloc(regions, (size_t)(nregions + 1) * sizeof *more);
-    if (more == NULL) {
+    if (!room()) {
         pthread_mutex_unlock(&mu);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    regions = more;
     uint64_t first = flyt_page_down(base), end = flyt_page_up(base + len), p = first;
     for (; p < end; p += FLYT_PAGE) { /* pages another variable holds are mapped already */
         if (page_attached(p))
@@ -515,15 +534,10 @@ CUresult flyt_mremote_attach(uint64_t base, uint64_t len)
 
 void flyt_mremote_detach(uint64_t base)
 {
+    struct mregion gone;
     pthread_mutex_lock(&mu);
-    for (int i = 0; i < nregions; i++)
-        if (regions[i].kind == MR_VARIABLE && regions[i].base == base) {
-            struct mregion gone = regions[i];
-            regions[i] = regions[--nregions];
-            atomic_store(&live, nregions);
-            unmap_unattached(flyt_page_down(gone.base), flyt_page_up(gone.base + gone.len));
-            break;
-        }
+    if (take(MR_VARIABLE, base, &gone)) /* then its pages no longer count as attached */
+        unmap_unattached(flyt_page_down(gone.base), flyt_page_up(gone.base + gone.len));
     pthread_mutex_unlock(&mu);
 }
 
@@ -553,13 +567,7 @@ void flyt_mremote_forget_all(void)
 CUresult flyt_mremote_track(uint64_t base, uint64_t len, uint64_t dev)
 {
     pthread_mutex_lock(&mu);
-    struct mregion *more = realloc(regions, (size_t)(nregions + 1) * sizeof *more);
-    if (more == NULL) {
-        pthread_mutex_unlock(&mu);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    regions = more;
-    struct mregion r = {base, len, dev, 0, malloc(len), MR_TRACKED, 0};
+    struct mregion r = {base, len, dev, 0, room() ? malloc(len) : NULL, MR_TRACKED, 0};
     if (r.shadow == NULL) {
         pthread_mutex_unlock(&mu);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -583,15 +591,11 @@ CUresult flyt_mremote_track(uint64_t base, uint64_t len, uint64_t dev)
 
 void flyt_mremote_untrack(uint64_t base)
 {
+    /* the device's writes since the last wait are not brought back: the
+     * memory is being freed or unregistered, after which CUDA promises none */
+    struct mregion gone;
     pthread_mutex_lock(&mu);
-    for (int i = 0; i < nregions; i++)
-        if (regions[i].kind == MR_TRACKED && regions[i].base == base) {
-            /* the device's last writes are what the program's memory holds
-             * after cuMemFreeHost's wait: none are read after it */
-            free(regions[i].shadow);
-            regions[i] = regions[--nregions];
-            atomic_store(&live, nregions);
-            break;
-        }
+    if (take(MR_TRACKED, base, &gone))
+        free(gone.shadow);
     pthread_mutex_unlock(&mu);
 }

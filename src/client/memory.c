@@ -729,16 +729,14 @@ FLYT_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dptr, void *p, un
     if (r != CUDA_SUCCESS)
         return r;
     unsigned f = 0;
-    uint64_t base = 0;
-    int kind = flyt_range_find((uint64_t)(uintptr_t)p, &base, NULL, &f);
+    uint64_t base = 0, size = 0, dev = 0;
+    int kind = flyt_range_find((uint64_t)(uintptr_t)p, &base, &size, &f);
     if (dptr == NULL || flags != 0 || (kind != FLYT_RANGE_PINNED && kind != FLYT_RANGE_REGISTERED))
         return CUDA_ERROR_INVALID_VALUE;
     /* between machines: the device memory behind it comes now (once) */
     if ((f & REMOTE_PINNED) && (r = flyt_pinned_remote_map(base)) != CUDA_SUCCESS)
         return r;
-    uint64_t size = 0, dev = 0;
-    if (kind == FLYT_RANGE_REGISTERED && !flyt_conn_shares_memory() &&
-        flyt_range_find(base, NULL, &size, NULL) == FLYT_RANGE_REGISTERED) {
+    if (kind == FLYT_RANGE_REGISTERED && !flyt_conn_shares_memory()) {
         r = registered_remote_map(base, size, &dev);
         if (r == CUDA_SUCCESS)
             *dptr = flyt_dptr(dev + ((uint64_t)(uintptr_t)p - base));

@@ -61,10 +61,11 @@ static uint64_t granularity(void)
     return gran;
 }
 
-static void unreserve(uint64_t at, uint64_t size)
+/* VMM_UNMAP or VMM_FREE of [at, at + size) */
+static CUresult vmm_range(uint16_t op, uint64_t at, uint64_t size)
 {
     flyt_req_vmm_range req = {.ptr = at, .size = size};
-    flyt_call(FLYT_OP_VMM_FREE, &req, sizeof req, NULL, 0, NULL);
+    return flyt_call(op, &req, sizeof req, NULL, 0, NULL);
 }
 
 /* A reservation of size bytes in the server whose address is free here
@@ -91,7 +92,7 @@ static uint64_t reserve_and_map(uint64_t size, uint64_t len, uint64_t gran)
         tried[ntried++] = at;
     }
     while (ntried > 0)
-        unreserve(tried[--ntried], size);
+        vmm_range(FLYT_OP_VMM_FREE, tried[--ntried], size);
     return got;
 }
 
@@ -117,7 +118,7 @@ void *flyt_pinned_remote_alloc(size_t size)
     pthread_mutex_unlock(&mu);
     if (!room) {
         munmap((void *)(uintptr_t)base, len);
-        unreserve(base, reserved);
+        vmm_range(FLYT_OP_VMM_FREE, base, reserved);
         return NULL;
     }
     /* pinned memory is not inherited by a forked child, natively either */
@@ -152,10 +153,8 @@ static uint64_t back(uint64_t at, uint64_t size, CUresult *r)
         flyt_req_vmm_access access = {.ptr = at, .size = size, .count = 1};
         struct iovec data = {.iov_base = &rw, .iov_len = sizeof rw};
         *r = flyt_call(FLYT_OP_VMM_SET_ACCESS, &access, sizeof access, &data, 1, NULL);
-        if (*r != CUDA_SUCCESS) {
-            flyt_req_vmm_range unmap = {.ptr = at, .size = size};
-            flyt_call(FLYT_OP_VMM_UNMAP, &unmap, sizeof unmap, NULL, 0, NULL);
-        }
+        if (*r != CUDA_SUCCESS)
+            vmm_range(FLYT_OP_VMM_UNMAP, at, size);
     }
     if (*r != CUDA_SUCCESS) {
         flyt_call_handle(FLYT_OP_VMM_RELEASE, made.a);
@@ -174,8 +173,7 @@ CUresult flyt_pinned_remote_map(uint64_t base)
         if (r == CUDA_SUCCESS) {
             r = flyt_mremote_track(base, allocs[i].len, base);
             if (r != CUDA_SUCCESS) {
-                flyt_req_vmm_range unmap = {.ptr = base, .size = allocs[i].reserved};
-                flyt_call(FLYT_OP_VMM_UNMAP, &unmap, sizeof unmap, NULL, 0, NULL);
+                vmm_range(FLYT_OP_VMM_UNMAP, base, allocs[i].reserved);
                 flyt_call_handle(FLYT_OP_VMM_RELEASE, allocs[i].handle);
                 allocs[i].handle = 0;
             }
@@ -204,13 +202,12 @@ int flyt_pinned_remote_free(uint64_t base, CUresult *r)
     if (gone.handle) {
         flyt_mremote_untrack(gone.base);
         /* the driver waits for the device before unmapping, as cuMemFreeHost does */
-        flyt_req_vmm_range unmap = {.ptr = gone.base, .size = gone.reserved};
-        *r = flyt_call(FLYT_OP_VMM_UNMAP, &unmap, sizeof unmap, NULL, 0, NULL);
+        *r = vmm_range(FLYT_OP_VMM_UNMAP, gone.base, gone.reserved);
         CUresult released = flyt_call_handle(FLYT_OP_VMM_RELEASE, gone.handle);
         if (*r == CUDA_SUCCESS)
             *r = released;
     }
-    unreserve(gone.base, gone.reserved);
+    vmm_range(FLYT_OP_VMM_FREE, gone.base, gone.reserved);
     munmap((void *)(uintptr_t)gone.base, gone.len);
     return 1;
 }
